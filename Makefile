@@ -1,0 +1,60 @@
+# Short commands for the README. Each target installs what is missing (as
+# root, through apt-get), configures with CMake and builds before it runs.
+
+PACKAGES := build-essential cmake pkg-config clang libopenblas-dev libcjson-dev zlib1g-dev \
+            dataset-fashion-mnist fortunes fortunes-de fortunes-es fortunes-it fortunes-ru \
+            fortunes-pl fortunes-cs
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+GPIPE      := $(BUILD)/gpipe
+
+.PHONY: all deps build test test-fast test-asan demo demo-fashion bench install clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The whole suite: the optimized build, then again under ASan + UBSan.
+test: build test-asan
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_SANITIZE=ON -DCMAKE_C_COMPILER=clang
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && GP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE slow
+
+# The main job: a byte-level Transformer LM on the multilingual fortunes.
+demo: build
+	$(GPIPE) train --model examples/demo_lm.json --steps 300 --batch 16 --lr 1e-3 \
+	  --eval-every 50 --sample 300 --report $(BUILD)/demo_report.json
+
+demo-fashion: build
+	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json
+
+bench: build
+	bash bench/run.sh $(GPIPE)
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,410 @@
+/* gpipe: train a network written as a sequence of layers, on one device or
+ * (later) as a GPipe pipeline across several. This is the one public header.
+ *
+ * A minimal program (compiled by the test suite as tests/test_header_example.c,
+ * so this example cannot drift from the API):
+ *
+ *     gp_model *m;
+ *     gp_model_new(gp_shape1(64), GP_I32, &m);           // per-example input: 64 tokens
+ *     gp_model_add(m, gp_embedding(256, 128));
+ *     gp_model_add(m, gp_pos_embedding(64, 128));
+ *     gp_model_add(m, gp_transformer_block(128, 4, 512, 0.0f));
+ *     gp_model_add(m, gp_layernorm(128));
+ *     gp_model_add(m, gp_linear(128, 256, false));
+ *     gp_device *dev;
+ *     gp_device_cpu_new("cpu0", &dev);
+ *     gp_model_init(m, dev, 1234);                        // parameters keyed by (seed, layer, param)
+ *     gp_trainer_opts to = {.micro_batches = 1};
+ *     gp_optim_opts oo = gp_adamw_defaults(3e-4f, 0.01f);
+ *     gp_trainer *t;
+ *     if (gp_trainer_new(m, &oo, &to, &t) != GP_OK)
+ *         fprintf(stderr, "%s\n", gp_last_error());
+ *     float loss;
+ *     gp_trainer_step(t, &x, &y, &loss);                  // x: (B, 64) int32, y: (B, 64) int32
+ *     gp_trainer_free(t); gp_model_free(m); gp_device_free(dev);
+ *
+ * Conventions:
+ * - Every function that can fail returns gp_status; on failure gp_last_error()
+ *   (per thread) says what went wrong, where, and what was expected.
+ * - Constructors of layers return NULL on bad arguments, with the message set;
+ *   gp_model_add(m, NULL) then fails with that message, so calls can be chained.
+ * - "new"/"free" pairs: the caller owns what a *_new returns and frees it with
+ *   the matching *_free. Functions taking a pointer to an output never keep it.
+ */
+#ifndef GPIPE_H
+#define GPIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GP_VERSION_MAJOR 0
+#define GP_VERSION_MINOR 1
+#define GP_VERSION_PATCH 0
+const char *gp_version(void);
+
+/* ---------------------------------------------------------------- status */
+
+#define GP_STATUS_MAP(X)                                                   \
+    X(OK, "success")                                                       \
+    X(INVALID_ARGUMENT, "invalid argument")                                \
+    X(OUT_OF_MEMORY, "out of host memory")                                 \
+    X(MEMORY_LIMIT, "device memory limit exceeded")                        \
+    X(IO, "input/output error")                                            \
+    X(FORMAT, "malformed input data")                                      \
+    X(SHAPE, "shape mismatch")                                             \
+    X(CONFIG, "bad configuration")                                         \
+    X(UNSUPPORTED, "not supported")                                        \
+    X(NUMERIC, "numerical failure")                                        \
+    X(INTERNAL, "internal error")
+
+typedef enum gp_status {
+#define GP_STATUS_ENUM_(name, msg) GP_##name,
+    GP_STATUS_MAP(GP_STATUS_ENUM_)
+#undef GP_STATUS_ENUM_
+    GP_STATUS_COUNT
+} gp_status;
+
+const char *gp_status_name(gp_status s);    /* "GP_SHAPE" */
+const char *gp_status_message(gp_status s); /* "shape mismatch" */
+/* The message of the last failure on this thread; "" if none. Valid until the
+ * next failing call on the same thread. */
+const char *gp_last_error(void);
+void gp_clear_error(void);
+
+/* --------------------------------------------------------- shapes, dtypes */
+
+#define GP_MAX_DIMS 4
+typedef struct gp_shape {
+    int ndim;
+    int64_t dim[GP_MAX_DIMS];
+} gp_shape;
+
+gp_shape gp_shape1(int64_t a);
+gp_shape gp_shape2(int64_t a, int64_t b);
+gp_shape gp_shape3(int64_t a, int64_t b, int64_t c);
+gp_shape gp_shape4(int64_t a, int64_t b, int64_t c, int64_t d);
+int64_t gp_shape_nelem(const gp_shape *s);
+bool gp_shape_equal(const gp_shape *a, const gp_shape *b);
+/* Writes "(2, 3, 4)" into buf; returns buf. */
+char *gp_shape_str(const gp_shape *s, char *buf, size_t nbytes);
+
+typedef enum gp_dtype { GP_F32 = 0, GP_I32 = 1 } gp_dtype;
+size_t gp_dtype_nbytes(gp_dtype t);
+const char *gp_dtype_name(gp_dtype t);
+
+/* --------------------------------------------------- devices and memory */
+
+/* Every byte a device holds is counted in one of these categories. */
+#define GP_MEM_CATEGORY_MAP(X)                                             \
+    X(PARAMS, "parameters")                                                \
+    X(GRADS, "gradients")                                                  \
+    X(OPTIM, "optimizer_state")                                            \
+    X(ACTIVATIONS, "activations")                                          \
+    X(WORKSPACE, "workspace")
+
+typedef enum gp_mem_category {
+#define GP_MEM_ENUM_(name, str) GP_MEM_##name,
+    GP_MEM_CATEGORY_MAP(GP_MEM_ENUM_)
+#undef GP_MEM_ENUM_
+    GP_MEM_NCATEGORIES
+} gp_mem_category;
+const char *gp_mem_category_name(gp_mem_category c); /* "activations" */
+
+typedef struct gp_device gp_device;
+
+typedef struct gp_mem_stats {
+    uint64_t live[GP_MEM_NCATEGORIES]; /* bytes held now */
+    uint64_t peak[GP_MEM_NCATEGORIES]; /* most bytes held at once, per category */
+    uint64_t live_total;
+    uint64_t peak_total; /* most bytes held at once, all categories together */
+    uint64_t limit;      /* 0: none */
+    uint64_t nallocs;    /* allocations made so far */
+} gp_mem_stats;
+
+/* A CPU device: host memory with accounting. The caller frees it with
+ * gp_device_free after everything allocated on it has been released.
+ * A device is used by one thread at a time. */
+gp_status gp_device_cpu_new(const char *name, gp_device **out);
+void gp_device_free(gp_device *dev);
+const char *gp_device_name(const gp_device *dev);
+/* Limit on live bytes over all categories; 0 removes it. Allocations that
+ * would exceed it fail with GP_MEMORY_LIMIT. */
+gp_status gp_device_set_limit(gp_device *dev, uint64_t nbytes);
+void gp_device_mem_stats(const gp_device *dev, gp_mem_stats *out);
+/* Forget the peaks (set them to the live values), e.g. after warm-up. */
+void gp_device_reset_peaks(gp_device *dev);
+
+/* ---------------------------------------------------------------- tensors */
+
+/* A dense row-major tensor. `data` points to float32 for GP_F32 and to int32
+ * for GP_I32 (cast it). A tensor from gp_tensor_alloc owns its memory and is
+ * released with gp_tensor_release; a view (owned = false) does not. */
+typedef struct gp_tensor {
+    float *data;
+    gp_shape shape;
+    gp_dtype dtype;
+    gp_device *dev;
+    gp_mem_category cat;
+    bool owned;
+} gp_tensor;
+
+/* Allocates uninitialized memory, 64-byte aligned, counted on dev. */
+gp_status gp_tensor_alloc(gp_device *dev, gp_mem_category cat, gp_shape shape, gp_dtype dtype,
+                          gp_tensor *out);
+/* As gp_tensor_alloc, then fills with zeros. */
+gp_status gp_tensor_zeros(gp_device *dev, gp_mem_category cat, gp_shape shape, gp_dtype dtype,
+                          gp_tensor *out);
+/* Frees an owned tensor and zeroes the struct; views and zeroed structs are
+ * left alone, so it is safe to call twice. */
+void gp_tensor_release(gp_tensor *t);
+/* A non-owning view of caller memory (no accounting). */
+gp_tensor gp_tensor_view(void *data, gp_shape shape, gp_dtype dtype);
+int64_t gp_tensor_nelem(const gp_tensor *t);
+size_t gp_tensor_nbytes(const gp_tensor *t);
+
+/* ---------------------------------------------------------------- random */
+
+/* Counter-based random numbers (Philox4x32-10): the value at position i of a
+ * stream depends only on (seed, stream ids, i), never on call order. */
+typedef struct gp_rng_stream {
+    uint64_t seed;
+    uint32_t purpose; /* GP_RNG_* below */
+    uint32_t a, b, c; /* e.g. layer, parameter / step, micro-batch */
+} gp_rng_stream;
+enum {
+    GP_RNG_INIT = 1,    /* a = layer index, b = parameter index */
+    GP_RNG_DROPOUT = 2, /* a = layer index * 16 + site, b = step, c = micro-batch */
+    GP_RNG_DATA = 3,    /* a = epoch (shuffling), b = split */
+    GP_RNG_SAMPLE = 4,  /* a = position (text generation) */
+    GP_RNG_TEST = 5     /* test fixtures */
+};
+/* Four 32-bit words of block `block` of the stream. */
+void gp_rng_block(const gp_rng_stream *s, uint64_t block, uint32_t out[4]);
+/* out[i] = element first + i of the stream, uniform in [0, 1) (24-bit). */
+void gp_rng_uniform(const gp_rng_stream *s, uint64_t first, float *out, int64_t n);
+/* Standard normal values (Box-Muller on pairs). */
+void gp_rng_normal(const gp_rng_stream *s, uint64_t first, float *out, int64_t n);
+/* A uniform 64-bit value, element i of the stream. */
+uint64_t gp_rng_u64(const gp_rng_stream *s, uint64_t i);
+
+/* ---------------------------------------------------------------- layers */
+
+typedef struct gp_layer gp_layer;
+
+/* Per-layer cost estimate: GPipe's c_i, which the partitioner balances.
+ * For a given full input shape (batch first). */
+typedef struct gp_cost {
+    double fwd_flops;
+    double bwd_flops;
+    uint64_t param_bytes;  /* parameters and buffers */
+    uint64_t out_bytes;    /* the output activation */
+    uint64_t saved_bytes;  /* saved for backward beyond its input and output */
+} gp_cost;
+
+/* Constructors: the returned layer is owned by the caller until handed to
+ * gp_model_add (which takes it, also on failure). NULL on bad arguments. */
+gp_layer *gp_linear(int in_features, int out_features, bool bias);
+gp_layer *gp_embedding(int vocab, int dim);      /* (B, T) int32 -> (B, T, dim) */
+gp_layer *gp_pos_embedding(int max_len, int dim); /* (B, T, dim) -> same, adds learned rows 0..T-1 */
+gp_layer *gp_layernorm(int dim);                 /* over the last dimension, eps 1e-5 */
+gp_layer *gp_gelu(void);                         /* tanh form */
+gp_layer *gp_relu(void);
+gp_layer *gp_dropout(float p);
+gp_layer *gp_causal_attention(int dim, int heads, float dropout); /* qkv + softmax(QK^T) V + proj */
+/* Pre-LN block: x + attn(ln1(x)), then x + mlp(ln2(x)), mlp = fc, GELU, proj. */
+gp_layer *gp_transformer_block(int dim, int heads, int d_ff, float dropout);
+gp_layer *gp_conv2d(int in_ch, int out_ch, int kernel, int stride, int pad, bool bias); /* NCHW */
+gp_layer *gp_batchnorm2d(int channels); /* momentum 0.1, eps 1e-5, as PyTorch */
+gp_layer *gp_maxpool2d(int kernel, int stride);
+gp_layer *gp_global_avgpool(void); /* (B, C, H, W) -> (B, C) */
+gp_layer *gp_flatten(void);        /* (B, ...) -> (B, prod(...)) */
+void gp_layer_free(gp_layer *l);
+const char *gp_layer_kind(const gp_layer *l);
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct gp_model gp_model;
+
+/* example_shape: one example's input shape, without the batch dimension. */
+gp_status gp_model_new(gp_shape example_shape, gp_dtype input_dtype, gp_model **out);
+void gp_model_free(gp_model *m);
+/* Appends a layer (takes ownership, also on failure). Checks that the layer
+ * accepts the current output shape. */
+gp_status gp_model_add(gp_model *m, gp_layer *layer);
+int gp_model_nlayers(const gp_model *m);
+gp_layer *gp_model_layer(gp_model *m, int i);
+/* Allocates every parameter on dev and initializes it from (seed, layer
+ * index, parameter index). Layers may also be placed on different devices
+ * with gp_model_init_range. */
+gp_status gp_model_init(gp_model *m, gp_device *dev, uint64_t seed);
+gp_status gp_model_init_range(gp_model *m, int first, int last, gp_device *dev, uint64_t seed);
+/* Shape of layer i's output for a batch of `batch` examples (i = -1: input). */
+gp_status gp_model_shape(const gp_model *m, int i, int64_t batch, gp_shape *out);
+gp_status gp_model_cost(const gp_model *m, int i, int64_t batch, gp_cost *out);
+int64_t gp_model_nparams(const gp_model *m); /* trainable elements */
+/* FNV-1a 64-bit over the bytes of every parameter and buffer, layer order. */
+uint64_t gp_model_params_fnv1a64(const gp_model *m);
+/* Writes one line per layer: index, kind, output shape, parameters. */
+void gp_model_print(const gp_model *m, int64_t batch, FILE *f);
+void gp_model_set_training(gp_model *m, bool training);
+
+/* Enumerate parameters (trainable and buffers) in layer order. */
+typedef struct gp_param_info {
+    int layer;
+    const char *name; /* "weight", "attn.qkv.weight", "running_mean" ... */
+    gp_tensor *value;
+    gp_tensor *grad;  /* NULL for buffers */
+    bool trainable;
+} gp_param_info;
+int gp_model_nparam_tensors(const gp_model *m);
+gp_status gp_model_param(gp_model *m, int i, gp_param_info *out);
+
+/* Built-in families, each with WORKLOADS.md defaults when zero-initialized
+ * (see gp_transformer_defaults / gp_convnet_defaults). */
+typedef struct gp_transformer_config {
+    int vocab, dim, heads, d_ff, layers, seq_len;
+    float dropout;
+} gp_transformer_config;
+gp_transformer_config gp_transformer_defaults(void); /* T1: 256, 512, 8, 2048, 8, 128, 0 */
+gp_status gp_model_transformer(const gp_transformer_config *c, gp_model **out);
+
+typedef struct gp_convnet_config {
+    int in_ch, height, width, classes;
+    int ch1, ch2, hidden; /* 32, 64, 256 */
+} gp_convnet_config;
+gp_convnet_config gp_convnet_defaults(void); /* C1: 1x28x28, 10 classes */
+gp_status gp_model_convnet(const gp_convnet_config *c, gp_model **out);
+
+/* JSON config: {"family": "transformer", ...} or {"input": {...}, "layers": [...]}.
+ * Unknown keys and layer kinds are errors naming the key and the file. */
+gp_status gp_model_from_json_file(const char *path, gp_model **out);
+gp_status gp_model_from_json_string(const char *json, const char *origin, gp_model **out);
+
+/* ------------------------------------------------------------- optimizer */
+
+typedef enum gp_optim_kind { GP_OPTIM_SGD = 0, GP_OPTIM_ADAMW = 1 } gp_optim_kind;
+
+typedef struct gp_optim_opts {
+    gp_optim_kind kind;
+    float lr;           /* peak learning rate */
+    float momentum;     /* SGD */
+    float beta1, beta2; /* AdamW */
+    float eps;          /* AdamW */
+    float weight_decay; /* decoupled for AdamW, L2 for SGD; matrices only */
+    int warmup_steps;   /* linear warm-up from 0 to lr */
+    int total_steps;    /* cosine decay to min_lr over the rest; 0: constant after warm-up */
+    float min_lr;
+    float clip_norm;    /* clip by global gradient norm; 0: off */
+} gp_optim_opts;
+gp_optim_opts gp_sgd_defaults(float lr, float momentum);
+gp_optim_opts gp_adamw_defaults(float lr, float weight_decay);
+/* The learning rate for 0-based step `step`. */
+float gp_optim_lr_at(const gp_optim_opts *o, int step);
+
+/* ---------------------------------------------------------------- loss */
+
+/* Softmax cross-entropy over the last dimension of logits (rows, classes).
+ * labels: one int32 per row; -1 rows are ignored. The loss is the sum over
+ * non-ignored rows divided by `normalizer` (the count of non-ignored rows of
+ * the whole mini-batch, so that micro-batch losses add up to the mean).
+ * dlogits (may be NULL) receives d(loss)/d(logits). */
+gp_status gp_softmax_xent(const gp_tensor *logits, const gp_tensor *labels, double normalizer,
+                          double *loss, gp_tensor *dlogits);
+/* Number of labels that are not -1. */
+int64_t gp_count_labels(const gp_tensor *labels);
+
+/* ------------------------------------------------------------- training */
+
+typedef struct gp_trainer gp_trainer;
+
+typedef struct gp_trainer_opts {
+    int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */
+    uint64_t seed;     /* dropout keys; 0 uses the model's init seed */
+} gp_trainer_opts;
+
+/* Trains `m` (initialized) on the device its parameters live on. The trainer
+ * allocates gradients and optimizer state and borrows m: free the trainer
+ * before the model. */
+gp_status gp_trainer_new(gp_model *m, const gp_optim_opts *o, const gp_trainer_opts *to,
+                         gp_trainer **out);
+void gp_trainer_free(gp_trainer *t);
+/* One synchronous step: forward/backward over M micro-batches, gradients
+ * summed in micro-batch order, clipping, one optimizer update. x: (B, ...)
+ * as the model's input; y: int32 labels, (B) or (B, T). *loss: mean loss. */
+gp_status gp_trainer_step(gp_trainer *t, const gp_tensor *x, const gp_tensor *y, float *loss);
+int gp_trainer_steps_done(const gp_trainer *t);
+float gp_trainer_last_grad_norm(const gp_trainer *t);
+/* Inference forward in eval mode (batch norm uses running stats, no dropout).
+ * logits must be allocated by the caller with the model's output shape. */
+gp_status gp_model_predict(gp_model *m, gp_device *dev, const gp_tensor *x, gp_tensor *logits);
+/* Mean loss and accuracy (argmax == label) of a batch, in eval mode. */
+gp_status gp_model_evaluate(gp_model *m, gp_device *dev, const gp_tensor *x, const gp_tensor *y,
+                            double *loss_sum, int64_t *ncorrect, int64_t *ncount);
+
+/* ---------------------------------------------------------------- data */
+
+/* Fashion-MNIST / MNIST IDX files, gzip-compressed or plain. */
+typedef struct gp_idx_dataset {
+    int64_t n;         /* examples */
+    int rows, cols;    /* 28 x 28 */
+    uint8_t *images;   /* n * rows * cols */
+    uint8_t *labels;   /* n */
+} gp_idx_dataset;
+/* Reads an images file and a labels file; counts and magics are checked. */
+gp_status gp_idx_load(const char *images_path, const char *labels_path, gp_idx_dataset *out);
+/* dir/train-images-idx3-ubyte(.gz) etc.; split: "train" or "t10k". */
+gp_status gp_idx_load_dir(const char *dir, const char *split, gp_idx_dataset *out);
+void gp_idx_free(gp_idx_dataset *d);
+/* Fills x (B, 1, rows, cols) f32, scaled to [0,1] then (v - mean) / std, and
+ * y (B) int32 with the examples idx[0..B-1]. */
+gp_status gp_idx_batch(const gp_idx_dataset *d, const int64_t *idx, int64_t batch, float mean,
+                       float std, gp_tensor *x, gp_tensor *y);
+
+/* A byte-level text corpus with a train/validation split. */
+typedef struct gp_text_corpus {
+    uint8_t *train;
+    int64_t ntrain;
+    uint8_t *valid;
+    int64_t nvalid;
+    int nfiles;  /* files read */
+} gp_text_corpus;
+/* Reads every fortune file under `path` (a file or a directory, recursively;
+ * `.dat` index files skipped), entries separated by "%" lines. Every
+ * `valid_every`-th entry (e.g. 20) goes to validation. */
+gp_status gp_text_load(const char *path, int valid_every, gp_text_corpus *out);
+/* The default multilingual corpus: /usr/share/games/fortunes (seven languages). */
+#define GP_FORTUNES_DIR "/usr/share/games/fortunes"
+void gp_text_free(gp_text_corpus *c);
+/* Fills x (B, T) with windows of bytes and y (B, T) with the next bytes.
+ * Window b starts at starts[b]; each must be <= n - T - 1. */
+gp_status gp_text_batch(const uint8_t *bytes, int64_t n, const int64_t *starts, int64_t batch,
+                        int seq_len, gp_tensor *x, gp_tensor *y);
+
+/* A permutation of 0..n-1 keyed by (seed, epoch): same on every machine. */
+gp_status gp_shuffle(uint64_t seed, uint32_t epoch, int64_t n, int64_t *perm);
+
+/* ---------------------------------------------------------------- BLAS */
+
+/* Threads OpenBLAS may use in this process (1 for pipeline stages). */
+void gp_blas_set_threads(int n);
+int gp_blas_threads(void);
+const char *gp_blas_corename(void);
+
+/* FNV-1a 64-bit, chainable: h = gp_fnv1a64(h, data, nbytes), start from
+ * GP_FNV1A64_INIT. */
+#define GP_FNV1A64_INIT 0xcbf29ce484222325ULL
+uint64_t gp_fnv1a64(uint64_t h, const void *data, size_t nbytes);
+
+/* Monotonic wall-clock seconds. */
+double gp_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPIPE_H */

@@ -1,0 +1,128 @@
+/* The parts of the layer interface that every layer shares: construction,
+ * parameter declaration, contexts and shape-check messages. */
+#include "layer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl) {
+    gp_layer *l = calloc(1, sizeof *l);
+    if (!l) {
+        free(impl);
+        gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate the layer", ops->kind);
+        return NULL;
+    }
+    l->ops = ops;
+    l->impl = impl;
+    l->index = -1;
+    return l;
+}
+
+gp_param *gp_layer_add_param(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init,
+                             float scale, bool decay) {
+    GP_ASSERT(l->nparams < GP_LAYER_MAX_PARAMS);
+    gp_param *p = &l->params[l->nparams++];
+    memset(p, 0, sizeof *p);
+    p->name = name;
+    p->shape = shape;
+    p->init = init;
+    p->init_scale = scale;
+    p->trainable = true;
+    p->decay = decay;
+    return p;
+}
+
+gp_param *gp_layer_add_buffer(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init) {
+    gp_param *p = gp_layer_add_param(l, name, shape, init, 0.0f, false);
+    p->trainable = false;
+    return p;
+}
+
+void gp_layer_free(gp_layer *l) {
+    if (!l) return;
+    for (int i = 0; i < l->nparams; i++) {
+        gp_param *p = &l->params[i];
+        gp_tensor_release(&p->value);
+        gp_tensor_release(&p->grad);
+        gp_tensor_release(&p->state[0]);
+        gp_tensor_release(&p->state[1]);
+    }
+    if (l->ops->destroy)
+        l->ops->destroy(l);
+    else
+        free(l->impl);
+    free(l);
+}
+
+const char *gp_layer_kind(const gp_layer *l) { return l ? l->ops->kind : "(null)"; }
+
+void gp_ctx_init(gp_ctx *c, gp_device *dev, const gp_run *run) {
+    memset(c, 0, sizeof *c);
+    c->dev = dev;
+    c->run = run;
+}
+
+gp_status gp_ctx_save(gp_ctx *c, int slot, gp_shape shape, gp_dtype dtype, gp_tensor **out) {
+    GP_ASSERT(slot >= 0 && slot < GP_CTX_MAX_SAVED);
+    gp_tensor_release(&c->saved[slot]);
+    GP_TRY(gp_tensor_alloc(c->dev, GP_MEM_ACTIVATIONS, shape, dtype, &c->saved[slot]));
+    if (out) *out = &c->saved[slot];
+    return GP_OK;
+}
+
+gp_status gp_ctx_child(gp_ctx *c, int i, int n, gp_ctx **out) {
+    GP_ASSERT(i >= 0 && i < n);
+    if (!c->children) {
+        c->children = calloc((size_t)n, sizeof *c->children);
+        if (!c->children)
+            return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d child contexts", n);
+        c->nchildren = n;
+        for (int k = 0; k < n; k++) gp_ctx_init(&c->children[k], c->dev, c->run);
+    }
+    GP_ASSERT(n == c->nchildren);
+    *out = &c->children[i];
+    return GP_OK;
+}
+
+void gp_ctx_release(gp_ctx *c) {
+    for (int i = 0; i < GP_CTX_MAX_SAVED; i++) gp_tensor_release(&c->saved[i]);
+    for (int k = 0; k < c->nchildren; k++) gp_ctx_release(&c->children[k]);
+    free(c->children);
+    c->children = NULL;
+    c->nchildren = 0;
+    c->x = c->y = NULL;
+}
+
+uint64_t gp_ctx_saved_bytes(const gp_ctx *c) {
+    uint64_t n = 0;
+    for (int i = 0; i < GP_CTX_MAX_SAVED; i++)
+        if (c->saved[i].data) n += gp_tensor_nbytes(&c->saved[i]);
+    for (int k = 0; k < c->nchildren; k++) n += gp_ctx_saved_bytes(&c->children[k]);
+    return n;
+}
+
+gp_status gp_expect_ndim(const gp_layer *l, const gp_shape *in, int ndim, const char *layout) {
+    char buf[96];
+    if (in->ndim != ndim)
+        return gp_error(GP_SHAPE, "layer %d (%s): input shape %s has %d dimensions, expected %d %s",
+                        l->index, l->ops->kind, gp_shape_str(in, buf, sizeof buf), in->ndim, ndim,
+                        layout);
+    return GP_OK;
+}
+
+gp_status gp_expect_dim(const gp_layer *l, const gp_shape *in, int axis, int64_t want,
+                        const char *what) {
+    char buf[96];
+    if (axis >= in->ndim || in->dim[axis] != want)
+        return gp_error(GP_SHAPE, "layer %d (%s): input shape %s: expected %s = %lld at axis %d",
+                        l->index, l->ops->kind, gp_shape_str(in, buf, sizeof buf), what,
+                        (long long)want, axis);
+    return GP_OK;
+}
+
+gp_status gp_expect_dtype(const gp_layer *l, gp_dtype got, gp_dtype want) {
+    if (got != want)
+        return gp_error(GP_SHAPE, "layer %d (%s): input dtype %s, expected %s", l->index,
+                        l->ops->kind, gp_dtype_name(got), gp_dtype_name(want));
+    return GP_OK;
+}

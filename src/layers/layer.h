@@ -1,0 +1,104 @@
+/* The layer interface (private): a small vtable, parameters declared by the
+ * constructor and allocated/initialized by the model, and a caller-owned
+ * context holding one call's saved-for-backward state, so a pipeline can keep
+ * several micro-batches in flight, drop one, and rebuild it by recomputation. */
+#ifndef GP_LAYERS_LAYER_H
+#define GP_LAYERS_LAYER_H
+
+#include "../core/error.h"
+#include "gpipe.h"
+
+#define GP_LAYER_MAX_PARAMS 16
+#define GP_CTX_MAX_SAVED 12
+
+typedef enum gp_init_kind {
+    GP_INIT_ZEROS = 0,
+    GP_INIT_ONES,
+    GP_INIT_NORMAL,  /* N(0, scale^2) */
+    GP_INIT_UNIFORM  /* U(-scale, scale) */
+} gp_init_kind;
+
+typedef struct gp_param {
+    const char *name;   /* static string: "weight", "attn.qkv.weight", "running_mean" */
+    gp_shape shape;
+    gp_init_kind init;
+    float init_scale;
+    bool trainable;     /* false: a buffer (batch-norm running statistics) */
+    bool decay;         /* weight decay applies (matrices, not biases or norms) */
+    gp_tensor value;    /* GP_MEM_PARAMS, allocated by gp_model_init */
+    gp_tensor grad;     /* GP_MEM_GRADS, allocated by the trainer; zero between steps */
+    gp_tensor state[2]; /* GP_MEM_OPTIM, owned by the optimizer */
+} gp_param;
+
+/* How the current call runs. Randomness (dropout) is keyed by
+ * (seed, layer index, step, micro_batch) so a recomputation reproduces it. */
+typedef struct gp_run {
+    bool training;
+    bool recompute;   /* re-running a forward for backward: no side effects */
+    uint64_t seed;
+    uint32_t step;
+    uint32_t micro_batch;
+} gp_run;
+
+typedef struct gp_ctx gp_ctx;
+/* One layer call's state. Forward records x and y (the caller keeps both
+ * alive and unchanged until backward) and allocates any extra saved tensors
+ * in slots; composite layers use child contexts for their parts. */
+struct gp_ctx {
+    gp_device *dev;          /* where saved tensors are allocated (ACTIVATIONS) */
+    const gp_run *run;
+    const gp_tensor *x, *y;  /* set by the caller before forward */
+    gp_tensor saved[GP_CTX_MAX_SAVED];
+    gp_ctx *children;        /* lazily allocated by gp_ctx_child */
+    int nchildren;
+    int64_t aux[4];          /* small per-call integers (e.g. a shape) */
+};
+
+void gp_ctx_init(gp_ctx *c, gp_device *dev, const gp_run *run);
+/* Allocates saved[slot] (counted as GP_MEM_ACTIVATIONS on ctx->dev). */
+gp_status gp_ctx_save(gp_ctx *c, int slot, gp_shape shape, gp_dtype dtype, gp_tensor **out);
+/* The i-th child context (0 <= i < n); all n are created on first call with
+ * the parent's device and run. */
+gp_status gp_ctx_child(gp_ctx *c, int i, int n, gp_ctx **out);
+/* Frees saved tensors and children; the context can be reused after. */
+void gp_ctx_release(gp_ctx *c);
+/* Bytes held by the saved tensors of c and its children. */
+uint64_t gp_ctx_saved_bytes(const gp_ctx *c);
+
+typedef struct gp_layer_ops {
+    const char *kind;
+    /* in: full shape, batch first. Fails with a message naming the layer,
+     * the shape it got and the shape it expected. */
+    gp_status (*out_shape)(const gp_layer *, const gp_shape *in, gp_dtype in_dtype, gp_shape *out);
+    gp_cost (*cost)(const gp_layer *, const gp_shape *in);
+    /* y is allocated by the caller with out_shape; ctx->x and ctx->y are set. */
+    gp_status (*forward)(gp_layer *, gp_ctx *, const gp_tensor *x, gp_tensor *y);
+    /* Writes dx (allocated by the caller; NULL when the input needs no
+     * gradient) and ADDS parameter gradients into params[i].grad. */
+    gp_status (*backward)(gp_layer *, gp_ctx *, const gp_tensor *dy, gp_tensor *dx);
+    void (*destroy)(gp_layer *); /* optional: frees impl */
+} gp_layer_ops;
+
+struct gp_layer {
+    const gp_layer_ops *ops;
+    int index;           /* position in its model; keys its RNG streams */
+    int nparams;
+    gp_param params[GP_LAYER_MAX_PARAMS];
+    void *impl;          /* the kind's own configuration and state */
+};
+
+/* For constructors: a zeroed layer with the given ops and impl (takes impl;
+ * frees it and returns NULL on failure). */
+gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl);
+/* Declares parameter params[nparams++]. */
+gp_param *gp_layer_add_param(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init,
+                             float scale, bool decay);
+gp_param *gp_layer_add_buffer(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init);
+
+/* Helpers for shape checks with good messages. */
+gp_status gp_expect_ndim(const gp_layer *l, const gp_shape *in, int ndim, const char *layout);
+gp_status gp_expect_dim(const gp_layer *l, const gp_shape *in, int axis, int64_t want,
+                        const char *what);
+gp_status gp_expect_dtype(const gp_layer *l, gp_dtype got, gp_dtype want);
+
+#endif

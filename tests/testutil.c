@@ -1,0 +1,177 @@
+/* Test helpers shared by every test program. */
+#include "testutil.h"
+
+#include <string.h>
+
+int gp_test_failures = 0;
+
+void gp_test_check_fails_(gp_status got, gp_status want, const char *needle, const char *expr,
+                          const char *file, int line) {
+    if (got != want) {
+        fprintf(stderr, "%s:%d: %s returned %s, expected %s (message: %s)\n", file, line, expr,
+                gp_status_name(got), gp_status_name(want), gp_last_error());
+        gp_test_failures++;
+    } else if (needle && !strstr(gp_last_error(), needle)) {
+        fprintf(stderr, "%s:%d: %s: message \"%s\" does not contain \"%s\"\n", file, line, expr,
+                gp_last_error(), needle);
+        gp_test_failures++;
+    }
+}
+
+int gp_test_finish(const char *name) {
+    if (gp_test_failures) {
+        fprintf(stderr, "%s: %d check(s) FAILED\n", name, gp_test_failures);
+        return 1;
+    }
+    printf("%s: all checks passed\n", name);
+    return 0;
+}
+
+void gp_test_fill(float *x, int64_t n, uint64_t seed, uint32_t stream, float lo, float hi) {
+    gp_rng_stream s = {.seed = seed, .purpose = GP_RNG_TEST, .a = stream};
+    float *u = malloc((size_t)n * 2 * sizeof *u);
+    gp_rng_uniform(&s, 0, u, 2 * n);
+    for (int64_t i = 0; i < n; i++) {
+        float mag = lo + (hi - lo) * u[2 * i];
+        x[i] = u[2 * i + 1] < 0.5f ? -mag : mag;
+    }
+    free(u);
+}
+
+gp_gradcheck_opts gp_gradcheck_defaults(void) {
+    return (gp_gradcheck_opts){.eps = 1e-2, .rtol = 1e-2, .atol = 1e-3, .samples = 48,
+                               .training = true, .vocab = 16, .param_lo = 0.1f,
+                               .param_hi = 1.0f};
+}
+
+/* f = sum(y * r) in double. */
+static double objective(gp_layer *l, gp_device *dev, const gp_run *run, const gp_tensor *x,
+                        const gp_shape *oshape, const float *r) {
+    gp_tensor y;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, *oshape, GP_F32, &y));
+    gp_ctx c;
+    gp_ctx_init(&c, dev, run);
+    c.x = x;
+    c.y = &y;
+    REQUIRE_OK(l->ops->forward(l, &c, x, &y));
+    double f = 0;
+    for (int64_t i = 0; i < gp_tensor_nelem(&y); i++) f += (double)y.data[i] * r[i];
+    gp_ctx_release(&c);
+    gp_tensor_release(&y);
+    return f;
+}
+
+static int compare(const char *what, int64_t idx, double num, double ana,
+                   const gp_gradcheck_opts *o, const gp_layer *l) {
+    double tol = o->atol + o->rtol * fmax(fabs(num), fabs(ana));
+    if (fabs(num - ana) <= tol) return 0;
+    fprintf(stderr, "gradcheck %s: %s[%lld]: numeric %.6g vs analytic %.6g\n", l->ops->kind, what,
+            (long long)idx, num, ana);
+    return 1;
+}
+
+int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
+                 const gp_gradcheck_opts *o) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("gradcheck", &dev));
+    l->index = 3;
+    gp_shape os;
+    REQUIRE_OK(l->ops->out_shape(l, &in, dtype, &os));
+    /* Parameters: random non-zero values; gradients zeroed. */
+    for (int i = 0; i < l->nparams; i++) {
+        gp_param *p = &l->params[i];
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_PARAMS, p->shape, GP_F32, &p->value));
+        if (p->trainable) {
+            gp_test_fill(p->value.data, gp_tensor_nelem(&p->value), seed, 100 + (uint32_t)i,
+                         o->param_lo, o->param_hi);
+            REQUIRE_OK(gp_tensor_zeros(dev, GP_MEM_GRADS, p->shape, GP_F32, &p->grad));
+        } else {
+            float v = p->init == GP_INIT_ONES ? 1.0f : 0.0f;
+            for (int64_t k = 0; k < gp_tensor_nelem(&p->value); k++) p->value.data[k] = v;
+        }
+    }
+    gp_tensor x, dx = {0}, dy;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, dtype, &x));
+    if (dtype == GP_I32) {
+        int32_t *xi = (int32_t *)x.data;
+        for (int64_t i = 0; i < gp_tensor_nelem(&x); i++)
+            xi[i] = (int32_t)(gp_rng_u64(&(gp_rng_stream){.seed = seed, .purpose = GP_RNG_TEST,
+                                                         .a = 7},
+                                         (uint64_t)i) %
+                              (uint64_t)o->vocab);
+    } else {
+        gp_test_fill(x.data, gp_tensor_nelem(&x), seed, 1, 0.1f, 1.0f);
+        REQUIRE_OK(gp_tensor_zeros(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &dx));
+    }
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &dy));
+    gp_test_fill(dy.data, gp_tensor_nelem(&dy), seed, 2, 0.1f, 1.0f);
+
+    gp_run run = {.training = o->training, .recompute = false, .seed = seed, .step = 5,
+                  .micro_batch = 1};
+    /* Analytic. */
+    gp_tensor y;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &y));
+    gp_ctx c;
+    gp_ctx_init(&c, dev, &run);
+    c.x = &x;
+    c.y = &y;
+    REQUIRE_OK(l->ops->forward(l, &c, &x, &y));
+    REQUIRE_OK(l->ops->backward(l, &c, &dy, dtype == GP_I32 ? NULL : &dx));
+    gp_ctx_release(&c);
+    gp_tensor_release(&y);
+
+    /* Running statistics must not drift while we probe. */
+    gp_run probe = run;
+    probe.recompute = true;
+
+    int bad = 0;
+    gp_rng_stream pick = {.seed = seed, .purpose = GP_RNG_TEST, .a = 99};
+    if (dtype == GP_F32) {
+        int64_t n = gp_tensor_nelem(&x);
+        for (int s = 0; s < o->samples && s < n; s++) {
+            int64_t i = n <= o->samples ? s : (int64_t)(gp_rng_u64(&pick, (uint64_t)s) % (uint64_t)n);
+            float keep = x.data[i];
+            x.data[i] = keep + (float)o->eps;
+            double fp = objective(l, dev, &probe, &x, &os, dy.data);
+            x.data[i] = keep - (float)o->eps;
+            double fm = objective(l, dev, &probe, &x, &os, dy.data);
+            x.data[i] = keep;
+            bad += compare("dx", i, (fp - fm) / (2 * o->eps), dx.data[i], o, l);
+        }
+    }
+    for (int pi = 0; pi < l->nparams; pi++) {
+        gp_param *p = &l->params[pi];
+        if (!p->trainable) continue;
+        int64_t n = gp_tensor_nelem(&p->value);
+        for (int s = 0; s < o->samples && s < n; s++) {
+            int64_t i = n <= o->samples
+                            ? s
+                            : (int64_t)(gp_rng_u64(&pick, 1000003u * (uint64_t)(pi + 1) + (uint64_t)s) %
+                                        (uint64_t)n);
+            float keep = p->value.data[i];
+            p->value.data[i] = keep + (float)o->eps;
+            double fp = objective(l, dev, &probe, &x, &os, dy.data);
+            p->value.data[i] = keep - (float)o->eps;
+            double fm = objective(l, dev, &probe, &x, &os, dy.data);
+            p->value.data[i] = keep;
+            bad += compare(p->name, i, (fp - fm) / (2 * o->eps), p->grad.data[i], o, l);
+        }
+    }
+    gp_tensor_release(&x);
+    gp_tensor_release(&dx);
+    gp_tensor_release(&dy);
+    for (int i = 0; i < l->nparams; i++) {
+        gp_tensor_release(&l->params[i].value);
+        gp_tensor_release(&l->params[i].grad);
+    }
+    gp_mem_stats st;
+    gp_device_mem_stats(dev, &st);
+    if (st.live_total != 0) {
+        fprintf(stderr, "gradcheck %s: %llu bytes still live on the device (a leak)\n",
+                l->ops->kind, (unsigned long long)st.live_total);
+        bad++;
+    }
+    gp_device_free(dev);
+    if (bad) gp_test_failures += bad;
+    return bad;
+}

@@ -1,0 +1,95 @@
+/* Test helpers: assertions that print both operands and where, and a
+ * finite-difference gradient checker for any layer. */
+#ifndef GP_TESTUTIL_H
+#define GP_TESTUTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpipe.h"
+#include "layers/layer.h"
+
+extern int gp_test_failures;
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+            gp_test_failures++;                                                        \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_OK(expr)                                                                 \
+    do {                                                                               \
+        gp_status s_ = (expr);                                                         \
+        if (s_ != GP_OK) {                                                             \
+            fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #expr,  \
+                    gp_status_name(s_), gp_last_error());                              \
+            gp_test_failures++;                                                        \
+        }                                                                              \
+    } while (0)
+
+/* Must succeed or the test cannot go on. */
+#define REQUIRE_OK(expr)                                                               \
+    do {                                                                               \
+        gp_status s_ = (expr);                                                         \
+        if (s_ != GP_OK) {                                                             \
+            fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #expr,  \
+                    gp_status_name(s_), gp_last_error());                              \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+/* Expects a failure with status `want` whose message contains `needle`. */
+#define CHECK_FAILS(expr, want, needle)                                                \
+    gp_test_check_fails_((expr), (want), (needle), #expr, __FILE__, __LINE__)
+
+#define CHECK_EQ_INT(a, b)                                                             \
+    do {                                                                               \
+        long long a_ = (long long)(a), b_ = (long long)(b);                            \
+        if (a_ != b_) {                                                                \
+            fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld\n", __FILE__, __LINE__,\
+                    #a, #b, a_, b_);                                                   \
+            gp_test_failures++;                                                        \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                          \
+    do {                                                                               \
+        double a_ = (double)(a), b_ = (double)(b);                                     \
+        if (!(fabs(a_ - b_) <= (tol))) {                                               \
+            fprintf(stderr, "%s:%d: |%s - %s| <= %g failed: %.9g vs %.9g\n", __FILE__, \
+                    __LINE__, #a, #b, (double)(tol), a_, b_);                          \
+            gp_test_failures++;                                                        \
+        }                                                                              \
+    } while (0)
+
+void gp_test_check_fails_(gp_status got, gp_status want, const char *needle, const char *expr,
+                          const char *file, int line);
+
+/* Prints "N passed, M failed" style summary and returns the exit code. */
+int gp_test_finish(const char *name);
+
+/* Fills with values drawn from (seed, stream): uniform in +-[lo, hi] with
+ * random sign, so never zero when lo > 0. */
+void gp_test_fill(float *x, int64_t n, uint64_t seed, uint32_t stream, float lo, float hi);
+
+/* Central finite-difference check of a layer: f = sum(y * r) for a random r.
+ * Checks dx (unless the input is int32) and every trainable parameter's
+ * gradient on up to `samples` coordinates each. The layer's parameters are
+ * allocated and randomized here. Returns the number of mismatches. */
+typedef struct gp_gradcheck_opts {
+    double eps;     /* step, default 1e-2 */
+    double rtol;    /* default 1e-2 */
+    double atol;    /* default 1e-3 */
+    int samples;    /* per tensor, default 48 */
+    bool training;  /* default true via gp_gradcheck_defaults */
+    int vocab;      /* for int32 inputs: values in [0, vocab) */
+    float param_lo, param_hi; /* parameter magnitudes, default 0.1..1 */
+} gp_gradcheck_opts;
+gp_gradcheck_opts gp_gradcheck_defaults(void);
+int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
+                 const gp_gradcheck_opts *o);
+
+#endif
