@@ -252,7 +252,6 @@ int64_t gp_model_nparams(const gp_model *m); /* trainable elements */
 uint64_t gp_model_params_fnv1a64(const gp_model *m);
 /* Writes one line per layer: index, kind, output shape, parameters. */
 void gp_model_print(const gp_model *m, int64_t batch, FILE *f);
-void gp_model_set_training(gp_model *m, bool training);
 
 /* Enumerate parameters (trainable and buffers) in layer order. */
 typedef struct gp_param_info {
@@ -395,6 +394,10 @@ gp_status gp_shuffle(uint64_t seed, uint32_t epoch, int64_t n, int64_t *perm);
 void gp_blas_set_threads(int n);
 int gp_blas_threads(void);
 const char *gp_blas_corename(void);
+/* Measures row-major sgemm (m x k) by (k x n) on the current BLAS thread
+ * count: best GFLOP/s over `reps` timed runs after one warm-up. The ceiling
+ * every benchmark figure is divided by. */
+gp_status gp_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflops);
 
 /* FNV-1a 64-bit, chainable: h = gp_fnv1a64(h, data, nbytes), start from
  * GP_FNV1A64_INIT. */

@@ -1,5 +1,8 @@
 /* GEMM through CBLAS, and BLAS thread control. */
 #include <cblas.h>
+#include <stdlib.h>
+
+#include "../../core/error.h"
 
 #include "../kernels.h"
 #include "gpipe.h"
@@ -47,4 +50,32 @@ int gp_blas_threads(void) { return openblas_get_num_threads ? openblas_get_num_t
 
 const char *gp_blas_corename(void) {
     return openblas_get_corename ? openblas_get_corename() : "unknown (not OpenBLAS)";
+}
+
+gp_status gp_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflops) {
+    if (m <= 0 || n <= 0 || k <= 0 || reps < 1 || !gflops)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_bench_sgemm: m, n, k and reps must be positive (got %lld, %lld, %lld, %d)",
+                        (long long)m, (long long)n, (long long)k, reps);
+    float *a = malloc((size_t)(m * k) * sizeof *a);
+    float *b = malloc((size_t)(k * n) * sizeof *b);
+    float *c = malloc((size_t)(m * n) * sizeof *c);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return gp_error(GP_OUT_OF_MEMORY, "gp_bench_sgemm: cannot allocate %lldx%lldx%lld matrices",
+                        (long long)m, (long long)n, (long long)k);
+    }
+    for (int64_t i = 0; i < m * k; i++) a[i] = (float)(i % 13) * 0.01f;
+    for (int64_t i = 0; i < k * n; i++) b[i] = (float)(i % 7) * 0.01f;
+    gp_gemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+    double best = 1e300;
+    for (int r = 0; r < reps; r++) {
+        double t0 = gp_now();
+        gp_gemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+        double dt = gp_now() - t0;
+        if (dt < best) best = dt;
+    }
+    *gflops = 2.0 * (double)m * (double)n * (double)k / best / 1e9;
+    free(a), free(b), free(c);
+    return GP_OK;
 }

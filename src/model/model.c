@@ -1,0 +1,254 @@
+/* A model: a sequence of layers with shape inference at construction,
+ * parameter allocation and keyed initialization, enumeration and hashing. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/device.h"
+#include "model_internal.h"
+
+gp_status gp_model_new(gp_shape example_shape, gp_dtype input_dtype, gp_model **out) {
+    char buf[96];
+    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_model_new: out is NULL");
+    *out = NULL;
+    if (example_shape.ndim < 0 || example_shape.ndim > GP_MAX_DIMS - 1)
+        return gp_error(GP_SHAPE, "gp_model_new: example shape has %d dimensions, expected 0 to %d "
+                                  "(the batch dimension is added in front)",
+                        example_shape.ndim, GP_MAX_DIMS - 1);
+    for (int i = 0; i < example_shape.ndim; i++)
+        if (example_shape.dim[i] <= 0)
+            return gp_error(GP_SHAPE, "gp_model_new: example shape %s: every dimension must be > 0",
+                            gp_shape_str(&example_shape, buf, sizeof buf));
+    if (input_dtype != GP_F32 && input_dtype != GP_I32)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_new: unknown input dtype %d", (int)input_dtype);
+    gp_model *m = calloc(1, sizeof *m);
+    if (!m) return gp_error(GP_OUT_OF_MEMORY, "gp_model_new: cannot allocate the model");
+    m->example_shape = example_shape;
+    m->input_dtype = input_dtype;
+    *out = m;
+    return GP_OK;
+}
+
+void gp_model_free(gp_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nlayers; i++) gp_layer_free(m->layers[i]);
+    free(m->layers);
+    free(m->devs);
+    free(m);
+}
+
+static gp_shape with_batch(const gp_shape *ex, int64_t batch) {
+    gp_shape s = {ex->ndim + 1, {batch, 0, 0, 0}};
+    for (int i = 0; i < ex->ndim; i++) s.dim[i + 1] = ex->dim[i];
+    return s;
+}
+
+/* Shapes through layers [0, upto), stopping at the first failure. */
+static gp_status infer(const gp_model *m, int upto, int64_t batch, gp_shape *out) {
+    gp_shape s = with_batch(&m->example_shape, batch);
+    gp_dtype t = m->input_dtype;
+    for (int i = 0; i < upto; i++) {
+        gp_shape o;
+        gp_layer *l = m->layers[i];
+        GP_TRY(l->ops->out_shape(l, &s, t, &o));
+        s = o;
+        t = GP_F32;
+    }
+    *out = s;
+    return GP_OK;
+}
+
+gp_status gp_model_add(gp_model *m, gp_layer *layer) {
+    if (!layer) {
+        /* The constructor failed and left its message; keep it. */
+        return gp_error_context(GP_INVALID_ARGUMENT, "gp_model_add: layer %d could not be built",
+                                m ? m->nlayers : -1);
+    }
+    if (!m) {
+        gp_layer_free(layer);
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_add: model is NULL");
+    }
+    if (m->nlayers == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 16;
+        gp_layer **l = realloc(m->layers, (size_t)cap * sizeof *l);
+        if (l) m->layers = l;
+        gp_device **d = l ? realloc(m->devs, (size_t)cap * sizeof *d) : NULL;
+        if (d) m->devs = d;
+        if (!l || !d) {
+            gp_layer_free(layer);
+            return gp_error(GP_OUT_OF_MEMORY, "gp_model_add: cannot grow the layer list to %d", cap);
+        }
+        m->cap = cap;
+    }
+    layer->index = m->nlayers;
+    gp_shape in, out;
+    gp_status s = infer(m, m->nlayers, 1, &in);
+    if (s == GP_OK) {
+        gp_dtype t = m->nlayers ? GP_F32 : m->input_dtype;
+        s = layer->ops->out_shape(layer, &in, t, &out);
+    }
+    if (s != GP_OK) {
+        gp_layer_free(layer);
+        return s;
+    }
+    m->layers[m->nlayers] = layer;
+    m->devs[m->nlayers] = NULL;
+    m->nlayers++;
+    return GP_OK;
+}
+
+int gp_model_nlayers(const gp_model *m) { return m ? m->nlayers : 0; }
+
+gp_layer *gp_model_layer(gp_model *m, int i) {
+    return (m && i >= 0 && i < m->nlayers) ? m->layers[i] : NULL;
+}
+
+static void init_param(gp_param *p, uint64_t seed, int layer, int index) {
+    float *v = p->value.data;
+    int64_t n = gp_tensor_nelem(&p->value);
+    gp_rng_stream s = {.seed = seed, .purpose = GP_RNG_INIT, .a = (uint32_t)layer,
+                       .b = (uint32_t)index};
+    switch (p->init) {
+    case GP_INIT_ZEROS:
+        memset(v, 0, (size_t)n * sizeof *v);
+        break;
+    case GP_INIT_ONES:
+        for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
+        break;
+    case GP_INIT_NORMAL:
+        gp_rng_normal(&s, 0, v, n);
+        for (int64_t i = 0; i < n; i++) v[i] *= p->init_scale;
+        break;
+    case GP_INIT_UNIFORM:
+        gp_rng_uniform(&s, 0, v, n);
+        for (int64_t i = 0; i < n; i++) v[i] = (2.0f * v[i] - 1.0f) * p->init_scale;
+        break;
+    }
+}
+
+gp_status gp_model_init_range(gp_model *m, int first, int last, gp_device *dev, uint64_t seed) {
+    if (!m || !dev) return gp_error(GP_INVALID_ARGUMENT, "gp_model_init: model or device is NULL");
+    if (first < 0 || last > m->nlayers || first > last)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_init_range: range [%d, %d) outside 0..%d",
+                        first, last, m->nlayers);
+    m->seed = seed;
+    for (int li = first; li < last; li++) {
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams; j++) {
+            gp_param *p = &l->params[j];
+            gp_tensor_release(&p->value);
+            gp_status s = gp_tensor_alloc(dev, GP_MEM_PARAMS, p->shape, GP_F32, &p->value);
+            if (s != GP_OK)
+                return gp_error_context(s, "layer %d (%s) parameter %s", li, l->ops->kind, p->name);
+            init_param(p, seed, li, j);
+        }
+        m->devs[li] = dev;
+    }
+    return GP_OK;
+}
+
+gp_status gp_model_init(gp_model *m, gp_device *dev, uint64_t seed) {
+    return gp_model_init_range(m, 0, m ? m->nlayers : 0, dev, seed);
+}
+
+gp_device *gp_model_range_device(const gp_model *m, int first, int last) {
+    gp_device *d = NULL;
+    for (int i = first; i < last; i++) {
+        if (!m->devs[i]) {
+            gp_error(GP_INVALID_ARGUMENT, "layer %d (%s) is not initialized: call gp_model_init first",
+                     i, m->layers[i]->ops->kind);
+            return NULL;
+        }
+        if (d && m->devs[i] != d) {
+            gp_error(GP_INVALID_ARGUMENT, "layers %d..%d live on more than one device (%s and %s)",
+                     first, last - 1, gp_device_name(d), gp_device_name(m->devs[i]));
+            return NULL;
+        }
+        d = m->devs[i];
+    }
+    if (!d) gp_error(GP_INVALID_ARGUMENT, "the model has no layers");
+    return d;
+}
+
+gp_status gp_model_shape(const gp_model *m, int i, int64_t batch, gp_shape *out) {
+    if (!m || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_model_shape: NULL argument");
+    if (i < -1 || i >= m->nlayers)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_shape: layer %d outside -1..%d", i,
+                        m->nlayers - 1);
+    if (batch < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_shape: batch %lld must be >= 1",
+                        (long long)batch);
+    return infer(m, i + 1, batch, out);
+}
+
+gp_status gp_model_cost(const gp_model *m, int i, int64_t batch, gp_cost *out) {
+    if (!m || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_model_cost: NULL argument");
+    if (i < 0 || i >= m->nlayers)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_cost: layer %d outside 0..%d", i,
+                        m->nlayers - 1);
+    gp_shape in;
+    GP_TRY(gp_model_shape(m, i - 1, batch, &in));
+    *out = m->layers[i]->ops->cost(m->layers[i], &in);
+    return GP_OK;
+}
+
+int64_t gp_model_nparams(const gp_model *m) {
+    int64_t n = 0;
+    for (int i = 0; m && i < m->nlayers; i++)
+        for (int j = 0; j < m->layers[i]->nparams; j++)
+            if (m->layers[i]->params[j].trainable) n += gp_shape_nelem(&m->layers[i]->params[j].shape);
+    return n;
+}
+
+uint64_t gp_model_params_fnv1a64(const gp_model *m) {
+    uint64_t h = GP_FNV1A64_INIT;
+    for (int i = 0; m && i < m->nlayers; i++)
+        for (int j = 0; j < m->layers[i]->nparams; j++) {
+            const gp_tensor *v = &m->layers[i]->params[j].value;
+            if (v->data) h = gp_fnv1a64(h, v->data, gp_tensor_nbytes(v));
+        }
+    return h;
+}
+
+int gp_model_nparam_tensors(const gp_model *m) {
+    int n = 0;
+    for (int i = 0; m && i < m->nlayers; i++) n += m->layers[i]->nparams;
+    return n;
+}
+
+gp_status gp_model_param(gp_model *m, int k, gp_param_info *out) {
+    if (!m || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_model_param: NULL argument");
+    int base = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        gp_layer *l = m->layers[i];
+        if (k >= base && k < base + l->nparams) {
+            gp_param *p = &l->params[k - base];
+            out->layer = i;
+            out->name = p->name;
+            out->value = &p->value;
+            out->grad = p->trainable ? &p->grad : NULL;
+            out->trainable = p->trainable;
+            return GP_OK;
+        }
+        base += l->nparams;
+    }
+    return gp_error(GP_INVALID_ARGUMENT, "gp_model_param: index %d outside 0..%d", k, base - 1);
+}
+
+void gp_model_print(const gp_model *m, int64_t batch, FILE *f) {
+    char buf[96];
+    gp_shape s = with_batch(&m->example_shape, batch);
+    fprintf(f, "  input   %-18s %s %s\n", "", gp_shape_str(&s, buf, sizeof buf),
+            gp_dtype_name(m->input_dtype));
+    for (int i = 0; i < m->nlayers; i++) {
+        gp_layer *l = m->layers[i];
+        int64_t np = 0;
+        for (int j = 0; j < l->nparams; j++)
+            if (l->params[j].trainable) np += gp_shape_nelem(&l->params[j].shape);
+        if (infer(m, i + 1, batch, &s) != GP_OK) break;
+        fprintf(f, "  %-7d %-18s %-22s %12" PRId64 " params\n", i, l->ops->kind,
+                gp_shape_str(&s, buf, sizeof buf), np);
+    }
+    fprintf(f, "  total %" PRId64 " parameters\n", gp_model_nparams(m));
+}

@@ -1,0 +1,21 @@
+/* The model's private layout, shared by the model, the trainer and (later)
+ * the pipeline stages. */
+#ifndef GP_MODEL_INTERNAL_H
+#define GP_MODEL_INTERNAL_H
+
+#include "../layers/layer.h"
+
+struct gp_model {
+    gp_shape example_shape; /* one example's input, no batch dimension */
+    gp_dtype input_dtype;
+    gp_layer **layers;
+    gp_device **devs; /* per layer: where its parameters live (NULL: not initialized) */
+    int nlayers, cap;
+    uint64_t seed; /* the init seed */
+};
+
+/* The device holding all of layers [first, last), or NULL with the message
+ * set if they are not initialized on one device. */
+gp_device *gp_model_range_device(const gp_model *m, int first, int last);
+
+#endif

@@ -1,0 +1,36 @@
+/* Running a contiguous range of a model's layers forward and backward: the
+ * mechanism a single-device trainer uses for the whole model and a pipeline
+ * stage uses for its cell. */
+#ifndef GP_MODEL_SEQUENCE_H
+#define GP_MODEL_SEQUENCE_H
+
+#include "model_internal.h"
+
+/* One micro-batch's pass through layers [first, last): every layer's output
+ * and context, kept for backward. */
+typedef struct gp_seq_pass {
+    int first, last;
+    gp_device *dev;  /* where activations and saved state are counted */
+    gp_tensor *acts; /* last - first + 1: acts[0] = the input (a view), acts[k + 1] = output of layer first + k */
+    gp_ctx *ctxs;    /* last - first */
+} gp_seq_pass;
+
+/* Forward, keeping everything for backward. On failure everything allocated
+ * is released. */
+gp_status gp_seq_forward(gp_model *m, int first, int last, gp_device *dev, const gp_run *run,
+                         const gp_tensor *x, gp_seq_pass *p);
+/* The output of a forward pass (owned by p). */
+const gp_tensor *gp_seq_output(const gp_seq_pass *p);
+/* Backward from dy (the gradient of the output). Writes the gradient of the
+ * input into dx when dx is not NULL (allocated by the caller, input's shape),
+ * adds into parameter gradients, and releases the pass as it goes. */
+gp_status gp_seq_backward(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx);
+/* Releases whatever the pass still holds; safe on a released pass. */
+void gp_seq_release(gp_seq_pass *p);
+
+/* Forward in inference mode without keeping state: y receives the output
+ * (allocated here on dev as ACTIVATIONS; the caller releases it). */
+gp_status gp_seq_infer(gp_model *m, int first, int last, gp_device *dev, const gp_run *run,
+                       const gp_tensor *x, gp_tensor *y);
+
+#endif

@@ -1,0 +1,23 @@
+/* Optimizer internals: per-parameter state and the update rules. */
+#ifndef GP_OPTIM_OPTIM_H
+#define GP_OPTIM_OPTIM_H
+
+#include "../layers/layer.h"
+
+/* Validates the options; the message names the bad field and its range. */
+gp_status gp_optim_check(const gp_optim_opts *o);
+/* Allocates (zeroed) the state a parameter needs on dev, as GP_MEM_OPTIM. */
+gp_status gp_optim_state_init(const gp_optim_opts *o, gp_param *p, gp_device *dev);
+/* One update of p from p->grad with learning rate lr; t is the 1-based
+ * step number (AdamW bias correction). Does not clear the gradient. */
+void gp_optim_update(const gp_optim_opts *o, gp_param *p, float lr, int t);
+
+/* Sum of squares of a gradient, accumulated in double in element order. */
+double gp_grad_sumsq(const gp_param *p);
+/* grad *= scale */
+void gp_grad_scale(gp_param *p, float scale);
+/* The factor clip-by-global-norm multiplies gradients by (1 when off or
+ * under the threshold), as torch.nn.utils.clip_grad_norm_. */
+float gp_clip_factor(float clip_norm, double total_norm);
+
+#endif
