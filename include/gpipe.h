@@ -1,27 +1,46 @@
 /* gpipe: train a network written as a sequence of layers, on one device or
  * (later) as a GPipe pipeline across several. This is the one public header.
  *
- * A minimal program (compiled by the test suite as tests/test_header_example.c,
- * so this example cannot drift from the API):
+ * A minimal program: a tiny byte-level language model trained for a few
+ * steps. The build extracts the lines between the BEGIN and END markers into
+ * a test program, so this example cannot drift from the API.
  *
- *     gp_model *m;
- *     gp_model_new(gp_shape1(64), GP_I32, &m);           // per-example input: 64 tokens
- *     gp_model_add(m, gp_embedding(256, 128));
- *     gp_model_add(m, gp_pos_embedding(64, 128));
- *     gp_model_add(m, gp_transformer_block(128, 4, 512, 0.0f));
- *     gp_model_add(m, gp_layernorm(128));
- *     gp_model_add(m, gp_linear(128, 256, false));
- *     gp_device *dev;
- *     gp_device_cpu_new("cpu0", &dev);
- *     gp_model_init(m, dev, 1234);                        // parameters keyed by (seed, layer, param)
- *     gp_trainer_opts to = {.micro_batches = 1};
- *     gp_optim_opts oo = gp_adamw_defaults(3e-4f, 0.01f);
- *     gp_trainer *t;
- *     if (gp_trainer_new(m, &oo, &to, &t) != GP_OK)
- *         fprintf(stderr, "%s\n", gp_last_error());
- *     float loss;
- *     gp_trainer_step(t, &x, &y, &loss);                  // x: (B, 64) int32, y: (B, 64) int32
- *     gp_trainer_free(t); gp_model_free(m); gp_device_free(dev);
+ * EXAMPLE-BEGIN
+ *   gp_model *m;
+ *   gp_model_new(gp_shape1(16), GP_I32, &m);            // one example: 16 tokens
+ *   gp_model_add(m, gp_embedding(256, 32));
+ *   gp_model_add(m, gp_pos_embedding(16, 32));
+ *   gp_model_add(m, gp_transformer_block(32, 4, 64, 0.0f));
+ *   gp_model_add(m, gp_layernorm(32));
+ *   gp_model_add(m, gp_linear(32, 256, false));
+ *   gp_device *dev;
+ *   gp_device_cpu_new("cpu0", &dev);
+ *   gp_model_init(m, dev, 1234);                         // keyed by (seed, layer, param)
+ *   gp_optim_opts oo = gp_adamw_defaults(1e-2f, 0.01f);
+ *   gp_trainer_opts to = {.micro_batches = 2};
+ *   gp_trainer *t;
+ *   if (gp_trainer_new(m, &oo, &to, &t) != GP_OK) {
+ *       fprintf(stderr, "%s\n", gp_last_error());
+ *       return 1;
+ *   }
+ *   int32_t xs[4 * 16], ys[4 * 16];                      // (B, T) inputs, next-byte labels
+ *   for (int i = 0; i < 4 * 16; i++) xs[i] = "hello, pipeline!"[i % 16], ys[i] = xs[i] + 1;
+ *   gp_tensor x = gp_tensor_view(xs, gp_shape2(4, 16), GP_I32);
+ *   gp_tensor y = gp_tensor_view(ys, gp_shape2(4, 16), GP_I32);
+ *   float first = 0, loss = 0;
+ *   for (int step = 0; step < 20; step++) {
+ *       if (gp_trainer_step(t, &x, &y, &loss) != GP_OK) {
+ *           fprintf(stderr, "%s\n", gp_last_error());
+ *           return 1;
+ *       }
+ *       if (step == 0) first = loss;
+ *   }
+ *   printf("loss %.3f -> %.3f\n", first, loss);
+ *   gp_trainer_free(t);
+ *   gp_model_free(m);
+ *   gp_device_free(dev);
+ *   if (!(loss < first)) return 1;                       // it learned
+ * EXAMPLE-END
  *
  * Conventions:
  * - Every function that can fail returns gp_status; on failure gp_last_error()

@@ -1,0 +1,128 @@
+/* Core: shapes, tensors, the counting allocator and its limit, the
+ * counter-based RNG, status tables and hashing. */
+#include <string.h>
+
+#include "core/device.h"
+#include "testutil.h"
+
+static void test_shapes(void) {
+    gp_shape s = gp_shape3(2, 3, 4);
+    char buf[64];
+    CHECK_EQ_INT(gp_shape_nelem(&s), 24);
+    CHECK(strcmp(gp_shape_str(&s, buf, sizeof buf), "(2, 3, 4)") == 0);
+    gp_shape t = gp_shape3(2, 3, 4);
+    CHECK(gp_shape_equal(&s, &t));
+    t.dim[2] = 5;
+    CHECK(!gp_shape_equal(&s, &t));
+    CHECK_EQ_INT(gp_shape_nelem(&(gp_shape){0, {0}}), 1);
+}
+
+static void test_device_accounting(void) {
+    gp_device *d;
+    REQUIRE_OK(gp_device_cpu_new("acct", &d));
+    gp_tensor a, b, c;
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_PARAMS, gp_shape2(10, 10), GP_F32, &a));
+    REQUIRE_OK(gp_tensor_zeros(d, GP_MEM_ACTIVATIONS, gp_shape1(1000), GP_F32, &b));
+    CHECK(((uintptr_t)a.data % 64) == 0);
+    CHECK(b.data[999] == 0.0f);
+    gp_mem_stats st;
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live[GP_MEM_PARAMS], 400);
+    CHECK_EQ_INT(st.live[GP_MEM_ACTIVATIONS], 4000);
+    CHECK_EQ_INT(st.live_total, 4400);
+    gp_tensor_release(&b);
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_ACTIVATIONS, gp_shape1(500), GP_I32, &c));
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live[GP_MEM_ACTIVATIONS], 2000);
+    CHECK_EQ_INT(st.peak[GP_MEM_ACTIVATIONS], 4000);
+    CHECK_EQ_INT(st.peak_total, 4400);
+    gp_tensor_release(&c);
+    gp_tensor_release(&c); /* twice is harmless */
+    gp_device_reset_peaks(d);
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.peak_total, 400);
+
+    /* The limit: a clean error naming device, category, request and limit. */
+    REQUIRE_OK(gp_device_set_limit(d, 1000));
+    gp_tensor big;
+    CHECK_FAILS(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape1(200), GP_F32, &big), GP_MEMORY_LIMIT,
+                "device acct: allocating 800 bytes of workspace would exceed its limit of 1000 bytes");
+    CHECK(big.data == NULL);
+    gp_tensor ok;
+    CHECK_OK(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape1(150), GP_F32, &ok));
+    gp_tensor_release(&ok);
+    gp_status s;
+    CHECK(gp_device_alloc(d, GP_MEM_WORKSPACE, SIZE_MAX - 10, &s) == NULL);
+    CHECK_EQ_INT(s, GP_MEMORY_LIMIT);
+    gp_tensor_release(&a);
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live_total, 0);
+    CHECK_FAILS(gp_tensor_alloc(d, GP_MEM_PARAMS, gp_shape2(-1, 3), GP_F32, &a), GP_SHAPE, "(-1, 3)");
+    gp_device_free(d);
+}
+
+static void test_rng(void) {
+    gp_rng_stream s = {.seed = 42, .purpose = GP_RNG_INIT, .a = 3, .b = 1};
+    float u[1000], v[1000], w[10];
+    gp_rng_uniform(&s, 0, u, 1000);
+    gp_rng_uniform(&s, 0, v, 1000);
+    CHECK(memcmp(u, v, sizeof u) == 0);
+    /* Any window of the stream equals the same slice of the whole. */
+    gp_rng_uniform(&s, 537, w, 10);
+    CHECK(memcmp(w, u + 537, sizeof w) == 0);
+    double mean = 0;
+    for (int i = 0; i < 1000; i++) {
+        CHECK(u[i] >= 0.0f && u[i] < 1.0f);
+        mean += u[i];
+    }
+    mean /= 1000;
+    CHECK_NEAR(mean, 0.5, 0.05);
+    /* Different ids, different streams. */
+    gp_rng_stream s2 = s;
+    s2.b = 2;
+    gp_rng_uniform(&s2, 0, v, 1000);
+    CHECK(memcmp(u, v, sizeof u) != 0);
+    gp_rng_stream s3 = s;
+    s3.seed = 43;
+    gp_rng_uniform(&s3, 0, v, 1000);
+    CHECK(memcmp(u, v, sizeof u) != 0);
+    /* Normal: moments, and windows agree with the whole. */
+    static float n[20000];
+    gp_rng_normal(&s, 0, n, 20000);
+    double m1 = 0, m2 = 0;
+    for (int i = 0; i < 20000; i++) m1 += n[i], m2 += (double)n[i] * n[i];
+    m1 /= 20000;
+    m2 /= 20000;
+    CHECK_NEAR(m1, 0.0, 0.03);
+    CHECK_NEAR(m2, 1.0, 0.05);
+    float nw[7];
+    gp_rng_normal(&s, 1001, nw, 7);
+    CHECK(memcmp(nw, n + 1001, sizeof nw) == 0);
+    /* Philox4x32-10 known-answer test (Random123 kat_vectors: ctr 0, key 0). */
+    uint32_t out[4];
+    gp_rng_stream z = {0};
+    gp_rng_block(&z, 0, out);
+    CHECK_EQ_INT(out[0], 0x6627e8d5u);
+    CHECK_EQ_INT(out[1], 0xe169c58du);
+    CHECK_EQ_INT(out[2], 0xbc57ac4cu);
+    CHECK_EQ_INT(out[3], 0x9b00dbd8u);
+}
+
+static void test_tables(void) {
+    CHECK(strcmp(gp_status_name(GP_MEMORY_LIMIT), "GP_MEMORY_LIMIT") == 0);
+    CHECK(strcmp(gp_status_message(GP_SHAPE), "shape mismatch") == 0);
+    CHECK(strcmp(gp_mem_category_name(GP_MEM_OPTIM), "optimizer_state") == 0);
+    CHECK(strcmp(gp_status_name((gp_status)99), "GP_UNKNOWN") == 0);
+    /* FNV-1a 64 test vectors. */
+    CHECK(gp_fnv1a64(GP_FNV1A64_INIT, "", 0) == 0xcbf29ce484222325ULL);
+    CHECK(gp_fnv1a64(GP_FNV1A64_INIT, "a", 1) == 0xaf63dc4c8601ec8cULL);
+    CHECK(gp_fnv1a64(GP_FNV1A64_INIT, "foobar", 6) == 0x85944171f73967e8ULL);
+}
+
+int main(void) {
+    test_shapes();
+    test_device_accounting();
+    test_rng();
+    test_tables();
+    return gp_test_finish("test_core");
+}

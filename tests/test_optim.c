@@ -1,0 +1,130 @@
+/* Optimizers: learning-rate schedule values, one SGD and AdamW update
+ * against the formulas computed in double, clipping, option validation. */
+#include <math.h>
+#include <string.h>
+
+#include "optim/optim.h"
+#include "testutil.h"
+
+static void test_schedule(void) {
+    gp_optim_opts o = gp_adamw_defaults(1e-3f, 0.0f);
+    o.warmup_steps = 10;
+    o.total_steps = 110;
+    o.min_lr = 1e-4f;
+    CHECK_NEAR(gp_optim_lr_at(&o, 0), 1e-4, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 4), 5e-4, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 9), 1e-3, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 10), 1e-3, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 60), 1e-4 + 0.5 * 9e-4, 1e-9); /* half way: cos = 0 */
+    CHECK_NEAR(gp_optim_lr_at(&o, 110), 1e-4, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 500), 1e-4, 1e-9);
+    gp_optim_opts c = gp_sgd_defaults(0.05f, 0.9f);
+    CHECK_NEAR(gp_optim_lr_at(&c, 0), 0.05, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&c, 1000), 0.05, 1e-9);
+}
+
+static gp_param make_param(gp_device *d, int n, bool decay) {
+    gp_param p;
+    memset(&p, 0, sizeof p);
+    p.name = "w";
+    p.shape = gp_shape1(n);
+    p.trainable = true;
+    p.decay = decay;
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_PARAMS, p.shape, GP_F32, &p.value));
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_GRADS, p.shape, GP_F32, &p.grad));
+    for (int i = 0; i < n; i++) {
+        p.value.data[i] = 0.5f - 0.1f * (float)i;
+        p.grad.data[i] = 0.3f * (float)(i + 1) - 0.7f;
+    }
+    return p;
+}
+
+static void release_param(gp_param *p) {
+    gp_tensor_release(&p->value);
+    gp_tensor_release(&p->grad);
+    gp_tensor_release(&p->state[0]);
+    gp_tensor_release(&p->state[1]);
+}
+
+static void test_adamw(gp_device *d) {
+    gp_optim_opts o = gp_adamw_defaults(1e-2f, 0.1f);
+    gp_param p = make_param(d, 5, true);
+    REQUIRE_OK(gp_optim_state_init(&o, &p, d));
+    double w[5], m[5] = {0}, v[5] = {0};
+    for (int i = 0; i < 5; i++) w[i] = p.value.data[i];
+    for (int t = 1; t <= 3; t++) {
+        gp_optim_update(&o, &p, 1e-2f, t);
+        for (int i = 0; i < 5; i++) {
+            double g = p.grad.data[i];
+            w[i] *= 1 - 1e-2 * 0.1;
+            m[i] = 0.9 * m[i] + 0.1 * g;
+            v[i] = 0.999 * v[i] + 0.001 * g * g;
+            double mh = m[i] / (1 - pow(0.9, t)), vh = v[i] / (1 - pow(0.999, t));
+            w[i] -= 1e-2 * mh / (sqrt(vh) + 1e-8);
+        }
+    }
+    for (int i = 0; i < 5; i++) CHECK_NEAR(p.value.data[i], w[i], 1e-6);
+    /* No decay on a parameter flagged decay = false. */
+    gp_param q = make_param(d, 3, false);
+    REQUIRE_OK(gp_optim_state_init(&o, &q, d));
+    float before = q.value.data[0];
+    gp_optim_update(&o, &q, 1e-2f, 1);
+    double g = q.grad.data[0];
+    CHECK_NEAR(q.value.data[0], before - 1e-2 * (g / (fabs(g) + 1e-8)), 1e-6);
+    release_param(&p);
+    release_param(&q);
+}
+
+static void test_sgd(gp_device *d) {
+    gp_optim_opts o = gp_sgd_defaults(0.05f, 0.9f);
+    o.weight_decay = 5e-4f;
+    gp_param p = make_param(d, 4, true);
+    REQUIRE_OK(gp_optim_state_init(&o, &p, d));
+    gp_mem_stats st;
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live[GP_MEM_OPTIM], 16);
+    double w[4], buf[4] = {0};
+    for (int i = 0; i < 4; i++) w[i] = p.value.data[i];
+    for (int t = 1; t <= 3; t++) {
+        gp_optim_update(&o, &p, 0.05f, t);
+        for (int i = 0; i < 4; i++) {
+            double dd = p.grad.data[i] + 5e-4 * w[i];
+            buf[i] = 0.9 * buf[i] + dd;
+            w[i] -= 0.05 * buf[i];
+        }
+    }
+    for (int i = 0; i < 4; i++) CHECK_NEAR(p.value.data[i], w[i], 1e-6);
+    release_param(&p);
+}
+
+static void test_clip_and_checks(void) {
+    CHECK_NEAR(gp_clip_factor(0.0f, 100.0), 1.0, 0);
+    CHECK_NEAR(gp_clip_factor(1.0f, 0.5), 1.0, 0);
+    CHECK_NEAR(gp_clip_factor(1.0f, 4.0), 1.0 / (4.0 + 1e-6), 1e-7);
+    gp_optim_opts o = gp_adamw_defaults(-1.0f, 0.0f);
+    CHECK_FAILS(gp_optim_check(&o), GP_CONFIG, "learning rate -1");
+    o = gp_sgd_defaults(0.1f, 1.5f);
+    CHECK_FAILS(gp_optim_check(&o), GP_CONFIG, "momentum 1.5");
+    o = gp_adamw_defaults(0.1f, 0.0f);
+    o.clip_norm = -2;
+    CHECK_FAILS(gp_optim_check(&o), GP_CONFIG, "clip norm -2");
+    o = gp_adamw_defaults(0.1f, 0.0f);
+    o.min_lr = 0.2f;
+    CHECK_FAILS(gp_optim_check(&o), GP_CONFIG, "min_lr");
+    o = gp_adamw_defaults(0.1f, 0.0f);
+    CHECK_OK(gp_optim_check(&o));
+}
+
+int main(void) {
+    gp_device *d;
+    REQUIRE_OK(gp_device_cpu_new("optim", &d));
+    test_schedule();
+    test_adamw(d);
+    test_sgd(d);
+    test_clip_and_checks();
+    gp_mem_stats st;
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live_total, 0);
+    gp_device_free(d);
+    return gp_test_finish("test_optim");
+}
