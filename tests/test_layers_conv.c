@@ -1,0 +1,606 @@
+/* Tests of the ConvNet layers (conv2d, batchnorm2d, maxpool2d, global average
+ * pool, flatten): finite-difference gradients, a naive direct convolution as the
+ * reference, batch-norm running statistics, and the error messages. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/device.h"
+#include "testutil.h"
+
+static bool quick(void) {
+    const char *q = getenv("GP_TEST_QUICK");
+    return q && q[0] == '1';
+}
+
+/* Allocates a layer's parameters (values from the test RNG for trainable ones,
+ * their init constants for buffers) and zeroed gradients. */
+static void alloc_params(gp_layer *l, gp_device *dev, uint64_t seed) {
+    for (int i = 0; i < l->nparams; i++) {
+        gp_param *p = &l->params[i];
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_PARAMS, p->shape, GP_F32, &p->value));
+        int64_t n = gp_tensor_nelem(&p->value);
+        if (p->trainable)
+            gp_test_fill(p->value.data, n, seed, 200 + (uint32_t)i, 0.1f, 1.0f);
+        else
+            for (int64_t k = 0; k < n; k++) p->value.data[k] = p->init == GP_INIT_ONES ? 1.0f : 0.0f;
+        REQUIRE_OK(gp_tensor_zeros(dev, GP_MEM_GRADS, p->shape, GP_F32, &p->grad));
+    }
+}
+
+static void free_params(gp_layer *l) {
+    for (int i = 0; i < l->nparams; i++) {
+        gp_tensor_release(&l->params[i].value);
+        gp_tensor_release(&l->params[i].grad);
+    }
+}
+
+static gp_param *param(gp_layer *l, const char *name) {
+    for (int i = 0; i < l->nparams; i++)
+        if (!strcmp(l->params[i].name, name)) return &l->params[i];
+    return NULL;
+}
+
+/* ----------------------------------------------------------- gradchecks */
+
+static void test_gradchecks(void) {
+    gp_gradcheck_opts o = gp_gradcheck_defaults();
+    if (quick()) o.samples = 12;
+    struct {
+        int in_ch, out_ch, k, s, p;
+        bool bias;
+        gp_shape in;
+    } convs[] = {
+        {2, 3, 3, 1, 1, true, gp_shape4(2, 2, 5, 5)},   /* "same" 3x3 */
+        {2, 4, 3, 2, 0, false, gp_shape4(2, 2, 7, 6)},  /* stride 2, no pad, non-square */
+        {2, 3, 3, 2, 1, true, gp_shape4(2, 2, 6, 5)},   /* stride 2, pad 1 */
+        {3, 2, 1, 1, 0, true, gp_shape4(2, 3, 4, 4)},   /* 1x1: the direct GEMM path */
+        {2, 2, 1, 2, 0, false, gp_shape4(2, 2, 5, 5)},  /* 1x1 strided: im2col path */
+        {2, 3, 5, 1, 2, true, gp_shape4(1, 2, 6, 6)},   /* 5x5 same */
+        {2, 2, 5, 2, 1, false, gp_shape4(2, 2, 7, 8)},  /* 5x5, stride 2, pad 1 */
+        {1, 2, 3, 1, 1, false, gp_shape4(3, 1, 4, 4)},  /* C1's first layer */
+    };
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+        gp_layer *l = gp_conv2d(convs[i].in_ch, convs[i].out_ch, convs[i].k, convs[i].s,
+                                convs[i].p, convs[i].bias);
+        REQUIRE_OK(l ? GP_OK : GP_INTERNAL);
+        int bad = gp_gradcheck(l, convs[i].in, GP_F32, 10 + i, &o);
+        if (bad) fprintf(stderr, "conv2d case %zu: %d mismatches\n", i, bad);
+        gp_layer_free(l);
+    }
+
+    gp_layer *bn = gp_batchnorm2d(3);
+    gp_gradcheck_opts ob = o;
+    ob.eps = 1e-3;
+    CHECK_EQ_INT(gp_gradcheck(bn, gp_shape4(4, 3, 3, 2), GP_F32, 21, &ob), 0); /* batch stats */
+    ob.training = false;
+    CHECK_EQ_INT(gp_gradcheck(bn, gp_shape4(2, 3, 2, 2), GP_F32, 22, &ob), 0); /* running stats */
+    gp_layer_free(bn);
+
+    /* small eps: a step must not change which element of a window is the max */
+    gp_gradcheck_opts om = o;
+    om.eps = 1e-3;
+    gp_layer *mp = gp_maxpool2d(2, 2);
+    CHECK_EQ_INT(gp_gradcheck(mp, gp_shape4(2, 3, 6, 5), GP_F32, 31, &om), 0);
+    gp_layer_free(mp);
+    mp = gp_maxpool2d(3, 2); /* overlapping windows */
+    CHECK_EQ_INT(gp_gradcheck(mp, gp_shape4(2, 2, 7, 7), GP_F32, 32, &om), 0);
+    gp_layer_free(mp);
+
+    gp_layer *gap = gp_global_avgpool();
+    CHECK_EQ_INT(gp_gradcheck(gap, gp_shape4(2, 3, 4, 5), GP_F32, 41, &o), 0);
+    gp_layer_free(gap);
+    gp_layer *fl = gp_flatten();
+    CHECK_EQ_INT(gp_gradcheck(fl, gp_shape4(2, 3, 2, 2), GP_F32, 51, &o), 0);
+    CHECK_EQ_INT(gp_gradcheck(fl, gp_shape3(3, 4, 5), GP_F32, 52, &o), 0);
+    gp_layer_free(fl);
+}
+
+/* ------------------------------------------------ conv against a naive loop */
+
+typedef struct conv_case {
+    int in_ch, out_ch, k, s, p;
+    bool bias;
+    int64_t b, h, w;
+} conv_case;
+
+/* Direct convolution, its input gradient and its weight gradient, in double. */
+static void naive_conv(const conv_case *c, const float *x, const float *w, const float *bias,
+                       const float *dy, double *y, double *dx, double *dw, double *db) {
+    int64_t oh_n = (c->h + 2 * c->p - c->k) / c->s + 1, ow_n = (c->w + 2 * c->p - c->k) / c->s + 1;
+    memset(dx, 0, sizeof(double) * (size_t)(c->b * c->in_ch * c->h * c->w));
+    memset(dw, 0, sizeof(double) * (size_t)(c->out_ch * c->in_ch * c->k * c->k));
+    memset(db, 0, sizeof(double) * (size_t)c->out_ch);
+    for (int64_t b = 0; b < c->b; b++)
+        for (int64_t o = 0; o < c->out_ch; o++)
+            for (int64_t oh = 0; oh < oh_n; oh++)
+                for (int64_t ow = 0; ow < ow_n; ow++) {
+                    int64_t yi = ((b * c->out_ch + o) * oh_n + oh) * ow_n + ow;
+                    double acc = bias ? bias[o] : 0.0;
+                    db[o] += dy[yi];
+                    for (int64_t ci = 0; ci < c->in_ch; ci++)
+                        for (int64_t ki = 0; ki < c->k; ki++)
+                            for (int64_t kj = 0; kj < c->k; kj++) {
+                                int64_t ih = oh * c->s - c->p + ki, iw = ow * c->s - c->p + kj;
+                                if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+                                int64_t xi = ((b * c->in_ch + ci) * c->h + ih) * c->w + iw;
+                                int64_t wi = ((o * c->in_ch + ci) * c->k + ki) * c->k + kj;
+                                acc += (double)x[xi] * w[wi];
+                                dx[xi] += (double)dy[yi] * w[wi];
+                                dw[wi] += (double)dy[yi] * x[xi];
+                            }
+                    y[yi] = acc;
+                }
+}
+
+/* max |a - b| relative to max(1, max |b|): float sums of many products */
+static double max_rel_diff(const float *a, const double *b, int64_t n) {
+    double m = 0, scale = 1;
+    for (int64_t i = 0; i < n; i++) {
+        m = fmax(m, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs(b[i]));
+    }
+    return m / scale;
+}
+
+static void test_conv_vs_naive(void) {
+    const conv_case cases[] = {
+        {3, 4, 3, 1, 1, true, 2, 7, 6}, {2, 5, 3, 2, 1, false, 3, 9, 8},
+        {4, 3, 1, 1, 0, true, 2, 5, 5}, {2, 3, 5, 2, 2, true, 2, 9, 7},
+        {3, 2, 2, 3, 0, true, 1, 8, 9}, {2, 2, 3, 1, 3, false, 1, 2, 3}, /* pad > image */
+        {64, 2, 5, 1, 2, true, 1, 3, 660}, /* 1600 x 660 columns per row: one row per band */
+    };
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("naive", &dev));
+    gp_run run = {.training = true};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const conv_case *c = &cases[ci];
+        gp_layer *l = gp_conv2d(c->in_ch, c->out_ch, c->k, c->s, c->p, c->bias);
+        REQUIRE_OK(l ? GP_OK : GP_INTERNAL);
+        alloc_params(l, dev, 300 + ci);
+        gp_shape in = gp_shape4(c->b, c->in_ch, c->h, c->w), os;
+        REQUIRE_OK(l->ops->out_shape(l, &in, GP_F32, &os));
+        gp_tensor x, y, dy, dx;
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &x));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &dx));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &y));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &dy));
+        gp_test_fill(x.data, gp_tensor_nelem(&x), ci, 1, 0.0f, 1.0f);
+        gp_test_fill(dy.data, gp_tensor_nelem(&dy), ci, 2, 0.0f, 1.0f);
+        for (int64_t i = 0; i < gp_tensor_nelem(&dx); i++) dx.data[i] = NAN; /* must be written */
+        gp_ctx ctx;
+        gp_ctx_init(&ctx, dev, &run);
+        ctx.x = &x;
+        ctx.y = &y;
+        CHECK_OK(l->ops->forward(l, &ctx, &x, &y));
+        CHECK_OK(l->ops->backward(l, &ctx, &dy, &dx));
+
+        int64_t ny = gp_tensor_nelem(&y), nx = gp_tensor_nelem(&x);
+        int64_t nw = gp_tensor_nelem(&l->params[0].value);
+        double *ry = malloc(sizeof(double) * (size_t)(ny + nx + nw + c->out_ch));
+        double *rdx = ry + ny, *rdw = rdx + nx, *rdb = rdw + nw;
+        naive_conv(c, x.data, l->params[0].value.data, c->bias ? l->params[1].value.data : NULL,
+                   dy.data, ry, rdx, rdw, rdb);
+        double ey = max_rel_diff(y.data, ry, ny), edx = max_rel_diff(dx.data, rdx, nx);
+        double edw = max_rel_diff(l->params[0].grad.data, rdw, nw);
+        if (!(ey < 4e-6 && edx < 4e-6 && edw < 4e-6))
+            fprintf(stderr, "conv case %zu: max relative error y %g dx %g dw %g\n", ci, ey, edx, edw);
+        CHECK(ey < 4e-6);
+        CHECK(edx < 4e-6);
+        CHECK(edw < 4e-6);
+        if (c->bias) CHECK(max_rel_diff(l->params[1].grad.data, rdb, c->out_ch) < 4e-6);
+        free(ry);
+        gp_ctx_release(&ctx);
+        gp_tensor_release(&x);
+        gp_tensor_release(&dx);
+        gp_tensor_release(&y);
+        gp_tensor_release(&dy);
+        free_params(l);
+        gp_layer_free(l);
+    }
+    gp_mem_stats st;
+    gp_device_mem_stats(dev, &st);
+    CHECK_EQ_INT(st.live_total, 0);
+    CHECK(st.peak[GP_MEM_WORKSPACE] > 0); /* im2col went through the allocator */
+    gp_device_free(dev);
+}
+
+/* A 3x3 image 1..9, kernel [[1, 0], [0, -1]], stride 2, pad 1, bias 0.5, by hand:
+ * y[oh][ow] = x[2oh-1][2ow-1] - x[2oh][2ow] + 0.5 with zeros outside. */
+static void test_conv_by_hand(void) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("hand", &dev));
+    gp_layer *l = gp_conv2d(1, 1, 2, 2, 1, true);
+    alloc_params(l, dev, 1);
+    const float w[4] = {1, 0, 0, -1};
+    memcpy(l->params[0].value.data, w, sizeof w);
+    l->params[1].value.data[0] = 0.5f;
+    float xs[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, ys[4];
+    gp_tensor x = gp_tensor_view(xs, gp_shape4(1, 1, 3, 3), GP_F32);
+    gp_tensor y = gp_tensor_view(ys, gp_shape4(1, 1, 2, 2), GP_F32);
+    gp_run run = {.training = true};
+    gp_ctx ctx;
+    gp_ctx_init(&ctx, dev, &run);
+    ctx.x = &x;
+    ctx.y = &y;
+    CHECK_OK(l->ops->forward(l, &ctx, &x, &y));
+    const float want[4] = {-0.5f, -2.5f, -6.5f, -3.5f};
+    for (int i = 0; i < 4; i++) CHECK_NEAR(ys[i], want[i], 0);
+    /* dy = 1: dw[ki][kj] = the sum of the taps it saw over the four outputs */
+    float dys[4] = {1, 1, 1, 1}, dxs[9];
+    gp_tensor dy = gp_tensor_view(dys, y.shape, GP_F32), dx = gp_tensor_view(dxs, x.shape, GP_F32);
+    CHECK_OK(l->ops->backward(l, &ctx, &dy, &dx));
+    CHECK_NEAR(l->params[0].grad.data[0], 5, 0);  /* x[-1][-1], x[-1][1], x[1][-1], x[1][1]=5 */
+    CHECK_NEAR(l->params[0].grad.data[1], 10, 0); /* x[-1][0], x[-1][2], x[1][0]=4, x[1][2]=6 */
+    CHECK_NEAR(l->params[0].grad.data[2], 10, 0); /* x[0][-1], x[0][1]=2, x[2][-1], x[2][1]=8 */
+    CHECK_NEAR(l->params[0].grad.data[3], 20, 0); /* 1 + 3 + 7 + 9 */
+    CHECK_NEAR(l->params[1].grad.data[0], 4, 0);
+    const float wantdx[9] = {-1, 0, -1, 0, 1, 0, -1, 0, -1};
+    for (int i = 0; i < 9; i++) CHECK_NEAR(dxs[i], wantdx[i], 0);
+    gp_ctx_release(&ctx);
+    free_params(l);
+    gp_layer_free(l);
+    gp_device_free(dev);
+}
+
+/* dx == NULL (first layer): same parameter gradients, nothing written. */
+static void test_null_dx(void) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("nulldx", &dev));
+    gp_run run = {.training = true};
+    gp_layer *layers[] = {gp_conv2d(2, 3, 3, 1, 1, true), gp_conv2d(2, 3, 1, 1, 0, false),
+                          gp_batchnorm2d(2), gp_maxpool2d(2, 2), gp_global_avgpool(),
+                          gp_flatten()};
+    gp_shape in = gp_shape4(2, 2, 4, 4);
+    for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
+        gp_layer *l = layers[li];
+        alloc_params(l, dev, 7);
+        gp_shape os;
+        REQUIRE_OK(l->ops->out_shape(l, &in, GP_F32, &os));
+        gp_tensor x, y, dy, dx;
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &x));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &dx));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &y));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &dy));
+        gp_test_fill(x.data, gp_tensor_nelem(&x), 3, 1, 0.1f, 1.0f);
+        gp_test_fill(dy.data, gp_tensor_nelem(&dy), 3, 2, 0.1f, 1.0f);
+        float *g1[GP_LAYER_MAX_PARAMS] = {0};
+        for (int pass = 0; pass < 2; pass++) {
+            gp_ctx ctx;
+            gp_ctx_init(&ctx, dev, &run);
+            ctx.x = &x;
+            ctx.y = &y;
+            CHECK_OK(l->ops->forward(l, &ctx, &x, &y));
+            CHECK_OK(l->ops->backward(l, &ctx, &dy, pass == 0 ? &dx : NULL));
+            gp_ctx_release(&ctx);
+            for (int i = 0; i < l->nparams; i++) {
+                gp_param *p = &l->params[i];
+                if (!p->trainable) continue;
+                size_t nb = gp_tensor_nbytes(&p->grad);
+                if (pass == 0) {
+                    g1[i] = malloc(nb);
+                    memcpy(g1[i], p->grad.data, nb);
+                    memset(p->grad.data, 0, nb);
+                } else {
+                    CHECK(memcmp(g1[i], p->grad.data, nb) == 0); /* bitwise equal */
+                    free(g1[i]);
+                }
+            }
+        }
+        gp_tensor_release(&x);
+        gp_tensor_release(&dx);
+        gp_tensor_release(&y);
+        gp_tensor_release(&dy);
+        free_params(l);
+        gp_layer_free(l);
+    }
+    gp_mem_stats st;
+    gp_device_mem_stats(dev, &st);
+    CHECK_EQ_INT(st.live_total, 0);
+    gp_device_free(dev);
+}
+
+/* ------------------------------------------------------------ batch norm */
+
+static void bn_run(gp_layer *l, gp_device *dev, const gp_run *run, float *xs, float *ys,
+                   gp_shape s) {
+    gp_tensor x = gp_tensor_view(xs, s, GP_F32), y = gp_tensor_view(ys, s, GP_F32);
+    gp_ctx ctx;
+    gp_ctx_init(&ctx, dev, run);
+    ctx.x = &x;
+    ctx.y = &y;
+    CHECK_OK(l->ops->forward(l, &ctx, &x, &y));
+    gp_ctx_release(&ctx);
+}
+
+static void test_batchnorm_stats(void) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("bn", &dev));
+    gp_layer *l = gp_batchnorm2d(2);
+    alloc_params(l, dev, 1);
+    float *g = param(l, "weight")->value.data, *b = param(l, "bias")->value.data;
+    float *rm = param(l, "running_mean")->value.data, *rv = param(l, "running_var")->value.data;
+    CHECK(param(l, "running_mean") && !param(l, "running_mean")->trainable);
+    g[0] = 1, g[1] = 2, b[0] = 0, b[1] = -1;
+    CHECK(rm[0] == 0 && rm[1] == 0 && rv[0] == 1 && rv[1] == 1);
+    /* (B=2, C=2, H=1, W=2): channel 0 holds 1, 2, 3, 4; channel 1 holds -2, -2, 2, 2 */
+    gp_shape s = gp_shape4(2, 2, 1, 2);
+    float xs[8] = {1, 2, -2, -2, 3, 4, 2, 2}, ys[8];
+    gp_run train = {.training = true}, recompute = {.training = true, .recompute = true},
+           eval = {.training = false};
+
+    bn_run(l, dev, &train, xs, ys, s);
+    /* channel 0: mean 2.5, biased var 1.25, unbiased 5/3; channel 1: mean 0, var 4, 16/3 */
+    double is0 = 1 / sqrt(1.25 + 1e-5), is1 = 1 / sqrt(4 + 1e-5);
+    CHECK_NEAR(ys[0], (1 - 2.5) * is0, 1e-6);
+    CHECK_NEAR(ys[5], (4 - 2.5) * is0, 1e-6);
+    CHECK_NEAR(ys[2], 2 * (-2 * is1) - 1, 1e-6);
+    CHECK_NEAR(ys[7], 2 * (2 * is1) - 1, 1e-6);
+    CHECK_NEAR(rm[0], 0.25, 1e-7);
+    CHECK_NEAR(rv[0], 0.9 + 0.1 * 5.0 / 3.0, 1e-7);
+    CHECK_NEAR(rm[1], 0.0, 1e-7);
+    CHECK_NEAR(rv[1], 0.9 + 0.1 * 16.0 / 3.0, 1e-7);
+
+    /* a recomputation and an eval forward leave the running statistics alone */
+    float keep[4] = {rm[0], rm[1], rv[0], rv[1]}, ys2[8];
+    bn_run(l, dev, &recompute, xs, ys2, s);
+    CHECK(memcmp(ys, ys2, sizeof ys) == 0); /* same normalization as the first forward */
+    bn_run(l, dev, &eval, xs, ys2, s);
+    CHECK(rm[0] == keep[0] && rm[1] == keep[1] && rv[0] == keep[2] && rv[1] == keep[3]);
+
+    /* eval uses the running statistics */
+    for (int i = 0; i < 8; i++) {
+        int c = (i / 2) % 2;
+        double want = (xs[i] - keep[c]) / sqrt(keep[2 + c] + 1e-5) * g[c] + b[c];
+        CHECK_NEAR(ys2[i], want, 1e-6);
+    }
+
+    /* a second training forward updates once more: 0.9 * old + 0.1 * batch */
+    bn_run(l, dev, &train, xs, ys, s);
+    CHECK_NEAR(rm[0], 0.9 * 0.25 + 0.25, 1e-7);
+    CHECK_NEAR(rv[0], 0.9 * (0.9 + 0.5 / 3.0) + 0.5 / 3.0, 1e-6);
+    CHECK_NEAR(rv[1], 0.9 * (0.9 + 1.6 / 3.0) + 1.6 / 3.0, 1e-6);
+
+    /* one value per channel cannot be normalized by batch statistics */
+    float one[2] = {1, 2}, out1[2];
+    gp_tensor x1 = gp_tensor_view(one, gp_shape4(1, 2, 1, 1), GP_F32);
+    gp_tensor y1 = gp_tensor_view(out1, x1.shape, GP_F32);
+    gp_ctx ctx;
+    gp_ctx_init(&ctx, dev, &train);
+    ctx.x = &x1;
+    ctx.y = &y1;
+    CHECK_FAILS(l->ops->forward(l, &ctx, &x1, &y1), GP_SHAPE, "more than 1 value per channel");
+    gp_ctx_release(&ctx);
+    gp_ctx_init(&ctx, dev, &eval);
+    CHECK_OK(l->ops->forward(l, &ctx, &x1, &y1)); /* eval mode is fine */
+    gp_ctx_release(&ctx);
+
+    free_params(l);
+    gp_layer_free(l);
+    gp_device_free(dev);
+}
+
+/* --------------------------------------------------------------- pooling */
+
+static void test_pool_values(void) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("pool", &dev));
+    gp_run run = {.training = true};
+    gp_layer *mp = gp_maxpool2d(2, 2);
+    /* (1, 1, 2, 4): a tie in the first window (the first one wins), distinct in the second */
+    float xs[8] = {3, 1, 0, 5, 3, 3, 7, -1}, ys[2], dys[2] = {10, 20}, dxs[8];
+    gp_tensor x = gp_tensor_view(xs, gp_shape4(1, 1, 2, 4), GP_F32);
+    gp_tensor y = gp_tensor_view(ys, gp_shape4(1, 1, 1, 2), GP_F32);
+    gp_tensor dy = gp_tensor_view(dys, y.shape, GP_F32), dx = gp_tensor_view(dxs, x.shape, GP_F32);
+    gp_ctx ctx;
+    gp_ctx_init(&ctx, dev, &run);
+    ctx.x = &x;
+    ctx.y = &y;
+    CHECK_OK(mp->ops->forward(mp, &ctx, &x, &y));
+    CHECK_NEAR(ys[0], 3, 0);
+    CHECK_NEAR(ys[1], 7, 0);
+    CHECK_EQ_INT(ctx.saved[0].dtype, GP_I32);
+    CHECK_OK(mp->ops->backward(mp, &ctx, &dy, &dx));
+    const float want[8] = {10, 0, 0, 0, 0, 0, 20, 0};
+    for (int i = 0; i < 8; i++) CHECK_NEAR(dxs[i], want[i], 0);
+    gp_ctx_release(&ctx);
+    gp_layer_free(mp);
+
+    gp_layer *gap = gp_global_avgpool();
+    float gx[8] = {1, 2, 3, 4, -1, -1, -1, 5}, gy[2], gdy[2] = {4, 8}, gdx[8];
+    x = gp_tensor_view(gx, gp_shape4(1, 2, 2, 2), GP_F32);
+    y = gp_tensor_view(gy, gp_shape2(1, 2), GP_F32);
+    dy = gp_tensor_view(gdy, y.shape, GP_F32);
+    dx = gp_tensor_view(gdx, x.shape, GP_F32);
+    gp_ctx_init(&ctx, dev, &run);
+    ctx.x = &x;
+    ctx.y = &y;
+    CHECK_OK(gap->ops->forward(gap, &ctx, &x, &y));
+    CHECK_NEAR(gy[0], 2.5, 0);
+    CHECK_NEAR(gy[1], 0.5, 0);
+    CHECK_OK(gap->ops->backward(gap, &ctx, &dy, &dx));
+    CHECK_NEAR(gdx[0], 1, 0);
+    CHECK_NEAR(gdx[7], 2, 0);
+    gp_ctx_release(&ctx);
+    gp_layer_free(gap);
+    gp_device_free(dev);
+}
+
+/* --------------------------------------------------- parameters and cost */
+
+static void test_params_and_cost(void) {
+    gp_layer *c = gp_conv2d(3, 8, 3, 1, 1, true);
+    CHECK_EQ_INT(c->nparams, 2);
+    CHECK(!strcmp(c->params[0].name, "weight") && c->params[0].decay);
+    CHECK(c->params[0].init == GP_INIT_NORMAL);
+    CHECK_NEAR(c->params[0].init_scale, sqrt(2.0 / 27.0), 1e-7);
+    CHECK(!strcmp(c->params[1].name, "bias") && !c->params[1].decay);
+    CHECK(c->params[1].init == GP_INIT_ZEROS);
+    gp_shape in = gp_shape4(4, 3, 10, 10), out;
+    CHECK_OK(c->ops->out_shape(c, &in, GP_F32, &out));
+    CHECK(gp_shape_equal(&out, &(gp_shape){4, {4, 8, 10, 10}}));
+    gp_cost k = c->ops->cost(c, &in);
+    double macs = 4.0 * 8 * 100 * 27;
+    CHECK_NEAR(k.fwd_flops, 2 * macs + 4 * 8 * 100, 0);
+    CHECK_NEAR(k.bwd_flops, 4 * macs + 4 * 8 * 100, 0);
+    CHECK_EQ_INT(k.param_bytes, (8 * 27 + 8) * 4);
+    CHECK_EQ_INT(k.out_bytes, 4 * 8 * 100 * 4);
+    gp_layer_free(c);
+
+    gp_layer *s2 = gp_conv2d(2, 2, 3, 2, 0, false);
+    CHECK_EQ_INT(s2->nparams, 1);
+    in = gp_shape4(1, 2, 8, 7);
+    CHECK_OK(s2->ops->out_shape(s2, &in, GP_F32, &out));
+    CHECK(gp_shape_equal(&out, &(gp_shape){4, {1, 2, 3, 3}})); /* floor((8-3)/2)+1, (7-3)/2+1 */
+    gp_layer_free(s2);
+
+    gp_layer *bn = gp_batchnorm2d(5);
+    CHECK_EQ_INT(bn->nparams, 4);
+    for (int i = 0; i < 4; i++) CHECK(!bn->params[i].decay);
+    CHECK(bn->params[0].init == GP_INIT_ONES && bn->params[1].init == GP_INIT_ZEROS);
+    CHECK(bn->params[3].init == GP_INIT_ONES && !bn->params[3].trainable);
+    CHECK(!strcmp(bn->params[2].name, "running_mean") && !strcmp(bn->params[3].name, "running_var"));
+    in = gp_shape4(2, 5, 3, 3);
+    CHECK_EQ_INT(bn->ops->cost(bn, &in).param_bytes, 4 * 5 * 4);
+    gp_layer_free(bn);
+
+    gp_layer *mp = gp_maxpool2d(2, 2);
+    in = gp_shape4(2, 3, 7, 9);
+    CHECK_OK(mp->ops->out_shape(mp, &in, GP_F32, &out));
+    CHECK(gp_shape_equal(&out, &(gp_shape){4, {2, 3, 3, 4}}));
+    CHECK_EQ_INT(mp->ops->cost(mp, &in).saved_bytes, 2 * 3 * 3 * 4 * 4);
+    gp_layer_free(mp);
+
+    gp_layer *fl = gp_flatten();
+    in = gp_shape4(6, 64, 7, 7);
+    CHECK_OK(fl->ops->out_shape(fl, &in, GP_F32, &out));
+    CHECK(gp_shape_equal(&out, &(gp_shape){2, {6, 3136}}));
+    gp_layer_free(fl);
+}
+
+/* ------------------------------------------------------------- errors */
+
+static void test_errors(void) {
+    CHECK(gp_conv2d(0, 4, 3, 1, 1, true) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "in_ch must be >= 1, got 0");
+    CHECK(gp_conv2d(2, -1, 3, 1, 1, true) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "out_ch must be >= 1, got -1");
+    CHECK(gp_conv2d(2, 4, 0, 1, 1, true) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "kernel must be >= 1");
+    CHECK(gp_conv2d(2, 4, 3, 0, 1, true) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "stride must be >= 1, got 0");
+    CHECK(gp_conv2d(2, 4, 3, 1, -1, true) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "pad must be >= 0, got -1");
+    CHECK(gp_batchnorm2d(0) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "channels must be >= 1");
+    CHECK(gp_maxpool2d(0, 2) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "kernel must be >= 1, got 0");
+    CHECK(gp_maxpool2d(2, -3) == NULL);
+    CHECK_FAILS(GP_INVALID_ARGUMENT, GP_INVALID_ARGUMENT, "stride must be >= 1, got -3");
+
+    gp_shape out, in;
+    gp_layer *c = gp_conv2d(3, 4, 5, 1, 1, true);
+    c->index = 2;
+    in = gp_shape4(2, 4, 8, 8);
+    CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE, "input channels C = 3 at axis 1");
+    CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE, "layer 2 (conv2d)");
+    in = gp_shape4(2, 3, 2, 8);
+    CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE,
+                "kernel 5 is larger than the padded input 4x10");
+    in = gp_shape3(2, 3, 8);
+    CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE, "expected 4 (B, C, H, W)");
+    in = gp_shape4(2, 3, 8, 8);
+    CHECK_FAILS(c->ops->out_shape(c, &in, GP_I32, &out), GP_SHAPE, "int32, expected float32");
+    CHECK_OK(c->ops->out_shape(c, &in, GP_F32, &out));
+    /* forward before the parameters exist, and into a wrong-shaped output */
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("err", &dev));
+    gp_run run = {.training = true};
+    float buf[2 * 3 * 8 * 8] = {0}, ybuf[2 * 4 * 6 * 6];
+    gp_tensor x = gp_tensor_view(buf, in, GP_F32), y = gp_tensor_view(ybuf, out, GP_F32);
+    gp_ctx ctx;
+    gp_ctx_init(&ctx, dev, &run);
+    CHECK_FAILS(c->ops->forward(c, &ctx, &x, &y), GP_INVALID_ARGUMENT, "weight is not allocated");
+    alloc_params(c, dev, 1);
+    gp_tensor ybad = gp_tensor_view(ybuf, gp_shape4(2, 4, 6, 5), GP_F32);
+    CHECK_FAILS(c->ops->forward(c, &ctx, &x, &ybad), GP_SHAPE, "expected (2, 4, 6, 6)");
+    gp_ctx_release(&ctx);
+    free_params(c);
+    gp_layer_free(c);
+    gp_device_free(dev);
+
+    gp_layer *bn = gp_batchnorm2d(3);
+    in = gp_shape4(2, 4, 8, 8);
+    CHECK_FAILS(bn->ops->out_shape(bn, &in, GP_F32, &out), GP_SHAPE, "channels C = 3");
+    gp_layer_free(bn);
+    gp_layer *mp = gp_maxpool2d(3, 1);
+    in = gp_shape4(1, 1, 2, 5);
+    CHECK_FAILS(mp->ops->out_shape(mp, &in, GP_F32, &out), GP_SHAPE,
+                "kernel 3 is larger than the input 2x5");
+    gp_layer_free(mp);
+    gp_layer *gap = gp_global_avgpool();
+    in = gp_shape2(2, 4);
+    CHECK_FAILS(gap->ops->out_shape(gap, &in, GP_F32, &out), GP_SHAPE, "expected 4 (B, C, H, W)");
+    gp_layer_free(gap);
+    gp_layer *fl = gp_flatten();
+    in = gp_shape1(5);
+    CHECK_FAILS(fl->ops->out_shape(fl, &in, GP_F32, &out), GP_SHAPE, "expected at least 2");
+    gp_layer_free(fl);
+}
+
+/* Same inputs, same bits: forward and backward twice. */
+static void test_determinism(void) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("det", &dev));
+    gp_run run = {.training = true};
+    gp_layer *l = gp_conv2d(8, 16, 3, 1, 1, true);
+    alloc_params(l, dev, 5);
+    gp_shape in = gp_shape4(4, 8, 12, 12), os;
+    REQUIRE_OK(l->ops->out_shape(l, &in, GP_F32, &os));
+    gp_tensor x, y[2], dy, dx[2];
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &x));
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &dy));
+    gp_test_fill(x.data, gp_tensor_nelem(&x), 9, 1, 0.0f, 1.0f);
+    gp_test_fill(dy.data, gp_tensor_nelem(&dy), 9, 2, 0.0f, 1.0f);
+    float *gw[2];
+    for (int r = 0; r < 2; r++) {
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &y[r]));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &dx[r]));
+        memset(l->params[0].grad.data, 0, gp_tensor_nbytes(&l->params[0].grad));
+        gp_ctx ctx;
+        gp_ctx_init(&ctx, dev, &run);
+        ctx.x = &x;
+        ctx.y = &y[r];
+        CHECK_OK(l->ops->forward(l, &ctx, &x, &y[r]));
+        CHECK_OK(l->ops->backward(l, &ctx, &dy, &dx[r]));
+        gp_ctx_release(&ctx);
+        gw[r] = malloc(gp_tensor_nbytes(&l->params[0].grad));
+        memcpy(gw[r], l->params[0].grad.data, gp_tensor_nbytes(&l->params[0].grad));
+    }
+    CHECK(memcmp(y[0].data, y[1].data, gp_tensor_nbytes(&y[0])) == 0);
+    CHECK(memcmp(dx[0].data, dx[1].data, gp_tensor_nbytes(&dx[0])) == 0);
+    CHECK(memcmp(gw[0], gw[1], gp_tensor_nbytes(&l->params[0].grad)) == 0);
+    for (int r = 0; r < 2; r++) {
+        free(gw[r]);
+        gp_tensor_release(&y[r]);
+        gp_tensor_release(&dx[r]);
+    }
+    gp_tensor_release(&x);
+    gp_tensor_release(&dy);
+    free_params(l);
+    gp_layer_free(l);
+    gp_device_free(dev);
+}
+
+int main(void) {
+    test_gradchecks();
+    test_conv_vs_naive();
+    test_conv_by_hand();
+    test_null_dx();
+    test_batchnorm_stats();
+    test_pool_values();
+    test_params_and_cost();
+    test_errors();
+    test_determinism();
+    return gp_test_finish("test_layers_conv");
+}
