@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `gpipe bench`: G1, C1 and T1 on minimal settings write reports with the
+# required keys; T1's FLOP count follows the WORKLOADS.md formula exactly.
+# Run from the repository root: bash tests/cli/bench.sh /path/to/gpipe
+set -u
+GPIPE=${1:?usage: bash tests/cli/bench.sh /path/to/gpipe}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+
+for w in "G1 --steps 1 --warmup 0" "C1 --batch 8 --steps 2 --warmup 1" "T1 --batch 1 --steps 1 --warmup 0"; do
+    set -- $w
+    name=$1
+    shift
+    if ! "$GPIPE" bench --workload "$name" --threads 1 --quiet "$@" --report "$TMP/$name.json" \
+        >"$TMP/$name.out" 2>"$TMP/$name.err"; then
+        echo "FAIL: gpipe bench --workload $w failed: $(tail -c 600 "$TMP/$name.err")"
+        fail=$((fail + 1))
+    fi
+done
+grep -q "^2048^3 " "$TMP/G1.out" || { echo "FAIL: G1 summary lacks the 2048^3 line"; fail=$((fail + 1)); }
+grep -q "images/s" "$TMP/C1.out" || { echo "FAIL: C1 summary lacks images/s"; fail=$((fail + 1)); }
+grep -q "tokens/s" "$TMP/T1.out" || { echo "FAIL: T1 summary lacks tokens/s"; fail=$((fail + 1)); }
+
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, os, sys
+d = sys.argv[1]
+errors = []
+def need(cond, what):
+    if not cond:
+        errors.append(what)
+def load(name):
+    try:
+        return json.load(open(os.path.join(d, name + ".json")))
+    except Exception as e:
+        errors.append(f"{name}: {e}")
+        return {}
+g = load("G1")
+need(g.get("workload") == "G1" and g.get("threads") == 1, "G1 workload/threads")
+shapes = [(s.get("m"), s.get("n"), s.get("k")) for s in g.get("sgemm", [])]
+need(shapes == [(2048, 2048, 2048), (4096, 1536, 512), (4096, 512, 512), (4096, 2048, 512),
+                (4096, 512, 2048)], f"G1 shapes {shapes}")
+need(all(s["gflops"]["min"] <= s["gflops"]["median"] <= s["gflops"]["max"] and s["gflops"]["min"] > 0
+         for s in g.get("sgemm", [])), "G1 spreads")
+need(g.get("ceiling_gflops", 0) > 0 and isinstance(g.get("blas_core"), str), "G1 ceiling/blas_core")
+for name in ("C1", "T1"):
+    r = load(name)
+    for key in ("workload", "threads", "throughput", "achieved_gflops", "ceiling_gflops",
+                "fraction_of_ceiling", "step_seconds", "blas_core", "memory"):
+        need(key in r, f"{name}: missing key {key}")
+    if not all(k in r for k in ("achieved_gflops", "ceiling_gflops", "fraction_of_ceiling", "step_seconds")):
+        continue
+    st = r["step_seconds"]
+    need(0 < st["min"] <= st["median"] <= st["max"], f"{name}: step_seconds {st}")
+    need(r["achieved_gflops"] > 0 and r["ceiling_gflops"] > 0, f"{name}: GFLOP/s")
+    need(abs(r["fraction_of_ceiling"] - r["achieved_gflops"] / r["ceiling_gflops"]) < 1e-9, f"{name}: fraction")
+    need(abs(r["achieved_gflops"] - r["flops_per_step"] / st["median"] / 1e9) < 1e-6 * r["achieved_gflops"],
+         f"{name}: achieved = flops / median step")
+    peak = r.get("memory", {}).get("peak_bytes", {})
+    need(all(isinstance(peak.get(c), int) for c in
+             ("parameters", "gradients", "optimizer_state", "activations", "workspace", "total")),
+         f"{name}: memory.peak_bytes {peak}")
+c1 = load("C1")
+need(c1.get("throughput", {}).get("examples_per_s", 0) > 0 and c1.get("batch") == 8, "C1 throughput/batch")
+need(c1.get("nparams") == 870826, f"C1 nparams {c1.get('nparams')}")
+t1 = load("T1")
+need(t1.get("throughput", {}).get("tokens_per_s", 0) > 0, "T1 tokens_per_s")
+need(t1.get("nparams") == 25547776, f"T1 nparams {t1.get('nparams')} (WORKLOADS.md: 25,547,776)")
+# 647.5 GFLOP for 32 sequences: 6 x 25,296,896 x 128 + 12 x 8 x 128 x 512 x 128 for one
+need(t1.get("flops_per_step") == 20233322496, f"T1 flops_per_step {t1.get('flops_per_step')}")
+need(t1.get("optimizer_state", 0) == 0 and
+     t1.get("memory", {}).get("peak_bytes", {}).get("optimizer_state") == 2 * 4 * 25547776,
+     "T1: AdamW state should be two floats per parameter")
+for e in errors:
+    print("FAIL:", e)
+sys.exit(1 if errors else 0)
+PY
+
+if [ "$fail" -ne 0 ]; then
+    echo "cli bench: $fail check(s) FAILED"
+    exit 1
+fi
+echo "cli bench: all checks passed"

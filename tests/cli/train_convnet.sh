@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# `gpipe train` on the convnet: a few steps with --report give valid JSON
+# with the required keys and sane values; the same seed gives the same
+# parameter hash, another seed another; epochs, micro-batches, the memory
+# limit and log lines on a small synthetic IDX set; a failed report write.
+# Run from the repository root: bash tests/cli/train_convnet.sh /path/to/gpipe
+set -u
+GPIPE=${1:?usage: bash tests/cli/train_convnet.sh /path/to/gpipe}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# A small IDX data set (plain, not gzipped): 90 training and 40 test images,
+# labels 0..9, pixel values that depend on the label so that it can learn.
+python3 - "$TMP/syn" <<'PY' || { echo "FAIL: cannot write the synthetic IDX data"; exit 1; }
+import os, struct, sys
+d = sys.argv[1]
+os.makedirs(d)
+for split, n in (("train", 90), ("t10k", 40)):
+    labels = [(i * 7) % 10 for i in range(n)]
+    pix = bytearray()
+    for i, l in enumerate(labels):
+        pix += bytes(((r * 28 + c) * (l + 1) + i) % 256 for r in range(28) for c in range(28))
+    with open(os.path.join(d, split + "-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + pix)
+    with open(os.path.join(d, split + "-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(labels))
+PY
+
+# The real Fashion-MNIST when installed (the default --data), else the small set.
+DATA=()
+if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "note: Fashion-MNIST not installed, using the synthetic set"
+    DATA=(--data "$TMP/syn")
+fi
+
+run() { # name, args...: runs gpipe train, stdout/stderr into $TMP/name.{out,err}
+    local name=$1
+    shift
+    if ! "$GPIPE" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
+        bad "gpipe train $* failed: $(tail -c 600 "$TMP/$name.err")"
+        return 1
+    fi
+}
+
+COMMON=(--model convnet --steps 3 --batch 16 --eval-size 64 --threads 1 --quiet "${DATA[@]}")
+run a "${COMMON[@]}" --seed 7 --report "$TMP/a.json"
+run b "${COMMON[@]}" --seed 7 --report "$TMP/b.json"
+run c "${COMMON[@]}" --seed 8 --report "$TMP/c.json"
+grep -q "test accuracy" "$TMP/a.out" || bad "no test accuracy line in the output"
+grep -q "defaults used:.*optimizer=sgd.*lr=0.05" "$TMP/a.out" || bad "the defaults line is missing"
+[ -s "$TMP/a.err" ] && bad "--quiet still wrote to stderr: $(head -c 300 "$TMP/a.err")"
+
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, math, re, sys
+d = sys.argv[1]
+a, b, c = (json.load(open(f"{d}/{n}.json")) for n in "abc")
+errors = []
+def need(cond, what):
+    if not cond:
+        errors.append(what)
+for key in ("model", "seed", "steps", "train", "eval", "throughput", "memory", "params_fnv1a64",
+            "threads", "batch", "lr", "elapsed_s", "blas_core", "nparams"):
+    need(key in a, f"missing key {key}")
+need(a.get("model") == "convnet", f"model {a.get('model')!r}")
+need(a.get("seed") == 7 and c.get("seed") == 8, "seed")
+need(a.get("steps") == 3, f"steps {a.get('steps')}")
+need(a.get("threads") == 1 and a.get("batch") == 16 and a.get("lr") == 0.05, "threads/batch/lr")
+need(a.get("nparams") == 870826, f"nparams {a.get('nparams')} (C1 has 870,826)")
+fl = a.get("train", {}).get("final_loss")
+need(isinstance(fl, float) and 0 < fl < 10, f"train.final_loss {fl}")
+acc = a.get("eval", {}).get("accuracy")
+need(isinstance(acc, (int, float)) and 0 <= acc <= 1, f"eval.accuracy {acc}")
+need(a.get("eval", {}).get("examples") == 64, "eval.examples")
+need(a.get("throughput", {}).get("examples_per_s", 0) > 0, "throughput.examples_per_s")
+need(a.get("elapsed_s", 0) > 0 and isinstance(a.get("blas_core"), str), "elapsed_s/blas_core")
+peak = a.get("memory", {}).get("peak_bytes", {})
+for cat in ("parameters", "gradients", "optimizer_state", "activations", "workspace", "total"):
+    need(isinstance(peak.get(cat), int), f"memory.peak_bytes.{cat}")
+need(peak.get("parameters", 0) >= 870826 * 4, "parameter bytes below 4 x nparams")
+need(peak.get("total", 0) >= max(v for k, v in peak.items() if k != "total"), "total below a category")
+h = a.get("params_fnv1a64", "")
+need(re.fullmatch(r"[0-9a-f]{16}", h) is not None, f"params_fnv1a64 {h!r}")
+need(h == b.get("params_fnv1a64"), f"same seed, different hashes {h} {b.get('params_fnv1a64')}")
+need(a["train"]["final_loss"] == b["train"]["final_loss"], "same seed, different final loss")
+need(h != c.get("params_fnv1a64"), "different seeds, same hash")
+for e in errors:
+    print("FAIL: report:", e)
+sys.exit(1 if errors else 0)
+PY
+
+# Epochs on the synthetic set: 90 images, batch 16 -> 5 steps per epoch
+# (the partial batch dropped), evaluated after each epoch on all 40 test images.
+run e --model convnet --data "$TMP/syn" --epochs 2 --batch 16 --micro-batches 2 --threads 1 \
+    --memory-limit 512M --log-every 5 --report "$TMP/e.json"
+python3 - "$TMP/e.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+errors = []
+if r.get("steps") != 10 or r.get("epochs") != 2: errors.append(f"steps {r.get('steps')} epochs {r.get('epochs')}")
+h = r.get("eval_history", [])
+if [e.get("epoch") for e in h] != [1, 2] or [e.get("step") for e in h] != [5, 10]:
+    errors.append(f"eval_history {h}")
+if r.get("eval", {}).get("examples") != 40: errors.append("eval.examples")
+if r.get("micro_batches") != 2: errors.append("micro_batches")
+if r.get("memory", {}).get("limit_bytes") != 512 << 20: errors.append("memory.limit_bytes")
+for e in errors: print("FAIL: epochs report:", e)
+sys.exit(1 if errors else 0)
+PY
+grep -q "^step 5/10 " "$TMP/e.err" && grep -q "^step 10/10 " "$TMP/e.err" ||
+    bad "no 'step N/10' log lines on stderr: $(head -c 300 "$TMP/e.err")"
+[ "$(grep -c "test accuracy" "$TMP/e.out")" -eq 2 ] || bad "expected one test line per epoch"
+
+# A report that cannot be written is a runtime failure naming --report; no
+# temporary file is left behind.
+"$GPIPE" train --model convnet --data "$TMP/syn" --steps 1 --batch 16 --quiet \
+    --report "$TMP/no/such/dir/r.json" >/dev/null 2>"$TMP/w.err"
+rc=$?
+[ $rc -eq 1 ] || bad "unwritable --report: exit status $rc, expected 1"
+grep -q -- "--report" "$TMP/w.err" || bad "unwritable --report: message lacks --report: $(cat "$TMP/w.err")"
+# An existing report is replaced whole
+echo "old" >"$TMP/r.json"
+run r --model convnet --data "$TMP/syn" --steps 1 --batch 16 --quiet --report "$TMP/r.json"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/r.json" || bad "replaced report is not JSON"
+ls "$TMP" | grep -q '\.tmp\.' && bad "temporary report files left: $(ls "$TMP")"
+
+if [ "$fail" -ne 0 ]; then
+    echo "cli train_convnet: $fail check(s) FAILED"
+    exit 1
+fi
+echo "cli train_convnet: all checks passed"

@@ -1,0 +1,152 @@
+/* The training workloads of `gpipe bench` (WORKLOADS.md): T1, the byte-level
+ * Transformer LM with AdamW, and C1, the Fashion-MNIST convnet with SGD, each
+ * timed step by step (forward + backward + update only) on random data
+ * keyed by (seed, step), so that no dataset is needed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+double gp_cli_median(const double *v, int n) {
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s) return v[0];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    /* Insertion sort: n is a handful of steps. */
+    for (int i = 1; i < n; i++) {
+        double x = s[i];
+        int j = i - 1;
+        for (; j >= 0 && s[j] > x; j--) s[j + 1] = s[j];
+        s[j + 1] = x;
+    }
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+/* T1's count from WORKLOADS.md: 6 x matmul parameters x tokens for the
+ * linear layers (forward 2, backward 4) plus 12 x layers x T x d x tokens
+ * for the attention products QK^T and AV. */
+static double transformer_flops(const gp_transformer_config *c, int64_t batch) {
+    double d = c->dim, ff = c->d_ff, tokens = (double)batch * c->seq_len;
+    double matmul_params = c->layers * (4.0 * d * d + 2.0 * d * ff) + d * c->vocab;
+    return 6.0 * matmul_params * tokens + 12.0 * c->layers * c->seq_len * d * tokens;
+}
+
+/* The model's own cost table, forward and backward of every layer. */
+static int model_flops(gp_model *m, int64_t batch, double *out) {
+    double f = 0;
+    for (int i = 0; i < gp_model_nlayers(m); i++) {
+        gp_cost c;
+        if (gp_model_cost(m, i, batch, &c) != GP_OK) return gp_cli_fail("bench", "gp_model_cost");
+        f += c.fwd_flops + c.bwd_flops;
+    }
+    *out = f;
+    return GP_CLI_EXIT_OK;
+}
+
+/* Random inputs for step `step`: bytes for T1 (labels: the next byte),
+ * standard normal pixels and uniform labels for C1. */
+static void fill_batch(gp_cli_bench *b, int step, int classes, gp_tensor *x, gp_tensor *y) {
+    gp_rng_stream s = {.seed = b->seed, .purpose = GP_RNG_DATA, .a = (uint32_t)step, .b = 7};
+    int32_t *yi = (int32_t *)y->data;
+    int64_t ny = gp_tensor_nelem(y);
+    if (x->dtype == GP_I32) {
+        int32_t *xi = (int32_t *)x->data;
+        int64_t T = x->shape.dim[1];
+        for (int64_t r = 0; r < x->shape.dim[0]; r++) {
+            /* One random stream of T+1 bytes per row: y is x shifted by one. */
+            int32_t prev = (int32_t)(gp_rng_u64(&s, (uint64_t)(r * (T + 1))) & 0xff);
+            for (int64_t t = 0; t < T; t++) {
+                int32_t next = (int32_t)(gp_rng_u64(&s, (uint64_t)(r * (T + 1) + t + 1)) & 0xff);
+                xi[r * T + t] = prev;
+                yi[r * T + t] = next;
+                prev = next;
+            }
+        }
+    } else {
+        gp_rng_normal(&s, 0, x->data, gp_tensor_nelem(x));
+        s.b = 8;
+        for (int64_t i = 0; i < ny; i++)
+            yi[i] = (int32_t)(gp_rng_u64(&s, (uint64_t)i) % (uint64_t)classes);
+    }
+}
+
+int gp_cli_bench_train(gp_cli_bench *b) {
+    const bool t1 = strcmp(b->workload, "T1") == 0;
+    gp_model *m = NULL;
+    gp_device *dev = NULL;
+    gp_trainer *tr = NULL;
+    gp_tensor x = {0}, y = {0};
+    int rc = GP_CLI_EXIT_OK, classes = 0;
+    gp_optim_opts oo;
+    if (t1) {
+        gp_transformer_config c = gp_transformer_defaults();
+        if (b->batch == 0) b->batch = 32;
+        if (gp_model_transformer(&c, &m) != GP_OK) return gp_cli_fail("bench", "T1 model");
+        b->flops_per_step = transformer_flops(&c, b->batch);
+        b->tokens_per_example = c.seq_len;
+        snprintf(b->model_desc, sizeof b->model_desc,
+                 "transformer d%d h%d ff%d L%d T%d V%d, batch %d, AdamW(3e-4, 0.01)", c.dim,
+                 c.heads, c.d_ff, c.layers, c.seq_len, c.vocab, b->batch);
+        oo = gp_adamw_defaults(3e-4f, 0.01f);
+    } else {
+        gp_convnet_config c = gp_convnet_defaults();
+        if (b->batch == 0) b->batch = 128;
+        if (gp_model_convnet(&c, &m) != GP_OK) return gp_cli_fail("bench", "C1 model");
+        classes = c.classes;
+        rc = model_flops(m, b->batch, &b->flops_per_step);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+        b->tokens_per_example = 0;
+        snprintf(b->model_desc, sizeof b->model_desc,
+                 "convnet %dx%dx%d -> %d classes, batch %d, SGD(0.05, momentum 0.9)", c.in_ch,
+                 c.height, c.width, c.classes, b->batch);
+        oo = gp_sgd_defaults(0.05f, 0.9f);
+    }
+    b->examples_per_step = b->batch;
+    b->nparams = gp_model_nparams(m);
+    gp_shape in;
+    gp_trainer_opts to = {.micro_batches = 1, .seed = b->seed};
+    if (gp_device_cpu_new("cpu0", &dev) != GP_OK || gp_model_init(m, dev, b->seed) != GP_OK ||
+        gp_trainer_new(m, &oo, &to, &tr) != GP_OK ||
+        gp_model_shape(m, -1, b->batch, &in) != GP_OK) {
+        rc = gp_cli_fail("bench", "setting up the model");
+        goto done;
+    }
+    gp_shape yshape = t1 ? in : gp_shape1(b->batch);
+    if (gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, t1 ? GP_I32 : GP_F32, &x) != GP_OK ||
+        gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, yshape, GP_I32, &y) != GP_OK) {
+        rc = gp_cli_fail("bench", "allocating the input batch");
+        goto done;
+    }
+    b->step_seconds = calloc((size_t)b->steps, sizeof *b->step_seconds);
+    if (!b->step_seconds) {
+        fprintf(stderr, "gpipe bench: out of host memory\n");
+        rc = GP_CLI_EXIT_RUNTIME;
+        goto done;
+    }
+    for (int step = 0; step < b->warmup + b->steps; step++) {
+        fill_batch(b, step, classes, &x, &y);
+        float loss;
+        double t0 = gp_now();
+        if (gp_trainer_step(tr, &x, &y, &loss) != GP_OK) {
+            rc = gp_cli_fail("bench", "training step");
+            goto done;
+        }
+        double dt = gp_now() - t0;
+        b->final_loss = loss;
+        bool warm = step < b->warmup;
+        if (!warm) b->step_seconds[step - b->warmup] = dt;
+        if (!b->quiet)
+            fprintf(stderr, "  %s step %d/%d: %.3f s, loss %.4f\n", warm ? "warm-up" : "timed",
+                    warm ? step + 1 : step - b->warmup + 1, warm ? b->warmup : b->steps, dt,
+                    (double)loss);
+    }
+    gp_device_mem_stats(dev, &b->mem);
+done:
+    gp_tensor_release(&x);
+    gp_tensor_release(&y);
+    if (tr) gp_trainer_free(tr);
+    gp_model_free(m);
+    if (dev) gp_device_free(dev);
+    return rc;
+}

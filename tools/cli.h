@@ -1,0 +1,133 @@
+/* Shared declarations of the gpipe command-line tool: the subcommands, the
+ * resolved training setup that the classifier and language-model loops share,
+ * progress output, JSON reports and text sampling. Uses the public API only. */
+#ifndef GP_CLI_H
+#define GP_CLI_H
+
+#include <cjson/cJSON.h>
+
+#include "cli_args.h"
+#include "gpipe.h"
+
+/* ------------------------------------------------------------ subcommands */
+
+int gp_cli_train_main(int argc, char **argv);
+int gp_cli_bench_main(int argc, char **argv);
+
+/* ------------------------------------------------------------- training */
+
+/* Defaults of `gpipe train`, also quoted by its --help. */
+#define GP_CLI_LM_DEFAULT_STEPS        1000
+#define GP_CLI_LM_DEFAULT_WARMUP       100
+#define GP_CLI_LM_DEFAULT_EVAL_WINDOWS 128
+#define GP_CLI_IMAGE_MEAN              0.2860f
+#define GP_CLI_IMAGE_STD               0.3530f
+#define GP_CLI_FASHION_DIR             "/usr/share/datasets/fashion-mnist"
+
+typedef struct gp_cli_train {
+    /* options, with the defaults resolved */
+    const char *model_name;
+    const char *data;  /* NULL: the family's default */
+    int epochs, steps; /* one of them is 0 before the data is loaded */
+    int batch, micro_batches, threads, warmup, eval_every, eval_size, log_every, sample;
+    double lr, weight_decay, clip, momentum, temperature;
+    uint64_t seed, memory_limit;
+    const char *optimizer, *schedule, *report;
+    bool quiet;
+
+    /* set up by gp_cli_train_main */
+    gp_model *model;
+    gp_device *dev;
+    gp_trainer *trainer; /* by gp_cli_trainer_start, once the step count is known */
+    gp_optim_opts optim;
+    bool is_lm;
+    gp_shape in_shape;  /* (batch, ...) */
+    gp_shape out_shape; /* (batch, classes) or (batch, T, vocab) */
+
+    /* results, for the summary and the report */
+    int steps_done, epochs_done;
+    double final_loss;
+    double train_seconds; /* forward+backward+update and batch assembly, no evaluation */
+    int64_t examples_seen;
+    bool have_eval;
+    double eval_loss, eval_accuracy; /* accuracy: classifier only */
+    int64_t eval_count;              /* test examples or validation windows */
+    cJSON *eval_history;             /* array of {step, loss, ...}, owned */
+} gp_cli_train;
+
+/* Creates the trainer for `total_steps` steps (the cosine schedule needs it). */
+int gp_cli_trainer_start(gp_cli_train *t, int total_steps);
+/* Both return an exit status and fill the results. */
+int gp_cli_train_classifier(gp_cli_train *t);
+int gp_cli_train_lm(gp_cli_train *t);
+/* Prints "gpipe train: <what>: <gp_last_error()>" and returns the runtime
+ * exit status. */
+int gp_cli_fail(const char *cmd, const char *what);
+
+/* Generates nbytes bytes after a newline context and writes them raw to f. */
+int gp_cli_sample(gp_cli_train *t, int nbytes, FILE *f);
+
+/* ---------------------------------------------------------------- bench */
+
+/* One training workload of `gpipe bench` (T1 or C1), timed step by step. */
+typedef struct gp_cli_bench {
+    /* options */
+    const char *workload;
+    int steps, warmup, batch; /* batch 0: the workload's own */
+    uint64_t seed;
+    bool quiet;
+    /* results */
+    double *step_seconds; /* the `steps` timed steps, owned */
+    double flops_per_step;
+    int64_t examples_per_step, tokens_per_example; /* tokens: 0 for C1 */
+    int64_t nparams;
+    double final_loss;
+    gp_mem_stats mem;
+    char model_desc[160];
+} gp_cli_bench;
+
+/* Builds the workload's model, trains warmup + steps steps on random data
+ * and records the timings; returns an exit status. */
+int gp_cli_bench_train(gp_cli_bench *b);
+
+/* Median of n values (n >= 1), without changing them. */
+double gp_cli_median(const double *v, int n);
+
+/* ------------------------------------------------------------- progress */
+
+typedef struct gp_cli_progress {
+    bool bar;   /* stderr is a terminal: one line redrawn in place */
+    bool quiet; /* neither bar nor log lines */
+    bool drawn; /* the bar is on screen now */
+    int total, log_every;
+    int64_t examples_per_step, tokens_per_example; /* tokens: 0 for classifiers */
+    double last_draw;
+    double loss_sum; /* since the last log line */
+    int loss_n;
+} gp_cli_progress;
+
+/* log_every 0: about 20 lines per run. */
+void gp_cli_progress_init(gp_cli_progress *p, int total, int64_t examples_per_step,
+                          int64_t tokens_per_example, int log_every, bool quiet);
+/* After step `done` (1-based) with its loss; train_seconds so far. */
+void gp_cli_progress_step(gp_cli_progress *p, int done, double loss, double train_seconds);
+/* Wipes the bar so that a normal line can be printed. */
+void gp_cli_progress_clear(gp_cli_progress *p);
+/* "1h02m", "3m05s", "12.3s" */
+const char *gp_cli_fmt_duration(double seconds, char *buf, size_t bufsize);
+
+/* --------------------------------------------------------------- reports */
+
+/* Adds "memory": {"peak_bytes": {<category>: n, ..., "total": n},
+ * "limit_bytes": n, "allocations": n} from a device's counters. */
+void gp_cli_report_memory(cJSON *root, const gp_mem_stats *st);
+/* Adds an exact unsigned integer (cJSON numbers are doubles). */
+void gp_cli_report_u64(cJSON *obj, const char *key, uint64_t v);
+/* Writes the JSON to path.tmp.<pid> and renames it over path, checking every
+ * write; on failure prints why (naming `option` and the file) and returns
+ * false. */
+bool gp_cli_report_write(const cJSON *root, const char *path, const char *option);
+/* 16 lowercase hex digits and a NUL. */
+void gp_cli_hex64(uint64_t v, char out[17]);
+
+#endif

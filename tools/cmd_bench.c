@@ -1,0 +1,205 @@
+/* `gpipe bench`: the WORKLOADS.md figures. G1 times OpenBLAS sgemm on the
+ * 2048^3 and T1 shapes; T1 and C1 time training steps and divide the achieved
+ * GFLOP/s by the 2048^3 sgemm ceiling measured in the same process. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct bench_opts {
+    const char *workload, *report;
+    int threads, steps, warmup, batch;
+    uint64_t seed;
+    bool quiet;
+} bench_opts;
+
+enum { NOPTS = 8 };
+
+static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
+    gp_cli_opt tab[NOPTS] = {
+        {"--workload", GP_CLI_CHOICE, &o->workload, "G1|T1|C1",
+         "G1 sgemm GFLOP/s, T1 Transformer LM step, C1 convnet step (required)", NULL, 0, false,
+         "G1|T1|C1", false},
+        {"--threads", GP_CLI_INT, &o->threads, "N", "BLAS threads",
+         "OpenBLAS's own (OPENBLAS_NUM_THREADS or all cores)", 1, false, NULL, false},
+        {"--steps", GP_CLI_INT, &o->steps, "N", "timed steps (G1: timed calls per shape)", "10", 1,
+         false, NULL, false},
+        {"--warmup", GP_CLI_INT, &o->warmup, "N", "untimed steps (or calls) first", "3", 0, false,
+         NULL, false},
+        {"--batch", GP_CLI_INT, &o->batch, "N", "mini-batch of T1 or C1", "32 for T1, 128 for C1",
+         1, false, NULL, false},
+        {"--seed", GP_CLI_U64, &o->seed, "S", "seed of the parameters and the random data", "1", 0,
+         false, NULL, false},
+        {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
+         "none", 0, false, NULL, false},
+        {"--quiet", GP_CLI_FLAG, &o->quiet, NULL, "no per-step lines on stderr", NULL, 0, false,
+         NULL, false},
+    };
+    memcpy(t, tab, sizeof tab);
+    return NOPTS;
+}
+
+static void print_help(const gp_cli_opt *tab, int n) {
+    printf("Usage: gpipe bench --workload G1|T1|C1 [options]\n\n"
+           "Measures a workload of WORKLOADS.md on one CPU device:\n"
+           "  G1  OpenBLAS sgemm GFLOP/s: 2048^3 and the T1 shapes 4096x512 by 512x1536,\n"
+           "      512x512 and 512x2048, and 4096x2048 by 2048x512\n"
+           "  T1  Transformer LM (gp_transformer_defaults), AdamW(3e-4, 0.01), random bytes:\n"
+           "      tokens/s and GFLOP/s counted as 6 x matmul params x tokens\n"
+           "      + 12 x layers x seq_len x d_model x tokens\n"
+           "  C1  Fashion-MNIST convnet, SGD(0.05, momentum 0.9), random images: images/s and\n"
+           "      GFLOP/s from the model's cost table\n"
+           "T1 and C1 report the median step time over --steps after --warmup steps, its\n"
+           "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
+           "process on the same threads.\n\nOptions:\n");
+    gp_cli_print_options(tab, n, stdout);
+    printf("\nExit status: 0 success, 1 runtime failure, 2 bad usage.\n");
+}
+
+/* GFLOP/s of `reps` separately timed sgemm calls (after `warmup` calls). */
+static int time_sgemm(int64_t m, int64_t n, int64_t k, int warmup, int reps, double *out) {
+    for (int i = 0; i < warmup + reps; i++) {
+        double g;
+        if (gp_bench_sgemm(m, n, k, 1, &g) != GP_OK) return gp_cli_fail("bench", "sgemm");
+        if (i >= warmup) out[i - warmup] = g;
+    }
+    return GP_CLI_EXIT_OK;
+}
+
+static void add_spread(cJSON *obj, const char *key, const double *v, int n) {
+    cJSON *s = cJSON_AddObjectToObject(obj, key);
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < n; i++) lo = fmin(lo, v[i]), hi = fmax(hi, v[i]);
+    cJSON_AddNumberToObject(s, "median", gp_cli_median(v, n));
+    cJSON_AddNumberToObject(s, "min", lo);
+    cJSON_AddNumberToObject(s, "max", hi);
+}
+
+static int run_g1(const bench_opts *o, cJSON *r) {
+    static const struct {
+        const char *name;
+        int64_t m, n, k;
+    } shapes[] = {{"2048^3", 2048, 2048, 2048},
+                  {"T1 qkv 4096x512 by 512x1536", 4096, 1536, 512},
+                  {"T1 proj 4096x512 by 512x512", 4096, 512, 512},
+                  {"T1 fc 4096x512 by 512x2048", 4096, 2048, 512},
+                  {"T1 fc2 4096x2048 by 2048x512", 4096, 512, 2048}};
+    double *g = malloc((size_t)o->steps * sizeof *g);
+    if (!g) return GP_CLI_EXIT_RUNTIME;
+    cJSON *arr = cJSON_AddArrayToObject(r, "sgemm");
+    printf("%-30s %10s %10s %10s\n", "sgemm (m x k by k x n)", "GFLOP/s", "min", "max");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int rc = time_sgemm(shapes[i].m, shapes[i].n, shapes[i].k, o->warmup, o->steps, g);
+        if (rc != GP_CLI_EXIT_OK) {
+            free(g);
+            return rc;
+        }
+        double lo = g[0], hi = g[0], med = gp_cli_median(g, o->steps);
+        for (int j = 1; j < o->steps; j++) lo = fmin(lo, g[j]), hi = fmax(hi, g[j]);
+        printf("%-30s %10.1f %10.1f %10.1f\n", shapes[i].name, med, lo, hi);
+        fflush(stdout);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", shapes[i].name);
+        cJSON_AddNumberToObject(e, "m", (double)shapes[i].m);
+        cJSON_AddNumberToObject(e, "n", (double)shapes[i].n);
+        cJSON_AddNumberToObject(e, "k", (double)shapes[i].k);
+        add_spread(e, "gflops", g, o->steps);
+        cJSON_AddItemToArray(arr, e);
+        if (i == 0) cJSON_AddNumberToObject(r, "ceiling_gflops", med);
+    }
+    free(g);
+    return GP_CLI_EXIT_OK;
+}
+
+static int run_training(const bench_opts *o, cJSON *r) {
+    /* The ceiling first, on the same threads, as WORKLOADS.md asks. */
+    enum { CEILING_REPS = 5 };
+    double g[CEILING_REPS];
+    int rc = time_sgemm(2048, 2048, 2048, 0, CEILING_REPS, g);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    double ceiling = gp_cli_median(g, CEILING_REPS);
+    gp_cli_bench b = {.workload = o->workload,
+                      .steps = o->steps,
+                      .warmup = o->warmup,
+                      .batch = o->batch,
+                      .seed = o->seed,
+                      .quiet = o->quiet};
+    rc = gp_cli_bench_train(&b);
+    if (rc != GP_CLI_EXIT_OK) {
+        free(b.step_seconds);
+        return rc;
+    }
+    double med = gp_cli_median(b.step_seconds, b.steps), lo = b.step_seconds[0], hi = lo;
+    for (int i = 1; i < b.steps; i++)
+        lo = fmin(lo, b.step_seconds[i]), hi = fmax(hi, b.step_seconds[i]);
+    double ex_s = (double)b.examples_per_step / med;
+    double achieved = b.flops_per_step / med / 1e9;
+    cJSON_AddStringToObject(r, "model", b.model_desc);
+    cJSON_AddNumberToObject(r, "batch", b.batch);
+    cJSON_AddNumberToObject(r, "nparams", (double)b.nparams);
+    cJSON_AddStringToObject(r, "data", "random (keyed by seed and step)");
+    cJSON *th = cJSON_AddObjectToObject(r, "throughput");
+    cJSON_AddNumberToObject(th, "examples_per_s", ex_s);
+    if (b.tokens_per_example > 0)
+        cJSON_AddNumberToObject(th, "tokens_per_s", ex_s * (double)b.tokens_per_example);
+    cJSON_AddNumberToObject(r, "flops_per_step", b.flops_per_step);
+    cJSON_AddNumberToObject(r, "achieved_gflops", achieved);
+    cJSON_AddNumberToObject(r, "ceiling_gflops", ceiling);
+    cJSON_AddNumberToObject(r, "fraction_of_ceiling", achieved / ceiling);
+    add_spread(r, "step_seconds", b.step_seconds, b.steps);
+    cJSON_AddNumberToObject(r, "final_loss", b.final_loss);
+    gp_cli_report_memory(r, &b.mem);
+
+    char mem[32];
+    printf("%s: %s\n", o->workload, b.model_desc);
+    printf("  step %.4f s median (min %.4f, max %.4f) over %d steps after %d warm-up\n", med, lo,
+           hi, b.steps, b.warmup);
+    if (b.tokens_per_example > 0)
+        printf("  %.0f tokens/s (%.2f sequences/s)\n", ex_s * (double)b.tokens_per_example, ex_s);
+    else
+        printf("  %.1f images/s\n", ex_s);
+    printf("  %.1f GFLOP/step, %.1f GFLOP/s achieved = %.3f of the %.1f GFLOP/s sgemm ceiling\n",
+           b.flops_per_step / 1e9, achieved, achieved / ceiling, ceiling);
+    printf("  peak memory %s\n", gp_cli_fmt_bytes(b.mem.peak_total, mem, sizeof mem));
+    free(b.step_seconds);
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_bench_main(int argc, char **argv) {
+    bench_opts o = {.steps = 10, .warmup = 3, .seed = 1};
+    gp_cli_opt tab[NOPTS];
+    int n = make_table(tab, &o);
+    int rc = gp_cli_parse(tab, n, argc, argv, 2, "bench");
+    if (rc == GP_CLI_HELP) {
+        print_help(tab, n);
+        return GP_CLI_EXIT_OK;
+    }
+    if (rc != GP_CLI_PARSED) return rc;
+    if (!o.workload) return gp_cli_usage_error("bench", "--workload: required (G1, T1 or C1)");
+    if (gp_cli_seen(tab, n, "--batch") && strcmp(o.workload, "G1") == 0)
+        return gp_cli_usage_error("bench", "--batch: only for T1 and C1 (G1 has fixed shapes)");
+    if (o.threads > 0) gp_blas_set_threads(o.threads);
+    double t0 = gp_now();
+    printf("gpipe bench %s: %d BLAS thread(s), core %s, %d timed after %d warm-up\n", o.workload,
+           gp_blas_threads(), gp_blas_corename(), o.steps, o.warmup);
+    fflush(stdout);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "workload", o.workload);
+    cJSON_AddNumberToObject(r, "threads", gp_blas_threads());
+    cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
+    cJSON_AddStringToObject(r, "gpipe_version", gp_version());
+    cJSON_AddNumberToObject(r, "steps", o.steps);
+    cJSON_AddNumberToObject(r, "warmup", o.warmup);
+    gp_cli_report_u64(r, "seed", o.seed);
+    rc = strcmp(o.workload, "G1") == 0 ? run_g1(&o, r) : run_training(&o, r);
+    cJSON_AddNumberToObject(r, "elapsed_s", gp_now() - t0);
+    if (rc == GP_CLI_EXIT_OK && o.report) {
+        if (!gp_cli_report_write(r, o.report, "--report"))
+            rc = GP_CLI_EXIT_RUNTIME;
+        else
+            printf("report written to %s\n", o.report);
+    }
+    cJSON_Delete(r);
+    return rc;
+}

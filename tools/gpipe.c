@@ -1,0 +1,44 @@
+/* The gpipe command-line tool: `gpipe train` and `gpipe bench`, plus --help
+ * and --version. Exit status 0 on success, 1 on a runtime failure (with the
+ * library's message), 2 on bad usage. */
+#include <string.h>
+
+#include "cli.h"
+
+static void print_help(void) {
+    printf("Usage: gpipe COMMAND [options]\n"
+           "       gpipe --help | --version\n\n"
+           "Trains networks written as a sequence of layers (GPipe pipeline parallelism).\n\n"
+           "Commands:\n"
+           "  train   train a model: the Fashion-MNIST convnet, the Transformer language model,\n"
+           "          or a JSON model file (gpipe train --help)\n"
+           "  bench   measure the G1, T1 and C1 workloads (gpipe bench --help)\n\n"
+           "Options:\n"
+           "  -h, --help      show this help and exit\n"
+           "  -V, --version   print the version and exit\n\n"
+           "Exit status: 0 success, 1 runtime failure, 2 bad usage.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "gpipe: missing command (expected train or bench)\n"
+                        "Try 'gpipe --help'.\n");
+        return GP_CLI_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        print_help();
+        return GP_CLI_EXIT_OK;
+    }
+    if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("gpipe %s (BLAS core %s)\n", gp_version(), gp_blas_corename());
+        return GP_CLI_EXIT_OK;
+    }
+    if (strcmp(cmd, "train") == 0) return gp_cli_train_main(argc, argv);
+    if (strcmp(cmd, "bench") == 0) return gp_cli_bench_main(argc, argv);
+    fprintf(stderr,
+            "gpipe: unknown %s '%s' (expected train, bench, --help or --version)\n"
+            "Try 'gpipe --help'.\n",
+            cmd[0] == '-' ? "option" : "command", cmd);
+    return GP_CLI_EXIT_USAGE;
+}

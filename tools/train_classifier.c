@@ -1,0 +1,219 @@
+/* The image-classifier loop of `gpipe train`: IDX data (Fashion-MNIST by
+ * default) shuffled each epoch by gp_shuffle(seed, epoch), full batches only,
+ * test accuracy and loss on the t10k split after each epoch. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+/* One evaluation pass over the first `count` test images, in batches of at
+ * most t->batch (a smaller tensor for the remainder). */
+static int evaluate(gp_cli_train *t, const gp_idx_dataset *test, int64_t count, double *loss,
+                    double *accuracy) {
+    const int64_t B = t->batch < count ? t->batch : count;
+    const gp_shape *in = &t->in_shape;
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
+    gp_tensor x = {0}, y = {0};
+    int rc = GP_CLI_EXIT_OK;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    if (!idx) {
+        fprintf(stderr, "gpipe train: evaluation: out of host memory\n");
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    for (int64_t first = 0; first < count; first += B) {
+        int64_t nb = count - first < B ? count - first : B;
+        if (!x.data || x.shape.dim[0] != nb) {
+            gp_tensor_release(&x);
+            gp_tensor_release(&y);
+            if (gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS,
+                                gp_shape4(nb, in->dim[1], in->dim[2], in->dim[3]), GP_F32,
+                                &x) != GP_OK ||
+                gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, gp_shape1(nb), GP_I32, &y) != GP_OK) {
+                rc = gp_cli_fail("train", "evaluation: cannot allocate a test batch");
+                break;
+            }
+        }
+        for (int64_t i = 0; i < nb; i++) idx[i] = first + i;
+        double ls = 0;
+        int64_t nc = 0, nn = 0;
+        if (gp_idx_batch(test, idx, nb, GP_CLI_IMAGE_MEAN, GP_CLI_IMAGE_STD, &x, &y) != GP_OK ||
+            gp_model_evaluate(t->model, t->dev, &x, &y, &ls, &nc, &nn) != GP_OK) {
+            rc = gp_cli_fail("train", "evaluation on the t10k split");
+            break;
+        }
+        loss_sum += ls;
+        correct += nc;
+        seen += nn;
+    }
+    gp_tensor_release(&x);
+    gp_tensor_release(&y);
+    free(idx);
+    if (rc == GP_CLI_EXIT_OK && seen <= 0) {
+        fprintf(stderr, "gpipe train: evaluation counted no test examples\n");
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
+    if (rc == GP_CLI_EXIT_OK) {
+        *loss = loss_sum / (double)seen;
+        *accuracy = (double)correct / (double)seen;
+    }
+    return rc;
+}
+
+/* Evaluates, prints the line and appends it to the history. */
+static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_progress *p, int step,
+                        bool epoch_end) {
+    int64_t count = t->eval_size > 0 && t->eval_size < test->n ? t->eval_size : test->n;
+    double t0 = gp_now(), loss, acc;
+    int rc = evaluate(t, test, count, &loss, &acc);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    double secs = gp_now() - t0;
+    t->have_eval = true;
+    t->eval_loss = loss;
+    t->eval_accuracy = acc;
+    t->eval_count = count;
+    gp_cli_progress_clear(p);
+    if (epoch_end)
+        printf("epoch %d (step %d): ", t->epochs_done, step);
+    else
+        printf("step %d: ", step);
+    printf("test accuracy %.4f, loss %.4f (%lld images, %.1fs)\n", acc, loss, (long long)count,
+           secs);
+    fflush(stdout);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "step", step);
+    cJSON_AddNumberToObject(e, "epoch", t->epochs_done);
+    cJSON_AddNumberToObject(e, "loss", loss);
+    cJSON_AddNumberToObject(e, "accuracy", acc);
+    cJSON_AddNumberToObject(e, "seconds", secs);
+    cJSON_AddItemToArray(t->eval_history, e);
+    return GP_CLI_EXIT_OK;
+}
+
+/* The data and the model must agree on image size and label range. */
+static int check_shapes(gp_cli_train *t, const gp_idx_dataset *train, const gp_idx_dataset *test,
+                        const char *dir) {
+    const gp_shape *in = &t->in_shape, *out = &t->out_shape;
+    char buf[96];
+    if (in->ndim != 4 || in->dim[1] != 1 || in->dim[2] != train->rows || in->dim[3] != train->cols)
+        return gp_cli_usage_error("train",
+                                  "--model %s takes input %s, but the IDX images in %s are "
+                                  "(%lld, 1, %d, %d)",
+                                  t->model_name, gp_shape_str(in, buf, sizeof buf), dir,
+                                  (long long)t->batch, train->rows, train->cols);
+    if (test->rows != train->rows || test->cols != train->cols)
+        return gp_cli_usage_error("train", "--data %s: t10k images are %dx%d, train images %dx%d",
+                                  dir, test->rows, test->cols, train->rows, train->cols);
+    int maxlabel = 0;
+    for (int64_t i = 0; i < train->n; i++)
+        if (train->labels[i] > maxlabel) maxlabel = train->labels[i];
+    for (int64_t i = 0; i < test->n; i++)
+        if (test->labels[i] > maxlabel) maxlabel = test->labels[i];
+    if (out->ndim != 2 || out->dim[1] <= maxlabel)
+        return gp_cli_usage_error("train",
+                                  "--model %s outputs %s, expected (batch, classes) with at least "
+                                  "%d classes for the labels in %s",
+                                  t->model_name, gp_shape_str(out, buf, sizeof buf), maxlabel + 1,
+                                  dir);
+    if (train->n < t->batch)
+        return gp_cli_usage_error("train", "--batch %d: larger than the %lld training images in %s",
+                                  t->batch, (long long)train->n, dir);
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_train_classifier(gp_cli_train *t) {
+    const char *dir = t->data ? t->data : GP_CLI_FASHION_DIR;
+    gp_idx_dataset train = {0}, test = {0};
+    gp_tensor x = {0}, y = {0};
+    int64_t *perm = NULL;
+    int rc = GP_CLI_EXIT_OK;
+    char what[512];
+    if (gp_idx_load_dir(dir, "train", &train) != GP_OK ||
+        gp_idx_load_dir(dir, "t10k", &test) != GP_OK) {
+        snprintf(what, sizeof what,
+                 "cannot load the IDX data from %s (--data; the default needs the Debian package "
+                 "dataset-fashion-mnist)",
+                 dir);
+        rc = gp_cli_fail("train", what);
+        goto done;
+    }
+    rc = check_shapes(t, &train, &test, dir);
+    if (rc != GP_CLI_EXIT_OK) goto done;
+    const int64_t per_epoch = train.n / t->batch;
+    int64_t total = t->steps > 0 ? t->steps : per_epoch * t->epochs;
+    if (total > 0x7fffffff) {
+        rc = gp_cli_usage_error("train", "--epochs %d: %lld steps, more than a step counter holds",
+                                t->epochs, (long long)total);
+        goto done;
+    }
+    rc = gp_cli_trainer_start(t, (int)total);
+    if (rc != GP_CLI_EXIT_OK) goto done;
+    t->eval_history = cJSON_CreateArray();
+    perm = malloc((size_t)train.n * sizeof *perm);
+    if (!perm || !t->eval_history) {
+        fprintf(stderr, "gpipe train: out of host memory for the data order\n");
+        rc = GP_CLI_EXIT_RUNTIME;
+        goto done;
+    }
+    const gp_shape *in = &t->in_shape;
+    if (gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, *in, GP_F32, &x) != GP_OK ||
+        gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, gp_shape1(t->batch), GP_I32, &y) != GP_OK) {
+        rc = gp_cli_fail("train", "cannot allocate the input batch");
+        goto done;
+    }
+    printf("training on %lld images from %s: %lld steps of %d (%lld per epoch)\n",
+           (long long)train.n, dir, (long long)total, t->batch, (long long)per_epoch);
+    fflush(stdout);
+    gp_cli_progress prog;
+    gp_cli_progress_init(&prog, (int)total, t->batch, 0, t->log_every, t->quiet);
+    for (int step = 0; step < total; step++) {
+        const uint32_t epoch = (uint32_t)(step / per_epoch);
+        const int64_t pos = step % per_epoch;
+        double t0 = gp_now();
+        if (pos == 0 && gp_shuffle(t->seed, epoch, train.n, perm) != GP_OK) {
+            rc = gp_cli_fail("train", "cannot shuffle the training set");
+            goto done;
+        }
+        float loss;
+        if (gp_idx_batch(&train, perm + pos * t->batch, t->batch, GP_CLI_IMAGE_MEAN,
+                         GP_CLI_IMAGE_STD, &x, &y) != GP_OK) {
+            rc = gp_cli_fail("train", "cannot assemble a training batch");
+            goto done;
+        }
+        if (gp_trainer_step(t->trainer, &x, &y, &loss) != GP_OK) {
+            gp_cli_progress_clear(&prog);
+            snprintf(what, sizeof what, "training step %d", step + 1);
+            rc = gp_cli_fail("train", what);
+            goto done;
+        }
+        t->train_seconds += gp_now() - t0;
+        t->steps_done = step + 1;
+        t->examples_seen += t->batch;
+        t->final_loss = loss;
+        if (!isfinite(loss)) {
+            gp_cli_progress_clear(&prog);
+            fprintf(stderr,
+                    "gpipe train: the loss is %g at step %d: training diverged (try a "
+                    "lower --lr, or --clip)\n",
+                    (double)loss, step + 1);
+            rc = GP_CLI_EXIT_RUNTIME;
+            goto done;
+        }
+        gp_cli_progress_step(&prog, step + 1, loss, t->train_seconds);
+        const bool epoch_end = pos == per_epoch - 1;
+        if (epoch_end) t->epochs_done++;
+        if (epoch_end || step + 1 == total ||
+            (t->eval_every > 0 && (step + 1) % t->eval_every == 0)) {
+            rc = eval_and_log(t, &test, &prog, step + 1, epoch_end);
+            if (rc != GP_CLI_EXIT_OK) goto done;
+        }
+    }
+    gp_cli_progress_clear(&prog);
+done:
+    gp_tensor_release(&x);
+    gp_tensor_release(&y);
+    free(perm);
+    gp_idx_free(&train);
+    gp_idx_free(&test);
+    return rc;
+}
