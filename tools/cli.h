@@ -30,7 +30,7 @@ typedef struct gp_cli_train {
     const char *data;  /* NULL: the family's default */
     int epochs, steps; /* one of them is 0 before the data is loaded */
     int batch, micro_batches, threads, warmup, eval_every, eval_size, log_every, sample;
-    double lr, weight_decay, clip, momentum, temperature;
+    double lr, min_lr, weight_decay, clip, momentum, temperature;
     uint64_t seed, memory_limit;
     const char *optimizer, *schedule, *report;
     bool quiet;

@@ -18,12 +18,12 @@ typedef struct train_opts {
     const char *model, *data, *report, *optimizer, *schedule;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
-    double lr, weight_decay, clip, momentum, temperature;
+    double lr, min_lr, weight_decay, clip, momentum, temperature;
     uint64_t seed, memory_limit;
     bool quiet;
 } train_opts;
 
-enum { NOPTS = 25 };
+enum { NOPTS = 32 }; /* room for the table below; table_len counts it */
 
 static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_opt t[NOPTS] = {
@@ -46,6 +46,8 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "sgd classifier, adamw language model", 0, false, "sgd|adamw", false},
         {"--lr", GP_CLI_FLOAT, &o->lr, "X", "peak learning rate", "0.05 sgd, 3e-4 adamw", 0, true,
          NULL, false},
+        {"--min-lr", GP_CLI_FLOAT, &o->min_lr, "X",
+         "where the cosine schedule ends, at most --lr", "0", 0, false, NULL, false},
         {"--momentum", GP_CLI_FLOAT, &o->momentum, "X", "SGD momentum, in [0, 1)", "0.9", 0, false,
          NULL, false},
         {"--weight-decay", GP_CLI_FLOAT, &o->weight_decay, "X",
@@ -191,6 +193,10 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     if (sgd && !SEEN("--momentum")) USED(" momentum=0.9");
     t->lr = SEEN("--lr") ? o->lr : (sgd ? 0.05 : 3e-4);
     if (!SEEN("--lr")) USED(" lr=%g", t->lr);
+    t->min_lr = SEEN("--min-lr") ? o->min_lr : 0.0;
+    if (t->min_lr > t->lr)
+        return gp_cli_usage_error("train", "--min-lr %g: must not exceed the peak --lr %g",
+                                  t->min_lr, t->lr);
     t->weight_decay = SEEN("--weight-decay") ? o->weight_decay : (sgd ? 0.0 : 0.01);
     if (!SEEN("--weight-decay")) USED(" weight-decay=%g", t->weight_decay);
     t->schedule = SEEN("--lr-schedule") ? o->schedule : (lm ? "cosine" : "constant");
@@ -237,6 +243,7 @@ int gp_cli_trainer_start(gp_cli_train *t, int total_steps) {
     oo.warmup_steps = t->warmup;
     oo.total_steps = strcmp(t->schedule, "cosine") == 0 ? total_steps : 0;
     oo.clip_norm = (float)t->clip;
+    oo.min_lr = (float)t->min_lr;
     t->optim = oo;
     gp_trainer_opts to = {.micro_batches = t->micro_batches, .seed = t->seed};
     if (gp_trainer_new(t->model, &oo, &to, &t->trainer) != GP_OK)
@@ -259,6 +266,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "threads", gp_blas_threads());
     cJSON_AddStringToObject(r, "optimizer", t->optimizer);
     cJSON_AddNumberToObject(r, "lr", t->lr);
+    cJSON_AddNumberToObject(r, "min_lr", t->min_lr);
     cJSON_AddNumberToObject(r, "weight_decay", t->weight_decay);
     cJSON_AddNumberToObject(r, "warmup", t->warmup);
     cJSON_AddStringToObject(r, "lr_schedule", t->schedule);

@@ -63,6 +63,8 @@ for opt in --weight-decay --clip --momentum; do
     expect 2 "$opt" $C "$opt" nan
 done
 expect 2 "--momentum" $C --momentum 1
+expect 2 "--min-lr 0.1: must not exceed the peak --lr 0.05" $C --min-lr 0.1
+expect 2 "--min-lr" $C --min-lr -1
 expect 2 "--momentum" train --model "$TMP/lm.json" --momentum 0.9
 expect 2 "--seed" $C --seed -1
 expect 2 "--seed" $C --seed 1.5
@@ -121,7 +123,7 @@ check_help "train bench --help --version" --help
 check_help "train bench" -h
 check_help "--model --data --epochs --steps --batch --lr --seed --threads --report --sample
     --eval-every --warmup --weight-decay --clip --optimizer --micro-batches --memory-limit --quiet
-    --temperature --eval-size --momentum --lr-schedule --log-every --help default:" train --help
+    --temperature --eval-size --momentum --lr-schedule --log-every --min-lr --help default:" train --help
 check_help "--workload G1 T1 C1 --threads --steps --warmup --report --batch --seed --quiet --help
     default:" bench --help
 n=$((n + 1))
