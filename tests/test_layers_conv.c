@@ -23,7 +23,8 @@ static void alloc_params(gp_layer *l, gp_device *dev, uint64_t seed) {
         if (p->trainable)
             gp_test_fill(p->value.data, n, seed, 200 + (uint32_t)i, 0.1f, 1.0f);
         else
-            for (int64_t k = 0; k < n; k++) p->value.data[k] = p->init == GP_INIT_ONES ? 1.0f : 0.0f;
+            for (int64_t k = 0; k < n; k++)
+                p->value.data[k] = p->init == GP_INIT_ONES ? 1.0f : 0.0f;
         REQUIRE_OK(gp_tensor_zeros(dev, GP_MEM_GRADS, p->shape, GP_F32, &p->grad));
     }
 }
@@ -51,18 +52,18 @@ static void test_gradchecks(void) {
         bool bias;
         gp_shape in;
     } convs[] = {
-        {2, 3, 3, 1, 1, true, gp_shape4(2, 2, 5, 5)},   /* "same" 3x3 */
-        {2, 4, 3, 2, 0, false, gp_shape4(2, 2, 7, 6)},  /* stride 2, no pad, non-square */
-        {2, 3, 3, 2, 1, true, gp_shape4(2, 2, 6, 5)},   /* stride 2, pad 1 */
-        {3, 2, 1, 1, 0, true, gp_shape4(2, 3, 4, 4)},   /* 1x1: the direct GEMM path */
-        {2, 2, 1, 2, 0, false, gp_shape4(2, 2, 5, 5)},  /* 1x1 strided: im2col path */
-        {2, 3, 5, 1, 2, true, gp_shape4(1, 2, 6, 6)},   /* 5x5 same */
-        {2, 2, 5, 2, 1, false, gp_shape4(2, 2, 7, 8)},  /* 5x5, stride 2, pad 1 */
-        {1, 2, 3, 1, 1, false, gp_shape4(3, 1, 4, 4)},  /* C1's first layer */
+        {2, 3, 3, 1, 1, true, gp_shape4(2, 2, 5, 5)},  /* "same" 3x3 */
+        {2, 4, 3, 2, 0, false, gp_shape4(2, 2, 7, 6)}, /* stride 2, no pad, non-square */
+        {2, 3, 3, 2, 1, true, gp_shape4(2, 2, 6, 5)},  /* stride 2, pad 1 */
+        {3, 2, 1, 1, 0, true, gp_shape4(2, 3, 4, 4)},  /* 1x1: the direct GEMM path */
+        {2, 2, 1, 2, 0, false, gp_shape4(2, 2, 5, 5)}, /* 1x1 strided: im2col path */
+        {2, 3, 5, 1, 2, true, gp_shape4(1, 2, 6, 6)},  /* 5x5 same */
+        {2, 2, 5, 2, 1, false, gp_shape4(2, 2, 7, 8)}, /* 5x5, stride 2, pad 1 */
+        {1, 2, 3, 1, 1, false, gp_shape4(3, 1, 4, 4)}, /* C1's first layer */
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
-        gp_layer *l = gp_conv2d(convs[i].in_ch, convs[i].out_ch, convs[i].k, convs[i].s,
-                                convs[i].p, convs[i].bias);
+        gp_layer *l = gp_conv2d(convs[i].in_ch, convs[i].out_ch, convs[i].k, convs[i].s, convs[i].p,
+                                convs[i].bias);
         REQUIRE_OK(l ? GP_OK : GP_INTERNAL);
         int bad = gp_gradcheck(l, convs[i].in, GP_F32, 10 + i, &o);
         if (bad) fprintf(stderr, "conv2d case %zu: %d mismatches\n", i, bad);
@@ -145,9 +146,9 @@ static double max_rel_diff(const float *a, const double *b, int64_t n) {
 
 static void test_conv_vs_naive(void) {
     const conv_case cases[] = {
-        {3, 4, 3, 1, 1, true, 2, 7, 6}, {2, 5, 3, 2, 1, false, 3, 9, 8},
-        {4, 3, 1, 1, 0, true, 2, 5, 5}, {2, 3, 5, 2, 2, true, 2, 9, 7},
-        {3, 2, 2, 3, 0, true, 1, 8, 9}, {2, 2, 3, 1, 3, false, 1, 2, 3}, /* pad > image */
+        {3, 4, 3, 1, 1, true, 2, 7, 6},    {2, 5, 3, 2, 1, false, 3, 9, 8},
+        {4, 3, 1, 1, 0, true, 2, 5, 5},    {2, 3, 5, 2, 2, true, 2, 9, 7},
+        {3, 2, 2, 3, 0, true, 1, 8, 9},    {2, 2, 3, 1, 3, false, 1, 2, 3}, /* pad > image */
         {64, 2, 5, 1, 2, true, 1, 3, 660}, /* 1600 x 660 columns per row: one row per band */
     };
     gp_device *dev;
@@ -184,7 +185,8 @@ static void test_conv_vs_naive(void) {
         double ey = max_rel_diff(y.data, ry, ny), edx = max_rel_diff(dx.data, rdx, nx);
         double edw = max_rel_diff(l->params[0].grad.data, rdw, nw);
         if (!(ey < 4e-6 && edx < 4e-6 && edw < 4e-6))
-            fprintf(stderr, "conv case %zu: max relative error y %g dx %g dw %g\n", ci, ey, edx, edw);
+            fprintf(stderr, "conv case %zu: max relative error y %g dx %g dw %g\n", ci, ey, edx,
+                    edw);
         CHECK(ey < 4e-6);
         CHECK(edx < 4e-6);
         CHECK(edw < 4e-6);
@@ -248,8 +250,11 @@ static void test_null_dx(void) {
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("nulldx", &dev));
     gp_run run = {.training = true};
-    gp_layer *layers[] = {gp_conv2d(2, 3, 3, 1, 1, true), gp_conv2d(2, 3, 1, 1, 0, false),
-                          gp_batchnorm2d(2), gp_maxpool2d(2, 2), gp_global_avgpool(),
+    gp_layer *layers[] = {gp_conv2d(2, 3, 3, 1, 1, true),
+                          gp_conv2d(2, 3, 1, 1, 0, false),
+                          gp_batchnorm2d(2),
+                          gp_maxpool2d(2, 2),
+                          gp_global_avgpool(),
                           gp_flatten()};
     gp_shape in = gp_shape4(2, 2, 4, 4);
     for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
@@ -459,7 +464,8 @@ static void test_params_and_cost(void) {
     for (int i = 0; i < 4; i++) CHECK(!bn->params[i].decay);
     CHECK(bn->params[0].init == GP_INIT_ONES && bn->params[1].init == GP_INIT_ZEROS);
     CHECK(bn->params[3].init == GP_INIT_ONES && !bn->params[3].trainable);
-    CHECK(!strcmp(bn->params[2].name, "running_mean") && !strcmp(bn->params[3].name, "running_var"));
+    CHECK(!strcmp(bn->params[2].name, "running_mean") &&
+          !strcmp(bn->params[3].name, "running_var"));
     in = gp_shape4(2, 5, 3, 3);
     CHECK_EQ_INT(bn->ops->cost(bn, &in).param_bytes, 4 * 5 * 4);
     gp_layer_free(bn);
@@ -502,7 +508,8 @@ static void test_errors(void) {
     gp_layer *c = gp_conv2d(3, 4, 5, 1, 1, true);
     c->index = 2;
     in = gp_shape4(2, 4, 8, 8);
-    CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE, "input channels C = 3 at axis 1");
+    CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE,
+                "input channels C = 3 at axis 1");
     CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE, "layer 2 (conv2d)");
     in = gp_shape4(2, 3, 2, 8);
     CHECK_FAILS(c->ops->out_shape(c, &in, GP_F32, &out), GP_SHAPE,

@@ -30,7 +30,7 @@ static void test_small_by_hand(void) {
     CHECK_NEAR(loss, (row_loss(lg, 3, 2) + row_loss(lg + 3, 3, 0)) / 2, 1e-6);
     /* dlogits = (softmax - onehot) / 2 */
     double s0 = exp(1.0) + exp(2.0) + exp(3.0), s1 = exp(0.5) + exp(-1.0) + exp(2.0);
-    const double want[6] = {exp(1.0) / s0 / 2, exp(2.0) / s0 / 2, (exp(3.0) / s0 - 1) / 2,
+    const double want[6] = {exp(1.0) / s0 / 2,       exp(2.0) / s0 / 2,  (exp(3.0) / s0 - 1) / 2,
                             (exp(0.5) / s1 - 1) / 2, exp(-1.0) / s1 / 2, exp(2.0) / s1 / 2};
     for (int i = 0; i < 6; i++) CHECK_NEAR(d[i], want[i], 1e-7);
     /* every row of dlogits sums to zero */

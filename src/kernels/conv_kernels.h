@@ -1,6 +1,5 @@
-/* CPU kernels of the ConvNet layers: im2col / col2im for convolution by GEMM,
- * and fixed-order double-precision reductions for batch-norm statistics
- * (fixed lane order, so the bits never depend on compiler or thread timing). */
+/* CPU kernels of the ConvNet layers: im2col / col2im (convolution as GEMM) and
+ * double-precision reductions in a fixed lane order (same bits on any compiler). */
 #ifndef GP_KERNELS_CONV_KERNELS_H
 #define GP_KERNELS_CONV_KERNELS_H
 
@@ -10,7 +9,7 @@
 typedef struct gp_conv_geom {
     int64_t channels, height, width; /* input (C, H, W) */
     int64_t kernel, stride, pad;
-    int64_t out_h, out_w;            /* (H + 2 pad - k) / stride + 1, same for W */
+    int64_t out_h, out_w; /* (H + 2 pad - k) / stride + 1, same for W */
 } gp_conv_geom;
 
 /* col (C*k*k, (oh1-oh0)*OW) <- the patches of output rows [oh0, oh1) of x

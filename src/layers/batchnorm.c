@@ -1,10 +1,8 @@
-/* 2-D batch normalization over (N, H, W) per channel, NCHW, as PyTorch's
- * BatchNorm2d (eps 1e-5, momentum 0.1, running variance unbiased). Statistics
- * are summed in double in a fixed order; the running statistics change only on
- * a first forward, never on a pipeline's recomputation of it. */
+/* BatchNorm2d as PyTorch's (eps 1e-5, momentum 0.1, unbiased running variance), NCHW.
+ * Statistics are summed in double in a fixed order; running statistics change on a
+ * first forward only, never on a pipeline's recomputation of it. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "../kernels/conv_kernels.h"
 #include "layer.h"
@@ -17,7 +15,7 @@ typedef struct bn_cfg {
 } bn_cfg;
 
 enum { P_WEIGHT = 0, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
-enum { SLOT_STATS = 0 };   /* (2, C): the mean and 1/sqrt(var + eps) used by forward */
+enum { SLOT_STATS = 0 };      /* (2, C): the mean and 1/sqrt(var + eps) used by forward */
 enum { AUX_BATCH_STATS = 0 }; /* 1: forward normalized with the batch's own statistics */
 
 static gp_status bn_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
@@ -47,7 +45,8 @@ static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tens
     GP_TRY(bn_out_shape(l, &x->shape, x->dtype, &want));
     if (!gp_shape_equal(&want, &y->shape))
         return gp_error(GP_SHAPE, "layer %d (batchnorm2d): %s has shape %s, expected %s", l->index,
-                        what, gp_shape_str(&y->shape, a, sizeof a), gp_shape_str(&want, b, sizeof b));
+                        what, gp_shape_str(&y->shape, a, sizeof a),
+                        gp_shape_str(&want, b, sizeof b));
     for (int i = 0; i < l->nparams; i++)
         if (!l->params[i].value.data)
             return gp_error(GP_INVALID_ARGUMENT,
@@ -60,7 +59,8 @@ static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tens
 static gp_status bn_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_tensor *y) {
     GP_TRY(check_call(l, x, y, "output"));
     if (!ctx->run)
-        return gp_error(GP_INTERNAL, "layer %d (batchnorm2d): forward without run settings", l->index);
+        return gp_error(GP_INTERNAL, "layer %d (batchnorm2d): forward without run settings",
+                        l->index);
     const int64_t batch = x->shape.dim[0], nch = x->shape.dim[1];
     const int64_t hw = x->shape.dim[2] * x->shape.dim[3];
     const int64_t count = batch * hw; /* values per channel */
@@ -76,7 +76,8 @@ static gp_status bn_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_ten
     GP_TRY(gp_ctx_save(ctx, SLOT_STATS, gp_shape2(2, nch), GP_F32, &stats));
     ctx->aux[AUX_BATCH_STATS] = batch_stats;
     float *mean_out = stats->data, *invstd_out = stats->data + nch; /* (C), (C) */
-    float *rmean = l->params[P_RUNNING_MEAN].value.data, *rvar = l->params[P_RUNNING_VAR].value.data;
+    float *rmean = l->params[P_RUNNING_MEAN].value.data,
+          *rvar = l->params[P_RUNNING_VAR].value.data;
     const float *gamma = l->params[P_WEIGHT].value.data, *beta = l->params[P_BIAS].value.data;
 
     for (int64_t c = 0; c < nch; c++) {
@@ -121,8 +122,9 @@ static gp_status bn_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_t
     if (dx) GP_TRY(check_call(l, x, dx, "input gradient"));
     for (int i = P_WEIGHT; i <= P_BIAS; i++)
         if (!l->params[i].grad.data)
-            return gp_error(GP_INVALID_ARGUMENT, "layer %d (batchnorm2d): gradient of %s is not allocated",
-                            l->index, l->params[i].name);
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "layer %d (batchnorm2d): gradient of %s is not allocated", l->index,
+                            l->params[i].name);
     const int64_t batch = x->shape.dim[0], nch = x->shape.dim[1];
     const int64_t hw = x->shape.dim[2] * x->shape.dim[3];
     const double count = (double)(batch * hw);

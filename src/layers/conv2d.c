@@ -1,7 +1,6 @@
-/* 2-D convolution, NCHW float32, square kernel, as PyTorch's Conv2d: im2col per
- * example into a workspace, then one GEMM with the (OC, C*k*k) weight. Backward
- * rebuilds the columns (nothing saved beyond the input) for the weight GEMM and
- * scatters W^T dy back with col2im. */
+/* 2-D convolution, NCHW float32, as PyTorch's Conv2d: per example, im2col into a
+ * workspace (in bands of output rows for large images), then GEMM with the (OC, C*k*k)
+ * weight; backward rebuilds the columns instead of saving them, and col2im's W^T dy. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,8 +19,7 @@ typedef struct conv_cfg {
 enum { P_WEIGHT = 0, P_BIAS = 1 };
 
 /* Checks the input and fills the per-example geometry. */
-static gp_status conv_geom(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
-                           gp_conv_geom *g) {
+static gp_status conv_geom(const gp_layer *l, const gp_shape *in, gp_dtype dtype, gp_conv_geom *g) {
     const conv_cfg *cf = l->impl;
     char buf[96];
     GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
@@ -29,7 +27,8 @@ static gp_status conv_geom(const gp_layer *l, const gp_shape *in, gp_dtype dtype
     GP_TRY(gp_expect_dim(l, in, 1, cf->in_ch, "input channels C"));
     int64_t h = in->dim[2], w = in->dim[3];
     if (h < 1 || w < 1)
-        return gp_error(GP_SHAPE, "layer %d (conv2d): input shape %s: height and width must be >= 1",
+        return gp_error(GP_SHAPE,
+                        "layer %d (conv2d): input shape %s: height and width must be >= 1",
                         l->index, gp_shape_str(in, buf, sizeof buf));
     if (h + 2 * cf->pad < cf->kernel || w + 2 * cf->pad < cf->kernel)
         return gp_error(GP_SHAPE,
@@ -38,8 +37,12 @@ static gp_status conv_geom(const gp_layer *l, const gp_shape *in, gp_dtype dtype
                         "kernel",
                         l->index, gp_shape_str(in, buf, sizeof buf), cf->kernel,
                         (long long)(h + 2 * cf->pad), (long long)(w + 2 * cf->pad), cf->pad);
-    *g = (gp_conv_geom){.channels = cf->in_ch, .height = h, .width = w, .kernel = cf->kernel,
-                        .stride = cf->stride, .pad = cf->pad,
+    *g = (gp_conv_geom){.channels = cf->in_ch,
+                        .height = h,
+                        .width = w,
+                        .kernel = cf->kernel,
+                        .stride = cf->stride,
+                        .pad = cf->pad,
                         .out_h = (h + 2 * cf->pad - cf->kernel) / cf->stride + 1,
                         .out_w = (w + 2 * cf->pad - cf->kernel) / cf->stride + 1};
     return GP_OK;
@@ -83,14 +86,15 @@ static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tens
     GP_TRY(conv_geom(l, &x->shape, x->dtype, g));
     GP_TRY(conv_out_shape(l, &x->shape, x->dtype, &want));
     if (!gp_shape_equal(&want, &y->shape))
-        return gp_error(GP_SHAPE, "layer %d (conv2d): output/gradient tensor has shape %s, expected %s",
-                        l->index, gp_shape_str(&y->shape, a, sizeof a),
-                        gp_shape_str(&want, b, sizeof b));
+        return gp_error(
+            GP_SHAPE, "layer %d (conv2d): output/gradient tensor has shape %s, expected %s",
+            l->index, gp_shape_str(&y->shape, a, sizeof a), gp_shape_str(&want, b, sizeof b));
     for (int i = 0; i < l->nparams; i++)
         if (!l->params[i].value.data)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "layer %d (conv2d): parameter %s is not allocated (initialize the model first)",
-                            l->index, l->params[i].name);
+            return gp_error(
+                GP_INVALID_ARGUMENT,
+                "layer %d (conv2d): parameter %s is not allocated (initialize the model first)",
+                l->index, l->params[i].name);
     return GP_OK;
 }
 
@@ -114,8 +118,8 @@ static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_t
     gp_conv_geom g = {0};
     GP_TRY(check_call(l, x, y, &g));
     const int64_t batch = x->shape.dim[0], oc = cf->out_ch;
-    const int64_t npix = g.out_h * g.out_w;                 /* P */
-    const int64_t kdim = g.channels * g.kernel * g.kernel;  /* K = C*k*k */
+    const int64_t npix = g.out_h * g.out_w;                /* P */
+    const int64_t kdim = g.channels * g.kernel * g.kernel; /* K = C*k*k */
     const int64_t in_elems = g.channels * g.height * g.width;
     const bool direct = is_direct(&g);
     const int64_t band = band_rows(&g);
@@ -138,8 +142,8 @@ static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_t
                 int64_t r1 = r0 + band < g.out_h ? r0 + band : g.out_h, n = (r1 - r0) * g.out_w;
                 gp_im2col(&g, xb, r0, r1, col);
                 /* y_b[:, rows r0..r1) (OC, n; row stride P) = W (OC, K) . col (K, n) */
-                gp_gemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f,
-                        yb + r0 * g.out_w, npix);
+                gp_gemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f, yb + r0 * g.out_w,
+                        npix);
             }
         }
         if (bias)
@@ -155,7 +159,9 @@ static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_t
 static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
     const conv_cfg *cf = l->impl;
     const gp_tensor *x = ctx->x;
-    if (!x) return gp_error(GP_INTERNAL, "layer %d (conv2d): backward without the forward input", l->index);
+    if (!x)
+        return gp_error(GP_INTERNAL, "layer %d (conv2d): backward without the forward input",
+                        l->index);
     gp_conv_geom g = {0};
     GP_TRY(check_call(l, x, dy, &g));
     if (dx && !gp_shape_equal(&dx->shape, &x->shape)) {
@@ -166,8 +172,9 @@ static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp
     }
     for (int i = 0; i < l->nparams; i++)
         if (!l->params[i].grad.data)
-            return gp_error(GP_INVALID_ARGUMENT, "layer %d (conv2d): gradient of %s is not allocated",
-                            l->index, l->params[i].name);
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "layer %d (conv2d): gradient of %s is not allocated", l->index,
+                            l->params[i].name);
     const int64_t batch = x->shape.dim[0], oc = cf->out_ch;
     const int64_t npix = g.out_h * g.out_w;
     const int64_t kdim = g.channels * g.kernel * g.kernel;
@@ -203,7 +210,8 @@ static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp
         if (direct) {
             /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C);  dx_b (C, P) = W^T . dy_b */
             gp_gemm(false, true, oc, kdim, npix, 1.0f, dyb, npix, xb, npix, 1.0f, dw, kdim);
-            if (dxb) gp_gemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dyb, npix, 0.0f, dxb, npix);
+            if (dxb)
+                gp_gemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dyb, npix, 0.0f, dxb, npix);
             continue;
         }
         if (dxb) memset(dxb, 0, (size_t)in_elems * sizeof *dxb);
@@ -239,12 +247,18 @@ static const gp_layer_ops conv_ops = {
 gp_layer *gp_conv2d(int in_ch, int out_ch, int kernel, int stride, int pad, bool bias) {
     const char *bad = NULL;
     int got = 0;
-    if (in_ch < 1) bad = "in_ch must be >= 1", got = in_ch;
-    else if (out_ch < 1) bad = "out_ch must be >= 1", got = out_ch;
-    else if (kernel < 1) bad = "kernel must be >= 1", got = kernel;
-    else if (stride < 1) bad = "stride must be >= 1", got = stride;
-    else if (pad < 0) bad = "pad must be >= 0", got = pad;
-    else if ((int64_t)in_ch * kernel * kernel > INT32_MAX) bad = "in_ch * kernel^2 too large", got = kernel;
+    if (in_ch < 1)
+        bad = "in_ch must be >= 1", got = in_ch;
+    else if (out_ch < 1)
+        bad = "out_ch must be >= 1", got = out_ch;
+    else if (kernel < 1)
+        bad = "kernel must be >= 1", got = kernel;
+    else if (stride < 1)
+        bad = "stride must be >= 1", got = stride;
+    else if (pad < 0)
+        bad = "pad must be >= 0", got = pad;
+    else if ((int64_t)in_ch * kernel * kernel > INT32_MAX)
+        bad = "in_ch * kernel^2 too large", got = kernel;
     if (bad) {
         gp_error(GP_INVALID_ARGUMENT,
                  "conv2d(in_ch %d, out_ch %d, kernel %d, stride %d, pad %d): %s, got %d", in_ch,

@@ -11,10 +11,11 @@ static gp_status flatten_out_shape(const gp_layer *l, const gp_shape *in, gp_dty
     char buf[96];
     GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
     if (in->ndim < 2)
-        return gp_error(GP_SHAPE,
-                        "layer %d (flatten): input shape %s has %d dimension(s), expected at least 2 "
-                        "(B, ...)",
-                        l->index, gp_shape_str(in, buf, sizeof buf), in->ndim);
+        return gp_error(
+            GP_SHAPE,
+            "layer %d (flatten): input shape %s has %d dimension(s), expected at least 2 "
+            "(B, ...)",
+            l->index, gp_shape_str(in, buf, sizeof buf), in->ndim);
     int64_t rest = 1;
     for (int i = 1; i < in->ndim; i++) rest *= in->dim[i];
     *out = gp_shape2(in->dim[0], rest);
@@ -29,7 +30,8 @@ static gp_status check_same_count(const gp_layer *l, const gp_tensor *a, const g
                                   const char *what) {
     char x[96], y[96];
     if (gp_tensor_nelem(a) != gp_tensor_nelem(b) || a->shape.dim[0] != b->shape.dim[0])
-        return gp_error(GP_SHAPE, "layer %d (flatten): %s has shape %s, expected %lld values for %s",
+        return gp_error(GP_SHAPE,
+                        "layer %d (flatten): %s has shape %s, expected %lld values for %s",
                         l->index, what, gp_shape_str(&b->shape, x, sizeof x),
                         (long long)gp_tensor_nelem(a), gp_shape_str(&a->shape, y, sizeof y));
     return GP_OK;

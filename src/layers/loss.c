@@ -1,7 +1,6 @@
-/* Softmax cross-entropy over the last dimension, with ignored (-1) labels and
- * an explicit normalizer so that the losses of a mini-batch's micro-batches add
- * up to the mini-batch mean. Log-sum-exp with the row maximum subtracted; the
- * loss is summed in double, row by row in order. */
+/* Softmax cross-entropy over the last dimension with ignored (-1) labels and an explicit
+ * normalizer, so micro-batch losses add up to the mini-batch mean. Stable log-sum-exp;
+ * the loss is summed in double, row by row in order. */
 #include <math.h>
 #include <stdint.h>
 
@@ -36,7 +35,8 @@ static gp_status check_args(const gp_tensor *logits, const gp_tensor *labels,
         return gp_error(GP_SHAPE,
                         "gp_softmax_xent: labels shape %s has %lld values, expected one per row of "
                         "logits %s (%lld rows)",
-                        gp_shape_str(&labels->shape, a, sizeof a), (long long)gp_tensor_nelem(labels),
+                        gp_shape_str(&labels->shape, a, sizeof a),
+                        (long long)gp_tensor_nelem(labels),
                         gp_shape_str(&logits->shape, b, sizeof b), (long long)*rows);
     if (dlogits && (!dlogits->data || dlogits->dtype != GP_F32 ||
                     !gp_shape_equal(&dlogits->shape, &logits->shape)))

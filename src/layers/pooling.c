@@ -97,7 +97,8 @@ static gp_status maxpool_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, g
 static gp_status maxpool_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
     const gp_tensor *x = ctx->x, *arg = &ctx->saved[SLOT_ARGMAX];
     if (!x || !arg->data)
-        return gp_error(GP_INTERNAL, "layer %d (maxpool2d): backward without its forward", l->index);
+        return gp_error(GP_INTERNAL, "layer %d (maxpool2d): backward without its forward",
+                        l->index);
     GP_TRY(check_out(l, &dy->shape, &arg->shape, "output gradient"));
     if (!dx) return GP_OK; /* no parameters: nothing else to do */
     GP_TRY(check_out(l, &dx->shape, &x->shape, "input gradient"));
@@ -147,7 +148,8 @@ static gp_status gap_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype d
     GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
     GP_TRY(gp_expect_ndim(l, in, 4, "(B, C, H, W)"));
     if (in->dim[2] < 1 || in->dim[3] < 1)
-        return gp_error(GP_SHAPE, "layer %d (global_avgpool): input shape %s: height and width must be >= 1",
+        return gp_error(GP_SHAPE,
+                        "layer %d (global_avgpool): input shape %s: height and width must be >= 1",
                         l->index, gp_shape_str(in, buf, sizeof buf));
     *out = gp_shape2(in->dim[0], in->dim[1]);
     return GP_OK;
@@ -156,7 +158,8 @@ static gp_status gap_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype d
 static gp_cost gap_cost(const gp_layer *l, const gp_shape *in) {
     if (in->ndim != 4) return (gp_cost){0};
     double n = (double)gp_shape_nelem(in);
-    return (gp_cost){.fwd_flops = n, .bwd_flops = n,
+    return (gp_cost){.fwd_flops = n,
+                     .bwd_flops = n,
                      .out_bytes = (uint64_t)(in->dim[0] * in->dim[1]) * sizeof(float)};
 }
 
@@ -172,7 +175,9 @@ static gp_status gap_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_te
 
 static gp_status gap_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
     const gp_tensor *x = ctx->x;
-    if (!x) return gp_error(GP_INTERNAL, "layer %d (global_avgpool): backward without its forward", l->index);
+    if (!x)
+        return gp_error(GP_INTERNAL, "layer %d (global_avgpool): backward without its forward",
+                        l->index);
     gp_shape want;
     GP_TRY(gap_out_shape(l, &x->shape, x->dtype, &want));
     GP_TRY(check_out(l, &dy->shape, &want, "output gradient"));

@@ -109,8 +109,7 @@ double gp_dot_dev_f64(const float *a, const float *b, int64_t n, double mean_b) 
     double acc[GP_LANES] = {0};
     int64_t i = 0;
     for (; i + GP_LANES <= n; i += GP_LANES)
-        for (int j = 0; j < GP_LANES; j++)
-            acc[j] += (double)a[i + j] * ((double)b[i + j] - mean_b);
+        for (int j = 0; j < GP_LANES; j++) acc[j] += (double)a[i + j] * ((double)b[i + j] - mean_b);
     for (; i < n; i++) acc[i % GP_LANES] += (double)a[i] * ((double)b[i] - mean_b);
     return combine(acc);
 }
