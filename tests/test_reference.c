@@ -1,0 +1,448 @@
+/* gpipe against PyTorch: the fixtures in tests/reference/fixtures/ (written by
+ * tests/reference/make_fixtures.py in float64) hold fixed weights and inputs of a small Transformer
+ * and ConvNet with their logits, loss, every gradient, 5 optimizer-step losses and the final
+ * parameters; this test rebuilds both models and compares every value within 1e-4 relative. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "model/trainer_internal.h"
+#include "testutil.h"
+
+/* |got - want| <= RTOL * max(|got|, |want|) + ATOL, element by element. */
+#define RTOL 1e-4
+#define ATOL 1e-6
+
+/* ------------------------------------------------------------ safetensors */
+
+typedef struct st_tensor {
+    const char *name; /* points into the parsed header */
+    gp_dtype dtype;
+    gp_shape shape;
+    int64_t nelem;
+    void *data; /* float or int32_t, decoded from little-endian, malloc'd */
+} st_tensor;
+
+typedef struct st_file {
+    const char *path;
+    cJSON *header;
+    cJSON *meta; /* "__metadata__" (strings), may be NULL */
+    int ntensors;
+    st_tensor *tensors;
+} st_file;
+
+static void st_free(st_file *f) {
+    for (int i = 0; i < f->ntensors; i++) free(f->tensors[i].data);
+    free(f->tensors);
+    cJSON_Delete(f->header);
+    memset(f, 0, sizeof *f);
+}
+
+static uint64_t le64(const unsigned char *b) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | b[i];
+    return v;
+}
+
+/* One header entry: dtype, shape, data_offsets checked against the data size. */
+static gp_status st_entry(st_file *f, const cJSON *e, const unsigned char *data, uint64_t ndata,
+                          st_tensor *t) {
+    const char *path = f->path, *name = e->string;
+    t->name = name;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsObject(e) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off))
+        return gp_error(GP_FORMAT, "%s: tensor \"%s\": expected an object with dtype, shape, "
+                        "data_offsets", path, name);
+    if (strcmp(dt->valuestring, "F32") == 0)
+        t->dtype = GP_F32;
+    else if (strcmp(dt->valuestring, "I32") == 0)
+        t->dtype = GP_I32;
+    else
+        return gp_error(GP_FORMAT, "%s: tensor \"%s\": dtype \"%s\", expected F32 or I32", path,
+                        name, dt->valuestring);
+    int ndim = cJSON_GetArraySize(sh);
+    if (ndim > GP_MAX_DIMS)
+        return gp_error(GP_FORMAT, "%s: tensor \"%s\": %d dimensions, at most %d supported", path,
+                        name, ndim, GP_MAX_DIMS);
+    t->shape.ndim = ndim;
+    t->nelem = 1;
+    for (int d = 0; d < ndim; d++) {
+        const cJSON *v = cJSON_GetArrayItem(sh, d);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)(1 << 30) ||
+            v->valuedouble != (double)(int64_t)v->valuedouble)
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\": shape[%d] is not an integer in "
+                            "[0, 2^30]", path, name, d);
+        t->shape.dim[d] = (int64_t)v->valuedouble;
+        t->nelem *= t->shape.dim[d];
+        if (t->nelem > (int64_t)1 << 30)
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\": more than 2^30 elements", path, name);
+    }
+    const cJSON *b = cJSON_GetArrayItem(off, 0), *en = cJSON_GetArrayItem(off, 1);
+    if (cJSON_GetArraySize(off) != 2 || !cJSON_IsNumber(b) || !cJSON_IsNumber(en) ||
+        b->valuedouble < 0 || en->valuedouble < b->valuedouble ||
+        en->valuedouble > (double)ndata || b->valuedouble != (double)(uint64_t)b->valuedouble ||
+        en->valuedouble != (double)(uint64_t)en->valuedouble)
+        return gp_error(GP_FORMAT, "%s: tensor \"%s\": data_offsets must be [begin, end] with "
+                        "0 <= begin <= end <= %llu (the data size)", path, name,
+                        (unsigned long long)ndata);
+    uint64_t begin = (uint64_t)b->valuedouble, end = (uint64_t)en->valuedouble;
+    if (end - begin != (uint64_t)t->nelem * 4)
+        return gp_error(GP_FORMAT, "%s: tensor \"%s\": %llu data bytes, expected %lld elements x "
+                        "4 = %lld", path, name, (unsigned long long)(end - begin),
+                        (long long)t->nelem, (long long)t->nelem * 4);
+    t->data = malloc((size_t)t->nelem * 4 + 1);
+    if (!t->data) return gp_error(GP_OUT_OF_MEMORY, "%s: tensor \"%s\"", path, name);
+    uint32_t *w = t->data; /* float and int32 both as their 32-bit patterns */
+    for (int64_t i = 0; i < t->nelem; i++) {
+        const unsigned char *p = data + begin + 4 * (uint64_t)i;
+        w[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    }
+    return GP_OK;
+}
+
+static gp_status st_parse(st_file *f, const unsigned char *buf, size_t nbytes) {
+    if (nbytes < 8) return gp_error(GP_FORMAT, "%s: %zu bytes, shorter than the 8-byte header "
+                                    "length", f->path, nbytes);
+    uint64_t nheader = le64(buf);
+    if (nheader > nbytes - 8)
+        return gp_error(GP_FORMAT, "%s: header length %llu exceeds the %zu bytes after it", f->path,
+                        (unsigned long long)nheader, nbytes - 8);
+    f->header = cJSON_ParseWithLength((const char *)buf + 8, (size_t)nheader);
+    if (!cJSON_IsObject(f->header))
+        return gp_error(GP_FORMAT, "%s: header is not a JSON object", f->path);
+    int n = cJSON_GetArraySize(f->header);
+    f->tensors = calloc((size_t)n + 1, sizeof *f->tensors);
+    if (!f->tensors) return gp_error(GP_OUT_OF_MEMORY, "%s: %d tensors", f->path, n);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f->header) {
+        if (strcmp(e->string, "__metadata__") == 0) {
+            f->meta = (cJSON *)e;
+            continue;
+        }
+        gp_status s = st_entry(f, e, buf + 8 + nheader, nbytes - 8 - nheader,
+                               &f->tensors[f->ntensors]);
+        if (s != GP_OK) {
+            free(f->tensors[f->ntensors].data);
+            return s;
+        }
+        f->ntensors++;
+    }
+    return GP_OK;
+}
+
+static gp_status st_load(const char *path, st_file *f) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return gp_error(GP_IO, "%s: cannot open: %s (run from the repository root)", path,
+                             strerror(errno));
+    unsigned char *buf = NULL;
+    size_t nbytes = 0, cap = 0;
+    for (;;) {
+        if (nbytes == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            unsigned char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(fp);
+                return gp_error(GP_OUT_OF_MEMORY, "%s: reading %zu bytes", path, cap);
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + nbytes, 1, cap - nbytes, fp);
+        nbytes += got;
+        if (got == 0) break;
+    }
+    int err = ferror(fp);
+    fclose(fp);
+    gp_status s = err ? gp_error(GP_IO, "%s: read error", path) : st_parse(f, buf, nbytes);
+    free(buf);
+    if (s != GP_OK) st_free(f);
+    return s;
+}
+
+static const st_tensor *st_find(const st_file *f, const char *name) {
+    for (int i = 0; i < f->ntensors; i++)
+        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    return NULL;
+}
+
+/* Looks a tensor up by name and checks its dtype and (if want is given) shape. */
+static const st_tensor *st_get(const st_file *f, const char *name, gp_dtype dtype,
+                               const gp_shape *want) {
+    const st_tensor *t = st_find(f, name);
+    char a[96], b[96];
+    if (!t) {
+        fprintf(stderr, "%s: no tensor \"%s\"\n", f->path, name);
+    } else if (t->dtype != dtype) {
+        fprintf(stderr, "%s: tensor \"%s\" is %s, expected %s\n", f->path, name,
+                gp_dtype_name(t->dtype), gp_dtype_name(dtype));
+        t = NULL;
+    } else if (want && !gp_shape_equal(&t->shape, want)) {
+        fprintf(stderr, "%s: tensor \"%s\" has shape %s, gpipe's is %s\n", f->path, name,
+                gp_shape_str(&t->shape, a, sizeof a), gp_shape_str(want, b, sizeof b));
+        t = NULL;
+    }
+    if (!t) gp_test_failures++;
+    return t;
+}
+
+static const char *st_meta(const st_file *f, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(f->meta, key);
+    if (cJSON_IsString(v)) return v->valuestring;
+    fprintf(stderr, "%s: __metadata__ has no string \"%s\"\n", f->path, key);
+    exit(1); /* the fixture is unusable: nothing else can be compared */
+}
+
+static int meta_int(const st_file *f, const char *key) { return atoi(st_meta(f, key)); }
+static float meta_float(const st_file *f, const char *key) {
+    return strtof(st_meta(f, key), NULL);
+}
+
+/* ------------------------------------------------------------ comparison */
+
+typedef struct worst {
+    char what[128];
+    double excess; /* |diff| / tolerance of the worst element so far */
+    int ntensors;
+} worst;
+
+/* Compares n values; on a mismatch prints the count and the worst element. */
+static void compare(worst *w, const char *what, const float *got, const float *want, int64_t n) {
+    double max_excess = 0;
+    int64_t at = 0, nbad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = got[i], r = want[i];
+        double tol = RTOL * fmax(fabs(g), fabs(r)) + ATOL;
+        double excess = fabs(g - r) / tol;
+        if (!(excess <= 1)) nbad++;
+        if (!(excess <= max_excess)) {
+            max_excess = isnan(excess) ? INFINITY : excess;
+            at = i;
+        }
+    }
+    w->ntensors++;
+    if (getenv("GP_REFERENCE_VERBOSE") || nbad)
+        fprintf(nbad ? stderr : stdout,
+                "  %-4s %-42s n=%-6lld worst [%lld]: gpipe %.9g vs torch %.9g (%.3f of tol)\n",
+                nbad ? "FAIL" : "ok", what, (long long)n, (long long)at, (double)got[at],
+                (double)want[at], max_excess);
+    if (nbad) {
+        fprintf(stderr, "       %lld of %lld elements outside |d| <= %g*max + %g\n",
+                (long long)nbad, (long long)n, RTOL, ATOL);
+        gp_test_failures++;
+    }
+    if (max_excess >= w->excess) {
+        w->excess = max_excess;
+        snprintf(w->what, sizeof w->what, "%s[%lld]", what, (long long)at);
+    }
+}
+
+static void compare_named(worst *w, const st_file *f, const char *name, const gp_tensor *got) {
+    const st_tensor *want = st_get(f, name, GP_F32, &got->shape);
+    if (want) compare(w, name, got->data, want->data, gp_tensor_nelem(got));
+}
+
+/* ------------------------------------------------------------ model plumbing */
+
+/* Overwrites every parameter and buffer with fixture tensor "<prefix>layers.<i>.<name>" (prefix
+ * ""), or compares them with it (prefix "final."), and checks that the fixture has no
+ * "<prefix>layers.*" tensor that gpipe lacks. */
+static void params_load_or_compare(gp_model *m, const st_file *f, const char *prefix, worst *w) {
+    int n = gp_model_nparam_tensors(m), nmatched = 0;
+    for (int k = 0; k < n; k++) {
+        gp_param_info pi;
+        REQUIRE_OK(gp_model_param(m, k, &pi));
+        char name[160];
+        snprintf(name, sizeof name, "%slayers.%d.%s", prefix, pi.layer, pi.name);
+        if (w) {
+            compare_named(w, f, name, pi.value);
+            nmatched++;
+            continue;
+        }
+        const st_tensor *t = st_get(f, name, GP_F32, &pi.value->shape);
+        if (!t) continue;
+        memcpy(pi.value->data, t->data, gp_tensor_nbytes(pi.value));
+        nmatched++;
+    }
+    int nfixture = 0;
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < f->ntensors; i++)
+        if (strncmp(f->tensors[i].name, prefix, plen) == 0 &&
+            strncmp(f->tensors[i].name + plen, "layers.", 7) == 0)
+            nfixture++;
+    if (nfixture != nmatched) {
+        fprintf(stderr, "%s: %d \"%slayers.*\" tensors in the fixture, gpipe has %d\n", f->path,
+                nfixture, prefix, nmatched);
+        gp_test_failures++;
+    }
+}
+
+static void compare_grads(gp_model *m, const st_file *f, const char *tag, worst *w) {
+    for (int k = 0; k < gp_model_nparam_tensors(m); k++) {
+        gp_param_info pi;
+        REQUIRE_OK(gp_model_param(m, k, &pi));
+        if (!pi.trainable) continue;
+        char name[160], what[200];
+        snprintf(name, sizeof name, "grad.layers.%d.%s", pi.layer, pi.name);
+        snprintf(what, sizeof what, "%s%s", name, tag);
+        const st_tensor *t = st_get(f, name, GP_F32, &pi.grad->shape);
+        if (t) compare(w, what, pi.grad->data, t->data, gp_tensor_nelem(pi.grad));
+    }
+}
+
+/* A tensor on dev holding fixture tensor `name`. */
+static gp_tensor fixture_tensor(gp_device *dev, const st_file *f, const char *name, gp_dtype dtype) {
+    const st_tensor *t = st_get(f, name, dtype, NULL);
+    if (!t) exit(1);
+    gp_tensor x;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, t->shape, dtype, &x));
+    memcpy(x.data, t->data, (size_t)t->nelem * 4);
+    return x;
+}
+
+static void compare_predict(gp_model *m, gp_device *dev, const st_file *f, const gp_tensor *x,
+                            const char *name, worst *w) {
+    gp_shape s;
+    REQUIRE_OK(gp_model_shape(m, gp_model_nlayers(m) - 1, x->shape.dim[0], &s));
+    gp_tensor logits;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, s, GP_F32, &logits));
+    CHECK_OK(gp_model_predict(m, dev, x, &logits));
+    compare_named(w, f, name, &logits);
+    gp_tensor_release(&logits);
+}
+
+/* The whole comparison for one fixture: logits (transformer: training == eval), loss and
+ * gradients at the initial point, the losses of the optimizer steps, the final parameters and
+ * buffers, and eval-mode logits after the steps. */
+static void run_fixture(const char *path) {
+    st_file f;
+    REQUIRE_OK(st_load(path, &f));
+    const char *family = st_meta(&f, "family");
+    bool transformer = strcmp(family, "transformer") == 0;
+    gp_model *m;
+    if (transformer) {
+        gp_transformer_config c = {.vocab = meta_int(&f, "vocab"), .dim = meta_int(&f, "dim"),
+                                   .heads = meta_int(&f, "heads"), .d_ff = meta_int(&f, "d_ff"),
+                                   .layers = meta_int(&f, "layers"),
+                                   .seq_len = meta_int(&f, "seq_len"), .dropout = 0.0f};
+        REQUIRE_OK(gp_model_transformer(&c, &m));
+    } else {
+        CHECK(strcmp(family, "convnet") == 0);
+        gp_convnet_config c = {.in_ch = meta_int(&f, "in_ch"), .height = meta_int(&f, "height"),
+                               .width = meta_int(&f, "width"), .classes = meta_int(&f, "classes"),
+                               .ch1 = meta_int(&f, "ch1"), .ch2 = meta_int(&f, "ch2"),
+                               .hidden = meta_int(&f, "hidden")};
+        REQUIRE_OK(gp_model_convnet(&c, &m));
+    }
+    gp_optim_opts oo;
+    if (strcmp(st_meta(&f, "opt.kind"), "adamw") == 0) {
+        oo = gp_adamw_defaults(meta_float(&f, "opt.lr"), meta_float(&f, "opt.weight_decay"));
+        oo.beta1 = meta_float(&f, "opt.beta1");
+        oo.beta2 = meta_float(&f, "opt.beta2");
+        oo.eps = meta_float(&f, "opt.eps");
+    } else {
+        oo = gp_sgd_defaults(meta_float(&f, "opt.lr"), meta_float(&f, "opt.momentum"));
+        oo.weight_decay = meta_float(&f, "opt.weight_decay");
+    }
+    oo.warmup_steps = 0;
+    oo.total_steps = 0; /* constant learning rate */
+    int nsteps = meta_int(&f, "steps");
+
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("reference", &dev));
+    REQUIRE_OK(gp_model_init(m, dev, 1));
+    params_load_or_compare(m, &f, "", NULL);
+    gp_tensor x = fixture_tensor(dev, &f, "input", transformer ? GP_I32 : GP_F32);
+    gp_tensor y = fixture_tensor(dev, &f, "labels", GP_I32);
+    worst w = {.what = "", .excess = 0};
+
+    if (transformer) compare_predict(m, dev, &f, &x, "logits", &w);
+
+    /* Gradients at the initial point; then with 2 micro-batches, which must sum to the same
+     * (the transformer has no batch statistics; the convnet's differ per micro-batch). */
+    for (int M = 1; M <= (transformer ? 2 : 1); M++) {
+        gp_trainer_opts to = {.micro_batches = M};
+        gp_trainer *t;
+        REQUIRE_OK(gp_trainer_new(m, &oo, &to, &t));
+        float loss = NAN;
+        CHECK_OK(gp_trainer_accumulate(t, &x, &y, &loss));
+        const st_tensor *want = st_get(&f, "loss", GP_F32, NULL);
+        if (want) compare(&w, M == 1 ? "loss" : "loss (M=2)", &loss, want->data, 1);
+        compare_grads(m, &f, M == 1 ? "" : " (M=2)", &w);
+        gp_trainer_free(t);
+        /* This forward moved batch-norm running statistics: start the steps from the fixture. */
+        params_load_or_compare(m, &f, "", NULL);
+    }
+
+    gp_trainer_opts to = {.micro_batches = 1};
+    gp_trainer *t;
+    REQUIRE_OK(gp_trainer_new(m, &oo, &to, &t));
+    float *losses = calloc((size_t)nsteps, sizeof *losses);
+    for (int s = 0; s < nsteps; s++) CHECK_OK(gp_trainer_step(t, &x, &y, &losses[s]));
+    gp_shape ls = gp_shape1(nsteps);
+    const st_tensor *want = st_get(&f, "step_losses", GP_F32, &ls);
+    if (want) compare(&w, "step_losses", losses, want->data, nsteps);
+    free(losses);
+    params_load_or_compare(m, &f, "final.", &w);
+    compare_predict(m, dev, &f, &x, "final.logits", &w);
+
+    printf("%s: %d tensors within %g relative (+%g); worst %s at %.3f of the tolerance\n", path,
+           w.ntensors, RTOL, ATOL, w.what, w.excess);
+    gp_trainer_free(t);
+    gp_tensor_release(&x);
+    gp_tensor_release(&y);
+    gp_model_free(m);
+    gp_device_free(dev);
+    st_free(&f);
+}
+
+/* The reader must refuse broken files rather than read out of bounds. */
+static void test_reader_rejects(void) {
+    char path[] = "/tmp/gp_reference_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE_OK(fd >= 0 ? GP_OK : gp_error(GP_IO, "mkstemp: %s", strerror(errno)));
+    close(fd);
+    const char *cases[] = {
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}",   /* past the end */
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",    /* size mismatch */
+        "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}",    /* dtype */
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",   /* shape */
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",    /* reversed */
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}",                           /* no offsets */
+        "[1, 2]",                                                              /* not an object */
+        "{\"a\":",                                                             /* truncated */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        unsigned char buf[256] = {0};
+        size_t n = strlen(cases[i]);
+        for (int b = 0; b < 8; b++) buf[b] = (unsigned char)((uint64_t)n >> (8 * b));
+        memcpy(buf + 8, cases[i], n);
+        FILE *fp = fopen(path, "wb");
+        REQUIRE_OK(fp ? GP_OK : gp_error(GP_IO, "%s: %s", path, strerror(errno)));
+        CHECK(fwrite(buf, 1, 8 + n + 8, fp) == 8 + n + 8); /* 8 data bytes */
+        fclose(fp);
+        st_file f;
+        CHECK_FAILS(st_load(path, &f), GP_FORMAT, path);
+    }
+    /* A header length beyond the file. */
+    FILE *fp = fopen(path, "wb");
+    unsigned char hdr[8] = {0xff, 0xff, 0, 0, 0, 0, 0, 0};
+    CHECK(fp && fwrite(hdr, 1, 8, fp) == 8);
+    if (fp) fclose(fp);
+    st_file f;
+    CHECK_FAILS(st_load(path, &f), GP_FORMAT, "header length");
+    remove(path);
+}
+
+int main(void) {
+    test_reader_rejects();
+    run_fixture("tests/reference/fixtures/transformer.safetensors");
+    run_fixture("tests/reference/fixtures/convnet.safetensors");
+    return gp_test_finish("test_reference");
+}
