@@ -1,0 +1,473 @@
+/* Models from JSON configs: a built-in family with optional overrides, or an
+ * explicit input and list of layers. Anything not understood (unknown keys
+ * or kinds, wrong types, fractional or out-of-range numbers) is refused with
+ * the origin, the key's path ("layers[3].kernal") and what was expected. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+
+#define CFG_MAX_DIM (1 << 24)        /* any size or count in a config */
+#define CFG_MAX_FILE_BYTES (16 << 20) /* a config is text; refuse a stray binary */
+#define CFG_MAX_KEYS 8
+
+typedef enum key_type { KEY_INT, KEY_BOOL, KEY_FLOAT } key_type;
+
+/* One key of a layer or family. Integers must lie in [lo, hi]; floats in
+ * [lo, hi) (a dropout probability may be 0 but not 1). */
+typedef struct key_spec {
+    const char *name;
+    key_type type;
+    bool required;
+    double def, lo, hi;
+} key_spec;
+
+#define INT_REQ(n) {n, KEY_INT, true, 0, 1, CFG_MAX_DIM}
+#define INT_OPT(n, d, lo) {n, KEY_INT, false, d, lo, CFG_MAX_DIM}
+#define BOOL_OPT(n, d) {n, KEY_BOOL, false, d, 0, 1}
+#define PROB_OPT(n) {n, KEY_FLOAT, false, 0, 0, 1}
+#define PROB_REQ(n) {n, KEY_FLOAT, true, 0, 0, 1}
+
+typedef struct kind_spec {
+    const char *kind;
+    key_spec keys[CFG_MAX_KEYS]; /* ends at the first NULL name */
+    gp_layer *(*build)(const double *v); /* v: the keys' values, in order */
+} kind_spec;
+
+static gp_layer *build_linear(const double *v) {
+    return gp_linear((int)v[0], (int)v[1], v[2] != 0);
+}
+static gp_layer *build_embedding(const double *v) { return gp_embedding((int)v[0], (int)v[1]); }
+static gp_layer *build_pos_embedding(const double *v) {
+    return gp_pos_embedding((int)v[0], (int)v[1]);
+}
+static gp_layer *build_layernorm(const double *v) { return gp_layernorm((int)v[0]); }
+static gp_layer *build_gelu(const double *v) { return gp_gelu(); }
+static gp_layer *build_relu(const double *v) { return gp_relu(); }
+static gp_layer *build_dropout(const double *v) { return gp_dropout((float)v[0]); }
+static gp_layer *build_attention(const double *v) {
+    return gp_causal_attention((int)v[0], (int)v[1], (float)v[2]);
+}
+static gp_layer *build_block(const double *v) {
+    return gp_transformer_block((int)v[0], (int)v[1], (int)v[2], (float)v[3]);
+}
+static gp_layer *build_conv2d(const double *v) {
+    return gp_conv2d((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], v[5] != 0);
+}
+static gp_layer *build_batchnorm2d(const double *v) { return gp_batchnorm2d((int)v[0]); }
+/* stride 0 stands for "omitted": pooling windows then tile the input, as in PyTorch */
+static gp_layer *build_maxpool2d(const double *v) {
+    return gp_maxpool2d((int)v[0], v[1] == 0 ? (int)v[0] : (int)v[1]);
+}
+static gp_layer *build_global_avgpool(const double *v) { return gp_global_avgpool(); }
+static gp_layer *build_flatten(const double *v) { return gp_flatten(); }
+
+/* One entry per public layer constructor in gpipe.h. */
+static const kind_spec kinds[] = {
+    {"linear", {INT_REQ("in"), INT_REQ("out"), BOOL_OPT("bias", 1)}, build_linear},
+    {"embedding", {INT_REQ("vocab"), INT_REQ("dim")}, build_embedding},
+    {"pos_embedding", {INT_REQ("max_len"), INT_REQ("dim")}, build_pos_embedding},
+    {"layernorm", {INT_REQ("dim")}, build_layernorm},
+    {"gelu", {{0}}, build_gelu},
+    {"relu", {{0}}, build_relu},
+    {"dropout", {PROB_REQ("p")}, build_dropout},
+    {"causal_attention", {INT_REQ("dim"), INT_REQ("heads"), PROB_OPT("dropout")},
+     build_attention},
+    {"transformer_block",
+     {INT_REQ("dim"), INT_REQ("heads"), INT_REQ("d_ff"), PROB_OPT("dropout")}, build_block},
+    {"conv2d",
+     {INT_REQ("in"), INT_REQ("out"), INT_REQ("kernel"), INT_OPT("stride", 1, 1),
+      INT_OPT("pad", 0, 0), BOOL_OPT("bias", 1)},
+     build_conv2d},
+    {"batchnorm2d", {INT_REQ("channels")}, build_batchnorm2d},
+    {"maxpool2d", {INT_REQ("kernel"), INT_OPT("stride", 0, 1)}, build_maxpool2d},
+    {"global_avgpool", {{0}}, build_global_avgpool},
+    {"flatten", {{0}}, build_flatten},
+};
+#define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
+
+#define KEYS_END {NULL, KEY_INT, false, 0, 0, 0}
+/* Family keys override gp_*_defaults() only when present; "def" is unused. */
+static const key_spec transformer_keys[] = {
+    INT_OPT("vocab", 0, 1), INT_OPT("dim", 0, 1),     INT_OPT("heads", 0, 1),
+    INT_OPT("d_ff", 0, 1),  INT_OPT("layers", 0, 0),  INT_OPT("seq_len", 0, 1),
+    PROB_OPT("dropout"),    KEYS_END};
+static const key_spec convnet_keys[] = {
+    INT_OPT("in_ch", 0, 1), INT_OPT("height", 0, 1), INT_OPT("width", 0, 1),
+    INT_OPT("classes", 0, 1), INT_OPT("ch1", 0, 1),  INT_OPT("ch2", 0, 1),
+    INT_OPT("hidden", 0, 1), KEYS_END};
+
+/* "<origin>: <path>: <what>", status GP_CONFIG. */
+static gp_status cfg_error(const char *origin, const char *path, const char *fmt, ...)
+    GP_PRINTF(3, 4);
+static gp_status cfg_error(const char *origin, const char *path, const char *fmt, ...) {
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return gp_error(GP_CONFIG, "%s: %s: %s", origin, path, what);
+}
+
+static const char *json_type(const cJSON *j) {
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNull(j)) return "null";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    return "an invalid value";
+}
+
+/* path + "." + key (or path + "[i]" when key is NULL) into buf. */
+static const char *join(char *buf, size_t nbytes, const char *path, const char *key, int i) {
+    if (key)
+        snprintf(buf, nbytes, "%s%s%s", path, path[0] ? "." : "", key);
+    else
+        snprintf(buf, nbytes, "%s[%d]", path, i);
+    return buf;
+}
+
+static void list_names(const char *const *names, int n, char *buf, size_t nbytes) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < nbytes; i++)
+        used += (size_t)snprintf(buf + used, nbytes - used, "%s%s", i ? ", " : "", names[i]);
+}
+
+/* Every member of obj must be named in allowed[0..n-1], and only once. */
+static gp_status check_keys(const char *origin, const char *path, const cJSON *obj,
+                            const char *const *allowed, int n, const char *what) {
+    for (const cJSON *c = obj->child; c; c = c->next) {
+        char kp[256], list[512];
+        bool known = false;
+        for (int i = 0; i < n && !known; i++) known = strcmp(c->string, allowed[i]) == 0;
+        if (!known) {
+            list_names(allowed, n, list, sizeof list);
+            return cfg_error(origin, join(kp, sizeof kp, path, c->string, 0),
+                             "unknown key for %s (expected one of: %s)", what, list);
+        }
+        for (const cJSON *d = obj->child; d != c; d = d->next)
+            if (strcmp(d->string, c->string) == 0)
+                return cfg_error(origin, join(kp, sizeof kp, path, c->string, 0),
+                                 "duplicate key");
+    }
+    return GP_OK;
+}
+
+static gp_status read_int(const char *origin, const char *kp, const cJSON *j, double lo,
+                          double hi, double *out) {
+    if (!cJSON_IsNumber(j))
+        return cfg_error(origin, kp, "expected an integer from %.0f to %.0f, got %s", lo, hi,
+                         json_type(j));
+    double v = j->valuedouble;
+    if (!isfinite(v) || v != floor(v) || v < lo || v > hi)
+        return cfg_error(origin, kp, "expected an integer from %.0f to %.0f, got %.15g", lo, hi,
+                         v);
+    *out = v;
+    return GP_OK;
+}
+
+static gp_status read_key(const char *origin, const char *kp, const cJSON *j, const key_spec *k,
+                          double *out) {
+    switch (k->type) {
+    case KEY_INT:
+        return read_int(origin, kp, j, k->lo, k->hi, out);
+    case KEY_BOOL:
+        if (!cJSON_IsBool(j))
+            return cfg_error(origin, kp, "expected true or false, got %s", json_type(j));
+        *out = cJSON_IsTrue(j) ? 1 : 0;
+        return GP_OK;
+    case KEY_FLOAT:
+        if (!cJSON_IsNumber(j))
+            return cfg_error(origin, kp, "expected a number in [%g, %g), got %s", k->lo, k->hi,
+                             json_type(j));
+        if (!(j->valuedouble >= k->lo && j->valuedouble < k->hi))
+            return cfg_error(origin, kp, "expected a number in [%g, %g), got %.15g", k->lo,
+                             k->hi, j->valuedouble);
+        *out = j->valuedouble;
+        return GP_OK;
+    }
+    return gp_error(GP_INTERNAL, "config: key type %d", (int)k->type);
+}
+
+/* Values of keys[] from obj (defaults where optional and absent), after
+ * checking that obj has no other keys than keys[] and `extra`. */
+static gp_status read_keys(const char *origin, const char *path, const cJSON *obj,
+                           const key_spec *keys, const char *extra, const char *what,
+                           double *v) {
+    const char *names[CFG_MAX_KEYS + 1];
+    int n = 0;
+    if (extra) names[n++] = extra;
+    for (int i = 0; keys[i].name; i++) names[n++] = keys[i].name;
+    GP_TRY(check_keys(origin, path, obj, names, n, what));
+    for (int i = 0; keys[i].name; i++) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, keys[i].name);
+        char kp[256];
+        join(kp, sizeof kp, path, keys[i].name, 0);
+        if (!j) {
+            if (keys[i].required)
+                return cfg_error(origin, path[0] ? path : "top level",
+                                 "missing required key \"%s\" for %s", keys[i].name, what);
+            v[i] = keys[i].def;
+        } else {
+            GP_TRY(read_key(origin, kp, j, &keys[i], &v[i]));
+        }
+    }
+    return GP_OK;
+}
+
+static bool has(const cJSON *obj, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(obj, key) != NULL;
+}
+
+static gp_status build_family(const char *origin, const cJSON *root, const char *family,
+                              gp_model **out) {
+    double v[CFG_MAX_KEYS] = {0};
+    gp_status s;
+    *out = NULL;
+    if (strcmp(family, "transformer") == 0) {
+        GP_TRY(read_keys(origin, "", root, transformer_keys, "family",
+                         "the transformer family", v));
+        gp_transformer_config c = gp_transformer_defaults();
+        int *f[] = {&c.vocab, &c.dim, &c.heads, &c.d_ff, &c.layers, &c.seq_len};
+        for (int i = 0; i < 6; i++)
+            if (has(root, transformer_keys[i].name)) *f[i] = (int)v[i];
+        if (has(root, "dropout")) c.dropout = (float)v[6];
+        s = gp_model_transformer(&c, out);
+    } else if (strcmp(family, "convnet") == 0) {
+        GP_TRY(read_keys(origin, "", root, convnet_keys, "family", "the convnet family", v));
+        gp_convnet_config c = gp_convnet_defaults();
+        int *f[] = {&c.in_ch, &c.height, &c.width, &c.classes, &c.ch1, &c.ch2, &c.hidden};
+        for (int i = 0; i < 7; i++)
+            if (has(root, convnet_keys[i].name)) *f[i] = (int)v[i];
+        s = gp_model_convnet(&c, out);
+    } else {
+        return cfg_error(origin, "family", "unknown family \"%s\" (expected \"transformer\" or "
+                         "\"convnet\")", family);
+    }
+    if (s != GP_OK) return gp_error_context(s, "%s: family %s", origin, family);
+    return GP_OK;
+}
+
+static gp_status read_input(const char *origin, const cJSON *root, gp_shape *shape,
+                            gp_dtype *dtype) {
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "input");
+    if (!in) return cfg_error(origin, "top level", "missing required key \"input\"");
+    if (!cJSON_IsObject(in))
+        return cfg_error(origin, "input", "expected an object like {\"shape\": [1, 28, 28], "
+                         "\"dtype\": \"float32\"}, got %s", json_type(in));
+    static const char *const keys[] = {"shape", "dtype"};
+    GP_TRY(check_keys(origin, "input", in, keys, 2, "the input"));
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(in, "shape");
+    if (!sh) return cfg_error(origin, "input", "missing required key \"shape\"");
+    int nd = cJSON_IsArray(sh) ? cJSON_GetArraySize(sh) : -1;
+    if (nd < 1 || nd > GP_MAX_DIMS - 1)
+        return cfg_error(origin, "input.shape", "expected an array of 1 to %d sizes (one "
+                         "example, without the batch dimension), got %s%s", GP_MAX_DIMS - 1,
+                         nd == 0 ? "an empty array" : json_type(sh),
+                         nd > 0 ? " that is too long" : "");
+    shape->ndim = nd;
+    double nelem = 1;
+    for (int i = 0; i < nd; i++) {
+        char kp[64];
+        double v = 0;
+        GP_TRY(read_int(origin, join(kp, sizeof kp, "input.shape", NULL, i),
+                        cJSON_GetArrayItem(sh, i), 1, CFG_MAX_DIM, &v));
+        shape->dim[i] = (int64_t)v;
+        nelem *= v;
+    }
+    if (nelem > CFG_MAX_DIM)
+        return cfg_error(origin, "input.shape", "%.0f elements per example, expected at most %d",
+                         nelem, CFG_MAX_DIM);
+    *dtype = GP_F32; /* "dtype" may be left out for image inputs */
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "dtype");
+    if (dt) {
+        if (cJSON_IsString(dt) && strcmp(dt->valuestring, "float32") == 0)
+            *dtype = GP_F32;
+        else if (cJSON_IsString(dt) && strcmp(dt->valuestring, "int32") == 0)
+            *dtype = GP_I32;
+        else if (cJSON_IsString(dt))
+            return cfg_error(origin, "input.dtype", "unknown dtype \"%s\" (expected \"float32\" "
+                             "or \"int32\")", dt->valuestring);
+        else
+            return cfg_error(origin, "input.dtype", "expected \"float32\" or \"int32\", got %s",
+                             json_type(dt));
+    }
+    return GP_OK;
+}
+
+/* Checks layers[i] and constructs it (NULL layer with the message set when
+ * the constructor refuses its arguments; gp_model_add then reports it). */
+static gp_status read_layer(const char *origin, const cJSON *j, int i, const kind_spec **kind,
+                            gp_layer **out) {
+    char path[32], kp[64];
+    join(path, sizeof path, "layers", NULL, i);
+    *out = NULL;
+    if (!cJSON_IsObject(j))
+        return cfg_error(origin, path, "expected an object like {\"kind\": \"relu\"}, got %s",
+                         json_type(j));
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind");
+    if (!k) return cfg_error(origin, path, "missing required key \"kind\"");
+    join(kp, sizeof kp, path, "kind", 0);
+    if (!cJSON_IsString(k))
+        return cfg_error(origin, kp, "expected a layer kind string, got %s", json_type(k));
+    const kind_spec *ks = NULL;
+    for (int n = 0; n < NKINDS && !ks; n++)
+        if (strcmp(kinds[n].kind, k->valuestring) == 0) ks = &kinds[n];
+    if (!ks) {
+        const char *names[NKINDS];
+        char list[512];
+        for (int n = 0; n < NKINDS; n++) names[n] = kinds[n].kind;
+        list_names(names, NKINDS, list, sizeof list);
+        return cfg_error(origin, kp, "unknown layer kind \"%s\" (expected one of: %s)",
+                         k->valuestring, list);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "a %s layer", ks->kind);
+    double v[CFG_MAX_KEYS] = {0};
+    GP_TRY(read_keys(origin, path, j, ks->keys, "kind", what, v));
+    *kind = ks;
+    *out = ks->build(v);
+    return GP_OK;
+}
+
+static gp_status build_explicit(const char *origin, const cJSON *root, gp_model **out) {
+    static const char *const top[] = {"input", "layers"};
+    GP_TRY(check_keys(origin, "", root, top, 2, "an explicit model (or give \"family\")"));
+    gp_shape shape = {0};
+    gp_dtype dtype;
+    GP_TRY(read_input(origin, root, &shape, &dtype));
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    if (!layers) return cfg_error(origin, "top level", "missing required key \"layers\"");
+    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
+        return cfg_error(origin, "layers", "expected a non-empty array of layer objects, got %s",
+                         cJSON_IsArray(layers) ? "an empty array" : json_type(layers));
+    gp_model *m;
+    gp_status s = gp_model_new(shape, dtype, &m);
+    if (s != GP_OK) return gp_error_context(s, "%s: input", origin);
+    int i = 0;
+    for (const cJSON *j = layers->child; j && s == GP_OK; j = j->next, i++) {
+        const kind_spec *ks = NULL;
+        gp_layer *l;
+        s = read_layer(origin, j, i, &ks, &l);
+        if (s != GP_OK) break;
+        s = gp_model_add(m, l);
+        if (s != GP_OK) s = gp_error_context(s, "%s: layers[%d] (%s)", origin, i, ks->kind);
+    }
+    if (s != GP_OK) {
+        gp_model_free(m);
+        return s;
+    }
+    *out = m;
+    return GP_OK;
+}
+
+/* "line L, column C" of the byte at offset in text. */
+static void locate(const char *text, size_t offset, int *line, int *col) {
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < offset && text[i]; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+gp_status gp_model_from_json_string(const char *json, const char *origin, gp_model **out) {
+    if (out) *out = NULL;
+    if (!origin) origin = "<string>";
+    if (!json || !out)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_from_json_string(%s): NULL %s", origin,
+                        json ? "out" : "json");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root) {
+        size_t off = end && end >= json ? (size_t)(end - json) : 0;
+        size_t len = strlen(json);
+        if (off > len) off = len;
+        int line, col;
+        locate(json, off, &line, &col);
+        char near[32]; /* up to 20 bytes from the error on, printable */
+        size_t n = 0;
+        for (size_t i = 0; i < 20 && json[off + i]; i++) {
+            char ch = json[off + i];
+            if (ch == '\n' || ch == '\r' || ch == '\t') {
+                near[n++] = '\\';
+                near[n++] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
+            } else {
+                near[n++] = (ch >= 32 && ch < 127) ? ch : '?';
+            }
+        }
+        near[n] = '\0';
+        return gp_error(GP_CONFIG, "%s: invalid JSON at line %d, column %d (byte %zu)%s%s%s",
+                        origin, line, col, off, n ? ": near \"" : ": at the end of the text",
+                        near, n ? "\"" : "");
+    }
+    gp_status s;
+    if (!cJSON_IsObject(root)) {
+        s = cfg_error(origin, "top level", "expected a JSON object, got %s", json_type(root));
+    } else {
+        const cJSON *fam = cJSON_GetObjectItemCaseSensitive(root, "family");
+        if (fam && !cJSON_IsString(fam))
+            s = cfg_error(origin, "family", "expected \"transformer\" or \"convnet\", got %s",
+                          json_type(fam));
+        else if (fam)
+            s = build_family(origin, root, fam->valuestring, out);
+        else
+            s = build_explicit(origin, root, out);
+    }
+    cJSON_Delete(root);
+    if (s != GP_OK) *out = NULL;
+    return s;
+}
+
+gp_status gp_model_from_json_file(const char *path, gp_model **out) {
+    if (out) *out = NULL;
+    if (!path || !out)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_from_json_file: NULL %s",
+                        path ? "out" : "path");
+    FILE *f = fopen(path, "rb");
+    if (!f) return gp_error(GP_IO, "%s: cannot open the config: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    gp_status s = GP_OK;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *p = realloc(buf, cap);
+            if (!p) {
+                s = gp_error(GP_OUT_OF_MEMORY, "%s: out of memory reading the config", path);
+                break;
+            }
+            buf = p;
+        }
+        size_t want = cap - n - 1, r = fread(buf + n, 1, want, f);
+        n += r;
+        if (n > CFG_MAX_FILE_BYTES) {
+            s = gp_error(GP_CONFIG, "%s: more than %d bytes: expected a JSON model config", path,
+                         CFG_MAX_FILE_BYTES);
+            break;
+        }
+        if (r < want) break; /* end of file or error */
+    }
+    if (s == GP_OK && ferror(f)) s = gp_error(GP_IO, "%s: read error: %s", path, strerror(errno));
+    fclose(f);
+    if (s == GP_OK) {
+        buf[n] = '\0';
+        if (memchr(buf, '\0', n))
+            s = gp_error(GP_CONFIG, "%s: contains a NUL byte at offset %zu: expected JSON text",
+                         path, (size_t)((char *)memchr(buf, '\0', n) - buf));
+        else
+            s = gp_model_from_json_string(buf, path, out);
+    }
+    free(buf);
+    return s;
+}
