@@ -1,0 +1,130 @@
+/* gp_causal_attention: multi-head causal self-attention on (B, T, C) with a
+ * fused qkv projection, an output projection and optional output dropout
+ * (site 0). The math lives in transformer_ops (shared with the block). */
+#include <stdlib.h>
+
+#include "transformer_ops.h"
+
+typedef struct attention_impl {
+    int dim, heads;
+    float dropout;
+} attention_impl;
+
+enum { SLOT_QKV, SLOT_PROBS, SLOT_ATT }; /* saved tensors */
+
+static gp_status attn_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
+                                gp_shape *out) {
+    const attention_impl *p = l->impl;
+    GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
+    GP_TRY(gp_expect_ndim(l, in, 3, "(B, T, C)"));
+    GP_TRY(gp_expect_dim(l, in, 2, p->dim, "C (dim)"));
+    *out = *in;
+    return GP_OK;
+}
+
+static gp_attn_dims attn_dims(const attention_impl *p, const gp_shape *in) {
+    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = p->dim,
+                          .heads = p->heads};
+}
+
+static gp_cost attn_cost(const gp_layer *l, const gp_shape *in) {
+    const attention_impl *p = l->impl;
+    gp_attn_dims d = attn_dims(p, in);
+    gp_cost c = {.param_bytes = gp_tl_param_bytes(l)};
+    gp_op_mha_flops(&d, p->dropout, &c.fwd_flops, &c.bwd_flops);
+    const uint64_t N = (uint64_t)(d.batch * d.seq), C = (uint64_t)d.dim;
+    c.out_bytes = N * C * sizeof(float);
+    c.saved_bytes = (N * 3 * C + (uint64_t)(d.batch * d.heads * d.seq * d.seq) + N * C) *
+                    sizeof(float); /* qkv, probabilities, head outputs */
+    return c;
+}
+
+static gp_mha_weights attn_weights(gp_layer *l) {
+    gp_param *P = l->params;
+    return (gp_mha_weights){.wqkv = P[0].value.data, .bqkv = P[1].value.data,
+                            .wproj = P[2].value.data, .bproj = P[3].value.data,
+                            .gwqkv = P[0].grad.data, .gbqkv = P[1].grad.data,
+                            .gwproj = P[2].grad.data, .gbproj = P[3].grad.data};
+}
+
+/* The dropout stream of this call, or NULL when dropout is off. */
+static const gp_rng_stream *attn_drop(const gp_layer *l, const gp_ctx *c, gp_rng_stream *s) {
+    const attention_impl *p = l->impl;
+    if (!(p->dropout > 0.0f && c->run && c->run->training)) return NULL;
+    *s = gp_op_dropout_stream(c->run->seed, l->index, 0, c->run->step, c->run->micro_batch);
+    return s;
+}
+
+static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
+    const attention_impl *p = l->impl;
+    gp_shape os;
+    GP_TRY(attn_out_shape(l, &x->shape, x->dtype, &os));
+    GP_TRY(gp_tl_check_params(l, false));
+    gp_attn_dims d = attn_dims(p, &x->shape);
+    const int64_t B = d.batch, T = d.seq, C = d.dim, H = d.heads;
+    gp_tensor *qkv, *probs, *att;
+    GP_TRY(gp_ctx_save(c, SLOT_QKV, gp_shape3(B, T, 3 * C), GP_F32, &qkv));
+    GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape4(B, H, T, T), GP_F32, &probs));
+    GP_TRY(gp_ctx_save(c, SLOT_ATT, gp_shape3(B, T, C), GP_F32, &att));
+    gp_mha_weights w = attn_weights(l);
+    gp_mha_saved sv = {.qkv = qkv->data, .probs = probs->data, .att = att->data};
+    gp_rng_stream s;
+    gp_op_mha_forward(&d, &w, x->data, NULL, attn_drop(l, c, &s), p->dropout, &sv, y->data);
+    return GP_OK;
+}
+
+static gp_status attn_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    const attention_impl *p = l->impl;
+    GP_TRY(gp_tl_check_params(l, true));
+    if (!c->saved[SLOT_ATT].data)
+        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
+                        l->index, l->ops->kind);
+    gp_attn_dims d = attn_dims(p, &c->x->shape);
+    gp_rng_stream s;
+    const gp_rng_stream *drop = attn_drop(l, c, &s);
+    gp_status st;
+    float *ws = gp_tl_workspace(l, c, gp_op_mha_backward_ws(&d, drop != NULL), &st);
+    if (!ws) return st;
+    gp_mha_weights w = attn_weights(l);
+    gp_mha_saved sv = {.qkv = c->saved[SLOT_QKV].data, .probs = c->saved[SLOT_PROBS].data,
+                       .att = c->saved[SLOT_ATT].data};
+    gp_op_mha_backward(&d, &w, c->x->data, &sv, drop, p->dropout, dy->data, ws,
+                       dx ? dx->data : NULL);
+    gp_tl_workspace_release(c, ws);
+    return GP_OK;
+}
+
+static const gp_layer_ops attention_ops = {
+    .kind = "causal_attention",
+    .out_shape = attn_out_shape,
+    .cost = attn_cost,
+    .forward = attn_forward,
+    .backward = attn_backward,
+};
+
+gp_layer *gp_causal_attention(int dim, int heads, float dropout) {
+    if (dim < 1 || heads < 1 || dim % heads != 0) {
+        gp_error(GP_INVALID_ARGUMENT,
+                 "gp_causal_attention: dim = %d must be a positive multiple of heads = %d", dim,
+                 heads);
+        return NULL;
+    }
+    if (!(dropout >= 0.0f && dropout < 1.0f)) {
+        gp_error(GP_INVALID_ARGUMENT, "gp_causal_attention: dropout = %g must satisfy 0 <= p < 1",
+                 (double)dropout);
+        return NULL;
+    }
+    attention_impl *p = malloc(sizeof *p);
+    if (!p) {
+        gp_error(GP_OUT_OF_MEMORY, "gp_causal_attention: cannot allocate the layer");
+        return NULL;
+    }
+    *p = (attention_impl){.dim = dim, .heads = heads, .dropout = dropout};
+    gp_layer *l = gp_layer_new(&attention_ops, p);
+    if (!l) return NULL;
+    gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * dim, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "qkv.bias", gp_shape1(3 * dim), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "proj.weight", gp_shape2(dim, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    return l;
+}

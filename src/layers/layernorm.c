@@ -1,0 +1,85 @@
+/* gp_layernorm: normalization over the last dimension (eps 1e-5) with a
+ * learned scale (ones) and shift (zeros), as torch.nn.LayerNorm. */
+#include <stdlib.h>
+
+#include "transformer_ops.h"
+
+/* Rough FLOPs per element, for the cost model. */
+#define LN_FWD_FLOPS 8.0
+#define LN_BWD_FLOPS 14.0
+
+typedef struct layernorm_impl {
+    int dim;
+} layernorm_impl;
+
+static gp_status ln_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
+                              gp_shape *out) {
+    const layernorm_impl *p = l->impl;
+    int64_t rows;
+    GP_TRY(gp_tl_rows(l, in, dtype, p->dim, "dim", &rows));
+    *out = *in;
+    return GP_OK;
+}
+
+static gp_cost ln_cost(const gp_layer *l, const gp_shape *in) {
+    const layernorm_impl *p = l->impl;
+    const double n = (double)gp_shape_nelem(in);
+    const uint64_t rows = (uint64_t)gp_shape_nelem(in) / (uint64_t)p->dim;
+    return (gp_cost){.fwd_flops = LN_FWD_FLOPS * n,
+                     .bwd_flops = LN_BWD_FLOPS * n,
+                     .param_bytes = gp_tl_param_bytes(l),
+                     .out_bytes = (uint64_t)n * sizeof(float),
+                     .saved_bytes = 2 * rows * sizeof(float)}; /* mean and 1/std per row */
+}
+
+static gp_status ln_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
+    const layernorm_impl *p = l->impl;
+    int64_t rows;
+    GP_TRY(gp_tl_rows(l, &x->shape, x->dtype, p->dim, "dim", &rows));
+    GP_TRY(gp_tl_check_params(l, false));
+    gp_tensor *stats;
+    GP_TRY(gp_ctx_save(c, 0, gp_shape2(2, rows), GP_F32, &stats)); // (2, rows)
+    gp_op_layernorm_forward(rows, p->dim, x->data, l->params[0].value.data,
+                            l->params[1].value.data, y->data, stats->data);
+    return GP_OK;
+}
+
+static gp_status ln_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    const layernorm_impl *p = l->impl;
+    int64_t rows;
+    GP_TRY(gp_tl_rows(l, &c->x->shape, c->x->dtype, p->dim, "dim", &rows));
+    GP_TRY(gp_tl_check_params(l, true));
+    if (!c->saved[0].data)
+        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
+                        l->index, l->ops->kind);
+    gp_op_layernorm_backward(rows, p->dim, c->x->data, l->params[0].value.data, c->saved[0].data,
+                             dy->data, NULL, dx ? dx->data : NULL, l->params[0].grad.data,
+                             l->params[1].grad.data);
+    return GP_OK;
+}
+
+static const gp_layer_ops layernorm_ops = {
+    .kind = "layernorm",
+    .out_shape = ln_out_shape,
+    .cost = ln_cost,
+    .forward = ln_forward,
+    .backward = ln_backward,
+};
+
+gp_layer *gp_layernorm(int dim) {
+    if (dim < 1) {
+        gp_error(GP_INVALID_ARGUMENT, "gp_layernorm: dim = %d must be >= 1", dim);
+        return NULL;
+    }
+    layernorm_impl *p = malloc(sizeof *p);
+    if (!p) {
+        gp_error(GP_OUT_OF_MEMORY, "gp_layernorm: cannot allocate the layer");
+        return NULL;
+    }
+    p->dim = dim;
+    gp_layer *l = gp_layer_new(&layernorm_ops, p);
+    if (!l) return NULL;
+    gp_layer_add_param(l, "weight", gp_shape1(dim), GP_INIT_ONES, 0.0f, false);
+    gp_layer_add_param(l, "bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    return l;
+}

@@ -1,0 +1,216 @@
+/* gp_transformer_block: one pre-LayerNorm GPT block as a single layer,
+ *   h = x + drop0(attn(ln1(x)));  y = h + drop1(proj(gelu(fc(ln2(h))))),
+ * residuals inside, built from the shared kernels of transformer_ops.h. */
+#include <stdlib.h>
+
+#include "transformer_ops.h"
+
+#define LN_FWD_FLOPS 8.0
+#define LN_BWD_FLOPS 14.0
+#define GELU_FWD_FLOPS 24.0
+#define GELU_BWD_FLOPS 32.0
+#define DROPOUT_FLOPS 16.0
+
+typedef struct block_impl {
+    int dim, heads, d_ff;
+    float dropout;
+} block_impl;
+
+/* Parameter indices, in the order the public names list them. */
+enum {
+    P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_PROJ_W, P_PROJ_B,
+    P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_MLP_W, P_MLP_B
+};
+/* Saved tensors. */
+enum {
+    S_LN1, S_STATS1, S_QKV, S_PROBS, S_ATT, S_H, S_LN2, S_STATS2, S_U, S_G
+};
+
+static gp_status block_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
+                                 gp_shape *out) {
+    const block_impl *p = l->impl;
+    GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
+    GP_TRY(gp_expect_ndim(l, in, 3, "(B, T, C)"));
+    GP_TRY(gp_expect_dim(l, in, 2, p->dim, "C (dim)"));
+    *out = *in;
+    return GP_OK;
+}
+
+static gp_attn_dims block_dims(const block_impl *p, const gp_shape *in) {
+    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = p->dim,
+                          .heads = p->heads};
+}
+
+static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
+    const block_impl *p = l->impl;
+    gp_attn_dims d = block_dims(p, in);
+    const double N = (double)(d.batch * d.seq), C = p->dim, F = p->d_ff;
+    double af, ab;
+    gp_op_mha_flops(&d, p->dropout, &af, &ab);
+    const double mlp = 2.0 * 2.0 * N * C * F; /* fc and proj products */
+    const double drop = p->dropout > 0.0f ? DROPOUT_FLOPS * N * C : 0.0;
+    gp_cost c = {.param_bytes = gp_tl_param_bytes(l)};
+    c.fwd_flops = af + 2.0 * LN_FWD_FLOPS * N * C + mlp + GELU_FWD_FLOPS * N * F +
+                  (N * F + 2.0 * N * C) /* fc bias, proj bias and residual */ + drop;
+    c.bwd_flops = ab + 2.0 * LN_BWD_FLOPS * N * C + 2.0 * mlp + GELU_BWD_FLOPS * N * F +
+                  (N * F + 2.0 * N * C) /* bias column sums, residual */ + drop;
+    const uint64_t n = (uint64_t)(d.batch * d.seq), dc = (uint64_t)p->dim, df = (uint64_t)p->d_ff;
+    c.out_bytes = n * dc * sizeof(float);
+    /* ln1(x), att, h, ln2(h): 4 NC; qkv 3 NC; probs B H T T; 2 x 2 N stats;
+     * fc output before and after GELU: 2 N F. */
+    c.saved_bytes = (4 * n * dc + 3 * n * dc + (uint64_t)(d.batch * d.heads * d.seq * d.seq) +
+                     4 * n + 2 * n * df) *
+                    sizeof(float);
+    return c;
+}
+
+static gp_mha_weights block_attn_weights(gp_layer *l) {
+    gp_param *P = l->params;
+    return (gp_mha_weights){
+        .wqkv = P[P_QKV_W].value.data, .bqkv = P[P_QKV_B].value.data,
+        .wproj = P[P_PROJ_W].value.data, .bproj = P[P_PROJ_B].value.data,
+        .gwqkv = P[P_QKV_W].grad.data, .gbqkv = P[P_QKV_B].grad.data,
+        .gwproj = P[P_PROJ_W].grad.data, .gbproj = P[P_PROJ_B].grad.data};
+}
+
+/* The dropout stream of `site` for this call, or NULL when dropout is off. */
+static const gp_rng_stream *block_drop(const gp_layer *l, const gp_ctx *c, int site,
+                                       gp_rng_stream *s) {
+    const block_impl *p = l->impl;
+    if (!(p->dropout > 0.0f && c->run && c->run->training)) return NULL;
+    *s = gp_op_dropout_stream(c->run->seed, l->index, site, c->run->step, c->run->micro_batch);
+    return s;
+}
+
+#define VAL(i) (l->params[i].value.data)
+#define GRAD(i) (l->params[i].grad.data)
+
+static gp_status block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
+    const block_impl *p = l->impl;
+    gp_shape os;
+    GP_TRY(block_out_shape(l, &x->shape, x->dtype, &os));
+    GP_TRY(gp_tl_check_params(l, false));
+    gp_attn_dims d = block_dims(p, &x->shape);
+    const int64_t B = d.batch, T = d.seq, C = d.dim, H = d.heads, F = p->d_ff, N = B * T;
+    gp_tensor *ln1, *st1, *qkv, *probs, *att, *h, *ln2, *st2, *u, *g;
+    GP_TRY(gp_ctx_save(c, S_LN1, gp_shape2(N, C), GP_F32, &ln1));
+    GP_TRY(gp_ctx_save(c, S_STATS1, gp_shape2(2, N), GP_F32, &st1));
+    GP_TRY(gp_ctx_save(c, S_QKV, gp_shape2(N, 3 * C), GP_F32, &qkv));
+    GP_TRY(gp_ctx_save(c, S_PROBS, gp_shape4(B, H, T, T), GP_F32, &probs));
+    GP_TRY(gp_ctx_save(c, S_ATT, gp_shape2(N, C), GP_F32, &att));
+    GP_TRY(gp_ctx_save(c, S_H, gp_shape2(N, C), GP_F32, &h));
+    GP_TRY(gp_ctx_save(c, S_LN2, gp_shape2(N, C), GP_F32, &ln2));
+    GP_TRY(gp_ctx_save(c, S_STATS2, gp_shape2(2, N), GP_F32, &st2));
+    GP_TRY(gp_ctx_save(c, S_U, gp_shape2(N, F), GP_F32, &u));
+    GP_TRY(gp_ctx_save(c, S_G, gp_shape2(N, F), GP_F32, &g));
+    gp_rng_stream s0, s1;
+    const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
+
+    /* h = x + drop0(attn(ln1(x))) */
+    gp_op_layernorm_forward(N, C, x->data, VAL(P_LN1_W), VAL(P_LN1_B), ln1->data, st1->data);
+    gp_mha_weights w = block_attn_weights(l);
+    gp_mha_saved sv = {.qkv = qkv->data, .probs = probs->data, .att = att->data};
+    gp_op_mha_forward(&d, &w, ln1->data, x->data, drop0, p->dropout, &sv, h->data);
+
+    /* y = h + drop1(proj(gelu(fc(ln2(h))))) */
+    gp_op_layernorm_forward(N, C, h->data, VAL(P_LN2_W), VAL(P_LN2_B), ln2->data, st2->data);
+    gp_op_linear_forward(N, C, F, ln2->data, VAL(P_FC_W), VAL(P_FC_B), NULL, u->data);
+    gp_op_gelu_forward(N * F, u->data, g->data);
+    if (drop1) {
+        gp_op_linear_forward(N, F, C, g->data, VAL(P_MLP_W), VAL(P_MLP_B), NULL, y->data);
+        gp_op_dropout(drop1, p->dropout, N * C, y->data, h->data, y->data);
+    } else {
+        gp_op_linear_forward(N, F, C, g->data, VAL(P_MLP_W), VAL(P_MLP_B), h->data, y->data);
+    }
+    return GP_OK;
+}
+
+static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    const block_impl *p = l->impl;
+    GP_TRY(gp_tl_check_params(l, true));
+    if (!c->saved[S_G].data)
+        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
+                        l->index, l->ops->kind);
+    gp_attn_dims d = block_dims(p, &c->x->shape);
+    const int64_t C = d.dim, F = p->d_ff, N = d.batch * d.seq;
+    gp_rng_stream s0, s1;
+    const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
+    const float *ln1 = c->saved[S_LN1].data, *h = c->saved[S_H].data;
+    const float *ln2 = c->saved[S_LN2].data, *u = c->saved[S_U].data, *g = c->saved[S_G].data;
+
+    /* One workspace: dh (N, C) | small (N, C) | big, shared by the MLP's
+     * (N, F) gradient and then the attention sublayer's workspace. */
+    const int64_t attn_ws = gp_op_mha_backward_ws(&d, drop0 != NULL);
+    const int64_t big_n = attn_ws > N * F ? attn_ws : N * F;
+    gp_status st;
+    float *ws = gp_tl_workspace(l, c, 2 * N * C + big_n, &st);
+    if (!ws) return st;
+    float *dh = ws, *small = ws + N * C, *big = ws + 2 * N * C;
+
+    /* MLP branch: dmo = drop1'(dy); dU = dmo Wp (then * gelu'(u)); dln2 = dU Wfc. */
+    const float *dmo = dy->data;
+    if (drop1) {
+        gp_op_dropout(drop1, p->dropout, N * C, dy->data, NULL, small);
+        dmo = small;
+    }
+    gp_op_linear_backward(N, F, C, g, VAL(P_MLP_W), dmo, big, GRAD(P_MLP_W), GRAD(P_MLP_B));
+    gp_op_gelu_backward(N, F, u, big, big, GRAD(P_FC_B));
+    gp_op_linear_backward(N, C, F, ln2, VAL(P_FC_W), big, small, GRAD(P_FC_W), NULL);
+    /* dh = dy + ln2'(dln2): the residual's gradient joins here. */
+    gp_op_layernorm_backward(N, C, h, VAL(P_LN2_W), c->saved[S_STATS2].data, small, dy->data, dh,
+                             GRAD(P_LN2_W), GRAD(P_LN2_B));
+
+    /* Attention branch: dln1 = attn'(dh) into small; dx = dh + ln1'(dln1). */
+    gp_mha_weights w = block_attn_weights(l);
+    gp_mha_saved sv = {.qkv = c->saved[S_QKV].data, .probs = c->saved[S_PROBS].data,
+                       .att = c->saved[S_ATT].data};
+    gp_op_mha_backward(&d, &w, ln1, &sv, drop0, p->dropout, dh, big, small);
+    gp_op_layernorm_backward(N, C, c->x->data, VAL(P_LN1_W), c->saved[S_STATS1].data, small, dh,
+                             dx ? dx->data : NULL, GRAD(P_LN1_W), GRAD(P_LN1_B));
+    gp_tl_workspace_release(c, ws);
+    return GP_OK;
+}
+
+static const gp_layer_ops block_ops = {
+    .kind = "transformer_block",
+    .out_shape = block_out_shape,
+    .cost = block_cost,
+    .forward = block_forward,
+    .backward = block_backward,
+};
+
+gp_layer *gp_transformer_block(int dim, int heads, int d_ff, float dropout) {
+    if (dim < 1 || heads < 1 || dim % heads != 0 || d_ff < 1) {
+        gp_error(GP_INVALID_ARGUMENT,
+                 "gp_transformer_block: dim = %d must be a positive multiple of heads = %d, "
+                 "and d_ff = %d must be >= 1",
+                 dim, heads, d_ff);
+        return NULL;
+    }
+    if (!(dropout >= 0.0f && dropout < 1.0f)) {
+        gp_error(GP_INVALID_ARGUMENT,
+                 "gp_transformer_block: dropout = %g must satisfy 0 <= p < 1", (double)dropout);
+        return NULL;
+    }
+    block_impl *p = malloc(sizeof *p);
+    if (!p) {
+        gp_error(GP_OUT_OF_MEMORY, "gp_transformer_block: cannot allocate the layer");
+        return NULL;
+    }
+    *p = (block_impl){.dim = dim, .heads = heads, .d_ff = d_ff, .dropout = dropout};
+    gp_layer *l = gp_layer_new(&block_ops, p);
+    if (!l) return NULL;
+    gp_layer_add_param(l, "ln1.weight", gp_shape1(dim), GP_INIT_ONES, 0.0f, false);
+    gp_layer_add_param(l, "ln1.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "attn.qkv.weight", gp_shape2(3 * dim, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "attn.qkv.bias", gp_shape1(3 * dim), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "attn.proj.weight", gp_shape2(dim, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "attn.proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "ln2.weight", gp_shape1(dim), GP_INIT_ONES, 0.0f, false);
+    gp_layer_add_param(l, "ln2.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "mlp.fc.weight", gp_shape2(d_ff, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "mlp.fc.bias", gp_shape1(d_ff), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "mlp.proj.weight", gp_shape2(dim, d_ff), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "mlp.proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    return l;
+}
