@@ -11,7 +11,9 @@
 
 #define GP_LAYERNORM_EPS 1e-5f
 
-/* Vectorizable approximations (relative error about 3e-7; NaN propagates). */
+/* Out-of-line entry points to the inline, vectorizable approximations of
+ * kernels/cpu/transformer_math.h that the kernels use (relative error below
+ * 3e-7; NaN propagates): for tests and for callers outside hot loops. */
 float gp_op_expf(float x);
 float gp_op_tanhf(float x);
 /* y[i] = tanh(x[i]); y may alias x. */
@@ -38,12 +40,11 @@ void gp_op_layernorm_backward(int64_t rows, int64_t dim, const float *x, const f
                               const float *stats, const float *dy, const float *dres, float *dx,
                               float *dw, float *db);
 
-/* ---- GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+/* ---- GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+ * evaluated as x / (1 + exp(-2u)), the same function (see the kernel). */
 
 /* y may alias x. */
 void gp_op_gelu_forward(int64_t n, const float *x, float *y);
-/* u (rows, cols) += b (per column), then g = gelu(u): the MLP's fc epilogue. */
-void gp_op_bias_gelu_forward(int64_t rows, int64_t cols, float *u, const float *b, float *g);
 /* dx = dy * gelu'(x); dx may alias dy. When db is not NULL, the columns of
  * dx (rows, cols) are also summed into db. */
 void gp_op_gelu_backward(int64_t rows, int64_t cols, const float *x, const float *dy, float *dx,

@@ -158,20 +158,6 @@ void gp_op_gelu_forward(int64_t n, const float *x, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = gelu1(x[i]);
 }
 
-void gp_op_bias_gelu_forward(int64_t rows, int64_t cols, float *u, const float *b, float *g) {
-    for (int64_t i = 0; i < rows; i++) {
-        float *ur = u + i * cols, *gr = g + i * cols; // (cols)
-        if (b)
-            for (int64_t j = 0; j < cols; j++) {
-                float v = ur[j] + b[j];
-                ur[j] = v;
-                gr[j] = gelu1(v);
-            }
-        else
-            for (int64_t j = 0; j < cols; j++) gr[j] = gelu1(ur[j]);
-    }
-}
-
 void gp_op_gelu_backward(int64_t rows, int64_t cols, const float *x, const float *dy, float *dx,
                          float *db) {
     for (int64_t i = 0; i < rows; i++) {
