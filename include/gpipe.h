@@ -144,6 +144,8 @@ typedef struct gp_mem_stats {
     uint64_t peak_total; /* most bytes held at once, all categories together */
     uint64_t limit;      /* 0: none */
     uint64_t nallocs;    /* allocations made so far */
+    uint64_t cached;     /* freed blocks kept for reuse (not live; held from the OS) */
+    uint64_t cache_hits; /* allocations served from the cache */
 } gp_mem_stats;
 
 /* A CPU device: host memory with accounting. The caller frees it with
@@ -158,6 +160,12 @@ gp_status gp_device_set_limit(gp_device *dev, uint64_t nbytes);
 void gp_device_mem_stats(const gp_device *dev, gp_mem_stats *out);
 /* Forget the peaks (set them to the live values), e.g. after warm-up. */
 void gp_device_reset_peaks(gp_device *dev);
+/* Freed blocks are kept, by exact size, for the next allocation of that size
+ * (training repeats the same sizes every step, and fresh pages from the OS
+ * cost page faults). They count as `cached`, never as live; a limit counts
+ * live bytes only, and the cache is dropped whenever live + cached would pass
+ * the limit. gp_device_trim returns the cache to the OS. */
+void gp_device_trim(gp_device *dev);
 
 /* ---------------------------------------------------------------- tensors */
 

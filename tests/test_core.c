@@ -61,6 +61,46 @@ static void test_device_accounting(void) {
     gp_device_free(d);
 }
 
+/* Freed blocks are reused by exact size; they never count as live, and a
+ * limit drops the cache rather than failing. */
+static void test_device_cache(void) {
+    gp_device *d;
+    REQUIRE_OK(gp_device_cpu_new("cache", &d));
+    gp_tensor a, b;
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_ACTIVATIONS, gp_shape1(1000), GP_F32, &a));
+    void *first = a.data;
+    gp_tensor_release(&a);
+    gp_mem_stats st;
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live_total, 0);
+    bool cache_on = st.cached > 0; /* off under AddressSanitizer */
+    if (cache_on) CHECK_EQ_INT(st.cached, 4032); /* padded to 64 bytes */
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_PARAMS, gp_shape1(1000), GP_F32, &a));
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live[GP_MEM_PARAMS], 4000);
+    CHECK_EQ_INT(st.live[GP_MEM_ACTIVATIONS], 0);
+    if (cache_on) {
+        CHECK(a.data == first);
+        CHECK_EQ_INT(st.cache_hits, 1);
+        CHECK_EQ_INT(st.cached, 0);
+    }
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_PARAMS, gp_shape1(2000), GP_F32, &b));
+    gp_tensor_release(&b);
+    /* A limit counts live bytes; the cached 8000 give way. */
+    REQUIRE_OK(gp_device_set_limit(d, 4000 + 6000));
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape1(1500), GP_F32, &b));
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live_total, 10000);
+    CHECK_EQ_INT(st.cached, 0);
+    gp_tensor_release(&b);
+    gp_tensor_release(&a);
+    gp_device_trim(d);
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.cached, 0);
+    CHECK_EQ_INT(st.live_total, 0);
+    gp_device_free(d);
+}
+
 static void test_rng(void) {
     gp_rng_stream s = {.seed = 42, .purpose = GP_RNG_INIT, .a = 3, .b = 1};
     float u[1000], v[1000], w[10];
@@ -122,6 +162,7 @@ static void test_tables(void) {
 int main(void) {
     test_shapes();
     test_device_accounting();
+    test_device_cache();
     test_rng();
     test_tables();
     return gp_test_finish("test_core");

@@ -9,19 +9,44 @@
 
 #define GP_ALIGN 64
 
+/* Freed blocks of one padded size, linked through their headers. */
+typedef struct size_bin {
+    size_t padded;
+    struct block_header *head;
+} size_bin;
+#define MAX_BINS 256
+
+/* Under AddressSanitizer reuse would hide use-after-free: no cache there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define GP_USE_CACHE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GP_USE_CACHE 0
+#endif
+#endif
+#ifndef GP_USE_CACHE
+#define GP_USE_CACHE 1
+#endif
+
 struct gp_device {
     char name[64];
     gp_mem_stats stats;
+    size_bin bins[MAX_BINS];
+    int nbins;
 };
 
 /* Each block starts with a header (one alignment unit) holding its size and
  * category, so release needs only the pointer. */
 typedef struct block_header {
     size_t nbytes;
+    size_t padded;
+    struct block_header *next; /* in a cache bin */
     int cat;
     uint32_t magic;
 } block_header;
+_Static_assert(sizeof(block_header) <= GP_ALIGN, "the block header must fit in one alignment unit");
 #define BLOCK_MAGIC 0x67706d6du
+#define CACHED_MAGIC 0x67706366u
 
 static const char *const category_names[] = {
 #define GP_CAT_NAME_(name, str) str,
@@ -43,7 +68,33 @@ gp_status gp_device_cpu_new(const char *name, gp_device **out) {
     return GP_OK;
 }
 
-void gp_device_free(gp_device *dev) { free(dev); }
+void gp_device_trim(gp_device *dev) {
+    if (!dev) return;
+    for (int i = 0; i < dev->nbins; i++) {
+        block_header *h = dev->bins[i].head;
+        while (h) {
+            block_header *next = h->next;
+            GP_ASSERT(h->magic == CACHED_MAGIC);
+            h->magic = 0;
+            free(h);
+            h = next;
+        }
+        dev->bins[i].head = NULL;
+    }
+    dev->nbins = 0;
+    dev->stats.cached = 0;
+}
+
+void gp_device_free(gp_device *dev) {
+    gp_device_trim(dev);
+    free(dev);
+}
+
+static size_bin *find_bin(gp_device *dev, size_t padded) {
+    for (int i = 0; i < dev->nbins; i++)
+        if (dev->bins[i].padded == padded) return &dev->bins[i];
+    return NULL;
+}
 
 const char *gp_device_name(const gp_device *dev) { return dev ? dev->name : "(no device)"; }
 
@@ -108,7 +159,23 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
                            dev->name, nbytes);
         return NULL;
     }
-    unsigned char *raw = aligned_alloc(GP_ALIGN, padded + GP_ALIGN);
+    if (st->limit && st->cached > st->limit - st->live_total - nbytes) gp_device_trim(dev);
+    unsigned char *raw = NULL;
+    size_bin *bin = find_bin(dev, padded);
+    if (bin && bin->head) {
+        block_header *h = bin->head;
+        GP_ASSERT(h->magic == CACHED_MAGIC);
+        bin->head = h->next;
+        st->cached -= padded;
+        st->cache_hits++;
+        raw = (unsigned char *)h;
+    } else {
+        raw = aligned_alloc(GP_ALIGN, padded + GP_ALIGN);
+        if (!raw && st->cached) { /* the cache may be what is in the way */
+            gp_device_trim(dev);
+            raw = aligned_alloc(GP_ALIGN, padded + GP_ALIGN);
+        }
+    }
     if (!raw) {
         *status = gp_error(GP_OUT_OF_MEMORY, "device %s: host allocation of %zu bytes of %s failed",
                            dev->name, nbytes, gp_mem_category_name(cat));
@@ -116,6 +183,8 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
     }
     block_header *h = (block_header *)raw;
     h->nbytes = nbytes;
+    h->padded = padded;
+    h->next = NULL;
     h->cat = cat;
     h->magic = BLOCK_MAGIC;
     st->live[cat] += nbytes;
@@ -134,6 +203,19 @@ void gp_device_release(gp_device *dev, void *p) {
     GP_ASSERT(dev->stats.live[h->cat] >= h->nbytes);
     dev->stats.live[h->cat] -= h->nbytes;
     dev->stats.live_total -= h->nbytes;
-    h->magic = 0;
-    free(h);
+    size_bin *bin = find_bin(dev, h->padded);
+    if (!bin && dev->nbins < MAX_BINS) {
+        bin = &dev->bins[dev->nbins++];
+        bin->padded = h->padded;
+        bin->head = NULL;
+    }
+    if (!bin || !GP_USE_CACHE) { /* too many distinct sizes, or no cache: give it back */
+        h->magic = 0;
+        free(h);
+        return;
+    }
+    h->magic = CACHED_MAGIC;
+    h->next = bin->head;
+    bin->head = h;
+    dev->stats.cached += h->padded;
 }
