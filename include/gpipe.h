@@ -265,6 +265,11 @@ void gp_model_free(gp_model *m);
  * accepts the current output shape. */
 gp_status gp_model_add(gp_model *m, gp_layer *layer);
 int gp_model_nlayers(const gp_model *m);
+/* The dtype of the model's input (GP_F32 for a NULL model). */
+gp_dtype gp_model_input_dtype(const gp_model *m);
+/* One example's input shape, without the batch dimension (ndim 0 for a NULL
+ * model). */
+gp_shape gp_model_example_shape(const gp_model *m);
 gp_layer *gp_model_layer(gp_model *m, int i);
 /* Allocates every parameter on dev and initializes it from (seed, layer
  * index, parameter index). Layers may also be placed on different devices

@@ -113,7 +113,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         goto done;
     }
     gp_shape yshape = t1 ? in : gp_shape1(b->batch);
-    if (gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, t1 ? GP_I32 : GP_F32, &x) != GP_OK ||
+    if (gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, gp_model_input_dtype(m), &x) != GP_OK ||
         gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, yshape, GP_I32, &y) != GP_OK) {
         rc = gp_cli_fail("bench", "allocating the input batch");
         goto done;

@@ -14,6 +14,29 @@
 int gp_cli_train_main(int argc, char **argv);
 int gp_cli_bench_main(int argc, char **argv);
 
+/* ------------------------------------------------------------- progress */
+
+typedef struct gp_cli_progress {
+    bool bar;   /* stderr is a terminal: one line redrawn in place */
+    bool quiet; /* neither bar nor log lines */
+    bool drawn; /* the bar is on screen now */
+    int total, log_every;
+    int64_t examples_per_step, tokens_per_example; /* tokens: 0 for classifiers */
+    double last_draw;
+    double loss_sum; /* since the last log line */
+    int loss_n;
+} gp_cli_progress;
+
+/* log_every 0: about 20 lines per run. */
+void gp_cli_progress_init(gp_cli_progress *p, int total, int64_t examples_per_step,
+                          int64_t tokens_per_example, int log_every, bool quiet);
+/* After step `done` (1-based) with its loss; train_seconds so far. */
+void gp_cli_progress_step(gp_cli_progress *p, int done, double loss, double train_seconds);
+/* Wipes the bar so that a normal line can be printed. */
+void gp_cli_progress_clear(gp_cli_progress *p);
+/* "1h02m", "3m05s", "12.3s" */
+const char *gp_cli_fmt_duration(double seconds, char *buf, size_t bufsize);
+
 /* ------------------------------------------------------------- training */
 
 /* Defaults of `gpipe train`, also quoted by its --help. */
@@ -55,8 +78,38 @@ typedef struct gp_cli_train {
     cJSON *eval_history;             /* array of {step, loss, ...}, owned */
 } gp_cli_train;
 
-/* Creates the trainer for `total_steps` steps (the cosine schedule needs it). */
-int gp_cli_trainer_start(gp_cli_train *t, int total_steps);
+/* The loops' common start: the trainer for `total_steps` steps (the cosine
+ * schedule needs it), the evaluation history, `nhost` int64 of host scratch
+ * (`host_what` names it when out of memory) and the training batch. Returns
+ * an exit status; the caller releases what was made, also on failure. */
+int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const char *host_what,
+                       int64_t **host, gp_tensor *x, gp_tensor *y);
+/* "gpipe train: cannot load <what><path> (--data; the default needs the
+ * Debian <needs>): <library message>"; returns the runtime exit status. */
+int gp_cli_data_fail(const char *what, const char *path, const char *needs);
+/* Batch tensors of nb examples: x as the model's input (its dtype), y the
+ * int32 labels, one per output row: (nb) for (nb, classes) logits, (nb, T)
+ * for (nb, T, vocab). */
+gp_status gp_cli_alloc_batch(const gp_cli_train *t, int64_t nb, gp_tensor *x, gp_tensor *y);
+/* Trains step `step` (0-based) on the batch assembled since t0, counts it and
+ * shows the progress; a non-finite loss fails, suggesting `diverged_hint`. */
+int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_tensor *x,
+                      const gp_tensor *y, double t0, const char *diverged_hint);
+
+/* One evaluation pass over `count` fixed examples, in batches of at most
+ * t->batch (a smaller one for the remainder). fill puts examples
+ * first..first+nb-1 into x and y; rows is scratch room for nb int64. */
+typedef struct gp_cli_eval_pass {
+    int64_t count;
+    gp_status (*fill)(void *ctx, int64_t first, int64_t nb, int64_t *rows, gp_tensor *x,
+                      gp_tensor *y);
+    void *ctx;
+    /* for the messages: "<name>: out of host memory", "<name> counted no <units>" */
+    const char *name, *units;
+    const char *alloc_what, *eval_what; /* what failed, before the library's message */
+} gp_cli_eval_pass;
+/* Mean loss per counted target and (accuracy not NULL) the fraction right. */
+int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy);
 /* Both return an exit status and fill the results. */
 int gp_cli_train_classifier(gp_cli_train *t);
 int gp_cli_train_lm(gp_cli_train *t);
@@ -92,29 +145,6 @@ int gp_cli_bench_train(gp_cli_bench *b);
 
 /* Median of n values (n >= 1), without changing them. */
 double gp_cli_median(const double *v, int n);
-
-/* ------------------------------------------------------------- progress */
-
-typedef struct gp_cli_progress {
-    bool bar;   /* stderr is a terminal: one line redrawn in place */
-    bool quiet; /* neither bar nor log lines */
-    bool drawn; /* the bar is on screen now */
-    int total, log_every;
-    int64_t examples_per_step, tokens_per_example; /* tokens: 0 for classifiers */
-    double last_draw;
-    double loss_sum; /* since the last log line */
-    int loss_n;
-} gp_cli_progress;
-
-/* log_every 0: about 20 lines per run. */
-void gp_cli_progress_init(gp_cli_progress *p, int total, int64_t examples_per_step,
-                          int64_t tokens_per_example, int log_every, bool quiet);
-/* After step `done` (1-based) with its loss; train_seconds so far. */
-void gp_cli_progress_step(gp_cli_progress *p, int done, double loss, double train_seconds);
-/* Wipes the bar so that a normal line can be printed. */
-void gp_cli_progress_clear(gp_cli_progress *p);
-/* "1h02m", "3m05s", "12.3s" */
-const char *gp_cli_fmt_duration(double seconds, char *buf, size_t bufsize);
 
 /* --------------------------------------------------------------- reports */
 

@@ -98,10 +98,10 @@ static int table_len(const gp_cli_opt *tab) {
 
 static void print_help(const gp_cli_opt *tab, int n) {
     printf("Usage: gpipe train --model convnet|transformer|FILE.json [options]\n\n"
-           "Trains a model on one CPU device. A model whose first layer is an embedding\n"
-           "(int32 input) is a byte-level language model trained on random windows of a\n"
-           "text corpus (validation loss and bits per byte on fixed windows); any other\n"
-           "model is an image classifier trained on IDX data (Fashion-MNIST), shuffled\n"
+           "Trains a model on one CPU device. A model with int32 input (token ids) is a\n"
+           "byte-level language model trained on random windows of a text corpus\n"
+           "(validation loss and bits per byte on fixed windows); a model with float\n"
+           "input is an image classifier trained on IDX data (Fashion-MNIST), shuffled\n"
            "each epoch, inputs standardized with mean %.4f and std %.4f; the last partial\n"
            "batch of an epoch is dropped.\n\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
@@ -136,11 +136,6 @@ static int load_model(const char *name, gp_model **out) {
     if (s == GP_OK) return GP_CLI_EXIT_OK;
     if (s == GP_OUT_OF_MEMORY || s == GP_INTERNAL) return gp_cli_fail("train", "--model");
     return gp_cli_usage_error("train", "--model %s: %s", name, gp_last_error());
-}
-
-/* A language model reads int32 tokens, so it starts with an embedding. */
-static bool model_is_lm(gp_model *m) {
-    return gp_model_nlayers(m) > 0 && strcmp(gp_layer_kind(gp_model_layer(m, 0)), "embedding") == 0;
 }
 
 /* Fills t from the options and the model's family; usage errors for
@@ -235,22 +230,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     return GP_CLI_EXIT_OK;
 }
 
-int gp_cli_trainer_start(gp_cli_train *t, int total_steps) {
-    gp_optim_opts oo = strcmp(t->optimizer, "sgd") == 0
-                           ? gp_sgd_defaults((float)t->lr, (float)t->momentum)
-                           : gp_adamw_defaults((float)t->lr, (float)t->weight_decay);
-    oo.weight_decay = (float)t->weight_decay;
-    oo.warmup_steps = t->warmup;
-    oo.total_steps = strcmp(t->schedule, "cosine") == 0 ? total_steps : 0;
-    oo.clip_norm = (float)t->clip;
-    oo.min_lr = (float)t->min_lr;
-    t->optim = oo;
-    gp_trainer_opts to = {.micro_batches = t->micro_batches, .seed = t->seed};
-    if (gp_trainer_new(t->model, &oo, &to, &t->trainer) != GP_OK)
-        return gp_cli_fail("train", "cannot create the trainer");
-    return GP_CLI_EXIT_OK;
-}
-
 static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON *r = cJSON_CreateObject();
     char hex[17];
@@ -342,7 +321,7 @@ int gp_cli_train_main(int argc, char **argv) {
     gp_cli_train t = {0};
     rc = load_model(o.model, &t.model);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    t.is_lm = model_is_lm(t.model);
+    t.is_lm = gp_model_input_dtype(t.model) == GP_I32; /* token ids: a language model */
     char used[1024] = "";
     rc = resolve(&t, &o, tab, n, used, sizeof used);
     if (rc != GP_CLI_EXIT_OK) goto done;

@@ -1,63 +1,15 @@
 /* The image-classifier loop of `gpipe train`: IDX data (Fashion-MNIST by
  * default) shuffled each epoch by gp_shuffle(seed, epoch), full batches only,
  * test accuracy and loss on the t10k split after each epoch. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "cli.h"
 
-/* One evaluation pass over the first `count` test images, in batches of at
- * most t->batch (a smaller tensor for the remainder). */
-static int evaluate(gp_cli_train *t, const gp_idx_dataset *test, int64_t count, double *loss,
-                    double *accuracy) {
-    const int64_t B = t->batch < count ? t->batch : count;
-    const gp_shape *in = &t->in_shape;
-    int64_t *idx = malloc((size_t)B * sizeof *idx);
-    gp_tensor x = {0}, y = {0};
-    int rc = GP_CLI_EXIT_OK;
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
-    if (!idx) {
-        fprintf(stderr, "gpipe train: evaluation: out of host memory\n");
-        return GP_CLI_EXIT_RUNTIME;
-    }
-    for (int64_t first = 0; first < count; first += B) {
-        int64_t nb = count - first < B ? count - first : B;
-        if (!x.data || x.shape.dim[0] != nb) {
-            gp_tensor_release(&x);
-            gp_tensor_release(&y);
-            if (gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS,
-                                gp_shape4(nb, in->dim[1], in->dim[2], in->dim[3]), GP_F32,
-                                &x) != GP_OK ||
-                gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, gp_shape1(nb), GP_I32, &y) != GP_OK) {
-                rc = gp_cli_fail("train", "evaluation: cannot allocate a test batch");
-                break;
-            }
-        }
-        for (int64_t i = 0; i < nb; i++) idx[i] = first + i;
-        double ls = 0;
-        int64_t nc = 0, nn = 0;
-        if (gp_idx_batch(test, idx, nb, GP_CLI_IMAGE_MEAN, GP_CLI_IMAGE_STD, &x, &y) != GP_OK ||
-            gp_model_evaluate(t->model, t->dev, &x, &y, &ls, &nc, &nn) != GP_OK) {
-            rc = gp_cli_fail("train", "evaluation on the t10k split");
-            break;
-        }
-        loss_sum += ls;
-        correct += nc;
-        seen += nn;
-    }
-    gp_tensor_release(&x);
-    gp_tensor_release(&y);
-    free(idx);
-    if (rc == GP_CLI_EXIT_OK && seen <= 0) {
-        fprintf(stderr, "gpipe train: evaluation counted no test examples\n");
-        rc = GP_CLI_EXIT_RUNTIME;
-    }
-    if (rc == GP_CLI_EXIT_OK) {
-        *loss = loss_sum / (double)seen;
-        *accuracy = (double)correct / (double)seen;
-    }
-    return rc;
+/* Test images first..first+nb-1, standardized like the training images. */
+static gp_status fill_test(void *ctx, int64_t first, int64_t nb, int64_t *idx, gp_tensor *x,
+                           gp_tensor *y) {
+    for (int64_t i = 0; i < nb; i++) idx[i] = first + i;
+    return gp_idx_batch(ctx, idx, nb, GP_CLI_IMAGE_MEAN, GP_CLI_IMAGE_STD, x, y);
 }
 
 /* Evaluates, prints the line and appends it to the history. */
@@ -65,7 +17,14 @@ static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_prog
                         bool epoch_end) {
     int64_t count = t->eval_size > 0 && t->eval_size < test->n ? t->eval_size : test->n;
     double t0 = gp_now(), loss, acc;
-    int rc = evaluate(t, test, count, &loss, &acc);
+    gp_cli_eval_pass pass = {.count = count,
+                             .fill = fill_test,
+                             .ctx = (void *)test,
+                             .name = "evaluation",
+                             .units = "test examples",
+                             .alloc_what = "evaluation: cannot allocate a test batch",
+                             .eval_what = "evaluation on the t10k split"};
+    int rc = gp_cli_evaluate(t, &pass, &loss, &acc);
     if (rc != GP_CLI_EXIT_OK) return rc;
     double secs = gp_now() - t0;
     t->have_eval = true;
@@ -127,14 +86,9 @@ int gp_cli_train_classifier(gp_cli_train *t) {
     gp_tensor x = {0}, y = {0};
     int64_t *perm = NULL;
     int rc = GP_CLI_EXIT_OK;
-    char what[512];
     if (gp_idx_load_dir(dir, "train", &train) != GP_OK ||
         gp_idx_load_dir(dir, "t10k", &test) != GP_OK) {
-        snprintf(what, sizeof what,
-                 "cannot load the IDX data from %s (--data; the default needs the Debian package "
-                 "dataset-fashion-mnist)",
-                 dir);
-        rc = gp_cli_fail("train", what);
+        rc = gp_cli_data_fail("the IDX data from ", dir, "package dataset-fashion-mnist");
         goto done;
     }
     rc = check_shapes(t, &train, &test, dir);
@@ -146,21 +100,8 @@ int gp_cli_train_classifier(gp_cli_train *t) {
                                 t->epochs, (long long)total);
         goto done;
     }
-    rc = gp_cli_trainer_start(t, (int)total);
+    rc = gp_cli_train_begin(t, (int)total, train.n, "the data order", &perm, &x, &y);
     if (rc != GP_CLI_EXIT_OK) goto done;
-    t->eval_history = cJSON_CreateArray();
-    perm = malloc((size_t)train.n * sizeof *perm);
-    if (!perm || !t->eval_history) {
-        fprintf(stderr, "gpipe train: out of host memory for the data order\n");
-        rc = GP_CLI_EXIT_RUNTIME;
-        goto done;
-    }
-    const gp_shape *in = &t->in_shape;
-    if (gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, *in, GP_F32, &x) != GP_OK ||
-        gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, gp_shape1(t->batch), GP_I32, &y) != GP_OK) {
-        rc = gp_cli_fail("train", "cannot allocate the input batch");
-        goto done;
-    }
     printf("training on %lld images from %s: %lld steps of %d (%lld per epoch)\n",
            (long long)train.n, dir, (long long)total, t->batch, (long long)per_epoch);
     fflush(stdout);
@@ -174,32 +115,13 @@ int gp_cli_train_classifier(gp_cli_train *t) {
             rc = gp_cli_fail("train", "cannot shuffle the training set");
             goto done;
         }
-        float loss;
         if (gp_idx_batch(&train, perm + pos * t->batch, t->batch, GP_CLI_IMAGE_MEAN,
                          GP_CLI_IMAGE_STD, &x, &y) != GP_OK) {
             rc = gp_cli_fail("train", "cannot assemble a training batch");
             goto done;
         }
-        if (gp_trainer_step(t->trainer, &x, &y, &loss) != GP_OK) {
-            gp_cli_progress_clear(&prog);
-            snprintf(what, sizeof what, "training step %d", step + 1);
-            rc = gp_cli_fail("train", what);
-            goto done;
-        }
-        t->train_seconds += gp_now() - t0;
-        t->steps_done = step + 1;
-        t->examples_seen += t->batch;
-        t->final_loss = loss;
-        if (!isfinite(loss)) {
-            gp_cli_progress_clear(&prog);
-            fprintf(stderr,
-                    "gpipe train: the loss is %g at step %d: training diverged (try a "
-                    "lower --lr, or --clip)\n",
-                    (double)loss, step + 1);
-            rc = GP_CLI_EXIT_RUNTIME;
-            goto done;
-        }
-        gp_cli_progress_step(&prog, step + 1, loss, t->train_seconds);
+        rc = gp_cli_train_step(t, &prog, step, &x, &y, t0, "a lower --lr, or --clip");
+        if (rc != GP_CLI_EXIT_OK) goto done;
         const bool epoch_end = pos == per_epoch - 1;
         if (epoch_end) t->epochs_done++;
         if (epoch_end || step + 1 == total ||

@@ -7,62 +7,35 @@
 
 #include "cli.h"
 
-/* Mean per-byte loss over `count` validation windows starting at evenly
- * spaced offsets, in batches of at most t->batch windows. */
-static int evaluate(gp_cli_train *t, const gp_text_corpus *c, int64_t count, double *loss) {
-    const int T = (int)t->in_shape.dim[1];
-    const int64_t B = t->batch < count ? t->batch : count;
-    const int64_t span = c->nvalid - T - 1; /* the last valid start */
-    int64_t *starts = malloc((size_t)B * sizeof *starts);
-    gp_tensor x = {0}, y = {0};
-    int rc = GP_CLI_EXIT_OK;
-    double loss_sum = 0;
-    int64_t seen = 0;
-    if (!starts) {
-        fprintf(stderr, "gpipe train: validation: out of host memory\n");
-        return GP_CLI_EXIT_RUNTIME;
+/* Validation windows first..first+nb-1 of `count`, at evenly spaced starts. */
+typedef struct valid_windows {
+    const gp_text_corpus *c;
+    int64_t count;
+} valid_windows;
+
+static gp_status fill_valid(void *ctx, int64_t first, int64_t nb, int64_t *starts, gp_tensor *x,
+                            gp_tensor *y) {
+    const valid_windows *v = ctx;
+    const int T = (int)x->shape.dim[1];
+    const int64_t span = v->c->nvalid - T - 1; /* the last valid start */
+    for (int64_t i = 0; i < nb; i++) {
+        int64_t w = first + i;
+        starts[i] = v->count > 1 ? w * span / (v->count - 1) : 0;
     }
-    for (int64_t first = 0; first < count; first += B) {
-        int64_t nb = count - first < B ? count - first : B;
-        if (!x.data || x.shape.dim[0] != nb) {
-            gp_tensor_release(&x);
-            gp_tensor_release(&y);
-            if (gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, gp_shape2(nb, T), GP_I32, &x) !=
-                    GP_OK ||
-                gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, gp_shape2(nb, T), GP_I32, &y) !=
-                    GP_OK) {
-                rc = gp_cli_fail("train", "validation: cannot allocate a batch");
-                break;
-            }
-        }
-        for (int64_t i = 0; i < nb; i++) {
-            int64_t w = first + i;
-            starts[i] = count > 1 ? w * span / (count - 1) : 0;
-        }
-        double ls = 0;
-        int64_t nc = 0, nn = 0;
-        if (gp_text_batch(c->valid, c->nvalid, starts, nb, T, &x, &y) != GP_OK ||
-            gp_model_evaluate(t->model, t->dev, &x, &y, &ls, &nc, &nn) != GP_OK) {
-            rc = gp_cli_fail("train", "validation");
-            break;
-        }
-        loss_sum += ls;
-        seen += nn;
-    }
-    gp_tensor_release(&x);
-    gp_tensor_release(&y);
-    free(starts);
-    if (rc == GP_CLI_EXIT_OK && seen <= 0) {
-        fprintf(stderr, "gpipe train: validation counted no tokens\n");
-        rc = GP_CLI_EXIT_RUNTIME;
-    }
-    if (rc == GP_CLI_EXIT_OK) *loss = loss_sum / (double)seen;
-    return rc;
+    return gp_text_batch(v->c->valid, v->c->nvalid, starts, nb, T, x, y);
 }
 
 static int eval_and_log(gp_cli_train *t, const gp_text_corpus *c, gp_cli_progress *p, int step) {
     double t0 = gp_now(), loss;
-    int rc = evaluate(t, c, t->eval_size, &loss);
+    valid_windows v = {c, t->eval_size};
+    gp_cli_eval_pass pass = {.count = t->eval_size,
+                             .fill = fill_valid,
+                             .ctx = &v,
+                             .name = "validation",
+                             .units = "tokens",
+                             .alloc_what = "validation: cannot allocate a batch",
+                             .eval_what = "validation"};
+    int rc = gp_cli_evaluate(t, &pass, &loss, NULL);
     if (rc != GP_CLI_EXIT_OK) return rc;
     double secs = gp_now() - t0, bpb = loss / log(2.0);
     t->have_eval = true;
@@ -105,32 +78,15 @@ int gp_cli_train_lm(gp_cli_train *t) {
     gp_tensor x = {0}, y = {0};
     int64_t *starts = NULL;
     int rc = GP_CLI_EXIT_OK;
-    char what[512];
     if (gp_text_load(path, 20, &corpus) != GP_OK) {
-        snprintf(what, sizeof what,
-                 "cannot load the text corpus %s (--data; the default needs the Debian fortunes "
-                 "packages)",
-                 path);
-        rc = gp_cli_fail("train", what);
+        rc = gp_cli_data_fail("the text corpus ", path, "fortunes packages");
         goto done;
     }
     rc = check_shapes(t, &corpus, path);
     if (rc != GP_CLI_EXIT_OK) goto done;
     const int T = (int)t->in_shape.dim[1];
-    rc = gp_cli_trainer_start(t, t->steps);
+    rc = gp_cli_train_begin(t, t->steps, t->batch, "the window offsets", &starts, &x, &y);
     if (rc != GP_CLI_EXIT_OK) goto done;
-    t->eval_history = cJSON_CreateArray();
-    starts = malloc((size_t)t->batch * sizeof *starts);
-    if (!starts || !t->eval_history) {
-        fprintf(stderr, "gpipe train: out of host memory for the window offsets\n");
-        rc = GP_CLI_EXIT_RUNTIME;
-        goto done;
-    }
-    if (gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, t->in_shape, GP_I32, &x) != GP_OK ||
-        gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, t->in_shape, GP_I32, &y) != GP_OK) {
-        rc = gp_cli_fail("train", "cannot allocate the input batch");
-        goto done;
-    }
     printf("training on %s: %d files, %lld training / %lld validation bytes; %d steps of %d "
            "windows of %d bytes\n",
            path, corpus.nfiles, (long long)corpus.ntrain, (long long)corpus.nvalid, t->steps,
@@ -144,31 +100,13 @@ int gp_cli_train_lm(gp_cli_train *t) {
         gp_rng_stream s = {.seed = t->seed, .purpose = GP_RNG_DATA, .a = (uint32_t)step, .b = 0};
         for (int b = 0; b < t->batch; b++)
             starts[b] = (int64_t)(gp_rng_u64(&s, (uint64_t)b) % (uint64_t)(corpus.ntrain - T));
-        float loss;
         if (gp_text_batch(corpus.train, corpus.ntrain, starts, t->batch, T, &x, &y) != GP_OK) {
             rc = gp_cli_fail("train", "cannot assemble a training batch");
             goto done;
         }
-        if (gp_trainer_step(t->trainer, &x, &y, &loss) != GP_OK) {
-            gp_cli_progress_clear(&prog);
-            snprintf(what, sizeof what, "training step %d", step + 1);
-            rc = gp_cli_fail("train", what);
-            goto done;
-        }
-        t->train_seconds += gp_now() - t0;
-        t->steps_done = step + 1;
-        t->examples_seen += t->batch;
-        t->final_loss = loss;
-        if (!isfinite(loss)) {
-            gp_cli_progress_clear(&prog);
-            fprintf(stderr,
-                    "gpipe train: the loss is %g at step %d: training diverged (try a "
-                    "lower --lr, a longer --warmup, or --clip)\n",
-                    (double)loss, step + 1);
-            rc = GP_CLI_EXIT_RUNTIME;
-            goto done;
-        }
-        gp_cli_progress_step(&prog, step + 1, loss, t->train_seconds);
+        rc = gp_cli_train_step(t, &prog, step, &x, &y, t0,
+                               "a lower --lr, a longer --warmup, or --clip");
+        if (rc != GP_CLI_EXIT_OK) goto done;
         if (step + 1 == t->steps || (t->eval_every > 0 && (step + 1) % t->eval_every == 0)) {
             rc = eval_and_log(t, &corpus, &prog, step + 1);
             if (rc != GP_CLI_EXIT_OK) goto done;

@@ -100,6 +100,12 @@ gp_status gp_model_add(gp_model *m, gp_layer *layer) {
 
 int gp_model_nlayers(const gp_model *m) { return m ? m->nlayers : 0; }
 
+gp_dtype gp_model_input_dtype(const gp_model *m) { return m ? m->input_dtype : GP_F32; }
+
+gp_shape gp_model_example_shape(const gp_model *m) {
+    return m ? m->example_shape : (gp_shape){0};
+}
+
 gp_layer *gp_model_layer(gp_model *m, int i) {
     return (m && i >= 0 && i < m->nlayers) ? m->layers[i] : NULL;
 }

@@ -3,10 +3,8 @@
 # required keys; T1's FLOP count follows the WORKLOADS.md formula exactly.
 # Run from the repository root: bash tests/cli/bench.sh /path/to/gpipe
 set -u
-GPIPE=${1:?usage: bash tests/cli/bench.sh /path/to/gpipe}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
+source "$(dirname "$0")/lib/common.bash"
+cli_init "$@"
 
 for w in "G1 --steps 1 --warmup 0" "C1 --batch 8 --steps 2 --warmup 1" "T1 --batch 1 --steps 1 --warmup 0"; do
     set -- $w
@@ -14,21 +12,17 @@ for w in "G1 --steps 1 --warmup 0" "C1 --batch 8 --steps 2 --warmup 1" "T1 --bat
     shift
     if ! "$GPIPE" bench --workload "$name" --threads 1 --quiet "$@" --report "$TMP/$name.json" \
         >"$TMP/$name.out" 2>"$TMP/$name.err"; then
-        echo "FAIL: gpipe bench --workload $w failed: $(tail -c 600 "$TMP/$name.err")"
-        fail=$((fail + 1))
+        bad "gpipe bench --workload $w failed: $(tail -c 600 "$TMP/$name.err")"
     fi
 done
-grep -q "^2048^3 " "$TMP/G1.out" || { echo "FAIL: G1 summary lacks the 2048^3 line"; fail=$((fail + 1)); }
-grep -q "images/s" "$TMP/C1.out" || { echo "FAIL: C1 summary lacks images/s"; fail=$((fail + 1)); }
-grep -q "tokens/s" "$TMP/T1.out" || { echo "FAIL: T1 summary lacks tokens/s"; fail=$((fail + 1)); }
+grep -q "^2048^3 " "$TMP/G1.out" || bad "G1 summary lacks the 2048^3 line"
+grep -q "images/s" "$TMP/C1.out" || bad "C1 summary lacks images/s"
+grep -q "tokens/s" "$TMP/T1.out" || bad "T1 summary lacks tokens/s"
 
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, os, sys
+from clicheck import errors, finish, need
 d = sys.argv[1]
-errors = []
-def need(cond, what):
-    if not cond:
-        errors.append(what)
 def load(name):
     try:
         return json.load(open(os.path.join(d, name + ".json")))
@@ -71,13 +65,7 @@ need(t1.get("flops_per_step") == 20233322496, f"T1 flops_per_step {t1.get('flops
 need(t1.get("optimizer_state", 0) == 0 and
      t1.get("memory", {}).get("peak_bytes", {}).get("optimizer_state") == 2 * 4 * 25547776,
      "T1: AdamW state should be two floats per parameter")
-for e in errors:
-    print("FAIL:", e)
-sys.exit(1 if errors else 0)
+finish()
 PY
 
-if [ "$fail" -ne 0 ]; then
-    echo "cli bench: $fail check(s) FAILED"
-    exit 1
-fi
-echo "cli bench: all checks passed"
+cli_finish bench

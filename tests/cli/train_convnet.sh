@@ -5,11 +5,8 @@
 # limit and log lines on a small synthetic IDX set; a failed report write.
 # Run from the repository root: bash tests/cli/train_convnet.sh /path/to/gpipe
 set -u
-GPIPE=${1:?usage: bash tests/cli/train_convnet.sh /path/to/gpipe}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+source "$(dirname "$0")/lib/common.bash"
+cli_init "$@"
 
 # A small IDX data set (plain, not gzipped): 90 training and 40 test images,
 # labels 0..9, pixel values that depend on the label so that it can learn.
@@ -35,15 +32,6 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     DATA=(--data "$TMP/syn")
 fi
 
-run() { # name, args...: runs gpipe train, stdout/stderr into $TMP/name.{out,err}
-    local name=$1
-    shift
-    if ! "$GPIPE" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
-        bad "gpipe train $* failed: $(tail -c 600 "$TMP/$name.err")"
-        return 1
-    fi
-}
-
 COMMON=(--model convnet --steps 3 --batch 16 --eval-size 64 --threads 1 --quiet "${DATA[@]}")
 run a "${COMMON[@]}" --seed 7 --report "$TMP/a.json"
 run b "${COMMON[@]}" --seed 7 --report "$TMP/b.json"
@@ -54,12 +42,9 @@ grep -q "defaults used:.*optimizer=sgd.*lr=0.05" "$TMP/a.out" || bad "the defaul
 
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, math, re, sys
+from clicheck import finish, need
 d = sys.argv[1]
 a, b, c = (json.load(open(f"{d}/{n}.json")) for n in "abc")
-errors = []
-def need(cond, what):
-    if not cond:
-        errors.append(what)
 for key in ("model", "seed", "steps", "train", "eval", "throughput", "memory", "params_fnv1a64",
             "threads", "batch", "lr", "elapsed_s", "blas_core", "nparams"):
     need(key in a, f"missing key {key}")
@@ -85,9 +70,7 @@ need(re.fullmatch(r"[0-9a-f]{16}", h) is not None, f"params_fnv1a64 {h!r}")
 need(h == b.get("params_fnv1a64"), f"same seed, different hashes {h} {b.get('params_fnv1a64')}")
 need(a["train"]["final_loss"] == b["train"]["final_loss"], "same seed, different final loss")
 need(h != c.get("params_fnv1a64"), "different seeds, same hash")
-for e in errors:
-    print("FAIL: report:", e)
-sys.exit(1 if errors else 0)
+finish("FAIL: report:")
 PY
 
 # Epochs on the synthetic set: 90 images, batch 16 -> 5 steps per epoch
@@ -96,17 +79,16 @@ run e --model convnet --data "$TMP/syn" --epochs 2 --batch 16 --micro-batches 2 
     --memory-limit 512M --log-every 5 --report "$TMP/e.json"
 python3 - "$TMP/e.json" <<'PY' || fail=$((fail + 1))
 import json, sys
+from clicheck import finish, need
 r = json.load(open(sys.argv[1]))
-errors = []
-if r.get("steps") != 10 or r.get("epochs") != 2: errors.append(f"steps {r.get('steps')} epochs {r.get('epochs')}")
+need(r.get("steps") == 10 and r.get("epochs") == 2, f"steps {r.get('steps')} epochs {r.get('epochs')}")
 h = r.get("eval_history", [])
-if [e.get("epoch") for e in h] != [1, 2] or [e.get("step") for e in h] != [5, 10]:
-    errors.append(f"eval_history {h}")
-if r.get("eval", {}).get("examples") != 40: errors.append("eval.examples")
-if r.get("micro_batches") != 2: errors.append("micro_batches")
-if r.get("memory", {}).get("limit_bytes") != 512 << 20: errors.append("memory.limit_bytes")
-for e in errors: print("FAIL: epochs report:", e)
-sys.exit(1 if errors else 0)
+need([e.get("epoch") for e in h] == [1, 2] and [e.get("step") for e in h] == [5, 10],
+     f"eval_history {h}")
+need(r.get("eval", {}).get("examples") == 40, "eval.examples")
+need(r.get("micro_batches") == 2, "micro_batches")
+need(r.get("memory", {}).get("limit_bytes") == 512 << 20, "memory.limit_bytes")
+finish("FAIL: epochs report:")
 PY
 grep -q "^step 5/10 " "$TMP/e.err" && grep -q "^step 10/10 " "$TMP/e.err" ||
     bad "no 'step N/10' log lines on stderr: $(head -c 300 "$TMP/e.err")"
@@ -125,8 +107,4 @@ run r --model convnet --data "$TMP/syn" --steps 1 --batch 16 --quiet --report "$
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/r.json" || bad "replaced report is not JSON"
 ls "$TMP" | grep -q '\.tmp\.' && bad "temporary report files left: $(ls "$TMP")"
 
-if [ "$fail" -ne 0 ]; then
-    echo "cli train_convnet: $fail check(s) FAILED"
-    exit 1
-fi
-echo "cli train_convnet: all checks passed"
+cli_finish train_convnet

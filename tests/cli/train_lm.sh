@@ -5,11 +5,8 @@
 # parameters and another seed other ones, micro-batching keeps the loss.
 # Run from the repository root: bash tests/cli/train_lm.sh /path/to/gpipe
 set -u
-GPIPE=${1:?usage: bash tests/cli/train_lm.sh /path/to/gpipe}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+source "$(dirname "$0")/lib/common.bash"
+cli_init "$@"
 
 printf '{"family": "transformer", "vocab": 256, "dim": 32, "heads": 4, "d_ff": 64, "layers": 2, "seq_len": 32}\n' \
     >"$TMP/tiny.json"
@@ -23,15 +20,6 @@ with open(sys.argv[1], "w", encoding="utf-8") as f:
         f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(8 + i % 5)) + ".\n%\n")
 PY
 
-run() { # name, args...
-    local name=$1
-    shift
-    if ! "$GPIPE" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
-        bad "gpipe train $* failed: $(tail -c 600 "$TMP/$name.err")"
-        return 1
-    fi
-}
-
 COMMON=(--model "$TMP/tiny.json" --data "$TMP/corpus" --steps 6 --batch 4 --eval-every 3
         --eval-size 6 --threads 1 --quiet --sample 64)
 run a "${COMMON[@]}" --seed 3 --report "$TMP/a.json"
@@ -43,11 +31,8 @@ grep -q "defaults used:.*optimizer=adamw.*lr=0.0003" "$TMP/a.out" || bad "the de
 
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, math, re, sys
+from clicheck import errors, finish, need
 d = sys.argv[1]
-errors = []
-def need(cond, what):
-    if not cond:
-        errors.append(what)
 def sample(name):
     out = open(f"{d}/{name}.out", "rb").read()
     m = re.search(rb"^sample \(64 bytes, temperature [0-9.]+, seed \d+\):\n", out, re.M)
@@ -81,9 +66,7 @@ need(a.get("params_fnv1a64") != c.get("params_fnv1a64"), "different seeds, same 
 sa, sb, sc, s0 = sample("a"), sample("b"), sample("c"), sample("t0")
 need(sa == sb, "same seed, different samples")
 need(sa != sc, "different seeds, same sample")
-for e in errors:
-    print("FAIL:", e)
-sys.exit(1 if errors else 0)
+finish()
 PY
 
 # Micro-batches: the summed gradients equal the whole batch's up to rounding,
@@ -111,8 +94,4 @@ printf 'tiny\n%%\n' >"$TMP/small"
 rc=$?
 [ $rc -eq 2 ] && grep -q -- "--data" "$TMP/s.err" || bad "small corpus: exit $rc, $(cat "$TMP/s.err")"
 
-if [ "$fail" -ne 0 ]; then
-    echo "cli train_lm: $fail check(s) FAILED"
-    exit 1
-fi
-echo "cli train_lm: all checks passed"
+cli_finish train_lm

@@ -3,10 +3,8 @@
 # the option, runtime failures exit 1, and --help lists every option.
 # Run from the repository root: bash tests/cli/usage.sh /path/to/gpipe
 set -u
-GPIPE=${1:?usage: bash tests/cli/usage.sh /path/to/gpipe}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
+source "$(dirname "$0")/lib/common.bash"
+cli_init "$@"
 n=0
 
 # expect STATUS NEEDLE ARGS...: gpipe ARGS exits STATUS and its stderr contains NEEDLE.

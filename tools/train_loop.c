@@ -1,0 +1,129 @@
+/* The parts of `gpipe train` that the classifier and language-model loops
+ * share: the trainer and batch set-up, one timed training step with its
+ * bookkeeping, and a batched evaluation pass over a fixed set of examples. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Creates the trainer for `total_steps` steps (the cosine schedule needs it). */
+static int trainer_start(gp_cli_train *t, int total_steps) {
+    gp_optim_opts oo = strcmp(t->optimizer, "sgd") == 0
+                           ? gp_sgd_defaults((float)t->lr, (float)t->momentum)
+                           : gp_adamw_defaults((float)t->lr, (float)t->weight_decay);
+    oo.weight_decay = (float)t->weight_decay;
+    oo.warmup_steps = t->warmup;
+    oo.total_steps = strcmp(t->schedule, "cosine") == 0 ? total_steps : 0;
+    oo.clip_norm = (float)t->clip;
+    oo.min_lr = (float)t->min_lr;
+    t->optim = oo;
+    gp_trainer_opts to = {.micro_batches = t->micro_batches, .seed = t->seed};
+    if (gp_trainer_new(t->model, &oo, &to, &t->trainer) != GP_OK)
+        return gp_cli_fail("train", "cannot create the trainer");
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_data_fail(const char *what, const char *path, const char *needs) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "cannot load %s%s (--data; the default needs the Debian %s)", what,
+             path, needs);
+    return gp_cli_fail("train", msg);
+}
+
+gp_status gp_cli_alloc_batch(const gp_cli_train *t, int64_t nb, gp_tensor *x, gp_tensor *y) {
+    gp_shape xs = t->in_shape, ys = t->out_shape;
+    xs.dim[0] = nb;
+    /* One label per output row: the last (class or vocabulary) axis goes. */
+    ys.dim[0] = nb;
+    ys.dim[--ys.ndim] = 0;
+    gp_status s =
+        gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, xs, gp_model_input_dtype(t->model), x);
+    if (s != GP_OK) return s;
+    return gp_tensor_alloc(t->dev, GP_MEM_ACTIVATIONS, ys, GP_I32, y);
+}
+
+int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const char *host_what,
+                       int64_t **host, gp_tensor *x, gp_tensor *y) {
+    int rc = trainer_start(t, total_steps);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    t->eval_history = cJSON_CreateArray();
+    *host = malloc((size_t)nhost * sizeof **host);
+    if (!*host || !t->eval_history) {
+        fprintf(stderr, "gpipe train: out of host memory for %s\n", host_what);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    if (gp_cli_alloc_batch(t, t->batch, x, y) != GP_OK)
+        return gp_cli_fail("train", "cannot allocate the input batch");
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_tensor *x,
+                      const gp_tensor *y, double t0, const char *diverged_hint) {
+    float loss;
+    if (gp_trainer_step(t->trainer, x, y, &loss) != GP_OK) {
+        char what[64];
+        gp_cli_progress_clear(p);
+        snprintf(what, sizeof what, "training step %d", step + 1);
+        return gp_cli_fail("train", what);
+    }
+    t->train_seconds += gp_now() - t0;
+    t->steps_done = step + 1;
+    t->examples_seen += t->batch;
+    t->final_loss = loss;
+    if (!isfinite(loss)) {
+        gp_cli_progress_clear(p);
+        fprintf(stderr, "gpipe train: the loss is %g at step %d: training diverged (try %s)\n",
+                (double)loss, step + 1, diverged_hint);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    gp_cli_progress_step(p, step + 1, loss, t->train_seconds);
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy) {
+    const int64_t count = e->count;
+    const int64_t B = t->batch < count ? t->batch : count;
+    int64_t *rows = malloc((size_t)B * sizeof *rows);
+    gp_tensor x = {0}, y = {0};
+    int rc = GP_CLI_EXIT_OK;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    if (!rows) {
+        fprintf(stderr, "gpipe train: %s: out of host memory\n", e->name);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    for (int64_t first = 0; first < count; first += B) {
+        int64_t nb = count - first < B ? count - first : B;
+        if (!x.data || x.shape.dim[0] != nb) { /* the remainder gets a smaller batch */
+            gp_tensor_release(&x);
+            gp_tensor_release(&y);
+            if (gp_cli_alloc_batch(t, nb, &x, &y) != GP_OK) {
+                rc = gp_cli_fail("train", e->alloc_what);
+                break;
+            }
+        }
+        double ls = 0;
+        int64_t nc = 0, nn = 0;
+        if (e->fill(e->ctx, first, nb, rows, &x, &y) != GP_OK ||
+            gp_model_evaluate(t->model, t->dev, &x, &y, &ls, &nc, &nn) != GP_OK) {
+            rc = gp_cli_fail("train", e->eval_what);
+            break;
+        }
+        loss_sum += ls;
+        correct += nc;
+        seen += nn;
+    }
+    gp_tensor_release(&x);
+    gp_tensor_release(&y);
+    free(rows);
+    if (rc == GP_CLI_EXIT_OK && seen <= 0) {
+        fprintf(stderr, "gpipe train: %s counted no %s\n", e->name, e->units);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
+    if (rc == GP_CLI_EXIT_OK) {
+        *loss = loss_sum / (double)seen;
+        if (accuracy) *accuracy = (double)correct / (double)seen;
+    }
+    return rc;
+}
