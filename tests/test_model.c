@@ -202,6 +202,27 @@ static void test_training_and_memory(void) {
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_ACTIVATIONS], 0);
 
+    /* One trainer per model. */
+    gp_trainer *t2;
+    CHECK_FAILS(gp_trainer_new(m, &o, &to, &t2), GP_INVALID_ARGUMENT, "already has a trainer");
+
+    /* A non-finite gradient: no update, and the next step is unharmed. */
+    REQUIRE_OK(gp_trainer_accumulate(t, &x, &y, &loss));
+    gp_param_info pi;
+    REQUIRE_OK(gp_model_param(m, 2, &pi));
+    pi.grad->data[0] = INFINITY;
+    uint64_t before = gp_model_params_fnv1a64(m);
+    CHECK_FAILS(gp_trainer_apply(t), GP_NUMERIC, "gradient norm is not finite");
+    CHECK(gp_model_params_fnv1a64(m) == before);
+    CHECK_OK(gp_trainer_step(t, &x, &y, &loss));
+    CHECK_EQ_INT(gp_trainer_steps_done(t), 32);
+    CHECK(isfinite(loss));
+
+    /* The model says what it takes. */
+    CHECK_EQ_INT(gp_model_input_dtype(m), GP_I32);
+    gp_shape ex = gp_model_example_shape(m);
+    CHECK(gp_shape_equal(&ex, &(gp_shape){1, {16}}));
+
     gp_trainer_free(t);
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_GRADS] + st.live[GP_MEM_OPTIM], 0);
@@ -226,6 +247,15 @@ static void test_model_errors(void) {
     CHECK_NEAR(c.fwd_flops, 2.0 * 8 * 10 * 4, 8 * 4 + 1);
     CHECK_EQ_INT(c.param_bytes, 44 * 4);
     gp_model_free(m);
+    /* Shapes too large for 64-bit byte counts are refused when added. */
+    REQUIRE_OK(gp_model_new(gp_shape3(1, 1, 1), GP_F32, &m));
+    CHECK_FAILS(gp_model_add(m, gp_conv2d(1, 16777216, 1, 1, 16777216, false)), GP_SHAPE,
+                "at most 2^40 elements");
+    CHECK_EQ_INT(gp_model_input_dtype(m), GP_F32);
+    gp_model_free(m);
+    gp_convnet_config cc = gp_convnet_defaults();
+    cc.ch2 = 16777216, cc.height = 64, cc.width = 64;
+    CHECK_FAILS(gp_model_convnet(&cc, &m), GP_CONFIG, "more than a linear layer takes");
 }
 
 int main(void) {

@@ -41,6 +41,7 @@ typedef struct block_header {
     size_t nbytes;
     size_t padded;
     struct block_header *next; /* in a cache bin */
+    const struct gp_device *owner;
     int cat;
     uint32_t magic;
 } block_header;
@@ -185,6 +186,7 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
     h->nbytes = nbytes;
     h->padded = padded;
     h->next = NULL;
+    h->owner = dev;
     h->cat = cat;
     h->magic = BLOCK_MAGIC;
     st->live[cat] += nbytes;
@@ -199,7 +201,10 @@ void gp_device_release(gp_device *dev, void *p) {
     if (!p) return;
     block_header *h = (block_header *)((unsigned char *)p - GP_ALIGN);
     GP_ASSERT(h->magic == BLOCK_MAGIC);
-    GP_ASSERT(dev && h->cat >= 0 && h->cat < GP_MEM_NCATEGORIES);
+    /* Released on the device that allocated it: anything else would corrupt
+     * two devices' counters (and race, once stages run on threads). */
+    GP_ASSERT(dev && h->owner == dev);
+    GP_ASSERT(h->cat >= 0 && h->cat < GP_MEM_NCATEGORIES);
     GP_ASSERT(dev->stats.live[h->cat] >= h->nbytes);
     dev->stats.live[h->cat] -= h->nbytes;
     dev->stats.live_total -= h->nbytes;

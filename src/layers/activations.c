@@ -123,7 +123,7 @@ typedef struct dropout_impl {
 
 static bool dropout_active(const gp_layer *l, const gp_ctx *c) {
     const dropout_impl *p = l->impl;
-    return p->p > 0.0f && c->run && c->run->training;
+    return p->p > 0.0f && c->run.training;
 }
 
 static gp_cost dropout_cost(const gp_layer *l, const gp_shape *in) {
@@ -140,7 +140,7 @@ static gp_status dropout_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_
         if (y->data != x->data) memcpy(y->data, x->data, (size_t)n * sizeof(float));
         return GP_OK;
     }
-    const gp_run *r = c->run;
+    const gp_run *r = &c->run;
     gp_rng_stream s = gp_op_dropout_stream(r->seed, l->index, 0, r->step, r->micro_batch);
     gp_op_dropout(&s, p->p, n, x->data, NULL, y->data);
     return GP_OK;
@@ -155,7 +155,7 @@ static gp_status dropout_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, g
         if (dx->data != dy->data) memcpy(dx->data, dy->data, (size_t)n * sizeof(float));
         return GP_OK;
     }
-    const gp_run *r = c->run;
+    const gp_run *r = &c->run;
     gp_rng_stream s = gp_op_dropout_stream(r->seed, l->index, 0, r->step, r->micro_batch);
     gp_op_dropout(&s, p->p, n, dy->data, NULL, dx->data);
     return GP_OK;

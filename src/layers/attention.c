@@ -50,8 +50,8 @@ static gp_mha_weights attn_weights(gp_layer *l) {
 /* The dropout stream of this call, or NULL when dropout is off. */
 static const gp_rng_stream *attn_drop(const gp_layer *l, const gp_ctx *c, gp_rng_stream *s) {
     const attention_impl *p = l->impl;
-    if (!(p->dropout > 0.0f && c->run && c->run->training)) return NULL;
-    *s = gp_op_dropout_stream(c->run->seed, l->index, 0, c->run->step, c->run->micro_batch);
+    if (!(p->dropout > 0.0f && c->run.training)) return NULL;
+    *s = gp_op_dropout_stream(c->run.seed, l->index, 0, c->run.step, c->run.micro_batch);
     return s;
 }
 

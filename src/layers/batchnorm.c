@@ -58,13 +58,10 @@ static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tens
 
 static gp_status bn_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_tensor *y) {
     GP_TRY(check_call(l, x, y, "output"));
-    if (!ctx->run)
-        return gp_error(GP_INTERNAL, "layer %d (batchnorm2d): forward without run settings",
-                        l->index);
     const int64_t batch = x->shape.dim[0], nch = x->shape.dim[1];
     const int64_t hw = x->shape.dim[2] * x->shape.dim[3];
     const int64_t count = batch * hw; /* values per channel */
-    const bool batch_stats = ctx->run->training;
+    const bool batch_stats = ctx->run.training;
     if (batch_stats && count < 2) {
         char a[96];
         return gp_error(GP_SHAPE,
@@ -90,7 +87,7 @@ static gp_status bn_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_ten
                 ss += gp_sumsq_dev_f64(x->data + (b * nch + c) * hw, hw, mean);
             double var = ss / (double)count; /* biased: normalizes */
             invstd = 1.0 / sqrt(var + BN_EPS);
-            if (!ctx->run->recompute) {
+            if (!ctx->run.recompute) {
                 double unbiased = ss / (double)(count - 1);
                 rmean[c] = (float)((1.0 - BN_MOMENTUM) * rmean[c] + BN_MOMENTUM * mean);
                 rvar[c] = (float)((1.0 - BN_MOMENTUM) * rvar[c] + BN_MOMENTUM * unbiased);

@@ -30,21 +30,21 @@ static gp_status conv_geom(const gp_layer *l, const gp_shape *in, gp_dtype dtype
         return gp_error(GP_SHAPE,
                         "layer %d (conv2d): input shape %s: height and width must be >= 1",
                         l->index, gp_shape_str(in, buf, sizeof buf));
-    if (h + 2 * cf->pad < cf->kernel || w + 2 * cf->pad < cf->kernel)
+    if (h + 2 * (int64_t)cf->pad < cf->kernel || w + 2 * (int64_t)cf->pad < cf->kernel)
         return gp_error(GP_SHAPE,
                         "layer %d (conv2d): input shape %s: kernel %d is larger than the padded "
                         "input %lldx%lld (pad %d); expected H + 2*pad >= kernel and W + 2*pad >= "
                         "kernel",
                         l->index, gp_shape_str(in, buf, sizeof buf), cf->kernel,
-                        (long long)(h + 2 * cf->pad), (long long)(w + 2 * cf->pad), cf->pad);
+                        (long long)(h + 2 * (int64_t)cf->pad), (long long)(w + 2 * (int64_t)cf->pad), cf->pad);
     *g = (gp_conv_geom){.channels = cf->in_ch,
                         .height = h,
                         .width = w,
                         .kernel = cf->kernel,
                         .stride = cf->stride,
                         .pad = cf->pad,
-                        .out_h = (h + 2 * cf->pad - cf->kernel) / cf->stride + 1,
-                        .out_w = (w + 2 * cf->pad - cf->kernel) / cf->stride + 1};
+                        .out_h = (h + 2 * (int64_t)cf->pad - cf->kernel) / cf->stride + 1,
+                        .out_w = (w + 2 * (int64_t)cf->pad - cf->kernel) / cf->stride + 1};
     return GP_OK;
 }
 

@@ -59,7 +59,7 @@ const char *gp_layer_kind(const gp_layer *l) { return l ? l->ops->kind : "(null)
 void gp_ctx_init(gp_ctx *c, gp_device *dev, const gp_run *run) {
     memset(c, 0, sizeof *c);
     c->dev = dev;
-    c->run = run;
+    if (run) c->run = *run;
 }
 
 gp_status gp_ctx_save(gp_ctx *c, int slot, gp_shape shape, gp_dtype dtype, gp_tensor **out) {
@@ -77,7 +77,7 @@ gp_status gp_ctx_child(gp_ctx *c, int i, int n, gp_ctx **out) {
         if (!c->children)
             return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d child contexts", n);
         c->nchildren = n;
-        for (int k = 0; k < n; k++) gp_ctx_init(&c->children[k], c->dev, c->run);
+        for (int k = 0; k < n; k++) gp_ctx_init(&c->children[k], c->dev, &c->run);
     }
     GP_ASSERT(n == c->nchildren);
     *out = &c->children[i];

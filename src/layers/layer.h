@@ -46,7 +46,7 @@ typedef struct gp_ctx gp_ctx;
  * in slots; composite layers use child contexts for their parts. */
 struct gp_ctx {
     gp_device *dev;          /* where saved tensors are allocated (ACTIVATIONS) */
-    const gp_run *run;
+    gp_run run;              /* a copy: backward may run long after the caller's run is gone */
     const gp_tensor *x, *y;  /* set by the caller before forward */
     gp_tensor saved[GP_CTX_MAX_SAVED];
     gp_ctx *children;        /* lazily allocated by gp_ctx_child */
@@ -54,6 +54,7 @@ struct gp_ctx {
     int64_t aux[4];          /* small per-call integers (e.g. a shape) */
 };
 
+/* run may be NULL: an inference run (no training, no recompute). */
 void gp_ctx_init(gp_ctx *c, gp_device *dev, const gp_run *run);
 /* Allocates saved[slot] (counted as GP_MEM_ACTIVATIONS on ctx->dev). */
 gp_status gp_ctx_save(gp_ctx *c, int slot, gp_shape shape, gp_dtype dtype, gp_tensor **out);

@@ -77,8 +77,8 @@ static gp_mha_weights block_attn_weights(gp_layer *l) {
 static const gp_rng_stream *block_drop(const gp_layer *l, const gp_ctx *c, int site,
                                        gp_rng_stream *s) {
     const block_impl *p = l->impl;
-    if (!(p->dropout > 0.0f && c->run && c->run->training)) return NULL;
-    *s = gp_op_dropout_stream(c->run->seed, l->index, site, c->run->step, c->run->micro_batch);
+    if (!(p->dropout > 0.0f && c->run.training)) return NULL;
+    *s = gp_op_dropout_stream(c->run.seed, l->index, site, c->run.step, c->run.micro_batch);
     return s;
 }
 

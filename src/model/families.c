@@ -1,5 +1,7 @@
 /* The built-in model families: the GPT-style Transformer LM of workload T1
  * and the Fashion-MNIST ConvNet of workload C1 (../shared/WORKLOADS.md). */
+#include <stdint.h>
+
 #include "../core/error.h"
 #include "gpipe.h"
 
@@ -62,8 +64,14 @@ gp_status gp_model_convnet(const gp_convnet_config *c, gp_model **out) {
         if (i % 2 == 1) ADD(gp_maxpool2d(2, 2));
     }
     ADD(gp_flatten());
-    int flat = c->ch2 * (c->height / 4) * (c->width / 4);
-    ADD(gp_linear(flat, c->hidden, true));
+    int64_t flat = (int64_t)c->ch2 * (c->height / 4) * (c->width / 4);
+    if (flat > INT32_MAX) {
+        gp_model_free(m);
+        return gp_error(GP_CONFIG, "convnet: %d channels of %dx%d after pooling is %lld features, "
+                                   "more than a linear layer takes (%d)",
+                        c->ch2, c->height / 4, c->width / 4, (long long)flat, INT32_MAX);
+    }
+    ADD(gp_linear((int)flat, c->hidden, true));
     ADD(gp_relu());
     ADD(gp_linear(c->hidden, c->classes, true));
     *out = m;

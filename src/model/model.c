@@ -8,6 +8,12 @@
 #include "../core/device.h"
 #include "model_internal.h"
 
+static gp_shape with_batch(const gp_shape *ex, int64_t batch) {
+    gp_shape s = {ex->ndim + 1, {batch, 0, 0, 0}};
+    for (int i = 0; i < ex->ndim; i++) s.dim[i + 1] = ex->dim[i];
+    return s;
+}
+
 gp_status gp_model_new(gp_shape example_shape, gp_dtype input_dtype, gp_model **out) {
     char buf[96];
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_model_new: out is NULL");
@@ -16,16 +22,22 @@ gp_status gp_model_new(gp_shape example_shape, gp_dtype input_dtype, gp_model **
         return gp_error(GP_SHAPE, "gp_model_new: example shape has %d dimensions, expected 0 to %d "
                                   "(the batch dimension is added in front)",
                         example_shape.ndim, GP_MAX_DIMS - 1);
-    for (int i = 0; i < example_shape.ndim; i++)
-        if (example_shape.dim[i] <= 0)
-            return gp_error(GP_SHAPE, "gp_model_new: example shape %s: every dimension must be > 0",
+    int64_t n = 1;
+    for (int i = 0; i < example_shape.ndim; i++) {
+        if (example_shape.dim[i] <= 0 || example_shape.dim[i] > ((int64_t)1 << 40) / n)
+            return gp_error(GP_SHAPE,
+                            "gp_model_new: example shape %s: every dimension must be > 0 and one "
+                            "example at most 2^40 elements",
                             gp_shape_str(&example_shape, buf, sizeof buf));
+        n *= example_shape.dim[i];
+    }
     if (input_dtype != GP_F32 && input_dtype != GP_I32)
         return gp_error(GP_INVALID_ARGUMENT, "gp_model_new: unknown input dtype %d", (int)input_dtype);
     gp_model *m = calloc(1, sizeof *m);
     if (!m) return gp_error(GP_OUT_OF_MEMORY, "gp_model_new: cannot allocate the model");
     m->example_shape = example_shape;
     m->input_dtype = input_dtype;
+    m->out_example = with_batch(&example_shape, 1);
     *out = m;
     return GP_OK;
 }
@@ -36,12 +48,6 @@ void gp_model_free(gp_model *m) {
     free(m->layers);
     free(m->devs);
     free(m);
-}
-
-static gp_shape with_batch(const gp_shape *ex, int64_t batch) {
-    gp_shape s = {ex->ndim + 1, {batch, 0, 0, 0}};
-    for (int i = 0; i < ex->ndim; i++) s.dim[i + 1] = ex->dim[i];
-    return s;
 }
 
 /* Shapes through layers [0, upto), stopping at the first failure. */
@@ -56,6 +62,23 @@ static gp_status infer(const gp_model *m, int upto, int64_t batch, gp_shape *out
         t = GP_F32;
     }
     *out = s;
+    return GP_OK;
+}
+
+/* Every dimension positive and one example's output small enough that a
+ * batch of them cannot overflow 64-bit byte counts. */
+static gp_status check_extent(const gp_layer *l, const gp_shape *s) {
+    char buf[96];
+    const int64_t max_elems = (int64_t)1 << 40;
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) {
+        if (s->dim[i] < 1 || s->dim[i] > max_elems / n)
+            return gp_error(GP_SHAPE,
+                            "layer %d (%s): output shape %s per example: expected every dimension "
+                            ">= 1 and at most 2^40 elements",
+                            l->index, l->ops->kind, gp_shape_str(s, buf, sizeof buf));
+        n *= s->dim[i];
+    }
     return GP_OK;
 }
 
@@ -82,16 +105,15 @@ gp_status gp_model_add(gp_model *m, gp_layer *layer) {
         m->cap = cap;
     }
     layer->index = m->nlayers;
-    gp_shape in, out;
-    gp_status s = infer(m, m->nlayers, 1, &in);
-    if (s == GP_OK) {
-        gp_dtype t = m->nlayers ? GP_F32 : m->input_dtype;
-        s = layer->ops->out_shape(layer, &in, t, &out);
-    }
+    gp_shape out;
+    gp_dtype t = m->nlayers ? GP_F32 : m->input_dtype;
+    gp_status s = layer->ops->out_shape(layer, &m->out_example, t, &out);
+    if (s == GP_OK) s = check_extent(layer, &out);
     if (s != GP_OK) {
         gp_layer_free(layer);
         return s;
     }
+    m->out_example = out;
     m->layers[m->nlayers] = layer;
     m->devs[m->nlayers] = NULL;
     m->nlayers++;

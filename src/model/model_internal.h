@@ -11,6 +11,7 @@ struct gp_model {
     gp_layer **layers;
     gp_device **devs; /* per layer: where its parameters live (NULL: not initialized) */
     int nlayers, cap;
+    gp_shape out_example; /* output shape of the last layer at batch 1 (input if none) */
     uint64_t seed; /* the init seed */
 };
 

@@ -52,6 +52,15 @@ gp_status gp_trainer_new(gp_model *m, const gp_optim_opts *o, const gp_trainer_o
     t->seed = to && to->seed ? to->seed : m->seed;
     gp_param *p;
     FOR_EACH_TRAINABLE(m, p) {
+        if (p->grad.data) {
+            free(t);
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "gp_trainer_new: the model already has a trainer (layer %d parameter %s "
+                            "has gradients); free it first",
+                            li_, p->name);
+        }
+    }
+    FOR_EACH_TRAINABLE(m, p) {
         gp_status s = gp_tensor_zeros(dev, GP_MEM_GRADS, p->shape, GP_F32, &p->grad);
         if (s == GP_OK) s = gp_optim_state_init(o, p, dev);
         if (s != GP_OK) {
@@ -161,8 +170,11 @@ gp_status gp_trainer_apply(gp_trainer *t) {
     }
     double norm = sqrt(total);
     t->last_grad_norm = (float)norm;
-    if (!isfinite(norm))
-        return gp_error(GP_NUMERIC, "step %d: the gradient norm is not finite", t->step);
+    if (!isfinite(norm)) {
+        gp_trainer_zero_grads(t); /* so the next step starts clean */
+        return gp_error(GP_NUMERIC, "step %d: the gradient norm is not finite; no update made",
+                        t->step);
+    }
     float clip = gp_clip_factor(t->o.clip_norm, norm);
     float lr = gp_optim_lr_at(&t->o, t->step);
     gp_param *p;
@@ -176,10 +188,14 @@ gp_status gp_trainer_apply(gp_trainer *t) {
 }
 
 gp_status gp_trainer_step(gp_trainer *t, const gp_tensor *x, const gp_tensor *y, float *loss) {
-    gp_status s = gp_trainer_accumulate(t, x, y, loss);
+    float l = 0;
+    gp_status s = gp_trainer_accumulate(t, x, y, &l);
+    if (s == GP_OK) s = gp_trainer_apply(t);
     if (s != GP_OK) {
-        gp_trainer_zero_grads(t);
+        /* A failed step leaves no gradients behind, so the next can succeed. */
+        if (t) gp_trainer_zero_grads(t);
         return s;
     }
-    return gp_trainer_apply(t);
+    if (loss) *loss = l;
+    return GP_OK;
 }

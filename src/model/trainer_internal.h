@@ -9,7 +9,8 @@
  * parameters' grad tensors (not cleared first). *loss: the mini-batch mean. */
 gp_status gp_trainer_accumulate(gp_trainer *t, const gp_tensor *x, const gp_tensor *y,
                                 float *loss);
-/* Clip by global norm, one optimizer update, clear gradients, step++. */
+/* Clip by global norm, one optimizer update, clear gradients, step++.
+ * A non-finite norm: GP_NUMERIC, gradients cleared, no update. */
 gp_status gp_trainer_apply(gp_trainer *t);
 /* Sets every gradient to zero. */
 void gp_trainer_zero_grads(gp_trainer *t);
