@@ -44,8 +44,8 @@ test-asan: deps
 
 # The main job: a byte-level Transformer LM on the multilingual fortunes.
 demo: build
-	$(GPIPE) train --model examples/demo_lm.json --steps 300 --batch 16 --lr 1e-3 \
-	  --eval-every 50 --sample 300 --report $(BUILD)/demo_report.json
+	$(GPIPE) train --model examples/demo_lm.json --steps 600 --batch 32 --lr 3e-3 \
+	  --eval-every 100 --sample 400 --report $(BUILD)/demo_report.json
 
 demo-fashion: build
 	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json
