@@ -17,6 +17,13 @@ void gp_seq_release(gp_seq_pass *p) {
     p->acts = NULL;
 }
 
+static gp_status check_range(const gp_model *m, int first, int last) {
+    if (first < 0 || last > m->nlayers || first >= last)
+        return gp_error(GP_INVALID_ARGUMENT, "layer range [%d, %d): expected 0 <= first < last <= %d",
+                        first, last, m->nlayers);
+    return GP_OK;
+}
+
 static gp_status layer_forward(gp_model *m, int li, gp_device *dev, const gp_run *run,
                                const gp_tensor *x, gp_tensor *y, gp_ctx *c) {
     gp_layer *l = m->layers[li];
@@ -35,9 +42,7 @@ static gp_status layer_forward(gp_model *m, int li, gp_device *dev, const gp_run
 gp_status gp_seq_forward(gp_model *m, int first, int last, gp_device *dev, const gp_run *run,
                          const gp_tensor *x, gp_seq_pass *p) {
     memset(p, 0, sizeof *p);
-    if (first < 0 || last > m->nlayers || first >= last)
-        return gp_error(GP_INVALID_ARGUMENT, "layer range [%d, %d) outside 0..%d", first, last,
-                        m->nlayers);
+    GP_TRY(check_range(m, first, last));
     int n = last - first;
     p->first = first;
     p->last = last;
@@ -96,9 +101,7 @@ gp_status gp_seq_backward(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_t
 gp_status gp_seq_infer(gp_model *m, int first, int last, gp_device *dev, const gp_run *run,
                        const gp_tensor *x, gp_tensor *y) {
     memset(y, 0, sizeof *y);
-    if (first < 0 || last > m->nlayers || first >= last)
-        return gp_error(GP_INVALID_ARGUMENT, "layer range [%d, %d) outside 0..%d", first, last,
-                        m->nlayers);
+    GP_TRY(check_range(m, first, last));
     gp_tensor cur = *x, next;
     cur.owned = false;
     for (int li = first; li < last; li++) {
