@@ -119,7 +119,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         goto done;
     }
     b->step_seconds = calloc((size_t)b->steps, sizeof *b->step_seconds);
-    if (!b->step_seconds) {
+    b->step_ceiling = calloc((size_t)b->steps, sizeof *b->step_ceiling);
+    if (!b->step_seconds || !b->step_ceiling) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
         rc = GP_CLI_EXIT_RUNTIME;
         goto done;
@@ -135,7 +136,15 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         double dt = gp_now() - t0;
         b->final_loss = loss;
         bool warm = step < b->warmup;
-        if (!warm) b->step_seconds[step - b->warmup] = dt;
+        if (!warm) {
+            b->step_seconds[step - b->warmup] = dt;
+            /* The ceiling next to each step: a shared machine's speed drifts
+             * over a run, and a ratio of neighbours cancels most of it. */
+            if (gp_bench_sgemm(2048, 2048, 2048, 1, &b->step_ceiling[step - b->warmup]) != GP_OK) {
+                rc = gp_cli_fail("bench", "measuring the sgemm ceiling");
+                goto done;
+            }
+        }
         if (!b->quiet)
             fprintf(stderr, "  %s step %d/%d: %.3f s, loss %.4f\n", warm ? "warm-up" : "timed",
                     warm ? step + 1 : step - b->warmup + 1, warm ? b->warmup : b->steps, dt,

@@ -131,6 +131,7 @@ typedef struct gp_cli_bench {
     bool quiet;
     /* results */
     double *step_seconds; /* the `steps` timed steps, owned */
+    double *step_ceiling; /* 2048^3 sgemm GFLOP/s measured right after each timed step, owned */
     double flops_per_step;
     int64_t examples_per_step, tokens_per_example; /* tokens: 0 for C1 */
     int64_t nparams;

@@ -47,7 +47,11 @@ for name in ("C1", "T1"):
     st = r["step_seconds"]
     need(0 < st["min"] <= st["median"] <= st["max"], f"{name}: step_seconds {st}")
     need(r["achieved_gflops"] > 0 and r["ceiling_gflops"] > 0, f"{name}: GFLOP/s")
-    need(abs(r["fraction_of_ceiling"] - r["achieved_gflops"] / r["ceiling_gflops"]) < 1e-9, f"{name}: fraction")
+    fr = r.get("step_fraction_of_ceiling", {})
+    need(abs(r["fraction_of_ceiling"] - fr.get("median", -1)) < 1e-12, f"{name}: fraction = median of per-step ratios")
+    need(0 < fr.get("min", 0) <= r["fraction_of_ceiling"] <= fr.get("max", 0), f"{name}: fraction spread {fr}")
+    sc = r.get("step_ceiling_gflops", {})
+    need(abs(r["ceiling_gflops"] - sc.get("median", -1)) < 1e-12 and sc.get("min", 0) > 0, f"{name}: per-step ceilings {sc}")
     need(abs(r["achieved_gflops"] - r["flops_per_step"] / st["median"] / 1e9) < 1e-6 * r["achieved_gflops"],
          f"{name}: achieved = flops / median step")
     peak = r.get("memory", {}).get("peak_bytes", {})
