@@ -1,7 +1,8 @@
 # Short commands for the README. Each target installs what is missing (as
 # root, through apt-get), configures with CMake and builds before it runs.
 
-PACKAGES := build-essential cmake pkg-config clang libopenblas-dev libcjson-dev zlib1g-dev \
+PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 libopenblas-dev \
+            libcjson-dev zlib1g-dev \
             dataset-fashion-mnist fortunes fortunes-de fortunes-es fortunes-it fortunes-ru \
             fortunes-pl fortunes-cs
 BUILD      ?= build
