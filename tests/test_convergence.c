@@ -9,6 +9,7 @@
 #define SUBSET 5000
 #define BATCH 100
 #define STEPS 150 /* three epochs of the subset */
+#define QUICK_STEPS 20 /* GP_TEST_QUICK (sanitizer builds): the same path, checked for memory errors */
 #define TEST_IMAGES 1000
 #define MAX_FINAL_LOSS 0.45 /* mean training loss over the last epoch */
 #define MIN_TEST_ACCURACY 0.80
@@ -33,8 +34,10 @@ int main(void) {
     REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape1(BATCH), GP_I32, &y));
     int64_t perm[SUBSET];
     double epoch_loss = 0, first_loss = 0;
+    const bool quick = getenv("GP_TEST_QUICK") != NULL;
+    const int steps = quick ? QUICK_STEPS : STEPS;
     double t0 = gp_now();
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         int per_epoch = SUBSET / BATCH;
         if (s % per_epoch == 0) {
             REQUIRE_OK(gp_shuffle(2024, (uint32_t)(s / per_epoch), SUBSET, perm));
@@ -57,12 +60,21 @@ int main(void) {
         count += n;
     }
     double acc = (double)correct / (double)count;
-    printf("first loss %.4f, last-epoch loss %.4f (<= %.2f), test accuracy %.4f (>= %.2f) on %d "
-           "images, %d steps in %.1f s\n",
-           first_loss, epoch_loss, MAX_FINAL_LOSS, acc, MIN_TEST_ACCURACY, TEST_IMAGES, STEPS, elapsed);
-    CHECK(epoch_loss <= MAX_FINAL_LOSS);
-    CHECK(acc >= MIN_TEST_ACCURACY);
     CHECK(first_loss > 1.5); /* started from chance (ln 10 = 2.3) */
+    if (quick) {
+        /* 20 steps: well past chance, but no accuracy claim. */
+        printf("quick: first loss %.4f, mean loss of %d steps %.4f, test accuracy %.4f\n",
+               first_loss, steps, epoch_loss * (SUBSET / BATCH) / steps, acc);
+        CHECK(epoch_loss * (SUBSET / BATCH) / steps < first_loss);
+        CHECK(acc > 0.5);
+    } else {
+        printf("first loss %.4f, last-epoch loss %.4f (<= %.2f), test accuracy %.4f (>= %.2f) on "
+               "%d images, %d steps in %.1f s\n",
+               first_loss, epoch_loss, MAX_FINAL_LOSS, acc, MIN_TEST_ACCURACY, TEST_IMAGES, steps,
+               elapsed);
+        CHECK(epoch_loss <= MAX_FINAL_LOSS);
+        CHECK(acc >= MIN_TEST_ACCURACY);
+    }
     gp_tensor_release(&x);
     gp_tensor_release(&y);
     gp_trainer_free(t);
