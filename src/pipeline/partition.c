@@ -1,0 +1,361 @@
+/* The memory model of a cell and the exact balanced partitioner: a dynamic program over suffixes
+ * (fewest cells for the rest of the layers) that minimizes the slowest cell under a per-device
+ * byte limit and breaks ties towards the lexicographically smallest boundaries. */
+#include "partition.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "../layers/layer.h"
+
+const char *gp_plan_remat_name(gp_plan_remat r) {
+    return r == GP_PLAN_REMAT_NONE ? "none" : r == GP_PLAN_REMAT_CELL ? "cell" : "?";
+}
+
+double gp_layer_est_time(const gp_layer_est *l) { return l->fwd_time + l->bwd_time; }
+
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+static uint64_t sat_mul(uint64_t a, uint64_t b) {
+    return (a != 0 && b > UINT64_MAX / a) ? UINT64_MAX : a * b;
+}
+
+char *gp_plan_bytes_str(uint64_t nbytes, char *buf, size_t n) {
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (nbytes < 1024) {
+        snprintf(buf, n, "%llu bytes", (unsigned long long)nbytes);
+        return buf;
+    }
+    int u = 0;
+    uint64_t div = 1024;
+    while (u < 3 && nbytes >= div * 1024) div *= 1024, u++;
+    if (nbytes % div == 0)
+        snprintf(buf, n, "%llu %s", (unsigned long long)(nbytes / div), units[u]);
+    else
+        snprintf(buf, n, "%.2f %s", (double)nbytes / (double)div, units[u]);
+    return buf;
+}
+
+/* ------------------------------------------------------------ memory model */
+
+/* The model is affine in the cell's layers: total = head(first) + sum over its layers of
+ * per_layer(l). The partitioner relies on this split to grow a cell one layer at a time in O(1);
+ * gp_cell_memory spells out the same terms by category. Keep the three together. */
+static uint64_t mem_state(const gp_layer_est *l) { return sat_add(l->out_bytes, l->saved_bytes); }
+
+static uint64_t mem_head(const gp_layer_est *first, int in_flight) {
+    return sat_mul((uint64_t)in_flight, first->in_bytes);
+}
+
+static uint64_t mem_per_layer(const gp_layer_est *l, int in_flight, gp_plan_remat remat) {
+    uint64_t s = sat_add(sat_add(l->param_bytes, l->grad_bytes), l->optim_bytes);
+    /* NONE keeps every micro-batch's state; CELL rebuilds one micro-batch's during backward. */
+    uint64_t w = remat == GP_PLAN_REMAT_NONE ? (uint64_t)in_flight : 1;
+    return sat_add(s, sat_mul(w, mem_state(l)));
+}
+
+gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int in_flight,
+                           gp_plan_remat remat) {
+    gp_cell_mem c = {0};
+    if (!layers || first < 0 || end <= first) return c;
+    if (in_flight < 0) in_flight = 0;
+    uint64_t state = 0;
+    for (int i = first; i < end; i++) {
+        c.params = sat_add(c.params, layers[i].param_bytes);
+        c.grads = sat_add(c.grads, layers[i].grad_bytes);
+        c.optim = sat_add(c.optim, layers[i].optim_bytes);
+        state = sat_add(state, mem_state(&layers[i]));
+    }
+    c.stash = mem_head(&layers[first], in_flight);
+    if (remat == GP_PLAN_REMAT_NONE)
+        c.stash = sat_add(c.stash, sat_mul((uint64_t)in_flight, state));
+    else
+        c.work = state;
+    c.total = sat_add(sat_add(sat_add(c.params, c.grads), sat_add(c.optim, c.stash)), c.work);
+    return c;
+}
+
+double gp_cell_time(const gp_layer_est *layers, int first, int end) {
+    double t = 0;
+    for (int i = first; i < end; i++) t += gp_layer_est_time(&layers[i]);
+    return t;
+}
+
+/* ------------------------------------------------------------ per-layer figures */
+
+gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, int optim_states,
+                                  gp_layer_est *out) {
+    if (!m || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_layer_est_from_model: NULL argument");
+    if (micro_batch_size < 1)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_layer_est_from_model: micro-batch size %lld must be >= 1",
+                        (long long)micro_batch_size);
+    if (optim_states < 0 || optim_states > 2)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_layer_est_from_model: optimizer states per parameter must be 0 (SGD), "
+                        "1 (momentum) or 2 (AdamW), got %d",
+                        optim_states);
+    int L = gp_model_nlayers(m);
+    for (int i = 0; i < L; i++) {
+        gp_cost c;
+        gp_shape in;
+        GP_TRY(gp_model_cost(m, i, micro_batch_size, &c));
+        GP_TRY(gp_model_shape(m, i - 1, micro_batch_size, &in));
+        /* gp_model_layer takes a mutable model; only the declared parameter shapes are read. */
+        const gp_layer *l = gp_model_layer((gp_model *)m, i);
+        gp_layer_est *e = &out[i];
+        memset(e, 0, sizeof *e);
+        e->kind = gp_layer_kind(l);
+        e->fwd_time = c.fwd_flops;
+        e->bwd_time = c.bwd_flops;
+        for (int j = 0; j < l->nparams; j++) {
+            uint64_t nb = (uint64_t)gp_shape_nelem(&l->params[j].shape) * gp_dtype_nbytes(GP_F32);
+            e->param_bytes += nb;
+            if (l->params[j].trainable) {
+                e->grad_bytes += nb;
+                e->optim_bytes += (uint64_t)optim_states * nb;
+            }
+        }
+        gp_dtype dt = i == 0 ? gp_model_input_dtype(m) : GP_F32;
+        e->in_bytes = (uint64_t)gp_shape_nelem(&in) * gp_dtype_nbytes(dt);
+        e->out_bytes = c.out_bytes;
+        e->saved_bytes = c.saved_bytes;
+    }
+    return GP_OK;
+}
+
+/* ------------------------------------------------------------ partitioner */
+
+static gp_status check_req(const gp_partition_req *r) {
+    if (!r || !r->layers) return gp_error(GP_INVALID_ARGUMENT, "partition: NULL argument");
+    if (r->nlayers < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "partition: the model has no layers");
+    if (r->stages < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "partition: K = %d stages, expected at least 1",
+                        r->stages);
+    if (r->stages > r->nlayers)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "partition: K = %d stages but the model has %d layer%s (each stage needs "
+                        "at least one)",
+                        r->stages, r->nlayers, r->nlayers == 1 ? "" : "s");
+    if (r->micro_batches < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "partition: M = %d micro-batches, expected >= 1",
+                        r->micro_batches);
+    if (r->remat != GP_PLAN_REMAT_NONE && r->remat != GP_PLAN_REMAT_CELL)
+        return gp_error(GP_INVALID_ARGUMENT, "partition: unknown remat mode %d", (int)r->remat);
+    for (int i = 0; i < r->nlayers; i++) {
+        double t = gp_layer_est_time(&r->layers[i]);
+        if (!isfinite(t) || r->layers[i].fwd_time < 0 || r->layers[i].bwd_time < 0)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "partition: layer %d has time estimates fwd %g, bwd %g; expected "
+                            "finite values >= 0",
+                            i, r->layers[i].fwd_time, r->layers[i].bwd_time);
+    }
+    return GP_OK;
+}
+
+static const char *kind_of(const gp_layer_est *l) { return l->kind ? l->kind : "layer"; }
+
+/* When no partition fits the limit: the error names the layer that alone cannot fit, or else the
+ * partition needing the least memory in its largest cell (a min-max DP on bytes) and by how much
+ * that cell is over. */
+static gp_status explain_no_fit(const gp_partition_req *r) {
+    const gp_layer_est *ly = r->layers;
+    int L = r->nlayers, K = r->stages, M = r->micro_batches;
+    char need[48], lim[48], over[48];
+    gp_plan_bytes_str(r->mem_limit, lim, sizeof lim);
+    for (int i = 0; i < L; i++) {
+        uint64_t b = gp_cell_memory(ly, i, i + 1, M, r->remat).total;
+        if (b > r->mem_limit)
+            return gp_error(GP_MEMORY_LIMIT,
+                            "partition: layer %d (%s) alone needs %s with M = %d (remat %s), over "
+                            "the %s per-device limit by %s",
+                            i, kind_of(&ly[i]), gp_plan_bytes_str(b, need, sizeof need), M,
+                            gp_plan_remat_name(r->remat), lim,
+                            gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
+    }
+    size_t w = (size_t)L + 1;
+    uint64_t *suf = malloc((size_t)(K + 1) * w * sizeof *suf);
+    if (!suf) return gp_error(GP_OUT_OF_MEMORY, "partition: no memory for the DP table");
+    for (size_t x = 0; x < (size_t)(K + 1) * w; x++) suf[x] = UINT64_MAX;
+    suf[0 * w + (size_t)L] = 0;
+    for (int c = 1; c <= K; c++)
+        for (int j = 0; j <= L - c; j++) {
+            uint64_t acc = mem_head(&ly[j], M), best = UINT64_MAX;
+            for (int i = j + 1; i <= L - c + 1; i++) {
+                acc = sat_add(acc, mem_per_layer(&ly[i - 1], M, r->remat));
+                uint64_t rest = suf[(size_t)(c - 1) * w + (size_t)i];
+                uint64_t v = acc > rest ? acc : rest;
+                if (v < best) best = v;
+            }
+            suf[(size_t)c * w + (size_t)j] = best;
+        }
+    uint64_t opt = suf[(size_t)K * w];
+    /* Walk the lexicographically smallest partition achieving opt; report its first worst cell. */
+    int j = 0, wf = -1, we = L;
+    char list[256];
+    size_t len = 0;
+    list[0] = '\0';
+    for (int c = K; c >= 1; c--) {
+        int e = L;
+        if (c > 1) {
+            uint64_t acc = mem_head(&ly[j], M);
+            for (int i = j + 1; i <= L - c + 1; i++) {
+                acc = sat_add(acc, mem_per_layer(&ly[i - 1], M, r->remat));
+                uint64_t rest = suf[(size_t)(c - 1) * w + (size_t)i];
+                if ((acc > rest ? acc : rest) <= opt) {
+                    e = i;
+                    break;
+                }
+            }
+        }
+        if (len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", c == K ? "" : ",", j);
+        if (wf < 0 && gp_cell_memory(ly, j, e, M, r->remat).total == opt) wf = j, we = e;
+        j = e;
+    }
+    free(suf);
+    GP_ASSERT(wf >= 0);
+    return gp_error(GP_MEMORY_LIMIT,
+                    "partition: no split of the %d layers into K = %d cells fits the %s "
+                    "per-device limit with M = %d (remat %s): the best split (%s) still needs %s "
+                    "in its cell of layers %d-%d, over the limit by %s",
+                    L, K, lim, M, gp_plan_remat_name(r->remat), list,
+                    gp_plan_bytes_str(opt, need, sizeof need), wf, we - 1,
+                    gp_plan_bytes_str(opt - r->mem_limit, over, sizeof over));
+}
+
+gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bottleneck) {
+    GP_TRY(check_req(r));
+    if (!first) return gp_error(GP_INVALID_ARGUMENT, "partition: NULL output");
+    const gp_layer_est *ly = r->layers;
+    int L = r->nlayers, K = r->stages, M = r->micro_batches;
+    size_t w = (size_t)L + 1;
+    /* suf[c][j]: the least possible slowest-cell time splitting layers [j, L) into c cells that
+     * each fit the limit (INFINITY when none). Cell times are summed left to right, exactly as
+     * gp_cell_time does, so comparisons below are between identical doubles. */
+    double *suf = malloc((size_t)(K + 1) * w * sizeof *suf);
+    if (!suf) return gp_error(GP_OUT_OF_MEMORY, "partition: no memory for the DP table");
+    for (size_t x = 0; x < (size_t)(K + 1) * w; x++) suf[x] = INFINITY;
+    suf[(size_t)L] = 0;
+    uint64_t limit = r->mem_limit ? r->mem_limit : UINT64_MAX;
+    for (int c = 1; c <= K; c++)
+        for (int j = 0; j <= L - c; j++) {
+            double t = 0, best = INFINITY;
+            uint64_t mem = mem_head(&ly[j], M);
+            for (int i = j + 1; i <= L - c + 1; i++) {
+                t += gp_layer_est_time(&ly[i - 1]);
+                mem = sat_add(mem, mem_per_layer(&ly[i - 1], M, r->remat));
+                if (mem > limit) break; /* growing the cell only adds bytes */
+                double rest = suf[(size_t)(c - 1) * w + (size_t)i];
+                double v = t > rest ? t : rest;
+                if (v < best) best = v;
+            }
+            suf[(size_t)c * w + (size_t)j] = best;
+        }
+    double opt = suf[(size_t)K * w];
+    if (isinf(opt)) {
+        free(suf);
+        return explain_no_fit(r);
+    }
+    /* Smallest next boundary that still allows an optimal completion, cell by cell. */
+    int j = 0;
+    for (int c = K; c >= 1; c--) {
+        first[K - c] = j;
+        if (c == 1) break;
+        double t = 0;
+        uint64_t mem = mem_head(&ly[j], M);
+        int e = -1;
+        for (int i = j + 1; i <= L - c + 1; i++) {
+            t += gp_layer_est_time(&ly[i - 1]);
+            mem = sat_add(mem, mem_per_layer(&ly[i - 1], M, r->remat));
+            if (mem > limit) break;
+            double rest = suf[(size_t)(c - 1) * w + (size_t)i];
+            if ((t > rest ? t : rest) <= opt) {
+                e = i;
+                break;
+            }
+        }
+        GP_ASSERT(e > j);
+        j = e;
+    }
+    free(suf);
+    if (bottleneck) *bottleneck = opt;
+    return GP_OK;
+}
+
+gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nfirst) {
+    GP_TRY(check_req(r));
+    int L = r->nlayers, K = r->stages;
+    if (!first) return gp_error(GP_INVALID_ARGUMENT, "partition: NULL list");
+    if (nfirst != K)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "partition: %d entr%s given for K = %d stages; expected exactly K (the "
+                        "first layer of each cell)",
+                        nfirst, nfirst == 1 ? "y" : "ies", K);
+    if (first[0] != 0)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "partition: the first cell starts at layer %d; expected 0", first[0]);
+    for (int k = 1; k < K; k++) {
+        if (first[k] <= first[k - 1])
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "partition: entry %d (layer %d) is not after entry %d (layer %d); "
+                            "first layers must strictly increase",
+                            k, first[k], k - 1, first[k - 1]);
+        if (first[k] >= L)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "partition: entry %d is layer %d but the model has %d layers (0..%d)",
+                            k, first[k], L, L - 1);
+    }
+    if (!r->mem_limit) return GP_OK;
+    for (int k = 0; k < K; k++) {
+        int e = k + 1 < K ? first[k + 1] : L;
+        uint64_t b = gp_cell_memory(r->layers, first[k], e, r->micro_batches, r->remat).total;
+        if (b > r->mem_limit) {
+            char need[48], lim[48], over[48];
+            return gp_error(GP_MEMORY_LIMIT,
+                            "partition: cell %d (layers %d-%d) needs %s with M = %d (remat %s), "
+                            "over the %s per-device limit by %s",
+                            k, first[k], e - 1, gp_plan_bytes_str(b, need, sizeof need),
+                            r->micro_batches, gp_plan_remat_name(r->remat),
+                            gp_plan_bytes_str(r->mem_limit, lim, sizeof lim),
+                            gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
+        }
+    }
+    return GP_OK;
+}
+
+gp_status gp_partition_parse(const char *text, int *first, int cap, int *n) {
+    if (!text || !first || !n) return gp_error(GP_INVALID_ARGUMENT, "partition: NULL argument");
+    *n = 0;
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ') p++;
+        if (*p < '0' || *p > '9')
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "partition '%s': expected a layer index at position %d, e.g. "
+                            "0,5,9,12",
+                            text, (int)(p - text));
+        errno = 0;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (errno || v > 1000000000L)
+            return gp_error(GP_INVALID_ARGUMENT, "partition '%s': layer index out of range",
+                            text);
+        if (*n >= cap)
+            return gp_error(GP_INVALID_ARGUMENT, "partition '%s': more than %d entries", text,
+                            cap);
+        first[(*n)++] = (int)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == '\0') return GP_OK;
+        if (*p != ',')
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "partition '%s': unexpected '%c' at position %d; expected a "
+                            "comma-separated list such as 0,5,9,12",
+                            text, *p, (int)(p - text));
+        p++;
+    }
+}

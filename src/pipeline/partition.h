@@ -1,0 +1,93 @@
+/* Partitioning a sequence of L layers into K contiguous cells, one per pipeline stage:
+ * the per-layer figures it works from, the one memory model every planner uses, and an exact
+ * min-max (bottleneck) partitioner under a per-device byte limit. Private to the library. */
+#ifndef GP_PIPELINE_PARTITION_H
+#define GP_PIPELINE_PARTITION_H
+
+#include "gpipe.h"
+
+/* Re-materialization: what a stage keeps per micro-batch between its forward and backward.
+ * (Private spelling; the public option enum comes with the pipeline API.) */
+typedef enum gp_plan_remat {
+    GP_PLAN_REMAT_NONE = 0, /* keep every layer's saved state of each micro-batch in flight */
+    GP_PLAN_REMAT_CELL = 1  /* GPipe: keep only the cell's input; recompute during backward */
+} gp_plan_remat;
+const char *gp_plan_remat_name(gp_plan_remat r); /* "none", "cell" */
+
+/* One layer's figures, per micro-batch where they depend on the batch. Times are in any one unit
+ * (FLOPs from the cost model, or measured seconds): only ratios matter to the partitioner. */
+typedef struct gp_layer_est {
+    const char *kind;     /* for messages; may be NULL */
+    double fwd_time;      /* forward */
+    double bwd_time;      /* backward (without any recomputation) */
+    uint64_t param_bytes; /* parameters and buffers */
+    uint64_t grad_bytes;  /* gradients (trainable parameters only) */
+    uint64_t optim_bytes; /* optimizer state */
+    uint64_t in_bytes;    /* the layer's input activation, one micro-batch */
+    uint64_t out_bytes;   /* its output activation, one micro-batch */
+    uint64_t saved_bytes; /* saved for backward beyond input and output, one micro-batch */
+} gp_layer_est;
+
+/* What the partitioner balances: forward + backward time of one layer. */
+double gp_layer_est_time(const gp_layer_est *l);
+
+/* Figures for every layer of m with micro-batches of `micro_batch_size` examples.
+ * optim_states: optimizer state tensors per trainable parameter (0 plain SGD, 1 SGD with
+ * momentum, 2 AdamW). out: gp_model_nlayers(m) entries, caller-owned. */
+gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, int optim_states,
+                                  gp_layer_est *out);
+
+/* Memory of one cell, bytes. */
+typedef struct gp_cell_mem {
+    uint64_t params, grads, optim; /* static: held for the whole run */
+    uint64_t stash;                /* activations kept between forward and backward */
+    uint64_t work;                 /* one micro-batch's saved state rebuilt during backward */
+    uint64_t total;                /* all of the above: the cell's peak */
+} gp_cell_mem;
+
+/* The memory model, shared by the partitioner, the simulator and the plan, for the cell of
+ * layers [first, end) with `in_flight` micro-batches stashed at once (M for fill-drain GPipe,
+ * fewer for 1F1B):
+ *   static = sum of params + grads + optimizer state;
+ *   state  = sum over the cell's layers of out_bytes + saved_bytes (one micro-batch's full
+ *            saved state, the cell's input excluded);
+ *   remat CELL: stash = in_flight * in_bytes[first]; work = state (one micro-batch
+ *            recomputed during its backward);
+ *   remat NONE: stash = in_flight * (in_bytes[first] + state); work = 0.
+ * Transient buffers (gradient flowing through the cell, mailboxes, kernel workspaces) are not
+ * modelled. Sums saturate at UINT64_MAX instead of wrapping. */
+gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int in_flight,
+                           gp_plan_remat remat);
+
+/* A partition request. */
+typedef struct gp_partition_req {
+    const gp_layer_est *layers;
+    int nlayers;          /* L */
+    int stages;           /* K, 1 <= K <= L */
+    int micro_batches;    /* M >= 1: micro-batches stashed at once by the memory model */
+    gp_plan_remat remat;
+    uint64_t mem_limit;   /* per-device bytes; 0: no limit */
+} gp_partition_req;
+
+/* Exact balanced partition: first[0..K-1] (first[0] = 0, strictly increasing) minimizing the
+ * slowest cell's time (sum of gp_layer_est_time, added left to right), every cell within the
+ * memory limit. Among optimal partitions, the lexicographically smallest first[] is returned,
+ * so the answer is the same on every machine. *bottleneck (may be NULL): the slowest cell's
+ * time. Errors name the numbers: K < 1, K > L, a layer that alone exceeds the limit, or the
+ * least memory any K-cell partition needs when no partition fits. */
+gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bottleneck);
+
+/* Checks an explicit partition (first layer of each cell): exactly K entries, first[0] = 0,
+ * strictly increasing, each < L; then that every cell fits the memory limit of r. */
+gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nfirst);
+
+/* Parses "0,5,9,12" into first[0..*n-1] (at most cap entries). */
+gp_status gp_partition_parse(const char *text, int *first, int cap, int *n);
+
+/* The time of the cell of layers [first, end): the partitioner's objective for one cell. */
+double gp_cell_time(const gp_layer_est *layers, int first, int end);
+
+/* Writes a byte count as "300 MiB", "1.50 GiB", "512 bytes" into buf; returns buf. */
+char *gp_plan_bytes_str(uint64_t nbytes, char *buf, size_t n);
+
+#endif

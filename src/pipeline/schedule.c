@@ -1,0 +1,371 @@
+/* Schedules as data: building action lists, the GPipe and 1F1B generators, text rendering, and
+ * the validator's static part (per-stage rules and FIFO matching of each link's messages); the
+ * deadlock part replays the schedule with the engine in simulate.c. */
+#include "schedule.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+
+static const char *const kind_names[GP_ACT_NKINDS] = {
+    "FORWARD", "BACKWARD", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "OPTIMIZER_STEP"};
+static const char *const kind_short[GP_ACT_NKINDS] = {"F", "B", "SA", "RA", "SG", "RG", "STEP"};
+
+gp_status gp_schedule_init(gp_schedule *s, int stages, int micro_batches) {
+    if (!s) return gp_error(GP_INVALID_ARGUMENT, "schedule: NULL output");
+    memset(s, 0, sizeof *s);
+    if (stages < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "schedule: K = %d stages, expected >= 1", stages);
+    if (micro_batches < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "schedule: M = %d micro-batches, expected >= 1",
+                        micro_batches);
+    s->stage = calloc((size_t)stages, sizeof *s->stage);
+    if (!s->stage) return gp_error(GP_OUT_OF_MEMORY, "schedule: no memory for %d stages", stages);
+    s->stages = stages;
+    s->micro_batches = micro_batches;
+    snprintf(s->name, sizeof s->name, "custom");
+    return GP_OK;
+}
+
+gp_status gp_schedule_push(gp_schedule *s, int k, gp_action_kind kind, int mb) {
+    if (!s || !s->stage || k < 0 || k >= s->stages)
+        return gp_error(GP_INVALID_ARGUMENT, "schedule: push to stage %d of %d", k,
+                        s ? s->stages : 0);
+    gp_stage_actions *st = &s->stage[k];
+    if (st->n == st->cap) {
+        int cap = st->cap ? 2 * st->cap : 16;
+        gp_action *a = realloc(st->a, (size_t)cap * sizeof *a);
+        if (!a) return gp_error(GP_OUT_OF_MEMORY, "schedule: no memory for %d actions", cap);
+        st->a = a;
+        st->cap = cap;
+    }
+    st->a[st->n++] = (gp_action){.kind = kind, .mb = mb};
+    return GP_OK;
+}
+
+void gp_schedule_free(gp_schedule *s) {
+    if (!s) return;
+    for (int k = 0; s->stage && k < s->stages; k++) free(s->stage[k].a);
+    free(s->stage);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------ generators */
+
+/* A forward with its receive before and its send after, as stage k of K needs them. */
+static gp_status push_forward(gp_schedule *s, int k, int m) {
+    if (k > 0) GP_TRY(gp_schedule_push(s, k, GP_ACT_RECV_ACT, m));
+    GP_TRY(gp_schedule_push(s, k, GP_ACT_FORWARD, m));
+    if (k < s->stages - 1) GP_TRY(gp_schedule_push(s, k, GP_ACT_SEND_ACT, m));
+    return GP_OK;
+}
+
+/* The last stage computes the loss inside BACKWARD, so it receives no gradient. */
+static gp_status push_backward(gp_schedule *s, int k, int m) {
+    if (k < s->stages - 1) GP_TRY(gp_schedule_push(s, k, GP_ACT_RECV_GRAD, m));
+    GP_TRY(gp_schedule_push(s, k, GP_ACT_BACKWARD, m));
+    if (k > 0) GP_TRY(gp_schedule_push(s, k, GP_ACT_SEND_GRAD, m));
+    return GP_OK;
+}
+
+static gp_status gen_gpipe(gp_schedule *s) {
+    for (int k = 0; k < s->stages; k++) {
+        for (int m = 0; m < s->micro_batches; m++) GP_TRY(push_forward(s, k, m));
+        /* Backwards in micro-batch order (not reversed): gradients accumulate 0..M-1. */
+        for (int m = 0; m < s->micro_batches; m++) GP_TRY(push_backward(s, k, m));
+        GP_TRY(gp_schedule_push(s, k, GP_ACT_OPTIMIZER_STEP, -1));
+    }
+    return GP_OK;
+}
+
+static gp_status gen_1f1b(gp_schedule *s) {
+    int K = s->stages, M = s->micro_batches;
+    for (int k = 0; k < K; k++) {
+        int warm = K - k - 1 < M ? K - k - 1 : M;
+        for (int m = 0; m < warm; m++) GP_TRY(push_forward(s, k, m));
+        for (int i = 0; i < M - warm; i++) {
+            GP_TRY(push_forward(s, k, warm + i));
+            GP_TRY(push_backward(s, k, i));
+        }
+        for (int m = M - warm; m < M; m++) GP_TRY(push_backward(s, k, m));
+        GP_TRY(gp_schedule_push(s, k, GP_ACT_OPTIMIZER_STEP, -1));
+    }
+    return GP_OK;
+}
+
+static gp_status generate(const char *name, gp_status (*gen)(gp_schedule *), int K, int M,
+                          gp_schedule *out) {
+    GP_TRY(gp_schedule_init(out, K, M));
+    snprintf(out->name, sizeof out->name, "%s", name);
+    gp_status st = gen(out);
+    if (st != GP_OK) gp_schedule_free(out);
+    return st;
+}
+
+gp_status gp_schedule_gpipe(int stages, int micro_batches, gp_schedule *out) {
+    return generate("gpipe", gen_gpipe, stages, micro_batches, out);
+}
+
+gp_status gp_schedule_1f1b(int stages, int micro_batches, gp_schedule *out) {
+    return generate("1f1b", gen_1f1b, stages, micro_batches, out);
+}
+
+gp_status gp_schedule_generate(const char *name, int stages, int micro_batches,
+                               gp_schedule *out) {
+    if (name && strcmp(name, "gpipe") == 0) return gp_schedule_gpipe(stages, micro_batches, out);
+    if (name && strcmp(name, "1f1b") == 0) return gp_schedule_1f1b(stages, micro_batches, out);
+    return gp_error(GP_INVALID_ARGUMENT, "schedule '%s': unknown; expected gpipe or 1f1b",
+                    name ? name : "(null)");
+}
+
+/* ------------------------------------------------------------ text */
+
+char *gp_action_str(gp_action a, char *buf, size_t n) {
+    if ((int)a.kind < 0 || a.kind >= GP_ACT_NKINDS)
+        snprintf(buf, n, "UNKNOWN_KIND_%d(%d)", (int)a.kind, a.mb);
+    else if (a.kind == GP_ACT_OPTIMIZER_STEP)
+        snprintf(buf, n, "%s", kind_names[a.kind]);
+    else
+        snprintf(buf, n, "%s(%d)", kind_names[a.kind], a.mb);
+    return buf;
+}
+
+static void append(char *buf, size_t n, size_t *len, const char *text) {
+    if (*len >= n) return;
+    int w = snprintf(buf + *len, n - *len, "%s", text);
+    *len += (size_t)(w > 0 ? w : 0);
+}
+
+static void short_str(gp_action a, char *tok, size_t n) {
+    if ((int)a.kind < 0 || a.kind >= GP_ACT_NKINDS)
+        snprintf(tok, n, "?%d", a.mb);
+    else if (a.kind == GP_ACT_OPTIMIZER_STEP)
+        snprintf(tok, n, "STEP");
+    else
+        snprintf(tok, n, "%s%d", kind_short[a.kind], a.mb);
+}
+
+/* Actions [from, to) of stage k, with action `mark` in brackets (mark < 0: none). */
+static char *range_str(const gp_schedule *s, int k, int from, int to, int mark, char *buf,
+                       size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    const gp_stage_actions *st = &s->stage[k];
+    if (from > 0) append(buf, n, &len, "... ");
+    for (int i = from; i < to && i < st->n; i++) {
+        char tok[40];
+        short_str(st->a[i], tok, sizeof tok);
+        if (i > from) append(buf, n, &len, " ");
+        if (i == mark) append(buf, n, &len, "[");
+        append(buf, n, &len, tok);
+        if (i == mark) append(buf, n, &len, "]");
+    }
+    if (mark >= st->n) append(buf, n, &len, from < st->n ? " [end]" : "[end]");
+    else if (to < st->n) append(buf, n, &len, " ...");
+    if (len >= n && n > 4) memcpy(buf + n - 4, "...", 4);
+    return buf;
+}
+
+char *gp_schedule_stage_str(const gp_schedule *s, int k, char *buf, size_t n) {
+    if (!buf || n == 0) return buf;
+    if (!s || !s->stage || k < 0 || k >= s->stages) {
+        snprintf(buf, n, "(no stage %d)", k);
+        return buf;
+    }
+    return range_str(s, k, 0, s->stage[k].n, -1, buf, n);
+}
+
+void gp_schedule_print(const gp_schedule *s, FILE *f) {
+    if (!s || !s->stage || !f) return;
+    fprintf(f, "schedule %s: K = %d stages, M = %d micro-batches\n", s->name, s->stages,
+            s->micro_batches);
+    for (int k = 0; k < s->stages; k++) {
+        const gp_stage_actions *st = &s->stage[k];
+        fprintf(f, "stage %d:", k);
+        for (int i = 0; i < st->n; i++) {
+            char tok[40];
+            short_str(st->a[i], tok, sizeof tok);
+            fprintf(f, " %s", tok);
+        }
+        fprintf(f, "\n");
+    }
+}
+
+/* ------------------------------------------------------------ validator */
+
+gp_status gp_schedule_fault_error(const gp_schedule *s, int k, int i, gp_schedule_fault *where,
+                                  const char *fmt, ...) {
+    char why[640], act[48], ctx[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    const gp_stage_actions *st = &s->stage[k];
+    if (i < st->n)
+        gp_action_str(st->a[i], act, sizeof act);
+    else
+        snprintf(act, sizeof act, "(end of list)");
+    int from = i - 6 > 0 ? i - 6 : 0;
+    range_str(s, k, from, i + 4, i, ctx, sizeof ctx);
+    if (where) *where = (gp_schedule_fault){.stage = k, .index = i};
+    return gp_error(GP_INVALID_ARGUMENT, "schedule %s (K = %d, M = %d): stage %d, action %d %s: %s "
+                    "[stage %d: %s]",
+                    s->name, s->stages, s->micro_batches, k, i, act, why, k, ctx);
+}
+
+#define FAULT(...) gp_schedule_fault_error(s, k, i, where, __VA_ARGS__)
+
+/* Per-stage rules. seen[kind][mb]: index of the action of that kind for mb on this stage. */
+static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule_fault *where) {
+    int K = s->stages, M = s->micro_batches;
+    const gp_stage_actions *st = &s->stage[k];
+    for (int x = 0; x < GP_ACT_NKINDS * M; x++) seen[x] = -1;
+    int *fwd = seen + GP_ACT_FORWARD * M, *bwd = seen + GP_ACT_BACKWARD * M;
+    int *sa = seen + GP_ACT_SEND_ACT * M, *ra = seen + GP_ACT_RECV_ACT * M;
+    int *sg = seen + GP_ACT_SEND_GRAD * M, *rg = seen + GP_ACT_RECV_GRAD * M;
+    int next_bwd = 0, step_at = -1;
+    for (int i = 0; i < st->n; i++) {
+        gp_action a = st->a[i];
+        int m = a.mb;
+        if (step_at >= 0)
+            return FAULT("comes after OPTIMIZER_STEP (action %d); the step must be the stage's "
+                         "last action",
+                         step_at);
+        if ((int)a.kind < 0 || a.kind >= GP_ACT_NKINDS) return FAULT("unknown action kind");
+        if (a.kind != GP_ACT_OPTIMIZER_STEP && (m < 0 || m >= M))
+            return FAULT("micro-batch %d is outside 0..%d", m, M - 1);
+        if (a.kind != GP_ACT_OPTIMIZER_STEP && seen[a.kind * M + m] >= 0)
+            return FAULT("micro-batch %d already had this action at action %d; each happens "
+                         "exactly once per stage",
+                         m, seen[a.kind * M + m]);
+        switch (a.kind) {
+        case GP_ACT_FORWARD:
+            if (k > 0 && ra[m] < 0)
+                return FAULT("needs RECV_ACT(%d) before it (its input comes from stage %d)", m,
+                             k - 1);
+            break;
+        case GP_ACT_BACKWARD:
+            if (fwd[m] < 0) return FAULT("comes before FORWARD(%d) on this stage", m);
+            if (m != next_bwd)
+                return FAULT("backwards must run in micro-batch order 0..%d on every stage "
+                             "(gradients accumulate in that order, for bitwise-identical "
+                             "results); expected BACKWARD(%d) here",
+                             M - 1, next_bwd);
+            if (k < K - 1 && rg[m] < 0)
+                return FAULT("needs RECV_GRAD(%d) before it (its output gradient comes from "
+                             "stage %d)",
+                             m, k + 1);
+            next_bwd++;
+            break;
+        case GP_ACT_SEND_ACT:
+            if (k == K - 1)
+                return FAULT("the last stage has no next stage to send activations to");
+            if (fwd[m] < 0) return FAULT("comes before FORWARD(%d), which produces it", m);
+            break;
+        case GP_ACT_RECV_ACT:
+            if (k == 0)
+                return FAULT("the first stage reads the inputs; it receives no activations");
+            break;
+        case GP_ACT_SEND_GRAD:
+            if (k == 0) return FAULT("the first stage has no previous stage to send gradients to");
+            if (bwd[m] < 0) return FAULT("comes before BACKWARD(%d), which produces it", m);
+            break;
+        case GP_ACT_RECV_GRAD:
+            if (k == K - 1)
+                return FAULT("the last stage computes the loss inside BACKWARD; it receives no "
+                             "gradients");
+            break;
+        case GP_ACT_OPTIMIZER_STEP:
+            for (int j = 0; j < M; j++) {
+                if (fwd[j] < 0) return FAULT("comes before FORWARD(%d), which is missing", j);
+                if (bwd[j] < 0) return FAULT("comes before BACKWARD(%d), which is missing", j);
+                if (k < K - 1 && sa[j] < 0)
+                    return FAULT("comes before SEND_ACT(%d), which is missing (stage %d needs "
+                                 "every micro-batch's activation)",
+                                 j, k + 1);
+                if (k > 0 && sg[j] < 0)
+                    return FAULT("comes before SEND_GRAD(%d), which is missing (stage %d needs "
+                                 "every micro-batch's gradient)",
+                                 j, k - 1);
+            }
+            step_at = i;
+            break;
+        default:
+            break;
+        }
+        if (a.kind != GP_ACT_OPTIMIZER_STEP) seen[a.kind * M + m] = i;
+    }
+    if (step_at < 0) {
+        int i = st->n;
+        return FAULT("the list ends without an OPTIMIZER_STEP");
+    }
+    return GP_OK;
+}
+
+/* The j-th message of one direction of a link: the mb of the j-th action of `kind` on stage k,
+ * and that action's index. Returns -1 past the end. */
+static int nth_of_kind(const gp_stage_actions *st, gp_action_kind kind, int j, int *index) {
+    for (int i = 0; i < st->n; i++)
+        if (st->a[i].kind == kind && j-- == 0) {
+            *index = i;
+            return st->a[i].mb;
+        }
+    return -1;
+}
+
+/* The first receive on stage k (of `recv`, fed by `send` on stage from) that would take a
+ * message for another micro-batch: mailboxes deliver in send order. Sets *at to its index, or
+ * leaves it when none. */
+static void first_mismatch(const gp_schedule *s, int k, int from, gp_action_kind recv,
+                           gp_action_kind send, int *at, int *got, int *pos) {
+    for (int j = 0; j < s->micro_batches; j++) {
+        int ri = 0, si = 0;
+        int rm = nth_of_kind(&s->stage[k], recv, j, &ri);
+        int sm = nth_of_kind(&s->stage[from], send, j, &si);
+        if (rm != sm) {
+            if (ri < *at) *at = ri, *got = sm, *pos = j;
+            return;
+        }
+    }
+}
+
+static gp_status check_links(const gp_schedule *s, gp_schedule_fault *where) {
+    int K = s->stages;
+    for (int k = 0; k < K; k++) {
+        int i = s->stage[k].n + 1, got = 0, pos = 0, from = 0;
+        if (k > 0) {
+            first_mismatch(s, k, k - 1, GP_ACT_RECV_ACT, GP_ACT_SEND_ACT, &i, &got, &pos);
+            if (i <= s->stage[k].n) from = k - 1;
+        }
+        if (k < K - 1) {
+            int before = i;
+            first_mismatch(s, k, k + 1, GP_ACT_RECV_GRAD, GP_ACT_SEND_GRAD, &i, &got, &pos);
+            if (i != before) from = k + 1;
+        }
+        if (i <= s->stage[k].n) {
+            const char *what = from < k ? "SEND_ACT" : "SEND_GRAD";
+            return FAULT("takes message #%d from stage %d, which is %s(%d): mailboxes deliver in "
+                         "send order, so receives must follow stage %d's sends",
+                         pos, from, what, got, from);
+        }
+    }
+    return GP_OK;
+}
+
+gp_status gp_schedule_validate(const gp_schedule *s, int capacity, gp_schedule_fault *where) {
+    if (!s || !s->stage || s->stages < 1 || s->micro_batches < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "schedule: NULL or empty schedule");
+    if (capacity < 1)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "schedule: mailbox capacity %d; expected at least 1 message", capacity);
+    int *seen = malloc((size_t)GP_ACT_NKINDS * (size_t)s->micro_batches * sizeof *seen);
+    if (!seen) return gp_error(GP_OUT_OF_MEMORY, "schedule: no memory to validate");
+    gp_status st = GP_OK;
+    for (int k = 0; k < s->stages && st == GP_OK; k++) st = check_stage(s, k, seen, where);
+    free(seen);
+    if (st == GP_OK) st = check_links(s, where);
+    if (st == GP_OK) st = gp_schedule_replay(s, capacity, NULL, NULL, NULL, NULL, where);
+    return st;
+}

@@ -1,0 +1,137 @@
+/* Pipeline schedules as data: one list of actions per stage, the generators (GPipe fill-drain and
+ * 1F1B), a printer, the validator that every schedule passes before it runs, and the simulator
+ * that predicts time and activation memory from a schedule. Private to the library. */
+#ifndef GP_PIPELINE_SCHEDULE_H
+#define GP_PIPELINE_SCHEDULE_H
+
+#include "../core/error.h"
+#include "gpipe.h"
+#include "partition.h"
+
+typedef enum gp_action_kind {
+    GP_ACT_FORWARD = 0,    /* run the cell forward on micro-batch mb (stash its input) */
+    GP_ACT_BACKWARD,       /* (recompute and) backpropagate mb, add into the gradients; the last
+                              stage computes the loss here */
+    GP_ACT_SEND_ACT,       /* send mb's output activation to stage k + 1 */
+    GP_ACT_RECV_ACT,       /* receive mb's input activation from stage k - 1 */
+    GP_ACT_SEND_GRAD,      /* send the gradient of mb's input to stage k - 1 */
+    GP_ACT_RECV_GRAD,      /* receive the gradient of mb's output from stage k + 1 */
+    GP_ACT_OPTIMIZER_STEP, /* one update after all M micro-batches (mb unused, -1) */
+    GP_ACT_NKINDS
+} gp_action_kind;
+
+typedef struct gp_action {
+    gp_action_kind kind;
+    int mb;
+} gp_action;
+
+typedef struct gp_stage_actions {
+    gp_action *a;
+    int n, cap;
+} gp_stage_actions;
+
+/* A schedule for K stages and M micro-batches. Zero-initialize, then gp_schedule_init or a
+ * generator fills it; the caller frees it with gp_schedule_free. */
+typedef struct gp_schedule {
+    int stages;        /* K */
+    int micro_batches; /* M */
+    char name[16];     /* "gpipe", "1f1b", "custom" */
+    gp_stage_actions *stage; /* K lists */
+} gp_schedule;
+
+/* Empty lists for K stages and M micro-batches, named "custom". */
+gp_status gp_schedule_init(gp_schedule *s, int stages, int micro_batches);
+/* Appends one action to stage k's list. */
+gp_status gp_schedule_push(gp_schedule *s, int k, gp_action_kind kind, int mb);
+/* Frees the lists and zeroes *s (safe on a zeroed struct). */
+void gp_schedule_free(gp_schedule *s);
+
+/* Generators. Both accumulate gradients in micro-batch order 0..M-1 on every stage.
+ * gpipe: all forwards, then all backwards (fill-drain), M micro-batches in flight per stage.
+ * 1f1b:  stage k runs min(K-k-1, M) warm-up forwards, then alternates one forward and one
+ *        backward, then cools down; at most min(K-k, M) micro-batches in flight. */
+gp_status gp_schedule_gpipe(int stages, int micro_batches, gp_schedule *out);
+gp_status gp_schedule_1f1b(int stages, int micro_batches, gp_schedule *out);
+/* By name: "gpipe" or "1f1b" (anything else: an error listing those). */
+gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, gp_schedule *out);
+
+/* "FORWARD(3)", "OPTIMIZER_STEP"; returns buf. */
+char *gp_action_str(gp_action a, char *buf, size_t n);
+/* One stage's list in compact form "F0 SA0 F1 SA1 RG0 B0 ... STEP" (F/B forward/backward,
+ * SA/RA send/receive activation, SG/RG send/receive gradient). Truncated with "..." to fit. */
+char *gp_schedule_stage_str(const gp_schedule *s, int k, char *buf, size_t n);
+/* Writes "schedule NAME: K = .., M = ..", then one line per stage, to f. */
+void gp_schedule_print(const gp_schedule *s, FILE *f);
+
+/* Where the validator found the first problem: stage, index in that stage's list (n = the end of
+ * the list, for something missing there). */
+typedef struct gp_schedule_fault {
+    int stage, index;
+} gp_schedule_fault;
+
+/* Proves the schedule complete and deadlock-free with mailboxes holding `capacity` >= 1 messages
+ * per direction per link (a send blocks while its mailbox is full). Checks, stage by stage and
+ * action by action: micro-batch indices in range; every micro-batch forwarded and backwarded
+ * exactly once; a backward after its forward; backwards in micro-batch order 0..M-1 (the
+ * bitwise-reproducibility invariant); a RECV before the FORWARD/BACKWARD that needs it; a send
+ * after the computation that produces it; no activation sends from the last stage, gradients
+ * from the first, and so on; exactly one OPTIMIZER_STEP, last. Then that each link's receives
+ * take its sends in the order they were sent (mailboxes are FIFO). Then it replays the schedule
+ * (every stage runs its next action whenever it can proceed) and reports a deadlock if all
+ * remaining stages are blocked. On failure, the message names the first offending action:
+ * "stage 1, action 4 RECV_ACT(2): ..." and *where (may be NULL) gets its position. */
+gp_status gp_schedule_validate(const gp_schedule *s, int capacity, gp_schedule_fault *where);
+
+/* For the validator's parts: sets the message "schedule NAME (K, M): stage k, action i TEXT: why
+ * [stage k: ... [TEXT] ...]", fills *where (may be NULL) and returns GP_INVALID_ARGUMENT. */
+gp_status gp_schedule_fault_error(const gp_schedule *s, int k, int i, gp_schedule_fault *where,
+                                  const char *fmt, ...) GP_PRINTF(5, 6);
+
+/* ---------------------------------------------------------------- simulator */
+
+/* One cell's figures for the simulator (times in any one unit, e.g. seconds or FLOPs). */
+typedef struct gp_sim_cell {
+    double fwd_time;      /* one micro-batch forward */
+    double bwd_time;      /* one micro-batch backward, without recomputation */
+    double opt_time;      /* the optimizer step */
+    uint64_t in_bytes;    /* the cell's input, one micro-batch */
+    uint64_t state_bytes; /* the cell's full saved state of one micro-batch (out + saved) */
+} gp_sim_cell;
+
+/* Sums a cell's figures over layers [first, end) (the memory model's terms). */
+gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int end);
+
+typedef struct gp_sim_opts {
+    int capacity;       /* mailbox capacity, messages per direction per link (0 means 1) */
+    double latency;     /* from a send to its message being receivable (default 0) */
+    gp_plan_remat remat; /* CELL: each BACKWARD first recomputes the forward */
+} gp_sim_opts;
+
+typedef struct gp_sim_stage {
+    double busy;          /* forward + backward (+ recompute) + optimizer time */
+    double recompute;     /* of which recomputation */
+    double idle;          /* step_time - busy: waiting on neighbours, or done early */
+    double end;           /* when its last action ends */
+    int peak_in_flight;   /* most micro-batches forwarded but not yet backwarded */
+    uint64_t peak_act_bytes; /* most activation bytes at once (stash + rebuilt state) */
+} gp_sim_stage;
+
+typedef struct gp_sim_result {
+    double step_time; /* the last stage to finish */
+    double bubble;    /* sum of idle / (K * step_time): (K-1)/(M+K-1) for balanced GPipe */
+} gp_sim_result;
+
+/* Validates s with o->capacity, then plays it with cells[K] figures: actions of a stage run one
+ * after another; a RECV ends when its message has arrived (send end + latency); a SEND waits
+ * while the mailbox is full (until the receiver took the message `capacity` sends earlier).
+ * stages[K] (caller-owned) get per-stage figures. */
+gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
+                               const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out);
+
+/* The replay engine behind the validator's deadlock check and the simulator (simulate.c).
+ * Assumes the per-stage and per-link checks passed. cells == NULL: order only, no figures. */
+gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_cell *cells,
+                             const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out,
+                             gp_schedule_fault *where);
+
+#endif

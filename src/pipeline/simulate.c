@@ -1,0 +1,235 @@
+/* Replaying a schedule: the engine that proves a schedule deadlock-free with bounded mailboxes
+ * and, given per-cell times and bytes, predicts each stage's busy and idle time, the step time,
+ * the bubble and each stage's peak activation memory. */
+#include "schedule.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int end) {
+    gp_sim_cell c = {0};
+    if (!layers || first < 0 || end <= first) return c;
+    for (int i = first; i < end; i++) {
+        c.fwd_time += layers[i].fwd_time;
+        c.bwd_time += layers[i].bwd_time;
+        /* the memory model's per-micro-batch state: outputs plus saved tensors */
+        c.state_bytes += layers[i].out_bytes + layers[i].saved_bytes;
+    }
+    c.in_bytes = layers[first].in_bytes;
+    return c;
+}
+
+/* One direction of one link: M messages in order; a mailbox of `capacity` holds those sent and
+ * not yet taken. */
+typedef struct channel {
+    int sent, taken;
+    int *mb;        /* (M) micro-batch of each message */
+    double *arrive; /* (M) when message j can be received */
+    double *took;   /* (M) when message j left the mailbox */
+} channel;
+
+typedef struct stage_state {
+    int pc;
+    double clock;
+    int in_flight;
+    uint64_t stash; /* activation bytes held between forward and backward */
+} stage_state;
+
+/* Channels: act[k] carries stage k -> k+1, grad[k] carries stage k+1 -> k, k in 0..K-2. */
+static channel *chan_of(channel *chans, int K, gp_action_kind kind, int k) {
+    switch (kind) {
+    case GP_ACT_SEND_ACT: return &chans[k];
+    case GP_ACT_RECV_ACT: return &chans[k - 1];
+    case GP_ACT_SEND_GRAD: return &chans[(K - 1) + (k - 1)];
+    case GP_ACT_RECV_GRAD: return &chans[(K - 1) + k];
+    default: return NULL;
+    }
+}
+
+static bool can_run(const gp_action *a, channel *ch, int capacity) {
+    if (!ch) return true;
+    if (a->kind == GP_ACT_SEND_ACT || a->kind == GP_ACT_SEND_GRAD)
+        return ch->sent - ch->taken < capacity;
+    return ch->taken < ch->sent;
+}
+
+/* Why stage k is blocked, for the deadlock message. */
+static int blocked_str(const gp_schedule *s, int k, const stage_state *st, char *buf, size_t n) {
+    char act[48];
+    const gp_action *a = &s->stage[k].a[st[k].pc];
+    gp_action_str(*a, act, sizeof act);
+    bool send = a->kind == GP_ACT_SEND_ACT || a->kind == GP_ACT_SEND_GRAD;
+    int peer = (a->kind == GP_ACT_SEND_ACT || a->kind == GP_ACT_RECV_GRAD) ? k + 1 : k - 1;
+    return snprintf(buf, n, "stage %d at action %d %s waits for stage %d (%s)", k, st[k].pc, act,
+                    peer, send ? "mailbox full" : "nothing sent yet");
+}
+
+static gp_status deadlock(const gp_schedule *s, int capacity, const stage_state *st,
+                          gp_schedule_fault *where) {
+    char why[600];
+    size_t len = 0;
+    int first = -1;
+    why[0] = '\0';
+    for (int k = 0; k < s->stages; k++) {
+        if (st[k].pc >= s->stage[k].n) continue;
+        if (first < 0) first = k;
+        if (len < sizeof why) {
+            len += (size_t)snprintf(why + len, sizeof why - len, "%s", first == k ? "" : "; ");
+            if (len < sizeof why) len += (size_t)blocked_str(s, k, st, why + len, sizeof why - len);
+        }
+    }
+    return gp_schedule_fault_error(s, first, st[first].pc, where,
+                                   "deadlock with mailboxes of capacity %d: every stage with "
+                                   "actions left is blocked: %s",
+                                   capacity, why);
+}
+
+gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_cell *cells,
+                             const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out,
+                             gp_schedule_fault *where) {
+    int K = s->stages, M = s->micro_batches;
+    int nch = 2 * (K - 1);
+    double latency = o ? o->latency : 0;
+    gp_plan_remat remat = o ? o->remat : GP_PLAN_REMAT_CELL;
+    channel *chans = calloc((size_t)(nch > 0 ? nch : 1), sizeof *chans);
+    stage_state *st = calloc((size_t)K, sizeof *st);
+    int *mbs = malloc((size_t)(nch > 0 ? nch : 1) * (size_t)M * sizeof *mbs);
+    double *times = malloc((size_t)(nch > 0 ? nch : 1) * 2 * (size_t)M * sizeof *times);
+    gp_status status = GP_OK;
+    if (!chans || !st || !mbs || !times) {
+        status = gp_error(GP_OUT_OF_MEMORY, "schedule: no memory to replay");
+        goto done;
+    }
+    for (int c = 0; c < nch; c++) {
+        chans[c].mb = mbs + (size_t)c * (size_t)M;
+        chans[c].arrive = times + (size_t)c * 2 * (size_t)M;
+        chans[c].took = chans[c].arrive + M;
+    }
+    if (stages) memset(stages, 0, (size_t)K * sizeof *stages);
+    long remaining = 0;
+    for (int k = 0; k < K; k++) remaining += s->stage[k].n;
+    /* Each stage runs until it blocks, in turn. With one sender and one receiver per mailbox
+     * and fixed per-stage orders this is a Kahn network: whether it deadlocks, and every time
+     * computed here, do not depend on the order stages are visited in. */
+    while (remaining > 0) {
+        long progress = 0;
+        for (int k = 0; k < K; k++) {
+            stage_state *x = &st[k];
+            while (x->pc < s->stage[k].n) {
+                const gp_action *a = &s->stage[k].a[x->pc];
+                channel *ch = chan_of(chans, K, a->kind, k);
+                if (!can_run(a, ch, capacity)) break;
+                const gp_sim_cell *c = cells ? &cells[k] : NULL;
+                gp_sim_stage *r = stages ? &stages[k] : NULL;
+                double dur = 0;
+                switch (a->kind) {
+                case GP_ACT_FORWARD:
+                    dur = c ? c->fwd_time : 0;
+                    x->in_flight++;
+                    if (c)
+                        x->stash += c->in_bytes +
+                                    (remat == GP_PLAN_REMAT_NONE ? c->state_bytes : 0);
+                    break;
+                case GP_ACT_BACKWARD: {
+                    double re = (c && remat == GP_PLAN_REMAT_CELL) ? c->fwd_time : 0;
+                    dur = (c ? c->bwd_time : 0) + re;
+                    if (r) r->recompute += re;
+                    /* CELL rebuilds one micro-batch's full state on top of the stash. */
+                    if (c && r && remat == GP_PLAN_REMAT_CELL &&
+                        x->stash + c->state_bytes > r->peak_act_bytes)
+                        r->peak_act_bytes = x->stash + c->state_bytes;
+                    x->in_flight--;
+                    if (c)
+                        x->stash -= c->in_bytes +
+                                    (remat == GP_PLAN_REMAT_NONE ? c->state_bytes : 0);
+                    break;
+                }
+                case GP_ACT_OPTIMIZER_STEP: dur = c ? c->opt_time : 0; break;
+                case GP_ACT_SEND_ACT:
+                case GP_ACT_SEND_GRAD: {
+                    int j = ch->sent;
+                    if (j >= capacity && ch->took[j - capacity] > x->clock)
+                        x->clock = ch->took[j - capacity];
+                    ch->mb[j] = a->mb;
+                    ch->arrive[j] = x->clock + latency;
+                    ch->sent++;
+                    break;
+                }
+                case GP_ACT_RECV_ACT:
+                case GP_ACT_RECV_GRAD: {
+                    int j = ch->taken;
+                    if (ch->mb[j] != a->mb) {
+                        status = gp_schedule_fault_error(
+                            s, k, x->pc, where,
+                            "the next message in its mailbox is for micro-batch %d", ch->mb[j]);
+                        goto done;
+                    }
+                    if (ch->arrive[j] > x->clock) x->clock = ch->arrive[j];
+                    ch->took[j] = x->clock;
+                    ch->taken++;
+                    break;
+                }
+                default: break;
+                }
+                x->clock += dur;
+                if (r) {
+                    r->busy += dur;
+                    if (x->in_flight > r->peak_in_flight) r->peak_in_flight = x->in_flight;
+                    if (x->stash > r->peak_act_bytes) r->peak_act_bytes = x->stash;
+                }
+                x->pc++;
+                progress++;
+                remaining--;
+            }
+        }
+        if (remaining > 0 && progress == 0) {
+            status = deadlock(s, capacity, st, where);
+            goto done;
+        }
+    }
+    double step = 0;
+    for (int k = 0; k < K; k++)
+        if (st[k].clock > step) step = st[k].clock;
+    double idle = 0;
+    for (int k = 0; stages && k < K; k++) {
+        stages[k].end = st[k].clock;
+        stages[k].idle = step - stages[k].busy;
+        idle += stages[k].idle;
+    }
+    if (out) {
+        out->step_time = step;
+        out->bubble = step > 0 ? idle / ((double)K * step) : 0;
+    }
+done:
+    free(chans);
+    free(st);
+    free(mbs);
+    free(times);
+    return status;
+}
+
+gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
+                               const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out) {
+    if (!s || !cells || !o || !stages || !out)
+        return gp_error(GP_INVALID_ARGUMENT, "simulate: NULL argument");
+    int capacity = o->capacity ? o->capacity : 1;
+    if (o->remat != GP_PLAN_REMAT_NONE && o->remat != GP_PLAN_REMAT_CELL)
+        return gp_error(GP_INVALID_ARGUMENT, "simulate: unknown remat mode %d", (int)o->remat);
+    if (!isfinite(o->latency) || o->latency < 0)
+        return gp_error(GP_INVALID_ARGUMENT, "simulate: latency %g; expected a finite value >= 0",
+                        o->latency);
+    GP_TRY(gp_schedule_validate(s, capacity, NULL));
+    for (int k = 0; k < s->stages; k++) {
+        const gp_sim_cell *c = &cells[k];
+        if (!isfinite(c->fwd_time) || !isfinite(c->bwd_time) || !isfinite(c->opt_time) ||
+            c->fwd_time < 0 || c->bwd_time < 0 || c->opt_time < 0)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "simulate: cell %d times fwd %g, bwd %g, optimizer %g; expected "
+                            "finite values >= 0",
+                            k, c->fwd_time, c->bwd_time, c->opt_time);
+    }
+    gp_sim_opts oo = *o;
+    oo.capacity = capacity;
+    return gp_schedule_replay(s, capacity, cells, &oo, stages, out, NULL);
+}

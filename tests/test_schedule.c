@@ -1,0 +1,351 @@
+/* Schedules: the GPipe and 1F1B generators validate for many K and M; hand-broken schedules are
+ * rejected at the right first action; the simulator's bubble, memory and step times against
+ * formulas and hand-computed cases. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/schedule.h"
+#include "testutil.h"
+
+/* Index of the action (kind, mb) on stage k, or -1. */
+static int find(const gp_schedule *s, int k, gp_action_kind kind, int mb) {
+    for (int i = 0; i < s->stage[k].n; i++)
+        if (s->stage[k].a[i].kind == kind && s->stage[k].a[i].mb == mb) return i;
+    return -1;
+}
+
+static void remove_at(gp_schedule *s, int k, int i) {
+    gp_stage_actions *st = &s->stage[k];
+    memmove(st->a + i, st->a + i + 1, (size_t)(st->n - i - 1) * sizeof *st->a);
+    st->n--;
+}
+
+static void insert_at(gp_schedule *s, int k, int i, gp_action_kind kind, int mb) {
+    REQUIRE_OK(gp_schedule_push(s, k, kind, mb)); /* grows the list */
+    gp_stage_actions *st = &s->stage[k];
+    memmove(st->a + i + 1, st->a + i, (size_t)(st->n - 1 - i) * sizeof *st->a);
+    st->a[i] = (gp_action){kind, mb};
+}
+
+/* Builds a schedule from one string per stage: "F0 SA0 RG0 B0 STEP". */
+static void build(gp_schedule *s, int K, int M, const char *const *lines) {
+    REQUIRE_OK(gp_schedule_init(s, K, M));
+    for (int k = 0; k < K; k++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", lines[k]);
+        for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+            static const struct { const char *p; gp_action_kind k; } map[] = {
+                {"SA", GP_ACT_SEND_ACT}, {"RA", GP_ACT_RECV_ACT}, {"SG", GP_ACT_SEND_GRAD},
+                {"RG", GP_ACT_RECV_GRAD}, {"F", GP_ACT_FORWARD}, {"B", GP_ACT_BACKWARD}};
+            if (strcmp(tok, "STEP") == 0) {
+                REQUIRE_OK(gp_schedule_push(s, k, GP_ACT_OPTIMIZER_STEP, -1));
+                continue;
+            }
+            for (size_t j = 0; j < sizeof map / sizeof *map; j++) {
+                size_t n = strlen(map[j].p);
+                if (strncmp(tok, map[j].p, n) == 0) {
+                    REQUIRE_OK(gp_schedule_push(s, k, map[j].k, atoi(tok + n)));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/* Expects validation to fail at (stage, index) with `needle` in the message. */
+static void expect_fault(const gp_schedule *s, int cap, int stage, int index, const char *needle,
+                         int line) {
+    gp_schedule_fault f = {-1, -1};
+    gp_status st = gp_schedule_validate(s, cap, &f);
+    if (st != GP_INVALID_ARGUMENT || f.stage != stage || f.index != index ||
+        !strstr(gp_last_error(), needle)) {
+        fprintf(stderr,
+                "line %d: expected a fault at stage %d, action %d with \"%s\"; got %s at "
+                "stage %d, action %d: %s\n",
+                line, stage, index, needle, gp_status_name(st), f.stage, f.index,
+                gp_last_error());
+        gp_test_failures++;
+    }
+}
+#define EXPECT_FAULT(s, cap, stage, index, needle) \
+    expect_fault((s), (cap), (stage), (index), (needle), __LINE__)
+
+static void test_generators_valid(void) {
+    for (int g = 0; g < 2; g++)
+        for (int K = 1; K <= 5; K++)
+            for (int M = 1; M <= 9; M++) {
+                gp_schedule s = {0};
+                REQUIRE_OK(gp_schedule_generate(g ? "1f1b" : "gpipe", K, M, &s));
+                for (int cap = 1; cap <= 2; cap++) {
+                    gp_status st = gp_schedule_validate(&s, cap, NULL);
+                    if (st != GP_OK) {
+                        fprintf(stderr, "%s K %d M %d cap %d: %s\n", s.name, K, M, cap,
+                                gp_last_error());
+                        gp_test_failures++;
+                    }
+                }
+                /* backwards in micro-batch order on every stage; one step, last */
+                for (int k = 0; k < K; k++) {
+                    int next = 0;
+                    for (int i = 0; i < s.stage[k].n; i++)
+                        if (s.stage[k].a[i].kind == GP_ACT_BACKWARD)
+                            CHECK_EQ_INT(s.stage[k].a[i].mb, next++);
+                    CHECK_EQ_INT(next, M);
+                    CHECK_EQ_INT(s.stage[k].a[s.stage[k].n - 1].kind, GP_ACT_OPTIMIZER_STEP);
+                    /* F, B per mb; a receive and a send per mb per neighbour */
+                    int want = 2 * M + 1 + (k > 0 ? 2 * M : 0) + (k < K - 1 ? 2 * M : 0);
+                    CHECK_EQ_INT(s.stage[k].n, want);
+                }
+                gp_schedule_free(&s);
+            }
+    gp_schedule s = {0};
+    CHECK_FAILS(gp_schedule_generate("zigzag", 2, 2, &s), GP_INVALID_ARGUMENT,
+                "expected gpipe or 1f1b");
+    CHECK_FAILS(gp_schedule_gpipe(0, 2, &s), GP_INVALID_ARGUMENT, "K = 0");
+    CHECK_FAILS(gp_schedule_1f1b(2, 0, &s), GP_INVALID_ARGUMENT, "M = 0");
+    CHECK(s.stage == NULL);
+}
+
+static void test_printer(void) {
+    gp_schedule s = {0};
+    char buf[256];
+    REQUIRE_OK(gp_schedule_gpipe(2, 2, &s));
+    CHECK(strcmp(gp_schedule_stage_str(&s, 0, buf, sizeof buf),
+                 "F0 SA0 F1 SA1 RG0 B0 RG1 B1 STEP") == 0);
+    CHECK(strcmp(gp_schedule_stage_str(&s, 1, buf, sizeof buf),
+                 "RA0 F0 RA1 F1 B0 SG0 B1 SG1 STEP") == 0);
+    gp_schedule_free(&s);
+    REQUIRE_OK(gp_schedule_1f1b(3, 4, &s));
+    CHECK(strcmp(gp_schedule_stage_str(&s, 0, buf, sizeof buf),
+                 "F0 SA0 F1 SA1 F2 SA2 RG0 B0 F3 SA3 RG1 B1 RG2 B2 RG3 B3 STEP") == 0);
+    CHECK(strcmp(gp_schedule_stage_str(&s, 2, buf, sizeof buf),
+                 "RA0 F0 B0 SG0 RA1 F1 B1 SG1 RA2 F2 B2 SG2 RA3 F3 B3 SG3 STEP") == 0);
+    char small[12];
+    gp_schedule_stage_str(&s, 0, small, sizeof small);
+    CHECK(strlen(small) == 11 && strcmp(small + 8, "...") == 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    REQUIRE_OK(f ? GP_OK : GP_IO);
+    gp_schedule_print(&s, f);
+    fclose(f);
+    CHECK(strstr(text, "schedule 1f1b: K = 3 stages, M = 4 micro-batches\nstage 0: F0 SA0") ==
+          text);
+    CHECK(strstr(text, "\nstage 2: RA0 F0 B0 SG0") != NULL);
+    free(text);
+    char act[32];
+    CHECK(strcmp(gp_action_str((gp_action){GP_ACT_RECV_GRAD, 3}, act, sizeof act),
+                 "RECV_GRAD(3)") == 0);
+    gp_schedule_free(&s);
+}
+
+static void test_broken(void) {
+    gp_schedule s = {0};
+    /* a missing backward: the step notices it (stage 0 sends no gradient) */
+    REQUIRE_OK(gp_schedule_gpipe(3, 4, &s));
+    remove_at(&s, 0, find(&s, 0, GP_ACT_BACKWARD, 3));
+    EXPECT_FAULT(&s, 1, 0, s.stage[0].n - 1,
+                 "OPTIMIZER_STEP: comes before BACKWARD(3), which is missing");
+    gp_schedule_free(&s);
+    /* ... on a middle stage the send of its gradient comes first */
+    REQUIRE_OK(gp_schedule_gpipe(3, 4, &s));
+    remove_at(&s, 1, find(&s, 1, GP_ACT_BACKWARD, 1));
+    EXPECT_FAULT(&s, 1, 1, find(&s, 1, GP_ACT_SEND_GRAD, 1),
+                 "SEND_GRAD(1): comes before BACKWARD(1), which produces it");
+    gp_schedule_free(&s);
+    /* backwards out of micro-batch order (the classic reversed drain) */
+    build(&s, 2, 3, (const char *const[]){
+        "F0 SA0 F1 SA1 F2 SA2 RG2 B2 RG1 B1 RG0 B0 STEP",
+        "RA0 F0 RA1 F1 RA2 F2 B2 SG2 B1 SG1 B0 SG0 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 7, "BACKWARD(2): backwards must run in micro-batch order 0..2");
+    CHECK(strstr(gp_last_error(), "expected BACKWARD(0) here") != NULL);
+    CHECK(strstr(gp_last_error(), "[stage 0: ... SA0 F1 SA1 F2 SA2 RG2 [B2] RG1 B1 RG0 ...]") !=
+          NULL);
+    gp_schedule_free(&s);
+    /* an unmatched send: twice, from the last stage, gradients from the first */
+    REQUIRE_OK(gp_schedule_gpipe(2, 3, &s));
+    insert_at(&s, 0, 2, GP_ACT_SEND_ACT, 0);
+    EXPECT_FAULT(&s, 1, 0, 2, "SEND_ACT(0): micro-batch 0 already had this action at action 1");
+    gp_schedule_free(&s);
+    REQUIRE_OK(gp_schedule_gpipe(2, 3, &s));
+    insert_at(&s, 1, 2, GP_ACT_SEND_ACT, 0);
+    EXPECT_FAULT(&s, 1, 1, 2, "the last stage has no next stage");
+    insert_at(&s, 0, 0, GP_ACT_SEND_GRAD, 0);
+    EXPECT_FAULT(&s, 1, 0, 0, "SEND_GRAD(0): the first stage has no previous stage");
+    gp_schedule_free(&s);
+    /* a send that is never made: the receiver waits for it */
+    REQUIRE_OK(gp_schedule_gpipe(2, 3, &s));
+    remove_at(&s, 1, find(&s, 1, GP_ACT_SEND_GRAD, 2));
+    EXPECT_FAULT(&s, 1, 1, s.stage[1].n - 1, "comes before SEND_GRAD(2), which is missing");
+    gp_schedule_free(&s);
+    /* a receive for the wrong micro-batch: stage 1 takes 0, 2, 1 but stage 0 sends 0, 1, 2 */
+    build(&s, 2, 3, (const char *const[]){
+        "F0 SA0 F1 SA1 F2 SA2 RG0 B0 RG1 B1 RG2 B2 STEP",
+        "RA0 F0 RA2 F2 RA1 F1 B0 SG0 B1 SG1 B2 SG2 STEP"});
+    EXPECT_FAULT(&s, 1, 1, 2, "RECV_ACT(2): takes message #1 from stage 0, which is SEND_ACT(1)");
+    gp_schedule_free(&s);
+    build(&s, 2, 3, (const char *const[]){
+        "F0 SA0 F1 SA1 F2 SA2 RG1 RG0 B0 B1 RG2 B2 STEP",
+        "RA0 F0 RA1 F1 RA2 F2 B0 SG0 B1 SG1 B2 SG2 STEP"});
+    EXPECT_FAULT(&s, 2, 0, 6, "RECV_GRAD(1): takes message #0 from stage 1, which is SEND_GRAD(0)");
+    gp_schedule_free(&s);
+    /* a forward before its receive; a receive on the first stage; mb out of range */
+    build(&s, 2, 1, (const char *const[]){"F0 SA0 RG0 B0 STEP", "F0 RA0 B0 SG0 STEP"});
+    EXPECT_FAULT(&s, 1, 1, 0, "FORWARD(0): needs RECV_ACT(0) before it");
+    gp_schedule_free(&s);
+    build(&s, 2, 1, (const char *const[]){"RA0 F0 SA0 RG0 B0 STEP", "RA0 F0 B0 SG0 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 0, "first stage reads the inputs");
+    gp_schedule_free(&s);
+    build(&s, 1, 2, (const char *const[]){"F0 F2 B0 B1 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 1, "micro-batch 2 is outside 0..1");
+    gp_schedule_free(&s);
+    /* step: missing at the end, or not last */
+    build(&s, 1, 1, (const char *const[]){"F0 B0"});
+    EXPECT_FAULT(&s, 1, 0, 2, "(end of list): the list ends without an OPTIMIZER_STEP");
+    gp_schedule_free(&s);
+    build(&s, 1, 1, (const char *const[]){"F0 B0 STEP STEP"});
+    EXPECT_FAULT(&s, 1, 0, 3, "comes after OPTIMIZER_STEP (action 2)");
+    gp_schedule_free(&s);
+    /* a cyclic wait: both stages receive before they send */
+    build(&s, 2, 1, (const char *const[]){"RG0 F0 SA0 B0 STEP", "RA0 F0 B0 SG0 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 0, "RECV_GRAD(0): deadlock with mailboxes of capacity 1");
+    CHECK(strstr(gp_last_error(), "stage 1 at action 0 RECV_ACT(0) waits for stage 0 (nothing "
+                                  "sent yet)") != NULL);
+    gp_schedule_free(&s);
+    /* a wait that mailboxes of 2 resolve but mailboxes of 1 do not: stage 0 pushes all
+     * activations before it takes a gradient; stage 1 sends two gradients before its third
+     * activation. */
+    build(&s, 2, 4, (const char *const[]){
+        "F0 SA0 F1 SA1 F2 SA2 F3 SA3 RG0 B0 RG1 B1 RG2 B2 RG3 B3 STEP",
+        "RA0 F0 RA1 F1 B0 SG0 B1 SG1 RA2 F2 RA3 F3 B2 SG2 B3 SG3 STEP"});
+    CHECK_OK(gp_schedule_validate(&s, 2, NULL));
+    EXPECT_FAULT(&s, 1, 0, 7, "SEND_ACT(3): deadlock with mailboxes of capacity 1");
+    CHECK(strstr(gp_last_error(), "stage 1 at action 7 SEND_GRAD(1) waits for stage 0 (mailbox "
+                                  "full)") != NULL);
+    CHECK_FAILS(gp_schedule_validate(&s, 0, NULL), GP_INVALID_ARGUMENT, "capacity 0");
+    gp_schedule_free(&s);
+}
+
+/* Equal cells: fwd 1, bwd 2. */
+static void equal_cells(gp_sim_cell *c, int K, uint64_t in, uint64_t state) {
+    for (int k = 0; k < K; k++)
+        c[k] = (gp_sim_cell){.fwd_time = 1, .bwd_time = 2, .in_bytes = in, .state_bytes = state};
+}
+
+static void test_bubble_and_memory(void) {
+    gp_sim_cell cells[5];
+    gp_sim_stage st[5];
+    gp_sim_result res;
+    for (int K = 1; K <= 5; K++)
+        for (int M = 1; M <= 9; M++) {
+            equal_cells(cells, K, 100, 1000);
+            gp_schedule g = {0}, f = {0};
+            REQUIRE_OK(gp_schedule_gpipe(K, M, &g));
+            REQUIRE_OK(gp_schedule_1f1b(K, M, &f));
+            for (int v = 0; v < 4; v++) {
+                /* mailboxes of 1 or 2 give the same times here */
+                gp_sim_opts o = {.capacity = 1 + v / 2, .remat = (gp_plan_remat)(v % 2)};
+                REQUIRE_OK(gp_schedule_simulate(&g, cells, &o, st, &res));
+                /* (M + K - 1) slots of forward + backward (+ recompute) */
+                double slot = 1 + 2 + (o.remat == GP_PLAN_REMAT_CELL ? 1 : 0);
+                CHECK(res.step_time == (double)(M + K - 1) * slot);
+                CHECK(res.bubble == (double)(K - 1) / (double)(M + K - 1));
+                for (int k = 0; k < K; k++) {
+                    CHECK_EQ_INT(st[k].peak_in_flight, M);
+                    CHECK(st[k].busy == M * slot);
+                    CHECK(st[k].recompute == (o.remat ? M : 0));
+                    /* fill-drain holds all M: the memory model's figure with in_flight = M */
+                    gp_layer_est one = {.in_bytes = 100, .out_bytes = 1000};
+                    gp_cell_mem cm = gp_cell_memory(&one, 0, 1, M, o.remat);
+                    CHECK_EQ_INT(st[k].peak_act_bytes, cm.stash + cm.work);
+                }
+                REQUIRE_OK(gp_schedule_simulate(&f, cells, &o, st, &res));
+                CHECK_EQ_INT(st[0].peak_in_flight, M < K ? M : K);
+                for (int k = 0; k < K; k++) {
+                    int want = M < K - k ? M : K - k;
+                    CHECK_EQ_INT(st[k].peak_in_flight, want);
+                    gp_layer_est one = {.in_bytes = 100, .out_bytes = 1000};
+                    gp_cell_mem cm = gp_cell_memory(&one, 0, 1, want, o.remat);
+                    CHECK_EQ_INT(st[k].peak_act_bytes, cm.stash + cm.work);
+                }
+                /* balanced 1F1B has the same bubble as fill-drain */
+                CHECK_NEAR(res.bubble, (double)(K - 1) / (double)(M + K - 1), 1e-12);
+            }
+            gp_schedule_free(&g);
+            gp_schedule_free(&f);
+        }
+}
+
+static void test_hand_computed(void) {
+    /* K = 2, M = 2, mailboxes of 1: stage 0 forward 1, backward 3; stage 1 forward 2,
+     * backward 4. By hand (see the timeline):
+     *   stage 0: F0 [0,1] F1 [1,2] (SA1 waits for RA0 at 1)  RG0 waits to 9: B0 [9,12]
+     *            RG1 waits to 13 (SG1 waits until stage 0 took SG0 at 9): B1 [13,16]
+     *   stage 1: RA0 1, F0 [1,3], F1 [3,5], B0 [5,9], B1 [9,13]
+     * step 16; busy 8 and 12; idle 8 and 4; bubble 12 / 32. */
+    gp_sim_cell cells[2] = {{.fwd_time = 1, .bwd_time = 3}, {.fwd_time = 2, .bwd_time = 4}};
+    gp_sim_stage st[2];
+    gp_sim_result res;
+    gp_schedule s = {0};
+    REQUIRE_OK(gp_schedule_gpipe(2, 2, &s));
+    gp_sim_opts o = {.capacity = 1, .remat = GP_PLAN_REMAT_NONE};
+    REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
+    CHECK(res.step_time == 16);
+    CHECK(st[0].busy == 8 && st[1].busy == 12);
+    CHECK(st[0].idle == 8 && st[1].idle == 4);
+    CHECK(st[0].end == 16 && st[1].end == 13);
+    CHECK(res.bubble == 12.0 / 32.0);
+    /* latency 0.5 on every message: stage 1 starts at 1.5, its B1 ends at 13.5, SG1 arrives at
+     * 14, so stage 0's B1 runs [14, 17]. */
+    o.latency = 0.5;
+    REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
+    CHECK(res.step_time == 17);
+    CHECK(st[1].end == 13.5);
+    /* re-materialization: each backward also recomputes the forward: stage 1 F [1,3] [3,5],
+     * B [5,11] [11,17]; stage 0 B0 [11,15], B1 waits for SG1 at 17: [17,21]. */
+    o = (gp_sim_opts){.capacity = 1, .remat = GP_PLAN_REMAT_CELL, .latency = 0};
+    REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
+    CHECK(res.step_time == 21);
+    CHECK(st[0].recompute == 2 && st[1].recompute == 4);
+    gp_schedule_free(&s);
+    /* 1F1B, same cells: stage 1 runs F0 [1,3] B0 [3,7] F1 [7,9] B1 [9,13]; stage 0 B0 [7,10],
+     * B1 [13,16]: the same 16, with one micro-batch in flight on stage 1. */
+    REQUIRE_OK(gp_schedule_1f1b(2, 2, &s));
+    o = (gp_sim_opts){.capacity = 1, .remat = GP_PLAN_REMAT_NONE};
+    REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
+    CHECK(res.step_time == 16);
+    CHECK(st[1].end == 13);
+    CHECK_EQ_INT(st[1].peak_in_flight, 1);
+    CHECK_EQ_INT(st[0].peak_in_flight, 2);
+    /* bad inputs */
+    cells[1].bwd_time = -1;
+    CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT, "cell 1");
+    cells[1].bwd_time = 4;
+    o.latency = -1;
+    CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT, "latency");
+    gp_schedule_free(&s);
+    /* an invalid schedule is not simulated */
+    build(&s, 2, 1, (const char *const[]){"RG0 F0 SA0 B0 STEP", "RA0 F0 B0 SG0 STEP"});
+    o.latency = 0;
+    CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT, "deadlock");
+    gp_schedule_free(&s);
+    /* cell figures from layers */
+    gp_layer_est ly[3] = {{.fwd_time = 1, .bwd_time = 2, .in_bytes = 8, .out_bytes = 4,
+                           .saved_bytes = 1},
+                          {.fwd_time = 3, .bwd_time = 5, .in_bytes = 4, .out_bytes = 2},
+                          {.fwd_time = 7, .in_bytes = 2}};
+    gp_sim_cell c = gp_sim_cell_from_layers(ly, 0, 2);
+    CHECK(c.fwd_time == 4 && c.bwd_time == 7);
+    CHECK_EQ_INT(c.in_bytes, 8);
+    CHECK_EQ_INT(c.state_bytes, 7);
+    CHECK_EQ_INT(c.state_bytes, gp_cell_memory(ly, 0, 2, 1, GP_PLAN_REMAT_CELL).work);
+}
+
+int main(void) {
+    test_generators_valid();
+    test_printer();
+    test_broken();
+    test_bubble_and_memory();
+    test_hand_computed();
+    return gp_test_finish("test_schedule");
+}
