@@ -12,16 +12,13 @@ typedef struct gp_conv_geom {
     int64_t out_h, out_w; /* (H + 2 pad - k) / stride + 1, same for W */
 } gp_conv_geom;
 
-/* col (C*k*k, (oh1-oh0)*OW; row stride ld) <- the patches of output rows
- * [oh0, oh1) of x (C, H, W); out-of-image taps are 0. Row r = (c*k + ki)*k + kj
- * matches the weight layout (OC, C, k, k). ld > (oh1-oh0)*OW lets several
- * examples sit side by side in one column matrix (one larger GEMM). */
-void gp_im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, float *col,
-               int64_t ld);
-/* x (C, H, W) += the patches in col (C*k*k, (oh1-oh0)*OW; row stride ld): the
- * adjoint of gp_im2col. */
-void gp_col2im_add(const gp_conv_geom *g, const float *col, int64_t ld, int64_t oh0, int64_t oh1,
-                   float *x);
+/* col (C*k*k, (oh1-oh0)*OW) <- the patches of output rows [oh0, oh1) of x
+ * (C, H, W); out-of-image taps are 0. Row r = (c*k + ki)*k + kj matches the
+ * weight layout (OC, C, k, k). A band of rows keeps the columns in cache. */
+void gp_im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, float *col);
+/* x (C, H, W) += the patches in col (C*k*k, (oh1-oh0)*OW): the adjoint of
+ * gp_im2col. */
+void gp_col2im_add(const gp_conv_geom *g, const float *col, int64_t oh0, int64_t oh1, float *x);
 
 /* sum x[i], in double, in a fixed order. */
 double gp_sum_f64(const float *x, int64_t n);

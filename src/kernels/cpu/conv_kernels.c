@@ -16,17 +16,15 @@ static void valid_cols(const gp_conv_geom *g, int64_t kj, int64_t *lo, int64_t *
     *hi = b;
 }
 
-void gp_im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, float *col,
-               int64_t ld) {
+void gp_im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, float *col) {
     const int64_t k = g->kernel, s = g->stride, ow_n = g->out_w, H = g->height, W = g->width;
-    float *row = col; /* row (c*k + ki)*k + kj of col */
+    float *dst = col;
     for (int64_t c = 0; c < g->channels; c++) {
         const float *xc = x + c * H * W;
         for (int64_t ki = 0; ki < k; ki++) {
-            for (int64_t kj = 0; kj < k; kj++, row += ld) {
+            for (int64_t kj = 0; kj < k; kj++) {
                 int64_t lo, hi;
                 valid_cols(g, kj, &lo, &hi);
-                float *dst = row;
                 for (int64_t oh = oh0; oh < oh1; oh++, dst += ow_n) {
                     int64_t ih = oh * s - g->pad + ki;
                     if (ih < 0 || ih >= H) {
@@ -49,17 +47,15 @@ void gp_im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, 
     }
 }
 
-void gp_col2im_add(const gp_conv_geom *g, const float *col, int64_t ld, int64_t oh0, int64_t oh1,
-                   float *x) {
+void gp_col2im_add(const gp_conv_geom *g, const float *col, int64_t oh0, int64_t oh1, float *x) {
     const int64_t k = g->kernel, s = g->stride, ow_n = g->out_w, H = g->height, W = g->width;
-    const float *row = col;
+    const float *src = col;
     for (int64_t c = 0; c < g->channels; c++) {
         float *xc = x + c * H * W;
         for (int64_t ki = 0; ki < k; ki++) {
-            for (int64_t kj = 0; kj < k; kj++, row += ld) {
+            for (int64_t kj = 0; kj < k; kj++) {
                 int64_t lo, hi;
                 valid_cols(g, kj, &lo, &hi);
-                const float *src = row;
                 for (int64_t oh = oh0; oh < oh1; oh++, src += ow_n) {
                     int64_t ih = oh * s - g->pad + ki;
                     if (ih < 0 || ih >= H) continue;
