@@ -7,10 +7,11 @@ PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 li
             fortunes-pl fortunes-cs
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
 
-.PHONY: all deps build test test-fast test-asan demo demo-fashion bench install clean
+.PHONY: all deps build test test-fast test-asan test-tsan demo demo-fashion bench install clean
 
 all: build
 
@@ -43,6 +44,17 @@ test-asan: deps
 	cd $(ASAN_BUILD) && GP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
+# The threaded tests (transport, pipeline runtime) under ThreadSanitizer; not part of `test`.
+# setarch -R turns off address randomization where it can: some kernels randomize more than
+# the TSan runtime of older clangs accepts ("unexpected memory mapping").
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_TSAN=ON -DCMAKE_C_COMPILER=clang
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	cd $(TSAN_BUILD) && NORAND=""; \
+	  if setarch $$(uname -m) -R true 2>/dev/null; then NORAND="setarch $$(uname -m) -R"; fi; \
+	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|pipeline'
+
 # The main job: a byte-level Transformer LM on the multilingual fortunes.
 demo: build
 	$(GPIPE) train --model examples/demo_lm.json --steps 600 --batch 32 --lr 3e-3 \
@@ -58,4 +70,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

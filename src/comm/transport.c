@@ -1,0 +1,96 @@
+/* The transport's public wrappers: argument checks shared by every backend, so that a backend
+ * only sees valid ranks, tags and tensors, and the one ownership rule (send takes the tensor). */
+#include "transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n) {
+    const char *kind = tag.kind == GP_MSG_ACT ? "ACT" : tag.kind == GP_MSG_GRAD ? "GRAD" : "?";
+    snprintf(buf, n, "%s(mb %d)", kind, tag.mb);
+    return buf;
+}
+
+void gp_transport_free(gp_transport *tr) {
+    if (!tr) return;
+    if (tr->iface && tr->iface->free) tr->iface->free(tr->context);
+    free(tr);
+}
+
+static gp_status check_ranks(const gp_transport *tr, const char *what, int rank, int peer) {
+    if (!tr || !tr->iface) return gp_error(GP_INVALID_ARGUMENT, "%s: transport is NULL", what);
+    if (rank < 0 || rank >= tr->nranks)
+        return gp_error(GP_INVALID_ARGUMENT, "%s: rank %d out of range 0..%d", what, rank,
+                        tr->nranks - 1);
+    if (peer == rank || peer < -1 || peer >= tr->nranks)
+        return gp_error(GP_INVALID_ARGUMENT, "%s by rank %d: peer %d must be another rank in 0..%d",
+                        what, rank, peer, tr->nranks - 1);
+    return GP_OK;
+}
+
+static gp_status check_tag(const char *what, int rank, gp_msg_tag tag) {
+    if ((int)tag.kind < 0 || tag.kind >= GP_MSG_NKINDS || tag.mb < 0)
+        return gp_error(GP_INVALID_ARGUMENT, "%s by rank %d: bad tag (kind %d, micro-batch %d)",
+                        what, rank, (int)tag.kind, tag.mb);
+    return GP_OK;
+}
+
+gp_status gp_transport_send(gp_transport *tr, int rank, int peer, gp_msg_tag tag, gp_tensor *t) {
+    if (!t) return gp_error(GP_INVALID_ARGUMENT, "send by rank %d: tensor is NULL", rank);
+    gp_status s = check_ranks(tr, "send", rank, peer);
+    if (s == GP_OK && peer < 0) s = gp_error(GP_INVALID_ARGUMENT, "send by rank %d: no peer", rank);
+    if (s == GP_OK) s = check_tag("send", rank, tag);
+    if (s == GP_OK && (!t->owned || !t->data || !t->dev))
+        s = gp_error(GP_INVALID_ARGUMENT,
+                     "send by rank %d to rank %d: the tensor must be owned (from gp_tensor_alloc): "
+                     "send takes it over",
+                     rank, peer);
+    if (s != GP_OK) {
+        gp_tensor_release(t); /* the rule holds on every path: send takes the tensor */
+        memset(t, 0, sizeof *t);
+        return s;
+    }
+    return tr->iface->send(tr->context, rank, peer, tag, t);
+}
+
+gp_status gp_transport_recv(gp_transport *tr, int rank, int peer, gp_msg_tag tag, gp_tensor *out) {
+    GP_TRY(check_ranks(tr, "recv", rank, peer));
+    if (peer < 0) return gp_error(GP_INVALID_ARGUMENT, "recv by rank %d: no peer", rank);
+    GP_TRY(check_tag("recv", rank, tag));
+    if (!out || (!out->data && gp_tensor_nbytes(out) > 0))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "recv by rank %d from rank %d: the output tensor must be allocated with "
+                        "the expected shape and dtype",
+                        rank, peer);
+    return tr->iface->recv(tr->context, rank, peer, tag, out);
+}
+
+gp_status gp_transport_flush(gp_transport *tr, int rank) {
+    GP_TRY(check_ranks(tr, "flush", rank, -1));
+    return tr->iface->flush(tr->context, rank);
+}
+
+gp_status gp_transport_allreduce_sum(gp_transport *tr, int rank, double *x, int n) {
+    GP_TRY(check_ranks(tr, "all-reduce", rank, -1));
+    if (n < 0 || (n > 0 && !x))
+        return gp_error(GP_INVALID_ARGUMENT, "all-reduce by rank %d: %d values at %p", rank, n,
+                        (void *)x);
+    return tr->iface->allreduce_sum(tr->context, rank, x, n);
+}
+
+gp_status gp_transport_barrier(gp_transport *tr, int rank) {
+    GP_TRY(check_ranks(tr, "barrier", rank, -1));
+    if (tr->iface->barrier) return tr->iface->barrier(tr->context, rank);
+    return tr->iface->allreduce_sum(tr->context, rank, NULL, 0);
+}
+
+void gp_transport_abort(gp_transport *tr, int rank, gp_status s, const char *why) {
+    if (!tr || !tr->iface) return;
+    tr->iface->abort(tr->context, rank, s, why ? why : "");
+}
+
+bool gp_transport_aborted(gp_transport *tr, int *rank) {
+    if (!tr || !tr->iface) return false;
+    return tr->iface->aborted(tr->context, rank);
+}

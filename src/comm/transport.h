@@ -1,0 +1,96 @@
+/* The transport between pipeline stages: point-to-point activations and gradients with checked
+ * headers and bounded mailboxes, a fixed-order all-reduce, a barrier and an abort that wakes
+ * everyone. One interface ({iface, context}) for every backend: threads (threads.c), later MPI. */
+#ifndef GP_COMM_TRANSPORT_H
+#define GP_COMM_TRANSPORT_H
+
+#include "../core/error.h"
+#include "gpipe.h"
+
+/* What a message carries, besides its micro-batch. */
+typedef enum gp_msg_kind {
+    GP_MSG_ACT = 0,  /* an activation, stage k -> k + 1 */
+    GP_MSG_GRAD = 1, /* the gradient of an activation, stage k + 1 -> k */
+    GP_MSG_NKINDS
+} gp_msg_kind;
+
+typedef struct gp_msg_tag {
+    gp_msg_kind kind;
+    int mb; /* micro-batch, >= 0 */
+} gp_msg_tag;
+
+/* "ACT(mb 3)"; returns buf. */
+char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n);
+
+/* The backend's functions. Every member is required unless marked optional. `rank` is the caller
+ * (a stage); each rank's calls come from one thread at a time, different ranks' calls run
+ * concurrently. The public wrappers below check the arguments before calling these. */
+typedef struct gp_transport_iface {
+    const char *name; /* "threads", "mpi" */
+    gp_status (*send)(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tensor *t);
+    gp_status (*recv)(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tensor *out);
+    gp_status (*flush)(void *ctx, int rank);
+    gp_status (*allreduce_sum)(void *ctx, int rank, double *x, int n);
+    gp_status (*barrier)(void *ctx, int rank); /* optional: all-reduce of nothing */
+    void (*abort)(void *ctx, int rank, gp_status s, const char *why);
+    bool (*aborted)(void *ctx, int *rank);
+    void (*free)(void *ctx);
+} gp_transport_iface;
+
+typedef struct gp_transport {
+    const gp_transport_iface *iface;
+    void *context;
+    int nranks; /* K */
+} gp_transport;
+
+/* Options for every backend; zeroed fields take the defaults. */
+typedef struct gp_transport_opts {
+    int nranks;       /* K >= 1 */
+    int capacity;     /* messages per directed link before a send blocks; default 2 */
+    double timeout_s; /* longest any one blocking wait may last; default 60 s */
+} gp_transport_opts;
+
+/* The in-process backend: K ranks are K threads of this process. The caller frees it with
+ * gp_transport_free, after every rank's thread has stopped and before the devices that
+ * allocated the tensors still in flight are freed. */
+gp_status gp_transport_threads_new(const gp_transport_opts *o, gp_transport **out);
+
+/* Releases messages still in flight (each on the device that allocated it) and the transport.
+ * NULL is ignored. */
+void gp_transport_free(gp_transport *tr);
+
+/* Ownership of a message (the rule every backend follows, so that memory stays counted on the
+ * device that holds it and each device is only touched by its own thread):
+ * - send TAKES an owned tensor (from gp_tensor_alloc on the sender's device): *t is zeroed on
+ *   return, whatever the status. The tensor stays counted on the sender's device until the
+ *   receiver has copied it out; the SENDER's thread then releases it (in its next call into the
+ *   transport, at the latest its flush, or in gp_transport_free). The sender never copies; a message costs
+ *   one copy, into memory the receiver allocated on its own device, plus up to `capacity`
+ *   buffers per outgoing link held on the sender until it reclaims them.
+ * - recv copies the next message on the link peer -> rank into out, which the receiver has
+ *   allocated (or viewed) with the EXPECTED shape and dtype. The message's header (kind,
+ *   micro-batch, shape, dtype) is checked before a byte is copied.
+ * Links are FIFO: the n-th recv on peer -> rank takes the n-th send on it. A send blocks while
+ * `capacity` messages on its link are not yet received. */
+gp_status gp_transport_send(gp_transport *tr, int rank, int peer, gp_msg_tag tag, gp_tensor *t);
+gp_status gp_transport_recv(gp_transport *tr, int rank, int peer, gp_msg_tag tag, gp_tensor *out);
+/* Waits until every message that rank sent has been received, and releases their buffers: call
+ * it at the end of a step so that the sender's counters hold no message. */
+gp_status gp_transport_flush(gp_transport *tr, int rank);
+
+/* In place: x[i] = sum over ranks r = 0, 1, ..., K-1 of x_r[i], added in that order starting
+ * from rank 0's value, whatever order the ranks arrive in, so the result has the same bits on
+ * every run and every rank. Every rank calls it with the same n (n = 0 is a barrier). */
+gp_status gp_transport_allreduce_sum(gp_transport *tr, int rank, double *x, int n);
+gp_status gp_transport_barrier(gp_transport *tr, int rank);
+
+/* Marks the run failed by `rank` (callable from any thread, once or many times: the first wins).
+ * Every rank blocked in the transport wakes, and every later blocking call fails at once, with
+ * GP_IO and a message naming the rank that failed, what it was doing and `why`. The transport
+ * also aborts itself on its own failures (a timeout, a header mismatch), so one failing stage
+ * stops all. */
+void gp_transport_abort(gp_transport *tr, int rank, gp_status s, const char *why);
+/* Whether the run was aborted; *rank (may be NULL) gets the rank that failed first. */
+bool gp_transport_aborted(gp_transport *tr, int *rank);
+
+#endif
