@@ -31,8 +31,9 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The whole suite: the optimized build, then again under ASan + UBSan.
-test: build test-asan
+# The whole suite: the optimized build, then again under ASan + UBSan, and the
+# threaded tests under ThreadSanitizer.
+test: build test-asan test-tsan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-fast: build
@@ -44,7 +45,7 @@ test-asan: deps
 	cd $(ASAN_BUILD) && GP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
-# The threaded tests (transport, pipeline runtime) under ThreadSanitizer; not part of `test`.
+# The threaded tests (transport, trace recorder, pipeline runtime) under ThreadSanitizer.
 # setarch -R turns off address randomization where it can: some kernels randomize more than
 # the TSan runtime of older clangs accepts ("unexpected memory mapping").
 test-tsan: deps
@@ -53,7 +54,7 @@ test-tsan: deps
 	cd $(TSAN_BUILD) && NORAND=""; \
 	  if setarch $$(uname -m) -R true 2>/dev/null; then NORAND="setarch $$(uname -m) -R"; fi; \
 	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|pipeline'
+	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline'
 
 # The main job: a byte-level Transformer LM on the multilingual fortunes.
 demo: build
