@@ -439,6 +439,73 @@ uint64_t gp_fnv1a64(uint64_t h, const void *data, size_t nbytes);
 /* Monotonic wall-clock seconds. */
 double gp_now(void);
 
+/* ---------------------------------------------------------- pipeline plan */
+
+/* How a mini-batch flows through K stages. Zero-initialized: one stage, one
+ * micro-batch, the GPipe schedule with re-materialization, no memory limit. */
+typedef enum gp_schedule_kind { GP_SCHEDULE_GPIPE = 0, GP_SCHEDULE_1F1B = 1 } gp_schedule_kind;
+/* CELL (GPipe, the default): keep only each cell's input per micro-batch and
+ * recompute the cell's forward during backward. NONE: keep every layer's
+ * saved state for each micro-batch in flight. */
+typedef enum gp_remat { GP_REMAT_CELL = 0, GP_REMAT_NONE = 1 } gp_remat;
+const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b" */
+const char *gp_remat_name(gp_remat r);                 /* "cell", "none" */
+
+typedef struct gp_pipeline_opts {
+    int stages;        /* K >= 1 (0 means 1) */
+    int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */
+    gp_schedule_kind schedule;
+    gp_remat remat;
+    const int *partition;  /* optional: first layer of each of the K cells (K entries) */
+    uint64_t memory_limit; /* per-device bytes, 0: none */
+} gp_pipeline_opts;
+
+/* One cell of a plan. Times are seconds at the plan's GFLOP/s; bytes follow
+ * the planner's memory model (static state, plus the activations the
+ * schedule holds at its peak). */
+typedef struct gp_plan_cell {
+    int first, last;             /* layers first..last, inclusive */
+    int64_t nparams;             /* trainable elements */
+    double fwd_flops, bwd_flops; /* one micro-batch */
+    double time_s;               /* one micro-batch forward + backward (what is balanced) */
+    uint64_t param_bytes, grad_bytes, optim_bytes;
+    uint64_t peak_act_bytes;     /* at the peak: stashed micro-batches + one rebuilt in backward */
+    uint64_t total_bytes;        /* params + grads + optimizer state + peak activations */
+    int peak_in_flight;          /* most micro-batches forwarded and not yet backwarded */
+    double busy_s, idle_s;       /* per step, simulated (busy includes recomputation) */
+} gp_plan_cell;
+
+typedef struct gp_plan {
+    int stages, micro_batches;
+    int64_t batch, micro_batch_size;
+    gp_schedule_kind schedule;
+    gp_remat remat;
+    uint64_t memory_limit;
+    gp_plan_cell *cells;     /* (stages), owned; freed by gp_plan_free */
+    double step_s;           /* simulated step time (the optimizer step is not modelled) */
+    double bubble_simulated; /* idle / (K * step) from the simulated schedule */
+    double bubble_theory;    /* (K-1)/(M+K-1) */
+    double gflops_assumed;   /* the rate every FLOP figure was turned into seconds at */
+} gp_plan;
+
+/* Partitions m for a mini-batch of `batch` examples and simulates the
+ * schedule, without allocating any tensor. The partition is the exact
+ * min-max balance of the layers' FLOP estimates within po->memory_limit
+ * (po->partition, when given, is checked instead); per-cell times come from
+ * those estimates at `gflops` GFLOP/s (e.g. the measured sgemm ceiling).
+ * Optimizer state per trainable parameter: SGD with momentum 1, without 0,
+ * AdamW 2 (o NULL: none). The memory limit is checked with the micro-batches
+ * each schedule keeps in flight: M for gpipe, min(K, M) for 1f1b. The caller
+ * frees *out with gp_plan_free; on failure *out is left zeroed (nothing to free).
+ * Errors name the numbers: the impossible K, the batch not divisible by M,
+ * or the cell/layer that cannot fit and by how much. */
+gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
+                       const gp_pipeline_opts *po, double gflops, gp_plan *out);
+void gp_plan_free(gp_plan *p);
+/* Parses "0,5,9" (first layer of each cell) into first[0..*n-1], at most cap
+ * entries; the values are checked against a model by gp_plan_make. */
+gp_status gp_plan_parse_partition(const char *text, int *first, int cap, int *n);
+
 #ifdef __cplusplus
 }
 #endif

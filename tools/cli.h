@@ -13,6 +13,7 @@
 
 int gp_cli_train_main(int argc, char **argv);
 int gp_cli_bench_main(int argc, char **argv);
+int gp_cli_plan_main(int argc, char **argv);
 
 /* ------------------------------------------------------------- progress */
 

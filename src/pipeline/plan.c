@@ -1,0 +1,192 @@
+/* The public planning entry point: checks the pipeline options against the model and the batch,
+ * partitions the layers (or checks the given partition) with the shared memory model, and runs
+ * the schedule simulator to predict per-cell busy/idle time, peak bytes, the step time and the
+ * bubble. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partition.h"
+#include "schedule.h"
+
+const char *gp_schedule_kind_name(gp_schedule_kind s) {
+    return s == GP_SCHEDULE_GPIPE ? "gpipe" : s == GP_SCHEDULE_1F1B ? "1f1b" : "?";
+}
+
+const char *gp_remat_name(gp_remat r) {
+    return r == GP_REMAT_CELL ? "cell" : r == GP_REMAT_NONE ? "none" : "?";
+}
+
+void gp_plan_free(gp_plan *p) {
+    if (!p) return;
+    free(p->cells);
+    memset(p, 0, sizeof *p);
+}
+
+gp_status gp_plan_parse_partition(const char *text, int *first, int cap, int *n) {
+    return gp_partition_parse(text, first, cap, n);
+}
+
+/* Optimizer state tensors per trainable parameter, as the optimizers allocate them. */
+static int optim_states(const gp_optim_opts *o) {
+    if (!o) return 0;
+    if (o->kind == GP_OPTIM_ADAMW) return 2;
+    return o->momentum != 0.0f ? 1 : 0;
+}
+
+static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opts *o,
+                            const gp_pipeline_opts *po, double gflops, int *K, int *M) {
+    if (!m || !po)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL model or pipeline options");
+    *K = po->stages ? po->stages : 1;
+    *M = po->micro_batches ? po->micro_batches : 1;
+    int L = gp_model_nlayers(m);
+    if (*K < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "K = %d stages; expected at least 1", *K);
+    if (*M < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "M = %d micro-batches; expected at least 1",
+                        *M);
+    if (L < 1) return gp_error(GP_INVALID_ARGUMENT, "the model has no layers");
+    if (*K > L)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "K = %d stages but the model has %d layer%s (each stage needs at "
+                        "least one)",
+                        *K, L, L == 1 ? "" : "s");
+    if (batch < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "batch %lld; expected at least 1 example",
+                        (long long)batch);
+    if (batch % *M != 0)
+        return gp_error(GP_INVALID_ARGUMENT, "batch %lld is not divisible by %d micro-batches",
+                        (long long)batch, *M);
+    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B)
+        return gp_error(GP_INVALID_ARGUMENT, "unknown schedule %d (expected gpipe or 1f1b)",
+                        (int)po->schedule);
+    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE)
+        return gp_error(GP_INVALID_ARGUMENT, "unknown remat mode %d (expected cell or none)",
+                        (int)po->remat);
+    if (o && o->kind != GP_OPTIM_SGD && o->kind != GP_OPTIM_ADAMW)
+        return gp_error(GP_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)o->kind);
+    if (!isfinite(gflops) || gflops <= 0)
+        return gp_error(GP_INVALID_ARGUMENT, "%g GFLOP/s; expected a finite rate > 0",
+                        gflops);
+    return GP_OK;
+}
+
+/* Boundaries into cells, simulation into the plan. est: L layers; first: K cell starts. */
+static gp_status simulate_into(const gp_layer_est *est, int L, const int *first, int K, int M,
+                               const gp_pipeline_opts *po, gp_plan_remat remat, double gflops,
+                               gp_plan *out) {
+    const double sec_per_flop = 1.0 / (gflops * 1e9);
+    gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
+    gp_sim_stage *st = calloc((size_t)K, sizeof *st);
+    gp_schedule s = {0};
+    gp_status status = GP_OK;
+    if (!sc || !st) {
+        status = gp_error(GP_OUT_OF_MEMORY, "gp_plan_make: no memory for %d cells", K);
+        goto done;
+    }
+    for (int k = 0; k < K; k++) {
+        int e = k + 1 < K ? first[k + 1] : L;
+        sc[k] = gp_sim_cell_from_layers(est, first[k], e);
+        sc[k].fwd_time *= sec_per_flop;
+        sc[k].bwd_time *= sec_per_flop;
+    }
+    status = po->schedule == GP_SCHEDULE_1F1B ? gp_schedule_1f1b(K, M, &s)
+                                              : gp_schedule_gpipe(K, M, &s);
+    if (status != GP_OK) goto done;
+    gp_sim_opts so = {.capacity = 1, .remat = remat};
+    gp_sim_result res;
+    status = gp_schedule_simulate(&s, sc, &so, st, &res);
+    if (status != GP_OK) goto done;
+    out->step_s = res.step_time;
+    out->bubble_simulated = res.bubble;
+    for (int k = 0; k < K; k++) {
+        int e = k + 1 < K ? first[k + 1] : L;
+        gp_plan_cell *c = &out->cells[k];
+        c->first = first[k];
+        c->last = e - 1;
+        for (int i = first[k]; i < e; i++) {
+            c->fwd_flops += est[i].fwd_time;
+            c->bwd_flops += est[i].bwd_time;
+        }
+        c->time_s = sc[k].fwd_time + sc[k].bwd_time;
+        gp_cell_mem cm = gp_cell_memory(est, first[k], e, st[k].peak_in_flight, remat);
+        c->param_bytes = cm.params;
+        c->grad_bytes = cm.grads;
+        c->optim_bytes = cm.optim;
+        c->nparams = (int64_t)(cm.grads / gp_dtype_nbytes(GP_F32));
+        c->peak_act_bytes = st[k].peak_act_bytes;
+        c->total_bytes = cm.params + cm.grads + cm.optim + st[k].peak_act_bytes;
+        c->peak_in_flight = st[k].peak_in_flight;
+        c->busy_s = st[k].busy;
+        c->idle_s = st[k].idle;
+        /* The partitioner checked the limit with the schedule's most micro-batches in flight;
+         * the simulated peak can only be lower. */
+        GP_ASSERT(!po->memory_limit || c->total_bytes <= po->memory_limit);
+    }
+done:
+    gp_schedule_free(&s);
+    free(sc);
+    free(st);
+    return status;
+}
+
+gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
+                       const gp_pipeline_opts *po, double gflops, gp_plan *out) {
+    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL output");
+    memset(out, 0, sizeof *out);
+    int K = 1, M = 1;
+    GP_TRY(check_opts(m, batch, o, po, gflops, &K, &M));
+    int L = gp_model_nlayers(m);
+    gp_plan_remat remat = po->remat == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE : GP_PLAN_REMAT_CELL;
+    /* Fill-drain stashes all M micro-batches; 1F1B's stage 0 at most K of them (later stages
+     * fewer), so min(K, M) bounds every stage of it. */
+    int in_flight = po->schedule == GP_SCHEDULE_1F1B && K < M ? K : M;
+
+    gp_layer_est *est = calloc((size_t)L, sizeof *est);
+    int *first = calloc((size_t)K, sizeof *first);
+    out->cells = calloc((size_t)K, sizeof *out->cells);
+    gp_status status = GP_OK;
+    if (!est || !first || !out->cells) {
+        status = gp_error(GP_OUT_OF_MEMORY, "gp_plan_make: no memory for %d layers and %d cells",
+                          L, K);
+        goto done;
+    }
+    status = gp_layer_est_from_model(m, batch / M, optim_states(o), est);
+    if (status != GP_OK) goto done;
+    gp_partition_req req = {.layers = est,
+                            .nlayers = L,
+                            .stages = K,
+                            .micro_batches = in_flight,
+                            .remat = remat,
+                            .mem_limit = po->memory_limit};
+    if (po->partition) {
+        memcpy(first, po->partition, (size_t)K * sizeof *first);
+        status = gp_partition_check(&req, first, K);
+    } else {
+        status = gp_partition_balance(&req, first, NULL);
+    }
+    if (status != GP_OK) {
+        if (in_flight != M)
+            gp_error_context(status,
+                             "schedule 1f1b keeps at most min(K, M) = %d of the M = %d "
+                             "micro-batches in flight per stage",
+                             in_flight, M);
+        goto done;
+    }
+    out->stages = K;
+    out->micro_batches = M;
+    out->batch = batch;
+    out->micro_batch_size = batch / M;
+    out->schedule = po->schedule;
+    out->remat = po->remat;
+    out->memory_limit = po->memory_limit;
+    out->gflops_assumed = gflops;
+    out->bubble_theory = (double)(K - 1) / (double)(M + K - 1);
+    status = simulate_into(est, L, first, K, M, po, remat, gflops, out);
+done:
+    free(est);
+    free(first);
+    if (status != GP_OK) gp_plan_free(out);
+    return status;
+}

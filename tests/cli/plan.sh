@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# `gpipe plan`: --help lists every option, bad values exit 2 naming the option,
+# impossible plans exit 1 with the library's message, a T1 plan covers every
+# layer once, and the JSON report carries the cells and the bubble.
+# Run from the repository root: bash tests/cli/plan.sh /path/to/gpipe
+set -u
+source "$(dirname "$0")/lib/common.bash"
+cli_init "$@"
+
+# expect STATUS NEEDLE ARGS...: gpipe plan ARGS exits STATUS and its stderr contains NEEDLE.
+expect() {
+    local want=$1 needle=$2 rc
+    shift 2
+    "$GPIPE" plan "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        bad "gpipe plan $*: exit status $rc, expected $want; stderr: $(head -c 400 "$TMP/err")"
+    elif ! grep -qF -- "$needle" "$TMP/err"; then
+        bad "gpipe plan $*: stderr does not mention '$needle': $(head -c 400 "$TMP/err")"
+    fi
+}
+
+# --help lists every option; gpipe --help lists the command
+"$GPIPE" plan --help >"$TMP/help" 2>&1 || bad "gpipe plan --help exited non-zero"
+for opt in --model --stages --micro-batches --batch --memory-limit --remat --schedule \
+    --partition --optimizer --gflops --report --help "default:"; do
+    grep -qF -- "$opt" "$TMP/help" || bad "gpipe plan --help does not document $opt"
+done
+"$GPIPE" --help | grep -q '^  plan ' || bad "gpipe --help does not list plan"
+
+# Bad values: exit 2 naming the option
+T="--model transformer --gflops 100"
+expect 2 "--model: required" --stages 2
+expect 2 "--model" --model "$TMP/missing.json"
+for opt in --stages --micro-batches --batch; do
+    for v in 0 -1 two 1.5; do expect 2 "$opt" $T "$opt" "$v"; done
+done
+for v in 0 -1 nan inf abc; do expect 2 "--gflops" --model transformer --gflops "$v"; done
+for v in 0 -5 12Q abc; do expect 2 "--memory-limit" $T --memory-limit "$v"; done
+expect 2 "--remat" $T --remat all
+expect 2 "--schedule" $T --schedule interleaved
+expect 2 "--optimizer" $T --optimizer rmsprop
+expect 2 "--report" $T --report ""
+expect 2 "--partition" $T --stages 2 --partition 0,x
+expect 2 "--partition 0,6: 2 entries for --stages 3" $T --stages 3 --partition 0,6
+expect 2 "--partition 0,6,4" $T --stages 3 --partition 0,6,4
+expect 2 "--partition 0,6,12" $T --stages 3 --partition 0,6,12
+expect 2 "--micro-batches 5: must divide --batch 32" $T --micro-batches 5
+expect 2 "unknown option '--steps'" $T --steps 3
+
+# Impossible plans: exit 1 with the library's message
+expect 1 "K = 13 stages but the model has 12 layers" $T --stages 13
+expect 1 "over the" $T --stages 2 --micro-batches 8 --memory-limit 100M
+expect 1 "over the" $T --stages 3 --partition 0,1,2 --memory-limit 200M
+expect 1 "1f1b keeps at most min(K, M) = 2" $T --stages 2 --micro-batches 8 --schedule 1f1b \
+    --memory-limit 64M
+
+# T1 with K = 2, M = 8: two cells covering layers 0-11, the bubble beside the formula
+if "$GPIPE" plan $T --stages 2 --micro-batches 8 --report "$TMP/p.json" >"$TMP/t1.out" 2>"$TMP/t1.err"; then
+    rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+-[0-9]+$/ { print $1 ":" $2 }' "$TMP/t1.out" | tr '\n' ' ')
+    [ "$rows" = "0:0-5 1:6-11 " ] || bad "T1 K=2 cells are '$rows', expected '0:0-5 1:6-11 '"
+    grep -qF "(K-1)/(M+K-1) = 0.1111" "$TMP/t1.out" || bad "no theoretical bubble 0.1111 in: $(cat "$TMP/t1.out")"
+    grep -q "^predicted step" "$TMP/t1.out" || bad "no predicted step time"
+    python3 - "$TMP/p.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+r = json.load(open(sys.argv[1]))
+p = r["pipeline"]
+cells = p["cells"]
+need(p["stages"] == 2 and p["micro_batches"] == 8, "stages/micro_batches %r" % p)
+need(p["schedule"] == "gpipe" and p["remat"] == "cell", "schedule/remat")
+need(len(cells) == 2, "%d cells" % len(cells))
+need([c["first"] for c in cells] == p["partition"] == [0, 6], "partition %r" % p["partition"])
+need(cells[0]["last"] == 5 and cells[1]["last"] == 11, "last layers")
+need(sum(c["nparams"] for c in cells) == r["nparams"] == 25547776, "parameters add up")
+for c in cells:
+    b = c["peak_bytes"]
+    need(b["total"] == b["parameters"] + b["gradients"] + b["optimizer_state"] + b["activations"],
+         "cell %d bytes add up: %r" % (c["stage"], b))
+    need(b["optimizer_state"] == 2 * b["gradients"], "adamw keeps 2 states")
+    need(abs(c["busy_s"] + c["idle_s"] - p["step_s"]) < 1e-9 * p["step_s"], "busy + idle = step")
+    need(c["peak_in_flight"] == 8, "gpipe holds all 8 micro-batches")
+need(abs(p["bubble_theory"] - 1 / 9) < 1e-12, "bubble_theory %r" % p["bubble_theory"])
+need(abs(p["bubble_simulated"] - 1 / 9) < 0.02, "bubble_simulated %r" % p["bubble_simulated"])
+need(r["gflops_assumed"] == 100 and r["gflops_measured"] is False, "gflops")
+finish()
+PY
+else
+    bad "gpipe plan $T --stages 2 --micro-batches 8 failed: $(cat "$TMP/t1.err")"
+fi
+
+# 1F1B without --remat: fewer micro-batches in flight, less activation memory
+if "$GPIPE" plan $T --stages 2 --micro-batches 8 --schedule 1f1b --remat none \
+    --report "$TMP/f.json" >"$TMP/f.out" 2>"$TMP/f.err"; then
+    python3 - "$TMP/f.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+p = json.load(open(sys.argv[1]))["pipeline"]
+need(p["schedule"] == "1f1b" and p["remat"] == "none", "schedule/remat")
+need([c["peak_in_flight"] for c in p["cells"]] == [2, 1], "1f1b in flight per stage")
+finish()
+PY
+else
+    bad "1f1b plan failed: $(cat "$TMP/f.err")"
+fi
+
+# The default rate is measured (a 2048^3 sgemm on one thread); convnet defaults
+if "$GPIPE" plan --model convnet --stages 3 --micro-batches 4 >"$TMP/c.out" 2>"$TMP/c.err"; then
+    grep -q "measured now" "$TMP/c.out" || bad "convnet plan does not say the rate was measured"
+    grep -qF "batch 128 in 4 micro-batches of 32" "$TMP/c.out" || bad "convnet batch default: $(head -1 "$TMP/c.out")"
+    n=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+-[0-9]+$/' "$TMP/c.out" | wc -l)
+    [ "$n" -eq 3 ] || bad "convnet K=3 printed $n cells"
+else
+    bad "gpipe plan --model convnet failed: $(cat "$TMP/c.err")"
+fi
+
+cli_finish plan

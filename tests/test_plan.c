@@ -1,0 +1,332 @@
+/* gp_plan_make: its cells against the partitioner on the same figures, times from FLOPs at the
+ * given rate, the bubble of equal cells against (K-1)/(M+K-1), the memory columns against the
+ * memory model, optimizer state per optimizer, memory limits per schedule, explicit partitions,
+ * and the errors that name the numbers. */
+#include <math.h>
+#include <string.h>
+
+#include "pipeline/partition.h"
+#include "testutil.h"
+
+/* 0 linear(16,64) 1 relu 2 linear(64,64) 3 relu 4 linear(64,256) 5 linear(256,8): uneven costs */
+static gp_model *mlp(void) {
+    gp_model *m;
+    REQUIRE_OK(gp_model_new(gp_shape1(16), GP_F32, &m));
+    REQUIRE_OK(gp_model_add(m, gp_linear(16, 64, true)));
+    REQUIRE_OK(gp_model_add(m, gp_relu()));
+    REQUIRE_OK(gp_model_add(m, gp_linear(64, 64, true)));
+    REQUIRE_OK(gp_model_add(m, gp_relu()));
+    REQUIRE_OK(gp_model_add(m, gp_linear(64, 256, true)));
+    REQUIRE_OK(gp_model_add(m, gp_linear(256, 8, false)));
+    return m;
+}
+
+/* L identical layers: every balanced cell costs the same. */
+static gp_model *equal_layers(int L) {
+    gp_model *m;
+    REQUIRE_OK(gp_model_new(gp_shape1(32), GP_F32, &m));
+    for (int i = 0; i < L; i++) REQUIRE_OK(gp_model_add(m, gp_linear(32, 32, true)));
+    return m;
+}
+
+static gp_plan_remat priv_remat(gp_remat r) {
+    return r == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE : GP_PLAN_REMAT_CELL;
+}
+
+static void test_cells_match_partitioner(void) {
+    gp_model *m = mlp();
+    const int L = 6;
+    gp_optim_opts adam = gp_adamw_defaults(1e-3f, 0.01f);
+    for (int K = 1; K <= L; K++)
+        for (int M = 1; M <= 8; M *= 2) {
+            const int64_t batch = 64;
+            const double gflops = 50;
+            gp_pipeline_opts po = {.stages = K, .micro_batches = M};
+            gp_plan p;
+            REQUIRE_OK(gp_plan_make(m, batch, &adam, &po, gflops, &p));
+            CHECK_EQ_INT(p.stages, K);
+            CHECK_EQ_INT(p.micro_batches, M);
+            CHECK_EQ_INT(p.micro_batch_size, batch / M);
+            gp_layer_est est[6];
+            REQUIRE_OK(gp_layer_est_from_model(m, batch / M, 2, est));
+            gp_partition_req r = {.layers = est, .nlayers = L, .stages = K, .micro_batches = M,
+                                  .remat = GP_PLAN_REMAT_CELL};
+            int first[6];
+            REQUIRE_OK(gp_partition_balance(&r, first, NULL));
+            int64_t nparams = 0;
+            for (int k = 0; k < K; k++) {
+                const gp_plan_cell *c = &p.cells[k];
+                int end = k + 1 < K ? first[k + 1] : L;
+                CHECK_EQ_INT(c->first, first[k]);
+                CHECK_EQ_INT(c->last, end - 1);
+                /* FLOPs from the public cost table, one micro-batch */
+                double fwd = 0, bwd = 0;
+                for (int i = first[k]; i < end; i++) {
+                    gp_cost cost;
+                    REQUIRE_OK(gp_model_cost(m, i, batch / M, &cost));
+                    fwd += cost.fwd_flops, bwd += cost.bwd_flops;
+                }
+                CHECK_NEAR(c->fwd_flops, fwd, 1e-9 * fwd);
+                CHECK_NEAR(c->bwd_flops, bwd, 1e-9 * bwd);
+                CHECK_NEAR(c->time_s, (fwd + bwd) / (gflops * 1e9), 1e-12 * c->time_s + 1e-18);
+                /* remat cell: M forwards, M recomputes and M backwards per step */
+                CHECK_NEAR(c->busy_s, M * (2 * fwd + bwd) / (gflops * 1e9), 1e-9 * c->busy_s);
+                CHECK_NEAR(c->busy_s + c->idle_s, p.step_s, 1e-9 * p.step_s);
+                nparams += c->nparams;
+            }
+            CHECK_EQ_INT(nparams, gp_model_nparams(m));
+            CHECK(p.gflops_assumed == gflops);
+            gp_plan_free(&p);
+            CHECK(p.cells == NULL);
+        }
+    gp_model_free(m);
+}
+
+static void test_bubble_equal_cells(void) {
+    gp_model *m = equal_layers(8);
+    gp_cost cost;
+    for (int K = 1; K <= 8; K *= 2)
+        for (int M = 1; M <= 16; M *= 2)
+            for (int v = 0; v < 4; v++) {
+                gp_pipeline_opts po = {.stages = K, .micro_batches = M,
+                                       .schedule = v / 2 ? GP_SCHEDULE_1F1B : GP_SCHEDULE_GPIPE,
+                                       .remat = v % 2 ? GP_REMAT_NONE : GP_REMAT_CELL};
+                gp_plan p;
+                REQUIRE_OK(gp_plan_make(m, 32, NULL, &po, 10, &p));
+                REQUIRE_OK(gp_model_cost(m, 0, 32 / M, &cost));
+                double theory = (double)(K - 1) / (double)(M + K - 1);
+                CHECK(p.bubble_theory == theory);
+                CHECK_NEAR(p.bubble_simulated, theory, 1e-12);
+                /* (M + K - 1) slots of one cell's forward + backward (+ recompute) */
+                double per_cell = (8 / K) * (cost.fwd_flops + cost.bwd_flops +
+                                             (po.remat == GP_REMAT_CELL ? cost.fwd_flops : 0));
+                double step = (M + K - 1) * per_cell / 10e9;
+                CHECK_NEAR(p.step_s, step, 1e-12 * step);
+                for (int k = 0; k < K; k++)
+                    CHECK_EQ_INT(p.cells[k].last - p.cells[k].first, 8 / K - 1);
+                gp_plan_free(&p);
+            }
+    gp_model_free(m);
+}
+
+static void test_memory_columns(void) {
+    gp_model *m = mlp();
+    gp_optim_opts sgd = gp_sgd_defaults(0.1f, 0.9f);
+    for (int s = 0; s < 2; s++)
+        for (int rm = 0; rm < 2; rm++)
+            for (int K = 1; K <= 4; K++) {
+                const int M = 4;
+                gp_pipeline_opts po = {.stages = K, .micro_batches = M,
+                                       .schedule = (gp_schedule_kind)s, .remat = (gp_remat)rm};
+                gp_plan p;
+                REQUIRE_OK(gp_plan_make(m, 128, &sgd, &po, 1, &p));
+                gp_layer_est est[6];
+                REQUIRE_OK(gp_layer_est_from_model(m, 128 / M, 1, est));
+                for (int k = 0; k < K; k++) {
+                    const gp_plan_cell *c = &p.cells[k];
+                    /* gpipe holds all M; 1f1b's stage k holds min(K - k, M) */
+                    int want = s == 0 ? M : (K - k < M ? K - k : M);
+                    CHECK_EQ_INT(c->peak_in_flight, want);
+                    gp_cell_mem cm =
+                        gp_cell_memory(est, c->first, c->last + 1, want, priv_remat((gp_remat)rm));
+                    CHECK_EQ_INT(c->param_bytes, cm.params);
+                    CHECK_EQ_INT(c->grad_bytes, cm.grads);
+                    CHECK_EQ_INT(c->optim_bytes, cm.optim);
+                    CHECK_EQ_INT(c->peak_act_bytes, cm.stash + cm.work);
+                    CHECK_EQ_INT(c->total_bytes, cm.total);
+                    CHECK_EQ_INT(c->total_bytes, c->param_bytes + c->grad_bytes + c->optim_bytes +
+                                                     c->peak_act_bytes);
+                    CHECK(c->peak_act_bytes > 0);
+                }
+                gp_plan_free(&p);
+            }
+    gp_model_free(m);
+}
+
+static void test_optimizer_state(void) {
+    gp_model *m = mlp();
+    gp_optim_opts adam = gp_adamw_defaults(1e-3f, 0.01f), mom = gp_sgd_defaults(0.1f, 0.9f),
+                  plain = gp_sgd_defaults(0.1f, 0.0f);
+    const gp_optim_opts *opts[4] = {&adam, &mom, &plain, NULL};
+    const int states[4] = {2, 1, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        gp_pipeline_opts po = {.stages = 2, .micro_batches = 2};
+        gp_plan p;
+        REQUIRE_OK(gp_plan_make(m, 8, opts[i], &po, 1, &p));
+        uint64_t grads = 0;
+        for (int k = 0; k < 2; k++) {
+            CHECK_EQ_INT(p.cells[k].optim_bytes, (uint64_t)states[i] * p.cells[k].grad_bytes);
+            CHECK_EQ_INT(p.cells[k].grad_bytes, (uint64_t)p.cells[k].nparams * 4);
+            grads += p.cells[k].grad_bytes;
+        }
+        CHECK_EQ_INT(grads, gp_model_nparams(m) * 4);
+        gp_plan_free(&p);
+    }
+    gp_model_free(m);
+}
+
+/* The largest cell total over the cells of a plan. */
+static uint64_t worst_total(const gp_plan *p) {
+    uint64_t w = 0;
+    for (int k = 0; k < p->stages; k++)
+        if (p->cells[k].total_bytes > w) w = p->cells[k].total_bytes;
+    return w;
+}
+
+static void test_memory_limits(void) {
+    gp_model *m = mlp();
+    gp_optim_opts sgd = gp_sgd_defaults(0.1f, 0.9f);
+    const int64_t batch = 1024;
+    const int M = 8;
+    gp_layer_est est[6];
+    REQUIRE_OK(gp_layer_est_from_model(m, batch / M, 1, est));
+
+    /* A layer that alone cannot fit: named with its overshoot. */
+    /* (the last linear: its 256-wide input, stashed M times) */
+    uint64_t big = gp_cell_memory(est, 5, 6, M, GP_PLAN_REMAT_CELL).total;
+    for (int i = 0; i < 6; i++)
+        CHECK(gp_cell_memory(est, i, i + 1, M, GP_PLAN_REMAT_CELL).total <= big);
+    /* (with K = L every layer is a cell alone; fewer cells could pair it with layer 4) */
+    gp_pipeline_opts po = {.stages = 6, .micro_batches = M, .memory_limit = big - 100};
+    gp_plan p;
+    CHECK_FAILS(gp_plan_make(m, batch, &sgd, &po, 1, &p), GP_MEMORY_LIMIT,
+                "layer 5 (linear) alone needs");
+    CHECK(strstr(gp_last_error(), "over the") && strstr(gp_last_error(), "by 100 bytes"));
+    CHECK(p.cells == NULL && p.stages == 0);
+    gp_plan_free(&p); /* safe after a failure */
+
+    /* Every layer fits alone but no split into K cells does: the overshoot of the best split. */
+    gp_model *eq = equal_layers(4);
+    gp_layer_est eqe[4];
+    REQUIRE_OK(gp_layer_est_from_model(eq, batch / M, 1, eqe));
+    uint64_t two = gp_cell_memory(eqe, 0, 2, M, GP_PLAN_REMAT_CELL).total;
+    CHECK(gp_cell_memory(eqe, 0, 1, M, GP_PLAN_REMAT_CELL).total < two - 1000);
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = M, .memory_limit = two - 1000};
+    CHECK_FAILS(gp_plan_make(eq, batch, &sgd, &po, 1, &p), GP_MEMORY_LIMIT,
+                "in its cell of layers 0-1, over the limit by 1000 bytes");
+    po.memory_limit = two;
+    REQUIRE_OK(gp_plan_make(eq, batch, &sgd, &po, 1, &p));
+    CHECK_EQ_INT(p.cells[0].total_bytes, two);
+    CHECK_EQ_INT(p.cells[1].first, 2);
+    gp_plan_free(&p);
+    gp_model_free(eq);
+
+    /* The limit moves the boundaries: every cell within it, never faster than unlimited. */
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = M};
+    REQUIRE_OK(gp_plan_make(m, batch, &sgd, &po, 1, &p));
+    uint64_t free_worst = worst_total(&p);
+    double free_step = p.step_s;
+    gp_plan_free(&p);
+    po.memory_limit = free_worst - 1;
+    gp_status s = gp_plan_make(m, batch, &sgd, &po, 1, &p);
+    if (s == GP_OK) {
+        CHECK(worst_total(&p) <= po.memory_limit);
+        CHECK(p.step_s >= free_step);
+        gp_plan_free(&p);
+    } else {
+        CHECK_EQ_INT(s, GP_MEMORY_LIMIT);
+    }
+
+    /* 1F1B keeps at most min(K, M) micro-batches: a limit that GPipe's M cannot meet. */
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = M, .schedule = GP_SCHEDULE_1F1B,
+                            .remat = GP_REMAT_NONE};
+    REQUIRE_OK(gp_plan_make(m, batch, &sgd, &po, 1, &p));
+    uint64_t lim = 0;
+    for (int k = 0; k < 2; k++) {
+        uint64_t b = gp_cell_memory(est, p.cells[k].first, p.cells[k].last + 1, 2,
+                                    GP_PLAN_REMAT_NONE).total;
+        if (b > lim) lim = b;
+    }
+    gp_plan_free(&p);
+    po.memory_limit = lim;
+    REQUIRE_OK(gp_plan_make(m, batch, &sgd, &po, 1, &p));
+    CHECK(worst_total(&p) <= lim);
+    gp_plan_free(&p);
+    po.schedule = GP_SCHEDULE_GPIPE;
+    CHECK_FAILS(gp_plan_make(m, batch, &sgd, &po, 1, &p), GP_MEMORY_LIMIT, "over the");
+    po.schedule = GP_SCHEDULE_1F1B;
+    po.memory_limit = lim / 4;
+    CHECK_FAILS(gp_plan_make(m, batch, &sgd, &po, 1, &p), GP_MEMORY_LIMIT,
+                "1f1b keeps at most min(K, M) = 2 of the M = 8 micro-batches");
+    gp_model_free(m);
+}
+
+static void test_explicit_partition(void) {
+    gp_model *m = mlp();
+    const int first[3] = {0, 3, 5};
+    gp_pipeline_opts po = {.stages = 3, .micro_batches = 2, .partition = first};
+    gp_plan p;
+    REQUIRE_OK(gp_plan_make(m, 16, NULL, &po, 1, &p));
+    CHECK_EQ_INT(p.cells[0].first, 0);
+    CHECK_EQ_INT(p.cells[0].last, 2);
+    CHECK_EQ_INT(p.cells[1].first, 3);
+    CHECK_EQ_INT(p.cells[1].last, 4);
+    CHECK_EQ_INT(p.cells[2].first, 5);
+    CHECK_EQ_INT(p.cells[2].last, 5);
+    uint64_t c0 = p.cells[0].total_bytes;
+    gp_plan_free(&p);
+    po.memory_limit = c0 - 7;
+    CHECK_FAILS(gp_plan_make(m, 16, NULL, &po, 1, &p), GP_MEMORY_LIMIT,
+                "cell 0 (layers 0-2) needs");
+    CHECK(strstr(gp_last_error(), "by 7 bytes") != NULL);
+    const int unordered[3] = {0, 4, 4}, late[3] = {0, 2, 6};
+    po = (gp_pipeline_opts){.stages = 3, .micro_batches = 2, .partition = unordered};
+    CHECK_FAILS(gp_plan_make(m, 16, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "strictly increase");
+    po.partition = late;
+    CHECK_FAILS(gp_plan_make(m, 16, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "layer 6");
+
+    int f[8], n = 0;
+    CHECK_OK(gp_plan_parse_partition("0, 5,9", f, 8, &n));
+    CHECK(n == 3 && f[0] == 0 && f[1] == 5 && f[2] == 9);
+    CHECK_FAILS(gp_plan_parse_partition("0,x", f, 8, &n), GP_INVALID_ARGUMENT, "position 2");
+    CHECK_FAILS(gp_plan_parse_partition("0,1,2", f, 2, &n), GP_INVALID_ARGUMENT, "more than 2");
+    gp_model_free(m);
+}
+
+static void test_errors(void) {
+    gp_model *m = mlp();
+    gp_plan p;
+    gp_pipeline_opts po = {.stages = 7, .micro_batches = 1};
+    CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "K = 7 stages but the model has 6 layers");
+    po = (gp_pipeline_opts){.stages = -1};
+    CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "K = -1 stages; expected at least 1");
+    po = (gp_pipeline_opts){.micro_batches = -2};
+    CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "M = -2 micro-batches; expected at least 1");
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 8};
+    CHECK_FAILS(gp_plan_make(m, 30, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "batch 30 is not divisible by 8 micro-batches");
+    CHECK_FAILS(gp_plan_make(m, 0, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "batch 0");
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 0, &p), GP_INVALID_ARGUMENT, "GFLOP/s");
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, NAN, &p), GP_INVALID_ARGUMENT, "GFLOP/s");
+    po.schedule = (gp_schedule_kind)7;
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "unknown schedule 7");
+    po = (gp_pipeline_opts){.remat = (gp_remat)5};
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "unknown remat mode 5");
+    CHECK_FAILS(gp_plan_make(NULL, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "NULL");
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, NULL), GP_INVALID_ARGUMENT, "NULL");
+    /* zeroed options: one stage, one micro-batch */
+    po = (gp_pipeline_opts){0};
+    REQUIRE_OK(gp_plan_make(m, 5, NULL, &po, 1, &p));
+    CHECK(p.stages == 1 && p.micro_batches == 1 && p.cells[0].first == 0 && p.cells[0].last == 5);
+    CHECK(p.bubble_simulated == 0 && p.bubble_theory == 0);
+    CHECK(strcmp(gp_schedule_kind_name(p.schedule), "gpipe") == 0);
+    CHECK(strcmp(gp_remat_name(p.remat), "cell") == 0);
+    CHECK(strcmp(gp_remat_name(GP_REMAT_NONE), "none") == 0);
+    CHECK(strcmp(gp_schedule_kind_name(GP_SCHEDULE_1F1B), "1f1b") == 0);
+    gp_plan_free(&p);
+    gp_model_free(m);
+}
+
+int main(void) {
+    test_cells_match_partitioner();
+    test_bubble_equal_cells();
+    test_memory_columns();
+    test_optimizer_state();
+    test_memory_limits();
+    test_explicit_partition();
+    test_errors();
+    return gp_test_finish("test_plan");
+}

@@ -1,0 +1,288 @@
+/* `gpipe plan`: partitions a model into K pipeline cells and simulates the schedule without
+ * training: one table row per cell (layers, parameters, time, bytes by category) and the
+ * predicted step time and bubble, optionally as a JSON report. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct plan_opts {
+    const char *model, *remat, *schedule, *partition, *optimizer, *report;
+    int stages, micro_batches, batch;
+    uint64_t memory_limit;
+    double gflops;
+} plan_opts;
+
+enum { NOPTS = 11, MAX_CELLS = 4096 };
+
+static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
+    gp_cli_opt tab[NOPTS] = {
+        {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
+         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false},
+        {"--stages", GP_CLI_INT, &o->stages, "K", "pipeline stages (cells of contiguous layers)",
+         "1", 1, false, NULL, false},
+        {"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
+         "micro-batches per mini-batch (must divide --batch)", "1", 1, false, NULL,
+         false},
+        {"--batch", GP_CLI_INT, &o->batch, "N",
+         "examples per mini-batch (images or sequences)",
+         "128 classifier, 32 language model", 1, false, NULL, false},
+        {"--schedule", GP_CLI_CHOICE, &o->schedule, "gpipe|1f1b",
+         "fill-drain (all forwards, then backwards) or 1F1B", "gpipe", 0, false,
+         "gpipe|1f1b", false},
+        {"--remat", GP_CLI_CHOICE, &o->remat, "none|cell",
+         "cell: stash inputs, recompute; none: keep all state", "cell", 0,
+         false, "none|cell", false},
+        {"--partition", GP_CLI_STRING, &o->partition, "LIST",
+         "first layer of each cell, e.g. 0,5,9 (no balancing)", "balanced by FLOPs", 0,
+         false, NULL, false},
+        {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
+         "per-device bytes no cell may exceed (512M, 2GiB...)", "none", 0, false,
+         NULL, false},
+        {"--optimizer", GP_CLI_CHOICE, &o->optimizer, "sgd|adamw",
+         "state counted: sgd momentum 1, adamw 2 per param",
+         "sgd classifier, adamw language model", 0, false, "sgd|adamw", false},
+        {"--gflops", GP_CLI_FLOAT, &o->gflops, "X",
+         "rate turning FLOP estimates into seconds",
+         "measure a 2048^3 sgemm on 1 thread", 0, true, NULL, false},
+        {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
+         "none", 0, false, NULL, false},
+    };
+    memcpy(t, tab, sizeof tab);
+    return NOPTS;
+}
+
+static void print_help(const gp_cli_opt *tab, int n) {
+    printf("Usage: gpipe plan --model convnet|transformer|FILE.json --stages K\n"
+           "                  --micro-batches M [options]\n\n"
+           "Plans a GPipe pipeline without training: partitions the layers into K contiguous\n"
+           "cells that minimize the slowest cell's FLOPs within the per-device memory limit\n"
+           "(or checks --partition), then simulates the schedule. Prints one row per cell:\n"
+           "its layers, trainable parameters, the forward+backward time of one micro-batch,\n"
+           "busy time per step (with recomputation), and bytes of parameters, gradients,\n"
+           "optimizer state, peak activations and their total; then the predicted step time\n"
+           "and the bubble beside (K-1)/(M+K-1). Times assume the --gflops rate; transient\n"
+           "buffers and the optimizer step are not modelled.\n\nOptions:\n");
+    gp_cli_print_options(tab, n, stdout);
+    printf("\nExit status: 0 success, 1 impossible plan or runtime failure, 2 bad usage.\n");
+}
+
+/* Builds the model named by --model; a failure is a bad value of --model.
+ * (The same rules as `gpipe train --model`.) */
+static int load_model(const char *name, gp_model **out) {
+    gp_status s;
+    if (strcmp(name, "convnet") == 0) {
+        gp_convnet_config c = gp_convnet_defaults();
+        s = gp_model_convnet(&c, out);
+    } else if (strcmp(name, "transformer") == 0) {
+        gp_transformer_config c = gp_transformer_defaults();
+        s = gp_model_transformer(&c, out);
+    } else {
+        if (access(name, R_OK) != 0)
+            return gp_cli_usage_error("plan",
+                                      "--model: expected convnet, transformer or a readable JSON "
+                                      "model file, got '%s' (%s)",
+                                      name, strerror(errno));
+        s = gp_model_from_json_file(name, out);
+    }
+    if (s == GP_OK) return GP_CLI_EXIT_OK;
+    if (s == GP_OUT_OF_MEMORY || s == GP_INTERNAL) return gp_cli_fail("plan", "--model");
+    return gp_cli_usage_error("plan", "--model %s: %s", name, gp_last_error());
+}
+
+/* "12.3 us", "4.56 ms", "1.234 s" */
+static const char *fmt_time(double s, char *buf, size_t n) {
+    if (s < 1e-3)
+        snprintf(buf, n, "%.1f us", s * 1e6);
+    else if (s < 1.0)
+        snprintf(buf, n, "%.2f ms", s * 1e3);
+    else
+        snprintf(buf, n, "%.3f s", s);
+    return buf;
+}
+
+static void print_plan(const gp_plan *p) {
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
+    printf("%5s  %-9s %11s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers", "parameters",
+           "time/mb", "busy/step", "params", "grads", "optimizer", "peak act", "total");
+    for (int k = 0; k < p->stages; k++) {
+        const gp_plan_cell *x = &p->cells[k];
+        char layers[24];
+        snprintf(layers, sizeof layers, "%d-%d", x->first, x->last);
+        printf("%5d  %-9s %11lld %10s %10s %10s %10s %10s %10s %10s\n", k, layers,
+               (long long)x->nparams, fmt_time(x->time_s, a, sizeof a),
+               fmt_time(x->busy_s, b, sizeof b), gp_cli_fmt_bytes(x->param_bytes, c, sizeof c),
+               gp_cli_fmt_bytes(x->grad_bytes, d, sizeof d),
+               gp_cli_fmt_bytes(x->optim_bytes, e, sizeof e),
+               gp_cli_fmt_bytes(x->peak_act_bytes, f, sizeof f),
+               gp_cli_fmt_bytes(x->total_bytes, g, sizeof g));
+    }
+    uint64_t worst = 0;
+    for (int k = 0; k < p->stages; k++)
+        if (p->cells[k].total_bytes > worst) worst = p->cells[k].total_bytes;
+    printf("predicted step %s; bubble %.4f simulated, (K-1)/(M+K-1) = %.4f\n",
+           fmt_time(p->step_s, a, sizeof a), p->bubble_simulated, p->bubble_theory);
+    printf("largest cell %s", gp_cli_fmt_bytes(worst, b, sizeof b));
+    if (p->memory_limit)
+        printf(" of the %s per-device limit\n", gp_cli_fmt_bytes(p->memory_limit, c, sizeof c));
+    else
+        printf(" (no memory limit)\n");
+}
+
+static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan *p,
+                           bool measured) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "command", "plan");
+    cJSON_AddStringToObject(r, "model", o->model);
+    cJSON_AddStringToObject(r, "gpipe_version", gp_version());
+    cJSON_AddNumberToObject(r, "nlayers", gp_model_nlayers(m));
+    cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(m));
+    cJSON_AddNumberToObject(r, "batch", (double)p->batch);
+    cJSON_AddNumberToObject(r, "micro_batch_size", (double)p->micro_batch_size);
+    cJSON_AddStringToObject(r, "optimizer", o->optimizer);
+    cJSON_AddNumberToObject(r, "gflops_assumed", p->gflops_assumed);
+    cJSON_AddBoolToObject(r, "gflops_measured", measured);
+    if (measured) cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
+    cJSON *pl = cJSON_AddObjectToObject(r, "pipeline");
+    cJSON_AddNumberToObject(pl, "stages", p->stages);
+    cJSON_AddNumberToObject(pl, "micro_batches", p->micro_batches);
+    cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(p->schedule));
+    cJSON_AddStringToObject(pl, "remat", gp_remat_name(p->remat));
+    gp_cli_report_u64(pl, "memory_limit_bytes", p->memory_limit);
+    cJSON *part = cJSON_AddArrayToObject(pl, "partition");
+    for (int k = 0; k < p->stages; k++)
+        cJSON_AddItemToArray(part, cJSON_CreateNumber(p->cells[k].first));
+    cJSON *cells = cJSON_AddArrayToObject(pl, "cells");
+    for (int k = 0; k < p->stages; k++) {
+        const gp_plan_cell *x = &p->cells[k];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "stage", k);
+        cJSON_AddNumberToObject(c, "first", x->first);
+        cJSON_AddNumberToObject(c, "last", x->last);
+        cJSON_AddNumberToObject(c, "nparams", (double)x->nparams);
+        cJSON_AddNumberToObject(c, "fwd_flops", x->fwd_flops);
+        cJSON_AddNumberToObject(c, "bwd_flops", x->bwd_flops);
+        cJSON_AddNumberToObject(c, "time_s", x->time_s);
+        cJSON_AddNumberToObject(c, "busy_s", x->busy_s);
+        cJSON_AddNumberToObject(c, "idle_s", x->idle_s);
+        cJSON_AddNumberToObject(c, "busy_fraction", p->step_s > 0 ? x->busy_s / p->step_s : 0);
+        cJSON_AddNumberToObject(c, "peak_in_flight", x->peak_in_flight);
+        cJSON *bytes = cJSON_AddObjectToObject(c, "peak_bytes");
+        gp_cli_report_u64(bytes, "parameters", x->param_bytes);
+        gp_cli_report_u64(bytes, "gradients", x->grad_bytes);
+        gp_cli_report_u64(bytes, "optimizer_state", x->optim_bytes);
+        gp_cli_report_u64(bytes, "activations", x->peak_act_bytes);
+        gp_cli_report_u64(bytes, "total", x->total_bytes);
+        cJSON_AddItemToArray(cells, c);
+    }
+    cJSON_AddNumberToObject(pl, "step_s", p->step_s);
+    cJSON_AddNumberToObject(pl, "bubble_simulated", p->bubble_simulated);
+    cJSON_AddNumberToObject(pl, "bubble_theory", p->bubble_theory);
+    return r;
+}
+
+int gp_cli_plan_main(int argc, char **argv) {
+    plan_opts o = {.stages = 1, .micro_batches = 1};
+    gp_cli_opt tab[NOPTS];
+    int n = make_table(tab, &o);
+    int rc = gp_cli_parse(tab, n, argc, argv, 2, "plan");
+    if (rc == GP_CLI_HELP) {
+        print_help(tab, n);
+        return GP_CLI_EXIT_OK;
+    }
+    if (rc != GP_CLI_PARSED) return rc;
+    if (!o.model)
+        return gp_cli_usage_error("plan", "--model: required (convnet, transformer or FILE.json)");
+    if (o.stages > MAX_CELLS)
+        return gp_cli_usage_error("plan", "--stages %d: at most %d", o.stages, MAX_CELLS);
+    int *first = NULL;
+    if (o.partition) {
+        first = malloc(MAX_CELLS * sizeof *first);
+        int nfirst = 0;
+        if (!first) {
+            fprintf(stderr, "gpipe plan: out of host memory\n");
+            return GP_CLI_EXIT_RUNTIME;
+        }
+        if (gp_plan_parse_partition(o.partition, first, MAX_CELLS, &nfirst) != GP_OK) {
+            free(first);
+            return gp_cli_usage_error("plan", "--partition: %s", gp_last_error());
+        }
+        if (nfirst != o.stages) {
+            free(first);
+            return gp_cli_usage_error("plan",
+                                      "--partition %s: %d entr%s for --stages %d; expected the "
+                                      "first layer of each of the %d cells",
+                                      o.partition, nfirst, nfirst == 1 ? "y" : "ies", o.stages,
+                                      o.stages);
+        }
+    }
+
+    gp_model *m = NULL;
+    gp_plan p = {0};
+    cJSON *r = NULL;
+    rc = load_model(o.model, &m);
+    if (rc != GP_CLI_EXIT_OK) goto done;
+    const bool lm = gp_model_input_dtype(m) == GP_I32;
+    if (!gp_cli_seen(tab, n, "--batch")) o.batch = lm ? 32 : 128;
+    if (o.batch % o.micro_batches != 0) {
+        rc = gp_cli_usage_error("plan", "--micro-batches %d: must divide --batch %d",
+                                o.micro_batches, o.batch);
+        goto done;
+    }
+    if (!o.optimizer) o.optimizer = lm ? "adamw" : "sgd";
+    gp_optim_opts oo = strcmp(o.optimizer, "adamw") == 0 ? gp_adamw_defaults(3e-4f, 0.01f)
+                                                          : gp_sgd_defaults(0.05f, 0.9f);
+    const bool measure = !gp_cli_seen(tab, n, "--gflops");
+    if (measure) {
+        gp_blas_set_threads(1); /* one pipeline stage runs on one thread */
+        if (gp_bench_sgemm(2048, 2048, 2048, 2, &o.gflops) != GP_OK) {
+            rc = gp_cli_fail("plan", "cannot measure the sgemm ceiling (give --gflops)");
+            goto done;
+        }
+    }
+    gp_pipeline_opts po = {
+        .stages = o.stages,
+        .micro_batches = o.micro_batches,
+        .schedule = o.schedule && strcmp(o.schedule, "1f1b") == 0 ? GP_SCHEDULE_1F1B
+                                                                  : GP_SCHEDULE_GPIPE,
+        .remat = o.remat && strcmp(o.remat, "none") == 0 ? GP_REMAT_NONE : GP_REMAT_CELL,
+        .partition = first,
+        .memory_limit = o.memory_limit,
+    };
+    gp_status s = gp_plan_make(m, o.batch, &oo, &po, o.gflops, &p);
+    if (s != GP_OK) {
+        /* A list that does not fit the model (out of order, past the last layer) is a bad value
+         * of --partition; anything else (K > L, a memory limit no split meets) is impossible. */
+        if (first && s == GP_INVALID_ARGUMENT && o.stages <= gp_model_nlayers(m))
+            rc = gp_cli_usage_error("plan", "--partition %s: %s", o.partition, gp_last_error());
+        else
+            fprintf(stderr, "gpipe plan: %s\n", gp_last_error()), rc = GP_CLI_EXIT_RUNTIME;
+        goto done;
+    }
+    printf("gpipe plan: model %s (%d layers, %lld parameters), batch %d in %d micro-batch%s of "
+           "%lld\n",
+           o.model, gp_model_nlayers(m), (long long)gp_model_nparams(m), o.batch,
+           o.micro_batches, o.micro_batches == 1 ? "" : "es", (long long)p.micro_batch_size);
+    printf("K = %d stages, schedule %s, remat %s, optimizer %s; %s\n", p.stages,
+           gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
+           first ? "partition given" : "cells balanced by FLOPs");
+    printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
+           measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");
+    print_plan(&p);
+    fflush(stdout);
+    if (o.report) {
+        r = build_report(&o, m, &p, measure);
+        if (!gp_cli_report_write(r, o.report, "--report"))
+            rc = GP_CLI_EXIT_RUNTIME;
+        else
+            printf("report written to %s\n", o.report);
+    }
+done:
+    cJSON_Delete(r);
+    gp_plan_free(&p);
+    gp_model_free(m);
+    free(first);
+    return rc;
+}
