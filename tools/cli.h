@@ -118,6 +118,10 @@ int gp_cli_train_lm(gp_cli_train *t);
  * exit status. */
 int gp_cli_fail(const char *cmd, const char *what);
 
+/* Builds the model that --model names (convnet, transformer or a JSON file)
+ * for subcommand `cmd`; a bad name is a usage error of --model. */
+int gp_cli_load_model(const char *cmd, const char *name, gp_model **out);
+
 /* Generates nbytes bytes after a newline context and writes them raw to f. */
 int gp_cli_sample(gp_cli_train *t, int nbytes, FILE *f);
 

@@ -69,29 +69,6 @@ static void print_help(const gp_cli_opt *tab, int n) {
     printf("\nExit status: 0 success, 1 impossible plan or runtime failure, 2 bad usage.\n");
 }
 
-/* Builds the model named by --model; a failure is a bad value of --model.
- * (The same rules as `gpipe train --model`.) */
-static int load_model(const char *name, gp_model **out) {
-    gp_status s;
-    if (strcmp(name, "convnet") == 0) {
-        gp_convnet_config c = gp_convnet_defaults();
-        s = gp_model_convnet(&c, out);
-    } else if (strcmp(name, "transformer") == 0) {
-        gp_transformer_config c = gp_transformer_defaults();
-        s = gp_model_transformer(&c, out);
-    } else {
-        if (access(name, R_OK) != 0)
-            return gp_cli_usage_error("plan",
-                                      "--model: expected convnet, transformer or a readable JSON "
-                                      "model file, got '%s' (%s)",
-                                      name, strerror(errno));
-        s = gp_model_from_json_file(name, out);
-    }
-    if (s == GP_OK) return GP_CLI_EXIT_OK;
-    if (s == GP_OUT_OF_MEMORY || s == GP_INTERNAL) return gp_cli_fail("plan", "--model");
-    return gp_cli_usage_error("plan", "--model %s: %s", name, gp_last_error());
-}
-
 /* "12.3 us", "4.56 ms", "1.234 s" */
 static const char *fmt_time(double s, char *buf, size_t n) {
     if (s < 1e-3)
@@ -222,7 +199,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     gp_model *m = NULL;
     gp_plan p = {0};
     cJSON *r = NULL;
-    rc = load_model(o.model, &m);
+    rc = gp_cli_load_model("plan", o.model, &m);
     if (rc != GP_CLI_EXIT_OK) goto done;
     const bool lm = gp_model_input_dtype(m) == GP_I32;
     if (!gp_cli_seen(tab, n, "--batch")) o.batch = lm ? 32 : 128;

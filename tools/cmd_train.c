@@ -116,28 +116,6 @@ static void print_help(const gp_cli_opt *tab, int n) {
            GP_CLI_LM_DEFAULT_STEPS, GP_CLI_LM_DEFAULT_WARMUP, GP_CLI_LM_DEFAULT_EVAL_WINDOWS);
 }
 
-/* Builds the model named by --model; a failure is a bad value of --model. */
-static int load_model(const char *name, gp_model **out) {
-    gp_status s;
-    if (strcmp(name, "convnet") == 0) {
-        gp_convnet_config c = gp_convnet_defaults();
-        s = gp_model_convnet(&c, out);
-    } else if (strcmp(name, "transformer") == 0) {
-        gp_transformer_config c = gp_transformer_defaults();
-        s = gp_model_transformer(&c, out);
-    } else {
-        if (access(name, R_OK) != 0)
-            return gp_cli_usage_error("train",
-                                      "--model: expected convnet, transformer or a readable JSON "
-                                      "model file, got '%s' (%s)",
-                                      name, strerror(errno));
-        s = gp_model_from_json_file(name, out);
-    }
-    if (s == GP_OK) return GP_CLI_EXIT_OK;
-    if (s == GP_OUT_OF_MEMORY || s == GP_INTERNAL) return gp_cli_fail("train", "--model");
-    return gp_cli_usage_error("train", "--model %s: %s", name, gp_last_error());
-}
-
 /* Fills t from the options and the model's family; usage errors for
  * combinations that make no sense. Appends the defaults used to `used`. */
 static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n, char *used,
@@ -319,7 +297,7 @@ int gp_cli_train_main(int argc, char **argv) {
         return gp_cli_usage_error("train", "--model: required (convnet, transformer or FILE.json)");
 
     gp_cli_train t = {0};
-    rc = load_model(o.model, &t.model);
+    rc = gp_cli_load_model("train", o.model, &t.model);
     if (rc != GP_CLI_EXIT_OK) return rc;
     t.is_lm = gp_model_input_dtype(t.model) == GP_I32; /* token ids: a language model */
     char used[1024] = "";
