@@ -188,9 +188,18 @@ static void test_memory_limit(void) {
     gp_partition_req r = {.layers = ly, .nlayers = 10, .stages = 4, .micro_batches = 8,
                           .remat = GP_PLAN_REMAT_CELL, .mem_limit = 256 * MIB};
     int first[10];
+    /* Alone it needs 300 MiB, but behind layer 6 only its 1 MiB input is
+     * stashed: 20 + 8 + 1 + 200 + 68 = 297 MiB, the least any cell holding it needs. */
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_MEMORY_LIMIT,
-                "layer 7 (big) alone needs 300 MiB with M = 8 (remat cell), over the 256 MiB "
+                "layer 7 (big) fits in no cell: the smallest cell holding it (layers 6-7) needs "
+                "297 MiB with M = 8 (remat cell), over the 256 MiB per-device limit by 41 MiB");
+    /* As the first layer it has nothing to start behind. */
+    gp_layer_est swap = ly[0];
+    ly[0] = ly[7], ly[7] = swap;
+    CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_MEMORY_LIMIT,
+                "layer 0 (big) alone needs 300 MiB with M = 8 (remat cell), over the 256 MiB "
                 "per-device limit by 44 MiB");
+    ly[7] = ly[0], ly[0] = swap;
     /* Every layer fits alone, but two cells cannot hold four 100 MiB layers under 150 MiB. */
     gp_layer_est fat[4];
     for (int l = 0; l < 4; l++)

@@ -166,15 +166,31 @@ static gp_status explain_no_fit(const gp_partition_req *r) {
     int L = r->nlayers, K = r->stages, M = r->micro_batches;
     char need[48], lim[48], over[48];
     gp_plan_bytes_str(r->mem_limit, lim, sizeof lim);
+    /* A layer that fits in no cell at all. The smallest cell holding layer i
+     * ends at i, but need not start there: a cell stashes only its first
+     * input, so an earlier start can be smaller than the layer alone. */
     for (int i = 0; i < L; i++) {
-        uint64_t b = gp_cell_memory(ly, i, i + 1, M, r->remat).total;
-        if (b > r->mem_limit)
+        uint64_t b = UINT64_MAX;
+        int from = i;
+        for (int j = i; j >= 0; j--) {
+            uint64_t bj = gp_cell_memory(ly, j, i + 1, M, r->remat).total;
+            if (bj < b) b = bj, from = j;
+        }
+        if (b <= r->mem_limit) continue;
+        if (from == i)
             return gp_error(GP_MEMORY_LIMIT,
                             "partition: layer %d (%s) alone needs %s with M = %d (remat %s), over "
                             "the %s per-device limit by %s",
                             i, kind_of(&ly[i]), gp_plan_bytes_str(b, need, sizeof need), M,
                             gp_plan_remat_name(r->remat), lim,
                             gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
+        return gp_error(GP_MEMORY_LIMIT,
+                        "partition: layer %d (%s) fits in no cell: the smallest cell holding it "
+                        "(layers %d-%d) needs %s with M = %d (remat %s), over the %s per-device "
+                        "limit by %s",
+                        i, kind_of(&ly[i]), from, i, gp_plan_bytes_str(b, need, sizeof need), M,
+                        gp_plan_remat_name(r->remat), lim,
+                        gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
     }
     size_t w = (size_t)L + 1;
     uint64_t *suf = malloc((size_t)(K + 1) * w * sizeof *suf);
