@@ -431,6 +431,31 @@ const char *gp_blas_corename(void);
  * every benchmark figure is divided by. */
 gp_status gp_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflops);
 
+/* An output file written atomically: text goes to a temporary file beside
+ * `path`; gp_file_out_close(o, true) checks every write, fsyncs, renames it
+ * onto `path` and fsyncs the folder, so a crash or failure never leaves a
+ * half-written file under that name nor replaces a good one. The struct is
+ * the caller's (on the stack); close it exactly once after a successful open. */
+typedef struct gp_file_out {
+    FILE *f;
+    char *tmp;        /* path.tmp.PID */
+    const char *path; /* borrowed: must outlive the close */
+    int err;          /* first errno seen, 0 if none */
+    const char *what; /* first failure, NULL if none */
+} gp_file_out;
+gp_status gp_file_out_open(gp_file_out *o, const char *path);
+/* Append; the first failure is kept and reported by gp_file_out_close. */
+void gp_file_out_printf(gp_file_out *o, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void gp_file_out_write(gp_file_out *o, const char *text);
+/* commit: flush, fsync, rename onto the path, fsync the folder; !commit (or
+ * any failure so far): remove the temporary file. Returns the first failure,
+ * naming the path and the step that failed. */
+gp_status gp_file_out_close(gp_file_out *o, bool commit);
+
 /* FNV-1a 64-bit, chainable: h = gp_fnv1a64(h, data, nbytes), start from
  * GP_FNV1A64_INIT. */
 #define GP_FNV1A64_INIT 0xcbf29ce484222325ULL

@@ -1,11 +1,7 @@
 /* JSON reports of the CLI: memory figures from the device counters, exact
- * 64-bit integers, and an atomic write (temporary file, then rename) so that
- * a crash never leaves a half report that looks whole. */
-#include <errno.h>
+ * 64-bit integers, and an atomic write (gp_file_out) so that a crash never
+ * leaves a half report that looks whole. */
 #include <inttypes.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -36,34 +32,14 @@ bool gp_cli_report_write(const cJSON *root, const char *path, const char *option
                 path);
         return false;
     }
-    size_t tmplen = strlen(path) + 32;
-    char *tmp = malloc(tmplen);
-    if (!tmp) {
-        cJSON_free(text);
-        fprintf(stderr, "gpipe: %s %s: out of memory\n", option, path);
-        return false;
+    gp_file_out o;
+    gp_status s = gp_file_out_open(&o, path);
+    if (s == GP_OK) {
+        gp_file_out_write(&o, text);
+        gp_file_out_write(&o, "\n");
+        s = gp_file_out_close(&o, true);
     }
-    snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
-    const char *what = NULL, *subject = tmp;
-    int err = 0;
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        what = "cannot create", err = errno;
-    } else {
-        size_t n = strlen(text);
-        if (fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF || fflush(f) != 0)
-            what = "cannot write", err = errno;
-        else if (fsync(fileno(f)) != 0)
-            what = "cannot sync", err = errno;
-        if (fclose(f) != 0 && !what) what = "cannot close", err = errno;
-        if (!what && rename(tmp, path) != 0)
-            what = "cannot rename the temporary file onto", subject = path, err = errno;
-        if (what) remove(tmp);
-    }
-    if (what)
-        fprintf(stderr, "gpipe: %s: %s '%s' (%s)\n", option, what, subject,
-                err ? strerror(err) : "unknown error");
-    free(tmp);
     cJSON_free(text);
-    return what == NULL;
+    if (s != GP_OK) fprintf(stderr, "gpipe: %s: %s\n", option, gp_last_error());
+    return s == GP_OK;
 }

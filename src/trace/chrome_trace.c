@@ -20,12 +20,12 @@ static void event_name(const gp_trace_event *e, char *buf, size_t n) {
 }
 
 /* Renders obj unformatted, appends it (with sep before it) and deletes obj. */
-static bool emit(gp_trace_out *o, cJSON *obj, const char *sep) {
+static bool emit(gp_file_out *o, cJSON *obj, const char *sep) {
     char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!text) return false;
-    gp_trace_out_write(o, sep);
-    gp_trace_out_write(o, text);
+    gp_file_out_write(o, sep);
+    gp_file_out_write(o, text);
     cJSON_free(text);
     return true;
 }
@@ -89,10 +89,10 @@ static cJSON *other_data(const gp_trace *t, const gp_trace_stats *st) {
 gp_status gp_trace_write_chrome(const gp_trace *t, const char *path) {
     gp_trace_stats st;
     GP_TRY(gp_trace_measure(t, NULL, &st));
-    gp_trace_out o;
-    GP_TRY(gp_trace_out_open(&o, path));
+    gp_file_out o;
+    GP_TRY(gp_file_out_open(&o, path));
     bool ok = true;
-    gp_trace_out_write(&o, "{\"traceEvents\":[\n");
+    gp_file_out_write(&o, "{\"traceEvents\":[\n");
     ok = ok && emit(&o, metadata("process_name", 0, "name", "gpipe", 0), "");
     for (int k = 0; ok && k < t->stages; k++) {
         char track[32];
@@ -107,14 +107,14 @@ gp_status gp_trace_write_chrome(const gp_trace *t, const char *path) {
             ok = emit(&o, complete_event(e), ",\n");
         }
     if (ok) {
-        gp_trace_out_write(&o, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":");
+        gp_file_out_write(&o, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":");
         ok = emit(&o, other_data(t, &st), "");
-        gp_trace_out_write(&o, "}\n");
+        gp_file_out_write(&o, "}\n");
     }
     if (!ok) {
-        gp_trace_out_close(&o, false);
+        gp_file_out_close(&o, false);
         return gp_error(GP_OUT_OF_MEMORY, "cannot write '%s': out of host memory rendering JSON",
                         path);
     }
-    return gp_trace_out_close(&o, true);
+    return gp_file_out_close(&o, true);
 }

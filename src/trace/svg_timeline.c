@@ -41,7 +41,7 @@ static bool is_strip(gp_trace_kind k) {
 
 /* Writes s as XML character data / attribute text: markup characters as entities, and control
  * characters that XML 1.0 does not allow as '?'. */
-static void put_escaped(gp_trace_out *o, const char *s) {
+static void put_escaped(gp_file_out *o, const char *s) {
     char buf[256];
     size_t n = 0;
     for (; *s; s++) {
@@ -60,14 +60,14 @@ static void put_escaped(gp_trace_out *o, const char *s) {
         size_t len = strlen(rep);
         if (n + len >= sizeof buf) {
             buf[n] = '\0';
-            gp_trace_out_write(o, buf);
+            gp_file_out_write(o, buf);
             n = 0;
         }
         memcpy(buf + n, rep, len);
         n += len;
     }
     buf[n] = '\0';
-    gp_trace_out_write(o, buf);
+    gp_file_out_write(o, buf);
 }
 
 /* A tick step of 1, 2 or 5 times a power of ten giving about `target` ticks over span. */
@@ -78,31 +78,31 @@ static double tick_step(double span, int target) {
     return (norm < 1.5 ? 1.0 : norm < 3.0 ? 2.0 : norm < 7.0 ? 5.0 : 10.0) * mag;
 }
 
-static void title_line(gp_trace_out *o, const gp_trace *t, const gp_trace_stats *st, int nev) {
+static void title_line(gp_file_out *o, const gp_trace *t, const gp_trace_stats *st, int nev) {
     char head[96];
     snprintf(head, sizeof head, "K = %d stage%s, M = %d micro-batch%s", t->stages,
              t->stages == 1 ? "" : "s", t->micro_batches, t->micro_batches == 1 ? "" : "es");
-    gp_trace_out_printf(o, "<text x=\"%d\" y=\"%d\" font-size=\"16\" font-weight=\"bold\" %s>%s",
+    gp_file_out_printf(o, "<text x=\"%d\" y=\"%d\" font-size=\"16\" font-weight=\"bold\" %s>%s",
                         LEFT, TITLE_Y, FONT, head);
     if (t->schedule[0]) {
-        gp_trace_out_write(o, ", ");
+        gp_file_out_write(o, ", ");
         put_escaped(o, t->schedule);
     }
     if (t->remat[0]) {
-        gp_trace_out_write(o, ", remat ");
+        gp_file_out_write(o, ", remat ");
         put_escaped(o, t->remat);
     }
     if (nev == 0)
-        gp_trace_out_write(o, ": no events recorded");
+        gp_file_out_write(o, ": no events recorded");
     else
-        gp_trace_out_printf(o, ": bubble measured %.2f, theory %.2f", st->bubble,
+        gp_file_out_printf(o, ": bubble measured %.2f, theory %.2f", st->bubble,
                             st->bubble_theory);
     if (nev && t->bubble_simulated >= 0.0)
-        gp_trace_out_printf(o, ", simulated %.2f", t->bubble_simulated);
-    gp_trace_out_write(o, "</text>\n");
+        gp_file_out_printf(o, ", simulated %.2f", t->bubble_simulated);
+    gp_file_out_write(o, "</text>\n");
 }
 
-static void legend(gp_trace_out *o) {
+static void legend(gp_file_out *o) {
     static const struct {
         const char *name;
         const char *color;
@@ -114,10 +114,10 @@ static void legend(gp_trace_out *o) {
         {"idle (bubble)", ROW_FILL, false}, /* the same colours as fill[] above */
     };
     int x = LEFT;
-    gp_trace_out_printf(o, "<g id=\"legend\" font-size=\"12\" %s>\n", FONT);
+    gp_file_out_printf(o, "<g id=\"legend\" font-size=\"12\" %s>\n", FONT);
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         int h = items[i].strip ? 6 : 14;
-        gp_trace_out_printf(o,
+        gp_file_out_printf(o,
                             "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"%d\" fill=\"%s\" "
                             "stroke=\"#888888\" stroke-width=\"0.5\"/>"
                             "<text x=\"%d\" y=\"%d\">%s</text>\n",
@@ -125,10 +125,10 @@ static void legend(gp_trace_out *o) {
                             items[i].name);
         x += 19 + 7 * (int)strlen(items[i].name) + 22;
     }
-    gp_trace_out_write(o, "</g>\n");
+    gp_file_out_write(o, "</g>\n");
 }
 
-static void event_box(gp_trace_out *o, const gp_trace_event *e, double x0, double scale,
+static void event_box(gp_file_out *o, const gp_trace_event *e, double x0, double scale,
                       double t0, int row_y) {
     double x = x0 + (e->t_begin - t0) * scale;
     double w = (e->t_end - e->t_begin) * scale;
@@ -136,17 +136,17 @@ static void event_box(gp_trace_out *o, const gp_trace_event *e, double x0, doubl
     bool strip = is_strip(e->kind);
     int y = row_y + (strip ? STRIP_TOP : BOX_TOP);
     int h = strip ? STRIP_H : BOX_H;
-    gp_trace_out_printf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"",
+    gp_file_out_printf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"",
                         x, y, w, h, fill[e->kind]);
-    if (!strip) gp_trace_out_write(o, " stroke=\"#ffffff\" stroke-width=\"0.6\"");
-    gp_trace_out_printf(o, "><title>stage %d %s", e->stage, gp_trace_kind_name(e->kind));
-    if (e->micro_batch >= 0) gp_trace_out_printf(o, " micro-batch %d", e->micro_batch);
+    if (!strip) gp_file_out_write(o, " stroke=\"#ffffff\" stroke-width=\"0.6\"");
+    gp_file_out_printf(o, "><title>stage %d %s", e->stage, gp_trace_kind_name(e->kind));
+    if (e->micro_batch >= 0) gp_file_out_printf(o, " micro-batch %d", e->micro_batch);
     if (e->label[0]) {
-        gp_trace_out_write(o, " (");
+        gp_file_out_write(o, " (");
         put_escaped(o, e->label);
-        gp_trace_out_write(o, ")");
+        gp_file_out_write(o, ")");
     }
-    gp_trace_out_printf(o, ": %.3f to %.3f ms</title></rect>\n", (e->t_begin - t0) * 1e3,
+    gp_file_out_printf(o, ": %.3f to %.3f ms</title></rect>\n", (e->t_begin - t0) * 1e3,
                         (e->t_end - t0) * 1e3);
     if (strip) return;
     char text[16] = "";
@@ -154,18 +154,18 @@ static void event_box(gp_trace_out *o, const gp_trace_event *e, double x0, doubl
     else if (e->kind == GP_TRACE_OPTIMIZER) snprintf(text, sizeof text, "opt");
     double need = 7.0 * (double)strlen(text) + 4.0; /* about 7 px a glyph at 12 px */
     if (text[0] && w >= need)
-        gp_trace_out_printf(o,
+        gp_file_out_printf(o,
                             "<text x=\"%.2f\" y=\"%d\" fill=\"%s\" font-size=\"12\" "
                             "text-anchor=\"middle\">%s</text>\n",
                             x + w / 2, y + BOX_H / 2 + 4, ink[e->kind], text);
 }
 
-static void axis(gp_trace_out *o, double span, double x0, double plot_w, int y) {
+static void axis(gp_file_out *o, double span, double x0, double plot_w, int y) {
     double span_ms = span * 1e3;
     double step = tick_step(span_ms, 10);
     int decimals = step >= 1.0 ? 0 : (int)ceil(-log10(step) - 1e-9);
-    gp_trace_out_printf(o, "<g id=\"axis\" font-size=\"11\" %s fill=\"#333333\">\n", FONT);
-    gp_trace_out_printf(o,
+    gp_file_out_printf(o, "<g id=\"axis\" font-size=\"11\" %s fill=\"#333333\">\n", FONT);
+    gp_file_out_printf(o,
                         "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333333\" "
                         "stroke-width=\"1\"/>\n",
                         x0, y, x0 + plot_w, y);
@@ -173,14 +173,14 @@ static void axis(gp_trace_out *o, double span, double x0, double plot_w, int y) 
         double v = i * step;
         if (v > span_ms * (1.0 + 1e-9)) break;
         double x = x0 + v / span_ms * plot_w;
-        gp_trace_out_printf(o,
+        gp_file_out_printf(o,
                             "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333333\"/>"
                             "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%.*f</text>\n",
                             x, y, x, y + 5, x, y + 18, decimals, v);
     }
-    gp_trace_out_printf(o, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">time (ms)</text>\n",
+    gp_file_out_printf(o, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">time (ms)</text>\n",
                         x0 + plot_w / 2, y + 36);
-    gp_trace_out_write(o, "</g>\n");
+    gp_file_out_write(o, "</g>\n");
 }
 
 gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
@@ -195,8 +195,8 @@ gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
     }
     int nev = 0;
     for (int k = 0; k < t->stages; k++) nev += ss[k].nevents;
-    gp_trace_out o;
-    s = gp_trace_out_open(&o, path);
+    gp_file_out o;
+    s = gp_file_out_open(&o, path);
     if (s != GP_OK) {
         free(ss);
         return s;
@@ -208,7 +208,7 @@ gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
     const double span = st.span > 0.0 ? st.span : 1e-3; /* empty trace: a 1 ms axis */
     const double scale = plot_w / span;
 
-    gp_trace_out_printf(&o,
+    gp_file_out_printf(&o,
                         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                         "viewBox=\"0 0 %d %d\">\n"
@@ -218,14 +218,14 @@ gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
     legend(&o);
     for (int k = 0; k < t->stages; k++) {
         int y = ROWS_TOP + k * (ROW_H + ROW_GAP);
-        gp_trace_out_printf(&o, "<g id=\"stage%d\" %s>\n", k, FONT);
-        gp_trace_out_printf(&o,
+        gp_file_out_printf(&o, "<g id=\"stage%d\" %s>\n", k, FONT);
+        gp_file_out_printf(&o,
                             "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"end\">stage "
                             "%d</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" "
                             "text-anchor=\"end\" fill=\"#666666\">busy %.0f%%</text>\n",
                             LEFT - 10, y + 17, k, LEFT - 10, y + 31,
                             st.span > 0.0 ? 100.0 * ss[k].busy / st.span : 0.0);
-        gp_trace_out_printf(&o,
+        gp_file_out_printf(&o,
                             "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>\n",
                             LEFT, y, plot_w, ROW_H, ROW_FILL);
         /* Waits first, so that anything recorded over them is drawn on top. */
@@ -235,10 +235,10 @@ gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
                 if (e->t_end < e->t_begin || (e->kind == GP_TRACE_WAIT) != (pass == 0)) continue;
                 event_box(&o, e, LEFT, scale, st.t0, y);
             }
-        gp_trace_out_write(&o, "</g>\n");
+        gp_file_out_write(&o, "</g>\n");
     }
     axis(&o, span, LEFT, plot_w, axis_y);
-    gp_trace_out_write(&o, "</svg>\n");
+    gp_file_out_write(&o, "</svg>\n");
     free(ss);
-    return gp_trace_out_close(&o, true);
+    return gp_file_out_close(&o, true);
 }

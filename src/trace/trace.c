@@ -1,11 +1,8 @@
 /* Timeline recording: per-stage growable event buffers filled without locks by each stage's own
- * thread, the busy/idle/bubble measure over them, and the atomic output file both writers use. */
-#include <errno.h>
+ * thread, and the busy/idle/bubble measure over them. (Both writers write through gp_file_out.) */
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "trace.h"
 
@@ -255,70 +252,4 @@ gp_status gp_trace_measure(const gp_trace *t, gp_trace_stage_stats *stages, gp_t
         }
     if (t1 < t0) t0 = t1 = 0.0; /* no closed events: an empty window */
     return gp_trace_measure_window(t, t0, t1, stages, out);
-}
-
-/* ---------------------------------------------------------------- atomic output */
-
-gp_status gp_trace_out_open(gp_trace_out *o, const char *path) {
-    memset(o, 0, sizeof *o);
-    o->path = path;
-    if (!path || !*path) return gp_error(GP_INVALID_ARGUMENT, "trace: empty output path");
-    size_t n = strlen(path) + 32;
-    o->tmp = malloc(n);
-    if (!o->tmp) return gp_error(GP_OUT_OF_MEMORY, "trace: '%s': out of host memory", path);
-    snprintf(o->tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    o->f = fopen(o->tmp, "w");
-    if (!o->f) {
-        int err = errno;
-        gp_status s = gp_error(GP_IO,
-                               "cannot write '%s': cannot create the temporary file '%s' (%s)",
-                               path, o->tmp, strerror(err));
-        free(o->tmp);
-        o->tmp = NULL;
-        return s;
-    }
-    return GP_OK;
-}
-
-static void out_fail(gp_trace_out *o, const char *what) {
-    if (!o->what) {
-        o->what = what;
-        o->err = errno;
-    }
-}
-
-void gp_trace_out_printf(gp_trace_out *o, const char *fmt, ...) {
-    if (o->what || !o->f) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int r = vfprintf(o->f, fmt, ap);
-    va_end(ap);
-    if (r < 0) out_fail(o, "cannot write");
-}
-
-void gp_trace_out_write(gp_trace_out *o, const char *text) {
-    if (o->what || !o->f) return;
-    size_t n = strlen(text);
-    if (fwrite(text, 1, n, o->f) != n) out_fail(o, "cannot write");
-}
-
-gp_status gp_trace_out_close(gp_trace_out *o, bool ok) {
-    if (!o->f) return gp_error(GP_INTERNAL, "trace: output '%s' is not open", o->path);
-    if (ok && !o->what) {
-        if (fflush(o->f) != 0) out_fail(o, "cannot write");
-        else if (fsync(fileno(o->f)) != 0) out_fail(o, "cannot sync");
-    }
-    if (fclose(o->f) != 0) out_fail(o, "cannot close");
-    o->f = NULL;
-    if (ok && !o->what && rename(o->tmp, o->path) != 0)
-        out_fail(o, "cannot rename");
-    gp_status s = GP_OK;
-    if (!ok || o->what) remove(o->tmp);
-    if (o->what)
-        s = gp_error(GP_IO, "cannot write '%s': %s the temporary file '%s'%s (%s)", o->path,
-                     o->what, o->tmp, strcmp(o->what, "cannot rename") ? "" : " onto it",
-                     o->err ? strerror(o->err) : "unknown error");
-    free(o->tmp);
-    o->tmp = NULL;
-    return s;
 }

@@ -124,22 +124,4 @@ gp_status gp_trace_write_chrome(const gp_trace *t, const char *path);
  * number, idle time blank, a legend, a time axis in ms and a title with the bubble. */
 gp_status gp_trace_write_svg(const gp_trace *t, const char *path);
 
-/* ---- for the writers (trace.c): an output file written atomically */
-typedef struct gp_trace_out {
-    FILE *f;
-    char *tmp;        /* path.tmp.PID */
-    const char *path;
-    int err;          /* first errno seen, 0 if none */
-    const char *what; /* first failure, NULL if none */
-} gp_trace_out;
-
-/* Creates the temporary file. */
-gp_status gp_trace_out_open(gp_trace_out *o, const char *path);
-/* Appends formatted text; the first failure is kept for gp_trace_out_close. */
-void gp_trace_out_printf(gp_trace_out *o, const char *fmt, ...) GP_PRINTF(2, 3);
-void gp_trace_out_write(gp_trace_out *o, const char *text);
-/* ok: flush, fsync, close and rename onto the path; !ok (or any failure so far): close and
- * remove the temporary file. Returns the first failure, naming the path. */
-gp_status gp_trace_out_close(gp_trace_out *o, bool ok);
-
 #endif
