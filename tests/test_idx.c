@@ -10,44 +10,26 @@
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
-static char tmpdir[64];
-static char made[32][128]; /* files to remove at the end */
-static int nmade;
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][160];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void remember(const char *path) {
-    for (int i = 0; i < nmade; i++)
-        if (strcmp(made[i], path) == 0) return;
-    if (nmade < 32) snprintf(made[nmade++], sizeof made[0], "%s", path);
-}
-
 static void write_raw(const char *name, const void *p, size_t n) {
-    const char *path = tmp_path(name);
+    const char *path = gp_scratch_path(name);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(p, 1, n, f) != n) {
         fprintf(stderr, "cannot write %s\n", path);
         exit(1);
     }
     fclose(f);
-    remember(path);
+    gp_scratch_remember(path);
 }
 
 static void write_gz(const char *name, const void *p, size_t n) {
-    const char *path = tmp_path(name);
+    const char *path = gp_scratch_path(name);
     gzFile g = gzopen(path, "wb");
     if (!g || (n && gzwrite(g, p, (unsigned)n) != (int)n)) {
         fprintf(stderr, "cannot write %s\n", path);
         exit(1);
     }
     gzclose(g);
-    remember(path);
+    gp_scratch_remember(path);
 }
 
 static void put32(unsigned char *p, uint32_t v) {
@@ -83,7 +65,7 @@ static void expect_load_fails(const char *images, const char *labels, gp_status 
                               const char *needle, const char *needle2, int line) {
     gp_idx_dataset d;
     memset(&d, 0x5a, sizeof d);
-    gp_status s = gp_idx_load(tmp_path(images), tmp_path(labels), &d);
+    gp_status s = gp_idx_load(gp_scratch_path(images), gp_scratch_path(labels), &d);
     gp_test_check_fails_(s, want, needle, "gp_idx_load", __FILE__, line);
     if (needle2 && !strstr(gp_last_error(), needle2)) {
         fprintf(stderr, "%s:%d: message \"%s\" does not contain \"%s\"\n", __FILE__, line,
@@ -112,7 +94,7 @@ static void test_small_files(void) {
     const char *splits[2] = {"train", "t10k"};
     for (int k = 0; k < 2; k++) {
         gp_idx_dataset d;
-        CHECK_OK(gp_idx_load_dir(tmpdir, splits[k], &d));
+        CHECK_OK(gp_idx_load_dir(gp_scratch_dir(), splits[k], &d));
         CHECK_EQ_INT(d.n, 3);
         CHECK_EQ_INT(d.rows, 2);
         CHECK_EQ_INT(d.cols, 3);
@@ -189,26 +171,26 @@ static void test_small_files(void) {
 
     /* a gzip stream cut short, and bytes that are gzip-looking garbage */
     write_gz("full.gz", img, ni);
-    FILE *f = fopen(tmp_path("full.gz"), "rb");
+    FILE *f = fopen(gp_scratch_path("full.gz"), "rb");
     unsigned char gzb[256];
     size_t ng = f ? fread(gzb, 1, sizeof gzb, f) : 0;
     if (f) fclose(f);
     CHECK(ng > 20);
     write_raw("cut.gz", gzb, ng - 12);
     gp_idx_dataset d;
-    gp_status s = gp_idx_load(tmp_path("cut.gz"), tmp_path("train-labels-idx1-ubyte"), &d);
+    gp_status s = gp_idx_load(gp_scratch_path("cut.gz"), gp_scratch_path("train-labels-idx1-ubyte"), &d);
     CHECK(s == GP_IO || s == GP_FORMAT);
     CHECK(strstr(gp_last_error(), "cut.gz") != NULL);
     CHECK(zeroed(&d));
     for (size_t i = 12; i < ng; i++) gzb[i] ^= 0xa5;
     write_raw("garbled.gz", gzb, ng);
-    s = gp_idx_load(tmp_path("garbled.gz"), tmp_path("train-labels-idx1-ubyte"), &d);
+    s = gp_idx_load(gp_scratch_path("garbled.gz"), gp_scratch_path("train-labels-idx1-ubyte"), &d);
     CHECK(s == GP_IO || s == GP_FORMAT);
     CHECK(strstr(gp_last_error(), "garbled.gz") != NULL);
     CHECK(zeroed(&d));
 
     /* gp_idx_load_dir: bad split, nothing there */
-    CHECK_FAILS(gp_idx_load_dir(tmpdir, "test", &d), GP_INVALID_ARGUMENT, "\"test\"");
+    CHECK_FAILS(gp_idx_load_dir(gp_scratch_dir(), "test", &d), GP_INVALID_ARGUMENT, "\"test\"");
     CHECK_FAILS(gp_idx_load_dir("/nonexistent-dir-h3", "train", &d), GP_IO,
                 "/nonexistent-dir-h3/train-images-idx3-ubyte");
     CHECK_FAILS(gp_idx_load(NULL, "x", &d), GP_INVALID_ARGUMENT, "NULL");
@@ -300,20 +282,12 @@ static void test_fashion(gp_device *dev) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/gp_test_idx_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    gp_scratch_init("test_idx");
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("cpu0", &dev));
     test_small_files();
     test_fashion(dev);
     gp_device_free(dev);
-    for (int i = 0; i < nmade; i++) remove(made[i]);
-    if (rmdir(tmpdir) != 0) {
-        fprintf(stderr, "could not remove %s (a file was left in it)\n", tmpdir);
-        gp_test_failures++;
-    }
+    gp_scratch_cleanup();
     return gp_test_finish("test_idx");
 }

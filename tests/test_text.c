@@ -9,47 +9,31 @@
 
 #include "testutil.h"
 
-static char tmpdir[64];
-static char made[48][160]; /* created paths, removed in reverse order */
-static int nmade;
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][160];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void remember(const char *path) {
-    if (nmade < 48) snprintf(made[nmade++], sizeof made[0], "%s", path);
-}
-
 static void write_file(const char *name, const char *text) {
-    const char *path = tmp_path(name);
+    const char *path = gp_scratch_path(name);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(text, 1, strlen(text), f) != strlen(text)) {
         fprintf(stderr, "cannot write %s\n", path);
         exit(1);
     }
     fclose(f);
-    remember(path);
+    gp_scratch_remember(path);
 }
 
 static void make_dir(const char *name) {
-    if (mkdir(tmp_path(name), 0700) != 0) {
+    if (mkdir(gp_scratch_path(name), 0700) != 0) {
         perror(name);
         exit(1);
     }
-    remember(tmp_path(name));
+    gp_scratch_remember(gp_scratch_path(name));
 }
 
 static void make_link(const char *target, const char *name) {
-    if (symlink(target, tmp_path(name)) != 0) {
+    if (symlink(target, gp_scratch_path(name)) != 0) {
         perror(name);
         exit(1);
     }
-    remember(tmp_path(name));
+    gp_scratch_remember(gp_scratch_path(name));
 }
 
 static bool bytes_equal(const uint8_t *p, int64_t n, const char *want) {
@@ -89,13 +73,13 @@ static void test_small_corpus(void) {
     write_file("z_pct", "100%\n%%\n50% off\n"); /* "%%" and "100%" are not separators */
 
     gp_text_corpus c;
-    CHECK_OK(gp_text_load(tmpdir, 3, &c));
+    CHECK_OK(gp_text_load(gp_scratch_dir(), 3, &c));
     CHECK_EQ_INT(c.nfiles, 3);
     /* entries 0..5 in name order; every 3rd (2 and 5) is validation */
     CHECK(bytes_equal(c.train, c.ntrain, "one\n\ntwo\nlines\n\nfour\n\nfive\r\n\n"));
     CHECK(bytes_equal(c.valid, c.nvalid, "three\n\n100%\n%%\n50% off\n\n"));
     gp_text_corpus c2;
-    CHECK_OK(gp_text_load(tmpdir, 3, &c2));
+    CHECK_OK(gp_text_load(gp_scratch_dir(), 3, &c2));
     CHECK(c2.ntrain == c.ntrain && c2.train && c.train &&
           memcmp(c2.train, c.train, (size_t)c.ntrain) == 0);
     gp_text_free(&c2);
@@ -103,13 +87,13 @@ static void test_small_corpus(void) {
     CHECK(c.train == NULL && c.ntrain == 0 && c.nfiles == 0);
     gp_text_free(&c);
 
-    CHECK_OK(gp_text_load(tmpdir, 0, &c)); /* no validation split */
+    CHECK_OK(gp_text_load(gp_scratch_dir(), 0, &c)); /* no validation split */
     CHECK(bytes_equal(c.train, c.ntrain,
                       "one\n\ntwo\nlines\n\nthree\n\nfour\n\nfive\r\n\n100%\n%%\n50% off\n\n"));
     CHECK_EQ_INT(c.nvalid, 0);
     gp_text_free(&c);
 
-    CHECK_OK(gp_text_load(tmp_path("a.txt"), 2, &c)); /* a single file */
+    CHECK_OK(gp_text_load(gp_scratch_path("a.txt"), 2, &c)); /* a single file */
     CHECK_EQ_INT(c.nfiles, 1);
     CHECK(bytes_equal(c.train, c.ntrain, "one\n\nthree\n\n"));
     CHECK(bytes_equal(c.valid, c.nvalid, "two\nlines\n\n"));
@@ -125,7 +109,7 @@ static void test_small_corpus(void) {
         snprintf(text, sizeof text, "e%02d\n", k);
         write_file(name, text);
     }
-    CHECK_OK(gp_text_load(tmp_path("many"), 0, &c));
+    CHECK_OK(gp_text_load(gp_scratch_path("many"), 0, &c));
     CHECK_EQ_INT(c.nfiles, 12);
     CHECK(bytes_equal(c.train, c.ntrain,
                       "e00\n\ne01\n\ne02\n\ne03\n\ne04\n\ne05\n\ne06\n\ne07\n\ne08\n\ne09\n\n"
@@ -135,18 +119,18 @@ static void test_small_corpus(void) {
     /* bad inputs, each naming the path */
     gp_text_corpus bad;
     memset(&bad, 0x5a, sizeof bad);
-    CHECK_FAILS(gp_text_load(tmp_path("missing"), 20, &bad), GP_IO, "missing");
+    CHECK_FAILS(gp_text_load(gp_scratch_path("missing"), 20, &bad), GP_IO, "missing");
     CHECK(bad.train == NULL && bad.ntrain == 0);
     make_dir("empty");
-    CHECK_FAILS(gp_text_load(tmp_path("empty"), 20, &bad), GP_FORMAT, "empty: no text entries");
+    CHECK_FAILS(gp_text_load(gp_scratch_path("empty"), 20, &bad), GP_FORMAT, "empty: no text entries");
     write_file("seps", "%\n%\n\n%\n");
-    CHECK_FAILS(gp_text_load(tmp_path("seps"), 20, &bad), GP_FORMAT, "seps: no text entries");
-    CHECK_FAILS(gp_text_load(tmp_path("off"), 1, &bad), GP_INVALID_ARGUMENT, "valid_every = 1");
-    CHECK_FAILS(gp_text_load(tmp_path("off"), -3, &bad), GP_INVALID_ARGUMENT, "valid_every");
+    CHECK_FAILS(gp_text_load(gp_scratch_path("seps"), 20, &bad), GP_FORMAT, "seps: no text entries");
+    CHECK_FAILS(gp_text_load(gp_scratch_path("off"), 1, &bad), GP_INVALID_ARGUMENT, "valid_every = 1");
+    CHECK_FAILS(gp_text_load(gp_scratch_path("off"), -3, &bad), GP_INVALID_ARGUMENT, "valid_every");
     CHECK_FAILS(gp_text_load("/dev/null", 20, &bad), GP_IO, "/dev/null");
     CHECK(bad.train == NULL && bad.valid == NULL);
     /* the root itself may be named off: only sub-directories are skipped */
-    CHECK_OK(gp_text_load(tmp_path("off"), 0, &c));
+    CHECK_OK(gp_text_load(gp_scratch_path("off"), 0, &c));
     CHECK(bytes_equal(c.train, c.ntrain, "OFFENSIVE\n\n"));
     gp_text_free(&c);
 }
@@ -292,11 +276,7 @@ static void test_shuffle(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/gp_test_text_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    gp_scratch_init("test_text");
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("cpu0", &dev));
     test_small_corpus();
@@ -304,10 +284,6 @@ int main(void) {
     test_fortunes();
     test_shuffle();
     gp_device_free(dev);
-    for (int i = nmade - 1; i >= 0; i--) remove(made[i]);
-    if (rmdir(tmpdir) != 0) {
-        fprintf(stderr, "could not remove %s\n", tmpdir);
-        gp_test_failures++;
-    }
+    gp_scratch_cleanup();
     return gp_test_finish("test_text");
 }

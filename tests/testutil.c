@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <string.h>
+#include <unistd.h>
 
 int gp_test_failures = 0;
 
@@ -174,4 +175,43 @@ int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
     gp_device_free(dev);
     if (bad) gp_test_failures += bad;
     return bad;
+}
+
+#define SCRATCH_MAX 64
+static char scratch_dir[96];
+static char scratch_made[SCRATCH_MAX][192];
+static int scratch_n;
+
+const char *gp_scratch_init(const char *test_name) {
+    snprintf(scratch_dir, sizeof scratch_dir, "/tmp/gp_%s_XXXXXX", test_name);
+    if (!mkdtemp(scratch_dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    return scratch_dir;
+}
+
+const char *gp_scratch_dir(void) { return scratch_dir; }
+
+const char *gp_scratch_path(const char *name) {
+    static char buf[4][192];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", scratch_dir, name);
+    return buf[k];
+}
+
+void gp_scratch_remember(const char *path) {
+    for (int i = 0; i < scratch_n; i++)
+        if (strcmp(scratch_made[i], path) == 0) return;
+    if (scratch_n < SCRATCH_MAX) snprintf(scratch_made[scratch_n++], sizeof scratch_made[0], "%s", path);
+}
+
+void gp_scratch_cleanup(void) {
+    for (int i = scratch_n - 1; i >= 0; i--) remove(scratch_made[i]);
+    scratch_n = 0;
+    if (rmdir(scratch_dir) != 0) {
+        fprintf(stderr, "could not remove %s (something was left in it)\n", scratch_dir);
+        gp_test_failures++;
+    }
 }

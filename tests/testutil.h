@@ -71,6 +71,16 @@ void gp_test_check_fails_(gp_status got, gp_status want, const char *needle, con
 /* Prints "N passed, M failed" style summary and returns the exit code. */
 int gp_test_finish(const char *name);
 
+/* A scratch folder for one test program (mkdtemp under /tmp; exits if it
+ * cannot be made). Paths remembered are removed, newest first, by
+ * gp_scratch_cleanup, which then removes the folder and counts a failure if
+ * anything was left in it. gp_scratch_path returns one of 4 rotating buffers. */
+const char *gp_scratch_init(const char *test_name);
+const char *gp_scratch_dir(void);
+const char *gp_scratch_path(const char *name);
+void gp_scratch_remember(const char *path);
+void gp_scratch_cleanup(void);
+
 /* Fills with values drawn from (seed, stream): uniform in +-[lo, hi] with
  * random sign, so never zero when lo > 0. */
 void gp_test_fill(float *x, int64_t n, uint64_t seed, uint32_t stream, float lo, float hi);
