@@ -531,6 +531,39 @@ void gp_plan_free(gp_plan *p);
  * entries; the values are checked against a model by gp_plan_make. */
 gp_status gp_plan_parse_partition(const char *text, int *first, int cap, int *n);
 
+/* --------------------------------------------------------- pipeline runtime */
+
+/* K cells of a model on K stage devices, one thread per stage, running the
+ * GPipe or 1F1B schedule over M micro-batches with one synchronous update per
+ * step. Same seed and M: losses and parameters are bit-identical to the
+ * single-device trainer for every K, schedule and re-materialization mode.
+ * Stages run single-threaded BLAS: gp_pipeline_new sets it for the process
+ * (a single-device reference must run with one BLAS thread too to compare
+ * bits). */
+typedef struct gp_pipeline gp_pipeline;
+
+/* Partitions m (po->partition, or the balance of the layers' cost estimates),
+ * validates the schedule, and initializes the model's layers on K stage
+ * devices with gp_model_init_range and `seed` (so the parameters equal a
+ * single-device gp_model_init with that seed); the seed also keys dropout.
+ * po NULL: the zeroed defaults. po->memory_limit is each stage device's limit.
+ * Errors name the numbers: K < 1, M < 1, K greater than the number of layers.
+ * The pipeline borrows m: free it first. */
+gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline_opts *po,
+                          uint64_t seed, gp_pipeline **out);
+/* One step: x (B, ...) is read by stage 0 only, y (int32 labels) by the last
+ * stage only; B must divide by M. *loss: the mini-batch mean loss. A failure
+ * on any stage stops all of them; the first error is returned and no update
+ * is made. */
+gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y, float *loss);
+/* Stops the pipeline and releases every byte its stages held, the model's
+ * parameters included (they lived on the stage devices): the model is left
+ * uninitialized. NULL is ignored. */
+void gp_pipeline_free(gp_pipeline *p);
+int gp_pipeline_stages(const gp_pipeline *p);
+/* Memory counters of stage `stage`'s device. */
+gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

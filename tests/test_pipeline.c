@@ -1,0 +1,258 @@
+/* The pipeline runtime against the single-device trainer: for a transformer with dropout and a
+ * convnet with batch norm, N steps give bit-identical losses and parameter hashes for every
+ * K = 1..4, both schedules and both re-materialization modes; bad options are named errors;
+ * activations are all released after a step and every stage byte after free. */
+#include <string.h>
+
+#include "testutil.h"
+
+#define M_MICRO 4
+#define BATCH 8
+
+typedef enum { NET_TRANSFORMER, NET_CONVNET } net_kind;
+
+static gp_model *build(net_kind net) {
+    gp_model *m = NULL;
+    if (net == NET_TRANSFORMER) {
+        gp_transformer_config c = {.vocab = 64, .dim = 32, .heads = 4, .d_ff = 64, .layers = 4,
+                                   .seq_len = 16, .dropout = 0.1f};
+        REQUIRE_OK(gp_model_transformer(&c, &m));
+    } else {
+        gp_convnet_config c = gp_convnet_defaults();
+        c.ch1 = 4;
+        c.ch2 = 8;
+        c.hidden = 16;
+        REQUIRE_OK(gp_model_convnet(&c, &m));
+    }
+    return m;
+}
+
+static gp_optim_opts optim_for(net_kind net) {
+    gp_optim_opts o;
+    if (net == NET_TRANSFORMER) {
+        o = gp_adamw_defaults(3e-3f, 0.01f);
+        o.clip_norm = 0.5f; /* small enough to clip: exercises the all-reduced norm */
+    } else {
+        o = gp_sgd_defaults(0.05f, 0.9f);
+        o.clip_norm = 1.0f;
+    }
+    return o;
+}
+
+/* One step's batch: (B, T) tokens and next tokens, or (B, 1, 28, 28) images and classes. */
+typedef struct batch {
+    float xf[BATCH * 28 * 28];
+    int32_t xi[BATCH * 16], y[BATCH * 16];
+    gp_tensor x, yt;
+} batch;
+
+static void make_batch(net_kind net, int step, batch *b) {
+    uint64_t seed = 1000 + (uint64_t)step;
+    if (net == NET_TRANSFORMER) {
+        float r[BATCH * 17];
+        gp_rng_stream st = {.seed = seed, .purpose = GP_RNG_TEST};
+        gp_rng_uniform(&st, 0, r, BATCH * 17);
+        for (int i = 0; i < BATCH; i++)
+            for (int t = 0; t < 16; t++) {
+                b->xi[i * 16 + t] = (int32_t)(r[i * 17 + t] * 64) % 64;
+                b->y[i * 16 + t] = (int32_t)(r[i * 17 + t + 1] * 64) % 64;
+            }
+        b->y[5] = -1; /* an ignored label: the normalizer counts the whole mini-batch's labels */
+        b->x = gp_tensor_view(b->xi, gp_shape2(BATCH, 16), GP_I32);
+        b->yt = gp_tensor_view(b->y, gp_shape2(BATCH, 16), GP_I32);
+    } else {
+        gp_test_fill(b->xf, BATCH * 28 * 28, seed, 1, 0.0f, 1.5f);
+        for (int i = 0; i < BATCH; i++) b->y[i] = (int32_t)((seed * 7 + (uint64_t)i * 3) % 10);
+        b->x = gp_tensor_view(b->xf, gp_shape4(BATCH, 1, 28, 28), GP_F32);
+        b->yt = gp_tensor_view(b->y, gp_shape1(BATCH), GP_I32);
+    }
+}
+
+typedef struct result {
+    float loss[8];
+    uint64_t hash;
+    uint64_t static_bytes; /* params + grads + optimizer state over all devices */
+} result;
+
+static const uint64_t SEED = 77;
+
+static void reference(net_kind net, int steps, result *r) {
+    gp_model *m = build(net);
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("ref", &dev));
+    REQUIRE_OK(gp_model_init(m, dev, SEED));
+    gp_optim_opts o = optim_for(net);
+    gp_trainer_opts to = {.micro_batches = M_MICRO};
+    gp_trainer *t;
+    REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
+    for (int s = 0; s < steps; s++) {
+        batch b;
+        make_batch(net, s, &b);
+        REQUIRE_OK(gp_trainer_step(t, &b.x, &b.yt, &r->loss[s]));
+    }
+    r->hash = gp_model_params_fnv1a64(m);
+    gp_mem_stats ms;
+    gp_device_mem_stats(dev, &ms);
+    r->static_bytes = ms.live[GP_MEM_PARAMS] + ms.live[GP_MEM_GRADS] + ms.live[GP_MEM_OPTIM];
+    gp_trainer_free(t);
+    gp_model_free(m);
+    gp_device_free(dev);
+}
+
+static int run_pipeline(net_kind net, int steps, int K, gp_schedule_kind sk, gp_remat rm,
+                        result *r) {
+    gp_model *m = build(net);
+    gp_optim_opts o = optim_for(net);
+    gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm};
+    gp_pipeline *p;
+    gp_status s = gp_pipeline_new(m, &o, &po, SEED, &p);
+    if (s != GP_OK) {
+        fprintf(stderr, "gp_pipeline_new K=%d: %s\n", K, gp_last_error());
+        gp_model_free(m);
+        return 1;
+    }
+    CHECK_EQ_INT(gp_pipeline_stages(p), K);
+    int bad = 0;
+    for (int st = 0; st < steps && !bad; st++) {
+        batch b;
+        make_batch(net, st, &b);
+        if (gp_pipeline_step(p, &b.x, &b.yt, &r->loss[st]) != GP_OK) {
+            fprintf(stderr, "gp_pipeline_step K=%d step %d: %s\n", K, st, gp_last_error());
+            bad = 1;
+        }
+    }
+    r->hash = gp_model_params_fnv1a64(m);
+    r->static_bytes = 0;
+    for (int k = 0; k < K; k++) {
+        gp_mem_stats ms;
+        CHECK_OK(gp_pipeline_mem_stats(p, k, &ms));
+        /* Between steps a stage holds no activation or workspace byte: stashes, passes and
+         * messages were all released. */
+        CHECK_EQ_INT(ms.live[GP_MEM_ACTIVATIONS], 0);
+        CHECK_EQ_INT(ms.live[GP_MEM_WORKSPACE], 0);
+        CHECK(ms.live[GP_MEM_PARAMS] > 0);
+        CHECK(ms.peak[GP_MEM_ACTIVATIONS] > 0);
+        r->static_bytes += ms.live[GP_MEM_PARAMS] + ms.live[GP_MEM_GRADS] + ms.live[GP_MEM_OPTIM];
+    }
+    gp_mem_stats none;
+    CHECK_FAILS(gp_pipeline_mem_stats(p, K, &none), GP_INVALID_ARGUMENT, "outside");
+    gp_pipeline_free(p); /* asserts that every stage device's live bytes are back to zero */
+    /* The parameters lived on the stage devices: released with them. */
+    for (int i = 0; i < gp_model_nparam_tensors(m); i++) {
+        gp_param_info pi;
+        CHECK_OK(gp_model_param(m, i, &pi));
+        CHECK(pi.value->data == NULL);
+    }
+    gp_model_free(m);
+    return bad;
+}
+
+static void exactness(net_kind net, int steps, int maxk) {
+    const char *name = net == NET_TRANSFORMER ? "transformer" : "convnet";
+    result ref;
+    memset(&ref, 0, sizeof ref);
+    reference(net, steps, &ref);
+    CHECK(ref.loss[0] > 0);
+    CHECK(ref.loss[steps - 1] != ref.loss[0]); /* it trains: equal hashes below mean something */
+    for (int K = 1; K <= maxk; K++)
+        for (int sk = 0; sk < 2; sk++)
+            for (int rm = 0; rm < 2; rm++) {
+                result r;
+                memset(&r, 0, sizeof r);
+                int bad = run_pipeline(net, steps, K, (gp_schedule_kind)sk, (gp_remat)rm, &r);
+                CHECK(!bad);
+                int same = !bad && memcmp(r.loss, ref.loss, sizeof ref.loss) == 0 && r.hash == ref.hash;
+                if (!same) {
+                    fprintf(stderr, "%s K=%d %s remat %s: NOT bit-identical to the trainer\n", name,
+                            K, gp_schedule_kind_name((gp_schedule_kind)sk),
+                            gp_remat_name((gp_remat)rm));
+                    for (int s = 0; s < steps; s++)
+                        fprintf(stderr, "  step %d loss %.9g vs %.9g\n", s, r.loss[s], ref.loss[s]);
+                    fprintf(stderr, "  hash %016llx vs %016llx\n", (unsigned long long)r.hash,
+                            (unsigned long long)ref.hash);
+                    gp_test_failures++;
+                }
+                CHECK_EQ_INT(r.static_bytes, ref.static_bytes);
+            }
+    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b} x {cell, none}: loss %.6f -> %.6f, "
+           "params %016llx\n",
+           name, steps, M_MICRO, maxk, ref.loss[0], ref.loss[steps - 1],
+           (unsigned long long)ref.hash);
+}
+
+static void errors(void) {
+    gp_model *m = build(NET_TRANSFORMER); /* 8 layers */
+    gp_optim_opts o = optim_for(NET_TRANSFORMER);
+    gp_pipeline *p = NULL;
+    gp_pipeline_opts po = {.stages = 9, .micro_batches = 2};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "stages 9 > 8 layers");
+    CHECK(p == NULL);
+    po.stages = -1;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "stages -1 must be >= 1");
+    po.stages = 2;
+    po.micro_batches = -3;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "micro-batches -3 must be >= 1");
+    int part[2] = {0, 8};
+    po.micro_batches = 3;
+    po.partition = part;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "8");
+    part[1] = 3;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
+    batch b;
+    make_batch(NET_TRANSFORMER, 0, &b);
+    float loss = -1;
+    CHECK_FAILS(gp_pipeline_step(p, &b.x, &b.yt, &loss), GP_INVALID_ARGUMENT,
+                "batch 8 is not divisible by 3 micro-batches");
+    CHECK(loss == -1);
+    /* A failing step leaves the pipeline usable: 6 of the 8 rows divide by 3. */
+    gp_tensor x6 = gp_tensor_view(b.xi, gp_shape2(6, 16), GP_I32);
+    gp_tensor y6 = gp_tensor_view(b.y, gp_shape2(6, 16), GP_I32);
+    CHECK_OK(gp_pipeline_step(p, &x6, &y6, &loss));
+    CHECK(loss > 0);
+    gp_tensor wrong = gp_tensor_view(b.y, gp_shape2(6, 16), GP_F32);
+    CHECK_FAILS(gp_pipeline_step(p, &wrong, &y6, &loss), GP_SHAPE, "expected");
+    /* One pipeline (or trainer) per model. */
+    gp_pipeline *p2 = NULL;
+    po.partition = NULL;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p2), GP_INVALID_ARGUMENT, "already has");
+    gp_pipeline_free(p);
+    gp_pipeline_free(NULL);
+    gp_model_free(m);
+}
+
+/* A stage that runs out of memory stops every stage; the error names the device and limit. */
+static void stage_failure(void) {
+    gp_model *m = build(NET_CONVNET);
+    gp_optim_opts o = optim_for(NET_CONVNET);
+    /* Enough for each stage's static state (about 100 KiB for the whole net), far too little
+     * for the activations of a (2, 4, 28, 28) conv cell. */
+    gp_pipeline_opts po = {.stages = 3, .micro_batches = 4, .memory_limit = 120 * 1024,
+                           .schedule = GP_SCHEDULE_1F1B};
+    gp_pipeline *p;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
+    batch b;
+    make_batch(NET_CONVNET, 0, &b);
+    float loss = -1;
+    gp_status s = gp_pipeline_step(p, &b.x, &b.yt, &loss);
+    CHECK_EQ_INT(s, GP_MEMORY_LIMIT);
+    CHECK(strstr(gp_last_error(), "stage") != NULL);
+    CHECK(loss == -1);
+    for (int k = 0; k < 3; k++) {
+        gp_mem_stats ms;
+        CHECK_OK(gp_pipeline_mem_stats(p, k, &ms));
+        CHECK_EQ_INT(ms.live[GP_MEM_ACTIVATIONS], 0);
+    }
+    gp_pipeline_free(p);
+    gp_model_free(m);
+}
+
+int main(void) {
+    int quick = getenv("GP_TEST_QUICK") != NULL;
+    gp_blas_set_threads(1); /* the reference trainer too: equal bits need the same GEMM path */
+    errors();
+    stage_failure();
+    exactness(NET_TRANSFORMER, quick ? 2 : 3, 4);
+    exactness(NET_CONVNET, quick ? 2 : 3, 4);
+    return gp_test_finish("test_pipeline");
+}
