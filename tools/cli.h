@@ -58,11 +58,18 @@ typedef struct gp_cli_train {
     uint64_t seed, memory_limit;
     const char *optimizer, *schedule, *report;
     bool quiet;
+    /* --stages K (0: not given, one device with gp_trainer); the rest of popts
+     * from --micro-batches, --schedule, --remat, --partition, --memory-limit */
+    int stages;
+    gp_pipeline_opts popts;
+    int *partition;           /* owned, NULL unless --partition */
+    const char *eval_skipped; /* why there is no evaluation/sampling, or NULL */
 
     /* set up by gp_cli_train_main */
     gp_model *model;
     gp_device *dev;
     gp_trainer *trainer; /* by gp_cli_trainer_start, once the step count is known */
+    gp_pipeline *pipeline; /* instead of the trainer with --stages: owns the parameters */
     gp_optim_opts optim;
     bool is_lm;
     gp_shape in_shape;  /* (batch, ...) */
@@ -124,6 +131,28 @@ int gp_cli_load_model(const char *cmd, const char *name, gp_model **out);
 
 /* Generates nbytes bytes after a newline context and writes them raw to f. */
 int gp_cli_sample(gp_cli_train *t, int nbytes, FILE *f);
+
+/* ------------------------------------------------------------- pipeline */
+
+/* --stages, --schedule, --remat, --partition, shared by plan and train. */
+typedef struct gp_cli_pipeline_args {
+    int stages;
+    const char *schedule, *remat, *partition;
+} gp_cli_pipeline_args;
+enum { GP_CLI_PIPELINE_NOPTS = 4 };
+/* The four table entries, writing into a; --stages shows stages_default. */
+void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipeline_args *a,
+                             const char *stages_default);
+/* Fills po (stages 0 counts as 1); *first: the parsed --partition (malloc'ed,
+ * the caller frees it, also on failure) or NULL. A list that cannot be read,
+ * or whose length is not K, is a usage error. Returns an exit status. */
+int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
+                            uint64_t memory_limit, gp_pipeline_opts *po, int **first);
+/* Adds "pipeline": {stages, micro_batches, schedule, remat, partition,
+ * stage_peak_bytes: [{stage, <category>: n, total}]} to a train report. */
+void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t);
+/* One line per stage with its peak bytes by category. */
+void gp_cli_pipeline_summary(const gp_cli_train *t);
 
 /* ---------------------------------------------------------------- bench */
 

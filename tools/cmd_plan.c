@@ -9,35 +9,31 @@
 #include "cli.h"
 
 typedef struct plan_opts {
-    const char *model, *remat, *schedule, *partition, *optimizer, *report;
-    int stages, micro_batches, batch;
+    const char *model, *optimizer, *report;
+    gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
+    int micro_batches, batch;
     uint64_t memory_limit;
     double gflops;
 } plan_opts;
 
-enum { NOPTS = 11, MAX_CELLS = 4096 };
+enum { NOPTS = 11 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
+    gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
+    gp_cli_pipeline_options(pipe, &o->pipe, "1");
     gp_cli_opt tab[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
          "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false},
-        {"--stages", GP_CLI_INT, &o->stages, "K", "pipeline stages (cells of contiguous layers)",
-         "1", 1, false, NULL, false},
+        pipe[0], /* --stages */
         {"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
          "micro-batches per mini-batch (must divide --batch)", "1", 1, false, NULL,
          false},
         {"--batch", GP_CLI_INT, &o->batch, "N",
          "examples per mini-batch (images or sequences)",
          "128 classifier, 32 language model", 1, false, NULL, false},
-        {"--schedule", GP_CLI_CHOICE, &o->schedule, "gpipe|1f1b",
-         "fill-drain (all forwards, then backwards) or 1F1B", "gpipe", 0, false,
-         "gpipe|1f1b", false},
-        {"--remat", GP_CLI_CHOICE, &o->remat, "none|cell",
-         "cell: stash inputs, recompute; none: keep all state", "cell", 0,
-         false, "none|cell", false},
-        {"--partition", GP_CLI_STRING, &o->partition, "LIST",
-         "first layer of each cell, e.g. 0,5,9 (no balancing)", "balanced by FLOPs", 0,
-         false, NULL, false},
+        pipe[1], /* --schedule */
+        pipe[2], /* --remat */
+        pipe[3], /* --partition */
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "per-device bytes no cell may exceed (512M, 2GiB...)", "none", 0, false,
          NULL, false},
@@ -161,7 +157,7 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
 }
 
 int gp_cli_plan_main(int argc, char **argv) {
-    plan_opts o = {.stages = 1, .micro_batches = 1};
+    plan_opts o = {.pipe.stages = 1, .micro_batches = 1};
     gp_cli_opt tab[NOPTS];
     int n = make_table(tab, &o);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "plan");
@@ -172,28 +168,13 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.model)
         return gp_cli_usage_error("plan", "--model: required (convnet, transformer or FILE.json)");
-    if (o.stages > MAX_CELLS)
-        return gp_cli_usage_error("plan", "--stages %d: at most %d", o.stages, MAX_CELLS);
     int *first = NULL;
-    if (o.partition) {
-        first = malloc(MAX_CELLS * sizeof *first);
-        int nfirst = 0;
-        if (!first) {
-            fprintf(stderr, "gpipe plan: out of host memory\n");
-            return GP_CLI_EXIT_RUNTIME;
-        }
-        if (gp_plan_parse_partition(o.partition, first, MAX_CELLS, &nfirst) != GP_OK) {
-            free(first);
-            return gp_cli_usage_error("plan", "--partition: %s", gp_last_error());
-        }
-        if (nfirst != o.stages) {
-            free(first);
-            return gp_cli_usage_error("plan",
-                                      "--partition %s: %d entr%s for --stages %d; expected the "
-                                      "first layer of each of the %d cells",
-                                      o.partition, nfirst, nfirst == 1 ? "y" : "ies", o.stages,
-                                      o.stages);
-        }
+    gp_pipeline_opts po;
+    /* The batch is model-dependent: the division by M is checked below. */
+    rc = gp_cli_pipeline_resolve("plan", &o.pipe, o.micro_batches, o.memory_limit, &po, &first);
+    if (rc != GP_CLI_EXIT_OK) {
+        free(first);
+        return rc;
     }
 
     gp_model *m = NULL;
@@ -219,21 +200,12 @@ int gp_cli_plan_main(int argc, char **argv) {
             goto done;
         }
     }
-    gp_pipeline_opts po = {
-        .stages = o.stages,
-        .micro_batches = o.micro_batches,
-        .schedule = o.schedule && strcmp(o.schedule, "1f1b") == 0 ? GP_SCHEDULE_1F1B
-                                                                  : GP_SCHEDULE_GPIPE,
-        .remat = o.remat && strcmp(o.remat, "none") == 0 ? GP_REMAT_NONE : GP_REMAT_CELL,
-        .partition = first,
-        .memory_limit = o.memory_limit,
-    };
     gp_status s = gp_plan_make(m, o.batch, &oo, &po, o.gflops, &p);
     if (s != GP_OK) {
         /* A list that does not fit the model (out of order, past the last layer) is a bad value
          * of --partition; anything else (K > L, a memory limit no split meets) is impossible. */
-        if (first && s == GP_INVALID_ARGUMENT && o.stages <= gp_model_nlayers(m))
-            rc = gp_cli_usage_error("plan", "--partition %s: %s", o.partition, gp_last_error());
+        if (first && s == GP_INVALID_ARGUMENT && po.stages <= gp_model_nlayers(m))
+            rc = gp_cli_usage_error("plan", "--partition %s: %s", o.pipe.partition, gp_last_error());
         else
             fprintf(stderr, "gpipe plan: %s\n", gp_last_error()), rc = GP_CLI_EXIT_RUNTIME;
         goto done;

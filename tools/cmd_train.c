@@ -3,6 +3,7 @@
  * summary and the JSON report. */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -21,11 +22,14 @@ typedef struct train_opts {
     double lr, min_lr, weight_decay, clip, momentum, temperature;
     uint64_t seed, memory_limit;
     bool quiet;
+    gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
 } train_opts;
 
 enum { NOPTS = 32 }; /* room for the table below; table_len counts it */
 
 static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
+    gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
+    gp_cli_pipeline_options(pipe, &o->pipe, "none: one device, no pipeline");
     gp_cli_opt t[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
          "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false},
@@ -42,6 +46,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
          "split each mini-batch into M micro-batches (must divide --batch)", "1", 1, false, NULL,
          false},
+        pipe[0], /* --stages */
+        pipe[1], /* --schedule */
+        pipe[2], /* --remat */
+        pipe[3], /* --partition */
         {"--optimizer", GP_CLI_CHOICE, &o->optimizer, "sgd|adamw", "optimizer",
          "sgd classifier, adamw language model", 0, false, "sgd|adamw", false},
         {"--lr", GP_CLI_FLOAT, &o->lr, "X", "peak learning rate", "0.05 sgd, 3e-4 adamw", 0, true,
@@ -65,7 +73,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--threads", GP_CLI_INT, &o->threads, "N", "BLAS threads",
          "OpenBLAS's own (OPENBLAS_NUM_THREADS or all cores)", 1, false, NULL, false},
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
-         "fail cleanly past this many device bytes (suffixes K M G, KiB MiB GiB)", "none", 0, false,
+         "fail cleanly past this many bytes on any device (K M G, KiB MiB GiB)", "none", 0, false,
          NULL, false},
         {"--eval-every", GP_CLI_INT, &o->eval_every, "N", "also evaluate every N steps",
          "classifier: after each epoch; language model: at the end", 1, false, NULL, false},
@@ -98,12 +106,19 @@ static int table_len(const gp_cli_opt *tab) {
 
 static void print_help(const gp_cli_opt *tab, int n) {
     printf("Usage: gpipe train --model convnet|transformer|FILE.json [options]\n\n"
-           "Trains a model on one CPU device. A model with int32 input (token ids) is a\n"
+           "Trains a model on one CPU device (or K stage devices, see --stages). A model\n"
+           "with int32 input (token ids) is a\n"
            "byte-level language model trained on random windows of a text corpus\n"
            "(validation loss and bits per byte on fixed windows); a model with float\n"
            "input is an image classifier trained on IDX data (Fashion-MNIST), shuffled\n"
            "each epoch, inputs standardized with mean %.4f and std %.4f; the last partial\n"
-           "batch of an epoch is dropped.\n\nOptions:\n",
+           "batch of an epoch is dropped.\n\n"
+           "With --stages K the model is trained as a GPipe pipeline: K cells of\n"
+           "contiguous layers on K stage devices, one thread (and one BLAS thread) each,\n"
+           "over the --micro-batches M of every mini-batch, with one synchronous update\n"
+           "per step; the losses and parameters equal the single-device run's bit for bit\n"
+           "(at --threads 1). With K > 1 there is no evaluation and no --sample: the\n"
+           "library evaluates only a model whose layers are on one device.\n\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
     printf("\nDefaults that depend on the model:\n"
@@ -133,6 +148,17 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   "--sample: only for language models (int32 input), "
                                   "but --model %s is a classifier",
                                   o->model);
+    if (!SEEN("--stages"))
+        for (int i = 0; i < 3; i++) {
+            const char *name = (const char *[]){"--schedule", "--remat", "--partition"}[i];
+            if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --stages K", name);
+        }
+    t->stages = SEEN("--stages") ? o->pipe.stages : 0;
+    if (t->stages > gp_model_nlayers(t->model))
+        return gp_cli_usage_error("train",
+                                  "--stages %d: more than the %d layers of --model %s (each stage "
+                                  "needs at least one layer)",
+                                  t->stages, gp_model_nlayers(t->model), o->model);
     if (!lm && SEEN("--temperature"))
         return gp_cli_usage_error("train", "--temperature: only with --sample (language models)");
     t->model_name = o->model;
@@ -203,6 +229,18 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->temperature = SEEN("--temperature") ? o->temperature : 0.8;
     if (lm && SEEN("--sample") && !SEEN("--temperature")) USED(" temperature=0.8");
     if (!SEEN("--data")) USED(" data=%s", lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR);
+    if (t->stages > 0) {
+        int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->memory_limit,
+                                         &t->popts, &t->partition);
+        if (rc != GP_CLI_EXIT_OK) return rc;
+        if (!SEEN("--schedule")) USED(" schedule=gpipe");
+        if (!SEEN("--remat")) USED(" remat=cell");
+        if (!SEEN("--partition")) USED(" partition=balanced");
+    }
+    if (t->stages > 1)
+        t->eval_skipped = "evaluation and sampling need every layer on one device "
+                          "(gp_model_evaluate, gp_model_predict), but --stages K > 1 places "
+                          "the layers on K stage devices";
 #undef SEEN
 #undef USED
     return GP_CLI_EXIT_OK;
@@ -235,7 +273,9 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(tr, "final_loss", t->final_loss);
     cJSON_AddNumberToObject(tr, "seconds", t->train_seconds);
     cJSON_AddNumberToObject(tr, "examples", (double)t->examples_seen);
-    cJSON *ev = cJSON_AddObjectToObject(r, "eval");
+    cJSON *ev = t->eval_skipped ? cJSON_AddNullToObject(r, "eval")
+                                : cJSON_AddObjectToObject(r, "eval");
+    if (t->eval_skipped) cJSON_AddStringToObject(r, "eval_skipped", t->eval_skipped);
     if (t->have_eval) {
         cJSON_AddNumberToObject(ev, "loss", t->eval_loss);
         if (t->is_lm) {
@@ -257,6 +297,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     gp_mem_stats st;
     gp_device_mem_stats(t->dev, &st);
     gp_cli_report_memory(r, &st);
+    if (t->pipeline) gp_cli_pipeline_report(r, t);
     gp_cli_hex64(gp_model_params_fnv1a64(t->model), hex);
     cJSON_AddStringToObject(r, "params_fnv1a64", hex);
     return r;
@@ -278,6 +319,7 @@ static void print_summary(gp_cli_train *t) {
         printf("%s%s %s", c ? ", " : "", gp_mem_category_name((gp_mem_category)c),
                gp_cli_fmt_bytes(st.peak[c], mem, sizeof mem));
     printf("); params fnv1a64 %s\n", hex);
+    gp_cli_pipeline_summary(t);
     fflush(stdout);
 }
 
@@ -313,6 +355,12 @@ int gp_cli_train_main(int argc, char **argv) {
            t.is_lm ? "language model" : "classifier", (long long)gp_model_nparams(t.model),
            gp_blas_threads(), gp_blas_corename());
     printf("defaults used:%s\n", used[0] ? used : " none");
+    if (t.stages > 0)
+        printf("pipeline: %d stage(s), %d micro-batch(es), schedule %s, remat %s, partition %s "
+               "(one BLAS thread per stage)\n",
+               t.popts.stages, t.popts.micro_batches, gp_schedule_kind_name(t.popts.schedule),
+               gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced");
+    if (t.eval_skipped) printf("note: no evaluation or sampling: %s\n", t.eval_skipped);
     fflush(stdout);
 
     if (gp_device_cpu_new("cpu0", &t.dev) != GP_OK) {
@@ -323,7 +371,8 @@ int gp_cli_train_main(int argc, char **argv) {
         rc = gp_cli_fail("train", "--memory-limit");
         goto done;
     }
-    if (gp_model_init(t.model, t.dev, t.seed) != GP_OK) {
+    /* A pipeline initializes the layers on its stage devices itself. */
+    if (t.stages == 0 && gp_model_init(t.model, t.dev, t.seed) != GP_OK) {
         rc = gp_cli_fail("train", t.memory_limit
                                       ? "cannot allocate the parameters (see --memory-limit)"
                                       : "cannot initialize the parameters");
@@ -332,7 +381,9 @@ int gp_cli_train_main(int argc, char **argv) {
     rc = t.is_lm ? gp_cli_train_lm(&t) : gp_cli_train_classifier(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
     print_summary(&t);
-    if (t.sample > 0) {
+    if (t.sample > 0 && t.eval_skipped) {
+        printf("sample: skipped (--stages %d: %s)\n", t.stages, t.eval_skipped);
+    } else if (t.sample > 0) {
         printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
                (unsigned long long)t.seed);
         fflush(stdout);
@@ -350,6 +401,8 @@ int gp_cli_train_main(int argc, char **argv) {
 done:
     cJSON_Delete(t.eval_history);
     if (t.trainer) gp_trainer_free(t.trainer);
+    gp_pipeline_free(t.pipeline); /* releases the stage devices and the parameters on them */
+    free(t.partition);
     gp_model_free(t.model); /* releases the parameters, before their device */
     if (t.dev) gp_device_free(t.dev);
     return rc;

@@ -7,7 +7,8 @@
 
 #include "cli.h"
 
-/* Creates the trainer for `total_steps` steps (the cosine schedule needs it). */
+/* Creates the trainer (or with --stages the pipeline, which initializes the
+ * model itself) for `total_steps` steps (the cosine schedule needs it). */
 static int trainer_start(gp_cli_train *t, int total_steps) {
     gp_optim_opts oo = strcmp(t->optimizer, "sgd") == 0
                            ? gp_sgd_defaults((float)t->lr, (float)t->momentum)
@@ -18,6 +19,17 @@ static int trainer_start(gp_cli_train *t, int total_steps) {
     oo.clip_norm = (float)t->clip;
     oo.min_lr = (float)t->min_lr;
     t->optim = oo;
+    if (t->stages > 0) {
+        gp_status s = gp_pipeline_new(t->model, &oo, &t->popts, t->seed, &t->pipeline);
+        /* A list that does not fit the model is a bad value of --partition. */
+        if (s == GP_INVALID_ARGUMENT && t->partition)
+            return gp_cli_usage_error("train", "--partition: %s", gp_last_error());
+        if (s != GP_OK)
+            return gp_cli_fail("train", t->memory_limit
+                                            ? "cannot create the pipeline (see --memory-limit)"
+                                            : "cannot create the pipeline");
+        return GP_CLI_EXIT_OK;
+    }
     gp_trainer_opts to = {.micro_batches = t->micro_batches, .seed = t->seed};
     if (gp_trainer_new(t->model, &oo, &to, &t->trainer) != GP_OK)
         return gp_cli_fail("train", "cannot create the trainer");
@@ -61,7 +73,9 @@ int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const ch
 int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_tensor *x,
                       const gp_tensor *y, double t0, const char *diverged_hint) {
     float loss;
-    if (gp_trainer_step(t->trainer, x, y, &loss) != GP_OK) {
+    gp_status s = t->pipeline ? gp_pipeline_step(t->pipeline, x, y, &loss)
+                              : gp_trainer_step(t->trainer, x, y, &loss);
+    if (s != GP_OK) {
         char what[64];
         gp_cli_progress_clear(p);
         snprintf(what, sizeof what, "training step %d", step + 1);

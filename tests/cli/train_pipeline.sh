@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# `gpipe train --stages K`: at --threads 1 a tiny byte LM and the convnet give
+# the same final loss and parameter hash as the single-device trainer for
+# every K, schedule and re-materialization mode; the report's pipeline object
+# (per-stage peak bytes), evaluation kept for K = 1 and skipped (eval null,
+# eval_skipped) for K > 1; bad pipeline options exit 2 naming the option.
+# Run from the repository root: bash tests/cli/train_pipeline.sh /path/to/gpipe
+set -u
+source "$(dirname "$0")/lib/common.bash"
+cli_init "$@"
+
+printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16}\n' \
+    >"$TMP/lm.json"
+python3 - "$TMP" <<'PY' || { echo "FAIL: cannot write the data"; exit 1; }
+import os, struct, sys
+d = sys.argv[1]
+words = "the pipeline splits every mini-batch into micro-batches über café".split()
+with open(os.path.join(d, "corpus"), "w", encoding="utf-8") as f:
+    for i in range(200):
+        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6 + i % 5)) + ".\n%\n")
+os.makedirs(os.path.join(d, "syn"))
+for split, n in (("train", 48), ("t10k", 16)):
+    labels = [(i * 7) % 10 for i in range(n)]
+    pix = bytearray()
+    for i, l in enumerate(labels):
+        pix += bytes(((r * 28 + c) * (l + 1) + i) % 256 for r in range(28) for c in range(28))
+    with open(os.path.join(d, "syn", split + "-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + pix)
+    with open(os.path.join(d, "syn", split + "-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(labels))
+PY
+
+# K:schedule:remat combinations; under GP_TEST_QUICK a cross-section of them.
+if [ "${GP_TEST_QUICK:-0}" = 1 ]; then
+    LM_COMBOS="1:gpipe:cell 2:1f1b:none 3:gpipe:none 3:1f1b:cell"
+    CN_COMBOS="2:gpipe:cell 3:1f1b:none"
+else
+    LM_COMBOS=""
+    for k in 1 2 3; do for s in gpipe 1f1b; do for r in none cell; do
+        LM_COMBOS="$LM_COMBOS $k:$s:$r"
+    done; done; done
+    CN_COMBOS="1:gpipe:none 2:gpipe:cell 3:1f1b:none 4:1f1b:cell"
+fi
+
+LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 3 --batch 8 --micro-batches 4
+    --eval-size 4 --threads 1 --quiet --seed 5)
+CN=(--model convnet --data "$TMP/syn" --steps 2 --batch 16 --micro-batches 4 --eval-size 16
+    --threads 1 --quiet --seed 5)
+run lm_ref "${LM[@]}" --report "$TMP/lm_ref.json"
+run cn_ref "${CN[@]}" --report "$TMP/cn_ref.json"
+for c in $LM_COMBOS; do
+    IFS=: read -r k s r <<<"$c"
+    run "lm_$k$s$r" "${LM[@]}" --stages "$k" --schedule "$s" --remat "$r" \
+        --report "$TMP/lm_$k$s$r.json"
+done
+for c in $CN_COMBOS; do
+    IFS=: read -r k s r <<<"$c"
+    run "cn_$k$s$r" "${CN[@]}" --stages "$k" --schedule "$s" --remat "$r" \
+        --report "$TMP/cn_$k$s$r.json"
+done
+# A given partition is used and reported.
+run lm_part "${LM[@]}" --stages 2 --partition 0,2 --report "$TMP/lm_part.json"
+grep -q "note: no evaluation or sampling" "$TMP/lm_2gpipecell.out" 2>/dev/null ||
+    grep -q "note: no evaluation or sampling" "$TMP/lm_part.out" || bad "no note about skipped evaluation"
+grep -q "^stage 1 peak" "$TMP/lm_part.out" || bad "no per-stage peak line in the summary"
+
+python3 - "$TMP" "$LM_COMBOS" "$CN_COMBOS" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d, lm_combos, cn_combos = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+def check(prefix, combos, extra=()):
+    ref = json.load(open(f"{d}/{prefix}_ref.json"))
+    need("pipeline" not in ref and isinstance(ref.get("eval"), dict), f"{prefix}_ref: no pipeline, eval")
+    names = [(c, f"{prefix}_{c.replace(':', '')}") for c in combos] + list(extra)
+    for c, name in names:
+        r = json.load(open(f"{d}/{name}.json"))
+        k, s, m = c.split(":")
+        k = int(k)
+        need(r["params_fnv1a64"] == ref["params_fnv1a64"],
+             f"{name}: params {r['params_fnv1a64']} != single-device {ref['params_fnv1a64']}")
+        need(r["train"]["final_loss"] == ref["train"]["final_loss"],
+             f"{name}: final loss {r['train']['final_loss']} != {ref['train']['final_loss']}")
+        p = r.get("pipeline", {})
+        need(p.get("stages") == k and p.get("micro_batches") == 4 and p.get("schedule") == s
+             and p.get("remat") == m, f"{name}: pipeline {p}")
+        st = p.get("stage_peak_bytes", [])
+        need(len(st) == k and all(x.get("parameters", 0) > 0 and x.get("total", 0) > 0 for x in st),
+             f"{name}: stage_peak_bytes {st}")
+        need(sum(x.get("parameters", 0) for x in st) == ref["memory"]["peak_bytes"]["parameters"],
+             f"{name}: stage parameter bytes do not add up to the single device's")
+        if k == 1:
+            need(r.get("eval") == ref["eval"] and "eval_skipped" not in r, f"{name}: eval {r.get('eval')}")
+        else:
+            need(r.get("eval") is None and "one device" in r.get("eval_skipped", ""),
+                 f"{name}: eval {r.get('eval')} eval_skipped {r.get('eval_skipped')}")
+check("lm", lm_combos, [("2:gpipe:cell", "lm_part")])
+check("cn", cn_combos)
+part = json.load(open(f"{d}/lm_part.json"))["pipeline"]
+need(part.get("partition") == [0, 2] and part.get("partition_source") == "--partition",
+     f"lm_part: partition {part.get('partition')}")
+need(json.load(open(f"{d}/lm_2{'1f1b'}none.json"))["pipeline"].get("partition") is None,
+     "a balanced partition is reported as null")
+finish()
+PY
+
+# expect2 NEEDLE ARGS...: gpipe train ARGS exits 2 and stderr names NEEDLE.
+expect2() {
+    local needle=$1 rc
+    shift
+    "$GPIPE" train "$@" >"$TMP/bad.out" 2>"$TMP/bad.err"
+    rc=$?
+    if [ "$rc" -ne 2 ] || ! grep -qF -- "$needle" "$TMP/bad.err"; then
+        bad "gpipe train $*: exit $rc, expected 2 naming '$needle': $(head -c 300 "$TMP/bad.err")"
+    fi
+}
+expect2 "--stages: expected an integer >= 1, got '0'" "${LM[@]}" --stages 0
+expect2 "--stages 9: more than the" "${LM[@]}" --stages 9
+expect2 "--micro-batches 3: must divide --batch 8" "${LM[@]:0:8}" --micro-batches 3 --stages 2
+expect2 "--schedule: expected one of gpipe|1f1b, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
+expect2 "--remat: expected one of none|cell" "${LM[@]}" --stages 2 --remat all
+expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --partition 0,1
+expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
+expect2 "--partition" "${LM[@]}" --stages 2 --partition 0,x
+expect2 "--schedule: only with --stages K" "${LM[@]}" --schedule 1f1b
+"$GPIPE" train --help | grep -q -- "--stages K .*" || bad "--help does not list --stages"
+"$GPIPE" train --help | grep -q -- "(default: gpipe)" || bad "--help does not give --schedule's default"
+
+cli_finish train_pipeline

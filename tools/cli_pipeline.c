@@ -1,0 +1,104 @@
+/* Pipeline options shared by `gpipe plan` and `gpipe train` (--stages,
+ * --schedule, --remat, --partition): one set of table entries and one
+ * translation into gp_pipeline_opts, so the two commands agree; and the
+ * `pipeline` object of the train report. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+enum { MAX_CELLS = 4096 };
+
+void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipeline_args *a,
+                             const char *stages_default) {
+    gp_cli_opt tab[GP_CLI_PIPELINE_NOPTS] = {
+        {"--stages", GP_CLI_INT, &a->stages, "K", "pipeline stages (cells of contiguous layers)",
+         stages_default, 1, false, NULL, false},
+        {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b",
+         "fill-drain (all forwards, then backwards) or 1F1B", "gpipe", 0, false, "gpipe|1f1b",
+         false},
+        {"--remat", GP_CLI_CHOICE, &a->remat, "none|cell",
+         "cell: stash inputs, recompute; none: keep all state", "cell", 0, false, "none|cell",
+         false},
+        {"--partition", GP_CLI_STRING, &a->partition, "LIST",
+         "first layer of each cell, e.g. 0,5,9 (no balancing)", "balanced by FLOPs", 0, false,
+         NULL, false},
+    };
+    memcpy(out, tab, sizeof tab);
+}
+
+int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
+                            uint64_t memory_limit, gp_pipeline_opts *po, int **first) {
+    const int K = a->stages > 0 ? a->stages : 1;
+    *first = NULL;
+    if (K > MAX_CELLS) return gp_cli_usage_error(cmd, "--stages %d: at most %d", K, MAX_CELLS);
+    if (a->partition) {
+        int n = 0;
+        *first = malloc(MAX_CELLS * sizeof **first);
+        if (!*first) {
+            fprintf(stderr, "gpipe %s: out of host memory\n", cmd);
+            return GP_CLI_EXIT_RUNTIME;
+        }
+        if (gp_plan_parse_partition(a->partition, *first, MAX_CELLS, &n) != GP_OK)
+            return gp_cli_usage_error(cmd, "--partition: %s", gp_last_error());
+        if (n != K)
+            return gp_cli_usage_error(cmd,
+                                      "--partition %s: %d entr%s for --stages %d; expected the "
+                                      "first layer of each of the %d cells",
+                                      a->partition, n, n == 1 ? "y" : "ies", K, K);
+    }
+    *po = (gp_pipeline_opts){
+        .stages = K,
+        .micro_batches = micro_batches,
+        .schedule = a->schedule && strcmp(a->schedule, "1f1b") == 0 ? GP_SCHEDULE_1F1B
+                                                                    : GP_SCHEDULE_GPIPE,
+        .remat = a->remat && strcmp(a->remat, "none") == 0 ? GP_REMAT_NONE : GP_REMAT_CELL,
+        .partition = *first,
+        .memory_limit = memory_limit,
+    };
+    return GP_CLI_EXIT_OK;
+}
+
+void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
+    cJSON *pl = cJSON_AddObjectToObject(root, "pipeline");
+    const gp_pipeline_opts *po = &t->popts;
+    cJSON_AddNumberToObject(pl, "stages", po->stages);
+    cJSON_AddNumberToObject(pl, "micro_batches", po->micro_batches);
+    cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(po->schedule));
+    cJSON_AddStringToObject(pl, "remat", gp_remat_name(po->remat));
+    gp_cli_report_u64(pl, "memory_limit_bytes", po->memory_limit);
+    /* The runtime does not expose the cells it balanced: only a given list is known. */
+    if (po->partition) {
+        cJSON *part = cJSON_AddArrayToObject(pl, "partition");
+        for (int k = 0; k < po->stages; k++)
+            cJSON_AddItemToArray(part, cJSON_CreateNumber(po->partition[k]));
+    } else {
+        cJSON_AddNullToObject(pl, "partition");
+    }
+    cJSON_AddStringToObject(pl, "partition_source", po->partition ? "--partition" : "balanced");
+    cJSON *stages = cJSON_AddArrayToObject(pl, "stage_peak_bytes");
+    for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++) {
+        gp_mem_stats st;
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "stage", k);
+        if (gp_pipeline_mem_stats(t->pipeline, k, &st) == GP_OK) {
+            for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
+                gp_cli_report_u64(s, gp_mem_category_name((gp_mem_category)c), st.peak[c]);
+            gp_cli_report_u64(s, "total", st.peak_total);
+        }
+        cJSON_AddItemToArray(stages, s);
+    }
+}
+
+void gp_cli_pipeline_summary(const gp_cli_train *t) {
+    char mem[32];
+    for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++) {
+        gp_mem_stats st;
+        if (gp_pipeline_mem_stats(t->pipeline, k, &st) != GP_OK) continue;
+        printf("stage %d peak %s (", k, gp_cli_fmt_bytes(st.peak_total, mem, sizeof mem));
+        for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
+            printf("%s%s %s", c ? ", " : "", gp_mem_category_name((gp_mem_category)c),
+                   gp_cli_fmt_bytes(st.peak[c], mem, sizeof mem));
+        printf(")\n");
+    }
+}
