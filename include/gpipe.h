@@ -564,6 +564,23 @@ int gp_pipeline_stages(const gp_pipeline *p);
 /* Memory counters of stage `stage`'s device. */
 gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out);
 
+/* Figures of the last step, from its recorded timeline: every stage's forward,
+ * backward, recompute, send, receive, wait and optimizer events. */
+typedef struct gp_pipeline_stats {
+    int stages, micro_batches;
+    double step_s;               /* wall time of the last step */
+    double bubble_measured;      /* idle / (K x span) from the recorded timeline */
+    double bubble_theory;        /* (K-1)/(M+K-1) */
+    double bubble_simulated;     /* the simulator's prediction for the measured per-cell times */
+    double busy_fraction[64];    /* per stage (first min(K, 64)) */
+    int partition[64];           /* first layer of each cell */
+} gp_pipeline_stats;
+/* Fails when no step has run or the last one failed. */
+gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out);
+/* Chrome trace JSON / SVG timeline of the last step; errors name the path. */
+gp_status gp_pipeline_write_trace(const gp_pipeline *p, const char *path);
+gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,15 @@
 /* The pipeline runtime against the single-device trainer: for a transformer with dropout and a
  * convnet with batch norm, N steps give bit-identical losses and parameter hashes for every
  * K = 1..4, both schedules and both re-materialization modes; bad options are named errors;
- * activations are all released after a step and every stage byte after free. */
+ * activations are all released after a step and every stage byte after free; the last step's
+ * timeline (stats, Chrome trace, SVG) holds each stage's actions in the schedule's order. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "pipeline/schedule.h"
 #include "testutil.h"
 
 #define M_MICRO 4
@@ -247,6 +253,154 @@ static void stage_failure(void) {
     gp_model_free(m);
 }
 
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (buf) buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The micro-batches of stage k's actions of one kind, in the schedule's order. */
+static int schedule_mbs(const gp_schedule *s, int k, gp_action_kind kind, int *mbs) {
+    int n = 0;
+    for (int i = 0; i < s->stage[k].n; i++)
+        if (s->stage[k].a[i].kind == kind) mbs[n++] = s->stage[k].a[i].mb;
+    return n;
+}
+
+/* Checks the Chrome trace of a K-stage step against the schedule: per stage, exactly M forward
+ * and M backward events (and M recompute with remat cell) in the schedule's micro-batch order,
+ * one send and one receive per message, and K "stage k" tracks. */
+static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
+    int K = s->stages, M = s->micro_batches;
+    char *text = read_text(path);
+    CHECK(text != NULL);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK(root != NULL);
+    if (!root) return;
+    cJSON *evs = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+    CHECK(cJSON_IsArray(evs));
+    enum { NK = 7 };
+    static const char *const cats[NK] = {"forward", "backward", "recompute", "send", "recv",
+                                         "wait",    "optimizer"};
+    int tracks = 0, count[8][NK] = {{0}}, seen[8][3][16];
+    const cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "ph"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
+        int tid = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "tid"));
+        if (ph && name && strcmp(ph, "M") == 0 && strcmp(name, "thread_name") == 0) {
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+            const char *tn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "name"));
+            char want[32];
+            snprintf(want, sizeof want, "stage %d", tid);
+            CHECK(tn && strcmp(tn, want) == 0);
+            tracks++;
+            continue;
+        }
+        if (!ph || strcmp(ph, "X") != 0) continue;
+        CHECK(tid >= 0 && tid < K);
+        if (tid < 0 || tid >= K) continue;
+        const char *cat = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "cat"));
+        int kind = -1;
+        for (int j = 0; j < NK && cat; j++)
+            if (strcmp(cat, cats[j]) == 0) kind = j;
+        CHECK(kind >= 0);
+        if (kind < 0) continue;
+        CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "dur")) >= 0);
+        if (kind <= 2) { /* forward, backward, recompute: remember the micro-batch order */
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+            int mb = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(args, "micro_batch"));
+            if (count[tid][kind] < 16) seen[tid][kind][count[tid][kind]] = mb;
+        }
+        count[tid][kind]++;
+    }
+    CHECK_EQ_INT(tracks, K);
+    for (int k = 0; k < K; k++) {
+        int want[16];
+        CHECK_EQ_INT(schedule_mbs(s, k, GP_ACT_FORWARD, want), M);
+        CHECK_EQ_INT(count[k][0], M);
+        for (int i = 0; i < M && i < count[k][0]; i++) CHECK_EQ_INT(seen[k][0][i], want[i]);
+        CHECK_EQ_INT(schedule_mbs(s, k, GP_ACT_BACKWARD, want), M);
+        CHECK_EQ_INT(count[k][1], M);
+        for (int i = 0; i < M && i < count[k][1]; i++) CHECK_EQ_INT(seen[k][1][i], want[i]);
+        CHECK_EQ_INT(count[k][2], rm == GP_REMAT_CELL ? M : 0);
+        for (int i = 0; i < count[k][2] && i < M; i++) CHECK_EQ_INT(seen[k][2][i], want[i]);
+        int links = (k > 0) + (k < K - 1);
+        CHECK_EQ_INT(count[k][3], links * M); /* SEND_ACT and SEND_GRAD */
+        CHECK_EQ_INT(count[k][4], links * M); /* RECV_ACT and RECV_GRAD */
+        CHECK(count[k][6] >= 1);
+    }
+    cJSON_Delete(root);
+}
+
+/* Two steps (the timeline holds the last one only), then its figures and files. */
+static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partition) {
+    gp_model *m = build(NET_TRANSFORMER);
+    gp_optim_opts o = optim_for(NET_TRANSFORMER);
+    gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm,
+                           .partition = partition};
+    gp_pipeline *p;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
+    gp_pipeline_stats st;
+    CHECK_FAILS(gp_pipeline_last_stats(p, &st), GP_INVALID_ARGUMENT, "no step has run");
+    CHECK_FAILS(gp_pipeline_write_trace(p, gp_scratch_path("early.json")), GP_INVALID_ARGUMENT,
+                "early.json");
+    for (int step = 0; step < 2; step++) {
+        batch b;
+        make_batch(NET_TRANSFORMER, step, &b);
+        float loss;
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.yt, &loss));
+    }
+    CHECK_OK(gp_pipeline_last_stats(p, &st));
+    CHECK_EQ_INT(st.stages, K);
+    CHECK_EQ_INT(st.micro_batches, M_MICRO);
+    CHECK(st.bubble_theory == (double)(K - 1) / (double)(M_MICRO + K - 1));
+    CHECK(st.bubble_measured >= 0 && st.bubble_measured < 1);
+    CHECK(st.bubble_simulated >= 0 && st.bubble_simulated < 1);
+    CHECK(st.step_s > 0);
+    for (int k = 0; k < K; k++) {
+        CHECK(st.busy_fraction[k] > 0 && st.busy_fraction[k] <= 1);
+        if (partition) CHECK_EQ_INT(st.partition[k], partition[k]);
+        if (k > 0) CHECK(st.partition[k] > st.partition[k - 1]);
+    }
+    printf("timeline K = %d, %s, remat %s: step %.2f ms, bubble measured %.3f, theory %.3f, "
+           "simulated %.3f, stage 0 busy %.2f\n",
+           K, gp_schedule_kind_name(sk), gp_remat_name(rm), st.step_s * 1e3, st.bubble_measured,
+           st.bubble_theory, st.bubble_simulated, st.busy_fraction[0]);
+    CHECK_EQ_INT(st.partition[0], 0);
+    CHECK(st.partition[K - 1] < gp_model_nlayers(m));
+    gp_schedule s = {0};
+    REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name(sk), K, M_MICRO, &s));
+    char json[512], svg[512];
+    snprintf(json, sizeof json, "%s", gp_scratch_path("trace.json"));
+    snprintf(svg, sizeof svg, "%s", gp_scratch_path("timeline.svg"));
+    CHECK_OK(gp_pipeline_write_trace(p, json));
+    gp_scratch_remember(json);
+    check_chrome(json, &s, rm);
+    CHECK_OK(gp_pipeline_write_timeline(p, svg));
+    gp_scratch_remember(svg);
+    char *text = read_text(svg);
+    CHECK(text && strstr(text, "stage 0") && strstr(text, "<svg"));
+    CHECK(text && strstr(text, gp_schedule_kind_name(sk)));
+    free(text);
+    char missing[512];
+    snprintf(missing, sizeof missing, "%s/no-such-folder/t.json", gp_scratch_dir());
+    CHECK_FAILS(gp_pipeline_write_trace(p, missing), GP_IO, "no-such-folder/t.json");
+    snprintf(missing, sizeof missing, "%s/no-such-folder/t.svg", gp_scratch_dir());
+    CHECK_FAILS(gp_pipeline_write_timeline(p, missing), GP_IO, "no-such-folder/t.svg");
+    gp_schedule_free(&s);
+    gp_pipeline_free(p);
+    gp_model_free(m);
+}
+
 int main(void) {
     int quick = getenv("GP_TEST_QUICK") != NULL;
     gp_blas_set_threads(1); /* the reference trainer too: equal bits need the same GEMM path */
@@ -254,5 +408,11 @@ int main(void) {
     stage_failure();
     exactness(NET_TRANSFORMER, quick ? 2 : 3, 4);
     exactness(NET_CONVNET, quick ? 2 : 3, 4);
+    gp_scratch_init("test_pipeline");
+    timeline(2, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, NULL);
+    static const int thirds[3] = {0, 2, 4};
+    timeline(3, GP_SCHEDULE_1F1B, GP_REMAT_CELL, thirds);
+    timeline(3, GP_SCHEDULE_GPIPE, GP_REMAT_CELL, NULL);
+    gp_scratch_cleanup();
     return gp_test_finish("test_pipeline");
 }

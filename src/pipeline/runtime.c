@@ -1,19 +1,30 @@
 /* The pipeline runtime on threads: K cells on K stage devices, one thread per stage per step,
  * each interpreting its validated action list over the in-process transport. Every step matches
  * the single-device trainer bit for bit (same per-micro-batch forward/backward, loss normalizer,
- * gradient-norm order, clipping and update), whatever K, schedule or re-materialization. */
+ * gradient-norm order, clipping and update), whatever K, schedule or re-materialization. Each
+ * step's actions are recorded into a timeline (gp_trace) for its stats, trace and picture. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../comm/transport.h"
+#include "../trace/trace.h"
 #include "../model/sequence.h"
 #include "../optim/optim.h"
 #include "partition.h"
 #include "schedule.h"
 
 #define MAILBOX_CAPACITY 2
+
+/* When a stage's transport call began and returned, per micro-batch and message kind. The
+ * transport does not say how much of a call was spent blocked, so the split into WAIT and the
+ * hand-over is made after the step from the peers' times (see trace_comm). */
+typedef struct comm_times {
+    double send_b[GP_MSG_NKINDS], send_e[GP_MSG_NKINDS];
+    double recv_b[GP_MSG_NKINDS], recv_e[GP_MSG_NKINDS];
+    int send_seq[GP_MSG_NKINDS]; /* position of the message on its link, in sending order */
+} comm_times;
 
 typedef struct stage {
     struct gp_pipeline *p;
@@ -27,6 +38,9 @@ typedef struct stage {
     gp_tensor *dx;      /* the gradient of the input waiting for SEND_GRAD */
     gp_shape in_shape, out_shape; /* this step's micro-batch shapes */
     double loss;        /* last stage: sum of micro-batch losses, micro-batch order */
+    comm_times *ct;     /* (M) */
+    int nsent[GP_MSG_NKINDS];
+    int *sent_mb[GP_MSG_NKINDS]; /* (M): micro-batch of the n-th message sent of each kind */
     gp_status status;
     char msg[1024];
     pthread_t thread;
@@ -46,7 +60,23 @@ struct gp_pipeline {
     const gp_tensor *x, *y;
     int64_t b; /* micro-batch size */
     double normalizer;
+    /* The timeline of the last step; see gp_pipeline_last_stats. */
+    gp_trace trace;
+    int *first;       /* (K) first layer of each cell */
+    bool have_trace;  /* the last step succeeded and its timeline is complete */
+    double step_s;
 };
+
+/* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
+ * event is closed whatever call returns, so a failed action leaves no open event behind. */
+#define TRACED(s, kind, mb, label, call)                                                        \
+    do {                                                                                       \
+        GP_TRY(gp_trace_begin(&(s)->p->trace, (s)->k, (kind), (mb), (label)));                  \
+        gp_status st_ = (call);                                                                 \
+        gp_status se_ = gp_trace_end(&(s)->p->trace, (s)->k);                                    \
+        if (st_ != GP_OK) return st_;                                                           \
+        if (se_ != GP_OK) return se_;                                                           \
+    } while (0)
 
 static void release_mb_state(stage *s, int M) {
     for (int mb = 0; mb < M; mb++) {
@@ -114,12 +144,22 @@ static gp_status last_stage_loss(stage *s, int mb, const gp_tensor *logits, gp_t
     return GP_OK;
 }
 
+static gp_status backward_proper(stage *s, int mb);
+
+/* The rebuild of a remat cell is its own RECOMPUTE event, apart from the BACKWARD proper. */
 static gp_status do_backward(stage *s, int mb) {
     gp_pipeline *p = s->p;
     if (p->remat == GP_REMAT_CELL) {
         gp_run run = run_for(p, mb, true);
-        GP_TRY(gp_seq_forward(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
+        TRACED(s, GP_TRACE_RECOMPUTE, mb, NULL,
+               gp_seq_forward(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
     }
+    TRACED(s, GP_TRACE_BACKWARD, mb, NULL, backward_proper(s, mb));
+    return GP_OK;
+}
+
+static gp_status backward_proper(stage *s, int mb) {
+    gp_pipeline *p = s->p;
     if (!s->pass[mb].acts) return gp_error(GP_INTERNAL, "BACKWARD(%d) without its forward", mb);
     gp_tensor dlogits = {0};
     const gp_tensor *dy = &s->dy[mb];
@@ -162,8 +202,15 @@ static gp_status do_optimizer_step(stage *s) {
     gp_pipeline *p = s->p;
     gp_model *m = p->m;
     int L = m->nlayers;
+    gp_trace *t = &p->trace;
+    /* Three events: the partials (OPTIMIZER), the all-reduce, which is mostly waiting for the
+     * slowest stage (WAIT), then the clip and update (OPTIMIZER). */
+    GP_TRY(gp_trace_begin(t, s->k, GP_TRACE_OPTIMIZER, -1, "NORMS"));
     double *v = calloc((size_t)L + 1, sizeof *v);
-    if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
+    if (!v) {
+        gp_trace_end(t, s->k);
+        return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
+    }
     for (int li = s->first; li < s->last; li++) {
         double layer_sum = 0;
         for (int j = 0; j < m->layers[li]->nparams; j++)
@@ -171,7 +218,12 @@ static gp_status do_optimizer_step(stage *s) {
         v[li] = layer_sum;
     }
     if (is_last(s)) v[L] = s->loss;
-    gp_status st = gp_transport_allreduce_sum(p->tr, s->k, v, L + 1);
+    gp_trace_end(t, s->k);
+    gp_status st = gp_trace_begin(t, s->k, GP_TRACE_WAIT, -1, "ALLREDUCE");
+    if (st == GP_OK) {
+        st = gp_transport_allreduce_sum(p->tr, s->k, v, L + 1);
+        gp_trace_end(t, s->k);
+    }
     double total = 0, loss = v[L];
     for (int li = 0; li < L; li++) total += v[li];
     free(v);
@@ -185,6 +237,7 @@ static gp_status do_optimizer_step(stage *s) {
                         p->step);
     float clip = gp_clip_factor(p->o.clip_norm, norm);
     float lr = gp_optim_lr_at(&p->o, p->step);
+    GP_TRY(gp_trace_begin(t, s->k, GP_TRACE_OPTIMIZER, -1, "UPDATE"));
     gp_param *q;
     FOR_EACH_OWN_TRAINABLE(s, li, q) {
         (void)li;
@@ -192,26 +245,41 @@ static gp_status do_optimizer_step(stage *s) {
         gp_optim_update(&p->o, q, lr, p->step + 1);
     }
     zero_grads(s);
-    return GP_OK;
+    return gp_trace_end(t, s->k);
+}
+
+/* Transport calls are timed here and turned into WAIT + SEND/RECV events after the step. */
+static gp_status timed_send(stage *s, int peer, gp_msg_kind kind, int mb, gp_tensor *t) {
+    comm_times *c = &s->ct[mb];
+    c->send_seq[kind] = s->nsent[kind];
+    s->sent_mb[kind][s->nsent[kind]++] = mb;
+    c->send_b[kind] = gp_trace_time(&s->p->trace);
+    gp_status st = gp_transport_send(s->p->tr, s->k, peer, (gp_msg_tag){kind, mb}, t);
+    c->send_e[kind] = gp_trace_time(&s->p->trace);
+    return st;
+}
+
+static gp_status timed_recv(stage *s, int peer, gp_msg_kind kind, int mb, gp_tensor *out) {
+    comm_times *c = &s->ct[mb];
+    c->recv_b[kind] = gp_trace_time(&s->p->trace);
+    gp_status st = gp_transport_recv(s->p->tr, s->k, peer, (gp_msg_tag){kind, mb}, out);
+    c->recv_e[kind] = gp_trace_time(&s->p->trace);
+    return st;
 }
 
 static gp_status do_action(stage *s, gp_action a) {
-    gp_pipeline *p = s->p;
-    gp_transport *tr = p->tr;
     int k = s->k, mb = a.mb;
     switch (a.kind) {
-    case GP_ACT_FORWARD: return do_forward(s, mb);
+    case GP_ACT_FORWARD: TRACED(s, GP_TRACE_FORWARD, mb, NULL, do_forward(s, mb)); return GP_OK;
     case GP_ACT_BACKWARD: return do_backward(s, mb);
-    case GP_ACT_SEND_ACT:
-        return gp_transport_send(tr, k, k + 1, (gp_msg_tag){GP_MSG_ACT, mb}, &s->out[mb]);
-    case GP_ACT_SEND_GRAD:
-        return gp_transport_send(tr, k, k - 1, (gp_msg_tag){GP_MSG_GRAD, mb}, &s->dx[mb]);
+    case GP_ACT_SEND_ACT: return timed_send(s, k + 1, GP_MSG_ACT, mb, &s->out[mb]);
+    case GP_ACT_SEND_GRAD: return timed_send(s, k - 1, GP_MSG_GRAD, mb, &s->dx[mb]);
     case GP_ACT_RECV_ACT:
         GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, s->in_shape, GP_F32, &s->in[mb]));
-        return gp_transport_recv(tr, k, k - 1, (gp_msg_tag){GP_MSG_ACT, mb}, &s->in[mb]);
+        return timed_recv(s, k - 1, GP_MSG_ACT, mb, &s->in[mb]);
     case GP_ACT_RECV_GRAD:
         GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, s->out_shape, GP_F32, &s->dy[mb]));
-        return gp_transport_recv(tr, k, k + 1, (gp_msg_tag){GP_MSG_GRAD, mb}, &s->dy[mb]);
+        return timed_recv(s, k + 1, GP_MSG_GRAD, mb, &s->dy[mb]);
     case GP_ACT_OPTIMIZER_STEP: return do_optimizer_step(s);
     default: return gp_error(GP_INTERNAL, "unknown action kind %d", (int)a.kind);
     }
@@ -223,6 +291,7 @@ static void *stage_main(void *arg) {
     const gp_stage_actions *list = &p->sched.stage[s->k];
     gp_status st = GP_OK;
     s->loss = 0;
+    memset(s->nsent, 0, sizeof s->nsent);
     for (int i = 0; i < list->n && st == GP_OK; i++) {
         st = do_action(s, list->a[i]);
         if (st != GP_OK) {
@@ -231,7 +300,11 @@ static void *stage_main(void *arg) {
                              s->last - 1, i, gp_action_str(list->a[i], what, sizeof what));
         }
     }
-    if (st == GP_OK) st = gp_transport_flush(p->tr, s->k);
+    if (st == GP_OK) st = gp_trace_begin(&p->trace, s->k, GP_TRACE_WAIT, -1, "FLUSH");
+    if (st == GP_OK) {
+        st = gp_transport_flush(p->tr, s->k);
+        gp_trace_end(&p->trace, s->k);
+    }
     if (st != GP_OK) {
         snprintf(s->msg, sizeof s->msg, "%s", gp_last_error());
         gp_transport_abort(p->tr, s->k, st, s->msg);
@@ -279,9 +352,13 @@ void gp_pipeline_free(gp_pipeline *p) {
             free(s->out);
             free(s->dy);
             free(s->dx);
+            free(s->ct);
+            for (int j = 0; j < GP_MSG_NKINDS; j++) free(s->sent_mb[j]);
         }
         free(p->st);
     }
+    gp_trace_free(&p->trace);
+    free(p->first);
     gp_schedule_free(&p->sched);
     free(p);
 }
@@ -346,7 +423,10 @@ static gp_status init_stages(gp_pipeline *p, const int *first, uint64_t memory_l
         s->out = calloc(M, sizeof *s->out);
         s->dy = calloc(M, sizeof *s->dy);
         s->dx = calloc(M, sizeof *s->dx);
-        if (!s->in || !s->pass || !s->out || !s->dy || !s->dx)
+        s->ct = calloc(M, sizeof *s->ct);
+        for (int j = 0; j < GP_MSG_NKINDS; j++) s->sent_mb[j] = calloc(M, sizeof *s->sent_mb[j]);
+        if (!s->in || !s->pass || !s->out || !s->dy || !s->dx || !s->ct || !s->sent_mb[GP_MSG_ACT] ||
+            !s->sent_mb[GP_MSG_GRAD])
             return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate stage %d's state", k);
         char name[32];
         snprintf(name, sizeof name, "stage%d", k);
@@ -391,6 +471,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
         return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_new: cannot allocate the pipeline");
     }
     p->m = m;
+    p->first = first; /* freed with the pipeline */
     p->o = *o;
     p->K = K;
     p->M = M;
@@ -404,7 +485,8 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
         if (!p->st) s = gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_new: cannot allocate %d stages", K);
     }
     if (s == GP_OK) s = init_stages(p, first, po->memory_limit);
-    free(first);
+    if (s == GP_OK) s = gp_trace_init(&p->trace, K, M);
+    if (s == GP_OK) gp_trace_set_info(&p->trace, p->sched.name, gp_remat_name(p->remat));
     if (s != GP_OK) {
         gp_error_context(s, "gp_pipeline_new (K = %d, M = %d)", K, M);
         gp_pipeline_free(p);
@@ -426,6 +508,9 @@ gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *o
 }
 
 /* ------------------------------------------------------------------- step */
+
+static gp_status trace_comm(gp_pipeline *p);
+static gp_status simulate_trace(gp_pipeline *p);
 
 static gp_status check_batch(const gp_pipeline *p, const gp_tensor *x, const gp_tensor *y) {
     char got[96], want[96];
@@ -467,7 +552,10 @@ gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *
     }
     /* A fresh transport per step: an aborted one stays aborted. */
     gp_transport_opts to = {.nranks = p->K, .capacity = MAILBOX_CAPACITY, .timeout_s = 300};
+    p->have_trace = false;
     GP_TRY(gp_transport_threads_new(&to, &p->tr));
+    gp_trace_reset(&p->trace);
+    double t_start = gp_now();
     int started = 0;
     gp_status s = GP_OK;
     for (; started < p->K; started++) {
@@ -478,6 +566,7 @@ gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *
         }
     }
     for (int k = 0; k < started; k++) pthread_join(p->st[k].thread, NULL);
+    p->step_s = gp_now() - t_start;
     if (s == GP_OK) {
         /* The first failure wins: the stage that aborted the transport, else the lowest rank. */
         int culprit = -1;
@@ -498,5 +587,124 @@ gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *
     }
     if (loss) *loss = (float)p->st[p->K - 1].loss;
     p->step++;
+    s = trace_comm(p);
+    if (s == GP_OK) s = simulate_trace(p);
+    if (s != GP_OK) return gp_error_context(s, "pipeline step %d: the timeline", p->step - 1);
+    p->have_trace = true;
     return GP_OK;
+}
+
+/* ------------------------------------------------------------------ timeline */
+
+/* One transport call [b, e] as WAIT up to `ready` (when the peer made the call able to
+ * proceed), then the hand-over itself. */
+static gp_status add_comm(gp_pipeline *p, int k, gp_trace_kind kind, int mb, double b, double e,
+                          double ready, const char *label) {
+    double w = ready < b ? b : ready > e ? e : ready;
+    if (w > b) GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, b, w, label));
+    return gp_trace_add(&p->trace, k, kind, mb, w, e, label);
+}
+
+/* After a successful step (every action ran, the threads joined): a receive could proceed once
+ * its message was sent (the end of the peer's send call, which only enqueues a pointer); a send
+ * blocked on a full mailbox could proceed once the receiver had taken the message `capacity`
+ * sends earlier on that link. The transport does not report these moments itself. */
+static gp_status trace_comm(gp_pipeline *p) {
+    static const char *const names[2][GP_MSG_NKINDS] = {{"SEND_ACT", "SEND_GRAD"},
+                                                        {"RECV_ACT", "RECV_GRAD"}};
+    for (int k = 0; k < p->K; k++) {
+        stage *s = &p->st[k];
+        for (int mb = 0; mb < p->M; mb++) {
+            const comm_times *c = &s->ct[mb];
+            for (int j = 0; j < GP_MSG_NKINDS; j++) {
+                int to = j == GP_MSG_ACT ? k + 1 : k - 1; /* where this stage sends kind j */
+                int from = j == GP_MSG_ACT ? k - 1 : k + 1;
+                if (to >= 0 && to < p->K) {
+                    int n = c->send_seq[j];
+                    double ready = c->send_b[j];
+                    if (n >= MAILBOX_CAPACITY)
+                        ready = p->st[to].ct[s->sent_mb[j][n - MAILBOX_CAPACITY]].recv_e[j];
+                    GP_TRY(add_comm(p, k, GP_TRACE_SEND, mb, c->send_b[j], c->send_e[j], ready,
+                                    names[0][j]));
+                }
+                if (from >= 0 && from < p->K)
+                    GP_TRY(add_comm(p, k, GP_TRACE_RECV, mb, c->recv_b[j], c->recv_e[j],
+                                    p->st[from].ct[mb].send_e[j], names[1][j]));
+            }
+        }
+    }
+    return GP_OK;
+}
+
+/* The simulator's bubble for this schedule with each cell's mean measured forward and backward
+ * (without recomputation; the simulator adds a forward for it) and its optimizer time. */
+static gp_status simulate_trace(gp_pipeline *p) {
+    gp_sim_cell *cells = calloc((size_t)p->K, sizeof *cells);
+    gp_sim_stage *st = calloc((size_t)p->K, sizeof *st);
+    gp_status s = GP_OK;
+    if (!cells || !st) s = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d simulator cells", p->K);
+    for (int k = 0; k < p->K && s == GP_OK; k++) {
+        int n, nf = 0, nb = 0;
+        const gp_trace_event *ev = gp_trace_events(&p->trace, k, &n);
+        for (int i = 0; i < n; i++) {
+            double d = ev[i].t_end - ev[i].t_begin;
+            if (ev[i].kind == GP_TRACE_FORWARD) cells[k].fwd_time += d, nf++;
+            if (ev[i].kind == GP_TRACE_BACKWARD) cells[k].bwd_time += d, nb++;
+            if (ev[i].kind == GP_TRACE_OPTIMIZER) cells[k].opt_time += d;
+        }
+        if (nf) cells[k].fwd_time /= nf;
+        if (nb) cells[k].bwd_time /= nb;
+    }
+    gp_sim_opts o = {.capacity = MAILBOX_CAPACITY,
+                     .remat = p->remat == GP_REMAT_CELL ? GP_PLAN_REMAT_CELL : GP_PLAN_REMAT_NONE};
+    gp_sim_result r = {0};
+    if (s == GP_OK) s = gp_schedule_simulate(&p->sched, cells, &o, st, &r);
+    p->trace.bubble_simulated = s == GP_OK ? r.bubble : -1.0;
+    free(cells);
+    free(st);
+    return s;
+}
+
+gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out) {
+    if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_last_stats: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (!p->have_trace)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_pipeline_last_stats: no timeline (no step has run, or the last one failed)");
+    gp_trace_stage_stats *ss = calloc((size_t)p->K, sizeof *ss);
+    if (!ss) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d stage figures", p->K);
+    gp_trace_stats ts;
+    gp_status s = gp_trace_measure(&p->trace, ss, &ts);
+    if (s == GP_OK) {
+        out->stages = p->K;
+        out->micro_batches = p->M;
+        out->step_s = p->step_s;
+        out->bubble_measured = ts.bubble;
+        out->bubble_theory = (double)(p->K - 1) / (double)(p->M + p->K - 1);
+        out->bubble_simulated = p->trace.bubble_simulated;
+        for (int k = 0; k < p->K && k < 64; k++) {
+            out->busy_fraction[k] = ts.span > 0 ? ss[k].busy / ts.span : 0;
+            out->partition[k] = p->first[k];
+        }
+    }
+    free(ss);
+    return s;
+}
+
+static gp_status check_written(const gp_pipeline *p, const char *path, const char *fn) {
+    if (!p || !path) return gp_error(GP_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    if (!p->have_trace)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "%s %s: no timeline (no step has run, or the last one failed)", fn, path);
+    return GP_OK;
+}
+
+gp_status gp_pipeline_write_trace(const gp_pipeline *p, const char *path) {
+    GP_TRY(check_written(p, path, "gp_pipeline_write_trace"));
+    return gp_trace_write_chrome(&p->trace, path);
+}
+
+gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path) {
+    GP_TRY(check_written(p, path, "gp_pipeline_write_timeline"));
+    return gp_trace_write_svg(&p->trace, path);
 }
