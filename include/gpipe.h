@@ -372,7 +372,9 @@ gp_status gp_trainer_step(gp_trainer *t, const gp_tensor *x, const gp_tensor *y,
 int gp_trainer_steps_done(const gp_trainer *t);
 float gp_trainer_last_grad_norm(const gp_trainer *t);
 /* Inference forward in eval mode (batch norm uses running stats, no dropout).
- * logits must be allocated by the caller with the model's output shape. */
+ * logits must be allocated by the caller with the model's output shape.
+ * Activations are allocated on dev; the parameters may live on other devices
+ * (e.g. a pipeline's stages between steps: no step may run meanwhile). */
 gp_status gp_model_predict(gp_model *m, gp_device *dev, const gp_tensor *x, gp_tensor *logits);
 /* Mean loss and accuracy (argmax == label) of a batch, in eval mode. */
 gp_status gp_model_evaluate(gp_model *m, gp_device *dev, const gp_tensor *x, const gp_tensor *y,

@@ -63,7 +63,6 @@ typedef struct gp_cli_train {
     int stages;
     gp_pipeline_opts popts;
     int *partition;           /* owned, NULL unless --partition */
-    const char *eval_skipped; /* why there is no evaluation/sampling, or NULL */
 
     /* set up by gp_cli_train_main */
     gp_model *model;

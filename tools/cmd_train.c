@@ -117,8 +117,8 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "contiguous layers on K stage devices, one thread (and one BLAS thread) each,\n"
            "over the --micro-batches M of every mini-batch, with one synchronous update\n"
            "per step; the losses and parameters equal the single-device run's bit for bit\n"
-           "(at --threads 1). With K > 1 there is no evaluation and no --sample: the\n"
-           "library evaluates only a model whose layers are on one device.\n\nOptions:\n",
+           "(at --threads 1). Evaluation and --sample run between steps on the stages'\n"
+           "parameters, with the same results as on one device.\n\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
     printf("\nDefaults that depend on the model:\n"
@@ -237,10 +237,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         if (!SEEN("--remat")) USED(" remat=cell");
         if (!SEEN("--partition")) USED(" partition=balanced");
     }
-    if (t->stages > 1)
-        t->eval_skipped = "evaluation and sampling need every layer on one device "
-                          "(gp_model_evaluate, gp_model_predict), but --stages K > 1 places "
-                          "the layers on K stage devices";
 #undef SEEN
 #undef USED
     return GP_CLI_EXIT_OK;
@@ -273,9 +269,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(tr, "final_loss", t->final_loss);
     cJSON_AddNumberToObject(tr, "seconds", t->train_seconds);
     cJSON_AddNumberToObject(tr, "examples", (double)t->examples_seen);
-    cJSON *ev = t->eval_skipped ? cJSON_AddNullToObject(r, "eval")
-                                : cJSON_AddObjectToObject(r, "eval");
-    if (t->eval_skipped) cJSON_AddStringToObject(r, "eval_skipped", t->eval_skipped);
+    cJSON *ev = cJSON_AddObjectToObject(r, "eval");
     if (t->have_eval) {
         cJSON_AddNumberToObject(ev, "loss", t->eval_loss);
         if (t->is_lm) {
@@ -360,7 +354,6 @@ int gp_cli_train_main(int argc, char **argv) {
                "(one BLAS thread per stage)\n",
                t.popts.stages, t.popts.micro_batches, gp_schedule_kind_name(t.popts.schedule),
                gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced");
-    if (t.eval_skipped) printf("note: no evaluation or sampling: %s\n", t.eval_skipped);
     fflush(stdout);
 
     if (gp_device_cpu_new("cpu0", &t.dev) != GP_OK) {
@@ -381,9 +374,7 @@ int gp_cli_train_main(int argc, char **argv) {
     rc = t.is_lm ? gp_cli_train_lm(&t) : gp_cli_train_classifier(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
     print_summary(&t);
-    if (t.sample > 0 && t.eval_skipped) {
-        printf("sample: skipped (--stages %d: %s)\n", t.stages, t.eval_skipped);
-    } else if (t.sample > 0) {
+    if (t.sample > 0) {
         printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
                (unsigned long long)t.seed);
         fflush(stdout);

@@ -124,8 +124,8 @@ int gp_cli_train_classifier(gp_cli_train *t) {
         if (rc != GP_CLI_EXIT_OK) goto done;
         const bool epoch_end = pos == per_epoch - 1;
         if (epoch_end) t->epochs_done++;
-        if (!t->eval_skipped && (epoch_end || step + 1 == total ||
-                                 (t->eval_every > 0 && (step + 1) % t->eval_every == 0))) {
+        if (epoch_end || step + 1 == total ||
+            (t->eval_every > 0 && (step + 1) % t->eval_every == 0)) {
             rc = eval_and_log(t, &test, &prog, step + 1, epoch_end);
             if (rc != GP_CLI_EXIT_OK) goto done;
         }

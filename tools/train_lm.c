@@ -107,8 +107,7 @@ int gp_cli_train_lm(gp_cli_train *t) {
         rc = gp_cli_train_step(t, &prog, step, &x, &y, t0,
                                "a lower --lr, a longer --warmup, or --clip");
         if (rc != GP_CLI_EXIT_OK) goto done;
-        if (!t->eval_skipped &&
-            (step + 1 == t->steps || (t->eval_every > 0 && (step + 1) % t->eval_every == 0))) {
+        if (step + 1 == t->steps || (t->eval_every > 0 && (step + 1) % t->eval_every == 0)) {
             rc = eval_and_log(t, &corpus, &prog, step + 1);
             if (rc != GP_CLI_EXIT_OK) goto done;
         }

@@ -20,7 +20,13 @@ static gp_status check_input(const gp_model *m, const gp_tensor *x) {
 static gp_status eval_forward(gp_model *m, gp_device *dev, const gp_tensor *x, gp_tensor *out) {
     if (!m || !dev) return gp_error(GP_INVALID_ARGUMENT, "inference: model or device is NULL");
     GP_TRY(check_input(m, x));
-    if (!gp_model_range_device(m, 0, m->nlayers)) return gp_error_context(GP_INVALID_ARGUMENT, "inference");
+    /* Parameters may live on several devices (pipeline stages, between
+     * steps); activations all go on `dev`, in this one thread. */
+    for (int i = 0; i < m->nlayers; i++)
+        if (!m->devs[i])
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "inference: layer %d (%s) is not initialized: call gp_model_init first",
+                            i, m->layers[i]->ops->kind);
     gp_run run = {.training = false, .seed = m->seed};
     return gp_seq_infer(m, 0, m->nlayers, dev, &run, x, out);
 }
