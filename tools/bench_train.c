@@ -1,7 +1,7 @@
-/* The training workloads of `gpipe bench` (WORKLOADS.md): T1, the byte-level
- * Transformer LM with AdamW, and C1, the Fashion-MNIST convnet with SGD, each
- * timed step by step (forward + backward + update only) on random data
- * keyed by (seed, step), so that no dataset is needed. */
+/* The training workloads of `gpipe bench` (WORKLOADS.md): T1 and T2 (deep,
+ * optionally on K pipeline stages), byte-level Transformer LMs with AdamW, and
+ * C1, the Fashion-MNIST convnet with SGD, each timed step by step (forward +
+ * backward + update only) on random data keyed by (seed, step). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,44 +71,100 @@ static void fill_batch(gp_cli_bench *b, int step, int classes, gp_tensor *x, gp_
     }
 }
 
-int gp_cli_bench_train(gp_cli_bench *b) {
-    const bool t1 = strcmp(b->workload, "T1") == 0;
-    gp_model *m = NULL;
-    gp_device *dev = NULL;
-    gp_trainer *tr = NULL;
-    gp_tensor x = {0}, y = {0};
-    int rc = GP_CLI_EXIT_OK, classes = 0;
-    gp_optim_opts oo;
-    if (t1) {
-        gp_transformer_config c = gp_transformer_defaults();
+/* T2 of WORKLOADS.md: T1 made deep and narrow, for pipeline scaling. */
+static gp_transformer_config t2_config(void) {
+    gp_transformer_config c = gp_transformer_defaults();
+    c.dim = 256, c.heads = 4, c.d_ff = 1024, c.layers = 32;
+    return c;
+}
+
+/* Builds the workload's model and fills the figures that do not need a run. */
+static int build(gp_cli_bench *b, gp_model **m, gp_optim_opts *oo, int *classes) {
+    *classes = 0;
+    if (strcmp(b->workload, "C1") != 0) {
+        const bool t2 = strcmp(b->workload, "T2") == 0;
+        gp_transformer_config c = t2 ? t2_config() : gp_transformer_defaults();
         if (b->batch == 0) b->batch = 32;
-        if (gp_model_transformer(&c, &m) != GP_OK) return gp_cli_fail("bench", "T1 model");
+        if (gp_model_transformer(&c, m) != GP_OK)
+            return gp_cli_fail("bench", t2 ? "T2 model" : "T1 model");
         b->flops_per_step = transformer_flops(&c, b->batch);
         b->tokens_per_example = c.seq_len;
         snprintf(b->model_desc, sizeof b->model_desc,
                  "transformer d%d h%d ff%d L%d T%d V%d, batch %d, AdamW(3e-4, 0.01)", c.dim,
                  c.heads, c.d_ff, c.layers, c.seq_len, c.vocab, b->batch);
-        oo = gp_adamw_defaults(3e-4f, 0.01f);
+        *oo = gp_adamw_defaults(3e-4f, 0.01f);
     } else {
         gp_convnet_config c = gp_convnet_defaults();
         if (b->batch == 0) b->batch = 128;
-        if (gp_model_convnet(&c, &m) != GP_OK) return gp_cli_fail("bench", "C1 model");
-        classes = c.classes;
-        rc = model_flops(m, b->batch, &b->flops_per_step);
-        if (rc != GP_CLI_EXIT_OK) goto done;
+        if (gp_model_convnet(&c, m) != GP_OK) return gp_cli_fail("bench", "C1 model");
+        *classes = c.classes;
+        int rc = model_flops(*m, b->batch, &b->flops_per_step);
+        if (rc != GP_CLI_EXIT_OK) return rc;
         b->tokens_per_example = 0;
         snprintf(b->model_desc, sizeof b->model_desc,
                  "convnet %dx%dx%d -> %d classes, batch %d, SGD(0.05, momentum 0.9)", c.in_ch,
                  c.height, c.width, c.classes, b->batch);
-        oo = gp_sgd_defaults(0.05f, 0.9f);
+        *oo = gp_sgd_defaults(0.05f, 0.9f);
     }
     b->examples_per_step = b->batch;
-    b->nparams = gp_model_nparams(m);
+    b->nparams = gp_model_nparams(*m);
+    return GP_CLI_EXIT_OK;
+}
+
+/* Peak bytes of every stage, and per category summed over the stages (an
+ * upper bound of what the K devices held at once together). */
+static int pipeline_memory(gp_cli_bench *b, const gp_pipeline *p) {
+    memset(&b->mem, 0, sizeof b->mem);
+    for (int k = 0; k < b->stages; k++) {
+        gp_mem_stats st;
+        if (gp_pipeline_mem_stats(p, k, &st) != GP_OK)
+            return gp_cli_fail("bench", "stage memory counters");
+        for (int c = 0; c < GP_MEM_NCATEGORIES; c++) b->mem.peak[c] += st.peak[c];
+        b->mem.peak_total += st.peak_total;
+        b->mem.nallocs += st.nallocs;
+        b->mem.limit = st.limit;
+        b->stage_peak[k] = st.peak_total;
+    }
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_bench_train(gp_cli_bench *b) {
+    gp_model *m = NULL;
+    gp_device *dev = NULL;
+    gp_trainer *tr = NULL;
+    gp_pipeline *pl = NULL;
+    gp_tensor x = {0}, y = {0};
+    int classes;
+    gp_optim_opts oo;
+    int rc = build(b, &m, &oo, &classes);
+    if (rc != GP_CLI_EXIT_OK) goto done;
+    const bool t1 = b->tokens_per_example > 0;
+    const int M = b->popts.micro_batches > 0 ? b->popts.micro_batches : 1;
+    if (b->batch % M != 0) {
+        rc = gp_cli_usage_error("bench", "--micro-batches %d: the batch of %d does not divide by it",
+                                M, b->batch);
+        goto done;
+    }
+    if (b->stages > gp_model_nlayers(m)) {
+        rc = gp_cli_usage_error("bench", "--stages %d: %s has only %d layers", b->stages,
+                                b->workload, gp_model_nlayers(m));
+        goto done;
+    }
     gp_shape in;
-    gp_trainer_opts to = {.micro_batches = 1, .seed = b->seed};
-    if (gp_device_cpu_new("cpu0", &dev) != GP_OK || gp_model_init(m, dev, b->seed) != GP_OK ||
-        gp_trainer_new(m, &oo, &to, &tr) != GP_OK ||
+    gp_trainer_opts to = {.micro_batches = M, .seed = b->seed};
+    if (gp_device_cpu_new("cpu0", &dev) != GP_OK ||
         gp_model_shape(m, -1, b->batch, &in) != GP_OK) {
+        rc = gp_cli_fail("bench", "setting up the model");
+        goto done;
+    }
+    if (b->stages > 0) {
+        /* The pipeline initializes the parameters on its stage devices. */
+        if (gp_pipeline_new(m, &oo, &b->popts, b->seed, &pl) != GP_OK) {
+            rc = gp_cli_fail("bench", "setting up the pipeline");
+            goto done;
+        }
+    } else if (gp_model_init(m, dev, b->seed) != GP_OK ||
+               gp_trainer_new(m, &oo, &to, &tr) != GP_OK) {
         rc = gp_cli_fail("bench", "setting up the model");
         goto done;
     }
@@ -120,7 +176,13 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     }
     b->step_seconds = calloc((size_t)b->steps, sizeof *b->step_seconds);
     b->step_ceiling = calloc((size_t)b->steps, sizeof *b->step_ceiling);
-    if (!b->step_seconds || !b->step_ceiling) {
+    if (pl) {
+        b->step_bubble = calloc((size_t)b->steps, sizeof *b->step_bubble);
+        b->step_bubble_sim = calloc((size_t)b->steps, sizeof *b->step_bubble_sim);
+        b->stage_peak = calloc((size_t)b->stages, sizeof *b->stage_peak);
+    }
+    if (!b->step_seconds || !b->step_ceiling ||
+        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->stage_peak))) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
         rc = GP_CLI_EXIT_RUNTIME;
         goto done;
@@ -129,7 +191,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         fill_batch(b, step, classes, &x, &y);
         float loss;
         double t0 = gp_now();
-        if (gp_trainer_step(tr, &x, &y, &loss) != GP_OK) {
+        gp_status st = pl ? gp_pipeline_step(pl, &x, &y, &loss) : gp_trainer_step(tr, &x, &y, &loss);
+        if (st != GP_OK) {
             rc = gp_cli_fail("bench", "training step");
             goto done;
         }
@@ -137,10 +200,19 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         b->final_loss = loss;
         bool warm = step < b->warmup;
         if (!warm) {
-            b->step_seconds[step - b->warmup] = dt;
+            int i = step - b->warmup;
+            b->step_seconds[i] = dt;
+            if (pl) {
+                if (gp_pipeline_last_stats(pl, &b->last) != GP_OK) {
+                    rc = gp_cli_fail("bench", "pipeline statistics");
+                    goto done;
+                }
+                b->step_bubble[i] = b->last.bubble_measured;
+                b->step_bubble_sim[i] = b->last.bubble_simulated;
+            }
             /* The ceiling next to each step: a shared machine's speed drifts
              * over a run, and a ratio of neighbours cancels most of it. */
-            if (gp_bench_sgemm(2048, 2048, 2048, 1, &b->step_ceiling[step - b->warmup]) != GP_OK) {
+            if (gp_bench_sgemm(2048, 2048, 2048, 1, &b->step_ceiling[i]) != GP_OK) {
                 rc = gp_cli_fail("bench", "measuring the sgemm ceiling");
                 goto done;
             }
@@ -150,11 +222,15 @@ int gp_cli_bench_train(gp_cli_bench *b) {
                     warm ? step + 1 : step - b->warmup + 1, warm ? b->warmup : b->steps, dt,
                     (double)loss);
     }
-    gp_device_mem_stats(dev, &b->mem);
+    if (pl)
+        rc = pipeline_memory(b, pl);
+    else
+        gp_device_mem_stats(dev, &b->mem);
 done:
     gp_tensor_release(&x);
     gp_tensor_release(&y);
     if (tr) gp_trainer_free(tr);
+    gp_pipeline_free(pl); /* before the model it borrows */
     gp_model_free(m);
     if (dev) gp_device_free(dev);
     return rc;

@@ -63,6 +63,7 @@ typedef struct gp_cli_train {
     int stages;
     gp_pipeline_opts popts;
     int *partition;           /* owned, NULL unless --partition */
+    const char *trace, *timeline; /* --trace / --timeline of the last step, or NULL */
 
     /* set up by gp_cli_train_main */
     gp_model *model;
@@ -148,20 +149,30 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
                             uint64_t memory_limit, gp_pipeline_opts *po, int **first);
 /* Adds "pipeline": {stages, micro_batches, schedule, remat, partition,
- * stage_peak_bytes: [{stage, <category>: n, total}]} to a train report. */
+ * partition_source, stage_peak_bytes: [{stage, <category>: n, total}],
+ * busy_fraction, bubble_measured, bubble_theory, bubble_simulated, step_s}
+ * to a train report; the last five are of the last step. */
 void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t);
-/* One line per stage with its peak bytes by category. */
+/* One line per stage with its peak bytes by category, and one with the
+ * measured, theoretical and simulated bubble of the last step. */
 void gp_cli_pipeline_summary(const gp_cli_train *t);
+/* Writes --trace (Chrome JSON) and --timeline (SVG) of the last step where
+ * given; returns an exit status. */
+int gp_cli_pipeline_write_files(const gp_cli_train *t);
 
 /* ---------------------------------------------------------------- bench */
 
-/* One training workload of `gpipe bench` (T1 or C1), timed step by step. */
+/* One training workload of `gpipe bench` (T1, T2 or C1), timed step by step. */
 typedef struct gp_cli_bench {
     /* options */
     const char *workload;
     int steps, warmup, batch; /* batch 0: the workload's own */
     uint64_t seed;
     bool quiet;
+    /* T2 only: stages 0 trains through gp_trainer with popts.micro_batches;
+     * stages K >= 1 through gp_pipeline with popts (one BLAS thread per stage) */
+    int stages;
+    gp_pipeline_opts popts;
     /* results */
     double *step_seconds; /* the `steps` timed steps, owned */
     double *step_ceiling; /* 2048^3 sgemm GFLOP/s measured right after each timed step, owned */
@@ -169,12 +180,18 @@ typedef struct gp_cli_bench {
     int64_t examples_per_step, tokens_per_example; /* tokens: 0 for C1 */
     int64_t nparams;
     double final_loss;
-    gp_mem_stats mem;
+    gp_mem_stats mem; /* the device's, or (pipeline) each category summed over the stages */
     char model_desc[160];
+    /* pipeline results (stages >= 1) */
+    double *step_bubble;     /* measured bubble of each timed step, owned */
+    double *step_bubble_sim; /* the simulator's bubble of each timed step, owned */
+    gp_pipeline_stats last;  /* of the last timed step */
+    uint64_t *stage_peak;    /* (stages) peak bytes of each stage device, owned */
 } gp_cli_bench;
 
 /* Builds the workload's model, trains warmup + steps steps on random data
- * and records the timings; returns an exit status. */
+ * and records the timings; returns an exit status. The caller frees the
+ * owned arrays, also on failure. */
 int gp_cli_bench_train(gp_cli_bench *b);
 
 /* Median of n values (n >= 1), without changing them. */

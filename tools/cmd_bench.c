@@ -1,6 +1,7 @@
 /* `gpipe bench`: the WORKLOADS.md figures. G1 times OpenBLAS sgemm on the
- * 2048^3 and T1 shapes; T1 and C1 time training steps and divide the achieved
- * GFLOP/s by the 2048^3 sgemm ceiling measured in the same process. */
+ * 2048^3 and T1 shapes; T1, T2 (optionally on K pipeline stages) and C1 time
+ * training steps and divide the achieved GFLOP/s by the 2048^3 sgemm ceiling
+ * measured in the same process. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,26 +10,29 @@
 
 typedef struct bench_opts {
     const char *workload, *report;
-    int threads, steps, warmup, batch;
+    int threads, steps, warmup, batch, micro_batches;
     uint64_t seed;
     bool quiet;
+    gp_cli_pipeline_args pa; /* --partition is not offered: balanced cells only */
 } bench_opts;
 
-enum { NOPTS = 8 };
+enum { NOPTS = 12 };
+/* The options only T2 takes. */
+static const char *const t2_only[] = {"--stages", "--micro-batches", "--schedule", "--remat"};
 
 static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
-    gp_cli_opt tab[NOPTS] = {
-        {"--workload", GP_CLI_CHOICE, &o->workload, "G1|T1|C1",
-         "G1 sgemm GFLOP/s, T1 Transformer LM step, C1 convnet step (required)", NULL, 0, false,
-         "G1|T1|C1", false},
+    gp_cli_opt tab[] = {
+        {"--workload", GP_CLI_CHOICE, &o->workload, "G1|T1|T2|C1",
+         "G1 sgemm GFLOP/s, T1/T2 Transformer LM step, C1 convnet step (required)", NULL, 0,
+         false, "G1|T1|T2|C1", false},
         {"--threads", GP_CLI_INT, &o->threads, "N", "BLAS threads",
          "OpenBLAS's own (OPENBLAS_NUM_THREADS or all cores)", 1, false, NULL, false},
         {"--steps", GP_CLI_INT, &o->steps, "N", "timed steps (G1: timed calls per shape)", "10", 1,
          false, NULL, false},
         {"--warmup", GP_CLI_INT, &o->warmup, "N", "untimed steps (or calls) first", "3", 0, false,
          NULL, false},
-        {"--batch", GP_CLI_INT, &o->batch, "N", "mini-batch of T1 or C1", "32 for T1, 128 for C1",
-         1, false, NULL, false},
+        {"--batch", GP_CLI_INT, &o->batch, "N", "mini-batch of T1, T2 or C1",
+         "32 for T1 and T2, 128 for C1", 1, false, NULL, false},
         {"--seed", GP_CLI_U64, &o->seed, "S", "seed of the parameters and the random data", "1", 0,
          false, NULL, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
@@ -36,23 +40,45 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
         {"--quiet", GP_CLI_FLAG, &o->quiet, NULL, "no per-step lines on stderr", NULL, 0, false,
          NULL, false},
     };
+    gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
+    gp_cli_pipeline_options(pipe, &o->pa, "none: one device, gp_trainer");
+    int n = (int)(sizeof tab / sizeof tab[0]);
     memcpy(t, tab, sizeof tab);
-    return NOPTS;
+    t[n] = (gp_cli_opt){"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
+                        "T2: micro-batches per mini-batch (pipeline or gp_trainer)", "1", 1,
+                        false, NULL, false};
+    n++;
+    /* The shared entries, so that bench words them like train and plan. */
+    for (int i = 0; i < GP_CLI_PIPELINE_NOPTS && n < NOPTS; i++)
+        if (strcmp(pipe[i].name, "--partition") != 0) {
+            t[n] = pipe[i];
+            t[n].help = strcmp(pipe[i].name, "--stages") == 0
+                            ? "T2: pipeline stages, one BLAS thread each (gp_pipeline)"
+                            : pipe[i].help;
+            n++;
+        }
+    return n;
 }
 
 static void print_help(const gp_cli_opt *tab, int n) {
-    printf("Usage: gpipe bench --workload G1|T1|C1 [options]\n\n"
-           "Measures a workload of WORKLOADS.md on one CPU device:\n"
+    printf("Usage: gpipe bench --workload G1|T1|T2|C1 [options]\n\n"
+           "Measures a workload of WORKLOADS.md on the CPU:\n"
            "  G1  OpenBLAS sgemm GFLOP/s: 2048^3 and the T1 shapes 4096x512 by 512x1536,\n"
            "      512x512 and 512x2048, and 4096x2048 by 2048x512\n"
            "  T1  Transformer LM (gp_transformer_defaults), AdamW(3e-4, 0.01), random bytes:\n"
            "      tokens/s and GFLOP/s counted as 6 x matmul params x tokens\n"
            "      + 12 x layers x seq_len x d_model x tokens\n"
+           "  T2  T1 with d_model 256, 4 heads, d_ff 1024, 32 layers (25,436,672 parameters),\n"
+           "      batch 32; --stages K trains through the pipeline runtime (one BLAS thread\n"
+           "      per stage: --threads must be absent or 1), without it through gp_trainer;\n"
+           "      the report's pipeline object has the measured, theoretical and simulated\n"
+           "      bubble (medians over the timed steps)\n"
            "  C1  Fashion-MNIST convnet, SGD(0.05, momentum 0.9), random images: images/s and\n"
            "      GFLOP/s from the model's cost table\n"
-           "T1 and C1 report the median step time over --steps after --warmup steps, its\n"
+           "T1, T2 and C1 report the median step time over --steps after --warmup steps, its\n"
            "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
-           "process on the same threads.\n\nOptions:\n");
+           "process on the same threads (with K stages: K times the one-thread ceiling).\n\n"
+           "Options:\n");
     gp_cli_print_options(tab, n, stdout);
     printf("\nExit status: 0 success, 1 runtime failure, 2 bad usage.\n");
 }
@@ -112,6 +138,40 @@ static int run_g1(const bench_opts *o, cJSON *r) {
     return GP_CLI_EXIT_OK;
 }
 
+static void free_bench(gp_cli_bench *b) {
+    free(b->step_seconds);
+    free(b->step_ceiling);
+    free(b->step_bubble);
+    free(b->step_bubble_sim);
+    free(b->stage_peak);
+}
+
+/* "pipeline": {stages, micro_batches, schedule, remat, partition,
+ * busy_fraction, bubble_measured, bubble_theory, bubble_simulated, ...}:
+ * the bubbles are medians over the timed steps, the partition and busy
+ * fractions those of the last one. */
+static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
+    cJSON *pl = cJSON_AddObjectToObject(r, "pipeline");
+    const int K = b->stages, shown = K < 64 ? K : 64;
+    cJSON_AddNumberToObject(pl, "stages", K);
+    cJSON_AddNumberToObject(pl, "micro_batches", b->popts.micro_batches);
+    cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(b->popts.schedule));
+    cJSON_AddStringToObject(pl, "remat", gp_remat_name(b->popts.remat));
+    cJSON *part = cJSON_AddArrayToObject(pl, "partition");
+    cJSON *busy = cJSON_AddArrayToObject(pl, "busy_fraction");
+    cJSON *peak = cJSON_AddArrayToObject(pl, "stage_peak_bytes");
+    for (int k = 0; k < shown; k++) {
+        cJSON_AddItemToArray(part, cJSON_CreateNumber(b->last.partition[k]));
+        cJSON_AddItemToArray(busy, cJSON_CreateNumber(b->last.busy_fraction[k]));
+    }
+    for (int k = 0; k < K; k++) cJSON_AddItemToArray(peak, cJSON_CreateNumber((double)b->stage_peak[k]));
+    cJSON_AddNumberToObject(pl, "bubble_measured", gp_cli_median(b->step_bubble, b->steps));
+    cJSON_AddNumberToObject(pl, "bubble_theory", b->last.bubble_theory);
+    cJSON_AddNumberToObject(pl, "bubble_simulated", gp_cli_median(b->step_bubble_sim, b->steps));
+    add_spread(pl, "step_bubble_measured", b->step_bubble, b->steps);
+    add_spread(pl, "step_bubble_simulated", b->step_bubble_sim, b->steps);
+}
+
 static int run_training(const bench_opts *o, cJSON *r) {
     /* The ceiling on the same threads, in the same process (WORKLOADS.md):
      * one 2048^3 sgemm right after each timed step; the fraction is the
@@ -121,22 +181,30 @@ static int run_training(const bench_opts *o, cJSON *r) {
                       .warmup = o->warmup,
                       .batch = o->batch,
                       .seed = o->seed,
-                      .quiet = o->quiet};
-    int rc = gp_cli_bench_train(&b);
+                      .quiet = o->quiet,
+                      .stages = o->pa.stages};
+    int *first = NULL;
+    int rc = gp_cli_pipeline_resolve("bench", &o->pa, o->micro_batches > 0 ? o->micro_batches : 1,
+                                     0, &b.popts, &first);
+    free(first); /* no --partition here: always NULL */
+    b.popts.partition = NULL;
+    if (rc == GP_CLI_EXIT_OK) rc = gp_cli_bench_train(&b);
+    double *ratio = rc == GP_CLI_EXIT_OK ? calloc((size_t)b.steps, sizeof *ratio) : NULL;
+    if (rc == GP_CLI_EXIT_OK && !ratio) {
+        fprintf(stderr, "gpipe bench: out of host memory\n");
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
     if (rc != GP_CLI_EXIT_OK) {
-        free(b.step_seconds);
-        free(b.step_ceiling);
+        free_bench(&b);
         return rc;
     }
-    double *ratio = calloc((size_t)b.steps, sizeof *ratio);
-    if (!ratio) {
-        free(b.step_seconds);
-        free(b.step_ceiling);
-        fprintf(stderr, "gpipe bench: out of host memory\n");
-        return GP_CLI_EXIT_RUNTIME;
-    }
-    for (int i = 0; i < b.steps; i++)
+    /* K stages run K one-thread BLAS instances: their ceiling is K times the
+     * one-thread sgemm measured after each step. */
+    const double cores = b.stages > 0 ? b.stages : 1;
+    for (int i = 0; i < b.steps; i++) {
+        b.step_ceiling[i] *= cores;
         ratio[i] = b.flops_per_step / b.step_seconds[i] / 1e9 / b.step_ceiling[i];
+    }
     double ceiling = gp_cli_median(b.step_ceiling, b.steps);
     double fraction = gp_cli_median(ratio, b.steps);
     double med = gp_cli_median(b.step_seconds, b.steps), lo = b.step_seconds[0], hi = lo;
@@ -161,6 +229,16 @@ static int run_training(const bench_opts *o, cJSON *r) {
     add_spread(r, "step_seconds", b.step_seconds, b.steps);
     cJSON_AddNumberToObject(r, "final_loss", b.final_loss);
     gp_cli_report_memory(r, &b.mem);
+    if (strcmp(o->workload, "T2") == 0) {
+        cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
+        cJSON_AddStringToObject(r, "ceiling_basis",
+                                b.stages > 0 ? "stages x one-thread 2048^3 sgemm"
+                                             : "2048^3 sgemm on the BLAS threads");
+        if (b.stages > 0)
+            report_pipeline(r, &b);
+        else
+            cJSON_AddNullToObject(r, "pipeline");
+    }
 
     char mem[32];
     printf("%s: %s\n", o->workload, b.model_desc);
@@ -174,9 +252,15 @@ static int run_training(const bench_opts *o, cJSON *r) {
            "  fraction of the ceiling %.3f (median of per-step ratios to a 2048^3 sgemm run "
            "right after each step)\n",
            b.flops_per_step / 1e9, achieved, ceiling, fraction);
-    printf("  peak memory %s\n", gp_cli_fmt_bytes(b.mem.peak_total, mem, sizeof mem));
-    free(b.step_seconds);
-    free(b.step_ceiling);
+    printf("  peak memory %s%s\n", gp_cli_fmt_bytes(b.mem.peak_total, mem, sizeof mem),
+           b.stages > 0 ? " (stage peaks summed)" : "");
+    if (b.stages > 0)
+        printf("  pipeline K=%d M=%d %s remat %s: bubble measured %.3f, theory %.3f, simulated "
+               "%.3f (medians)\n",
+               b.stages, b.popts.micro_batches, gp_schedule_kind_name(b.popts.schedule),
+               gp_remat_name(b.popts.remat), gp_cli_median(b.step_bubble, b.steps),
+               b.last.bubble_theory, gp_cli_median(b.step_bubble_sim, b.steps));
+    free_bench(&b);
     free(ratio);
     return GP_CLI_EXIT_OK;
 }
@@ -191,7 +275,25 @@ int gp_cli_bench_main(int argc, char **argv) {
         return GP_CLI_EXIT_OK;
     }
     if (rc != GP_CLI_PARSED) return rc;
-    if (!o.workload) return gp_cli_usage_error("bench", "--workload: required (G1, T1 or C1)");
+    if (!o.workload) return gp_cli_usage_error("bench", "--workload: required (G1, T1, T2 or C1)");
+    const bool t2 = strcmp(o.workload, "T2") == 0;
+    for (size_t i = 0; i < sizeof t2_only / sizeof t2_only[0]; i++)
+        if (!t2 && gp_cli_seen(tab, n, t2_only[i]))
+            return gp_cli_usage_error("bench", "%s: only for --workload T2 (got %s)", t2_only[i],
+                                      o.workload);
+    if (!gp_cli_seen(tab, n, "--stages")) {
+        if (gp_cli_seen(tab, n, "--schedule"))
+            return gp_cli_usage_error("bench", "--schedule: only with --stages (gp_trainer runs "
+                                               "its micro-batches one after another)");
+        if (gp_cli_seen(tab, n, "--remat"))
+            return gp_cli_usage_error("bench", "--remat: only with --stages");
+    } else if (gp_cli_seen(tab, n, "--threads") && o.threads != 1) {
+        return gp_cli_usage_error("bench",
+                                  "--threads %d: with --stages every stage runs one BLAS thread; "
+                                  "leave --threads out or give 1",
+                                  o.threads);
+    }
+    if (o.pa.stages > 0) o.threads = 1;
     if (gp_cli_seen(tab, n, "--batch") && strcmp(o.workload, "G1") == 0)
         return gp_cli_usage_error("bench", "--batch: only for T1 and C1 (G1 has fixed shapes)");
     if (o.threads > 0) gp_blas_set_threads(o.threads);

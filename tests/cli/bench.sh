@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `gpipe bench`: G1, C1 and T1 on minimal settings write reports with the
-# required keys; T1's FLOP count follows the WORKLOADS.md formula exactly.
+# `gpipe bench`: G1, C1, T1 and T2 (K = 2 pipeline stages) on minimal settings
+# write reports with the required keys; T1's FLOP count follows the
+# WORKLOADS.md formula exactly; T2's pipeline options are checked.
 # Run from the repository root: bash tests/cli/bench.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -71,5 +72,65 @@ need(t1.get("optimizer_state", 0) == 0 and
      "T1: AdamW state should be two floats per parameter")
 finish()
 PY
+
+# T2 on 2 stages, 2 micro-batches of one sequence: the real 32-layer model.
+if ! "$GPIPE" bench --workload T2 --stages 2 --micro-batches 2 --schedule 1f1b --batch 2 \
+    --steps 1 --warmup 0 --quiet --report "$TMP/T2.json" >"$TMP/T2.out" 2>"$TMP/T2.err"; then
+    bad "gpipe bench --workload T2 --stages 2 failed: $(tail -c 600 "$TMP/T2.err")"
+fi
+grep -q "bubble measured" "$TMP/T2.out" || bad "T2 summary lacks the bubble line"
+python3 - "$TMP/T2.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import errors, finish, need
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    r = {}
+    errors.append(f"T2: {e}")
+need(r.get("nparams") == 25436672, f"T2 nparams {r.get('nparams')} (WORKLOADS.md: 25,436,672)")
+need(r.get("threads") == 1 and r.get("batch") == 2, "T2 threads/batch")
+need(r.get("throughput", {}).get("tokens_per_s", 0) > 0, "T2 tokens_per_s")
+# 6 x 25,231,360 matmul params x 256 tokens + 12 x 32 x 128 x 256 x 256
+need(r.get("flops_per_step") == 41976594432, f"T2 flops_per_step {r.get('flops_per_step')}")
+st = r.get("step_seconds", {})
+need(0 < st.get("min", 0) <= st.get("median", 0) <= st.get("max", 0), f"T2 step_seconds {st}")
+need(r.get("fraction_of_ceiling", 0) > 0 and r.get("achieved_gflops", 0) > 0, "T2 GFLOP/s")
+p = r.get("pipeline") or {}
+for key in ("stages", "micro_batches", "schedule", "remat", "partition", "busy_fraction",
+            "bubble_measured", "bubble_theory", "bubble_simulated"):
+    need(key in p, f"T2 pipeline: missing key {key}")
+K, M = p.get("stages"), p.get("micro_batches")
+need((K, M, p.get("schedule"), p.get("remat")) == (2, 2, "1f1b", "cell"), f"T2 pipeline {p}")
+if K and M:
+    need(abs(p.get("bubble_theory", -1) - (K - 1) / (M + K - 1)) < 1e-12, f"T2 bubble_theory {p.get('bubble_theory')}")
+part = p.get("partition", [])
+need(len(part) == 2 and part[0] == 0 and 0 < part[1] < 32, f"T2 partition {part}")
+need(len(p.get("busy_fraction", [])) == 2 and all(0 < f <= 1 for f in p.get("busy_fraction", [])),
+     f"T2 busy_fraction {p.get('busy_fraction')}")
+for key in ("bubble_measured", "bubble_simulated"):
+    need(0 <= p.get(key, -1) < 1, f"T2 {key} {p.get(key)}")
+finish()
+PY
+
+# Bad combinations are usage errors (exit 2) naming the option.
+usage() {
+    local want=$1
+    shift
+    "$GPIPE" bench "$@" >"$TMP/u.out" 2>"$TMP/u.err"
+    local rc=$?
+    [ "$rc" -eq 2 ] || bad "gpipe bench $*: exit $rc, expected 2"
+    grep -q -e "$want" "$TMP/u.err" || bad "gpipe bench $*: message does not name $want: $(cat "$TMP/u.err")"
+}
+usage --stages --workload T1 --stages 2
+usage --micro-batches --workload C1 --micro-batches 2
+usage --schedule --workload G1 --schedule 1f1b
+usage --remat --workload T1 --remat none
+usage --schedule --workload T2 --schedule 1f1b
+usage --remat --workload T2 --remat none
+usage --threads --workload T2 --stages 2 --threads 2
+usage --micro-batches --workload T2 --stages 2 --micro-batches 3 --batch 4 --steps 1 --warmup 0
+usage --stages --workload T2 --stages 100000 --batch 2 --steps 1 --warmup 0
+usage --stages --workload T2 --stages 0
+usage --schedule --workload T2 --stages 2 --schedule zigzag
 
 cli_finish bench
