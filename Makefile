@@ -58,8 +58,11 @@ test-tsan: deps
 
 # The main job: a byte-level Transformer LM on the multilingual fortunes.
 demo: build
-	$(GPIPE) train --model examples/demo_lm.json --steps 600 --batch 32 --lr 3e-3 \
-	  --eval-every 100 --sample 400 --report $(BUILD)/demo_report.json
+	$(GPIPE) train --model examples/demo_lm.json --stages 2 --micro-batches 8 --steps 600 \
+	  --batch 32 --lr 3e-3 --eval-every 100 --sample 400 --report $(BUILD)/demo_report.json \
+	  --timeline $(BUILD)/demo_timeline.svg --trace $(BUILD)/demo_trace.json
+	@echo "last step's pipeline timeline: $(BUILD)/demo_timeline.svg (open in a browser);" \
+	  "Chrome trace: $(BUILD)/demo_trace.json (https://ui.perfetto.dev); report: $(BUILD)/demo_report.json"
 
 demo-fashion: build
 	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json

@@ -1,7 +1,8 @@
 /* Pipeline options shared by `gpipe plan` and `gpipe train` (--stages,
  * --schedule, --remat, --partition): one set of table entries and one
- * translation into gp_pipeline_opts, so the two commands agree; and the
- * `pipeline` object of the train report. */
+ * translation into gp_pipeline_opts, so the two commands agree; and, for
+ * train, the report's `pipeline` object, the summary lines and the last step's
+ * --trace / --timeline files. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,8 +68,15 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(po->schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(po->remat));
     gp_cli_report_u64(pl, "memory_limit_bytes", po->memory_limit);
-    /* The runtime does not expose the cells it balanced: only a given list is known. */
-    if (po->partition) {
+    /* The cells actually used (balanced or given) come from the last step's stats. */
+    gp_pipeline_stats ps;
+    const bool have = t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps) == GP_OK;
+    const int nk = have ? (ps.stages < 64 ? ps.stages : 64) : 0;
+    if (have) {
+        cJSON *part = cJSON_AddArrayToObject(pl, "partition");
+        for (int k = 0; k < nk; k++)
+            cJSON_AddItemToArray(part, cJSON_CreateNumber(ps.partition[k]));
+    } else if (po->partition) {
         cJSON *part = cJSON_AddArrayToObject(pl, "partition");
         for (int k = 0; k < po->stages; k++)
             cJSON_AddItemToArray(part, cJSON_CreateNumber(po->partition[k]));
@@ -88,6 +96,19 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
         }
         cJSON_AddItemToArray(stages, s);
     }
+    if (!have) {
+        const char *keys[] = {"busy_fraction", "bubble_measured", "bubble_theory",
+                              "bubble_simulated", "step_s"};
+        for (int i = 0; i < 5; i++) cJSON_AddNullToObject(pl, keys[i]);
+        return;
+    }
+    cJSON *busy = cJSON_AddArrayToObject(pl, "busy_fraction");
+    for (int k = 0; k < nk; k++)
+        cJSON_AddItemToArray(busy, cJSON_CreateNumber(ps.busy_fraction[k]));
+    cJSON_AddNumberToObject(pl, "bubble_measured", ps.bubble_measured);
+    cJSON_AddNumberToObject(pl, "bubble_theory", ps.bubble_theory);
+    cJSON_AddNumberToObject(pl, "bubble_simulated", ps.bubble_simulated);
+    cJSON_AddNumberToObject(pl, "step_s", ps.step_s);
 }
 
 void gp_cli_pipeline_summary(const gp_cli_train *t) {
@@ -101,4 +122,28 @@ void gp_cli_pipeline_summary(const gp_cli_train *t) {
                    gp_cli_fmt_bytes(st.peak[c], mem, sizeof mem));
         printf(")\n");
     }
+    gp_pipeline_stats ps;
+    if (t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps) == GP_OK)
+        printf("bubble of the last step (%.3fs): measured %.1f%%, theory (K-1)/(M+K-1) %.1f%%, "
+               "simulated %.1f%%\n",
+               ps.step_s, 100 * ps.bubble_measured, 100 * ps.bubble_theory,
+               100 * ps.bubble_simulated);
+}
+
+int gp_cli_pipeline_write_files(const gp_cli_train *t) {
+    if (!t->pipeline) return GP_CLI_EXIT_OK;
+    if (t->trace) {
+        if (gp_pipeline_write_trace(t->pipeline, t->trace) != GP_OK)
+            return gp_cli_fail("train", "--trace");
+        printf("trace of the last step written to %s (Chrome trace JSON: Perfetto, "
+               "chrome://tracing)\n",
+               t->trace);
+    }
+    if (t->timeline) {
+        if (gp_pipeline_write_timeline(t->pipeline, t->timeline) != GP_OK)
+            return gp_cli_fail("train", "--timeline");
+        printf("timeline of the last step written to %s (SVG)\n", t->timeline);
+    }
+    fflush(stdout);
+    return GP_CLI_EXIT_OK;
 }

@@ -16,7 +16,7 @@ int gp_cli_fail(const char *cmd, const char *what) {
 
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
-    const char *model, *data, *report, *optimizer, *schedule;
+    const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
     double lr, min_lr, weight_decay, clip, momentum, temperature;
@@ -50,6 +50,12 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         pipe[1], /* --schedule */
         pipe[2], /* --remat */
         pipe[3], /* --partition */
+        {"--trace", GP_CLI_STRING, &o->trace, "FILE.json",
+         "with --stages: Chrome trace of the last step, one track per stage (Perfetto)", "none",
+         0, false, NULL, false},
+        {"--timeline", GP_CLI_STRING, &o->timeline, "FILE.svg",
+         "with --stages: SVG picture of the last step, stages as rows", "none", 0, false, NULL,
+         false},
         {"--optimizer", GP_CLI_CHOICE, &o->optimizer, "sgd|adamw", "optimizer",
          "sgd classifier, adamw language model", 0, false, "sgd|adamw", false},
         {"--lr", GP_CLI_FLOAT, &o->lr, "X", "peak learning rate", "0.05 sgd, 3e-4 adamw", 0, true,
@@ -118,7 +124,9 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "over the --micro-batches M of every mini-batch, with one synchronous update\n"
            "per step; the losses and parameters equal the single-device run's bit for bit\n"
            "(at --threads 1). Evaluation and --sample run between steps on the stages'\n"
-           "parameters, with the same results as on one device.\n\nOptions:\n",
+           "parameters, with the same results as on one device. The summary and the\n"
+           "report give the last step's bubble (idle share) measured, in theory\n"
+           "(K-1)/(M+K-1) and simulated; --trace and --timeline draw that step.\n\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
     printf("\nDefaults that depend on the model:\n"
@@ -149,8 +157,9 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   "but --model %s is a classifier",
                                   o->model);
     if (!SEEN("--stages"))
-        for (int i = 0; i < 3; i++) {
-            const char *name = (const char *[]){"--schedule", "--remat", "--partition"}[i];
+        for (int i = 0; i < 5; i++) {
+            const char *name = (const char *[]){"--schedule", "--remat", "--partition", "--trace",
+                                                "--timeline"}[i];
             if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --stages K", name);
         }
     t->stages = SEEN("--stages") ? o->pipe.stages : 0;
@@ -164,6 +173,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->model_name = o->model;
     t->data = o->data;
     t->report = o->report;
+    t->trace = o->trace;
+    t->timeline = o->timeline;
     t->quiet = o->quiet;
     t->sample = o->sample;
     t->epochs = o->epochs;
@@ -374,6 +385,8 @@ int gp_cli_train_main(int argc, char **argv) {
     rc = t.is_lm ? gp_cli_train_lm(&t) : gp_cli_train_classifier(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
     print_summary(&t);
+    rc = gp_cli_pipeline_write_files(&t);
+    if (rc != GP_CLI_EXIT_OK) goto done;
     if (t.sample > 0) {
         printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
                (unsigned long long)t.seed);

@@ -2,8 +2,10 @@
 # `gpipe train --stages K`: at --threads 1 a tiny byte LM and the convnet give
 # the same final loss and parameter hash as the single-device trainer for
 # every K, schedule and re-materialization mode; the report's pipeline object
-# (per-stage peak bytes), evaluation equal to the single-device run's for every
-# K; bad pipeline options exit 2 naming the option.
+# (per-stage peak bytes, partition, busy fractions, the last step's bubbles
+# with theory (K-1)/(M+K-1)), evaluation equal to the single-device run's for
+# every K; --trace / --timeline files of a K = 2 run; bad pipeline options exit
+# 2 naming the option.
 # Run from the repository root: bash tests/cli/train_pipeline.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -58,8 +60,15 @@ for c in $CN_COMBOS; do
     run "cn_$k$s$r" "${CN[@]}" --stages "$k" --schedule "$s" --remat "$r" \
         --report "$TMP/cn_$k$s$r.json"
 done
-# A given partition is used and reported.
-run lm_part "${LM[@]}" --stages 2 --partition 0,2 --report "$TMP/lm_part.json"
+# A given partition is used and reported; the last step drawn as a trace and a timeline.
+run lm_part "${LM[@]}" --stages 2 --partition 0,2 --report "$TMP/lm_part.json" \
+    --trace "$TMP/lm_part_trace.json" --timeline "$TMP/lm_part.svg"
+grep -q "<svg" "$TMP/lm_part.svg" && grep -q "stage 1" "$TMP/lm_part.svg" ||
+    bad "--timeline: $TMP/lm_part.svg is no SVG with a 'stage 1' row: $(head -c 200 "$TMP/lm_part.svg" 2>&1)"
+grep -q "^bubble of the last step .*measured .*theory .*simulated" "$TMP/lm_part.out" ||
+    bad "no bubble line in the summary"
+grep -q "^timeline of the last step written to $TMP/lm_part.svg" "$TMP/lm_part.out" ||
+    bad "the summary does not say where the timeline is"
 # Sampling after a K = 2 run reads the stages' parameters: the same text as on one device.
 run lm_sample1 "${LM[@]}" --sample 24
 run lm_sample2 "${LM[@]}" --stages 2 --remat cell --sample 24
@@ -96,13 +105,33 @@ def check(prefix, combos, extra=()):
         # Evaluation between steps reads every stage's parameters: the same
         # figures as the single-device run, for every K.
         need(r.get("eval") == ref["eval"] and "eval_skipped" not in r, f"{name}: eval {r.get('eval')}")
+        # The last step's figures: K cells from layer 0, K busy fractions, bubbles in [0, 1).
+        part, busy = p.get("partition"), p.get("busy_fraction")
+        need(isinstance(part, list) and len(part) == k and part[0] == 0 and part == sorted(set(part)),
+             f"{name}: partition {part}")
+        need(isinstance(busy, list) and len(busy) == k and all(0 < b <= 1 for b in busy),
+             f"{name}: busy_fraction {busy}")
+        for key in ("bubble_measured", "bubble_theory", "bubble_simulated"):
+            v = p.get(key)
+            need(isinstance(v, (int, float)) and 0 <= v < 1, f"{name}: {key} {v}")
+        th = p.get("bubble_theory")
+        need(isinstance(th, (int, float)) and abs(th - (k - 1) / (4 + k - 1)) <= 1e-12,
+             f"{name}: bubble_theory {th} != (K-1)/(M+K-1) = {(k - 1) / (4 + k - 1)}")
+        need(isinstance(p.get("step_s"), (int, float)) and p["step_s"] > 0, f"{name}: step_s {p.get('step_s')}")
 check("lm", lm_combos, [("2:gpipe:cell", "lm_part")])
 check("cn", cn_combos)
 part = json.load(open(f"{d}/lm_part.json"))["pipeline"]
 need(part.get("partition") == [0, 2] and part.get("partition_source") == "--partition",
      f"lm_part: partition {part.get('partition')}")
-need(json.load(open(f"{d}/lm_2{'1f1b'}none.json"))["pipeline"].get("partition") is None,
-     "a balanced partition is reported as null")
+bal = json.load(open(f"{d}/lm_2{'1f1b'}none.json"))["pipeline"]
+need(bal.get("partition_source") == "balanced" and len(bal.get("partition") or []) == 2,
+     f"a balanced partition is reported as the cells used: {bal.get('partition')}")
+# The Chrome trace of the K = 2 run: one named track per stage, and events on both.
+tr = json.load(open(f"{d}/lm_part_trace.json"))
+ev = tr["traceEvents"] if isinstance(tr, dict) else tr
+tracks = sorted(e["args"]["name"] for e in ev if e.get("name") == "thread_name")
+need(tracks == ["stage 0", "stage 1"], f"--trace: thread_name tracks {tracks}")
+need({e.get("tid") for e in ev if e.get("ph") == "X"} == {0, 1}, "--trace: no events on both stages")
 finish()
 PY
 
@@ -125,7 +154,12 @@ expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --part
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 0,x
 expect2 "--schedule: only with --stages K" "${LM[@]}" --schedule 1f1b
+expect2 "--trace: only with --stages K" "${LM[@]}" --trace "$TMP/t.json"
+expect2 "--timeline: only with --stages K" "${LM[@]}" --timeline "$TMP/t.svg"
+[ ! -e "$TMP/t.json" ] && [ ! -e "$TMP/t.svg" ] || bad "a usage error still wrote --trace/--timeline"
 "$GPIPE" train --help | grep -q -- "--stages K .*" || bad "--help does not list --stages"
 "$GPIPE" train --help | grep -q -- "(default: gpipe)" || bad "--help does not give --schedule's default"
+
+"$GPIPE" train --help | grep -q -- "--timeline FILE.svg" || bad "--help does not list --timeline"
 
 cli_finish train_pipeline
