@@ -69,6 +69,7 @@ demo-fashion: build
 
 bench: build
 	bash bench/run.sh $(GPIPE)
+	bash bench/run_t2.sh $(GPIPE)
 
 install: build
 	cmake --install $(BUILD)
