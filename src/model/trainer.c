@@ -162,12 +162,7 @@ gp_status gp_trainer_apply(gp_trainer *t) {
     /* Global norm: per-layer partial sums combined in layer order, so the
      * result does not depend on how layers are split across stages. */
     double total = 0;
-    for (int li = 0; li < m->nlayers; li++) {
-        double layer_sum = 0;
-        for (int j = 0; j < m->layers[li]->nparams; j++)
-            if (m->layers[li]->params[j].trainable) layer_sum += gp_grad_sumsq(&m->layers[li]->params[j]);
-        total += layer_sum;
-    }
+    for (int li = 0; li < m->nlayers; li++) total += gp_layer_grad_sumsq(m->layers[li]);
     double norm = sqrt(total);
     t->last_grad_norm = (float)norm;
     if (!isfinite(norm)) {
@@ -175,13 +170,7 @@ gp_status gp_trainer_apply(gp_trainer *t) {
         return gp_error(GP_NUMERIC, "step %d: the gradient norm is not finite; no update made",
                         t->step);
     }
-    float clip = gp_clip_factor(t->o.clip_norm, norm);
-    float lr = gp_optim_lr_at(&t->o, t->step);
-    gp_param *p;
-    FOR_EACH_TRAINABLE(m, p) {
-        if (clip < 1.0f) gp_grad_scale(p, clip);
-        gp_optim_update(&t->o, p, lr, t->step + 1);
-    }
+    gp_optim_apply_layers(&t->o, m->layers, 0, m->nlayers, norm, t->step);
     gp_trainer_zero_grads(t);
     t->step++;
     return GP_OK;

@@ -114,3 +114,23 @@ float gp_clip_factor(float clip_norm, double total_norm) {
     double f = clip_norm / (total_norm + 1e-6);
     return f < 1.0 ? (float)f : 1.0f;
 }
+
+double gp_layer_grad_sumsq(const gp_layer *l) {
+    double sum = 0;
+    for (int j = 0; j < l->nparams; j++)
+        if (l->params[j].trainable) sum += gp_grad_sumsq(&l->params[j]);
+    return sum;
+}
+
+void gp_optim_apply_layers(const gp_optim_opts *o, gp_layer *const *layers, int first, int last,
+                           double global_norm, int step) {
+    float clip = gp_clip_factor(o->clip_norm, global_norm);
+    float lr = gp_optim_lr_at(o, step);
+    for (int li = first; li < last; li++)
+        for (int j = 0; j < layers[li]->nparams; j++) {
+            gp_param *p = &layers[li]->params[j];
+            if (!p->trainable) continue;
+            if (clip < 1.0f) gp_grad_scale(p, clip);
+            gp_optim_update(o, p, lr, step + 1);
+        }
+}

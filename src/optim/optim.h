@@ -20,4 +20,14 @@ void gp_grad_scale(gp_param *p, float scale);
  * under the threshold), as torch.nn.utils.clip_grad_norm_. */
 float gp_clip_factor(float clip_norm, double total_norm);
 
+/* The per-layer partial of the global gradient norm: squared gradients of
+ * the layer's trainable parameters, in parameter order. The trainer and the
+ * pipeline both combine these in layer order, which is what makes the norm
+ * (and so the update) independent of how layers are split into stages. */
+double gp_layer_grad_sumsq(const gp_layer *l);
+/* Clip by the global norm and update every trainable parameter of
+ * layers[first, last) with the learning rate of 0-based `step`. */
+void gp_optim_apply_layers(const gp_optim_opts *o, gp_layer *const *layers, int first, int last,
+                           double global_norm, int step);
+
 #endif

@@ -211,12 +211,7 @@ static gp_status do_optimizer_step(stage *s) {
         gp_trace_end(t, s->k);
         return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
     }
-    for (int li = s->first; li < s->last; li++) {
-        double layer_sum = 0;
-        for (int j = 0; j < m->layers[li]->nparams; j++)
-            if (m->layers[li]->params[j].trainable) layer_sum += gp_grad_sumsq(&m->layers[li]->params[j]);
-        v[li] = layer_sum;
-    }
+    for (int li = s->first; li < s->last; li++) v[li] = gp_layer_grad_sumsq(m->layers[li]);
     if (is_last(s)) v[L] = s->loss;
     gp_trace_end(t, s->k);
     gp_status st = gp_trace_begin(t, s->k, GP_TRACE_WAIT, -1, "ALLREDUCE");
@@ -235,15 +230,8 @@ static gp_status do_optimizer_step(stage *s) {
     if (!isfinite(norm))
         return gp_error(GP_NUMERIC, "step %d: the gradient norm is not finite; no update made",
                         p->step);
-    float clip = gp_clip_factor(p->o.clip_norm, norm);
-    float lr = gp_optim_lr_at(&p->o, p->step);
     GP_TRY(gp_trace_begin(t, s->k, GP_TRACE_OPTIMIZER, -1, "UPDATE"));
-    gp_param *q;
-    FOR_EACH_OWN_TRAINABLE(s, li, q) {
-        (void)li;
-        if (clip < 1.0f) gp_grad_scale(q, clip);
-        gp_optim_update(&p->o, q, lr, p->step + 1);
-    }
+    gp_optim_apply_layers(&p->o, m->layers, s->first, s->last, norm, p->step);
     zero_grads(s);
     return gp_trace_end(t, s->k);
 }
