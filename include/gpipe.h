@@ -475,6 +475,9 @@ typedef enum gp_schedule_kind { GP_SCHEDULE_GPIPE = 0, GP_SCHEDULE_1F1B = 1 } gp
  * recompute the cell's forward during backward. NONE: keep every layer's
  * saved state for each micro-batch in flight. */
 typedef enum gp_remat { GP_REMAT_CELL = 0, GP_REMAT_NONE = 1 } gp_remat;
+/* Where the stages run: THREADS, K threads of this process; MPI, one process per stage and
+ * replica, started by mpirun or srun (needs a build with MPI, see gp_mpi_built). */
+typedef enum gp_backend { GP_BACKEND_THREADS = 0, GP_BACKEND_MPI = 1 } gp_backend;
 const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b" */
 const char *gp_remat_name(gp_remat r);                 /* "cell", "none" */
 
@@ -485,6 +488,10 @@ typedef struct gp_pipeline_opts {
     gp_remat remat;
     const int *partition;  /* optional: first layer of each of the K cells (K entries) */
     uint64_t memory_limit; /* per-device bytes, 0: none */
+    /* Processes (see "MPI backend" below); zeroed: K threads in this process. */
+    gp_backend backend;
+    int data_parallel;     /* D >= 1 replicas (0 means 1); MPI only */
+    double comm_timeout_s; /* longest wait on another rank; 0: 60 s */
 } gp_pipeline_opts;
 
 /* One cell of a plan. Times are seconds at the plan's GFLOP/s; bytes follow
@@ -582,6 +589,48 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out);
 /* Chrome trace JSON / SVG timeline of the last step; errors name the path. */
 gp_status gp_pipeline_write_trace(const gp_pipeline *p, const char *path);
 gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path);
+
+/* ------------------------------------------------------------ MPI backend */
+
+/* With backend GP_BACKEND_MPI, gp_pipeline_new is called by every rank of an MPI job of
+ * D x K ranks (D = data_parallel replicas, K = stages; any other size is an error naming
+ * both, before anything is allocated). World rank r runs stage r % K of replica r / K;
+ * every rank passes the same GLOBAL mini-batch to gp_pipeline_step and replica d trains on
+ * its d-th slice of it (the batch must divide by D x M). After backward, each stage's
+ * gradients are summed over its D replicas with MPI_Iallreduce in buckets, started as soon
+ * as the stage's last micro-batch is backpropagated. Loss, gradient norm and losses of all
+ * replicas meet in one fixed-order all-reduce, so every rank gets the same bits. D = 1 gives
+ * bit-identical parameters to GP_BACKEND_THREADS; D > 1 differs from D = 1 by the order of
+ * the gradient sums only (about 1e-7 relative). Every wait is bounded by comm_timeout_s: a
+ * rank that fails or stops answering makes the others fail with a message naming the rank,
+ * the action it waited on and the peer. */
+
+/* Whether this library was built with MPI. */
+bool gp_mpi_built(void);
+/* Whether a launcher (mpirun, srun) started this process, from its environment; *world_size
+ * (may be NULL) gets the number of ranks it announced (1 if none). MPI is not touched. */
+bool gp_mpi_launched(int *world_size);
+/* Initializes MPI once (MPI_THREAD_FUNNELED) and returns this process's world rank and size;
+ * GP_UNSUPPORTED without MPI. gp_pipeline_new calls it itself. */
+gp_status gp_mpi_init(int *rank, int *size);
+/* At the end of the program, after every pipeline is freed: MPI_Finalize, or, if a run
+ * failed (peers may be dead or waiting), MPI_Abort. Nothing without MPI. */
+void gp_mpi_finalize(void);
+/* After a failure has been printed: flushes stdout/stderr and ends every rank (MPI_Abort). */
+void gp_mpi_abort_job(int code);
+
+/* This process's place: world rank and size (0 and 1 on threads), the stage it runs (-1: all
+ * K, on threads) and its replica. Any pointer may be NULL. */
+void gp_pipeline_place(const gp_pipeline *p, int *rank, int *nranks, int *stage, int *replica);
+/* Gives every rank the current values of every layer (owners broadcast within each replica):
+ * call it on every rank before evaluating, sampling or hashing the model, which otherwise
+ * holds stale copies of the other stages' layers. Replica 0's values are what rank 0 sees.
+ * Nothing to do on threads. */
+gp_status gp_pipeline_sync_params(gp_pipeline *p);
+/* Bytes each world rank handed to MPI in the last step: point-to-point (activations and
+ * gradients with their headers) and gradients given to the data-parallel all-reduce. Fills
+ * n entries of each array (n >= the number of ranks); zeros on threads. */
+gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *allreduce, int n);
 
 #ifdef __cplusplus
 }

@@ -102,4 +102,19 @@ gp_gradcheck_opts gp_gradcheck_defaults(void);
 int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
                  const gp_gradcheck_opts *o);
 
+/* The pipeline tests' two nets (test_pipeline.c, test_pipeline_mpi.c): a small transformer
+ * with dropout (8 layers, vocab 64, T 16) trained with AdamW and clipping, and a small convnet
+ * with batch norm trained with SGD and clipping; and one step's batch of GP_TEST_NET_BATCH
+ * examples, a function of the step only. */
+typedef enum { GP_TEST_TRANSFORMER, GP_TEST_CONVNET } gp_test_net;
+#define GP_TEST_NET_BATCH 8
+gp_model *gp_test_net_model(gp_test_net net);
+gp_optim_opts gp_test_net_optim(gp_test_net net);
+typedef struct gp_test_batch {
+    float xf[GP_TEST_NET_BATCH * 28 * 28];
+    int32_t xi[GP_TEST_NET_BATCH * 16], y[GP_TEST_NET_BATCH * 16];
+    gp_tensor x, yt; /* views of the arrays above */
+} gp_test_batch;
+void gp_test_net_batch(gp_test_net net, int step, gp_test_batch *b);
+
 #endif

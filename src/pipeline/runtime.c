@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../comm/mpi_grid.h"
 #include "../comm/transport.h"
 #include "../trace/trace.h"
 #include "../model/sequence.h"
@@ -65,7 +66,25 @@ struct gp_pipeline {
     int *first;       /* (K) first layer of each cell */
     bool have_trace;  /* the last step succeeded and its timeline is complete */
     double step_s;
+    /* Processes (MPI, the end of this file): this process runs stage gp_grid_stage(grid) of
+     * replica gp_grid_replica(grid) only; NULL grid: every stage, as threads. */
+    gp_grid *grid;
+    int D;              /* data-parallel replicas */
+    int mb0;            /* global index of this replica's first micro-batch (RNG keys) */
+    gp_tensor xv, yv;   /* this replica's rows of the step's mini-batch (views) */
+    gp_device *mirror;  /* copies of the other stages' layers (gp_pipeline_sync_params) */
+    gp_tensor dp_buf;   /* (stage's trainable elements) the data-parallel gradient buckets */
+    uint64_t *bytes;    /* (2 x world size) p2p and all-reduce bytes of each rank, last step */
 };
+
+static bool owns(const gp_pipeline *p, int k) { return !p->grid || gp_grid_stage(p->grid) == k; }
+static gp_status start_grad_reduce(struct stage *s);
+static gp_status finish_grad_reduce(struct stage *s);
+static gp_status reduce_over_ranks(struct stage *s, double *v, int L);
+static gp_status step_processes(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
+                                float *loss);
+static gp_status init_processes(gp_pipeline *p, const gp_pipeline_opts *po);
+static void free_processes(gp_pipeline *p);
 
 /* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
  * event is closed whatever call returns, so a failed action leaves no open event behind. */
@@ -101,7 +120,7 @@ static gp_tensor batch_slice(const gp_tensor *t, int64_t first, int64_t n) {
 
 static gp_run run_for(const gp_pipeline *p, int mb, bool recompute) {
     gp_run r = {.training = true, .recompute = recompute, .seed = p->seed,
-                .step = (uint32_t)p->step, .micro_batch = (uint32_t)mb};
+                .step = (uint32_t)p->step, .micro_batch = (uint32_t)(p->mb0 + mb)};
     return r;
 }
 
@@ -205,6 +224,7 @@ static gp_status do_optimizer_step(stage *s) {
     gp_trace *t = &p->trace;
     /* Three events: the partials (OPTIMIZER), the all-reduce, which is mostly waiting for the
      * slowest stage (WAIT), then the clip and update (OPTIMIZER). */
+    if (p->grid) GP_TRY(finish_grad_reduce(s));
     GP_TRY(gp_trace_begin(t, s->k, GP_TRACE_OPTIMIZER, -1, "NORMS"));
     double *v = calloc((size_t)L + 1, sizeof *v);
     if (!v) {
@@ -216,7 +236,7 @@ static gp_status do_optimizer_step(stage *s) {
     gp_trace_end(t, s->k);
     gp_status st = gp_trace_begin(t, s->k, GP_TRACE_WAIT, -1, "ALLREDUCE");
     if (st == GP_OK) {
-        st = gp_transport_allreduce_sum(p->tr, s->k, v, L + 1);
+        st = p->grid ? reduce_over_ranks(s, v, L) : gp_transport_allreduce_sum(p->tr, s->k, v, L + 1);
         gp_trace_end(t, s->k);
     }
     double total = 0, loss = v[L];
@@ -259,7 +279,10 @@ static gp_status do_action(stage *s, gp_action a) {
     int k = s->k, mb = a.mb;
     switch (a.kind) {
     case GP_ACT_FORWARD: TRACED(s, GP_TRACE_FORWARD, mb, NULL, do_forward(s, mb)); return GP_OK;
-    case GP_ACT_BACKWARD: return do_backward(s, mb);
+    case GP_ACT_BACKWARD:
+        GP_TRY(do_backward(s, mb));
+        /* Backwards run in micro-batch order: after the last, the gradients are final. */
+        return s->p->grid && mb == s->p->M - 1 ? start_grad_reduce(s) : GP_OK;
     case GP_ACT_SEND_ACT: return timed_send(s, k + 1, GP_MSG_ACT, mb, &s->out[mb]);
     case GP_ACT_SEND_GRAD: return timed_send(s, k - 1, GP_MSG_GRAD, mb, &s->dx[mb]);
     case GP_ACT_RECV_ACT:
@@ -325,6 +348,7 @@ static void free_stage_state(gp_pipeline *p) {
 
 void gp_pipeline_free(gp_pipeline *p) {
     if (!p) return;
+    free_processes(p);
     if (p->st) {
         free_stage_state(p);
         for (int k = 0; k < p->K; k++) {
@@ -405,6 +429,10 @@ static gp_status init_stages(gp_pipeline *p, const int *first, uint64_t memory_l
         s->k = k;
         s->first = first[k];
         s->last = k + 1 < p->K ? first[k + 1] : m->nlayers;
+        if (!owns(p, k)) { /* another process runs it: a copy for evaluation only */
+            GP_TRY(gp_model_init_range(m, s->first, s->last, p->mirror, p->seed));
+            continue;
+        }
         size_t M = (size_t)p->M;
         s->in = calloc(M, sizeof *s->in);
         s->pass = calloc(M, sizeof *s->pass);
@@ -465,7 +493,9 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->M = M;
     p->remat = po->remat;
     p->seed = seed;
-    gp_status s = choose_partition(p, po, first);
+    p->D = 1;
+    gp_status s = init_processes(p, po); /* first: a mismatched launch fails before any work */
+    if (s == GP_OK) s = choose_partition(p, po, first);
     if (s == GP_OK) s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), K, M, &p->sched);
     if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
     if (s == GP_OK) {
@@ -491,6 +521,11 @@ gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *o
     if (stage < 0 || stage >= p->K)
         return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: stage %d outside 0..%d", stage,
                         p->K - 1);
+    if (!owns(p, stage))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_pipeline_mem_stats: stage %d runs in another process (this is rank %d, "
+                        "stage %d)",
+                        stage, gp_grid_world_rank(p->grid), gp_grid_stage(p->grid));
     gp_device_mem_stats(p->st[stage].dev, out);
     return GP_OK;
 }
@@ -526,6 +561,7 @@ static gp_status check_batch(const gp_pipeline *p, const gp_tensor *x, const gp_
 gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y, float *loss) {
     if (!p) return gp_error(GP_INVALID_ARGUMENT, "pipeline step: pipeline is NULL");
     GP_TRY(check_batch(p, x, y));
+    if (p->grid) return step_processes(p, x, y, loss);
     p->x = x;
     p->y = y;
     p->b = x->shape.dim[0] / p->M;
@@ -695,4 +731,208 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *p, const char *path) {
 gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path) {
     GP_TRY(check_written(p, path, "gp_pipeline_write_timeline"));
     return gp_trace_write_svg(&p->trace, path);
+}
+
+/* --------------------------------------------------------------- processes (MPI) */
+
+/* Gradient buckets of at most this many floats (4 MiB): big enough that the all-reduce runs
+ * at bandwidth, small enough that the first buckets travel while the rest are copied. */
+#define DP_BUCKET_FLOATS (1 << 20)
+
+static int64_t stage_trainable_nelem(const stage *s) {
+    int64_t n = 0;
+    gp_param *q;
+    FOR_EACH_OWN_TRAINABLE(s, li, q) {
+        (void)li;
+        n += gp_tensor_nelem(&q->grad);
+    }
+    return n;
+}
+
+/* The grid (mpirun's world as D x K) and this process's stage; threads: nothing. */
+static gp_status init_processes(gp_pipeline *p, const gp_pipeline_opts *po) {
+    if (po->backend == GP_BACKEND_THREADS) {
+        if (po->data_parallel > 1)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "pipeline: data_parallel %d needs the MPI backend (one process per "
+                            "replica and stage)",
+                            po->data_parallel);
+        return GP_OK;
+    }
+    if (po->backend != GP_BACKEND_MPI)
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: backend %d is neither threads (%d) nor mpi (%d)",
+                        (int)po->backend, GP_BACKEND_THREADS, GP_BACKEND_MPI);
+    if (po->data_parallel < 0 || !(po->comm_timeout_s >= 0))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: data_parallel %d must be >= 1 and comm_timeout_s %g >= 0",
+                        po->data_parallel, po->comm_timeout_s);
+    p->D = po->data_parallel ? po->data_parallel : 1;
+    GP_TRY(gp_grid_new(p->D, p->K, po->comm_timeout_s, &p->grid));
+    p->tr = gp_grid_pipe(p->grid);
+    p->bytes = calloc(2 * (size_t)gp_grid_world_size(p->grid), sizeof *p->bytes);
+    if (!p->bytes) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate byte counters");
+    char name[48];
+    snprintf(name, sizeof name, "mirror%d", gp_grid_world_rank(p->grid));
+    return gp_device_cpu_new(name, &p->mirror);
+}
+
+static void free_processes(gp_pipeline *p) {
+    if (!p->grid) return;
+    if (p->st) gp_tensor_release(&p->dp_buf); /* on the stage device, before it goes */
+    gp_model *m = p->m;
+    for (int li = 0; li < m->nlayers; li++) {
+        if (!p->mirror || m->devs[li] != p->mirror) continue;
+        for (int j = 0; j < m->layers[li]->nparams; j++)
+            gp_tensor_release(&m->layers[li]->params[j].value);
+        m->devs[li] = NULL;
+    }
+    gp_grid_free(p->grid);
+    p->grid = NULL;
+    p->tr = NULL;
+    if (p->mirror) gp_device_free(p->mirror);
+    p->mirror = NULL;
+    free(p->bytes);
+}
+
+static gp_status start_grad_reduce(stage *s) {
+    gp_pipeline *p = s->p;
+    if (p->D < 2) return GP_OK;
+    int64_t n = stage_trainable_nelem(s);
+    if (!p->dp_buf.data) {
+        if (n == 0) return GP_OK;
+        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_GRADS, gp_shape1(n), GP_F32, &p->dp_buf));
+    }
+    float *b = p->dp_buf.data;
+    gp_param *q;
+    FOR_EACH_OWN_TRAINABLE(s, li, q) {
+        (void)li;
+        size_t nb = gp_tensor_nbytes(&q->grad);
+        memcpy(b, q->grad.data, nb);
+        b += gp_tensor_nelem(&q->grad);
+    }
+    return gp_grid_grads_start(p->grid, p->dp_buf.data, n, DP_BUCKET_FLOATS);
+}
+
+static gp_status finish_grad_reduce(stage *s) {
+    gp_pipeline *p = s->p;
+    if (p->D < 2 || !p->dp_buf.data) return GP_OK;
+    GP_TRY(gp_trace_begin(&p->trace, s->k, GP_TRACE_WAIT, -1, "GRAD_ALLREDUCE"));
+    gp_status st = gp_grid_grads_wait(p->grid);
+    gp_trace_end(&p->trace, s->k);
+    if (st != GP_OK) return st;
+    const float *b = p->dp_buf.data;
+    gp_param *q;
+    FOR_EACH_OWN_TRAINABLE(s, li, q) {
+        (void)li;
+        memcpy(q->grad.data, b, gp_tensor_nbytes(&q->grad));
+        b += gp_tensor_nelem(&q->grad);
+    }
+    return GP_OK;
+}
+
+/* v[0..L-1]: this stage's layers' squared gradient norms (zero elsewhere), v[L]: the last
+ * stage's loss over its replica's rows. One all-reduce over every rank, in world order, of
+ * L norms (replica 0's only: the replicas' reduced gradients are identical), D losses and each
+ * rank's byte counts. Every entry has one contributor, so the sums are exact and identical
+ * everywhere; the loss is then the replicas' losses added in replica order. */
+static gp_status reduce_over_ranks(stage *s, double *v, int L) {
+    gp_pipeline *p = s->p;
+    int W = gp_grid_world_size(p->grid), rank = gp_grid_world_rank(p->grid);
+    int d = gp_grid_replica(p->grid), n = L + p->D + 2 * W;
+    double *w = calloc((size_t)n, sizeof *w);
+    if (!w) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d reduction values", n);
+    if (d == 0) memcpy(w, v, (size_t)L * sizeof *w);
+    w[L + d] = v[L];
+    uint64_t p2p, ar;
+    gp_grid_bytes(p->grid, &p2p, &ar);
+    w[L + p->D + 2 * rank] = (double)p2p;
+    w[L + p->D + 2 * rank + 1] = (double)ar;
+    gp_status st = gp_transport_allreduce_sum(gp_grid_world(p->grid), rank, w, n);
+    if (st == GP_OK) {
+        memcpy(v, w, (size_t)L * sizeof *v);
+        double loss = w[L];
+        for (int r = 1; r < p->D; r++) loss += w[L + r];
+        v[L] = loss;
+        for (int i = 0; i < 2 * W; i++) p->bytes[i] = (uint64_t)w[L + p->D + i];
+    }
+    free(w);
+    return st;
+}
+
+/* One step on this process's stage, on the calling thread (MPI is initialized FUNNELED: only
+ * this thread calls it). Every rank gets the global batch; this replica takes its rows. */
+static gp_status step_processes(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
+                                float *loss) {
+    int64_t B = x->shape.dim[0];
+    if (B % ((int64_t)p->D * p->M))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline step: batch %lld is not divisible by %d replicas x %d "
+                        "micro-batches",
+                        (long long)B, p->D, p->M);
+    int d = gp_grid_replica(p->grid), k = gp_grid_stage(p->grid);
+    int64_t rows = B / p->D;
+    p->xv = batch_slice(x, d * rows, rows);
+    p->yv = batch_slice(y, d * rows, rows);
+    p->x = &p->xv;
+    p->y = &p->yv;
+    p->b = rows / p->M;
+    p->mb0 = d * p->M;
+    double n = (double)gp_count_labels(y); /* the global batch's: replicas' gradients add up */
+    p->normalizer = n > 0 ? n : 1;
+    stage *s = &p->st[k];
+    GP_TRY(gp_model_shape(p->m, s->first - 1, p->b, &s->in_shape));
+    GP_TRY(gp_model_shape(p->m, s->last - 1, p->b, &s->out_shape));
+    s->status = GP_OK;
+    s->msg[0] = '\0';
+    p->have_trace = false;
+    gp_trace_reset(&p->trace);
+    gp_grid_bytes_reset(p->grid);
+    double t_start = gp_now();
+    stage_main(s);
+    p->step_s = gp_now() - t_start;
+    if (s->status != GP_OK) {
+        zero_grads(s);
+        return gp_error(s->status, "%s", s->msg);
+    }
+    if (loss) *loss = (float)s->loss;
+    p->step++;
+    return GP_OK;
+}
+
+void gp_pipeline_place(const gp_pipeline *p, int *rank, int *nranks, int *stage, int *replica) {
+    bool g = p && p->grid;
+    if (rank) *rank = g ? gp_grid_world_rank(p->grid) : 0;
+    if (nranks) *nranks = g ? gp_grid_world_size(p->grid) : 1;
+    if (stage) *stage = g ? gp_grid_stage(p->grid) : -1;
+    if (replica) *replica = g ? gp_grid_replica(p->grid) : 0;
+}
+
+gp_status gp_pipeline_sync_params(gp_pipeline *p) {
+    if (!p) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_sync_params: pipeline is NULL");
+    if (!p->grid) return GP_OK;
+    gp_model *m = p->m;
+    for (int k = 0; k < p->K; k++)
+        for (int li = p->st[k].first; li < p->st[k].last; li++)
+            for (int j = 0; j < m->layers[li]->nparams; j++) {
+                gp_tensor *v = &m->layers[li]->params[j].value;
+                gp_status st = gp_grid_bcast(p->grid, k, v->data, gp_tensor_nbytes(v));
+                if (st != GP_OK)
+                    return gp_error_context(st, "gp_pipeline_sync_params: layer %d parameter %s",
+                                            li, m->layers[li]->params[j].name);
+            }
+    return GP_OK;
+}
+
+gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *allreduce, int n) {
+    if (!p || !p2p || !allreduce)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_bytes_sent: NULL argument");
+    int W = p->grid ? gp_grid_world_size(p->grid) : 1;
+    if (n < W)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_bytes_sent: room for %d ranks, %d needed",
+                        n, W);
+    for (int r = 0; r < n; r++) {
+        p2p[r] = r < W && p->grid ? p->bytes[2 * r] : 0;
+        allreduce[r] = r < W && p->grid ? p->bytes[2 * r + 1] : 0;
+    }
+    return GP_OK;
 }

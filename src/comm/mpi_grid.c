@@ -1,0 +1,359 @@
+/* The MPI backend's process grid (see mpi_grid.h), the shared failure state that every wait
+ * polls, and the public gp_mpi_* functions. MPI itself is process-wide (one MPI_Init per
+ * process), so whether this process initialized it and whether it failed are the only
+ * process-wide state here. Built without MPI, every entry point says so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpi_grid.h"
+
+/* Environment variables that launchers set in every rank they start. */
+static const char *const LAUNCH_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                                          "MPI_LOCALNRANKS"};
+
+bool gp_mpi_launched(int *world_size) {
+    for (size_t i = 0; i < sizeof LAUNCH_VARS / sizeof *LAUNCH_VARS; i++) {
+        const char *v = getenv(LAUNCH_VARS[i]);
+        if (v && *v) {
+            if (world_size) *world_size = atoi(v);
+            return true;
+        }
+    }
+    if (world_size) *world_size = 1;
+    return false;
+}
+
+#ifndef GP_HAVE_MPI
+
+bool gp_mpi_built(void) { return false; }
+
+static gp_status not_built(const char *what) {
+    return gp_error(GP_UNSUPPORTED,
+                    "%s: MPI support was not built (install libopenmpi-dev, or another MPI-3 "
+                    "library, and rebuild: cmake finds it with -DGP_MPI=AUTO or ON)",
+                    what);
+}
+
+gp_status gp_mpi_init(int *rank, int *size) {
+    if (rank) *rank = 0;
+    if (size) *size = 1;
+    return not_built("gp_mpi_init");
+}
+void gp_mpi_finalize(void) {}
+void gp_mpi_abort_job(int code) { (void)code; }
+gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out) {
+    (void)D, (void)K, (void)timeout_s;
+    *out = NULL;
+    return not_built("the MPI backend");
+}
+void gp_grid_free(gp_grid *g) { (void)g; }
+int gp_grid_world_rank(const gp_grid *g) { return (void)g, 0; }
+int gp_grid_world_size(const gp_grid *g) { return (void)g, 1; }
+int gp_grid_stage(const gp_grid *g) { return (void)g, 0; }
+int gp_grid_replica(const gp_grid *g) { return (void)g, 0; }
+gp_transport *gp_grid_pipe(gp_grid *g) { return (void)g, NULL; }
+gp_transport *gp_grid_world(gp_grid *g) { return (void)g, NULL; }
+gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n, int64_t b) {
+    (void)g, (void)x, (void)n, (void)b;
+    return not_built("gradient all-reduce");
+}
+gp_status gp_grid_grads_wait(gp_grid *g) { return (void)g, not_built("gradient all-reduce"); }
+gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes) {
+    (void)g, (void)root, (void)buf, (void)nbytes;
+    return not_built("broadcast");
+}
+void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {
+    (void)g;
+    *p2p = *allreduce = 0;
+}
+void gp_grid_bytes_reset(gp_grid *g) { (void)g; }
+void gp_grid_abort(gp_grid *g, gp_status s, const char *why) { (void)g, (void)s, (void)why; }
+
+#else /* GP_HAVE_MPI */
+
+#include "mpi_internal.h"
+
+static bool g_we_initialized; /* this library called MPI_Init_thread */
+static bool g_failed;         /* a run failed: MPI_Finalize would wait for dead peers */
+
+bool gp_mpi_built(void) { return true; }
+
+gp_status gp_mpi_init(int *rank, int *size) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized) return gp_error(GP_INVALID_ARGUMENT, "gp_mpi_init: MPI was already finalized");
+    if (!inited) {
+        /* Stages call MPI from the thread that initialized it only. */
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return gp_error(GP_IO, "gp_mpi_init: MPI_Init_thread failed");
+        g_we_initialized = true;
+    }
+    int r = 0, n = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (rank) *rank = r;
+    if (size) *size = n;
+    return GP_OK;
+}
+
+void gp_mpi_finalize(void) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized || !g_we_initialized) return;
+    if (g_failed) {
+        gp_mpi_abort_job(1);
+        return;
+    }
+    MPI_Finalize();
+}
+
+void gp_mpi_abort_job(int code) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    fflush(stdout);
+    fflush(stderr);
+    if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+/* ------------------------------------------------------------ shared state */
+
+double gp_mpi_deadline(const gp_mpi_shared *sh) { return gp_now() + sh->timeout_s; }
+
+void gp_mpi_shared_abort(gp_mpi_shared *sh, int rank, gp_status s, const char *why) {
+    g_failed = true;
+    if (!sh->aborted) {
+        sh->aborted = true;
+        sh->abort_rank = rank;
+        snprintf(sh->abort_msg, sizeof sh->abort_msg, "%s: %.600s", gp_status_name(s), why);
+    }
+    if (sh->notes_sent || rank != sh->world_rank) return;
+    /* Only the process that failed tells the others; its note carries its message. */
+    sh->notes_sent = true;
+    gp_mpi_note *note = (gp_mpi_note *)sh->note_buf;
+    note->rank = rank;
+    note->status = (int)s;
+    snprintf(note->msg, sizeof note->msg, "%.599s", sh->abort_msg);
+    int j = 0;
+    for (int r = 0; r < sh->world_size; r++)
+        if (r != sh->world_rank)
+            MPI_Isend(note, (int)sizeof *note, MPI_BYTE, r, GP_MPI_TAG_ABORT, sh->world,
+                      &sh->note_req[j++]);
+}
+
+bool gp_mpi_shared_poll(gp_mpi_shared *sh) {
+    if (sh->aborted) return true;
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, GP_MPI_TAG_ABORT, sh->world, &flag, &st) != MPI_SUCCESS || !flag)
+        return false;
+    gp_mpi_note note;
+    MPI_Recv(&note, (int)sizeof note, MPI_BYTE, st.MPI_SOURCE, GP_MPI_TAG_ABORT, sh->world,
+             MPI_STATUS_IGNORE);
+    note.msg[sizeof note.msg - 1] = '\0';
+    g_failed = true;
+    sh->aborted = true;
+    sh->abort_rank = note.rank;
+    snprintf(sh->abort_msg, sizeof sh->abort_msg, "%s", note.msg);
+    return true;
+}
+
+gp_status gp_mpi_aborted_error(gp_mpi_shared *sh, const char *who, const char *doing) {
+    return gp_error(GP_IO, "%s: stopped %s: the run was aborted by rank %d (%s)", who, doing,
+                    sh->abort_rank, sh->abort_msg);
+}
+
+gp_status gp_mpi_wait(gp_mpi_shared *sh, MPI_Request *req, double deadline, const char *who,
+                      const char *doing) {
+    for (long spin = 0;; spin++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char es[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, es, &len);
+            gp_status s = gp_error(GP_IO, "%s: MPI failed %s: %s", who, doing, es);
+            gp_mpi_shared_abort(sh, sh->world_rank, s, gp_last_error());
+            return s;
+        }
+        if (done) return GP_OK;
+        if (gp_mpi_shared_poll(sh)) return gp_mpi_aborted_error(sh, who, doing);
+        if ((spin & 63) == 0 && gp_now() > deadline) {
+            gp_status s = gp_error(GP_IO, "%s: timed out after %.3g s %s (--comm-timeout)", who,
+                                   sh->timeout_s, doing);
+            gp_mpi_shared_abort(sh, sh->world_rank, s, gp_last_error());
+            return s;
+        }
+        /* Spin briefly for latency, then yield the core: ranks are often oversubscribed. */
+        if (spin > 256) nanosleep(&(struct timespec){0, 20000}, NULL);
+    }
+}
+
+/* -------------------------------------------------------------------- grid */
+
+enum { MAX_BUCKETS = 4096 };
+
+struct gp_grid {
+    gp_mpi_shared sh;
+    int D, K, stage, replica;
+    MPI_Comm pipe_comm, dp_comm;
+    gp_transport *pipe, *world;
+    MPI_Request bucket_req[MAX_BUCKETS];
+    int nbuckets;
+};
+
+static gp_status mpi_check(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return GP_OK;
+    char es[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, es, &len);
+    return gp_error(GP_IO, "%s failed: %s", what, es);
+}
+
+gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out) {
+    *out = NULL;
+    if (D < 1 || K < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "MPI grid: needs D >= 1 replicas and K >= 1 stages "
+                                             "(got %d, %d)", D, K);
+    int rank, size;
+    GP_TRY(gp_mpi_init(&rank, &size));
+    if (size != D * K)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "launched with %d MPI rank%s, but --data-parallel %d x --stages %d needs "
+                        "D x K = %d ranks (one per replica and stage): start mpirun -np %d",
+                        size, size == 1 ? "" : "s", D, K, D * K, D * K);
+    gp_grid *g = calloc(1, sizeof *g);
+    if (!g) return gp_error(GP_OUT_OF_MEMORY, "MPI grid: cannot allocate it");
+    g->D = D;
+    g->K = K;
+    g->stage = rank % K;
+    g->replica = rank / K;
+    g->pipe_comm = g->dp_comm = MPI_COMM_NULL;
+    gp_mpi_shared *sh = &g->sh;
+    sh->world = MPI_COMM_NULL;
+    sh->world_rank = rank;
+    sh->world_size = size;
+    sh->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
+    sh->abort_rank = -1;
+    sh->note_req = calloc((size_t)size, sizeof *sh->note_req);
+    sh->note_buf = calloc(1, sizeof(gp_mpi_note));
+    gp_status s = sh->note_req && sh->note_buf
+                      ? GP_OK
+                      : gp_error(GP_OUT_OF_MEMORY, "MPI grid: cannot allocate abort notes");
+    for (int r = 0; sh->note_req && r < size; r++) sh->note_req[r] = MPI_REQUEST_NULL;
+    if (s == GP_OK) s = mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &sh->world), "MPI_Comm_dup");
+    /* Errors come back as codes, so that a dead peer is a named failure, not MPI's abort. */
+    if (s == GP_OK) MPI_Comm_set_errhandler(sh->world, MPI_ERRORS_RETURN);
+    if (s == GP_OK)
+        s = mpi_check(MPI_Comm_split(sh->world, g->replica, g->stage, &g->pipe_comm),
+                      "MPI_Comm_split (pipeline)");
+    if (s == GP_OK)
+        s = mpi_check(MPI_Comm_split(sh->world, g->stage, g->replica, &g->dp_comm),
+                      "MPI_Comm_split (data-parallel)");
+    gp_transport_opts o = {.nranks = K, .capacity = 2, .timeout_s = sh->timeout_s};
+    if (s == GP_OK) s = gp_transport_mpi_new(sh, g->pipe_comm, "stage", &o, &g->pipe);
+    o.nranks = size;
+    if (s == GP_OK) s = gp_transport_mpi_new(sh, sh->world, "rank", &o, &g->world);
+    if (s != GP_OK) {
+        gp_grid_free(g);
+        return gp_error_context(s, "MPI grid of %d x %d", D, K);
+    }
+    *out = g;
+    return GP_OK;
+}
+
+void gp_grid_free(gp_grid *g) {
+    if (!g) return;
+    gp_transport_free(g->pipe);
+    gp_transport_free(g->world);
+    if (g->sh.note_req)
+        for (int r = 0; r < g->sh.world_size; r++)
+            if (g->sh.note_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&g->sh.note_req[r]);
+    if (g->pipe_comm != MPI_COMM_NULL) MPI_Comm_free(&g->pipe_comm);
+    if (g->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->dp_comm);
+    if (g->sh.world != MPI_COMM_NULL) MPI_Comm_free(&g->sh.world);
+    free(g->sh.note_req);
+    free(g->sh.note_buf);
+    free(g);
+}
+
+int gp_grid_world_rank(const gp_grid *g) { return g->sh.world_rank; }
+int gp_grid_world_size(const gp_grid *g) { return g->sh.world_size; }
+int gp_grid_stage(const gp_grid *g) { return g->stage; }
+int gp_grid_replica(const gp_grid *g) { return g->replica; }
+gp_transport *gp_grid_pipe(gp_grid *g) { return g->pipe; }
+gp_transport *gp_grid_world(gp_grid *g) { return g->world; }
+
+static void who(const gp_grid *g, char *buf, size_t n) {
+    snprintf(buf, n, "rank %d (stage %d of replica %d)", g->sh.world_rank, g->stage, g->replica);
+}
+
+gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n, int64_t bucket_floats) {
+    char w[96];
+    who(g, w, sizeof w);
+    if (g->nbuckets) return gp_error(GP_INTERNAL, "%s: gradient buckets already in flight", w);
+    if (bucket_floats < 1) bucket_floats = 1 << 20;
+    if ((n + bucket_floats - 1) / bucket_floats > MAX_BUCKETS)
+        bucket_floats = (n + MAX_BUCKETS - 1) / MAX_BUCKETS;
+    if (gp_mpi_shared_poll(&g->sh))
+        return gp_mpi_aborted_error(&g->sh, w, "starting the gradient all-reduce");
+    for (int64_t end = n; end > 0; end -= bucket_floats) {
+        int64_t first = end > bucket_floats ? end - bucket_floats : 0;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, x + first, (int)(end - first), MPI_FLOAT, MPI_SUM,
+                                g->dp_comm, &g->bucket_req[g->nbuckets]);
+        if (rc != MPI_SUCCESS) {
+            gp_status s = mpi_check(rc, "MPI_Iallreduce");
+            gp_error_context(s, "%s: gradient bucket %d", w, g->nbuckets);
+            gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, gp_last_error());
+            return s;
+        }
+        g->nbuckets++;
+        g->sh.bytes_allreduce += (uint64_t)(end - first) * sizeof(float);
+    }
+    return GP_OK;
+}
+
+gp_status gp_grid_grads_wait(gp_grid *g) {
+    char w[96], doing[160];
+    who(g, w, sizeof w);
+    double deadline = gp_mpi_deadline(&g->sh);
+    gp_status s = GP_OK;
+    for (int b = 0; b < g->nbuckets && s == GP_OK; b++) {
+        snprintf(doing, sizeof doing,
+                 "waiting in the gradient all-reduce (bucket %d of %d) over the %d replicas of "
+                 "stage %d",
+                 b + 1, g->nbuckets, g->D, g->stage);
+        s = gp_mpi_wait(&g->sh, &g->bucket_req[b], deadline, w, doing);
+    }
+    g->nbuckets = 0;
+    return s;
+}
+
+gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes) {
+    char w[96], doing[96];
+    who(g, w, sizeof w);
+    snprintf(doing, sizeof doing, "waiting for stage %d's parameters (broadcast)", root);
+    if (gp_mpi_shared_poll(&g->sh)) return gp_mpi_aborted_error(&g->sh, w, doing);
+    MPI_Request req;
+    GP_TRY(mpi_check(MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, g->pipe_comm, &req),
+                     "MPI_Ibcast"));
+    return gp_mpi_wait(&g->sh, &req, gp_mpi_deadline(&g->sh), w, doing);
+}
+
+void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {
+    *p2p = g->sh.bytes_p2p;
+    *allreduce = g->sh.bytes_allreduce;
+}
+
+void gp_grid_bytes_reset(gp_grid *g) { g->sh.bytes_p2p = g->sh.bytes_allreduce = 0; }
+
+void gp_grid_abort(gp_grid *g, gp_status s, const char *why) {
+    gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, why);
+}
+
+#endif /* GP_HAVE_MPI */

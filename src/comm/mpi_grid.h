@@ -1,0 +1,48 @@
+/* The process grid of the MPI backend: D data-parallel replicas x K pipeline stages, one MPI
+ * process per (replica, stage), world rank = replica * K + stage, so each replica's stages are
+ * consecutive ranks (neighbours on one node under mpirun's default mapping). Gives the pipeline
+ * runtime its transports (the replica's K stages; every rank), the data-parallel gradient
+ * all-reduce in buckets, and a broadcast within a replica. Without MPI every constructor fails
+ * with "MPI support was not built". Private to the library; no MPI type appears here. */
+#ifndef GP_COMM_MPI_GRID_H
+#define GP_COMM_MPI_GRID_H
+
+#include "transport.h"
+
+typedef struct gp_grid gp_grid;
+
+/* Initializes MPI if needed and splits the world into D x K. The world size must be D * K:
+ * otherwise GP_INVALID_ARGUMENT naming both, before anything else happens. timeout_s bounds
+ * every wait (0: 60 s). The caller frees the grid with gp_grid_free. */
+gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out);
+void gp_grid_free(gp_grid *g);
+
+int gp_grid_world_rank(const gp_grid *g);
+int gp_grid_world_size(const gp_grid *g);
+int gp_grid_stage(const gp_grid *g);   /* k in 0..K-1 */
+int gp_grid_replica(const gp_grid *g); /* d in 0..D-1 */
+
+/* The K stages of this replica: rank k is stage k. Owned by the grid. */
+gp_transport *gp_grid_pipe(gp_grid *g);
+/* Every rank (world order), for the fixed-order all-reduce of norms and losses. */
+gp_transport *gp_grid_world(gp_grid *g);
+
+/* Starts summing x (n floats) over this stage's D replicas in place, in buckets of at most
+ * bucket_floats, the last bucket first (the last layers' gradients are final first). Returns
+ * at once; gp_grid_grads_wait completes every bucket started. With D = 2 a sum of two values
+ * has the same bits in either order, so both replicas hold identical sums, run after run. */
+gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n, int64_t bucket_floats);
+gp_status gp_grid_grads_wait(gp_grid *g);
+
+/* Copies nbytes at buf from stage `root` of this replica to its other stages. */
+gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes);
+
+/* Bytes this process handed to MPI since the last reset: point-to-point (headers and payloads)
+ * and gradients given to the data-parallel all-reduce. */
+void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce);
+void gp_grid_bytes_reset(gp_grid *g);
+
+/* Marks the run failed by this process (notes to every rank) and whether it was aborted. */
+void gp_grid_abort(gp_grid *g, gp_status s, const char *why);
+
+#endif

@@ -1,0 +1,346 @@
+/* The MPI transport: the threads transport's interface between processes. A message is a small
+ * header (kind, micro-batch, dtype, shape, sequence number) and its payload, both sent with
+ * MPI_Isend and received with MPI_Irecv; the header is checked before the payload is received
+ * into the caller's tensor. Every wait is a test loop with a deadline that also polls for peers'
+ * abort notes, so no call outlives the timeout and one rank's failure stops them all. */
+#ifdef GP_HAVE_MPI
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_internal.h"
+
+#define HEADER_MAGIC 0x67704d31 /* "gpM1" */
+
+typedef struct msg_header {
+    int32_t magic, kind, mb, dtype, ndim, pad;
+    int64_t dim[GP_MAX_DIMS];
+    uint64_t nbytes, seq; /* payload bytes; position on the link */
+} msg_header;
+
+/* A message this rank sent whose MPI sends may still be in flight. */
+typedef struct pending {
+    MPI_Request req[2]; /* header, payload */
+    msg_header hdr;
+    gp_tensor t; /* owned: released once both sends completed */
+    int peer;
+} pending;
+
+typedef struct mpi_ctx {
+    gp_mpi_shared *sh;
+    MPI_Comm comm;
+    int rank, size, capacity;
+    const char *role;
+    int *world_of;        /* (size) world rank of each rank of comm */
+    uint64_t *sent, *got; /* (size) messages sent to / received from each rank */
+    pending *pend;        /* oldest first */
+    int npend, cap_pend;
+    double *gather; /* (size * n) scratch of the ordered all-reduce */
+    size_t gather_cap;
+} mpi_ctx;
+
+static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
+    snprintf(buf, n, "rank %d (%s %d)", c->world_of[r], c->role, r);
+}
+
+/* Releases the tensors of the oldest messages whose sends completed. */
+static gp_status reclaim(mpi_ctx *c) {
+    int done = 0;
+    while (done < c->npend) {
+        int flag = 0;
+        if (MPI_Testall(2, c->pend[done].req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || !flag)
+            break;
+        gp_tensor_release(&c->pend[done].t);
+        done++;
+    }
+    if (done) {
+        memmove(c->pend, c->pend + done, (size_t)(c->npend - done) * sizeof *c->pend);
+        c->npend -= done;
+    }
+    return GP_OK;
+}
+
+static int pending_on(const mpi_ctx *c, int peer, int *oldest) {
+    int n = 0;
+    *oldest = -1;
+    for (int i = 0; i < c->npend; i++)
+        if (c->pend[i].peer == peer && n++ == 0) *oldest = i;
+    return n;
+}
+
+/* Waits for both sends of pending message i. */
+static gp_status wait_pending(mpi_ctx *c, int i, double deadline, const char *who,
+                              const char *doing) {
+    for (int j = 0; j < 2; j++)
+        GP_TRY(gp_mpi_wait(c->sh, &c->pend[i].req[j], deadline, who, doing));
+    return GP_OK;
+}
+
+static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tensor *t) {
+    mpi_ctx *c = ctx;
+    char who[64], them[64], ts[32], doing[160];
+    who_str(c, rank, who, sizeof who);
+    who_str(c, peer, them, sizeof them);
+    snprintf(doing, sizeof doing, "sending %s to %s", gp_msg_tag_str(tag, ts, sizeof ts), them);
+    gp_status s = GP_OK;
+    if (rank != c->rank)
+        s = gp_error(GP_INTERNAL, "%s: MPI transport called as %s %d", who, c->role, rank);
+    if (s == GP_OK) s = reclaim(c);
+    if (s == GP_OK && gp_mpi_shared_poll(c->sh)) s = gp_mpi_aborted_error(c->sh, who, doing);
+    /* At most `capacity` messages in flight per link, as with threads. */
+    double deadline = gp_mpi_deadline(c->sh);
+    int oldest;
+    while (s == GP_OK && pending_on(c, peer, &oldest) >= c->capacity) {
+        s = wait_pending(c, oldest, deadline, who, doing);
+        if (s == GP_OK) s = reclaim(c);
+    }
+    if (s == GP_OK && c->npend == c->cap_pend) {
+        int cap = c->cap_pend ? 2 * c->cap_pend : 8;
+        pending *p = realloc(c->pend, (size_t)cap * sizeof *p);
+        if (!p) s = gp_error(GP_OUT_OF_MEMORY, "%s: cannot track %d messages in flight", who, cap);
+        else c->pend = p, c->cap_pend = cap;
+    }
+    if (s != GP_OK) {
+        gp_tensor_release(t);
+        memset(t, 0, sizeof *t);
+        return s;
+    }
+    pending *p = &c->pend[c->npend];
+    memset(p, 0, sizeof *p);
+    p->peer = peer;
+    p->t = *t;
+    memset(t, 0, sizeof *t);
+    size_t nbytes = gp_tensor_nbytes(&p->t);
+    p->hdr = (msg_header){.magic = HEADER_MAGIC, .kind = (int32_t)tag.kind, .mb = tag.mb,
+                          .dtype = (int32_t)p->t.dtype, .ndim = p->t.shape.ndim,
+                          .nbytes = nbytes, .seq = c->sent[peer]++};
+    for (int d = 0; d < GP_MAX_DIMS; d++) p->hdr.dim[d] = p->t.shape.dim[d];
+    int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, GP_MPI_TAG_HDR + 2 * tag.kind,
+                       c->comm, &p->req[0]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(p->t.data, (int)nbytes, MPI_BYTE, peer, GP_MPI_TAG_DATA + 2 * tag.kind,
+                       c->comm, &p->req[1]);
+    if (rc != MPI_SUCCESS) {
+        char es[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, es, &len);
+        gp_tensor_release(&p->t);
+        s = gp_error(GP_IO, "%s: MPI_Isend failed %s: %s", who, doing, es);
+        gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+        return s;
+    }
+    c->npend++;
+    c->sh->bytes_p2p += sizeof p->hdr + nbytes;
+    return GP_OK;
+}
+
+static gp_status check_header(const mpi_ctx *c, const msg_header *h, int rank, int peer,
+                              gp_msg_tag tag, const gp_tensor *out) {
+    char who[64], them[64], want[32], got[32], ws[96], gs[96];
+    who_str(c, rank, who, sizeof who);
+    who_str(c, peer, them, sizeof them);
+    gp_msg_tag_str(tag, want, sizeof want);
+    if (h->magic != HEADER_MAGIC || h->ndim < 0 || h->ndim > GP_MAX_DIMS ||
+        (h->dtype != GP_F32 && h->dtype != GP_I32))
+        return gp_error(GP_FORMAT, "%s: receiving %s from %s: the header is not gpipe's (magic %#x)",
+                        who, want, them, (unsigned)h->magic);
+    gp_shape hs = {.ndim = h->ndim};
+    for (int d = 0; d < h->ndim; d++) hs.dim[d] = h->dim[d];
+    gp_msg_tag htag = {(gp_msg_kind)h->kind, h->mb};
+    bool tag_ok = htag.kind == tag.kind && htag.mb == tag.mb;
+    bool shape_ok = h->dtype == (int32_t)out->dtype && gp_shape_equal(&hs, &out->shape) &&
+                    h->nbytes == gp_tensor_nbytes(out);
+    if (tag_ok && shape_ok) return GP_OK;
+    gp_msg_tag_str(htag, got, sizeof got);
+    gp_shape_str(&out->shape, ws, sizeof ws);
+    gp_shape_str(&hs, gs, sizeof gs);
+    return gp_error(tag_ok ? GP_SHAPE : GP_INTERNAL,
+                    "%s: receiving from %s: expected %s %s %s, but %s sent %s %s %s (message %llu "
+                    "on that link)",
+                    who, them, want, gp_dtype_name(out->dtype), ws, them, got,
+                    gp_dtype_name((gp_dtype)h->dtype), gs, (unsigned long long)h->seq);
+}
+
+static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tensor *out) {
+    mpi_ctx *c = ctx;
+    char who[64], them[64], ts[32], doing[160];
+    who_str(c, rank, who, sizeof who);
+    who_str(c, peer, them, sizeof them);
+    snprintf(doing, sizeof doing, "waiting to receive %s from %s",
+             gp_msg_tag_str(tag, ts, sizeof ts), them);
+    if (rank != c->rank)
+        return gp_error(GP_INTERNAL, "%s: MPI transport called as %s %d", who, c->role, rank);
+    GP_TRY(reclaim(c));
+    if (gp_mpi_shared_poll(c->sh)) return gp_mpi_aborted_error(c->sh, who, doing);
+    double deadline = gp_mpi_deadline(c->sh);
+    msg_header h;
+    MPI_Request req;
+    if (MPI_Irecv(&h, (int)sizeof h, MPI_BYTE, peer, GP_MPI_TAG_HDR + 2 * tag.kind, c->comm,
+                  &req) != MPI_SUCCESS)
+        return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
+    GP_TRY(gp_mpi_wait(c->sh, &req, deadline, who, doing));
+    gp_status s = check_header(c, &h, rank, peer, tag, out);
+    if (s != GP_OK) {
+        gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+        return s;
+    }
+    if (MPI_Irecv(out->data, (int)h.nbytes, MPI_BYTE, peer, GP_MPI_TAG_DATA + 2 * tag.kind,
+                  c->comm, &req) != MPI_SUCCESS)
+        return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
+    GP_TRY(gp_mpi_wait(c->sh, &req, deadline, who, doing));
+    c->got[peer]++;
+    return GP_OK;
+}
+
+static gp_status mpi_flush(void *ctx, int rank) {
+    mpi_ctx *c = ctx;
+    char who[64], them[64], ts[32], doing[160];
+    who_str(c, rank, who, sizeof who);
+    double deadline = gp_mpi_deadline(c->sh);
+    GP_TRY(reclaim(c));
+    while (c->npend > 0) {
+        pending *p = &c->pend[0];
+        who_str(c, p->peer, them, sizeof them);
+        snprintf(doing, sizeof doing, "waiting for %s to take %s (flush)", them,
+                 gp_msg_tag_str((gp_msg_tag){(gp_msg_kind)p->hdr.kind, p->hdr.mb}, ts, sizeof ts));
+        GP_TRY(wait_pending(c, 0, deadline, who, doing));
+        GP_TRY(reclaim(c));
+    }
+    return GP_OK;
+}
+
+/* All-gather every rank's n values, then sum them in rank order 0..size-1: the same bits on
+ * every rank and every run, whatever MPI's own reduction order would be. */
+static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
+    mpi_ctx *c = ctx;
+    char who[64], doing[96];
+    who_str(c, rank, who, sizeof who);
+    snprintf(doing, sizeof doing, "waiting in the all-reduce of %d values over %d %ss", n,
+             c->size, c->role);
+    GP_TRY(reclaim(c));
+    if (gp_mpi_shared_poll(c->sh)) return gp_mpi_aborted_error(c->sh, who, doing);
+    MPI_Request req;
+    if (n == 0) {
+        if (MPI_Ibarrier(c->comm, &req) != MPI_SUCCESS)
+            return gp_error(GP_IO, "%s: MPI_Ibarrier failed", who);
+        return gp_mpi_wait(c->sh, &req, gp_mpi_deadline(c->sh), who, doing);
+    }
+    size_t need = (size_t)c->size * (size_t)n;
+    if (need > c->gather_cap) {
+        double *g = realloc(c->gather, need * sizeof *g);
+        if (!g) return gp_error(GP_OUT_OF_MEMORY, "%s: cannot gather %zu values", who, need);
+        c->gather = g;
+        c->gather_cap = need;
+    }
+    if (MPI_Iallgather(x, n, MPI_DOUBLE, c->gather, n, MPI_DOUBLE, c->comm, &req) != MPI_SUCCESS)
+        return gp_error(GP_IO, "%s: MPI_Iallgather failed", who);
+    GP_TRY(gp_mpi_wait(c->sh, &req, gp_mpi_deadline(c->sh), who, doing));
+    for (int i = 0; i < n; i++) {
+        double acc = c->gather[i];
+        for (int r = 1; r < c->size; r++) acc += c->gather[(size_t)r * (size_t)n + (size_t)i];
+        x[i] = acc;
+    }
+    return GP_OK;
+}
+
+static void mpi_abort(void *ctx, int rank, gp_status s, const char *why) {
+    mpi_ctx *c = ctx;
+    gp_mpi_shared_abort(c->sh, rank >= 0 && rank < c->size ? c->world_of[rank] : -1, s, why);
+}
+
+/* *rank: the WORLD rank that failed first (MPI has no other common numbering). */
+static bool mpi_aborted(void *ctx, int *rank) {
+    mpi_ctx *c = ctx;
+    bool a = gp_mpi_shared_poll(c->sh);
+    if (rank) *rank = a ? c->sh->abort_rank : -1;
+    return a;
+}
+
+static void mpi_free(void *ctx) {
+    mpi_ctx *c = ctx;
+    if (!c) return;
+    /* After a failure some sends may never complete: cancel them before their buffers go. */
+    for (int i = 0; i < c->npend; i++) {
+        for (int j = 0; j < 2; j++) {
+            int flag = 0;
+            MPI_Test(&c->pend[i].req[j], &flag, MPI_STATUS_IGNORE);
+            if (!flag && c->pend[i].req[j] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&c->pend[i].req[j]);
+                MPI_Request_free(&c->pend[i].req[j]);
+            }
+        }
+        gp_tensor_release(&c->pend[i].t);
+    }
+    free(c->pend);
+    free(c->world_of);
+    free(c->sent);
+    free(c->got);
+    free(c->gather);
+    free(c);
+}
+
+static const gp_transport_iface mpi_iface = {
+    .name = "mpi",
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .flush = mpi_flush,
+    .allreduce_sum = mpi_allreduce,
+    .barrier = NULL,
+    .abort = mpi_abort,
+    .aborted = mpi_aborted,
+    .free = mpi_free,
+};
+
+gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *role,
+                               const gp_transport_opts *o, gp_transport **out) {
+    *out = NULL;
+    mpi_ctx *c = calloc(1, sizeof *c);
+    gp_transport *tr = calloc(1, sizeof *tr);
+    if (!c || !tr) {
+        free(c);
+        free(tr);
+        return gp_error(GP_OUT_OF_MEMORY, "MPI transport: cannot allocate its state");
+    }
+    c->sh = sh;
+    c->comm = comm;
+    c->role = role;
+    c->capacity = o && o->capacity > 0 ? o->capacity : 2;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    c->world_of = calloc((size_t)c->size, sizeof *c->world_of);
+    c->sent = calloc((size_t)c->size, sizeof *c->sent);
+    c->got = calloc((size_t)c->size, sizeof *c->got);
+    tr->iface = &mpi_iface;
+    tr->context = c;
+    tr->nranks = c->size;
+    if (!c->world_of || !c->sent || !c->got) {
+        gp_transport_free(tr);
+        return gp_error(GP_OUT_OF_MEMORY, "MPI transport: cannot allocate %d ranks", c->size);
+    }
+    /* World ranks, for messages that a user can match with mpirun's numbering. */
+    MPI_Group g, wg;
+    MPI_Comm_group(comm, &g);
+    MPI_Comm_group(sh->world, &wg);
+    int *mine = malloc((size_t)c->size * sizeof *mine);
+    if (!mine) {
+        MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+        gp_transport_free(tr);
+        return gp_error(GP_OUT_OF_MEMORY, "MPI transport: cannot allocate %d ranks", c->size);
+    }
+    for (int r = 0; r < c->size; r++) mine[r] = r;
+    MPI_Group_translate_ranks(g, c->size, mine, wg, c->world_of);
+    free(mine);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    *out = tr;
+    return GP_OK;
+}
+
+int gp_transport_mpi_rank(const gp_transport *tr) {
+    return tr && tr->iface == &mpi_iface ? ((const mpi_ctx *)tr->context)->rank : -1;
+}
+#else
+/* Built without MPI: see mpi_grid.c for the functions that say so. */
+typedef int gp_mpi_transport_not_built;
+#endif

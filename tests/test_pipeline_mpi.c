@@ -1,0 +1,229 @@
+/* The pipeline over MPI against the in-process references. The test starts itself under
+ * mpirun (oversubscribed, so it runs on 2 cores) once per case; in each child every rank trains
+ * its stage, the ranks sync the parameters, and rank 0 compares with a reference it computes
+ * itself: D = 1 must give bit-identical losses and params_fnv1a64 to the threads pipeline with
+ * the same K, M and seed; D = 2 must match the single-device trainer on the same global batch
+ * (M = D x M' micro-batches) within 1e-6 relative error; a launch of the wrong size must fail in
+ * gp_pipeline_new with a message naming both sizes. Skipped (exit 77) without MPI or mpirun. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+enum { STEPS = 3, SKIP = 77 };
+static const uint64_t SEED = 77;
+
+typedef struct outcome {
+    float loss[STEPS];
+    uint64_t hash;
+} outcome;
+
+/* Threads pipeline (K stages) or, with K = 0, the single-device trainer, M micro-batches. */
+/* The D = 2 cases train with SGD: under AdamW the key part of attn.qkv.bias, whose true
+ * gradient is zero (softmax ignores a shift shared by every key), gets a gradient of pure
+ * rounding noise, whose order-dependent sum AdamW scales to steps of size lr: 5e-5 relative
+ * after 3 steps. With SGD rounding noise stays noise-sized. */
+static gp_optim_opts optim(gp_test_net net, int D) {
+    if (D == 1) return gp_test_net_optim(net);
+    gp_optim_opts o = gp_sgd_defaults(0.05f, 0.9f);
+    o.clip_norm = 0.5f;
+    return o;
+}
+
+static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, outcome *r,
+                     gp_model **keep) {
+    gp_model *m = gp_test_net_model(net);
+    gp_optim_opts o = optim(net, D);
+    gp_device *dev = NULL;
+    gp_trainer *t = NULL;
+    gp_pipeline *p = NULL;
+    if (K == 0) {
+        REQUIRE_OK(gp_device_cpu_new("ref", &dev));
+        REQUIRE_OK(gp_model_init(m, dev, SEED));
+        gp_trainer_opts to = {.micro_batches = M};
+        REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
+    } else {
+        gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk};
+        REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
+    }
+    for (int s = 0; s < STEPS; s++) {
+        gp_test_batch b;
+        gp_test_net_batch(net, s, &b);
+        REQUIRE_OK(t ? gp_trainer_step(t, &b.x, &b.yt, &r->loss[s])
+                     : gp_pipeline_step(p, &b.x, &b.yt, &r->loss[s]));
+    }
+    r->hash = gp_model_params_fnv1a64(m);
+    if (t) gp_trainer_free(t);
+    if (keep) { /* the caller compares the values, then frees model and device */
+        *keep = m;
+        return 0;
+    }
+    gp_pipeline_free(p);
+    gp_model_free(m);
+    if (dev) gp_device_free(dev);
+    return 0;
+}
+
+/* Largest per-tensor relative L2 error of the trainable parameters of a against b. */
+static double max_rel_error(gp_model *a, gp_model *b) {
+    double worst = 0;
+    for (int i = 0; i < gp_model_nparam_tensors(a); i++) {
+        gp_param_info pa, pb;
+        REQUIRE_OK(gp_model_param(a, i, &pa));
+        REQUIRE_OK(gp_model_param(b, i, &pb));
+        if (!pa.trainable) continue; /* batch-norm statistics are per replica */
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < gp_tensor_nelem(pa.value); j++) {
+            double d = (double)pa.value->data[j] - (double)pb.value->data[j];
+            num += d * d;
+            den += (double)pb.value->data[j] * pb.value->data[j];
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (rel > worst) worst = rel;
+        if (rel > 1e-6) fprintf(stderr, "  layer %d %s: relative error %.3g\n", pa.layer, pa.name, rel);
+    }
+    return worst;
+}
+
+/* One case in an MPI child: D x K ranks train STEPS steps; rank 0 checks. */
+static int child(const char *name, gp_test_net net, int D, int K, int M, gp_schedule_kind sk) {
+    gp_model *m = gp_test_net_model(net);
+    gp_optim_opts o = optim(net, D);
+    gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk,
+                           .backend = GP_BACKEND_MPI, .data_parallel = D, .comm_timeout_s = 60};
+    gp_pipeline *p = NULL;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
+    int rank, nranks, stage, replica;
+    gp_pipeline_place(p, &rank, &nranks, &stage, &replica);
+    CHECK_EQ_INT(nranks, D * K);
+    CHECK_EQ_INT(stage, rank % K);
+    CHECK_EQ_INT(replica, rank / K);
+    outcome got;
+    for (int s = 0; s < STEPS; s++) {
+        gp_test_batch b;
+        gp_test_net_batch(net, s, &b);
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.yt, &got.loss[s]));
+    }
+    uint64_t p2p[16], ar[16];
+    REQUIRE_OK(gp_pipeline_bytes_sent(p, p2p, ar, 16));
+    REQUIRE_OK(gp_pipeline_sync_params(p));
+    got.hash = gp_model_params_fnv1a64(m);
+    if (rank == 0) {
+        /* Bytes: every stage but the last sends M activations, every stage but the first M
+         * gradients (each with a header); with D > 1 each stage gives its gradients to the
+         * all-reduce once. */
+        for (int r = 0; r < nranks; r++) {
+            CHECK((r % K < K - 1 || r % K > 0) ? p2p[r] > 0 : p2p[r] == 0);
+            CHECK(D > 1 ? ar[r] > 0 : ar[r] == 0);
+        }
+        outcome want;
+        gp_model *ref = NULL;
+        if (D == 1) {
+            reference(net, 1, K, M, sk, &want, NULL);
+            bool same = memcmp(got.loss, want.loss, sizeof want.loss) == 0 && got.hash == want.hash;
+            if (!same) gp_test_failures++;
+            printf("%s: D=1 K=%d M=%d over MPI vs threads: loss %.9g/%.9g, params %016llx vs "
+                   "%016llx: %s\n",
+                   name, K, M, got.loss[STEPS - 1], want.loss[STEPS - 1],
+                   (unsigned long long)got.hash, (unsigned long long)want.hash,
+                   same ? "bit-identical" : "DIFFERENT");
+        } else {
+            reference(net, D, 0, D * M, sk, &want, &ref);
+            double err = max_rel_error(m, ref), lerr = 0;
+            for (int s = 0; s < STEPS; s++) {
+                double e = fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]);
+                if (e > lerr) lerr = e;
+            }
+            printf("%s: D=%d K=%d M=%d vs one device M=%d: max relative error params %.3g, "
+                   "loss %.3g (limit 1e-6)\n",
+                   name, D, K, M, D * M, err, lerr);
+            CHECK(err <= 1e-6);
+            CHECK(lerr <= 1e-6);
+            gp_device *dev = NULL;
+            gp_param_info pi;
+            REQUIRE_OK(gp_model_param(ref, 0, &pi));
+            dev = pi.value->dev;
+            gp_model_free(ref);
+            gp_device_free(dev);
+        }
+    }
+    gp_pipeline_free(p);
+    gp_model_free(m);
+    int failed = gp_test_failures;
+    gp_mpi_finalize();
+    return failed ? 1 : 0;
+}
+
+/* A launch of the wrong size: every rank gets the error, before anything is allocated. */
+static int child_mismatch(void) {
+    gp_model *m = gp_test_net_model(GP_TEST_TRANSFORMER);
+    gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .backend = GP_BACKEND_MPI,
+                           .data_parallel = 2};
+    gp_pipeline *p = NULL;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "launched with 3 MPI ranks, but --data-parallel 2 x --stages 2 needs D x K = 4");
+    CHECK(p == NULL);
+    for (int i = 0; i < gp_model_nparam_tensors(m); i++) {
+        gp_param_info pi;
+        CHECK_OK(gp_model_param(m, i, &pi));
+        CHECK(pi.value->data == NULL);
+    }
+    gp_model_free(m);
+    int failed = gp_test_failures;
+    gp_mpi_finalize();
+    return failed ? 1 : 0;
+}
+
+static int run_child(const char *c) {
+    if (!strcmp(c, "transformer-d1")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "convnet-d1")) return child(c, GP_TEST_CONVNET, 1, 2, 4, GP_SCHEDULE_GPIPE);
+    if (!strcmp(c, "transformer-d2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, GP_SCHEDULE_GPIPE);
+    if (!strcmp(c, "convnet-d2")) return child(c, GP_TEST_CONVNET, 2, 2, 2, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "mismatch")) return child_mismatch();
+    fprintf(stderr, "unknown case %s\n", c);
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--child")) return run_child(argv[2]);
+    if (!gp_mpi_built()) {
+        printf("SKIP: MPI support was not built (no MPI library found at configure time, or "
+               "-DGP_MPI=OFF)\n");
+        return SKIP;
+    }
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("SKIP: MPI support is built but mpirun is not on PATH (install openmpi-bin)\n");
+        return SKIP;
+    }
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "cannot find this program's path\n");
+        return 1;
+    }
+    self[n] = '\0';
+    /* Open MPI refuses root unless told; tests in containers run as root. */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    static const struct {
+        const char *name;
+        int np;
+    } cases[] = {{"transformer-d1", 2}, {"convnet-d1", 2}, {"transformer-d2", 4},
+                 {"convnet-d2", 4},     {"mismatch", 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd,
+                 "timeout 300 mpirun --oversubscribe --bind-to none -np %d %s --child %s",
+                 cases[i].np, self, cases[i].name);
+        double t0 = gp_now();
+        int rc = system(cmd);
+        printf("case %s (%d ranks): exit %d in %.1fs\n", cases[i].name, cases[i].np, rc,
+               gp_now() - t0);
+        fflush(stdout);
+        if (rc != 0) gp_test_failures++;
+    }
+    return gp_test_finish("test_pipeline_mpi");
+}
