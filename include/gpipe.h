@@ -627,6 +627,14 @@ void gp_pipeline_place(const gp_pipeline *p, int *rank, int *nranks, int *stage,
  * holds stale copies of the other stages' layers. Replica 0's values are what rank 0 sees.
  * Nothing to do on threads. */
 gp_status gp_pipeline_sync_params(gp_pipeline *p);
+/* Collective over every rank: gathers the last step's timeline of every rank (track r = world
+ * rank r = stage r % K of replica r / K; on one host on a common clock, across hosts each track
+ * from its own step start) and every rank's stage memory counters, so that on every rank
+ * gp_pipeline_last_stats (bubble over all tracks, simulated from replica 0's), write_trace,
+ * write_timeline and gp_pipeline_mem_stats of any stage (replica 0's) work. A transport call
+ * over MPI is drawn as WAIT: its blocking and its transfer cannot be told apart. Nothing to
+ * do on threads. */
+gp_status gp_pipeline_gather(gp_pipeline *p);
 /* Bytes each world rank handed to MPI in the last step: point-to-point (activations and
  * gradients with their headers) and gradients given to the data-parallel all-reduce. Fills
  * n entries of each array (n >= the number of ranks); zeros on threads. */

@@ -203,7 +203,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
             int i = step - b->warmup;
             b->step_seconds[i] = dt;
             if (pl) {
-                if (gp_pipeline_last_stats(pl, &b->last) != GP_OK) {
+                /* MPI: every rank's timeline and counters, for the stats (a collective). */
+                if (gp_pipeline_gather(pl) != GP_OK || gp_pipeline_last_stats(pl, &b->last) != GP_OK) {
                     rc = gp_cli_fail("bench", "pipeline statistics");
                     goto done;
                 }
@@ -221,6 +222,16 @@ int gp_cli_bench_train(gp_cli_bench *b) {
             fprintf(stderr, "  %s step %d/%d: %.3f s, loss %.4f\n", warm ? "warm-up" : "timed",
                     warm ? step + 1 : step - b->warmup + 1, warm ? b->warmup : b->steps, dt,
                     (double)loss);
+    }
+    if (pl && b->place.backend == GP_BACKEND_MPI) {
+        int W = b->place.nranks;
+        b->bytes_p2p = calloc((size_t)W, sizeof *b->bytes_p2p);
+        b->bytes_allreduce = calloc((size_t)W, sizeof *b->bytes_allreduce);
+        if (!b->bytes_p2p || !b->bytes_allreduce ||
+            gp_pipeline_bytes_sent(pl, b->bytes_p2p, b->bytes_allreduce, W) != GP_OK) {
+            rc = gp_cli_fail("bench", "bytes sent");
+            goto done;
+        }
     }
     if (pl)
         rc = pipeline_memory(b, pl);

@@ -48,6 +48,14 @@ const char *gp_cli_fmt_duration(double seconds, char *buf, size_t bufsize);
 #define GP_CLI_IMAGE_STD               0.3530f
 #define GP_CLI_FASHION_DIR             "/usr/share/datasets/fashion-mnist"
 
+/* Where this process runs (gp_cli_mpi_resolve, below). */
+typedef struct gp_cli_mpi_place {
+    gp_backend backend;
+    int data_parallel; /* D */
+    int rank, nranks;  /* world rank and size (0 and 1 on threads) */
+    double timeout_s;
+} gp_cli_mpi_place;
+
 typedef struct gp_cli_train {
     /* options, with the defaults resolved */
     const char *model_name;
@@ -64,6 +72,7 @@ typedef struct gp_cli_train {
     gp_pipeline_opts popts;
     int *partition;           /* owned, NULL unless --partition */
     const char *trace, *timeline; /* --trace / --timeline of the last step, or NULL */
+    gp_cli_mpi_place place; /* --backend, --data-parallel, --comm-timeout (gp_cli_mpi_resolve) */
 
     /* set up by gp_cli_train_main */
     gp_model *model;
@@ -160,6 +169,28 @@ void gp_cli_pipeline_summary(const gp_cli_train *t);
  * given; returns an exit status. */
 int gp_cli_pipeline_write_files(const gp_cli_train *t);
 
+/* ------------------------------------------------------------------ MPI */
+
+/* --backend, --data-parallel, --comm-timeout, shared by train and bench. */
+typedef struct gp_cli_mpi_args {
+    const char *backend;
+    int data_parallel;
+    double comm_timeout;
+} gp_cli_mpi_args;
+enum { GP_CLI_MPI_NOPTS = 3 };
+void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a);
+/* Chooses the backend (MPI when a launcher started the process and MPI was built, or
+ * --backend), checks the combination, and for MPI initializes it and checks that the launch
+ * has D x K ranks (a usage error, printed by rank 0, before any work); ranks other than 0 then
+ * write nothing to stdout. Returns an exit status. */
+int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi_args *a, int K,
+                       gp_cli_mpi_place *out);
+/* Copies the backend, D and the timeout into po. */
+void gp_cli_mpi_apply(const gp_cli_mpi_place *pl, gp_pipeline_opts *po);
+/* Adds "bytes_sent_last_step": [{rank, stage, replica, p2p, allreduce}] (empty on threads):
+ * what each rank handed to MPI in the last step (gp_pipeline_bytes_sent). */
+void gp_cli_comm_report(cJSON *obj, const gp_pipeline *p, const gp_cli_mpi_place *pl);
+
 /* ---------------------------------------------------------------- bench */
 
 /* One training workload of `gpipe bench` (T1, T2 or C1), timed step by step. */
@@ -187,6 +218,8 @@ typedef struct gp_cli_bench {
     double *step_bubble_sim; /* the simulator's bubble of each timed step, owned */
     gp_pipeline_stats last;  /* of the last timed step */
     uint64_t *stage_peak;    /* (stages) peak bytes of each stage device, owned */
+    gp_cli_mpi_place place;  /* MPI: where this rank runs */
+    uint64_t *bytes_p2p, *bytes_allreduce; /* (ranks) sent in the last step, owned (MPI) */
 } gp_cli_bench;
 
 /* Builds the workload's model, trains warmup + steps steps on random data

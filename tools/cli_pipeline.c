@@ -68,6 +68,9 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(po->schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(po->remat));
     gp_cli_report_u64(pl, "memory_limit_bytes", po->memory_limit);
+    cJSON_AddStringToObject(pl, "backend", po->backend == GP_BACKEND_MPI ? "mpi" : "threads");
+    cJSON_AddNumberToObject(pl, "data_parallel", t->place.data_parallel);
+    cJSON_AddNumberToObject(pl, "ranks", t->place.nranks);
     /* The cells actually used (balanced or given) come from the last step's stats. */
     gp_pipeline_stats ps;
     const bool have = t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps) == GP_OK;
@@ -109,6 +112,7 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON_AddNumberToObject(pl, "bubble_theory", ps.bubble_theory);
     cJSON_AddNumberToObject(pl, "bubble_simulated", ps.bubble_simulated);
     cJSON_AddNumberToObject(pl, "step_s", ps.step_s);
+    gp_cli_comm_report(pl, t->pipeline, &t->place);
 }
 
 void gp_cli_pipeline_summary(const gp_cli_train *t) {
@@ -131,7 +135,7 @@ void gp_cli_pipeline_summary(const gp_cli_train *t) {
 }
 
 int gp_cli_pipeline_write_files(const gp_cli_train *t) {
-    if (!t->pipeline) return GP_CLI_EXIT_OK;
+    if (!t->pipeline || t->place.rank != 0) return GP_CLI_EXIT_OK; /* gathered on every rank */
     if (t->trace) {
         if (gp_pipeline_write_trace(t->pipeline, t->trace) != GP_OK)
             return gp_cli_fail("train", "--trace");

@@ -14,11 +14,14 @@ typedef struct bench_opts {
     uint64_t seed;
     bool quiet;
     gp_cli_pipeline_args pa; /* --partition is not offered: balanced cells only */
+    gp_cli_mpi_args mpi;
+    gp_cli_mpi_place place;
 } bench_opts;
 
-enum { NOPTS = 12 };
+enum { NOPTS = 16 };
 /* The options only T2 takes. */
-static const char *const t2_only[] = {"--stages", "--micro-batches", "--schedule", "--remat"};
+static const char *const t2_only[] = {"--stages", "--micro-batches", "--schedule", "--remat",
+                                      "--data-parallel", "--comm-timeout"};
 
 static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     gp_cli_opt tab[] = {
@@ -57,6 +60,9 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
                             : pipe[i].help;
             n++;
         }
+    gp_cli_opt mpi[GP_CLI_MPI_NOPTS];
+    gp_cli_mpi_options(mpi, &o->mpi);
+    for (int i = 0; i < GP_CLI_MPI_NOPTS && n < NOPTS; i++) t[n++] = mpi[i];
     return n;
 }
 
@@ -77,7 +83,10 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "      GFLOP/s from the model's cost table\n"
            "T1, T2 and C1 report the median step time over --steps after --warmup steps, its\n"
            "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
-           "process on the same threads (with K stages: K times the one-thread ceiling).\n\n"
+           "process on the same threads (with K stages: K times the one-thread ceiling).\n"
+           "Under mpirun, T2 runs over MPI: one stage per rank, D x K ranks with\n"
+           "--data-parallel D (ceiling: ranks times the one-thread sgemm); rank 0 reports,\n"
+           "with the bytes each rank sent in the last step.\n\n"
            "Options:\n");
     gp_cli_print_options(tab, n, stdout);
     printf("\nExit status: 0 success, 1 runtime failure, 2 bad usage.\n");
@@ -144,6 +153,8 @@ static void free_bench(gp_cli_bench *b) {
     free(b->step_bubble);
     free(b->step_bubble_sim);
     free(b->stage_peak);
+    free(b->bytes_p2p);
+    free(b->bytes_allreduce);
 }
 
 /* "pipeline": {stages, micro_batches, schedule, remat, partition,
@@ -157,6 +168,19 @@ static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
     cJSON_AddNumberToObject(pl, "micro_batches", b->popts.micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(b->popts.schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(b->popts.remat));
+    cJSON_AddStringToObject(pl, "backend", b->place.backend == GP_BACKEND_MPI ? "mpi" : "threads");
+    cJSON_AddNumberToObject(pl, "data_parallel", b->place.data_parallel);
+    cJSON_AddNumberToObject(pl, "ranks", b->place.nranks);
+    cJSON *bytes = cJSON_AddArrayToObject(pl, "bytes_sent_last_step");
+    for (int r = 0; b->bytes_p2p && r < b->place.nranks; r++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", r);
+        cJSON_AddNumberToObject(e, "stage", r % K);
+        cJSON_AddNumberToObject(e, "replica", r / K);
+        gp_cli_report_u64(e, "p2p", b->bytes_p2p[r]);
+        gp_cli_report_u64(e, "allreduce", b->bytes_allreduce[r]);
+        cJSON_AddItemToArray(bytes, e);
+    }
     cJSON *part = cJSON_AddArrayToObject(pl, "partition");
     cJSON *busy = cJSON_AddArrayToObject(pl, "busy_fraction");
     cJSON *peak = cJSON_AddArrayToObject(pl, "stage_peak_bytes");
@@ -181,13 +205,15 @@ static int run_training(const bench_opts *o, cJSON *r) {
                       .warmup = o->warmup,
                       .batch = o->batch,
                       .seed = o->seed,
-                      .quiet = o->quiet,
+                      .quiet = o->quiet || o->place.rank != 0,
                       .stages = o->pa.stages};
     int *first = NULL;
     int rc = gp_cli_pipeline_resolve("bench", &o->pa, o->micro_batches > 0 ? o->micro_batches : 1,
                                      0, &b.popts, &first);
     free(first); /* no --partition here: always NULL */
     b.popts.partition = NULL;
+    gp_cli_mpi_apply(&o->place, &b.popts);
+    b.place = o->place;
     if (rc == GP_CLI_EXIT_OK) rc = gp_cli_bench_train(&b);
     double *ratio = rc == GP_CLI_EXIT_OK ? calloc((size_t)b.steps, sizeof *ratio) : NULL;
     if (rc == GP_CLI_EXIT_OK && !ratio) {
@@ -200,7 +226,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
     }
     /* K stages run K one-thread BLAS instances: their ceiling is K times the
      * one-thread sgemm measured after each step. */
-    const double cores = b.stages > 0 ? b.stages : 1;
+    const double cores = b.stages > 0 ? b.stages * b.place.data_parallel : 1;
     for (int i = 0; i < b.steps; i++) {
         b.step_ceiling[i] *= cores;
         ratio[i] = b.flops_per_step / b.step_seconds[i] / 1e9 / b.step_ceiling[i];
@@ -294,6 +320,13 @@ int gp_cli_bench_main(int argc, char **argv) {
                                   o.threads);
     }
     if (o.pa.stages > 0) o.threads = 1;
+    rc = gp_cli_mpi_resolve("bench", tab, n, &o.mpi, o.pa.stages > 0 ? o.pa.stages : 1, &o.place);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    if (o.place.backend == GP_BACKEND_MPI && (!t2 || o.pa.stages < 1))
+        return gp_cli_usage_error("bench", "the MPI backend: only for --workload T2 with --stages K");
+    if (o.place.backend == GP_BACKEND_MPI && o.batch && o.batch % o.place.data_parallel)
+        return gp_cli_usage_error("bench", "--batch %d: must divide by --data-parallel %d", o.batch,
+                                  o.place.data_parallel);
     if (gp_cli_seen(tab, n, "--batch") && strcmp(o.workload, "G1") == 0)
         return gp_cli_usage_error("bench", "--batch: only for T1 and C1 (G1 has fixed shapes)");
     if (o.threads > 0) gp_blas_set_threads(o.threads);
@@ -311,7 +344,7 @@ int gp_cli_bench_main(int argc, char **argv) {
     gp_cli_report_u64(r, "seed", o.seed);
     rc = strcmp(o.workload, "G1") == 0 ? run_g1(&o, r) : run_training(&o, r);
     cJSON_AddNumberToObject(r, "elapsed_s", gp_now() - t0);
-    if (rc == GP_CLI_EXIT_OK && o.report) {
+    if (rc == GP_CLI_EXIT_OK && o.report && o.place.rank == 0) {
         if (!gp_cli_report_write(r, o.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;
         else

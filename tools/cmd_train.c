@@ -23,13 +23,15 @@ typedef struct train_opts {
     uint64_t seed, memory_limit;
     bool quiet;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
+    gp_cli_mpi_args mpi;       /* --backend --data-parallel --comm-timeout */
 } train_opts;
 
-enum { NOPTS = 32 }; /* room for the table below; table_len counts it */
+enum { NOPTS = 40 }; /* room for the table below; table_len counts it */
 
 static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
-    gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
-    gp_cli_pipeline_options(pipe, &o->pipe, "none: one device, no pipeline");
+    gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS], mpi[GP_CLI_MPI_NOPTS];
+    gp_cli_pipeline_options(pipe, &o->pipe, "none: one device, no pipeline (1 with MPI)");
+    gp_cli_mpi_options(mpi, &o->mpi);
     gp_cli_opt t[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
          "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false},
@@ -50,6 +52,9 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         pipe[1], /* --schedule */
         pipe[2], /* --remat */
         pipe[3], /* --partition */
+        mpi[0],  /* --backend */
+        mpi[1],  /* --data-parallel */
+        mpi[2],  /* --comm-timeout */
         {"--trace", GP_CLI_STRING, &o->trace, "FILE.json",
          "with --stages: Chrome trace of the last step, one track per stage (Perfetto)", "none",
          0, false, NULL, false},
@@ -126,7 +131,16 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "(at --threads 1). Evaluation and --sample run between steps on the stages'\n"
            "parameters, with the same results as on one device. The summary and the\n"
            "report give the last step's bubble (idle share) measured, in theory\n"
-           "(K-1)/(M+K-1) and simulated; --trace and --timeline draw that step.\n\nOptions:\n",
+           "(K-1)/(M+K-1) and simulated; --trace and --timeline draw that step.\n\n"
+           "Several processes (MPI): started by mpirun or srun, gpipe runs one stage per\n"
+           "process, D = --data-parallel replicas of the K stages on D x K ranks (world rank\n"
+           "r: stage r %% K of replica r / K), each replica on its slice of every mini-batch,\n"
+           "the stages' gradients summed over the replicas (MPI_Iallreduce in buckets):\n"
+           "  mpirun -np 4 gpipe train --model transformer --stages 2 --data-parallel 2 ...\n"
+           "Rank 0 alone prints and writes the report; --trace/--timeline hold one track per\n"
+           "rank. D = 1 gives the threads backend's parameters bit for bit. A rank that fails\n"
+           "or stops answering for --comm-timeout seconds stops every rank with a message\n"
+           "naming it, the action waited on and the peer.\n\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
     printf("\nDefaults that depend on the model:\n"
@@ -156,13 +170,17 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   "--sample: only for language models (int32 input), "
                                   "but --model %s is a classifier",
                                   o->model);
-    if (!SEEN("--stages"))
+    const int K = SEEN("--stages") ? o->pipe.stages : 1;
+    int rc0 = gp_cli_mpi_resolve("train", tab, n, &o->mpi, K, &t->place);
+    if (rc0 != GP_CLI_EXIT_OK) return rc0;
+    const bool mpi = t->place.backend == GP_BACKEND_MPI;
+    if (!SEEN("--stages") && !mpi)
         for (int i = 0; i < 5; i++) {
             const char *name = (const char *[]){"--schedule", "--remat", "--partition", "--trace",
                                                 "--timeline"}[i];
             if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --stages K", name);
         }
-    t->stages = SEEN("--stages") ? o->pipe.stages : 0;
+    t->stages = SEEN("--stages") ? o->pipe.stages : mpi ? 1 : 0; /* MPI: always a pipeline */
     if (t->stages > gp_model_nlayers(t->model))
         return gp_cli_usage_error("train",
                                   "--stages %d: more than the %d layers of --model %s (each stage "
@@ -175,7 +193,7 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->report = o->report;
     t->trace = o->trace;
     t->timeline = o->timeline;
-    t->quiet = o->quiet;
+    t->quiet = o->quiet || t->place.rank != 0; /* rank 0 alone shows progress */
     t->sample = o->sample;
     t->epochs = o->epochs;
     t->steps = o->steps;
@@ -191,6 +209,11 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     if (t->batch % t->micro_batches != 0)
         return gp_cli_usage_error("train", "--micro-batches %d: must divide --batch %d",
                                   t->micro_batches, t->batch);
+    if (t->batch % (t->micro_batches * t->place.data_parallel) != 0)
+        return gp_cli_usage_error("train",
+                                  "--batch %d: must divide by --data-parallel %d x "
+                                  "--micro-batches %d (each replica takes its slice)",
+                                  t->batch, t->place.data_parallel, t->micro_batches);
     t->optimizer = SEEN("--optimizer") ? o->optimizer : (lm ? "adamw" : "sgd");
     if (!SEEN("--optimizer")) USED(" optimizer=%s", t->optimizer);
     const bool sgd = strcmp(t->optimizer, "sgd") == 0;
@@ -244,6 +267,7 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->memory_limit,
                                          &t->popts, &t->partition);
         if (rc != GP_CLI_EXIT_OK) return rc;
+        gp_cli_mpi_apply(&t->place, &t->popts);
         if (!SEEN("--schedule")) USED(" schedule=gpipe");
         if (!SEEN("--remat")) USED(" remat=cell");
         if (!SEEN("--partition")) USED(" partition=balanced");
@@ -365,6 +389,9 @@ int gp_cli_train_main(int argc, char **argv) {
                "(one BLAS thread per stage)\n",
                t.popts.stages, t.popts.micro_batches, gp_schedule_kind_name(t.popts.schedule),
                gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced");
+    if (t.place.backend == GP_BACKEND_MPI)
+        printf("MPI: %d rank(s) = %d replica(s) x %d stage(s); comm timeout %g s\n",
+               t.place.nranks, t.place.data_parallel, t.popts.stages, t.place.timeout_s);
     fflush(stdout);
 
     if (gp_device_cpu_new("cpu0", &t.dev) != GP_OK) {
@@ -384,17 +411,23 @@ int gp_cli_train_main(int argc, char **argv) {
     }
     rc = t.is_lm ? gp_cli_train_lm(&t) : gp_cli_train_classifier(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
+    /* Every rank: the other stages' current layers for the hash, sampling, the report. */
+    if (t.pipeline && (gp_pipeline_sync_params(t.pipeline) != GP_OK ||
+                       gp_pipeline_gather(t.pipeline) != GP_OK)) {
+        rc = gp_cli_fail("train", "gathering the ranks' parameters and timelines");
+        goto done;
+    }
     print_summary(&t);
     rc = gp_cli_pipeline_write_files(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
-    if (t.sample > 0) {
+    if (t.sample > 0 && t.place.rank == 0) {
         printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
                (unsigned long long)t.seed);
         fflush(stdout);
         rc = gp_cli_sample(&t, t.sample, stdout);
         if (rc != GP_CLI_EXIT_OK) goto done;
     }
-    if (t.report) {
+    if (t.report && t.place.rank == 0) {
         cJSON *r = build_report(&t, gp_now() - t0);
         if (!gp_cli_report_write(r, t.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;

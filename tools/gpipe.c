@@ -36,8 +36,14 @@ int main(int argc, char **argv) {
         printf("gpipe %s (BLAS core %s)\n", gp_version(), gp_blas_corename());
         return GP_CLI_EXIT_OK;
     }
-    if (strcmp(cmd, "train") == 0) return gp_cli_train_main(argc, argv);
-    if (strcmp(cmd, "bench") == 0) return gp_cli_bench_main(argc, argv);
+    /* train and bench may have started MPI: it ends here, after everything is freed (or, after
+     * a failure, ends every rank: peers may be waiting on this one). */
+    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0) {
+        int rc = cmd[0] == 't' ? gp_cli_train_main(argc, argv) : gp_cli_bench_main(argc, argv);
+        if (rc == GP_CLI_EXIT_RUNTIME) gp_mpi_abort_job(rc);
+        gp_mpi_finalize();
+        return rc;
+    }
     if (strcmp(cmd, "plan") == 0) return gp_cli_plan_main(argc, argv);
     fprintf(stderr,
             "gpipe: unknown %s '%s' (expected train, plan, bench, --help or --version)\n"

@@ -107,6 +107,11 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
         fprintf(stderr, "gpipe train: %s: out of host memory\n", e->name);
         return GP_CLI_EXIT_RUNTIME;
     }
+    /* MPI: every rank evaluates the whole model, so it needs the other stages' layers. */
+    if (t->pipeline && gp_pipeline_sync_params(t->pipeline) != GP_OK) {
+        free(rows);
+        return gp_cli_fail("train", e->eval_what);
+    }
     for (int64_t first = 0; first < count; first += B) {
         int64_t nb = count - first < B ? count - first : B;
         if (!x.data || x.shape.dim[0] != nb) { /* the remainder gets a smaller batch */

@@ -64,6 +64,12 @@ gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes) {
     (void)g, (void)root, (void)buf, (void)nbytes;
     return not_built("broadcast");
 }
+gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void **all,
+                             size_t *offsets) {
+    (void)g, (void)mine, (void)nbytes, (void)offsets;
+    *all = NULL;
+    return not_built("gather");
+}
 void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {
     (void)g;
     *p2p = *allreduce = 0;
@@ -343,6 +349,52 @@ gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes) {
     GP_TRY(mpi_check(MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, g->pipe_comm, &req),
                      "MPI_Ibcast"));
     return gp_mpi_wait(&g->sh, &req, gp_mpi_deadline(&g->sh), w, doing);
+}
+
+gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void **all,
+                             size_t *offsets) {
+    char w[96];
+    who(g, w, sizeof w);
+    *all = NULL;
+    int W = g->sh.world_size;
+    if (nbytes > (size_t)1 << 30)
+        return gp_error(GP_INVALID_ARGUMENT, "%s: gather of %zu bytes (at most 1 GiB)", w, nbytes);
+    int *counts = calloc((size_t)W, sizeof *counts), *displs = calloc((size_t)W, sizeof *displs);
+    if (!counts || !displs) {
+        free(counts);
+        free(displs);
+        return gp_error(GP_OUT_OF_MEMORY, "%s: cannot gather from %d ranks", w, W);
+    }
+    int me = (int)nbytes;
+    MPI_Request req;
+    gp_status s = mpi_check(MPI_Iallgather(&me, 1, MPI_INT, counts, 1, MPI_INT, g->sh.world, &req),
+                            "MPI_Iallgather");
+    if (s == GP_OK) s = gp_mpi_wait(&g->sh, &req, gp_mpi_deadline(&g->sh), w, "gathering sizes");
+    size_t total = 0;
+    for (int r = 0; s == GP_OK && r < W; r++) {
+        offsets[r] = total;
+        displs[r] = (int)total;
+        total += (size_t)counts[r];
+        if (total > (size_t)1 << 30)
+            s = gp_error(GP_INVALID_ARGUMENT, "%s: gather of more than 1 GiB", w);
+    }
+    if (s == GP_OK) {
+        offsets[W] = total;
+        *all = malloc(total ? total : 1);
+        if (!*all) s = gp_error(GP_OUT_OF_MEMORY, "%s: cannot gather %zu bytes", w, total);
+    }
+    if (s == GP_OK)
+        s = mpi_check(MPI_Iallgatherv(mine, me, MPI_BYTE, *all, counts, displs, MPI_BYTE,
+                                      g->sh.world, &req),
+                      "MPI_Iallgatherv");
+    if (s == GP_OK) s = gp_mpi_wait(&g->sh, &req, gp_mpi_deadline(&g->sh), w, "gathering");
+    free(counts);
+    free(displs);
+    if (s != GP_OK) {
+        free(*all);
+        *all = NULL;
+    }
+    return s;
 }
 
 void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {

@@ -37,6 +37,12 @@ gp_status gp_grid_grads_wait(gp_grid *g);
 /* Copies nbytes at buf from stage `root` of this replica to its other stages. */
 gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes);
 
+/* Gathers every world rank's nbytes at mine (sizes may differ) into one malloc'ed block,
+ * world order, on every rank: *all (the caller frees it) and offsets[W + 1] (caller-owned,
+ * rank r's bytes at offsets[r] .. offsets[r + 1]). */
+gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void **all,
+                             size_t *offsets);
+
 /* Bytes this process handed to MPI since the last reset: point-to-point (headers and payloads)
  * and gradients given to the data-parallel all-reduce. */
 void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../comm/mpi_grid.h"
 #include "../comm/transport.h"
@@ -75,6 +76,7 @@ struct gp_pipeline {
     gp_device *mirror;  /* copies of the other stages' layers (gp_pipeline_sync_params) */
     gp_tensor dp_buf;   /* (stage's trainable elements) the data-parallel gradient buckets */
     uint64_t *bytes;    /* (2 x world size) p2p and all-reduce bytes of each rank, last step */
+    gp_mem_stats *rank_mem; /* (world size) each rank's stage counters, at the last gather */
 };
 
 static bool owns(const gp_pipeline *p, int k) { return !p->grid || gp_grid_stage(p->grid) == k; }
@@ -503,7 +505,8 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
         if (!p->st) s = gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_new: cannot allocate %d stages", K);
     }
     if (s == GP_OK) s = init_stages(p, first, po->memory_limit);
-    if (s == GP_OK) s = gp_trace_init(&p->trace, K, M);
+    /* With processes, one track per rank once gathered (gp_pipeline_gather). */
+    if (s == GP_OK) s = gp_trace_init(&p->trace, p->grid ? gp_grid_world_size(p->grid) : K, M);
     if (s == GP_OK) gp_trace_set_info(&p->trace, p->sched.name, gp_remat_name(p->remat));
     if (s != GP_OK) {
         gp_error_context(s, "gp_pipeline_new (K = %d, M = %d)", K, M);
@@ -521,6 +524,10 @@ gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *o
     if (stage < 0 || stage >= p->K)
         return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: stage %d outside 0..%d", stage,
                         p->K - 1);
+    if (!owns(p, stage) && p->rank_mem) { /* replica 0's stage `stage` is world rank `stage` */
+        *out = p->rank_mem[stage];
+        return GP_OK;
+    }
     if (!owns(p, stage))
         return gp_error(GP_INVALID_ARGUMENT,
                         "gp_pipeline_mem_stats: stage %d runs in another process (this is rank %d, "
@@ -695,7 +702,7 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out) {
     if (!p->have_trace)
         return gp_error(GP_INVALID_ARGUMENT,
                         "gp_pipeline_last_stats: no timeline (no step has run, or the last one failed)");
-    gp_trace_stage_stats *ss = calloc((size_t)p->K, sizeof *ss);
+    gp_trace_stage_stats *ss = calloc((size_t)p->trace.stages, sizeof *ss);
     if (!ss) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d stage figures", p->K);
     gp_trace_stats ts;
     gp_status s = gp_trace_measure(&p->trace, ss, &ts);
@@ -792,6 +799,7 @@ static void free_processes(gp_pipeline *p) {
     if (p->mirror) gp_device_free(p->mirror);
     p->mirror = NULL;
     free(p->bytes);
+    free(p->rank_mem);
 }
 
 static gp_status start_grad_reduce(stage *s) {
@@ -859,6 +867,28 @@ static gp_status reduce_over_ranks(stage *s, double *v, int L) {
     return st;
 }
 
+/* The stage's transport calls as WAIT events (named by what they moved): over MPI a call's
+ * blocking and its transfer cannot be told apart, and the transfer through shared memory or a
+ * NIC is the smaller part, so the whole call counts as idle time. */
+static gp_status trace_calls(stage *s) {
+    static const char *const names[2][GP_MSG_NKINDS] = {{"SEND_ACT", "SEND_GRAD"},
+                                                        {"RECV_ACT", "RECV_GRAD"}};
+    gp_pipeline *p = s->p;
+    int k = s->k;
+    bool sends[GP_MSG_NKINDS] = {k < p->K - 1, k > 0}, recvs[GP_MSG_NKINDS] = {k > 0, k < p->K - 1};
+    for (int mb = 0; mb < p->M; mb++)
+        for (int j = 0; j < GP_MSG_NKINDS; j++) {
+            const comm_times *c = &s->ct[mb];
+            if (sends[j])
+                GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, c->send_b[j], c->send_e[j],
+                                    names[0][j]));
+            if (recvs[j])
+                GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, c->recv_b[j], c->recv_e[j],
+                                    names[1][j]));
+        }
+    return GP_OK;
+}
+
 /* One step on this process's stage, on the calling thread (MPI is initialized FUNNELED: only
  * this thread calls it). Every rank gets the global batch; this replica takes its rows. */
 static gp_status step_processes(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
@@ -890,6 +920,7 @@ static gp_status step_processes(gp_pipeline *p, const gp_tensor *x, const gp_ten
     double t_start = gp_now();
     stage_main(s);
     p->step_s = gp_now() - t_start;
+    if (s->status == GP_OK) s->status = trace_calls(s);
     if (s->status != GP_OK) {
         zero_grads(s);
         return gp_error(s->status, "%s", s->msg);
@@ -935,4 +966,74 @@ gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *
         allreduce[r] = r < W && p->grid ? p->bytes[2 * r + 1] : 0;
     }
     return GP_OK;
+}
+
+/* What each rank contributes to a gather: its trace origin (CLOCK_MONOTONIC: comparable between
+ * the ranks of one host), a host hash, its stage device's counters, then its events. */
+typedef struct gather_head {
+    double origin;
+    uint64_t host;
+    gp_mem_stats mem;
+    int nevents;
+} gather_head;
+
+gp_status gp_pipeline_gather(gp_pipeline *p) {
+    if (!p) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_gather: pipeline is NULL");
+    if (!p->grid) return GP_OK;
+    int W = gp_grid_world_size(p->grid), k = gp_grid_stage(p->grid);
+    int n = 0;
+    const gp_trace_event *ev = gp_trace_events(&p->trace, k, &n);
+    size_t nbytes = sizeof(gather_head) + (size_t)n * sizeof *ev;
+    char *mine = malloc(nbytes);
+    size_t *off = calloc((size_t)W + 1, sizeof *off);
+    if (!p->rank_mem) p->rank_mem = calloc((size_t)W, sizeof *p->rank_mem);
+    if (!mine || !off || !p->rank_mem) {
+        free(mine);
+        free(off);
+        return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_gather: cannot allocate %zu bytes", nbytes);
+    }
+    gather_head h = {.origin = p->trace.origin, .nevents = n};
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    h.host = gp_fnv1a64(GP_FNV1A64_INIT, host, strlen(host));
+    gp_device_mem_stats(p->st[k].dev, &h.mem);
+    memcpy(mine, &h, sizeof h);
+    if (n) memcpy(mine + sizeof h, ev, (size_t)n * sizeof *ev);
+    void *all = NULL;
+    gp_status s = gp_grid_allgatherv(p->grid, mine, nbytes, &all, off);
+    free(mine);
+    if (s != GP_OK) {
+        free(off);
+        return gp_error_context(s, "gp_pipeline_gather");
+    }
+    /* One host: the monotonic clocks agree, so every track keeps its true offset. Several
+     * hosts: each track starts at its own step start (the step began with the previous one's
+     * all-reduce, on every rank within its latency). */
+    bool one_host = true;
+    gather_head h0;
+    memcpy(&h0, all, sizeof h0);
+    for (int r = 1; r < W; r++) {
+        gather_head hr;
+        memcpy(&hr, (char *)all + off[r], sizeof hr);
+        one_host = one_host && hr.host == h0.host;
+    }
+    gp_trace_reset(&p->trace);
+    for (int r = 0; r < W && s == GP_OK; r++) {
+        gather_head hr;
+        memcpy(&hr, (char *)all + off[r], sizeof hr);
+        p->rank_mem[r] = hr.mem;
+        double shift = one_host ? hr.origin - h0.origin : 0;
+        for (int i = 0; i < hr.nevents && s == GP_OK; i++) {
+            gp_trace_event e;
+            memcpy(&e, (char *)all + off[r] + sizeof hr + (size_t)i * sizeof e, sizeof e);
+            if (e.t_end < e.t_begin) continue; /* left open by a failure */
+            s = gp_trace_add(&p->trace, r, e.kind, e.micro_batch, e.t_begin + shift,
+                             e.t_end + shift, e.label);
+        }
+    }
+    free(all);
+    free(off);
+    if (s == GP_OK) s = simulate_trace(p); /* tracks 0..K-1: replica 0's stages */
+    p->have_trace = s == GP_OK;
+    return s;
 }

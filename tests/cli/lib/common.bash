@@ -38,3 +38,27 @@ cli_finish() {
     fi
     echo "cli $1: all checks passed"
 }
+
+# cli_make_tiny_data: $TMP/corpus (a small multilingual text of %-separated
+# entries) and $TMP/syn (IDX files of 48 train and 16 test 28x28 images whose
+# pixels depend on their label), for short training runs.
+cli_make_tiny_data() {
+    python3 - "$TMP" <<'PY'
+import os, struct, sys
+d = sys.argv[1]
+words = "the pipeline splits every mini-batch into micro-batches über café".split()
+with open(os.path.join(d, "corpus"), "w", encoding="utf-8") as f:
+    for i in range(200):
+        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6 + i % 5)) + ".\n%\n")
+os.makedirs(os.path.join(d, "syn"))
+for split, n in (("train", 48), ("t10k", 16)):
+    labels = [(i * 7) % 10 for i in range(n)]
+    pix = bytearray()
+    for i, l in enumerate(labels):
+        pix += bytes(((r * 28 + c) * (l + 1) + i) % 256 for r in range(28) for c in range(28))
+    with open(os.path.join(d, "syn", split + "-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + pix)
+    with open(os.path.join(d, "syn", split + "-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(labels))
+PY
+}
