@@ -124,6 +124,7 @@ static int pipeline_memory(gp_cli_bench *b, const gp_pipeline *p) {
         b->mem.nallocs += st.nallocs;
         b->mem.limit = st.limit;
         b->stage_peak[k] = st.peak_total;
+        b->stage_params[k] = st.peak[GP_MEM_PARAMS];
     }
     return GP_CLI_EXIT_OK;
 }
@@ -180,9 +181,10 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         b->step_bubble = calloc((size_t)b->steps, sizeof *b->step_bubble);
         b->step_bubble_sim = calloc((size_t)b->steps, sizeof *b->step_bubble_sim);
         b->stage_peak = calloc((size_t)b->stages, sizeof *b->stage_peak);
+        b->stage_params = calloc((size_t)b->stages, sizeof *b->stage_params);
     }
     if (!b->step_seconds || !b->step_ceiling ||
-        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->stage_peak))) {
+        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->stage_peak || !b->stage_params))) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
         rc = GP_CLI_EXIT_RUNTIME;
         goto done;

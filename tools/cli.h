@@ -218,6 +218,7 @@ typedef struct gp_cli_bench {
     double *step_bubble_sim; /* the simulator's bubble of each timed step, owned */
     gp_pipeline_stats last;  /* of the last timed step */
     uint64_t *stage_peak;    /* (stages) peak bytes of each stage device, owned */
+    uint64_t *stage_params;  /* (stages) parameter bytes of each stage device, owned */
     gp_cli_mpi_place place;  /* MPI: where this rank runs */
     uint64_t *bytes_p2p, *bytes_allreduce; /* (ranks) sent in the last step, owned (MPI) */
 } gp_cli_bench;

@@ -153,6 +153,7 @@ static void free_bench(gp_cli_bench *b) {
     free(b->step_bubble);
     free(b->step_bubble_sim);
     free(b->stage_peak);
+    free(b->stage_params);
     free(b->bytes_p2p);
     free(b->bytes_allreduce);
 }
@@ -188,7 +189,11 @@ static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
         cJSON_AddItemToArray(part, cJSON_CreateNumber(b->last.partition[k]));
         cJSON_AddItemToArray(busy, cJSON_CreateNumber(b->last.busy_fraction[k]));
     }
-    for (int k = 0; k < K; k++) cJSON_AddItemToArray(peak, cJSON_CreateNumber((double)b->stage_peak[k]));
+    cJSON *par = cJSON_AddArrayToObject(pl, "stage_param_bytes");
+    for (int k = 0; k < K; k++) {
+        cJSON_AddItemToArray(peak, cJSON_CreateNumber((double)b->stage_peak[k]));
+        cJSON_AddItemToArray(par, cJSON_CreateNumber((double)b->stage_params[k]));
+    }
     cJSON_AddNumberToObject(pl, "bubble_measured", gp_cli_median(b->step_bubble, b->steps));
     cJSON_AddNumberToObject(pl, "bubble_theory", b->last.bubble_theory);
     cJSON_AddNumberToObject(pl, "bubble_simulated", gp_cli_median(b->step_bubble_sim, b->steps));
