@@ -508,6 +508,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     /* With processes, one track per rank once gathered (gp_pipeline_gather). */
     if (s == GP_OK) s = gp_trace_init(&p->trace, p->grid ? gp_grid_world_size(p->grid) : K, M);
     if (s == GP_OK) gp_trace_set_info(&p->trace, p->sched.name, gp_remat_name(p->remat));
+    p->trace.stages_per_replica = K;
     if (s != GP_OK) {
         gp_error_context(s, "gp_pipeline_new (K = %d, M = %d)", K, M);
         gp_pipeline_free(p);

@@ -96,7 +96,7 @@ gp_status gp_trace_write_chrome(const gp_trace *t, const char *path) {
     ok = ok && emit(&o, metadata("process_name", 0, "name", "gpipe", 0), "");
     for (int k = 0; ok && k < t->stages; k++) {
         char track[32];
-        snprintf(track, sizeof track, "stage %d", k);
+        gp_trace_track_name(t, k, track, sizeof track);
         ok = emit(&o, metadata("thread_name", k, "name", track, 0), ",\n") &&
              emit(&o, metadata("thread_sort_index", k, "sort_index", NULL, k), ",\n");
     }

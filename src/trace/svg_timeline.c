@@ -219,11 +219,13 @@ gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
     for (int k = 0; k < t->stages; k++) {
         int y = ROWS_TOP + k * (ROW_H + ROW_GAP);
         gp_file_out_printf(&o, "<g id=\"stage%d\" %s>\n", k, FONT);
+        char name[32];
+        gp_trace_track_name(t, k, name, sizeof name);
         gp_file_out_printf(&o,
-                            "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"end\">stage "
-                            "%d</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" "
+                            "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"end\">%s"
+                            "</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" "
                             "text-anchor=\"end\" fill=\"#666666\">busy %.0f%%</text>\n",
-                            LEFT - 10, y + 17, k, LEFT - 10, y + 31,
+                            LEFT - 10, y + 17, name, LEFT - 10, y + 31,
                             st.span > 0.0 ? 100.0 * ss[k].busy / st.span : 0.0);
         gp_file_out_printf(&o,
                             "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>\n",

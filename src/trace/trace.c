@@ -38,6 +38,14 @@ void gp_trace_free(gp_trace *t) {
     memset(t, 0, sizeof *t);
 }
 
+void gp_trace_track_name(const gp_trace *t, int k, char *buf, size_t n) {
+    int K = t->stages_per_replica;
+    if (K > 0 && K < t->stages)
+        snprintf(buf, n, "d%d stage %d", k / K, k % K);
+    else
+        snprintf(buf, n, "stage %d", k);
+}
+
 void gp_trace_reset(gp_trace *t) {
     for (int k = 0; k < t->stages; k++) {
         t->stage[k].n = 0;

@@ -60,6 +60,7 @@ typedef struct gp_trace {
     char schedule[16]; /* "gpipe", "1f1b", "" if unknown */
     char remat[16];    /* "cell", "none", "" if unknown */
     double bubble_simulated; /* the simulator's prediction, shown beside the measure; < 0: none */
+    int stages_per_replica;  /* > 0: track k is stage k % this of replica k / this (MPI ranks) */
     gp_trace_stage *stage;   /* (K) */
 } gp_trace;
 
@@ -89,6 +90,8 @@ gp_status gp_trace_add(gp_trace *t, int k, gp_trace_kind kind, int micro_batch, 
 /* Stage k's events in recording order (open ones have t_end < t_begin); *n gets their count. */
 const gp_trace_event *gp_trace_events(const gp_trace *t, int k, int *n);
 
+/* The name of track k: "stage 1", or with several replicas "d1 stage 0" (replica 1). */
+void gp_trace_track_name(const gp_trace *t, int k, char *buf, size_t n);
 /* "forward", "backward", "recompute", "send", "recv", "wait", "optimizer". */
 const char *gp_trace_kind_name(gp_trace_kind kind);
 
