@@ -114,7 +114,8 @@ kill_test() {
     shift
     local T=3
     # Each rank's own exit status goes to $name.codes (mpirun --enable-recovery reports 0).
-    "${MPIRUN[@]}" "$@" -np 2 sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >>'"$TMP/$name.codes" \
+    # GP_KILL_TAG marks this run's ranks: other gpipe processes on the machine are not ours.
+    GP_KILL_TAG=$TMP "${MPIRUN[@]}" "$@" -x GP_KILL_TAG -np 2 sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >>'"$TMP/$name.codes" \
         "$GPIPE" train --model "$TMP/lm.json" --data "$TMP/corpus" \
         --steps 100000 --batch 8 --micro-batches 4 --stages 2 --threads 1 --log-every 1 \
         --comm-timeout $T >"$TMP/$name.out" 2>"$TMP/$name.err" &
@@ -122,7 +123,8 @@ kill_test() {
     for _ in $(seq 1 300); do # until rank 1 has trained a step
         if grep -q "step 2/" "$TMP/$name.err" 2>/dev/null; then
             for p in $(pgrep -x gpipe); do
-                grep -qz "^OMPI_COMM_WORLD_RANK=1$" "/proc/$p/environ" 2>/dev/null && pid=$p
+                grep -qz "^OMPI_COMM_WORLD_RANK=1$" "/proc/$p/environ" 2>/dev/null &&
+                    grep -qzx "GP_KILL_TAG=$TMP" "/proc/$p/environ" 2>/dev/null && pid=$p
             done
             [ -n "$pid" ] && break
         fi
