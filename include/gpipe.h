@@ -597,6 +597,9 @@ gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *
  * uninitialized. NULL is ignored. */
 void gp_pipeline_free(gp_pipeline *p);
 int gp_pipeline_stages(const gp_pipeline *p);
+/* The first layer of cell k (the partition in use), or -1 when k is out of
+ * range. */
+int gp_pipeline_cell_first(const gp_pipeline *p, int k);
 /* Memory counters of stage `stage`'s device. */
 gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out);
 

@@ -504,6 +504,10 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
 
 int gp_pipeline_stages(const gp_pipeline *p) { return p ? p->K : 0; }
 
+int gp_pipeline_cell_first(const gp_pipeline *p, int k) {
+    return p && k >= 0 && k < p->K ? p->first[k] : -1;
+}
+
 gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out) {
     if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: NULL argument");
     if (stage < 0 || stage >= p->K)
