@@ -72,6 +72,7 @@ demo-fashion: build
 bench: build
 	bash bench/run.sh $(GPIPE)
 	bash bench/run_t2.sh $(GPIPE)
+	bash bench/run_table1.sh $(GPIPE)
 	bash bench/run_mpi.sh $(GPIPE)
 
 install: build

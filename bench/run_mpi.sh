@@ -85,7 +85,7 @@ for name in [f"mpi_k2_m{m}_gpipe" for m in ms] + ["mpi_d2_m1", "mpi_d2_m4"]:
         k = e["stage"]
         directions = (k < K - 1) + (k > 0)  # activations forward, gradients back
         f_p2p = directions * M * (b * T * dm * 4 + HEADER)
-        params = p["stage_param_bytes"][k] if D > 1 else 0
+        params = p["stage_peak_bytes"][k]["parameters"] if D > 1 else 0
         wire = 2 * (D - 1) / D * params
         print(f"| {name} | {e['rank']} | {k} | {e['replica']} | {e['p2p']} | {f_p2p} | "
               f"{e['allreduce']} | {params} | {wire:.0f} |")

@@ -3,8 +3,10 @@
  * the single-device trainer bit for bit (same per-micro-batch forward/backward, loss normalizer,
  * gradient-norm order, clipping and update), whatever K, schedule or re-materialization. Each
  * step's actions are recorded into a timeline (gp_trace) for its stats, trace and picture. */
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np: pinning stages to cores */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include "../trace/trace.h"
 #include "../model/sequence.h"
 #include "../optim/optim.h"
+#include "../model/model_internal.h"
 #include "partition.h"
 #include "schedule.h"
 
@@ -46,6 +49,8 @@ typedef struct stage {
     gp_status status;
     char msg[1024];
     pthread_t thread;
+    int cpu;     /* the core this stage's thread runs on, -1: not pinned */
+    bool pinned; /* the last step's thread did get that core */
 } stage;
 
 struct gp_pipeline {
@@ -87,6 +92,7 @@ static gp_status step_processes(gp_pipeline *p, const gp_tensor *x, const gp_ten
                                 float *loss);
 static gp_status init_processes(gp_pipeline *p, const gp_pipeline_opts *po);
 static void free_processes(gp_pipeline *p);
+static gp_status agree_partition(gp_pipeline *p, int *first);
 
 /* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
  * event is closed whatever call returns, so a failed action leaves no open event behind. */
@@ -298,11 +304,22 @@ static gp_status do_action(stage *s, gp_action a) {
     }
 }
 
+/* A stage that cannot have its core still runs, unpinned (the stats say so). */
+static void pin_to_core(stage *s) {
+    s->pinned = false;
+    if (s->cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(s->cpu, &set);
+    s->pinned = pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
 static void *stage_main(void *arg) {
     stage *s = arg;
     gp_pipeline *p = s->p;
     const gp_stage_actions *list = &p->sched.stage[s->k];
     gp_status st = GP_OK;
+    pin_to_core(s);
     s->loss = 0;
     memset(s->nsent, 0, sizeof s->nsent);
     for (int i = 0; i < list->n && st == GP_OK; i++) {
@@ -330,22 +347,8 @@ static void *stage_main(void *arg) {
 /* ------------------------------------------------------------------ set-up */
 
 static void free_stage_state(gp_pipeline *p) {
-    gp_model *m = p->m;
-    for (int k = 0; k < p->K; k++) {
-        stage *s = &p->st[k];
-        if (!s->dev) continue;
-        for (int li = s->first; li < s->last; li++) {
-            if (m->devs[li] != s->dev) continue;
-            for (int j = 0; j < m->layers[li]->nparams; j++) {
-                gp_param *q = &m->layers[li]->params[j];
-                gp_tensor_release(&q->grad);
-                gp_tensor_release(&q->state[0]);
-                gp_tensor_release(&q->state[1]);
-                gp_tensor_release(&q->value);
-            }
-            m->devs[li] = NULL; /* the model is uninitialized again */
-        }
-    }
+    for (int k = 0; k < p->K; k++)
+        if (p->st[k].dev) gp_model_release_range(p->m, p->st[k].first, p->st[k].last);
 }
 
 void gp_pipeline_free(gp_pipeline *p) {
@@ -377,30 +380,27 @@ void gp_pipeline_free(gp_pipeline *p) {
     free(p);
 }
 
-static int optim_states(const gp_optim_opts *o) {
-    if (o->kind == GP_OPTIM_ADAMW) return 2;
-    return o->momentum != 0.0f ? 1 : 0;
-}
-
-/* The first layer of each cell: the given partition (checked) or the exact balance of the
- * layers' cost estimates. Costs scale with the micro-batch size alike, so the balance is taken
- * at one example; the per-device limit is enforced by the stage devices themselves. */
+/* The first layer of each cell, as gp_plan_make would choose them for the same options: the
+ * given partition (checked) or the exact balance of the layers' cost estimates or measured
+ * times, at the micro-batch size of po->batch (one example when it is not given: every layer's
+ * cost grows with the batch alike) and within the per-device memory limit. */
 static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po, int *first) {
-    int L = p->m->nlayers;
+    const int L = p->m->nlayers;
+    /* po->batch is the global mini-batch: each of the D replicas takes 1/D of it. */
+    const int64_t b = po->batch > 0 ? po->batch / ((int64_t)p->D * p->M) : 1;
     gp_layer_est *est = calloc((size_t)L, sizeof *est);
-    if (!est) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer estimates", L);
-    gp_status s = gp_layer_est_from_model(p->m, 1, optim_states(&p->o), est);
-    gp_partition_req r = {.layers = est, .nlayers = L, .stages = p->K, .micro_batches = p->M,
-                          .remat = p->remat == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE : GP_PLAN_REMAT_CELL,
-                          .mem_limit = 0};
-    if (s == GP_OK) {
-        if (po->partition) {
-            s = gp_partition_check(&r, po->partition, p->K);
-            if (s == GP_OK) memcpy(first, po->partition, (size_t)p->K * sizeof *first);
-        } else {
-            s = gp_partition_balance(&r, first, NULL);
-        }
+    double *times = NULL;
+    gp_pipeline_opts o = *po;
+    gp_status s = GP_OK;
+    if (!est) s = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer estimates", L);
+    if (s == GP_OK && o.balance == GP_BALANCE_TIME && !o.layer_times) {
+        times = calloc(2 * (size_t)L, sizeof *times);
+        s = times ? gp_model_profile_layers(p->m, b, 0, times)
+                  : gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer times", 2 * L);
+        o.layer_times = times;
     }
+    if (s == GP_OK) s = gp_cells_choose(p->m, b, gp_optim_state_count(&p->o), &o, p->K, p->M, est, first);
+    free(times);
     free(est);
     return s;
 }
@@ -420,6 +420,13 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE)
         return gp_error(GP_INVALID_ARGUMENT, "pipeline: remat %d is neither cell (%d) nor none (%d)",
                         (int)po->remat, GP_REMAT_CELL, GP_REMAT_NONE);
+    if (po->balance != GP_BALANCE_COST && po->balance != GP_BALANCE_TIME)
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: balance %d is neither cost (%d) nor time (%d)",
+                        (int)po->balance, GP_BALANCE_COST, GP_BALANCE_TIME);
+    if (po->batch < 0 || po->batch % *M)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: batch %lld is not a multiple of %d micro-batches",
+                        (long long)po->batch, *M);
     return GP_OK;
 }
 
@@ -463,6 +470,18 @@ static gp_status init_stages(gp_pipeline *p, const int *first, uint64_t memory_l
     return GP_OK;
 }
 
+/* Stage k gets the k-th core this process may run on, when there are at least K of them (with
+ * fewer, pinned stages would share cores the scheduler could balance better). */
+static void assign_cores(gp_pipeline *p, bool no_pinning) {
+    cpu_set_t set;
+    int cores[CPU_SETSIZE], n = 0;
+    CPU_ZERO(&set);
+    if (!no_pinning && sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) cores[n++] = c;
+    for (int k = 0; k < p->K; k++) p->st[k].cpu = n >= p->K ? cores[k] : -1;
+}
+
 gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline_opts *po,
                           uint64_t seed, gp_pipeline **out) {
     if (!m || !o || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_new: NULL argument");
@@ -498,6 +517,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->D = 1;
     gp_status s = init_processes(p, po); /* first: a mismatched launch fails before any work */
     if (s == GP_OK) s = choose_partition(p, po, first);
+    if (s == GP_OK && p->grid) s = agree_partition(p, first);
     if (s == GP_OK) s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), K, M, &p->sched);
     if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
     if (s == GP_OK) {
@@ -505,6 +525,8 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
         if (!p->st) s = gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_new: cannot allocate %d stages", K);
     }
     if (s == GP_OK) s = init_stages(p, first, po->memory_limit);
+    /* Processes are bound by their launcher (mpirun --bind-to), not by the stage they run. */
+    if (s == GP_OK) assign_cores(p, po->no_pinning || p->grid);
     /* With processes, one track per rank once gathered (gp_pipeline_gather). */
     if (s == GP_OK) s = gp_trace_init(&p->trace, p->grid ? gp_grid_world_size(p->grid) : K, M);
     if (s == GP_OK) gp_trace_set_info(&p->trace, p->sched.name, gp_remat_name(p->remat));
@@ -519,6 +541,10 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
 }
 
 int gp_pipeline_stages(const gp_pipeline *p) { return p ? p->K : 0; }
+
+int gp_pipeline_cell_first(const gp_pipeline *p, int k) {
+    return p && k >= 0 && k < p->K ? p->first[k] : -1;
+}
 
 gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out) {
     if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: NULL argument");
@@ -714,6 +740,8 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out) {
         out->bubble_measured = ts.bubble;
         out->bubble_theory = (double)(p->K - 1) / (double)(p->M + p->K - 1);
         out->bubble_simulated = p->trace.bubble_simulated;
+        out->pinned = true;
+        for (int k = 0; k < p->K; k++) out->pinned = out->pinned && p->st[k].pinned;
         for (int k = 0; k < p->K && k < 64; k++) {
             out->busy_fraction[k] = ts.span > 0 ? ss[k].busy / ts.span : 0;
             out->partition[k] = p->first[k];
@@ -784,16 +812,25 @@ static gp_status init_processes(gp_pipeline *p, const gp_pipeline_opts *po) {
     return gp_device_cpu_new(name, &p->mirror);
 }
 
+/* Every rank must cut the model at the same layers; a partition balanced on measured times
+ * (--balance time) may differ from rank to rank, so rank 0's is used everywhere: one all-reduce
+ * to which only rank 0 contributes. */
+static gp_status agree_partition(gp_pipeline *p, int *first) {
+    int rank = gp_grid_world_rank(p->grid);
+    double *v = calloc((size_t)p->K, sizeof *v);
+    if (!v) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate %d cell bounds", p->K);
+    for (int k = 0; rank == 0 && k < p->K; k++) v[k] = first[k];
+    gp_status s = gp_transport_allreduce_sum(gp_grid_world(p->grid), rank, v, p->K);
+    for (int k = 0; s == GP_OK && k < p->K; k++) first[k] = (int)v[k];
+    free(v);
+    return s == GP_OK ? GP_OK : gp_error_context(s, "pipeline: agreeing on rank 0's cells");
+}
+
 static void free_processes(gp_pipeline *p) {
     if (!p->grid) return;
     if (p->st) gp_tensor_release(&p->dp_buf); /* on the stage device, before it goes */
-    gp_model *m = p->m;
-    for (int li = 0; li < m->nlayers; li++) {
-        if (!p->mirror || m->devs[li] != p->mirror) continue;
-        for (int j = 0; j < m->layers[li]->nparams; j++)
-            gp_tensor_release(&m->layers[li]->params[j].value);
-        m->devs[li] = NULL;
-    }
+    for (int k = 0; p->st && k < p->K; k++) /* the mirror's copies of the other stages */
+        if (!owns(p, k)) gp_model_release_range(p->m, p->st[k].first, p->st[k].last);
     gp_grid_free(p->grid);
     p->grid = NULL;
     p->tr = NULL;
