@@ -634,9 +634,9 @@ gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path);
  * D x K ranks (D = data_parallel replicas, K = stages; any other size is an error naming
  * both, before anything is allocated). World rank r runs stage r % K of replica r / K;
  * every rank passes the same GLOBAL mini-batch to gp_pipeline_step and replica d trains on
- * its d-th slice of it (the batch must divide by D x M). After backward, each stage's
- * gradients are summed over its D replicas with MPI_Iallreduce in buckets, started as soon
- * as the stage's last micro-batch is backpropagated. Loss, gradient norm and losses of all
+ * its d-th slice of it (the batch must divide by D x M). Each stage's gradients are summed
+ * over its D replicas with MPI_Iallreduce in buckets, each started as soon as its layers'
+ * backward of the last micro-batch is done, overlapping the rest of that backward. Loss, gradient norm and losses of all
  * replicas meet in one fixed-order all-reduce, so every rank gets the same bits. D = 1 gives
  * bit-identical parameters to GP_BACKEND_THREADS; D > 1 differs from D = 1 by the order of
  * the gradient sums only (about 1e-7 relative). Every wait is bounded by comm_timeout_s: a

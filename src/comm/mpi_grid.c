@@ -2,6 +2,7 @@
  * polls, and the public gp_mpi_* functions. MPI itself is process-wide (one MPI_Init per
  * process), so whether this process initialized it and whether it failed are the only
  * process-wide state here. Built without MPI, every entry point says so. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +56,8 @@ int gp_grid_stage(const gp_grid *g) { return (void)g, 0; }
 int gp_grid_replica(const gp_grid *g) { return (void)g, 0; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_world(gp_grid *g) { return (void)g, NULL; }
-gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n, int64_t b) {
-    (void)g, (void)x, (void)n, (void)b;
+gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
+    (void)g, (void)x, (void)n;
     return not_built("gradient all-reduce");
 }
 gp_status gp_grid_grads_wait(gp_grid *g) { return (void)g, not_built("gradient all-reduce"); }
@@ -202,15 +203,13 @@ gp_status gp_mpi_wait(gp_mpi_shared *sh, MPI_Request *req, double deadline, cons
 
 /* -------------------------------------------------------------------- grid */
 
-enum { MAX_BUCKETS = 4096 };
-
 struct gp_grid {
     gp_mpi_shared sh;
     int D, K, stage, replica;
     MPI_Comm pipe_comm, dp_comm;
     gp_transport *pipe, *world;
-    MPI_Request bucket_req[MAX_BUCKETS];
-    int nbuckets;
+    MPI_Request *bucket_req; /* (cap_buckets) the buckets in flight */
+    int nbuckets, cap_buckets;
 };
 
 static gp_status mpi_check(int rc, const char *what) {
@@ -285,6 +284,7 @@ void gp_grid_free(gp_grid *g) {
     if (g->sh.world != MPI_COMM_NULL) MPI_Comm_free(&g->sh.world);
     free(g->sh.note_req);
     free(g->sh.note_buf);
+    free(g->bucket_req);
     free(g);
 }
 
@@ -299,28 +299,31 @@ static void who(const gp_grid *g, char *buf, size_t n) {
     snprintf(buf, n, "rank %d (stage %d of replica %d)", g->sh.world_rank, g->stage, g->replica);
 }
 
-gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n, int64_t bucket_floats) {
+gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
     char w[96];
     who(g, w, sizeof w);
-    if (g->nbuckets) return gp_error(GP_INTERNAL, "%s: gradient buckets already in flight", w);
-    if (bucket_floats < 1) bucket_floats = 1 << 20;
-    if ((n + bucket_floats - 1) / bucket_floats > MAX_BUCKETS)
-        bucket_floats = (n + MAX_BUCKETS - 1) / MAX_BUCKETS;
+    if (n < 1 || n > INT_MAX)
+        return gp_error(GP_INVALID_ARGUMENT, "%s: gradient bucket of %lld floats (1..%d)", w,
+                        (long long)n, INT_MAX);
     if (gp_mpi_shared_poll(&g->sh))
         return gp_mpi_aborted_error(&g->sh, w, "starting the gradient all-reduce");
-    for (int64_t end = n; end > 0; end -= bucket_floats) {
-        int64_t first = end > bucket_floats ? end - bucket_floats : 0;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, x + first, (int)(end - first), MPI_FLOAT, MPI_SUM,
-                                g->dp_comm, &g->bucket_req[g->nbuckets]);
-        if (rc != MPI_SUCCESS) {
-            gp_status s = mpi_check(rc, "MPI_Iallreduce");
-            gp_error_context(s, "%s: gradient bucket %d", w, g->nbuckets);
-            gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, gp_last_error());
-            return s;
-        }
-        g->nbuckets++;
-        g->sh.bytes_allreduce += (uint64_t)(end - first) * sizeof(float);
+    if (g->nbuckets == g->cap_buckets) {
+        int cap = g->cap_buckets ? 2 * g->cap_buckets : 16;
+        MPI_Request *r = realloc(g->bucket_req, (size_t)cap * sizeof *r);
+        if (!r) return gp_error(GP_OUT_OF_MEMORY, "%s: cannot track %d gradient buckets", w, cap);
+        g->bucket_req = r;
+        g->cap_buckets = cap;
     }
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, g->dp_comm,
+                            &g->bucket_req[g->nbuckets]);
+    if (rc != MPI_SUCCESS) {
+        gp_status s = mpi_check(rc, "MPI_Iallreduce");
+        gp_error_context(s, "%s: gradient bucket %d", w, g->nbuckets);
+        gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, gp_last_error());
+        return s;
+    }
+    g->nbuckets++;
+    g->sh.bytes_allreduce += (uint64_t)n * sizeof(float);
     return GP_OK;
 }
 

@@ -27,11 +27,11 @@ gp_transport *gp_grid_pipe(gp_grid *g);
 /* Every rank (world order), for the fixed-order all-reduce of norms and losses. */
 gp_transport *gp_grid_world(gp_grid *g);
 
-/* Starts summing x (n floats) over this stage's D replicas in place, in buckets of at most
- * bucket_floats, the last bucket first (the last layers' gradients are final first). Returns
- * at once; gp_grid_grads_wait completes every bucket started. With D = 2 a sum of two values
- * has the same bits in either order, so both replicas hold identical sums, run after run. */
-gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n, int64_t bucket_floats);
+/* Starts summing one bucket, x (n floats), over this stage's D replicas in place
+ * (MPI_Iallreduce) and returns at once; every replica starts the same buckets in the same
+ * order. gp_grid_grads_wait completes every bucket started. With D = 2 a sum of two values has
+ * the same bits in either order, so both replicas hold identical sums, run after run. */
+gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n);
 gp_status gp_grid_grads_wait(gp_grid *g);
 
 /* Copies nbytes at buf from stage `root` of this replica to its other stages. */

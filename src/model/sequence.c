@@ -68,6 +68,11 @@ gp_status gp_seq_forward(gp_model *m, int first, int last, gp_device *dev, const
 const gp_tensor *gp_seq_output(const gp_seq_pass *p) { return &p->acts[p->last - p->first]; }
 
 gp_status gp_seq_backward(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx) {
+    return gp_seq_backward_each(m, p, dy, dx, NULL, NULL);
+}
+
+gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx,
+                               gp_seq_layer_done done, void *ctx) {
     int n = p->last - p->first;
     gp_tensor grad_out = *dy; /* gradient of the current layer's output */
     grad_out.owned = false;
@@ -87,6 +92,7 @@ gp_status gp_seq_backward(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_t
             s = l->ops->backward(l, &p->ctxs[k], &grad_out, gi);
             if (s != GP_OK) s = gp_error_context(s, "layer %d (%s) backward", li, l->ops->kind);
         }
+        if (s == GP_OK && done) s = done(ctx, li);
         /* This layer's saved state, output and output gradient are done. */
         gp_ctx_release(&p->ctxs[k]);
         gp_tensor_release(&p->acts[k + 1]);

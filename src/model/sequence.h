@@ -25,6 +25,12 @@ const gp_tensor *gp_seq_output(const gp_seq_pass *p);
  * input into dx when dx is not NULL (allocated by the caller, input's shape),
  * adds into parameter gradients, and releases the pass as it goes. */
 gp_status gp_seq_backward(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx);
+/* The same, calling done(ctx, li) right after layer li's backward has added into its parameter
+ * gradients (layers last-1 down to first), e.g. to send gradients that are final while the
+ * earlier layers still run. A failure of done stops the backward with its status. */
+typedef gp_status (*gp_seq_layer_done)(void *ctx, int li);
+gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx,
+                               gp_seq_layer_done done, void *ctx);
 /* Releases whatever the pass still holds; safe on a released pass. */
 void gp_seq_release(gp_seq_pass *p);
 

@@ -80,12 +80,15 @@ struct gp_pipeline {
     gp_tensor xv, yv;   /* this replica's rows of the step's mini-batch (views) */
     gp_device *mirror;  /* copies of the other stages' layers (gp_pipeline_sync_params) */
     gp_tensor dp_buf;   /* (stage's trainable elements) the data-parallel gradient buckets */
+    int64_t *dp_off;    /* (L + 1) where each of the stage's layers starts in dp_buf */
+    int dp_mark;        /* layers [dp_mark, last) are in buckets already started */
+    int64_t dp_bucket;  /* floats that make a bucket */
     uint64_t *bytes;    /* (2 x world size) p2p and all-reduce bytes of each rank, last step */
     gp_mem_stats *rank_mem; /* (world size) each rank's stage counters, at the last gather */
 };
 
 static bool owns(const gp_pipeline *p, int k) { return !p->grid || gp_grid_stage(p->grid) == k; }
-static gp_status start_grad_reduce(struct stage *s);
+static gp_status backward_cell(struct stage *s, int mb, const gp_tensor *dy, gp_tensor *dx);
 static gp_status finish_grad_reduce(struct stage *s);
 static gp_status reduce_over_ranks(struct stage *s, double *v, int L);
 static gp_status step_processes(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
@@ -186,7 +189,6 @@ static gp_status do_backward(stage *s, int mb) {
 }
 
 static gp_status backward_proper(stage *s, int mb) {
-    gp_pipeline *p = s->p;
     if (!s->pass[mb].acts) return gp_error(GP_INTERNAL, "BACKWARD(%d) without its forward", mb);
     gp_tensor dlogits = {0};
     const gp_tensor *dy = &s->dy[mb];
@@ -202,7 +204,7 @@ static gp_status backward_proper(stage *s, int mb) {
         st = gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, s->in_shape, GP_F32, &s->dx[mb]);
         dx = &s->dx[mb];
     }
-    if (st == GP_OK) st = gp_seq_backward(p->m, &s->pass[mb], dy, dx);
+    if (st == GP_OK) st = backward_cell(s, mb, dy, dx);
     gp_tensor_release(&dlogits);
     gp_tensor_release(&s->dy[mb]);
     gp_tensor_release(&s->in[mb]); /* the stash is done with */
@@ -287,10 +289,7 @@ static gp_status do_action(stage *s, gp_action a) {
     int k = s->k, mb = a.mb;
     switch (a.kind) {
     case GP_ACT_FORWARD: TRACED(s, GP_TRACE_FORWARD, mb, NULL, do_forward(s, mb)); return GP_OK;
-    case GP_ACT_BACKWARD:
-        GP_TRY(do_backward(s, mb));
-        /* Backwards run in micro-batch order: after the last, the gradients are final. */
-        return s->p->grid && mb == s->p->M - 1 ? start_grad_reduce(s) : GP_OK;
+    case GP_ACT_BACKWARD: return do_backward(s, mb);
     case GP_ACT_SEND_ACT: return timed_send(s, k + 1, GP_MSG_ACT, mb, &s->out[mb]);
     case GP_ACT_SEND_GRAD: return timed_send(s, k - 1, GP_MSG_GRAD, mb, &s->dx[mb]);
     case GP_ACT_RECV_ACT:
@@ -771,19 +770,10 @@ gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path) {
 
 /* --------------------------------------------------------------- processes (MPI) */
 
-/* Gradient buckets of at most this many floats (4 MiB): big enough that the all-reduce runs
- * at bandwidth, small enough that the first buckets travel while the rest are copied. */
+/* Gradient buckets of at least a quarter of the stage's gradients (so that a bucket travels
+ * while the stage's earlier layers still backpropagate) and at most this many floats (4 MiB:
+ * big enough for the all-reduce to run at bandwidth); a bucket ends at a layer boundary. */
 #define DP_BUCKET_FLOATS (1 << 20)
-
-static int64_t stage_trainable_nelem(const stage *s) {
-    int64_t n = 0;
-    gp_param *q;
-    FOR_EACH_OWN_TRAINABLE(s, li, q) {
-        (void)li;
-        n += gp_tensor_nelem(&q->grad);
-    }
-    return n;
-}
 
 /* The grid (mpirun's world as D x K) and this process's stage; threads: nothing. */
 static gp_status init_processes(gp_pipeline *p, const gp_pipeline_opts *po) {
@@ -838,25 +828,64 @@ static void free_processes(gp_pipeline *p) {
     p->mirror = NULL;
     free(p->bytes);
     free(p->rank_mem);
+    free(p->dp_off);
 }
 
-static gp_status start_grad_reduce(stage *s) {
+/* The stage's gradients in dp_buf, layer after layer (each layer's trainable parameters in
+ * order); dp_off[li] is where layer li's start, for li in [first, last]. */
+static gp_status dp_layout(stage *s) {
     gp_pipeline *p = s->p;
-    if (p->D < 2) return GP_OK;
-    int64_t n = stage_trainable_nelem(s);
-    if (!p->dp_buf.data) {
-        if (n == 0) return GP_OK;
-        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_GRADS, gp_shape1(n), GP_F32, &p->dp_buf));
+    if (p->dp_off) return GP_OK;
+    p->dp_off = calloc((size_t)p->m->nlayers + 1, sizeof *p->dp_off);
+    if (!p->dp_off) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate bucket offsets");
+    int64_t n = 0;
+    for (int li = s->first; li < s->last; li++) {
+        p->dp_off[li] = n;
+        for (int j = 0; j < p->m->layers[li]->nparams; j++) {
+            const gp_param *q = &p->m->layers[li]->params[j];
+            if (q->trainable) n += gp_tensor_nelem(&q->grad);
+        }
     }
-    float *b = p->dp_buf.data;
-    gp_param *q;
-    FOR_EACH_OWN_TRAINABLE(s, li, q) {
-        (void)li;
-        size_t nb = gp_tensor_nbytes(&q->grad);
-        memcpy(b, q->grad.data, nb);
+    p->dp_off[s->last] = n;
+    p->dp_bucket = n / 4 < DP_BUCKET_FLOATS ? n / 4 : DP_BUCKET_FLOATS;
+    return n ? gp_tensor_alloc(s->dev, GP_MEM_GRADS, gp_shape1(n), GP_F32, &p->dp_buf) : GP_OK;
+}
+
+/* Layer li's gradients are final (the stage's last backward runs its layers last to first):
+ * copy them into their place and, once the layers not yet sent fill a bucket (or the cell's
+ * first layer is done), start that bucket's all-reduce while the earlier layers backpropagate. */
+static gp_status layer_grads_final(void *ctx, int li) {
+    stage *s = ctx;
+    gp_pipeline *p = s->p;
+    if (!p->dp_buf.data) return GP_OK;
+    float *b = p->dp_buf.data + p->dp_off[li];
+    for (int j = 0; j < p->m->layers[li]->nparams; j++) {
+        const gp_param *q = &p->m->layers[li]->params[j];
+        if (!q->trainable) continue;
+        memcpy(b, q->grad.data, gp_tensor_nbytes(&q->grad));
         b += gp_tensor_nelem(&q->grad);
     }
-    return gp_grid_grads_start(p->grid, p->dp_buf.data, n, DP_BUCKET_FLOATS);
+    int64_t lo = p->dp_off[li], hi = p->dp_off[p->dp_mark];
+    if (hi > lo && (hi - lo >= p->dp_bucket || li == s->first)) {
+        GP_TRY(gp_grid_grads_start(p->grid, p->dp_buf.data + lo, hi - lo));
+        p->dp_mark = li;
+    }
+    return GP_OK;
+}
+
+/* Backward through the cell; with data-parallel replicas the last micro-batch's backward also
+ * starts the gradient buckets as their layers finish. */
+static gp_status backward_cell(stage *s, int mb, const gp_tensor *dy, gp_tensor *dx) {
+    gp_pipeline *p = s->p;
+    if (!p->grid || p->D < 2 || mb != p->M - 1)
+        return gp_seq_backward(p->m, &s->pass[mb], dy, dx);
+    gp_status st = dp_layout(s);
+    p->dp_mark = s->last;
+    if (st != GP_OK) {
+        gp_seq_release(&s->pass[mb]);
+        return st;
+    }
+    return gp_seq_backward_each(p->m, &s->pass[mb], dy, dx, layer_grads_final, s);
 }
 
 static gp_status finish_grad_reduce(stage *s) {
