@@ -4,12 +4,15 @@
  * itself: D = 1 must give bit-identical losses and params_fnv1a64 to the threads pipeline with
  * the same K, M and seed; D = 2 must match the single-device trainer on the same global batch
  * (M = D x M' micro-batches) within 1e-6 relative error; a launch of the wrong size must fail in
- * gp_pipeline_new with a message naming both sizes. Skipped (exit 77) without MPI or mpirun. */
+ * gp_pipeline_new with a message naming both sizes; the MPI transport hands a message over
+ * bit-exact, refuses one of the wrong shape naming both ranks, and the other rank stops with
+ * that rank's message. Skipped (exit 77) without MPI or mpirun. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/mpi_grid.h"
 #include "testutil.h"
 
 enum { STEPS = 3, SKIP = 77 };
@@ -156,6 +159,58 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
     return failed ? 1 : 0;
 }
 
+/* The MPI transport alone, on 2 ranks: a message arrives bit-exact with its header checked; a
+ * message whose shape is not the one expected is an error naming both ranks, and the rank
+ * still waiting on the other learns who failed and why. A failed run ends with MPI_Abort (a
+ * peer could be dead), so each rank prints its verdict after a barrier on a fresh grid, and
+ * the parent reads them. */
+static int child_header(void) {
+    gp_grid *g = NULL;
+    REQUIRE_OK(gp_grid_new(1, 2, 20, &g));
+    gp_transport *tr = gp_grid_pipe(g);
+    int k = gp_grid_stage(g);
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("header", &dev));
+    gp_tensor t = {0}, u = {0};
+    float want[6];
+    gp_test_fill(want, 6, 9, 1, 0.1f, 2.0f);
+    if (k == 0) {
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &t));
+        memcpy(t.data, want, sizeof want);
+        CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 0}, &t));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &u));
+        CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1}, &u));
+        CHECK_FAILS(gp_transport_barrier(tr, 0), GP_IO,
+                    "rank 0 (stage 0): stopped waiting in the all-reduce of 0 values over 2 stages: "
+                    "the run was aborted by rank 1 (GP_SHAPE: rank 1 (stage 1): receiving from "
+                    "rank 0 (stage 0): expected ACT(mb 1) float32 (2, 4)");
+    } else {
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &t));
+        CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 0}, &t));
+        CHECK(memcmp(t.data, want, sizeof want) == 0);
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 4), GP_F32, &u));
+        CHECK_FAILS(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 1}, &u), GP_SHAPE,
+                    "rank 1 (stage 1): receiving from rank 0 (stage 0): expected ACT(mb 1) float32 "
+                    "(2, 4), but rank 0 (stage 0) sent ACT(mb 1) float32 (2, 3)");
+        gp_tensor_release(&t);
+        gp_tensor_release(&u);
+    }
+    gp_grid_free(g); /* releases rank 0's messages (sent, so owned by the transport) */
+    gp_mem_stats ms;
+    gp_device_mem_stats(dev, &ms);
+    CHECK_EQ_INT(ms.live_total, 0);
+    gp_device_free(dev);
+    /* A fresh grid has a clean failure state: everyone reports, then the run ends. */
+    REQUIRE_OK(gp_grid_new(1, 2, 20, &g));
+    CHECK_OK(gp_transport_barrier(gp_grid_world(g), k));
+    printf("header rank %d: %s\n", k, gp_test_failures ? "FAILED" : "checks passed");
+    fflush(stdout);
+    CHECK_OK(gp_transport_barrier(gp_grid_world(g), k));
+    gp_grid_free(g);
+    gp_mpi_abort_job(0);
+    return 1; /* not reached: MPI_Abort ends every rank */
+}
+
 /* A launch of the wrong size: every rank gets the error, before anything is allocated. */
 static int child_mismatch(void) {
     gp_model *m = gp_test_net_model(GP_TEST_TRANSFORMER);
@@ -183,6 +238,7 @@ static int run_child(const char *c) {
     if (!strcmp(c, "transformer-d2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "convnet-d2")) return child(c, GP_TEST_CONVNET, 2, 2, 2, GP_SCHEDULE_1F1B);
     if (!strcmp(c, "mismatch")) return child_mismatch();
+    if (!strcmp(c, "header")) return child_header();
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
 }
@@ -225,5 +281,19 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (rc != 0) gp_test_failures++;
     }
+    /* The header case ends with MPI_Abort: its verdicts come from its output. */
+    char cmd[8192], line[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 300 mpirun --oversubscribe --bind-to none -np 2 %s --child header 2>&1", self);
+    FILE *f = popen(cmd, "r");
+    int passed = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (strstr(line, "header rank ") && strstr(line, "checks passed")) passed++;
+        if (strstr(line, "header rank") || strstr(line, "CHECK") || strstr(line, "FAILED"))
+            fputs(line, stdout);
+    }
+    if (f) pclose(f);
+    printf("case header (2 ranks): %d of 2 ranks passed\n", passed);
+    CHECK_EQ_INT(passed, 2);
     return gp_test_finish("test_pipeline_mpi");
 }
