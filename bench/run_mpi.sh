@@ -9,14 +9,15 @@
 #    (4 bytes x its parameters) given to the all-reduce when D > 1, which a ring all-reduce
 #    puts on the wire as 2 (D - 1) / D of that.
 # Usage: bash bench/run_mpi.sh [path/to/gpipe] (reports go to ${GP_BENCH_OUT:-out/mpi});
-# GP_BENCH_STEPS (5), GP_BENCH_WARMUP (2), GP_MPIRUN (mpirun --oversubscribe --bind-to none),
+# GP_BENCH_STEPS (5), GP_BENCH_WARMUP (2), GP_MPIRUN (mpirun --bind-to core: each rank on its
+# own core, as the threads backend pins stage k's thread to core k),
 # GP_BENCH_BATCH (T2's 32) and GP_BENCH_M ("8 32"), for a quick check of the script itself.
 set -eu
 GPIPE=${1:-build/gpipe}
 STEPS=${GP_BENCH_STEPS:-5}
 WARMUP=${GP_BENCH_WARMUP:-2}
 OUT=${GP_BENCH_OUT:-out/mpi}
-read -r -a MPIRUN <<<"${GP_MPIRUN:-mpirun --oversubscribe --bind-to none}"
+read -r -a MPIRUN <<<"${GP_MPIRUN:-mpirun --bind-to core}"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 mkdir -p "$OUT"
 
