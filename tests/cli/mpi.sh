@@ -98,6 +98,18 @@ need(tids == {0, 1}, f"trace tracks {tids}")
 finish("mpi reports")
 PY
 
+# Usage errors: the MPI options without MPI, threads under an MPI launcher.
+"$GPIPE" train "${LM[@]}" --data-parallel 2 >"$TMP/u1.out" 2>"$TMP/u1.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--data-parallel: only with the MPI backend" "$TMP/u1.err" ||
+    bad "--data-parallel outside mpirun: exit $rc, $(cat "$TMP/u1.err")"
+timeout 120 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" --backend threads >"$TMP/u2.out" 2>"$TMP/u2.err"
+rc=$?
+[ "$rc" != 0 ] && grep -q "started by an MPI launcher with 2 ranks, but --backend threads was given" \
+    "$TMP/u2.err" || bad "--backend threads under mpirun: exit $rc, $(head -c 400 "$TMP/u2.err")"
+"$GPIPE" train --help | grep -q -- "--comm-timeout SECONDS" || bad "train --help lacks --comm-timeout"
+"$GPIPE" bench --help | grep -q -- "--data-parallel D" || bad "bench --help lacks --data-parallel"
+
 # A launch of the wrong size: a usage error from rank 0, before any training.
 timeout 120 "${MPIRUN[@]}" -np 3 "$GPIPE" train "${LM[@]}" --data-parallel 2 --micro-batches 2 \
     >"$TMP/mis.out" 2>"$TMP/mis.err"
