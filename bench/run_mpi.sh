@@ -19,6 +19,11 @@ WARMUP=${GP_BENCH_WARMUP:-2}
 OUT=${GP_BENCH_OUT:-out/mpi}
 read -r -a MPIRUN <<<"${GP_MPIRUN:-mpirun --bind-to core}"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+if "$GPIPE" bench --workload T2 --backend mpi --stages 2 2>&1 >/dev/null |
+    grep -q "MPI support was not built"; then
+    echo "bench/run_mpi.sh: skipped: $GPIPE was built without MPI (install libopenmpi-dev, rebuild)" >&2
+    exit 0
+fi
 mkdir -p "$OUT"
 
 # one NAME NP ARGS...: one configuration (NP = 0: no mpirun, threads), report $OUT/NAME.json.
