@@ -1,7 +1,8 @@
 # Short commands for the README. Each target installs what is missing (as
 # root, through apt-get), configures with CMake and builds before it runs.
 
-PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 libopenblas-dev \
+PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 python3-venv \
+            python3-numpy libopenblas-dev \
             libcjson-dev zlib1g-dev \
             dataset-fashion-mnist fortunes fortunes-de fortunes-es fortunes-it fortunes-ru \
             fortunes-pl fortunes-cs
@@ -10,8 +11,12 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
+# Python packages from PyPI for the tests (the reference `safetensors` reader), in a venv that
+# also sees Debian's python3-numpy (and python3-torch where installed).
+PYENV      ?= .pyenv
+PY_PACKAGES := safetensors
 
-.PHONY: all deps build test test-fast test-asan test-tsan demo demo-fashion bench install clean
+.PHONY: all deps pydeps build test test-fast test-asan test-tsan demo demo-fashion bench install clean
 
 all: build
 
@@ -25,6 +30,13 @@ deps:
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	fi
 
+pydeps: deps
+	@if ! $(PYENV)/bin/python -c "import safetensors, numpy" 2>/dev/null; then \
+	  echo "installing into $(PYENV): $(PY_PACKAGES)"; \
+	  /usr/bin/python3 -m venv --system-site-packages $(PYENV) && \
+	  $(PYENV)/bin/pip install -q $(PY_PACKAGES); \
+	fi
+
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
@@ -33,13 +45,13 @@ build: deps $(BUILD)/CMakeCache.txt
 
 # The whole suite: the optimized build, then again under ASan + UBSan, and the
 # threaded tests under ThreadSanitizer.
-test: build test-asan test-tsan
+test: build pydeps test-asan test-tsan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-fast: build
+test-fast: build pydeps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: deps
+test-asan: deps pydeps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_SANITIZE=ON -DCMAKE_C_COMPILER=clang
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && GP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -75,4 +87,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(PYENV)

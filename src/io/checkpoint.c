@@ -224,7 +224,7 @@ gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_opti
                             path, e->name);
         if (e->dtype != GP_F32)
             return gp_error(GP_FORMAT, "%s: tensor \"%s\" is %s, expected F32", path, e->name,
-                            gp_dtype_name(e->dtype));
+                            e->dtype == GP_I32 ? "I32" : "F32");
         if (!gp_shape_equal(&e->shape, &t->shape))
             return gp_error(GP_SHAPE, "%s: tensor \"%s\" has shape %s, the model's is %s", path,
                             e->name, gp_shape_str(&e->shape, a, sizeof a),

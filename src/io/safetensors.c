@@ -112,6 +112,12 @@ static gp_status parse_entry(gp_safetensors *f, const cJSON *e, gp_st_entry *t) 
         nelem *= (int64_t)dim;
     }
     uint64_t b = 0, en = 0;
+    if (cJSON_GetArraySize(off) == 2 && json_u64(off->child, 9007199254740992.0, &b) &&
+        json_u64(off->child->next, 9007199254740992.0, &en) && b <= en && en > f->ndata)
+        return gp_error(GP_FORMAT, "%s: tensor \"%s\": data_offsets [%llu, %llu] end past the %llu "
+                                   "data bytes of the file (truncated?)",
+                        o, name, (unsigned long long)b, (unsigned long long)en,
+                        (unsigned long long)f->ndata);
     if (cJSON_GetArraySize(off) != 2 || !json_u64(off->child, 9007199254740992.0, &b) ||
         !json_u64(off->child->next, 9007199254740992.0, &en) || en < b || en > f->ndata)
         return gp_error(GP_FORMAT, "%s: tensor \"%s\": data_offsets must be [begin, end] with "
