@@ -139,6 +139,10 @@ int gp_cli_train_classifier(gp_cli_train *t) {
         }
     }
     gp_cli_progress_clear(&prog);
+    if (t->start_step == total) { /* resumed at the very end: still the final evaluation */
+        rc = eval_and_log(t, &test, &prog, (int)total, false);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+    }
     if (t->stop_step < total)
         printf("stopped after step %d of %lld (--stop-after); continue with --resume\n",
                t->stop_step, (long long)total);

@@ -117,6 +117,10 @@ int gp_cli_train_lm(gp_cli_train *t) {
         }
     }
     gp_cli_progress_clear(&prog);
+    if (t->start_step == t->steps) { /* resumed at the very end: still the final evaluation */
+        rc = eval_and_log(t, &corpus, &prog, t->steps);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+    }
     if (t->stop_step < t->steps)
         printf("stopped after step %d of %d (--stop-after); continue with --resume\n",
                t->stop_step, t->steps);
