@@ -9,6 +9,9 @@ PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 py
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := checkpoint config idx text
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
 # Python packages from PyPI for the tests (the reference `safetensors` reader), in a venv that
@@ -16,7 +19,7 @@ GPIPE      := $(BUILD)/gpipe
 PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
 
-.PHONY: all deps pydeps build test test-fast test-asan test-tsan demo demo-fashion bench install clean
+.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-fashion bench install clean
 
 all: build
 
@@ -45,7 +48,7 @@ build: deps $(BUILD)/CMakeCache.txt
 
 # The whole suite: the optimized build, then again under ASan + UBSan, and the
 # threaded tests under ThreadSanitizer.
-test: build pydeps test-asan test-tsan
+test: build pydeps test-asan test-tsan test-fuzz
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-fast: build pydeps
@@ -68,6 +71,25 @@ test-tsan: deps
 	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline'
 
+# libFuzzer (clang, ASan + UBSan) on the checkpoint, JSON config, IDX and text readers, each for
+# FUZZ_SECONDS from its committed seed corpus in tests/fuzz/corpus/ (which also holds every input
+# that ever failed, as a regression); new inputs go to $(FUZZ_BUILD)/corpus, never the tree.
+test-fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_FUZZ=ON -DGP_BUILD_TESTS=OFF \
+	  -DCMAKE_C_COMPILER=clang
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	  rm -rf $(FUZZ_BUILD)/corpus/$$t && mkdir -p $(FUZZ_BUILD)/corpus/$$t && \
+	  if ! ./$(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -seed=1 -timeout=10 \
+	      -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
+	      >$(FUZZ_BUILD)/fuzz_$$t.log 2>&1; then \
+	    tail -n 40 $(FUZZ_BUILD)/fuzz_$$t.log; \
+	    echo "fuzz_$$t FAILED: the input is in $(FUZZ_BUILD)/; fix it and add it to tests/fuzz/corpus/$$t"; \
+	    exit 1; \
+	  fi; \
+	  echo "fuzz_$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' $(FUZZ_BUILD)/fuzz_$$t.log), no failure"; \
+	done
+
 # The main job: a byte-level Transformer LM on the multilingual fortunes.
 demo: build
 	$(GPIPE) train --model examples/demo_lm.json --stages 2 --micro-batches 8 --steps 600 \
@@ -87,4 +109,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(PYENV)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(PYENV)

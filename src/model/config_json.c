@@ -395,7 +395,7 @@ gp_status gp_model_from_json_string(const char *json, const char *origin, gp_mod
         if (off > len) off = len;
         int line, col;
         locate(json, off, &line, &col);
-        char near[32]; /* up to 20 bytes from the error on, printable */
+        char near[48]; /* up to 20 bytes from the error on, printable (escapes take two) */
         size_t n = 0;
         for (size_t i = 0; i < 20 && json[off + i]; i++) {
             char ch = json[off + i];
