@@ -112,12 +112,11 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--keep", GP_CLI_INT, &o->keep, "K",
          "with --checkpoint-dir: keep only the newest K checkpoints", "3", 1, false, NULL, false},
         {"--resume", GP_CLI_FLAG, &o->resume, NULL,
-         "continue from the newest complete checkpoint in --checkpoint-dir (same model and "
-         "options; --stages may differ); none there: start fresh",
-         NULL, 0, false, NULL, false},
+         "continue from the newest checkpoint in --checkpoint-dir (none: start fresh)", "off", 0,
+         false, NULL, false},
         {"--stop-after", GP_CLI_INT, &o->stop_after, "N",
-         "end this run after step N (with a checkpoint); --steps still sets the schedule", "none",
-         1, false, NULL, false},
+         "end this run after step N (--steps still sets the schedule)", "none", 1, false, NULL,
+         false},
     };
     int n = (int)(sizeof t / sizeof t[0]);
     for (int i = 0; i < NOPTS; i++) tab[i] = i < n ? t[i] : (gp_cli_opt){0};
@@ -146,7 +145,12 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "(at --threads 1). Evaluation and --sample run between steps on the stages'\n"
            "parameters, with the same results as on one device. The summary and the\n"
            "report give the last step's bubble (idle share) measured, in theory\n"
-           "(K-1)/(M+K-1) and simulated; --trace and --timeline draw that step.\n\nOptions:\n",
+           "(K-1)/(M+K-1) and simulated; --trace and --timeline draw that step.\n\n"
+           "With --checkpoint-dir the run writes safetensors checkpoints (parameters,\n"
+           "optimizer state, step, model config and options); --resume continues from the\n"
+           "newest with the same model and options, on any number of --stages, to the same\n"
+           "bits as an uninterrupted run; --stop-after ends a run early with a checkpoint.\n"
+           "\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
     printf("\nDefaults that depend on the model:\n"
