@@ -14,67 +14,20 @@
 #define BATCH 4
 #define NSTEPS 3 /* N: 2N straight vs N + N */
 
-typedef enum { NET_TRANSFORMER, NET_CONVNET } net_kind;
-
-static gp_model *build(net_kind net, int width) {
-    gp_model *m = NULL;
-    if (net == NET_TRANSFORMER) {
-        gp_transformer_config c = {.vocab = 64, .dim = width, .heads = 4, .d_ff = 64,
-                                   .layers = 3, .seq_len = 16, .dropout = 0.1f};
-        REQUIRE_OK(gp_model_transformer(&c, &m));
-    } else {
-        gp_convnet_config c = gp_convnet_defaults();
-        c.ch1 = 4;
-        c.ch2 = width / 4;
-        c.hidden = 16;
-        REQUIRE_OK(gp_model_convnet(&c, &m));
-    }
-    return m;
-}
-
-static gp_optim_opts optim_for(net_kind net) {
-    gp_optim_opts o;
-    if (net == NET_TRANSFORMER) {
-        o = gp_adamw_defaults(3e-3f, 0.01f);
-        o.clip_norm = 0.5f;
+/* The pipeline test's networks, with a cosine schedule for the Transformer so a resumed run
+ * must follow it. */
+static gp_optim_opts optim_for(gp_test_net net) {
+    gp_optim_opts o = gp_test_net_optim(net);
+    if (net == GP_TEST_TRANSFORMER) {
         o.warmup_steps = 2;
-        o.total_steps = 2 * NSTEPS; /* a cosine schedule: resumed runs must follow it */
-    } else {
-        o = gp_sgd_defaults(0.05f, 0.9f);
+        o.total_steps = 2 * NSTEPS;
     }
     return o;
 }
 
-typedef struct batch {
-    float xf[BATCH * 28 * 28];
-    int32_t xi[BATCH * 16], y[BATCH * 16];
-    gp_tensor x, yt;
-} batch;
-
-static void make_batch(net_kind net, int step, batch *b) {
-    uint64_t seed = 500 + (uint64_t)step;
-    if (net == NET_TRANSFORMER) {
-        float r[BATCH * 17];
-        gp_rng_stream st = {.seed = seed, .purpose = GP_RNG_TEST};
-        gp_rng_uniform(&st, 0, r, BATCH * 17);
-        for (int i = 0; i < BATCH; i++)
-            for (int t = 0; t < 16; t++) {
-                b->xi[i * 16 + t] = (int32_t)(r[i * 17 + t] * 64) % 64;
-                b->y[i * 16 + t] = (int32_t)(r[i * 17 + t + 1] * 64) % 64;
-            }
-        b->x = gp_tensor_view(b->xi, gp_shape2(BATCH, 16), GP_I32);
-        b->yt = gp_tensor_view(b->y, gp_shape2(BATCH, 16), GP_I32);
-    } else {
-        gp_test_fill(b->xf, BATCH * 28 * 28, seed, 1, 0.0f, 1.5f);
-        for (int i = 0; i < BATCH; i++) b->y[i] = (int32_t)((seed * 7 + (uint64_t)i * 3) % 10);
-        b->x = gp_tensor_view(b->xf, gp_shape4(BATCH, 1, 28, 28), GP_F32);
-        b->yt = gp_tensor_view(b->y, gp_shape1(BATCH), GP_I32);
-    }
-}
-
 /* A training session on one device (K = 0) or a pipeline of K stages. */
 typedef struct session {
-    net_kind net;
+    gp_test_net net;
     gp_model *m;
     gp_device *dev;
     gp_trainer *t;
@@ -84,10 +37,10 @@ typedef struct session {
 
 static const uint64_t SEED = 91;
 
-static void session_new(session *s, net_kind net, int K) {
+static void session_new(session *s, gp_test_net net, int K) {
     memset(s, 0, sizeof *s);
     s->net = net;
-    s->m = build(net, 32);
+    s->m = gp_test_net_build(net);
     s->o = optim_for(net);
     if (K == 0) {
         REQUIRE_OK(gp_device_cpu_new("one", &s->dev));
@@ -113,11 +66,11 @@ static int session_step(const session *s) {
 
 static void session_run(session *s, int nsteps, float *losses) {
     for (int i = 0; i < nsteps; i++) {
-        batch b;
+        gp_test_batch b;
         int step = session_step(s);
-        make_batch(s->net, step, &b);
-        REQUIRE_OK(s->t ? gp_trainer_step(s->t, &b.x, &b.yt, &losses[step])
-                        : gp_pipeline_step(s->p, &b.x, &b.yt, &losses[step]));
+        gp_test_net_batch(s->net, BATCH, 500 + (uint64_t)step, &b);
+        REQUIRE_OK(s->t ? gp_trainer_step(s->t, &b.x, &b.y_t, &losses[step])
+                        : gp_pipeline_step(s->p, &b.x, &b.y_t, &losses[step]));
     }
 }
 
@@ -140,7 +93,7 @@ static void session_load(session *s, const char *path) {
 }
 
 /* Straight 2N steps on K_ref; N steps on K_save, saved; loaded on K_resume for N more. */
-static void check_resume(net_kind net, int K_ref, int K_save, int K_resume) {
+static void check_resume(gp_test_net net, int K_ref, int K_save, int K_resume) {
     float want[2 * NSTEPS], got[2 * NSTEPS];
     session a, b, c;
     session_new(&a, net, K_ref);
@@ -164,7 +117,7 @@ static void check_resume(net_kind net, int K_ref, int K_save, int K_resume) {
     int same = memcmp(want, got, sizeof want) == 0 && want_hash == got_hash;
     if (!same) {
         fprintf(stderr, "%s: K %d straight vs K %d saved, K %d resumed: hash %016llx vs %016llx\n",
-                net == NET_TRANSFORMER ? "transformer" : "convnet", K_ref, K_save, K_resume,
+                net == GP_TEST_TRANSFORMER ? "transformer" : "convnet", K_ref, K_save, K_resume,
                 (unsigned long long)want_hash, (unsigned long long)got_hash);
         for (int i = 0; i < 2 * NSTEPS; i++)
             fprintf(stderr, "  step %d: %.9g vs %.9g\n", i, (double)want[i], (double)got[i]);
@@ -176,7 +129,7 @@ static void check_resume(net_kind net, int K_ref, int K_save, int K_resume) {
 static void check_bad_loads(void) {
     const char *path = gp_scratch_path("good.safetensors");
     session s;
-    session_new(&s, NET_TRANSFORMER, 0);
+    session_new(&s, GP_TEST_TRANSFORMER, 0);
     float l[NSTEPS];
     session_run(&s, 1, l);
     session_save(&s, path);
@@ -184,17 +137,19 @@ static void check_bad_loads(void) {
     gp_safetensors *f;
     REQUIRE_OK(gp_safetensors_read(path, &f));
     /* Another model: the same kinds of layers, other widths. */
-    session o;
-    o.m = build(NET_TRANSFORMER, 48);
+    gp_transformer_config wide = {.vocab = 64, .dim = 48, .heads = 4, .d_ff = 64, .layers = 4,
+                                  .seq_len = 16};
+    gp_model *other;
+    REQUIRE_OK(gp_model_transformer(&wide, &other));
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("other", &dev));
-    REQUIRE_OK(gp_model_init(o.m, dev, 3));
-    uint64_t before = gp_model_params_fnv1a64(o.m);
-    CHECK_FAILS(gp_checkpoint_load(f, o.m, NULL), GP_SHAPE, "layers.0.weight\" has shape (64, 32)");
-    CHECK(gp_model_params_fnv1a64(o.m) == before);
-    gp_model_free(o.m);
+    REQUIRE_OK(gp_model_init(other, dev, 3));
+    uint64_t before = gp_model_params_fnv1a64(other);
+    CHECK_FAILS(gp_checkpoint_load(f, other, NULL), GP_SHAPE, "layers.0.weight\" has shape (64, 32)");
+    CHECK(gp_model_params_fnv1a64(other) == before);
+    gp_model_free(other);
     /* Another family altogether. */
-    gp_model *conv = build(NET_CONVNET, 32);
+    gp_model *conv = gp_test_net_build(GP_TEST_CONVNET);
     REQUIRE_OK(gp_model_init(conv, dev, 3));
     before = gp_model_params_fnv1a64(conv);
     CHECK_FAILS(gp_checkpoint_load(f, conv, NULL), GP_FORMAT, "a checkpoint of another model");
@@ -240,13 +195,13 @@ int main(void) {
     gp_scratch_init("test_checkpoint");
     gp_blas_set_threads(1); /* pipelines run one BLAS thread per stage: compare like with like */
     for (int net = 0; net < 2; net++) {
-        check_resume((net_kind)net, 0, 0, 0); /* one device */
-        check_resume((net_kind)net, 2, 2, 2); /* a pipeline */
+        check_resume((gp_test_net)net, 0, 0, 0); /* one device */
+        check_resume((gp_test_net)net, 2, 2, 2); /* a pipeline */
         for (int K = 1; K <= 3; K++) {
-            check_resume((net_kind)net, 0, 4, K); /* saved on 4 stages, resumed on K */
-            check_resume((net_kind)net, 0, K, 4); /* and the reverse */
+            check_resume((gp_test_net)net, 0, 4, K); /* saved on 4 stages, resumed on K */
+            check_resume((gp_test_net)net, 0, K, 4); /* and the reverse */
         }
-        check_resume((net_kind)net, 0, 0, 3); /* one device to a pipeline */
+        check_resume((gp_test_net)net, 0, 0, 3); /* one device to a pipeline */
     }
     check_bad_loads();
     gp_scratch_cleanup();

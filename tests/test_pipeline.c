@@ -15,63 +15,9 @@
 #define M_MICRO 4
 #define BATCH 8
 
-typedef enum { NET_TRANSFORMER, NET_CONVNET } net_kind;
-
-static gp_model *build(net_kind net) {
-    gp_model *m = NULL;
-    if (net == NET_TRANSFORMER) {
-        gp_transformer_config c = {.vocab = 64, .dim = 32, .heads = 4, .d_ff = 64, .layers = 4,
-                                   .seq_len = 16, .dropout = 0.1f};
-        REQUIRE_OK(gp_model_transformer(&c, &m));
-    } else {
-        gp_convnet_config c = gp_convnet_defaults();
-        c.ch1 = 4;
-        c.ch2 = 8;
-        c.hidden = 16;
-        REQUIRE_OK(gp_model_convnet(&c, &m));
-    }
-    return m;
-}
-
-static gp_optim_opts optim_for(net_kind net) {
-    gp_optim_opts o;
-    if (net == NET_TRANSFORMER) {
-        o = gp_adamw_defaults(3e-3f, 0.01f);
-        o.clip_norm = 0.5f; /* small enough to clip: exercises the all-reduced norm */
-    } else {
-        o = gp_sgd_defaults(0.05f, 0.9f);
-        o.clip_norm = 1.0f;
-    }
-    return o;
-}
-
-/* One step's batch: (B, T) tokens and next tokens, or (B, 1, 28, 28) images and classes. */
-typedef struct batch {
-    float xf[BATCH * 28 * 28];
-    int32_t xi[BATCH * 16], y[BATCH * 16];
-    gp_tensor x, yt;
-} batch;
-
-static void make_batch(net_kind net, int step, batch *b) {
-    uint64_t seed = 1000 + (uint64_t)step;
-    if (net == NET_TRANSFORMER) {
-        float r[BATCH * 17];
-        gp_rng_stream st = {.seed = seed, .purpose = GP_RNG_TEST};
-        gp_rng_uniform(&st, 0, r, BATCH * 17);
-        for (int i = 0; i < BATCH; i++)
-            for (int t = 0; t < 16; t++) {
-                b->xi[i * 16 + t] = (int32_t)(r[i * 17 + t] * 64) % 64;
-                b->y[i * 16 + t] = (int32_t)(r[i * 17 + t + 1] * 64) % 64;
-            }
-        b->y[5] = -1; /* an ignored label: the normalizer counts the whole mini-batch's labels */
-        b->x = gp_tensor_view(b->xi, gp_shape2(BATCH, 16), GP_I32);
-        b->yt = gp_tensor_view(b->y, gp_shape2(BATCH, 16), GP_I32);
-    } else {
-        gp_test_fill(b->xf, BATCH * 28 * 28, seed, 1, 0.0f, 1.5f);
-        for (int i = 0; i < BATCH; i++) b->y[i] = (int32_t)((seed * 7 + (uint64_t)i * 3) % 10);
-        b->x = gp_tensor_view(b->xf, gp_shape4(BATCH, 1, 28, 28), GP_F32);
-        b->yt = gp_tensor_view(b->y, gp_shape1(BATCH), GP_I32);
-    }
+/* One step's batch, keyed by the step. */
+static void make_batch(gp_test_net net, int step, gp_test_batch *b) {
+    gp_test_net_batch(net, BATCH, 1000 + (uint64_t)step, b);
 }
 
 typedef struct result {
@@ -82,19 +28,19 @@ typedef struct result {
 
 static const uint64_t SEED = 77;
 
-static void reference(net_kind net, int steps, result *r) {
-    gp_model *m = build(net);
+static void reference(gp_test_net net, int steps, result *r) {
+    gp_model *m = gp_test_net_build(net);
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("ref", &dev));
     REQUIRE_OK(gp_model_init(m, dev, SEED));
-    gp_optim_opts o = optim_for(net);
+    gp_optim_opts o = gp_test_net_optim(net);
     gp_trainer_opts to = {.micro_batches = M_MICRO};
     gp_trainer *t;
     REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
     for (int s = 0; s < steps; s++) {
-        batch b;
+        gp_test_batch b;
         make_batch(net, s, &b);
-        REQUIRE_OK(gp_trainer_step(t, &b.x, &b.yt, &r->loss[s]));
+        REQUIRE_OK(gp_trainer_step(t, &b.x, &b.y_t, &r->loss[s]));
     }
     r->hash = gp_model_params_fnv1a64(m);
     gp_mem_stats ms;
@@ -105,10 +51,10 @@ static void reference(net_kind net, int steps, result *r) {
     gp_device_free(dev);
 }
 
-static int run_pipeline(net_kind net, int steps, int K, gp_schedule_kind sk, gp_remat rm,
+static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, gp_remat rm,
                         result *r) {
-    gp_model *m = build(net);
-    gp_optim_opts o = optim_for(net);
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm};
     gp_pipeline *p;
     gp_status s = gp_pipeline_new(m, &o, &po, SEED, &p);
@@ -120,9 +66,9 @@ static int run_pipeline(net_kind net, int steps, int K, gp_schedule_kind sk, gp_
     CHECK_EQ_INT(gp_pipeline_stages(p), K);
     int bad = 0;
     for (int st = 0; st < steps && !bad; st++) {
-        batch b;
+        gp_test_batch b;
         make_batch(net, st, &b);
-        if (gp_pipeline_step(p, &b.x, &b.yt, &r->loss[st]) != GP_OK) {
+        if (gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[st]) != GP_OK) {
             fprintf(stderr, "gp_pipeline_step K=%d step %d: %s\n", K, st, gp_last_error());
             bad = 1;
         }
@@ -153,8 +99,8 @@ static int run_pipeline(net_kind net, int steps, int K, gp_schedule_kind sk, gp_
     return bad;
 }
 
-static void exactness(net_kind net, int steps, int maxk) {
-    const char *name = net == NET_TRANSFORMER ? "transformer" : "convnet";
+static void exactness(gp_test_net net, int steps, int maxk) {
+    const char *name = net == GP_TEST_TRANSFORMER ? "transformer" : "convnet";
     result ref;
     memset(&ref, 0, sizeof ref);
     reference(net, steps, &ref);
@@ -187,8 +133,8 @@ static void exactness(net_kind net, int steps, int maxk) {
 }
 
 static void errors(void) {
-    gp_model *m = build(NET_TRANSFORMER); /* 8 layers */
-    gp_optim_opts o = optim_for(NET_TRANSFORMER);
+    gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER); /* 8 layers */
+    gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
     gp_pipeline *p = NULL;
     gp_pipeline_opts po = {.stages = 9, .micro_batches = 2};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "stages 9 > 8 layers");
@@ -205,10 +151,10 @@ static void errors(void) {
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "8");
     part[1] = 3;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
-    batch b;
-    make_batch(NET_TRANSFORMER, 0, &b);
+    gp_test_batch b;
+    make_batch(GP_TEST_TRANSFORMER, 0, &b);
     float loss = -1;
-    CHECK_FAILS(gp_pipeline_step(p, &b.x, &b.yt, &loss), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_pipeline_step(p, &b.x, &b.y_t, &loss), GP_INVALID_ARGUMENT,
                 "batch 8 is not divisible by 3 micro-batches");
     CHECK(loss == -1);
     /* A failing step leaves the pipeline usable: 6 of the 8 rows divide by 3. */
@@ -229,18 +175,18 @@ static void errors(void) {
 
 /* A stage that runs out of memory stops every stage; the error names the device and limit. */
 static void stage_failure(void) {
-    gp_model *m = build(NET_CONVNET);
-    gp_optim_opts o = optim_for(NET_CONVNET);
+    gp_model *m = gp_test_net_build(GP_TEST_CONVNET);
+    gp_optim_opts o = gp_test_net_optim(GP_TEST_CONVNET);
     /* Enough for each stage's static state (about 100 KiB for the whole net), far too little
      * for the activations of a (2, 4, 28, 28) conv cell. */
     gp_pipeline_opts po = {.stages = 3, .micro_batches = 4, .memory_limit = 120 * 1024,
                            .schedule = GP_SCHEDULE_1F1B};
     gp_pipeline *p;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
-    batch b;
-    make_batch(NET_CONVNET, 0, &b);
+    gp_test_batch b;
+    make_batch(GP_TEST_CONVNET, 0, &b);
     float loss = -1;
-    gp_status s = gp_pipeline_step(p, &b.x, &b.yt, &loss);
+    gp_status s = gp_pipeline_step(p, &b.x, &b.y_t, &loss);
     CHECK_EQ_INT(s, GP_MEMORY_LIMIT);
     CHECK(strstr(gp_last_error(), "stage") != NULL);
     CHECK(loss == -1);
@@ -343,8 +289,8 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
 
 /* Two steps (the timeline holds the last one only), then its figures and files. */
 static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partition) {
-    gp_model *m = build(NET_TRANSFORMER);
-    gp_optim_opts o = optim_for(NET_TRANSFORMER);
+    gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
+    gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm,
                            .partition = partition};
     gp_pipeline *p;
@@ -354,10 +300,10 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK_FAILS(gp_pipeline_write_trace(p, gp_scratch_path("early.json")), GP_INVALID_ARGUMENT,
                 "early.json");
     for (int step = 0; step < 2; step++) {
-        batch b;
-        make_batch(NET_TRANSFORMER, step, &b);
+        gp_test_batch b;
+        make_batch(GP_TEST_TRANSFORMER, step, &b);
         float loss;
-        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.yt, &loss));
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
     }
     CHECK_OK(gp_pipeline_last_stats(p, &st));
     CHECK_EQ_INT(st.stages, K);
@@ -406,8 +352,8 @@ int main(void) {
     gp_blas_set_threads(1); /* the reference trainer too: equal bits need the same GEMM path */
     errors();
     stage_failure();
-    exactness(NET_TRANSFORMER, quick ? 2 : 3, 4);
-    exactness(NET_CONVNET, quick ? 2 : 3, 4);
+    exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4);
+    exactness(GP_TEST_CONVNET, quick ? 2 : 3, 4);
     gp_scratch_init("test_pipeline");
     timeline(2, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, NULL);
     static const int thirds[3] = {0, 2, 4};
