@@ -16,34 +16,14 @@
 set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
-PY=${GP_PYTHON:-$PWD/.pyenv/bin/python}
-if ! "$PY" -c "import safetensors, numpy" 2>/dev/null; then
-    echo "FAIL: $PY cannot import safetensors and numpy (run 'make pydeps')"
-    exit 1
-fi
+cli_need_pydeps
 
 printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16, "dropout": 0.1}\n' \
     >"$TMP/lm.json"
 printf '{"family": "transformer", "vocab": 256, "dim": 24, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16}\n' \
     >"$TMP/other.json"
-python3 - "$TMP" <<'PY' || { echo "FAIL: cannot write the data"; exit 1; }
-import os, struct, sys
-d = sys.argv[1]
-words = "the pipeline splits every mini-batch into micro-batches über café".split()
-with open(os.path.join(d, "corpus"), "w", encoding="utf-8") as f:
-    for i in range(200):
-        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6 + i % 5)) + ".\n%\n")
-os.makedirs(os.path.join(d, "syn"))
-for split, n in (("train", 48), ("t10k", 16)):
-    labels = [(i * 7) % 10 for i in range(n)]
-    pix = bytearray()
-    for i, l in enumerate(labels):
-        pix += bytes(((r * 28 + c) * (l + 1) + i) % 256 for r in range(28) for c in range(28))
-    with open(os.path.join(d, "syn", split + "-images-idx3-ubyte"), "wb") as f:
-        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + pix)
-    with open(os.path.join(d, "syn", split + "-labels-idx1-ubyte"), "wb") as f:
-        f.write(struct.pack(">II", 0x801, n) + bytes(labels))
-PY
+cli_write_corpus "$TMP/corpus"
+cli_write_idx "$TMP/syn"
 
 LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 8 --batch 8 --micro-batches 4
     --eval-size 4 --threads 1 --quiet --seed 5)

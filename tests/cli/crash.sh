@@ -9,23 +9,13 @@
 set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
-PY=${GP_PYTHON:-$PWD/.pyenv/bin/python}
-if ! "$PY" -c "import safetensors, numpy" 2>/dev/null; then
-    echo "FAIL: $PY cannot import safetensors and numpy (run 'make pydeps')"
-    exit 1
-fi
+cli_need_pydeps
 
 # About 0.6 M parameters: a checkpoint with AdamW state is ~7 MB, so a save takes long enough
 # to be caught in the middle.
 printf '{"family": "transformer", "vocab": 256, "dim": 128, "heads": 4, "d_ff": 256, "layers": 4, "seq_len": 32, "dropout": 0.1}\n' \
     >"$TMP/lm.json"
-python3 - "$TMP/corpus" <<'PY' || { echo "FAIL: cannot write the corpus"; exit 1; }
-import sys
-words = "the pipeline splits every mini-batch into micro-batches über café".split()
-with open(sys.argv[1], "w", encoding="utf-8") as f:
-    for i in range(400):
-        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6 + i % 5)) + ".\n%\n")
-PY
+cli_write_corpus "$TMP/corpus" 400
 STEPS=40
 ARGS=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps "$STEPS" --batch 8 --micro-batches 2
       --eval-size 4 --threads 1 --quiet --seed 11)
