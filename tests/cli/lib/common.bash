@@ -51,14 +51,15 @@ with open(sys.argv[1], "w", encoding="utf-8") as f:
 PY
 }
 
-# cli_write_idx DIR: a synthetic IDX data set in DIR (created): 48 train and 16 t10k images of
-# 28x28 with labels (i * 7) % 10.
+# cli_write_idx DIR [NTRAIN NTEST]: a synthetic IDX data set in DIR (created, plain files):
+# NTRAIN (48) train and NTEST (16) t10k images of 28x28, labels (i * 7) % 10, pixel values that
+# depend on the label so that a model can learn.
 cli_write_idx() {
-    python3 - "$1" <<'PY' || { echo "FAIL: cannot write the IDX files in $1"; exit 1; }
+    python3 - "$1" "${2:-48}" "${3:-16}" <<'PY' || { echo "FAIL: cannot write the IDX files in $1"; exit 1; }
 import os, struct, sys
 d = sys.argv[1]
 os.makedirs(d)
-for split, n in (("train", 48), ("t10k", 16)):
+for split, n in (("train", int(sys.argv[2])), ("t10k", int(sys.argv[3]))):
     labels = [(i * 7) % 10 for i in range(n)]
     pix = bytearray()
     for i, l in enumerate(labels):
