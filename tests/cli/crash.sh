@@ -16,7 +16,7 @@ cli_need_pydeps
 printf '{"family": "transformer", "vocab": 256, "dim": 128, "heads": 4, "d_ff": 256, "layers": 4, "seq_len": 32, "dropout": 0.1}\n' \
     >"$TMP/lm.json"
 cli_write_corpus "$TMP/corpus" 400
-STEPS=40
+STEPS=60
 ARGS=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps "$STEPS" --batch 8 --micro-batches 2
       --eval-size 4 --threads 1 --quiet --seed 11)
 run straight "${ARGS[@]}" --report "$TMP/straight.json"
@@ -82,7 +82,7 @@ run final "${ARGS[@]}" --checkpoint-dir "$D" --checkpoint-every 1 --keep 2 --res
     --report "$TMP/final.json"
 compgen -G "$D/*.tmp.*" >/dev/null && bad "a temporary file survived the last resume"
 [ "$midsave" -ge 1 ] || bad "no kill landed in the middle of a save ($kills kills)"
-[ "$kills" -ge $((rounds / 2)) ] || bad "only $kills of $rounds runs were killed"
+[ "$kills" -ge 3 ] || bad "only $kills of $rounds runs were killed (expected at least 3)"
 grep -q "removed 1 incomplete file(s)" "$TMP"/r*.out "$TMP/final.out" ||
     bad "no resume reported removing the temporary file of an interrupted save"
 python3 - "$TMP/straight.json" "$TMP/final.json" <<'PY' || fail=$((fail + 1))
