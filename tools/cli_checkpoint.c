@@ -213,6 +213,13 @@ int gp_cli_ckpt_resume(gp_cli_train *t) {
     long *steps;
     int n;
     int rc = list_checkpoints(t->ckpt_dir, &steps, &n, true);
+    if (rc == GP_CLI_EXIT_OK && !t->resume && n > 0) {
+        /* A fresh run would mix its checkpoints with these, and --keep could delete its own. */
+        fprintf(stderr, "gpipe train: --checkpoint-dir %s already holds checkpoints (the newest "
+                        "at step %ld): add --resume to continue from it, or give another folder\n",
+                t->ckpt_dir, steps[0]);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
     if (rc != GP_CLI_EXIT_OK || !t->resume) {
         free(steps);
         return rc;

@@ -97,6 +97,11 @@ need(kept == ["ckpt-00000007.safetensors", "ckpt-00000008.safetensors"], f"--kee
 finish()
 PY
 
+# A fresh run into a folder that holds checkpoints is refused (it would mix with them).
+"$GPIPE" train "${LM[@]}" --checkpoint-dir "$TMP/ck1" >/dev/null 2>"$TMP/mix.err"
+[ $? -eq 1 ] && grep -q "already holds checkpoints (the newest at step 8): add --resume" \
+    "$TMP/mix.err" || bad "a fresh run into a used folder: $(cat "$TMP/mix.err")"
+
 # --- eval and sample --------------------------------------------------------------------------
 CK=$TMP/fresh/ckpt-00000008.safetensors
 "$GPIPE" eval --checkpoint "$CK" --data "$TMP/corpus" --eval-size 4 --threads 1 --report "$TMP/ev_lm.json" \
