@@ -63,6 +63,11 @@ int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const ch
     t->stop_step = t->stop_after > 0 && t->stop_after < total_steps ? t->stop_after : total_steps;
     rc = gp_cli_ckpt_resume(t);
     if (rc != GP_CLI_EXIT_OK) return rc;
+    if (t->stop_after > 0 && t->stop_after <= t->start_step) {
+        fprintf(stderr, "gpipe train: --stop-after %d: the run resumed at step %d, past it\n",
+                t->stop_after, t->start_step);
+        return GP_CLI_EXIT_RUNTIME;
+    }
     t->steps_done = t->start_step;
     t->step_losses = calloc((size_t)total_steps + 1, sizeof *t->step_losses);
     if (!t->step_losses) {

@@ -102,6 +102,11 @@ PY
 [ $? -eq 1 ] && grep -q "already holds checkpoints (the newest at step 8): add --resume" \
     "$TMP/mix.err" || bad "a fresh run into a used folder: $(cat "$TMP/mix.err")"
 
+"$GPIPE" train "${LM[@]}" --checkpoint-dir "$TMP/ck1" --resume --stop-after 3 >/dev/null \
+    2>"$TMP/sa.err"
+[ $? -eq 1 ] && grep -q -- "--stop-after 3: the run resumed at step 8, past it" "$TMP/sa.err" ||
+    bad "--stop-after before the checkpoint's step: $(cat "$TMP/sa.err")"
+
 # --- eval and sample --------------------------------------------------------------------------
 CK=$TMP/fresh/ckpt-00000008.safetensors
 "$GPIPE" eval --checkpoint "$CK" --data "$TMP/corpus" --eval-size 4 --threads 1 --report "$TMP/ev_lm.json" \
