@@ -120,7 +120,8 @@ static void ckpt_path(const char *dir, long step, char *buf, size_t n) {
 static cJSON *train_options(const gp_cli_train *t) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "task", t->is_lm ? "language_model" : "classifier");
-    cJSON_AddStringToObject(o, "data", t->data ? t->data : "(default)");
+    cJSON_AddStringToObject(o, "data",
+                            t->data ? t->data : t->is_lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR);
     cJSON_AddNumberToObject(o, "steps", t->total_steps);
     cJSON_AddNumberToObject(o, "batch", t->batch);
     cJSON_AddNumberToObject(o, "micro_batches", t->micro_batches);
