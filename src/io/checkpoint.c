@@ -189,6 +189,16 @@ static gp_status check_meta(const gp_safetensors *f, const gp_model *m, const gp
     }
     free(want);
     GP_TRY(s);
+    /* The reader verified every checksum it found; a gpipe checkpoint must have all of them. */
+    for (int i = 0; i < gp_safetensors_count(f); i++) {
+        char key[CKPT_NAME_MAX + 8];
+        const char *name = gp_safetensors_entry(f, i)->name;
+        snprintf(key, sizeof key, "crc32:%s", name);
+        if (!gp_safetensors_meta(f, key))
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\" has no checksum (\"%s\" in "
+                                       "__metadata__), which every tensor of a gpipe checkpoint has",
+                            path, name, key);
+    }
     if (o) {
         const char *oj = gp_safetensors_meta(f, "optimizer");
         char key[64];

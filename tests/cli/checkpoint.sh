@@ -234,6 +234,8 @@ mutate shape 's = h["layers.0.weight"]["shape"]; h["layers.0.weight"]["shape"] =
 expect_bad shape 'tensor "layers.0.weight" has shape (16, 256), the model'"'"'s is (256, 16)'
 mutate name 'h["layers.1.wieght"] = h.pop("layers.1.weight"); m = h["__metadata__"]; m["crc32:layers.1.wieght"] = m.pop("crc32:layers.1.weight"); put_header(h)'
 expect_bad name '"layers.1.wieght" is not a parameter'
+mutate nocrc 'del h["__metadata__"]["crc32:layers.2.attn.qkv.bias"]; put_header(h)'
+expect_bad nocrc 'tensor "layers.2.attn.qkv.bias" has no checksum'
 run other "--model" "$TMP/other.json" --data "$TMP/corpus" --steps 8 --batch 8 --eval-size 4 \
     --threads 1 --quiet --checkpoint-dir "$TMP/otherck"
 rm -rf "$TMP/bad" && mkdir "$TMP/bad" && cp "$TMP/otherck/ckpt-00000008.safetensors" "$TMP/bad/"
