@@ -104,6 +104,7 @@ demo-fashion: build
 bench: build
 	bash bench/run.sh $(GPIPE)
 	bash bench/run_t2.sh $(GPIPE)
+	bash bench/run_table1.sh $(GPIPE)
 
 install: build
 	cmake --install $(BUILD)

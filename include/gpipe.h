@@ -209,7 +209,8 @@ enum {
     GP_RNG_DROPOUT = 2, /* a = layer index * 16 + site, b = step, c = micro-batch */
     GP_RNG_DATA = 3,    /* a = epoch (shuffling), b = split */
     GP_RNG_SAMPLE = 4,  /* a = position (text generation) */
-    GP_RNG_TEST = 5     /* test fixtures */
+    GP_RNG_TEST = 5,    /* test fixtures */
+    GP_RNG_PROFILE = 6  /* stand-in inputs of a profiling pass: a = layer index */
 };
 /* Four 32-bit words of block `block` of the stream. */
 void gp_rng_block(const gp_rng_stream *s, uint64_t block, uint32_t out[4]);
@@ -483,6 +484,11 @@ typedef enum gp_remat { GP_REMAT_CELL = 0, GP_REMAT_NONE = 1 } gp_remat;
 const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b" */
 const char *gp_remat_name(gp_remat r);                 /* "cell", "none" */
 
+/* What the cells are balanced on: the layers' FLOP estimates (COST), or their
+ * forward + backward times measured by gp_model_profile_layers (TIME). */
+typedef enum gp_balance { GP_BALANCE_COST = 0, GP_BALANCE_TIME = 1 } gp_balance;
+const char *gp_balance_name(gp_balance b); /* "cost", "time" */
+
 typedef struct gp_pipeline_opts {
     int stages;        /* K >= 1 (0 means 1) */
     int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */
@@ -490,7 +496,31 @@ typedef struct gp_pipeline_opts {
     gp_remat remat;
     const int *partition;  /* optional: first layer of each of the K cells (K entries) */
     uint64_t memory_limit; /* per-device bytes, 0: none */
+    /* The mini-batch the cells are balanced and fitted for (the runtime; the
+     * plan takes it as an argument). 0: unknown, balanced at one example per
+     * micro-batch, which ranks cells alike when every layer's cost grows
+     * with the batch; the memory limit is then checked at that size too. */
+    int64_t batch;
+    gp_balance balance;
+    /* Measured seconds per layer (gp_model_profile_layers' fwd_s + bwd_s
+     * order: L forward times then L backward times) for GP_BALANCE_TIME;
+     * NULL: gp_pipeline_new profiles the layers itself (gp_plan_make, which
+     * allocates nothing, needs them given). */
+    const double *layer_times;
+    /* Runtime: stage k's thread runs on the k-th core the process may use
+     * when there are at least K of them; true keeps the scheduler's choice. */
+    bool no_pinning;
 } gp_pipeline_opts;
+
+/* Measures each layer of m alone, as a pipeline stage would run it: the layer
+ * is initialized on a scratch device (so m need not fit on one), then its
+ * training-mode forward and its backward on one micro-batch of `micro_batch`
+ * examples (stand-in inputs and output gradients) are timed on the calling
+ * thread with single-threaded BLAS, and the layer is released again. Each
+ * figure is the median of `reps` runs after one warm-up run (reps 0: 3).
+ * times: 2L entries, forward seconds of layers 0..L-1 then backward seconds.
+ * m must not be initialized (no trainer or pipeline holds it). */
+gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, double *times);
 
 /* One cell of a plan. Times are seconds at the plan's GFLOP/s; bytes follow
  * the planner's memory model (static state, plus the activations the
@@ -518,6 +548,7 @@ typedef struct gp_plan {
     double bubble_simulated; /* idle / (K * step) from the simulated schedule */
     double bubble_theory;    /* (K-1)/(M+K-1) */
     double gflops_assumed;   /* the rate every FLOP figure was turned into seconds at */
+    gp_balance balance;      /* TIME: cell times are measured seconds, not FLOPs / gflops */
 } gp_plan;
 
 /* Partitions m for a mini-batch of `batch` examples and simulates the
@@ -525,6 +556,9 @@ typedef struct gp_plan {
  * min-max balance of the layers' FLOP estimates within po->memory_limit
  * (po->partition, when given, is checked instead); per-cell times come from
  * those estimates at `gflops` GFLOP/s (e.g. the measured sgemm ceiling).
+ * po->balance TIME: balanced on, and timed by, po->layer_times (required)
+ * instead; gflops is then unused. po->batch is ignored (`batch` is used). It
+ * gives the same cells gp_pipeline_new picks for the same options and batch.
  * Optimizer state per trainable parameter: SGD with momentum 1, without 0,
  * AdamW 2 (o NULL: none). The memory limit is checked with the micro-batches
  * each schedule keeps in flight: M for gpipe, min(K, M) for 1f1b. The caller
@@ -568,6 +602,9 @@ gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *
  * uninitialized. NULL is ignored. */
 void gp_pipeline_free(gp_pipeline *p);
 int gp_pipeline_stages(const gp_pipeline *p);
+/* The first layer of cell k (the partition in use), or -1 when k is out of
+ * range. */
+int gp_pipeline_cell_first(const gp_pipeline *p, int k);
 /* Memory counters of stage `stage`'s device. */
 gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out);
 
@@ -581,6 +618,7 @@ typedef struct gp_pipeline_stats {
     double bubble_simulated;     /* the simulator's prediction for the measured per-cell times */
     double busy_fraction[64];    /* per stage (first min(K, 64)) */
     int partition[64];           /* first layer of each cell */
+    bool pinned;                 /* each stage thread ran on a core of its own */
 } gp_pipeline_stats;
 /* Fails when no step has run or the last one failed. */
 gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out);

@@ -84,6 +84,7 @@ static int build(gp_cli_bench *b, gp_model **m, gp_optim_opts *oo, int *classes)
     if (strcmp(b->workload, "C1") != 0) {
         const bool t2 = strcmp(b->workload, "T2") == 0;
         gp_transformer_config c = t2 ? t2_config() : gp_transformer_defaults();
+        if (t2 && b->layers > 0) c.layers = b->layers;
         if (b->batch == 0) b->batch = 32;
         if (gp_model_transformer(&c, m) != GP_OK)
             return gp_cli_fail("bench", t2 ? "T2 model" : "T1 model");
@@ -123,7 +124,7 @@ static int pipeline_memory(gp_cli_bench *b, const gp_pipeline *p) {
         b->mem.peak_total += st.peak_total;
         b->mem.nallocs += st.nallocs;
         b->mem.limit = st.limit;
-        b->stage_peak[k] = st.peak_total;
+        b->stage_mem[k] = st;
     }
     return GP_CLI_EXIT_OK;
 }
@@ -158,7 +159,9 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         goto done;
     }
     if (b->stages > 0) {
-        /* The pipeline initializes the parameters on its stage devices. */
+        /* The pipeline initializes the parameters on its stage devices, in cells balanced and
+         * fitted (memory limit) for this batch. */
+        b->popts.batch = b->batch;
         if (gp_pipeline_new(m, &oo, &b->popts, b->seed, &pl) != GP_OK) {
             rc = gp_cli_fail("bench", "setting up the pipeline");
             goto done;
@@ -179,10 +182,10 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     if (pl) {
         b->step_bubble = calloc((size_t)b->steps, sizeof *b->step_bubble);
         b->step_bubble_sim = calloc((size_t)b->steps, sizeof *b->step_bubble_sim);
-        b->stage_peak = calloc((size_t)b->stages, sizeof *b->stage_peak);
+        b->stage_mem = calloc((size_t)b->stages, sizeof *b->stage_mem);
     }
     if (!b->step_seconds || !b->step_ceiling ||
-        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->stage_peak))) {
+        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->stage_mem))) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
         rc = GP_CLI_EXIT_RUNTIME;
         goto done;

@@ -169,20 +169,24 @@ int gp_cli_sample_main(int argc, char **argv);
 
 /* ------------------------------------------------------------- pipeline */
 
-/* --stages, --schedule, --remat, --partition, shared by plan and train. */
+/* --stages, --schedule, --remat, --partition, --balance, --pin, shared by plan,
+ * train and bench. */
 typedef struct gp_cli_pipeline_args {
     int stages;
-    const char *schedule, *remat, *partition;
+    const char *schedule, *remat, *partition, *balance, *pin;
 } gp_cli_pipeline_args;
-enum { GP_CLI_PIPELINE_NOPTS = 4 };
-/* The four table entries, writing into a; --stages shows stages_default. */
+enum { GP_CLI_PIPELINE_NOPTS = 6 };
+/* The table entries, in that order, writing into a; --stages shows
+ * stages_default. */
 void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipeline_args *a,
                              const char *stages_default);
-/* Fills po (stages 0 counts as 1); *first: the parsed --partition (malloc'ed,
- * the caller frees it, also on failure) or NULL. A list that cannot be read,
- * or whose length is not K, is a usage error. Returns an exit status. */
+/* Fills po (stages 0 counts as 1) for mini-batches of `batch` examples;
+ * *first: the parsed --partition (malloc'ed, the caller frees it, also on
+ * failure) or NULL. A list that cannot be read, or whose length is not K, is
+ * a usage error, as is --partition with --balance. Returns an exit status. */
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
-                            uint64_t memory_limit, gp_pipeline_opts *po, int **first);
+                            int64_t batch, uint64_t memory_limit, gp_pipeline_opts *po,
+                            int **first);
 /* Adds "pipeline": {stages, micro_batches, schedule, remat, partition,
  * partition_source, stage_peak_bytes: [{stage, <category>: n, total}],
  * busy_fraction, bubble_measured, bubble_theory, bubble_simulated, step_s}
@@ -202,6 +206,7 @@ typedef struct gp_cli_bench {
     /* options */
     const char *workload;
     int steps, warmup, batch; /* batch 0: the workload's own */
+    int layers;               /* T2: Transformer blocks, 0: the workload's 32 */
     uint64_t seed;
     bool quiet;
     /* T2 only: stages 0 trains through gp_trainer with popts.micro_batches;
@@ -221,7 +226,7 @@ typedef struct gp_cli_bench {
     double *step_bubble;     /* measured bubble of each timed step, owned */
     double *step_bubble_sim; /* the simulator's bubble of each timed step, owned */
     gp_pipeline_stats last;  /* of the last timed step */
-    uint64_t *stage_peak;    /* (stages) peak bytes of each stage device, owned */
+    gp_mem_stats *stage_mem; /* (stages) each stage device's counters, owned */
 } gp_cli_bench;
 
 /* Builds the workload's model, trains warmup + steps steps on random data

@@ -22,17 +22,29 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
          "cell: stash inputs, recompute; none: keep all state", "cell", 0, false, "none|cell",
          false},
         {"--partition", GP_CLI_STRING, &a->partition, "LIST",
-         "first layer of each cell, e.g. 0,5,9 (no balancing)", "balanced by FLOPs", 0, false,
-         NULL, false},
+         "first layer of each cell, e.g. 0,5,9 (no balancing)", "balanced (see --balance)", 0,
+         false, NULL, false},
+        {"--balance", GP_CLI_CHOICE, &a->balance, "cost|time",
+         "balance cells by FLOP estimates, or by per-layer times measured first", "cost", 0,
+         false, "cost|time", false},
+        {"--pin", GP_CLI_CHOICE, &a->pin, "auto|off",
+         "auto: stage k's thread on core k when there are >= K cores", "auto", 0, false,
+         "auto|off", false},
     };
     memcpy(out, tab, sizeof tab);
 }
 
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
-                            uint64_t memory_limit, gp_pipeline_opts *po, int **first) {
+                            int64_t batch, uint64_t memory_limit, gp_pipeline_opts *po,
+                            int **first) {
     const int K = a->stages > 0 ? a->stages : 1;
     *first = NULL;
     if (K > MAX_CELLS) return gp_cli_usage_error(cmd, "--stages %d: at most %d", K, MAX_CELLS);
+    const bool by_time = a->balance && strcmp(a->balance, "time") == 0;
+    if (a->partition && a->balance)
+        return gp_cli_usage_error(cmd, "--partition %s with --balance %s: a given partition is "
+                                       "not balanced; use one or the other",
+                                  a->partition, a->balance);
     if (a->partition) {
         int n = 0;
         *first = malloc(MAX_CELLS * sizeof **first);
@@ -56,6 +68,9 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
         .remat = a->remat && strcmp(a->remat, "none") == 0 ? GP_REMAT_NONE : GP_REMAT_CELL,
         .partition = *first,
         .memory_limit = memory_limit,
+        .batch = batch,
+        .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST,
+        .no_pinning = a->pin && strcmp(a->pin, "off") == 0,
     };
     return GP_CLI_EXIT_OK;
 }
@@ -84,6 +99,9 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
         cJSON_AddNullToObject(pl, "partition");
     }
     cJSON_AddStringToObject(pl, "partition_source", po->partition ? "--partition" : "balanced");
+    cJSON_AddStringToObject(pl, "balance", gp_balance_name(po->balance));
+    if (have) cJSON_AddBoolToObject(pl, "pinned", ps.pinned);
+    else cJSON_AddNullToObject(pl, "pinned");
     cJSON *stages = cJSON_AddArrayToObject(pl, "stage_peak_bytes");
     for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++) {
         gp_mem_stats st;

@@ -10,15 +10,17 @@
 
 typedef struct bench_opts {
     const char *workload, *report;
-    int threads, steps, warmup, batch, micro_batches;
+    int threads, steps, warmup, batch, micro_batches, layers;
+    uint64_t memory_limit;
     uint64_t seed;
     bool quiet;
     gp_cli_pipeline_args pa; /* --partition is not offered: balanced cells only */
 } bench_opts;
 
-enum { NOPTS = 12 };
+enum { NOPTS = 16 };
 /* The options only T2 takes. */
-static const char *const t2_only[] = {"--stages", "--micro-batches", "--schedule", "--remat"};
+static const char *const t2_only[] = {"--stages", "--micro-batches", "--schedule", "--remat",
+                                       "--balance",  "--pin",           "--layers",   "--memory-limit"};
 
 static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     gp_cli_opt tab[] = {
@@ -44,10 +46,15 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     gp_cli_pipeline_options(pipe, &o->pa, "none: one device, gp_trainer");
     int n = (int)(sizeof tab / sizeof tab[0]);
     memcpy(t, tab, sizeof tab);
-    t[n] = (gp_cli_opt){"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
-                        "T2: micro-batches per mini-batch (pipeline or gp_trainer)", "1", 1,
-                        false, NULL, false};
-    n++;
+    t[n++] = (gp_cli_opt){"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
+                          "T2: micro-batches per mini-batch (pipeline or gp_trainer)", "1", 1,
+                          false, NULL, false};
+    t[n++] = (gp_cli_opt){"--layers", GP_CLI_INT, &o->layers, "N",
+                          "T2: Transformer blocks (the memory table varies them)", "32", 1, false,
+                          NULL, false};
+    t[n++] = (gp_cli_opt){"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
+                          "T2 with --stages: each stage device's limit (K M G, KiB MiB GiB)",
+                          "none", 0, false, NULL, false};
     /* The shared entries, so that bench words them like train and plan. */
     for (int i = 0; i < GP_CLI_PIPELINE_NOPTS && n < NOPTS; i++)
         if (strcmp(pipe[i].name, "--partition") != 0) {
@@ -143,7 +150,7 @@ static void free_bench(gp_cli_bench *b) {
     free(b->step_ceiling);
     free(b->step_bubble);
     free(b->step_bubble_sim);
-    free(b->stage_peak);
+    free(b->stage_mem);
 }
 
 /* "pipeline": {stages, micro_batches, schedule, remat, partition,
@@ -164,7 +171,17 @@ static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
         cJSON_AddItemToArray(part, cJSON_CreateNumber(b->last.partition[k]));
         cJSON_AddItemToArray(busy, cJSON_CreateNumber(b->last.busy_fraction[k]));
     }
-    for (int k = 0; k < K; k++) cJSON_AddItemToArray(peak, cJSON_CreateNumber((double)b->stage_peak[k]));
+    for (int k = 0; k < K; k++) {
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "stage", k);
+        for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
+            gp_cli_report_u64(s, gp_mem_category_name((gp_mem_category)c), b->stage_mem[k].peak[c]);
+        gp_cli_report_u64(s, "total", b->stage_mem[k].peak_total);
+        cJSON_AddItemToArray(peak, s);
+    }
+    cJSON_AddBoolToObject(pl, "pinned", b->last.pinned);
+    cJSON_AddStringToObject(pl, "balance", gp_balance_name(b->popts.balance));
+    gp_cli_report_u64(pl, "memory_limit_bytes", b->popts.memory_limit);
     cJSON_AddNumberToObject(pl, "bubble_measured", gp_cli_median(b->step_bubble, b->steps));
     cJSON_AddNumberToObject(pl, "bubble_theory", b->last.bubble_theory);
     cJSON_AddNumberToObject(pl, "bubble_simulated", gp_cli_median(b->step_bubble_sim, b->steps));
@@ -182,12 +199,15 @@ static int run_training(const bench_opts *o, cJSON *r) {
                       .batch = o->batch,
                       .seed = o->seed,
                       .quiet = o->quiet,
-                      .stages = o->pa.stages};
+                      .stages = o->pa.stages,
+                      .layers = o->layers};
     int *first = NULL;
+    /* The batch (the workload's own when 0) is set into popts by gp_cli_bench_train. */
     int rc = gp_cli_pipeline_resolve("bench", &o->pa, o->micro_batches > 0 ? o->micro_batches : 1,
-                                     0, &b.popts, &first);
+                                     0, 0, &b.popts, &first);
     free(first); /* no --partition here: always NULL */
     b.popts.partition = NULL;
+    b.popts.memory_limit = o->memory_limit;
     if (rc == GP_CLI_EXIT_OK) rc = gp_cli_bench_train(&b);
     double *ratio = rc == GP_CLI_EXIT_OK ? calloc((size_t)b.steps, sizeof *ratio) : NULL;
     if (rc == GP_CLI_EXIT_OK && !ratio) {
@@ -285,8 +305,11 @@ int gp_cli_bench_main(int argc, char **argv) {
         if (gp_cli_seen(tab, n, "--schedule"))
             return gp_cli_usage_error("bench", "--schedule: only with --stages (gp_trainer runs "
                                                "its micro-batches one after another)");
-        if (gp_cli_seen(tab, n, "--remat"))
-            return gp_cli_usage_error("bench", "--remat: only with --stages");
+        for (int i = 0; i < 4; i++) {
+            const char *name = (const char *[]){"--remat", "--balance", "--pin", "--memory-limit"}[i];
+            if (gp_cli_seen(tab, n, name))
+                return gp_cli_usage_error("bench", "%s: only with --stages", name);
+        }
     } else if (gp_cli_seen(tab, n, "--threads") && o.threads != 1) {
         return gp_cli_usage_error("bench",
                                   "--threads %d: with --stages every stage runs one BLAS thread; "

@@ -16,7 +16,7 @@ typedef struct plan_opts {
     double gflops;
 } plan_opts;
 
-enum { NOPTS = 11 };
+enum { NOPTS = 12 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -34,6 +34,7 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
         pipe[1], /* --schedule */
         pipe[2], /* --remat */
         pipe[3], /* --partition */
+        pipe[4], /* --balance */
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "per-device bytes no cell may exceed (512M, 2GiB...)", "none", 0, false,
          NULL, false},
@@ -54,8 +55,10 @@ static void print_help(const gp_cli_opt *tab, int n) {
     printf("Usage: gpipe plan --model convnet|transformer|FILE.json --stages K\n"
            "                  --micro-batches M [options]\n\n"
            "Plans a GPipe pipeline without training: partitions the layers into K contiguous\n"
-           "cells that minimize the slowest cell's FLOPs within the per-device memory limit\n"
-           "(or checks --partition), then simulates the schedule. Prints one row per cell:\n"
+           "cells that minimize the slowest cell's FLOPs (or, with --balance time, its\n"
+           "forward+backward time measured layer by layer first) within the per-device memory\n"
+           "limit (or checks --partition), then simulates the schedule: the same cells\n"
+           "`gpipe train` picks for the same options. Prints one row per cell:\n"
            "its layers, trainable parameters, the forward+backward time of one micro-batch,\n"
            "busy time per step (with recomputation), and bytes of parameters, gradients,\n"
            "optimizer state, peak activations and their total; then the predicted step time\n"
@@ -123,6 +126,7 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
     cJSON_AddNumberToObject(pl, "micro_batches", p->micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(p->schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(p->remat));
+    cJSON_AddStringToObject(pl, "balance", gp_balance_name(p->balance));
     gp_cli_report_u64(pl, "memory_limit_bytes", p->memory_limit);
     cJSON *part = cJSON_AddArrayToObject(pl, "partition");
     for (int k = 0; k < p->stages; k++)
@@ -171,7 +175,8 @@ int gp_cli_plan_main(int argc, char **argv) {
     int *first = NULL;
     gp_pipeline_opts po;
     /* The batch is model-dependent: the division by M is checked below. */
-    rc = gp_cli_pipeline_resolve("plan", &o.pipe, o.micro_batches, o.memory_limit, &po, &first);
+    rc = gp_cli_pipeline_resolve("plan", &o.pipe, o.micro_batches, 0, o.memory_limit, &po,
+                                 &first);
     if (rc != GP_CLI_EXIT_OK) {
         free(first);
         return rc;
@@ -192,7 +197,27 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (!o.optimizer) o.optimizer = lm ? "adamw" : "sgd";
     gp_optim_opts oo = strcmp(o.optimizer, "adamw") == 0 ? gp_adamw_defaults(3e-4f, 0.01f)
                                                           : gp_sgd_defaults(0.05f, 0.9f);
-    const bool measure = !gp_cli_seen(tab, n, "--gflops");
+    const bool by_time = po.balance == GP_BALANCE_TIME;
+    if (by_time && gp_cli_seen(tab, n, "--gflops")) {
+        rc = gp_cli_usage_error("plan", "--gflops with --balance time: times are measured, not "
+                                        "derived from FLOPs");
+        goto done;
+    }
+    double *times = NULL;
+    if (by_time) {
+        const int L = gp_model_nlayers(m);
+        printf("profiling each of the %d layers' forward and backward (micro-batch %d, one "
+               "thread)...\n", L, o.batch / o.micro_batches);
+        fflush(stdout);
+        times = calloc(2 * (size_t)L, sizeof *times);
+        if (!times || gp_model_profile_layers(m, o.batch / o.micro_batches, 0, times) != GP_OK) {
+            rc = times ? gp_cli_fail("plan", "--balance time") : gp_cli_fail("plan", "out of memory");
+            free(times);
+            goto done;
+        }
+        po.layer_times = times;
+    }
+    const bool measure = !by_time && !gp_cli_seen(tab, n, "--gflops");
     if (measure) {
         gp_blas_set_threads(1); /* one pipeline stage runs on one thread */
         if (gp_bench_sgemm(2048, 2048, 2048, 2, &o.gflops) != GP_OK) {
@@ -201,6 +226,8 @@ int gp_cli_plan_main(int argc, char **argv) {
         }
     }
     gp_status s = gp_plan_make(m, o.batch, &oo, &po, o.gflops, &p);
+    free(times);
+    po.layer_times = NULL;
     if (s != GP_OK) {
         /* A list that does not fit the model (out of order, past the last layer) is a bad value
          * of --partition; anything else (K > L, a memory limit no split meets) is impossible. */
@@ -216,9 +243,12 @@ int gp_cli_plan_main(int argc, char **argv) {
            o.micro_batches, o.micro_batches == 1 ? "" : "es", (long long)p.micro_batch_size);
     printf("K = %d stages, schedule %s, remat %s, optimizer %s; %s\n", p.stages,
            gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
-           first ? "partition given" : "cells balanced by FLOPs");
-    printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
-           measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");
+           first ? "partition given" : by_time ? "cells balanced by measured time" : "cells balanced by FLOPs");
+    if (by_time)
+        printf("times measured layer by layer now (median of 3 runs, one thread)\n");
+    else
+        printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
+               measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");
     print_plan(&p);
     fflush(stdout);
     if (o.report) {

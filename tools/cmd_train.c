@@ -54,6 +54,8 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         pipe[1], /* --schedule */
         pipe[2], /* --remat */
         pipe[3], /* --partition */
+        pipe[4], /* --balance */
+        pipe[5], /* --pin */
         {"--trace", GP_CLI_STRING, &o->trace, "FILE.json",
          "with --stages: Chrome trace of the last step, one track per stage (Perfetto)", "none",
          0, false, NULL, false},
@@ -181,9 +183,9 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   "but --model %s is a classifier",
                                   o->model);
     if (!SEEN("--stages"))
-        for (int i = 0; i < 5; i++) {
-            const char *name = (const char *[]){"--schedule", "--remat", "--partition", "--trace",
-                                                "--timeline"}[i];
+        for (int i = 0; i < 7; i++) {
+            const char *name = (const char *[]){"--schedule", "--remat",  "--partition", "--balance",
+                                                "--pin",      "--trace", "--timeline"}[i];
             if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --stages K", name);
         }
     t->stages = SEEN("--stages") ? o->pipe.stages : 0;
@@ -275,12 +277,13 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     if (lm && SEEN("--sample") && !SEEN("--temperature")) USED(" temperature=0.8");
     if (!SEEN("--data")) USED(" data=%s", lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR);
     if (t->stages > 0) {
-        int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->memory_limit,
-                                         &t->popts, &t->partition);
+        int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->batch,
+                                         t->memory_limit, &t->popts, &t->partition);
         if (rc != GP_CLI_EXIT_OK) return rc;
         if (!SEEN("--schedule")) USED(" schedule=gpipe");
         if (!SEEN("--remat")) USED(" remat=cell");
-        if (!SEEN("--partition")) USED(" partition=balanced");
+        if (!SEEN("--partition") && !SEEN("--balance")) USED(" balance=cost");
+        if (!SEEN("--pin")) USED(" pin=auto");
     }
 #undef SEEN
 #undef USED
@@ -406,10 +409,14 @@ int gp_cli_train_main(int argc, char **argv) {
            gp_blas_threads(), gp_blas_corename());
     printf("defaults used:%s\n", used[0] ? used : " none");
     if (t.stages > 0)
-        printf("pipeline: %d stage(s), %d micro-batch(es), schedule %s, remat %s, partition %s "
-               "(one BLAS thread per stage)\n",
+        printf("pipeline: %d stage(s), %d micro-batch(es), schedule %s, remat %s, partition %s%s "
+               "(one BLAS thread per stage%s)\n",
                t.popts.stages, t.popts.micro_batches, gp_schedule_kind_name(t.popts.schedule),
-               gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced");
+               gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced by ",
+               o.pipe.partition ? "" : gp_balance_name(t.popts.balance),
+               t.popts.no_pinning ? ", not pinned" : "");
+    if (t.stages > 0 && t.popts.balance == GP_BALANCE_TIME)
+        printf("profiling each layer's forward and backward for --balance time...\n");
     fflush(stdout);
 
     if (gp_device_cpu_new("cpu0", &t.dev) != GP_OK) {

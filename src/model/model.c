@@ -176,6 +176,20 @@ gp_status gp_model_init_range(gp_model *m, int first, int last, gp_device *dev, 
     return GP_OK;
 }
 
+void gp_model_release_range(gp_model *m, int first, int last) {
+    for (int li = first; li < last; li++) {
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams; j++) {
+            gp_param *p = &l->params[j];
+            gp_tensor_release(&p->grad);
+            gp_tensor_release(&p->state[0]);
+            gp_tensor_release(&p->state[1]);
+            gp_tensor_release(&p->value);
+        }
+        m->devs[li] = NULL;
+    }
+}
+
 gp_status gp_model_init(gp_model *m, gp_device *dev, uint64_t seed) {
     return gp_model_init_range(m, 0, m ? m->nlayers : 0, dev, seed);
 }

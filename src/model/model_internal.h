@@ -15,6 +15,10 @@ struct gp_model {
     uint64_t seed; /* the init seed */
 };
 
+/* Releases every tensor of layers [first, last) (values, gradients, optimizer
+ * state) and marks them uninitialized: the undoing of gp_model_init_range. */
+void gp_model_release_range(gp_model *m, int first, int last);
+
 /* The device holding all of layers [first, last), or NULL with the message
  * set if they are not initialized on one device. */
 gp_device *gp_model_range_device(const gp_model *m, int first, int last);

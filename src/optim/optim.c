@@ -47,8 +47,13 @@ float gp_optim_lr_at(const gp_optim_opts *o, int step) {
     return (float)(o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(3.14159265358979323846 * progress)));
 }
 
+int gp_optim_state_count(const gp_optim_opts *o) {
+    if (!o) return 0;
+    return o->kind == GP_OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
+}
+
 gp_status gp_optim_state_init(const gp_optim_opts *o, gp_param *p, gp_device *dev) {
-    int nstate = o->kind == GP_OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
+    int nstate = gp_optim_state_count(o);
     for (int i = 0; i < nstate; i++) {
         gp_tensor_release(&p->state[i]);
         GP_TRY(gp_tensor_zeros(dev, GP_MEM_OPTIM, p->shape, GP_F32, &p->state[i]));

@@ -6,6 +6,9 @@
 
 /* Validates the options; the message names the bad field and its range. */
 gp_status gp_optim_check(const gp_optim_opts *o);
+/* State tensors per trainable parameter: AdamW 2, SGD with momentum 1, plain
+ * SGD 0 (o NULL: 0). What gp_optim_state_init allocates and planners count. */
+int gp_optim_state_count(const gp_optim_opts *o);
 /* Allocates (zeroed) the state a parameter needs on dev, as GP_MEM_OPTIM. */
 gp_status gp_optim_state_init(const gp_optim_opts *o, gp_param *p, gp_device *dev);
 /* One update of p from p->grad with learning rate lr; t is the 1-based

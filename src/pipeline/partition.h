@@ -81,6 +81,17 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
  * strictly increasing, each < L; then that every cell fits the memory limit of r. */
 gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nfirst);
 
+/* Micro-batches a stage keeps stashed at most under a schedule: M for gpipe, min(K, M) for 1f1b. */
+int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M);
+
+/* The K cells for pipeline options po (partition given or balanced, balance by cost or by
+ * po->layer_times, memory limit checked with the schedule's micro-batches in flight): what
+ * gp_plan_make and gp_pipeline_new both use. est (L entries) receives the layers' figures at
+ * micro_batch_size, times in FLOPs or (balance TIME) measured seconds; first: K entries. */
+gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
+                          const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
+                          int *first);
+
 /* Parses "0,5,9,12" into first[0..*n-1] (at most cap entries). */
 gp_status gp_partition_parse(const char *text, int *first, int cap, int *n);
 

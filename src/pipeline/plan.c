@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../optim/optim.h"
 #include "partition.h"
 #include "schedule.h"
 
@@ -25,13 +26,6 @@ void gp_plan_free(gp_plan *p) {
 
 gp_status gp_plan_parse_partition(const char *text, int *first, int cap, int *n) {
     return gp_partition_parse(text, first, cap, n);
-}
-
-/* Optimizer state tensors per trainable parameter, as the optimizers allocate them. */
-static int optim_states(const gp_optim_opts *o) {
-    if (!o) return 0;
-    if (o->kind == GP_OPTIM_ADAMW) return 2;
-    return o->momentum != 0.0f ? 1 : 0;
 }
 
 static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opts *o,
@@ -66,17 +60,19 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
                         (int)po->remat);
     if (o && o->kind != GP_OPTIM_SGD && o->kind != GP_OPTIM_ADAMW)
         return gp_error(GP_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)o->kind);
-    if (!isfinite(gflops) || gflops <= 0)
+    if (po->balance != GP_BALANCE_TIME && (!isfinite(gflops) || gflops <= 0))
         return gp_error(GP_INVALID_ARGUMENT, "%g GFLOP/s; expected a finite rate > 0",
                         gflops);
     return GP_OK;
 }
 
-/* Boundaries into cells, simulation into the plan. est: L layers; first: K cell starts. */
-static gp_status simulate_into(const gp_layer_est *est, int L, const int *first, int K, int M,
-                               const gp_pipeline_opts *po, gp_plan_remat remat, double gflops,
-                               gp_plan *out) {
-    const double sec_per_flop = 1.0 / (gflops * 1e9);
+/* Boundaries into cells, simulation into the plan. est: L layers, times in units of
+ * sec_per_unit seconds (FLOPs, or measured seconds); flops: the same layers' FLOP figures;
+ * first: K cell starts. */
+static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flops, int L,
+                               const int *first, int K, int M, const gp_pipeline_opts *po,
+                               gp_plan_remat remat, double sec_per_unit, gp_plan *out) {
+    const double sec_per_flop = sec_per_unit;
     gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
     gp_sim_stage *st = calloc((size_t)K, sizeof *st);
     gp_schedule s = {0};
@@ -106,8 +102,8 @@ static gp_status simulate_into(const gp_layer_est *est, int L, const int *first,
         c->first = first[k];
         c->last = e - 1;
         for (int i = first[k]; i < e; i++) {
-            c->fwd_flops += est[i].fwd_time;
-            c->bwd_flops += est[i].bwd_time;
+            c->fwd_flops += flops[i].fwd_time;
+            c->bwd_flops += flops[i].bwd_time;
         }
         c->time_s = sc[k].fwd_time + sc[k].bwd_time;
         gp_cell_mem cm = gp_cell_memory(est, first[k], e, st[k].peak_in_flight, remat);
@@ -139,41 +135,21 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     GP_TRY(check_opts(m, batch, o, po, gflops, &K, &M));
     int L = gp_model_nlayers(m);
     gp_plan_remat remat = po->remat == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE : GP_PLAN_REMAT_CELL;
-    /* Fill-drain stashes all M micro-batches; 1F1B's stage 0 at most K of them (later stages
-     * fewer), so min(K, M) bounds every stage of it. */
-    int in_flight = po->schedule == GP_SCHEDULE_1F1B && K < M ? K : M;
-
+    const bool measured = po->balance == GP_BALANCE_TIME;
     gp_layer_est *est = calloc((size_t)L, sizeof *est);
+    gp_layer_est *flops = measured ? calloc((size_t)L, sizeof *flops) : est;
     int *first = calloc((size_t)K, sizeof *first);
     out->cells = calloc((size_t)K, sizeof *out->cells);
     gp_status status = GP_OK;
-    if (!est || !first || !out->cells) {
+    if (!est || !flops || !first || !out->cells) {
         status = gp_error(GP_OUT_OF_MEMORY, "gp_plan_make: no memory for %d layers and %d cells",
                           L, K);
         goto done;
     }
-    status = gp_layer_est_from_model(m, batch / M, optim_states(o), est);
+    status = gp_cells_choose(m, batch / M, gp_optim_state_count(o), po, K, M, est, first);
+    if (status == GP_OK && measured)
+        status = gp_layer_est_from_model(m, batch / M, gp_optim_state_count(o), flops);
     if (status != GP_OK) goto done;
-    gp_partition_req req = {.layers = est,
-                            .nlayers = L,
-                            .stages = K,
-                            .micro_batches = in_flight,
-                            .remat = remat,
-                            .mem_limit = po->memory_limit};
-    if (po->partition) {
-        memcpy(first, po->partition, (size_t)K * sizeof *first);
-        status = gp_partition_check(&req, first, K);
-    } else {
-        status = gp_partition_balance(&req, first, NULL);
-    }
-    if (status != GP_OK) {
-        if (in_flight != M)
-            gp_error_context(status,
-                             "schedule 1f1b keeps at most min(K, M) = %d of the M = %d "
-                             "micro-batches in flight per stage",
-                             in_flight, M);
-        goto done;
-    }
     out->stages = K;
     out->micro_batches = M;
     out->batch = batch;
@@ -181,10 +157,13 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     out->schedule = po->schedule;
     out->remat = po->remat;
     out->memory_limit = po->memory_limit;
-    out->gflops_assumed = gflops;
+    out->gflops_assumed = measured ? 0 : gflops;
+    out->balance = po->balance;
     out->bubble_theory = (double)(K - 1) / (double)(M + K - 1);
-    status = simulate_into(est, L, first, K, M, po, remat, gflops, out);
+    status = simulate_into(est, flops, L, first, K, M, po, remat,
+                           measured ? 1.0 : 1.0 / (gflops * 1e9), out);
 done:
+    if (flops != est) free(flops);
     free(est);
     free(first);
     if (status != GP_OK) gp_plan_free(out);

@@ -3,8 +3,10 @@
  * the single-device trainer bit for bit (same per-micro-batch forward/backward, loss normalizer,
  * gradient-norm order, clipping and update), whatever K, schedule or re-materialization. Each
  * step's actions are recorded into a timeline (gp_trace) for its stats, trace and picture. */
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np: pinning stages to cores */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@
 #include "../trace/trace.h"
 #include "../model/sequence.h"
 #include "../optim/optim.h"
+#include "../model/model_internal.h"
 #include "partition.h"
 #include "schedule.h"
 
@@ -44,6 +47,8 @@ typedef struct stage {
     gp_status status;
     char msg[1024];
     pthread_t thread;
+    int cpu;     /* the core this stage's thread runs on, -1: not pinned */
+    bool pinned; /* the last step's thread did get that core */
 } stage;
 
 struct gp_pipeline {
@@ -273,11 +278,22 @@ static gp_status do_action(stage *s, gp_action a) {
     }
 }
 
+/* A stage that cannot have its core still runs, unpinned (the stats say so). */
+static void pin_to_core(stage *s) {
+    s->pinned = false;
+    if (s->cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(s->cpu, &set);
+    s->pinned = pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
 static void *stage_main(void *arg) {
     stage *s = arg;
     gp_pipeline *p = s->p;
     const gp_stage_actions *list = &p->sched.stage[s->k];
     gp_status st = GP_OK;
+    pin_to_core(s);
     s->loss = 0;
     memset(s->nsent, 0, sizeof s->nsent);
     for (int i = 0; i < list->n && st == GP_OK; i++) {
@@ -305,22 +321,8 @@ static void *stage_main(void *arg) {
 /* ------------------------------------------------------------------ set-up */
 
 static void free_stage_state(gp_pipeline *p) {
-    gp_model *m = p->m;
-    for (int k = 0; k < p->K; k++) {
-        stage *s = &p->st[k];
-        if (!s->dev) continue;
-        for (int li = s->first; li < s->last; li++) {
-            if (m->devs[li] != s->dev) continue;
-            for (int j = 0; j < m->layers[li]->nparams; j++) {
-                gp_param *q = &m->layers[li]->params[j];
-                gp_tensor_release(&q->grad);
-                gp_tensor_release(&q->state[0]);
-                gp_tensor_release(&q->state[1]);
-                gp_tensor_release(&q->value);
-            }
-            m->devs[li] = NULL; /* the model is uninitialized again */
-        }
-    }
+    for (int k = 0; k < p->K; k++)
+        if (p->st[k].dev) gp_model_release_range(p->m, p->st[k].first, p->st[k].last);
 }
 
 void gp_pipeline_free(gp_pipeline *p) {
@@ -351,30 +353,26 @@ void gp_pipeline_free(gp_pipeline *p) {
     free(p);
 }
 
-static int optim_states(const gp_optim_opts *o) {
-    if (o->kind == GP_OPTIM_ADAMW) return 2;
-    return o->momentum != 0.0f ? 1 : 0;
-}
-
-/* The first layer of each cell: the given partition (checked) or the exact balance of the
- * layers' cost estimates. Costs scale with the micro-batch size alike, so the balance is taken
- * at one example; the per-device limit is enforced by the stage devices themselves. */
+/* The first layer of each cell, as gp_plan_make would choose them for the same options: the
+ * given partition (checked) or the exact balance of the layers' cost estimates or measured
+ * times, at the micro-batch size of po->batch (one example when it is not given: every layer's
+ * cost grows with the batch alike) and within the per-device memory limit. */
 static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po, int *first) {
-    int L = p->m->nlayers;
+    const int L = p->m->nlayers;
+    const int64_t b = po->batch > 0 ? po->batch / p->M : 1;
     gp_layer_est *est = calloc((size_t)L, sizeof *est);
-    if (!est) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer estimates", L);
-    gp_status s = gp_layer_est_from_model(p->m, 1, optim_states(&p->o), est);
-    gp_partition_req r = {.layers = est, .nlayers = L, .stages = p->K, .micro_batches = p->M,
-                          .remat = p->remat == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE : GP_PLAN_REMAT_CELL,
-                          .mem_limit = 0};
-    if (s == GP_OK) {
-        if (po->partition) {
-            s = gp_partition_check(&r, po->partition, p->K);
-            if (s == GP_OK) memcpy(first, po->partition, (size_t)p->K * sizeof *first);
-        } else {
-            s = gp_partition_balance(&r, first, NULL);
-        }
+    double *times = NULL;
+    gp_pipeline_opts o = *po;
+    gp_status s = GP_OK;
+    if (!est) s = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer estimates", L);
+    if (s == GP_OK && o.balance == GP_BALANCE_TIME && !o.layer_times) {
+        times = calloc(2 * (size_t)L, sizeof *times);
+        s = times ? gp_model_profile_layers(p->m, b, 0, times)
+                  : gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer times", 2 * L);
+        o.layer_times = times;
     }
+    if (s == GP_OK) s = gp_cells_choose(p->m, b, gp_optim_state_count(&p->o), &o, p->K, p->M, est, first);
+    free(times);
     free(est);
     return s;
 }
@@ -394,6 +392,13 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE)
         return gp_error(GP_INVALID_ARGUMENT, "pipeline: remat %d is neither cell (%d) nor none (%d)",
                         (int)po->remat, GP_REMAT_CELL, GP_REMAT_NONE);
+    if (po->balance != GP_BALANCE_COST && po->balance != GP_BALANCE_TIME)
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: balance %d is neither cost (%d) nor time (%d)",
+                        (int)po->balance, GP_BALANCE_COST, GP_BALANCE_TIME);
+    if (po->batch < 0 || po->batch % *M)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: batch %lld is not a multiple of %d micro-batches",
+                        (long long)po->batch, *M);
     return GP_OK;
 }
 
@@ -431,6 +436,18 @@ static gp_status init_stages(gp_pipeline *p, const int *first, uint64_t memory_l
         }
     }
     return GP_OK;
+}
+
+/* Stage k gets the k-th core this process may run on, when there are at least K of them (with
+ * fewer, pinned stages would share cores the scheduler could balance better). */
+static void assign_cores(gp_pipeline *p, bool no_pinning) {
+    cpu_set_t set;
+    int cores[CPU_SETSIZE], n = 0;
+    CPU_ZERO(&set);
+    if (!no_pinning && sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) cores[n++] = c;
+    for (int k = 0; k < p->K; k++) p->st[k].cpu = n >= p->K ? cores[k] : -1;
 }
 
 gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline_opts *po,
@@ -473,6 +490,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
         if (!p->st) s = gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_new: cannot allocate %d stages", K);
     }
     if (s == GP_OK) s = init_stages(p, first, po->memory_limit);
+    if (s == GP_OK) assign_cores(p, po->no_pinning);
     if (s == GP_OK) s = gp_trace_init(&p->trace, K, M);
     if (s == GP_OK) gp_trace_set_info(&p->trace, p->sched.name, gp_remat_name(p->remat));
     if (s != GP_OK) {
@@ -485,6 +503,10 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
 }
 
 int gp_pipeline_stages(const gp_pipeline *p) { return p ? p->K : 0; }
+
+int gp_pipeline_cell_first(const gp_pipeline *p, int k) {
+    return p && k >= 0 && k < p->K ? p->first[k] : -1;
+}
 
 gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out) {
     if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: NULL argument");
@@ -670,6 +692,8 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out) {
         out->bubble_measured = ts.bubble;
         out->bubble_theory = (double)(p->K - 1) / (double)(p->M + p->K - 1);
         out->bubble_simulated = p->trace.bubble_simulated;
+        out->pinned = true;
+        for (int k = 0; k < p->K; k++) out->pinned = out->pinned && p->st[k].pinned;
         for (int k = 0; k < p->K && k < 64; k++) {
             out->busy_fraction[k] = ts.span > 0 ? ss[k].busy / ts.span : 0;
             out->partition[k] = p->first[k];

@@ -105,6 +105,10 @@ if K and M:
     need(abs(p.get("bubble_theory", -1) - (K - 1) / (M + K - 1)) < 1e-12, f"T2 bubble_theory {p.get('bubble_theory')}")
 part = p.get("partition", [])
 need(len(part) == 2 and part[0] == 0 and 0 < part[1] < 32, f"T2 partition {part}")
+sp = p.get("stage_peak_bytes", [])
+need(len(sp) == 2 and all(s.get("activations", 0) > 0 and s.get("parameters", 0) > 0 for s in sp),
+     f"T2 stage_peak_bytes by category {sp}")
+need(isinstance(p.get("pinned"), bool) and p.get("balance") == "cost", f"T2 pinned/balance {p}")
 need(len(p.get("busy_fraction", [])) == 2 and all(0 < f <= 1 for f in p.get("busy_fraction", [])),
      f"T2 busy_fraction {p.get('busy_fraction')}")
 for key in ("bubble_measured", "bubble_simulated"):
@@ -132,5 +136,16 @@ usage --micro-batches --workload T2 --stages 2 --micro-batches 3 --batch 4 --ste
 usage --stages --workload T2 --stages 100000 --batch 2 --steps 1 --warmup 0
 usage --stages --workload T2 --stages 0
 usage --schedule --workload T2 --stages 2 --schedule zigzag
+usage --layers --workload T1 --layers 4
+usage --memory-limit --workload T2 --memory-limit 1G
+usage --balance --workload T2 --balance time
+usage --pin --workload C1 --pin off
+usage --layers --workload T2 --stages 2 --layers 0
+# A limit no split of the layers meets: exit 1 before any step, naming the limit and the cell.
+"$GPIPE" bench --workload T2 --layers 2 --stages 2 --memory-limit 4MiB --steps 1 --warmup 0 \
+    --quiet >"$TMP/lim.out" 2>"$TMP/lim.err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "4 MiB per-device limit" "$TMP/lim.err" ||
+    bad "bench T2 --memory-limit 4MiB: exit $rc, $(cat "$TMP/lim.err")"
 
 cli_finish bench

@@ -50,6 +50,17 @@ expect 2 "unknown option '--steps'" $T --steps 3
 
 # Impossible plans: exit 1 with the library's message
 expect 1 "K = 13 stages but the model has 12 layers" $T --stages 13
+expect 2 "--gflops with --balance time" --model transformer --stages 2 --balance time --gflops 10
+expect 2 "--balance: expected one of cost|time" $T --stages 2 --balance flops
+# Balanced on measured times: a plan, saying so, with a balance key in the report.
+if "$GPIPE" plan --model convnet --stages 2 --micro-batches 4 --balance time \
+    --report "$TMP/time.json" >"$TMP/time.out" 2>"$TMP/time.err"; then
+    grep -q "cells balanced by measured time" "$TMP/time.out" || bad "plan --balance time: $(cat "$TMP/time.out")"
+    python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; sys.exit(p['balance'] != 'time' or len(p['partition']) != 2)" \
+        "$TMP/time.json" || bad "plan --balance time: report $(cat "$TMP/time.json")"
+else
+    bad "gpipe plan --balance time failed: $(cat "$TMP/time.err")"
+fi
 expect 1 "over the" $T --stages 2 --micro-batches 8 --memory-limit 100M
 expect 1 "over the" $T --stages 3 --partition 0,1,2 --memory-limit 200M
 expect 1 "1f1b keeps at most min(K, M) = 2" $T --stages 2 --micro-batches 8 --schedule 1f1b \

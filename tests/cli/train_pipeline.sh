@@ -45,6 +45,8 @@ for c in $CN_COMBOS; do
         --report "$TMP/cn_$k$s$r.json"
 done
 # A given partition is used and reported; the last step drawn as a trace and a timeline.
+# Cells balanced on measured layer times, threads not pinned: other cells, same bits.
+run lm_time "${LM[@]}" --stages 2 --balance time --pin off --report "$TMP/lm_time.json"
 run lm_part "${LM[@]}" --stages 2 --partition 0,2 --report "$TMP/lm_part.json" \
     --trace "$TMP/lm_part_trace.json" --timeline "$TMP/lm_part.svg"
 grep -q "<svg" "$TMP/lm_part.svg" && grep -q "stage 1" "$TMP/lm_part.svg" ||
@@ -107,6 +109,11 @@ check("cn", cn_combos)
 part = json.load(open(f"{d}/lm_part.json"))["pipeline"]
 need(part.get("partition") == [0, 2] and part.get("partition_source") == "--partition",
      f"lm_part: partition {part.get('partition')}")
+tm = json.load(open(f"{d}/lm_time.json"))
+ref = json.load(open(f"{d}/lm_ref.json"))
+need(tm["params_fnv1a64"] == ref["params_fnv1a64"], "--balance time: parameters differ from one device")
+need(tm["pipeline"].get("balance") == "time" and tm["pipeline"].get("pinned") is False,
+     f"--balance time --pin off: report {tm['pipeline'].get('balance')}, pinned {tm['pipeline'].get('pinned')}")
 bal = json.load(open(f"{d}/lm_2{'1f1b'}none.json"))["pipeline"]
 need(bal.get("partition_source") == "balanced" and len(bal.get("partition") or []) == 2,
      f"a balanced partition is reported as the cells used: {bal.get('partition')}")
@@ -138,6 +145,11 @@ expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --part
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 0,x
 expect2 "--schedule: only with --stages K" "${LM[@]}" --schedule 1f1b
+expect2 "--balance: only with --stages K" "${LM[@]}" --balance time
+expect2 "--pin: only with --stages K" "${LM[@]}" --pin off
+expect2 "--balance: expected one of cost|time" "${LM[@]}" --stages 2 --balance flops
+expect2 "--pin: expected one of auto|off" "${LM[@]}" --stages 2 --pin yes
+expect2 "--partition 0,2 with --balance time" "${LM[@]}" --stages 2 --partition 0,2 --balance time
 expect2 "--trace: only with --stages K" "${LM[@]}" --trace "$TMP/t.json"
 expect2 "--timeline: only with --stages K" "${LM[@]}" --timeline "$TMP/t.svg"
 [ ! -e "$TMP/t.json" ] && [ ! -e "$TMP/t.svg" ] || bad "a usage error still wrote --trace/--timeline"

@@ -1,0 +1,69 @@
+/* The cells of a pipeline: one routine that turns the pipeline options into K contiguous cells,
+ * shared by the planner and the runtime so that `gpipe plan` shows exactly the cells a training
+ * run gets (same per-layer figures, same micro-batch size, same memory model, same schedule-aware
+ * number of micro-batches in flight). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "partition.h"
+
+const char *gp_balance_name(gp_balance b) {
+    return b == GP_BALANCE_COST ? "cost" : b == GP_BALANCE_TIME ? "time" : "?";
+}
+
+int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
+    /* Fill-drain stashes all M micro-batches; 1F1B's stage 0 at most K of them (later stages
+     * fewer), so min(K, M) bounds every stage of it. */
+    return schedule == GP_SCHEDULE_1F1B && K < M ? K : M;
+}
+
+gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
+                          const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
+                          int *first) {
+    const int L = gp_model_nlayers(m);
+    GP_TRY(gp_layer_est_from_model(m, micro_batch_size, optim_states, est));
+    if (po->balance == GP_BALANCE_TIME) {
+        if (!po->layer_times)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "balance by time needs the measured layer times "
+                            "(gp_model_profile_layers)");
+        for (int i = 0; i < L; i++) {
+            double f = po->layer_times[i], b = po->layer_times[L + i];
+            if (!(f >= 0) || !(b >= 0))
+                return gp_error(GP_INVALID_ARGUMENT,
+                                "measured time of layer %d (%s): forward %g s, backward %g s; "
+                                "expected finite values >= 0",
+                                i, est[i].kind ? est[i].kind : "?", f, b);
+            est[i].fwd_time = f;
+            est[i].bwd_time = b;
+        }
+    } else if (po->balance != GP_BALANCE_COST) {
+        return gp_error(GP_INVALID_ARGUMENT, "unknown balance %d (expected cost or time)",
+                        (int)po->balance);
+    }
+    const int in_flight = gp_cells_in_flight(po->schedule, K, M);
+    gp_partition_req req = {.layers = est,
+                            .nlayers = L,
+                            .stages = K,
+                            .micro_batches = in_flight,
+                            .remat = po->remat == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE
+                                                                : GP_PLAN_REMAT_CELL,
+                            .mem_limit = po->memory_limit};
+    gp_status s;
+    if (po->partition) {
+        memcpy(first, po->partition, (size_t)K * sizeof *first);
+        s = gp_partition_check(&req, first, K);
+    } else {
+        s = gp_partition_balance(&req, first, NULL);
+    }
+    if (s != GP_OK && in_flight != M)
+        gp_error_context(s,
+                         "schedule 1f1b keeps at most min(K, M) = %d of the M = %d micro-batches "
+                         "in flight per stage",
+                         in_flight, M);
+    if (s != GP_OK)
+        gp_error_context(s, "micro-batches of %lld example%s", (long long)micro_batch_size,
+                         micro_batch_size == 1 ? "" : "s");
+    return s;
+}

@@ -1,0 +1,111 @@
+/* The profiling pass behind balance-by-time: each layer timed alone, as a stage runs it (a
+ * training-mode forward keeping its state, then its backward), on single-threaded BLAS. Layers
+ * are initialized one at a time on a scratch device and released again, so a model too big for
+ * one device can still be profiled; only the layer's own figures matter to the partitioner. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/sequence.h"
+#include "../optim/optim.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A stand-in for what flows into or out of a layer: token 0 for integer inputs (always a valid
+ * id), small random values otherwise (no layer's time depends on the values). */
+static gp_status stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t layer,
+                          uint32_t which, gp_tensor *t) {
+    GP_TRY(gp_tensor_zeros(dev, GP_MEM_ACTIVATIONS, shape, dt, t));
+    if (dt == GP_F32) {
+        gp_rng_stream r = {.seed = 1, .purpose = GP_RNG_PROFILE, .a = layer, .b = which};
+        gp_rng_normal(&r, 0, t->data, gp_tensor_nelem(t));
+    }
+    return GP_OK;
+}
+
+/* One forward + backward of layer li, adding the two times to f and b. */
+static gp_status run_once(gp_model *m, int li, gp_device *dev, const gp_tensor *x,
+                          const gp_tensor *dy, gp_tensor *dx, double *f, double *b) {
+    gp_run run = {.training = true, .seed = 1};
+    gp_seq_pass pass = {0};
+    double t0 = gp_now();
+    GP_TRY(gp_seq_forward(m, li, li + 1, dev, &run, x, &pass));
+    double t1 = gp_now();
+    gp_status s = gp_seq_backward(m, &pass, dy, dx);
+    double t2 = gp_now();
+    gp_seq_release(&pass);
+    *f = t1 - t0;
+    *b = t2 - t1;
+    return s;
+}
+
+static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_device *dev,
+                               double *fs, double *bs, double *fwd, double *bwd) {
+    gp_shape in_shape, out_shape;
+    GP_TRY(gp_model_shape(m, li - 1, mb, &in_shape));
+    GP_TRY(gp_model_shape(m, li, mb, &out_shape));
+    gp_dtype in_dt = li == 0 ? gp_model_input_dtype(m) : GP_F32;
+    gp_tensor x = {0}, dy = {0}, dx = {0};
+    GP_TRY(gp_model_init_range(m, li, li + 1, dev, 1));
+    gp_layer *l = m->layers[li];
+    gp_status s = GP_OK;
+    for (int j = 0; j < l->nparams && s == GP_OK; j++)
+        if (l->params[j].trainable)
+            s = gp_tensor_zeros(dev, GP_MEM_GRADS, l->params[j].shape, GP_F32, &l->params[j].grad);
+    if (s == GP_OK) s = stand_in(dev, in_shape, in_dt, (uint32_t)li, 0, &x);
+    if (s == GP_OK) s = stand_in(dev, out_shape, GP_F32, (uint32_t)li, 1, &dy);
+    /* As in a pipeline, the first layer computes no input gradient (it has no one to send it). */
+    if (s == GP_OK && li > 0) s = gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in_shape, GP_F32, &dx);
+    for (int r = -1; r < reps && s == GP_OK; r++) { /* r = -1: the warm-up run */
+        double f = 0, b = 0;
+        s = run_once(m, li, dev, &x, &dy, li > 0 ? &dx : NULL, &f, &b);
+        if (r >= 0) fs[r] = f, bs[r] = b;
+    }
+    gp_tensor_release(&x);
+    gp_tensor_release(&dy);
+    gp_tensor_release(&dx);
+    gp_model_release_range(m, li, li + 1);
+    if (s != GP_OK) return gp_error_context(s, "profiling layer %d (%s)", li, l->ops->kind);
+    qsort(fs, (size_t)reps, sizeof *fs, cmp_double);
+    qsort(bs, (size_t)reps, sizeof *bs, cmp_double);
+    *fwd = fs[reps / 2];
+    *bwd = bs[reps / 2];
+    return GP_OK;
+}
+
+gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, double *times) {
+    if (!m || !times) return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_layers: NULL argument");
+    if (micro_batch < 1)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_model_profile_layers: micro-batch of %lld examples; expected >= 1",
+                        (long long)micro_batch);
+    if (reps < 0 || reps > 1000)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_model_profile_layers: %d repetitions; expected 0 (default 3) to 1000",
+                        reps);
+    if (reps == 0) reps = 3;
+    const int L = m->nlayers;
+    for (int li = 0; li < L; li++)
+        if (m->devs[li])
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "gp_model_profile_layers: layer %d is initialized on device %s; "
+                            "profile the model before a trainer or pipeline takes it",
+                            li, gp_device_name(m->devs[li]));
+    const uint64_t seed = m->seed; /* initialization records its seed; keep the model's */
+    const int threads = gp_blas_threads();
+    gp_blas_set_threads(1);
+    gp_device *dev = NULL;
+    double *fs = calloc((size_t)reps, sizeof *fs), *bs = calloc((size_t)reps, sizeof *bs);
+    gp_status s = fs && bs ? gp_device_cpu_new("profile", &dev)
+                           : gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d timings", reps);
+    for (int li = 0; li < L && s == GP_OK; li++)
+        s = profile_layer(m, li, micro_batch, reps, dev, fs, bs, &times[li], &times[L + li]);
+    if (dev) gp_device_free(dev);
+    free(fs);
+    free(bs);
+    gp_blas_set_threads(threads);
+    m->seed = seed;
+    return s;
+}

@@ -1,0 +1,227 @@
+/* How the pipeline runtime chooses its cells: the profiling pass behind --balance time (every
+ * layer timed, the model left as it was), cells balanced on given times in the plan and the
+ * runtime alike, the runtime's cells equal to gp_plan_make's for the same batch and memory
+ * limit (per schedule and remat mode), results that do not depend on the cells, and stage
+ * threads pinned to cores only when there are enough of them. */
+#define _GNU_SOURCE /* sched_getaffinity: how many cores this process may use */
+#include <math.h>
+#include <sched.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define BATCH 8
+#define SEQ 16
+
+static gp_model *transformer(int layers) {
+    gp_transformer_config c = {.vocab = 64, .dim = 32, .heads = 4, .d_ff = 64, .layers = layers,
+                               .seq_len = SEQ, .dropout = 0.1f};
+    gp_model *m = NULL;
+    REQUIRE_OK(gp_model_transformer(&c, &m));
+    return m;
+}
+
+typedef struct tokens {
+    int32_t x[BATCH * SEQ], y[BATCH * SEQ];
+    gp_tensor xt, yt;
+} tokens;
+
+static void make_tokens(int step, tokens *b) {
+    for (int i = 0; i < BATCH * SEQ; i++) {
+        b->x[i] = (int32_t)((i * 7 + step * 13) % 64);
+        b->y[i] = (int32_t)((i * 5 + step * 3 + 1) % 64);
+    }
+    b->xt = gp_tensor_view(b->x, gp_shape2(BATCH, SEQ), GP_I32);
+    b->yt = gp_tensor_view(b->y, gp_shape2(BATCH, SEQ), GP_I32);
+}
+
+static bool uninitialized(gp_model *m) {
+    for (int i = 0; i < gp_model_nparam_tensors(m); i++) {
+        gp_param_info pi;
+        if (gp_model_param(m, i, &pi) != GP_OK || pi.value->data || (pi.grad && pi.grad->data))
+            return false;
+    }
+    return true;
+}
+
+static void profile(void) {
+    gp_model *m = transformer(2);
+    const int L = gp_model_nlayers(m);
+    double *t = calloc(2 * (size_t)L, sizeof *t);
+    REQUIRE_OK(gp_model_profile_layers(m, 2, 3, t));
+    for (int i = 0; i < 2 * L; i++) CHECK(isfinite(t[i]) && t[i] > 0);
+    /* The blocks do far more work than the positional embedding (layer 1): it shows. */
+    CHECK(t[2] + t[L + 2] > t[1] + t[L + 1]);
+    CHECK(uninitialized(m)); /* every layer released again */
+    /* ... and initialization afterwards gives the same parameters as without the pass. */
+    gp_device *d1, *d2;
+    REQUIRE_OK(gp_device_cpu_new("a", &d1));
+    REQUIRE_OK(gp_device_cpu_new("b", &d2));
+    gp_model *fresh = transformer(2);
+    REQUIRE_OK(gp_model_init(m, d1, 5));
+    REQUIRE_OK(gp_model_init(fresh, d2, 5));
+    CHECK(gp_model_params_fnv1a64(m) == gp_model_params_fnv1a64(fresh));
+    gp_mem_stats ms;
+    gp_device_mem_stats(d1, &ms);
+    CHECK_EQ_INT(ms.live[GP_MEM_ACTIVATIONS], 0);
+    CHECK_FAILS(gp_model_profile_layers(m, 2, 3, t), GP_INVALID_ARGUMENT, "initialized");
+    gp_model_free(m);
+    gp_model_free(fresh);
+    gp_device_free(d1);
+    gp_device_free(d2);
+    m = transformer(2);
+    CHECK_FAILS(gp_model_profile_layers(m, 0, 3, t), GP_INVALID_ARGUMENT, "micro-batch");
+    CHECK_FAILS(gp_model_profile_layers(m, 2, -1, t), GP_INVALID_ARGUMENT, "repetitions");
+    gp_model_free(m);
+    free(t);
+}
+
+typedef struct run_result {
+    float loss[3];
+    uint64_t hash;
+    int first[4];
+    bool pinned;
+} run_result;
+
+/* Three steps through a pipeline with options po; the cells used and the results. */
+static void train(const gp_pipeline_opts *po, run_result *r) {
+    gp_model *m = transformer(4);
+    gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
+    gp_pipeline *p;
+    REQUIRE_OK(gp_pipeline_new(m, &o, po, 11, &p));
+    for (int s = 0; s < 3; s++) {
+        tokens b;
+        make_tokens(s, &b);
+        CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &r->loss[s]));
+    }
+    gp_pipeline_stats st;
+    CHECK_OK(gp_pipeline_last_stats(p, &st));
+    r->pinned = st.pinned;
+    for (int k = 0; k < po->stages; k++) {
+        r->first[k] = gp_pipeline_cell_first(p, k);
+        CHECK_EQ_INT(st.partition[k], r->first[k]);
+    }
+    CHECK_EQ_INT(gp_pipeline_cell_first(p, po->stages), -1);
+    r->hash = gp_model_params_fnv1a64(m);
+    gp_pipeline_free(p);
+    gp_model_free(m);
+}
+
+/* Times that put almost all the work in the last layer: balancing on them must give that layer
+ * a cell of its own, in the plan and in the runtime, and change nothing in the results. */
+static void balance_by_time(void) {
+    gp_model *m = transformer(4);
+    const int L = gp_model_nlayers(m);
+    double *t = calloc(2 * (size_t)L, sizeof *t);
+    for (int i = 0; i < L; i++) t[i] = t[L + i] = 1e-3;
+    t[L - 1] = t[2 * L - 1] = 1.0;
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 4, .balance = GP_BALANCE_TIME,
+                           .layer_times = t, .batch = BATCH};
+    gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
+    gp_plan plan;
+    REQUIRE_OK(gp_plan_make(m, BATCH, &o, &po, 0, &plan));
+    CHECK_EQ_INT(plan.cells[1].first, L - 1);
+    CHECK(fabs(plan.cells[1].time_s - 2.0) < 1e-12); /* seconds as given, not FLOPs */
+    CHECK(plan.cells[1].fwd_flops > 0);               /* FLOPs still from the cost model */
+    CHECK(plan.balance == GP_BALANCE_TIME);
+    gp_plan_free(&plan);
+    /* Without times the plan cannot balance by time (it allocates nothing to measure with). */
+    gp_pipeline_opts no_times = po;
+    no_times.layer_times = NULL;
+    CHECK_FAILS(gp_plan_make(m, BATCH, &o, &no_times, 0, &plan), GP_INVALID_ARGUMENT,
+                "gp_model_profile_layers");
+    t[0] = NAN;
+    CHECK_FAILS(gp_plan_make(m, BATCH, &o, &po, 0, &plan), GP_INVALID_ARGUMENT, "layer 0");
+    t[0] = 1e-3;
+    gp_model_free(m);
+
+    run_result by_time, by_cost, measured;
+    train(&po, &by_time);
+    CHECK_EQ_INT(by_time.first[1], L - 1);
+    gp_pipeline_opts cost = {.stages = 2, .micro_batches = 4, .batch = BATCH};
+    train(&cost, &by_cost);
+    CHECK(by_cost.first[1] != L - 1);
+    /* Other cells, same bits. */
+    CHECK(by_time.hash == by_cost.hash);
+    for (int s = 0; s < 3; s++) CHECK(by_time.loss[s] == by_cost.loss[s]);
+    /* No times given: the runtime profiles the layers itself; a valid split, same bits. */
+    gp_pipeline_opts self = {.stages = 2, .micro_batches = 4, .batch = BATCH,
+                             .balance = GP_BALANCE_TIME};
+    train(&self, &measured);
+    CHECK(measured.first[1] > 0 && measured.first[1] < L);
+    CHECK(measured.hash == by_cost.hash);
+    free(t);
+}
+
+/* The runtime's cells are the plan's for the same batch and limit. The limit starts at the
+ * largest cell of the unlimited plan's simulated peaks, under what the partitioner demands for
+ * some schedules (it checks every cell with the schedule's most micro-batches in flight), and is
+ * raised by 1% until a plan exists: a limit close enough to decide the cells. */
+static void runtime_matches_plan(void) {
+    gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
+    for (int sk = 0; sk < 2; sk++)
+        for (int rm = 0; rm < 2; rm++) {
+            gp_model *m = transformer(4);
+            gp_pipeline_opts po = {.stages = 3, .micro_batches = 4, .schedule = sk, .remat = rm,
+                                   .batch = BATCH};
+            gp_plan plan;
+            REQUIRE_OK(gp_plan_make(m, BATCH, &o, &po, 10, &plan));
+            uint64_t worst = 0;
+            for (int k = 0; k < 3; k++)
+                if (plan.cells[k].total_bytes > worst) worst = plan.cells[k].total_bytes;
+            gp_plan_free(&plan);
+            po.memory_limit = worst;
+            int tries = 0;
+            while (gp_plan_make(m, BATCH, &o, &po, 10, &plan) != GP_OK && tries++ < 100)
+                po.memory_limit += po.memory_limit / 100;
+            if (tries > 100) {
+                CHECK(!"no memory limit gave a plan");
+                gp_model_free(m);
+                continue;
+            }
+            gp_pipeline *p;
+            REQUIRE_OK(gp_pipeline_new(m, &o, &po, 3, &p));
+            for (int k = 0; k < 3; k++)
+                CHECK_EQ_INT(gp_pipeline_cell_first(p, k), plan.cells[k].first);
+            gp_pipeline_free(p);
+            gp_plan_free(&plan);
+            /* A limit nothing fits: the runtime says so as the plan does, naming it. */
+            po.memory_limit = 4096;
+            CHECK_FAILS(gp_pipeline_new(m, &o, &po, 3, &p), GP_MEMORY_LIMIT, "4 KiB per-device limit");
+            gp_model_free(m);
+        }
+    /* A batch the micro-batches do not divide is named. */
+    gp_model *m = transformer(2);
+    gp_pipeline_opts bad = {.stages = 2, .micro_batches = 3, .batch = BATCH};
+    gp_pipeline *p;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &bad, 3, &p), GP_INVALID_ARGUMENT, "batch 8");
+    gp_model_free(m);
+}
+
+static void pinning(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        CHECK(!"sched_getaffinity failed");
+        return;
+    }
+    const int cores = CPU_COUNT(&set);
+    for (int K = 1; K <= 3; K++) {
+        run_result r;
+        gp_pipeline_opts po = {.stages = K, .micro_batches = 4};
+        train(&po, &r);
+        CHECK(r.pinned == (cores >= K));
+        po.no_pinning = true;
+        train(&po, &r);
+        CHECK(!r.pinned);
+    }
+}
+
+int main(void) {
+    gp_blas_set_threads(1);
+    profile();
+    balance_by_time();
+    runtime_matches_plan();
+    pinning();
+    return gp_test_finish("test_pipeline_cells");
+}
