@@ -9,15 +9,11 @@
 #include <string.h>
 
 #include "../model/model_internal.h"
+#include "../optim/optim.h"
 
 #define CKPT_FORMAT "gpipe.checkpoint"
 #define CKPT_VERSION "1"
 #define CKPT_NAME_MAX 600
-
-static int optim_nstate(const gp_optim_opts *o) {
-    if (!o) return 0;
-    return o->kind == GP_OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
-}
 
 static const char *state_suffix(const gp_optim_opts *o, int k) {
     if (o->kind == GP_OPTIM_ADAMW) return k == 0 ? "adam_m" : "adam_v";
@@ -80,7 +76,7 @@ gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
     gp_safetensors_writer *w;
     GP_TRY(gp_safetensors_writer_new(&w));
     gp_status s = GP_OK;
-    const int nstate = optim_nstate(o);
+    const int nstate = gp_optim_state_count(o);
     for (int li = first; li < last && s == GP_OK; li++) {
         gp_layer *l = m->layers[li];
         for (int j = 0; j < l->nparams && s == GP_OK; j++) {
@@ -149,7 +145,7 @@ static gp_tensor *lookup(gp_model *m, const gp_optim_opts *o, const char *name, 
             if (strcmp(suf, all[k]) == 0) {
                 *is_state = true;
                 if (!o) return &p->value; /* recognized, not loaded */
-                for (int q = 0; q < optim_nstate(o); q++)
+                for (int q = 0; q < gp_optim_state_count(o); q++)
                     if (strcmp(suf, state_suffix(o, q)) == 0) return &p->state[q];
                 return NULL;
             }
@@ -241,7 +237,7 @@ gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_opti
                             gp_shape_str(&t->shape, b, sizeof b));
     }
     /* ...and every one of the model's must be in the file. */
-    const int nstate = optim_nstate(o);
+    const int nstate = gp_optim_state_count(o);
     for (int li = 0; li < m->nlayers; li++) {
         gp_layer *l = m->layers[li];
         for (int j = 0; j < l->nparams; j++) {
