@@ -1,17 +1,24 @@
 # Short commands for the README. Each target installs what is missing (as
 # root, through apt-get), configures with CMake and builds before it runs.
 
-PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 libopenblas-dev \
-            libcjson-dev zlib1g-dev libopenmpi-dev openmpi-bin \
+PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 python3-venv \
+            python3-numpy libopenblas-dev libcjson-dev zlib1g-dev libopenmpi-dev openmpi-bin \
             dataset-fashion-mnist fortunes fortunes-de fortunes-es fortunes-it fortunes-ru \
             fortunes-pl fortunes-cs
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := checkpoint config idx text
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
+# Python packages from PyPI for the tests (the reference `safetensors` reader), in a venv that
+# also sees Debian's python3-numpy (and python3-torch where installed).
+PYENV      ?= .pyenv
+PY_PACKAGES := safetensors
 
-.PHONY: all deps build test test-fast test-asan test-tsan demo demo-fashion bench install clean
+.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-fashion bench install clean
 
 all: build
 
@@ -25,6 +32,13 @@ deps:
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	fi
 
+pydeps: deps
+	@if ! $(PYENV)/bin/python -c "import safetensors, numpy" 2>/dev/null; then \
+	  echo "installing into $(PYENV): $(PY_PACKAGES)"; \
+	  /usr/bin/python3 -m venv --system-site-packages $(PYENV) && \
+	  $(PYENV)/bin/pip install -q $(PY_PACKAGES); \
+	fi
+
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
@@ -33,16 +47,17 @@ build: deps $(BUILD)/CMakeCache.txt
 
 # The whole suite: the optimized build (with MPI: the multi-process tests run
 # under mpirun), then again under ASan + UBSan (the MPI tests without leak
-# detection: Open MPI's plugins leave allocations behind), and the threaded
-# tests under ThreadSanitizer, built without MPI (Open MPI is not instrumented:
-# its threads would read as races), which also tests a build without MPI.
-test: build test-asan test-tsan
+# detection: Open MPI's plugins leave allocations behind), the threaded tests
+# under ThreadSanitizer, built without MPI (Open MPI is not instrumented: its
+# threads would read as races), which also tests a build without MPI, and the
+# libFuzzer targets for a bounded time each.
+test: build pydeps test-asan test-tsan test-fuzz
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-fast: build
+test-fast: build pydeps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: deps
+test-asan: deps pydeps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_SANITIZE=ON -DCMAKE_C_COMPILER=clang
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && GP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -57,7 +72,26 @@ test-tsan: deps
 	cd $(TSAN_BUILD) && NORAND=""; \
 	  if setarch $$(uname -m) -R true 2>/dev/null; then NORAND="setarch $$(uname -m) -R"; fi; \
 	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline'
+	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint'
+
+# libFuzzer (clang, ASan + UBSan) on the checkpoint, JSON config, IDX and text readers, each for
+# FUZZ_SECONDS from its committed seed corpus in tests/fuzz/corpus/ (which also holds every input
+# that ever failed, as a regression); new inputs go to $(FUZZ_BUILD)/corpus, never the tree.
+test-fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_FUZZ=ON -DGP_BUILD_TESTS=OFF \
+	  -DCMAKE_C_COMPILER=clang
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	  rm -rf $(FUZZ_BUILD)/corpus/$$t && mkdir -p $(FUZZ_BUILD)/corpus/$$t && \
+	  if ! ./$(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -seed=1 -timeout=10 \
+	      -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
+	      >$(FUZZ_BUILD)/fuzz_$$t.log 2>&1; then \
+	    tail -n 40 $(FUZZ_BUILD)/fuzz_$$t.log; \
+	    echo "fuzz_$$t FAILED: the input is in $(FUZZ_BUILD)/; fix it and add it to tests/fuzz/corpus/$$t"; \
+	    exit 1; \
+	  fi; \
+	  echo "fuzz_$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' $(FUZZ_BUILD)/fuzz_$$t.log), no failure"; \
+	done
 
 # The main job: a byte-level Transformer LM on the multilingual fortunes.
 demo: build
@@ -80,4 +114,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(PYENV)

@@ -371,6 +371,9 @@ void gp_trainer_free(gp_trainer *t);
  * as the model's input; y: int32 labels, (B) or (B, T). *loss: mean loss. */
 gp_status gp_trainer_step(gp_trainer *t, const gp_tensor *x, const gp_tensor *y, float *loss);
 int gp_trainer_steps_done(const gp_trainer *t);
+/* Sets the count of steps done (resuming from a checkpoint): the next step's
+ * learning rate, AdamW bias correction and dropout keys follow from it. */
+gp_status gp_trainer_set_step(gp_trainer *t, int steps_done);
 float gp_trainer_last_grad_norm(const gp_trainer *t);
 /* Inference forward in eval mode (batch norm uses running stats, no dropout).
  * logits must be allocated by the caller with the model's output shape.
@@ -454,6 +457,8 @@ void gp_file_out_printf(gp_file_out *o, const char *fmt, ...)
 #endif
     ;
 void gp_file_out_write(gp_file_out *o, const char *text);
+/* Raw bytes (binary files); failures are kept as for text. */
+void gp_file_out_write_bytes(gp_file_out *o, const void *data, size_t nbytes);
 /* commit: flush, fsync, rename onto the path, fsync the folder; !commit (or
  * any failure so far): remove the temporary file. Returns the first failure,
  * naming the path and the step that failed. */
@@ -677,6 +682,97 @@ gp_status gp_pipeline_gather(gp_pipeline *p);
  * gradients with their headers) and gradients given to the data-parallel all-reduce. Fills
  * n entries of each array (n >= the number of ranks); zeros on threads. */
 gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *allreduce, int n);
+/* As gp_trainer_steps_done / gp_trainer_set_step, for a pipeline (no step may
+ * be running). */
+int gp_pipeline_steps_done(const gp_pipeline *p);
+gp_status gp_pipeline_set_step(gp_pipeline *p, int steps_done);
+
+/* ------------------------------------------------------------ safetensors */
+
+/* A safetensors file (the format of the Python `safetensors` package, which
+ * PyTorch tooling reads and writes): an 8-byte little-endian header length,
+ * a JSON header naming each tensor's dtype, shape and byte range, a
+ * "__metadata__" map of strings, then the raw little-endian data. Only F32
+ * and I32 tensors of at most GP_MAX_DIMS dimensions are supported. */
+typedef struct gp_safetensors gp_safetensors;
+typedef struct gp_st_entry {
+    const char *name;
+    gp_dtype dtype;
+    gp_shape shape;
+    uint64_t begin, end; /* byte range in the data section */
+} gp_st_entry;
+
+/* Reads and validates a whole file: header length against the file size,
+ * well-formed JSON of at most 100 MiB, known dtypes, shapes that match the
+ * byte ranges, ranges that tile the data section without gaps or overlaps,
+ * unique names, string metadata, and the CRC-32 of every tensor that the
+ * metadata gives one for ("crc32:<name>": 8 hex digits). Every error names the
+ * file, the tensor or byte offset, and what was expected. The caller frees
+ * *out with gp_safetensors_free. */
+gp_status gp_safetensors_read(const char *path, gp_safetensors **out);
+/* The same checks on bytes in memory (copied); origin names them in errors. */
+gp_status gp_safetensors_parse(const void *bytes, size_t nbytes, const char *origin,
+                               gp_safetensors **out);
+void gp_safetensors_free(gp_safetensors *f);
+const char *gp_safetensors_origin(const gp_safetensors *f);
+int gp_safetensors_count(const gp_safetensors *f);
+/* Entries sorted by name; NULL outside 0..count-1 / when absent. */
+const gp_st_entry *gp_safetensors_entry(const gp_safetensors *f, int i);
+const gp_st_entry *gp_safetensors_find(const gp_safetensors *f, const char *name);
+/* A metadata value, or NULL; valid until gp_safetensors_free. */
+const char *gp_safetensors_meta(const gp_safetensors *f, const char *key);
+/* Copies tensor `name` into dst (host memory of its size), after checking
+ * that it exists, has `dtype` and (shape not NULL) that shape. */
+gp_status gp_safetensors_get(const gp_safetensors *f, const char *name, gp_dtype dtype,
+                             const gp_shape *shape, void *dst);
+
+/* Writes a safetensors file: tensors are borrowed until the write, which goes
+ * through gp_file_out (complete under its name or absent) and adds the CRC-32
+ * of every tensor to the metadata. */
+typedef struct gp_safetensors_writer gp_safetensors_writer;
+gp_status gp_safetensors_writer_new(gp_safetensors_writer **out);
+void gp_safetensors_writer_free(gp_safetensors_writer *w);
+gp_status gp_safetensors_writer_add(gp_safetensors_writer *w, const char *name, gp_dtype dtype,
+                                    gp_shape shape, const void *data);
+/* Sets (or replaces) a metadata string; keys starting "crc32:" are reserved. */
+gp_status gp_safetensors_writer_meta(gp_safetensors_writer *w, const char *key,
+                                     const char *value);
+gp_status gp_safetensors_writer_write(const gp_safetensors_writer *w, const char *path);
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* A checkpoint is a safetensors file holding every parameter and buffer as
+ * "layers.<i>.<name>" (gp_model_param's names: "layers.3.attn.qkv.weight"),
+ * the optimizer state beside it ("<param>.adam_m" and ".adam_v" for AdamW,
+ * "<param>.momentum" for SGD with momentum), and in the metadata: "format"
+ * ("gpipe.checkpoint"), "format_version", "step", "seed" (the init and dropout
+ * key), "layer_kinds", "layers" (the range saved: "first-last"), "optimizer"
+ * (its options as JSON), the caller's extra strings (e.g. the model config,
+ * training options and data-order position) and a CRC-32 per tensor. The
+ * layout is independent of how layers are split into stages, so a checkpoint
+ * saved by a pipeline of K stages resumes on any other K. */
+typedef struct gp_checkpoint_kv {
+    const char *key, *value;
+} gp_checkpoint_kv;
+
+/* Saves layers [first, last) of m (first = 0, last = nlayers: the whole
+ * model; a multi-process pipeline saves one part per stage) with the state of
+ * optimizer o (NULL: parameters only) after `step` steps, atomically to path.
+ * The parameters may live on several devices (a pipeline's stages, between
+ * steps). */
+gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
+                             const gp_optim_opts *o, int step, const gp_checkpoint_kv *extra,
+                             int nextra);
+/* Loads a read file into m's initialized parameters and, with o given, the
+ * optimizer state (the trainer's or pipeline's, already allocated). Every
+ * tensor is checked before anything is copied: the layer kinds, every name,
+ * dtype and shape, the optimizer kind, and no tensor the model lacks; on any
+ * mismatch m is left unchanged and the error names the file, the tensor and
+ * what was expected. With o NULL the file may also be a foreign one (e.g.
+ * exported from PyTorch) that holds exactly the parameters under these names. */
+gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o);
+/* The "step" of a gpipe checkpoint (steps done when it was saved). */
+gp_status gp_checkpoint_step(const gp_safetensors *f, int *step);
 
 #ifdef __cplusplus
 }

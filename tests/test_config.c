@@ -309,6 +309,23 @@ static void test_bad_configs(void) {
         "near \"trailing\"");
     BAD("", "invalid JSON at line 1, column 1", "at the end of the text");
     BAD("{\"family\": \"conv", "invalid JSON", NULL);
+    /* A syntax error near escaped characters: the excerpt grows (found by fuzz_config). */
+    BAD("{\"a\": \"\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t", "invalid JSON",
+        "\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\\t\"");
+    /* Layer counts that would take gigabytes before any parameter (found by fuzz_config). */
+    BAD("{\"family\": \"transformer\", \"d_ff\": 8, \"layers\": 4e5}",
+        "layers: expected an integer from 0 to 9996, got 400000", NULL);
+    {
+        size_t n = 10001, cap = 64 + n * 18;
+        char *big = malloc(cap);
+        REQUIRE_OK(big ? GP_OK : GP_OUT_OF_MEMORY);
+        size_t at = (size_t)snprintf(big, cap, "{%s\"layers\": [", IN);
+        for (size_t i = 0; i < n; i++)
+            at += (size_t)snprintf(big + at, cap - at, "%s{\"kind\":\"relu\"}", i ? "," : "");
+        snprintf(big + at, cap - at, "]}");
+        BAD(big, "layers: 10001 layers, at most 10000", NULL);
+        free(big);
+    }
 
     /* layer construction and shape errors keep their status, with origin and
      * position prefixed */

@@ -13,7 +13,12 @@
 #include "testutil.h"
 
 #define M_MICRO 4
-#define BATCH GP_TEST_NET_BATCH
+#define BATCH 8
+
+/* One step's batch, keyed by the step. */
+static void make_batch(gp_test_net net, int step, gp_test_batch *b) {
+    gp_test_net_batch(net, BATCH, 1000 + (uint64_t)step, b);
+}
 
 typedef struct result {
     float loss[8];
@@ -24,7 +29,7 @@ typedef struct result {
 static const uint64_t SEED = 77;
 
 static void reference(gp_test_net net, int steps, result *r) {
-    gp_model *m = gp_test_net_model(net);
+    gp_model *m = gp_test_net_build(net);
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("ref", &dev));
     REQUIRE_OK(gp_model_init(m, dev, SEED));
@@ -34,8 +39,8 @@ static void reference(gp_test_net net, int steps, result *r) {
     REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
     for (int s = 0; s < steps; s++) {
         gp_test_batch b;
-        gp_test_net_batch(net, s, &b);
-        REQUIRE_OK(gp_trainer_step(t, &b.x, &b.yt, &r->loss[s]));
+        make_batch(net, s, &b);
+        REQUIRE_OK(gp_trainer_step(t, &b.x, &b.y_t, &r->loss[s]));
     }
     r->hash = gp_model_params_fnv1a64(m);
     gp_mem_stats ms;
@@ -48,7 +53,7 @@ static void reference(gp_test_net net, int steps, result *r) {
 
 static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, gp_remat rm,
                         result *r) {
-    gp_model *m = gp_test_net_model(net);
+    gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = gp_test_net_optim(net);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm};
     gp_pipeline *p;
@@ -62,8 +67,8 @@ static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, 
     int bad = 0;
     for (int st = 0; st < steps && !bad; st++) {
         gp_test_batch b;
-        gp_test_net_batch(net, st, &b);
-        if (gp_pipeline_step(p, &b.x, &b.yt, &r->loss[st]) != GP_OK) {
+        make_batch(net, st, &b);
+        if (gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[st]) != GP_OK) {
             fprintf(stderr, "gp_pipeline_step K=%d step %d: %s\n", K, st, gp_last_error());
             bad = 1;
         }
@@ -128,7 +133,7 @@ static void exactness(gp_test_net net, int steps, int maxk) {
 }
 
 static void errors(void) {
-    gp_model *m = gp_test_net_model(GP_TEST_TRANSFORMER); /* 8 layers */
+    gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER); /* 8 layers */
     gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
     gp_pipeline *p = NULL;
     gp_pipeline_opts po = {.stages = 9, .micro_batches = 2};
@@ -147,9 +152,9 @@ static void errors(void) {
     part[1] = 3;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     gp_test_batch b;
-    gp_test_net_batch(GP_TEST_TRANSFORMER, 0, &b);
+    make_batch(GP_TEST_TRANSFORMER, 0, &b);
     float loss = -1;
-    CHECK_FAILS(gp_pipeline_step(p, &b.x, &b.yt, &loss), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_pipeline_step(p, &b.x, &b.y_t, &loss), GP_INVALID_ARGUMENT,
                 "batch 8 is not divisible by 3 micro-batches");
     CHECK(loss == -1);
     /* A failing step leaves the pipeline usable: 6 of the 8 rows divide by 3. */
@@ -170,7 +175,7 @@ static void errors(void) {
 
 /* A stage that runs out of memory stops every stage; the error names the device and limit. */
 static void stage_failure(void) {
-    gp_model *m = gp_test_net_model(GP_TEST_CONVNET);
+    gp_model *m = gp_test_net_build(GP_TEST_CONVNET);
     gp_optim_opts o = gp_test_net_optim(GP_TEST_CONVNET);
     /* Enough for each stage's static state (about 100 KiB for the whole net), far too little
      * for the activations of a (2, 4, 28, 28) conv cell. */
@@ -179,9 +184,9 @@ static void stage_failure(void) {
     gp_pipeline *p;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     gp_test_batch b;
-    gp_test_net_batch(GP_TEST_CONVNET, 0, &b);
+    make_batch(GP_TEST_CONVNET, 0, &b);
     float loss = -1;
-    gp_status s = gp_pipeline_step(p, &b.x, &b.yt, &loss);
+    gp_status s = gp_pipeline_step(p, &b.x, &b.y_t, &loss);
     CHECK_EQ_INT(s, GP_MEMORY_LIMIT);
     CHECK(strstr(gp_last_error(), "stage") != NULL);
     CHECK(loss == -1);
@@ -284,7 +289,7 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
 
 /* Two steps (the timeline holds the last one only), then its figures and files. */
 static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partition) {
-    gp_model *m = gp_test_net_model(GP_TEST_TRANSFORMER);
+    gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
     gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm,
                            .partition = partition};
@@ -296,9 +301,9 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
                 "early.json");
     for (int step = 0; step < 2; step++) {
         gp_test_batch b;
-        gp_test_net_batch(GP_TEST_TRANSFORMER, step, &b);
+        make_batch(GP_TEST_TRANSFORMER, step, &b);
         float loss;
-        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.yt, &loss));
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
     }
     CHECK_OK(gp_pipeline_last_stats(p, &st));
     CHECK_EQ_INT(st.stages, K);

@@ -37,7 +37,7 @@ static gp_optim_opts optim(gp_test_net net, int D) {
 
 static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, outcome *r,
                      gp_model **keep) {
-    gp_model *m = gp_test_net_model(net);
+    gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = optim(net, D);
     gp_device *dev = NULL;
     gp_trainer *t = NULL;
@@ -53,9 +53,9 @@ static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, 
     }
     for (int s = 0; s < STEPS; s++) {
         gp_test_batch b;
-        gp_test_net_batch(net, s, &b);
-        REQUIRE_OK(t ? gp_trainer_step(t, &b.x, &b.yt, &r->loss[s])
-                     : gp_pipeline_step(p, &b.x, &b.yt, &r->loss[s]));
+        gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
+        REQUIRE_OK(t ? gp_trainer_step(t, &b.x, &b.y_t, &r->loss[s])
+                     : gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
     }
     r->hash = gp_model_params_fnv1a64(m);
     if (t) gp_trainer_free(t);
@@ -92,7 +92,7 @@ static double max_rel_error(gp_model *a, gp_model *b) {
 
 /* One case in an MPI child: D x K ranks train STEPS steps; rank 0 checks. */
 static int child(const char *name, gp_test_net net, int D, int K, int M, gp_schedule_kind sk) {
-    gp_model *m = gp_test_net_model(net);
+    gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = optim(net, D);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk,
                            .backend = GP_BACKEND_MPI, .data_parallel = D, .comm_timeout_s = 60};
@@ -106,8 +106,8 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
     outcome got;
     for (int s = 0; s < STEPS; s++) {
         gp_test_batch b;
-        gp_test_net_batch(net, s, &b);
-        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.yt, &got.loss[s]));
+        gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &got.loss[s]));
     }
     uint64_t p2p[16], ar[16];
     REQUIRE_OK(gp_pipeline_bytes_sent(p, p2p, ar, 16));
@@ -213,7 +213,7 @@ static int child_header(void) {
 
 /* A launch of the wrong size: every rank gets the error, before anything is allocated. */
 static int child_mismatch(void) {
-    gp_model *m = gp_test_net_model(GP_TEST_TRANSFORMER);
+    gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
     gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
     gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .backend = GP_BACKEND_MPI,
                            .data_parallel = 2};

@@ -216,9 +216,7 @@ void gp_scratch_cleanup(void) {
     }
 }
 
-/* ------------------------------------------------- the pipeline tests' nets */
-
-gp_model *gp_test_net_model(gp_test_net net) {
+gp_model *gp_test_net_build(gp_test_net net) {
     gp_model *m = NULL;
     if (net == GP_TEST_TRANSFORMER) {
         gp_transformer_config c = {.vocab = 64, .dim = 32, .heads = 4, .d_ff = 64, .layers = 4,
@@ -246,24 +244,25 @@ gp_optim_opts gp_test_net_optim(gp_test_net net) {
     return o;
 }
 
-void gp_test_net_batch(gp_test_net net, int step, gp_test_batch *b) {
-    uint64_t seed = 1000 + (uint64_t)step;
+void gp_test_net_batch(gp_test_net net, int64_t batch, uint64_t seed, gp_test_batch *b) {
+    if (batch < 1 || batch > GP_TEST_NET_MAX_BATCH) abort();
+    const int B = (int)batch;
     if (net == GP_TEST_TRANSFORMER) {
-        float r[GP_TEST_NET_BATCH * 17];
+        float r[GP_TEST_NET_MAX_BATCH * 17];
         gp_rng_stream st = {.seed = seed, .purpose = GP_RNG_TEST};
-        gp_rng_uniform(&st, 0, r, GP_TEST_NET_BATCH * 17);
-        for (int i = 0; i < GP_TEST_NET_BATCH; i++)
+        gp_rng_uniform(&st, 0, r, B * 17);
+        for (int i = 0; i < B; i++)
             for (int t = 0; t < 16; t++) {
                 b->xi[i * 16 + t] = (int32_t)(r[i * 17 + t] * 64) % 64;
                 b->y[i * 16 + t] = (int32_t)(r[i * 17 + t + 1] * 64) % 64;
             }
         b->y[5] = -1; /* an ignored label: the normalizer counts the whole mini-batch's labels */
-        b->x = gp_tensor_view(b->xi, gp_shape2(GP_TEST_NET_BATCH, 16), GP_I32);
-        b->yt = gp_tensor_view(b->y, gp_shape2(GP_TEST_NET_BATCH, 16), GP_I32);
+        b->x = gp_tensor_view(b->xi, gp_shape2(B, 16), GP_I32);
+        b->y_t = gp_tensor_view(b->y, gp_shape2(B, 16), GP_I32);
     } else {
-        gp_test_fill(b->xf, GP_TEST_NET_BATCH * 28 * 28, seed, 1, 0.0f, 1.5f);
-        for (int i = 0; i < GP_TEST_NET_BATCH; i++) b->y[i] = (int32_t)((seed * 7 + (uint64_t)i * 3) % 10);
-        b->x = gp_tensor_view(b->xf, gp_shape4(GP_TEST_NET_BATCH, 1, 28, 28), GP_F32);
-        b->yt = gp_tensor_view(b->y, gp_shape1(GP_TEST_NET_BATCH), GP_I32);
+        gp_test_fill(b->xf, (int64_t)B * 28 * 28, seed, 1, 0.0f, 1.5f);
+        for (int i = 0; i < B; i++) b->y[i] = (int32_t)((seed * 7 + (uint64_t)i * 3) % 10);
+        b->x = gp_tensor_view(b->xf, gp_shape4(B, 1, 28, 28), GP_F32);
+        b->y_t = gp_tensor_view(b->y, gp_shape1(B), GP_I32);
     }
 }

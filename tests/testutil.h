@@ -102,19 +102,20 @@ gp_gradcheck_opts gp_gradcheck_defaults(void);
 int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
                  const gp_gradcheck_opts *o);
 
-/* The pipeline tests' two nets (test_pipeline.c, test_pipeline_mpi.c): a small transformer
- * with dropout (8 layers, vocab 64, T 16) trained with AdamW and clipping, and a small convnet
- * with batch norm trained with SGD and clipping; and one step's batch of GP_TEST_NET_BATCH
- * examples, a function of the step only. */
-typedef enum { GP_TEST_TRANSFORMER, GP_TEST_CONVNET } gp_test_net;
-#define GP_TEST_NET_BATCH 8
-gp_model *gp_test_net_model(gp_test_net net);
-gp_optim_opts gp_test_net_optim(gp_test_net net);
+/* Two small networks for the tests that train (the pipeline and checkpoint tests): the
+ * Transformer (vocab 64, dim 32, 4 heads, d_ff 64, 4 blocks, seq_len 16, dropout 0.1) with AdamW
+ * clipped at 0.5, and the ConvNet (channels 4 and 8, hidden 16, batch norm) with SGD momentum
+ * 0.9 clipped at 1. Batches of up to GP_TEST_NET_MAX_BATCH examples keyed by a seed: (B, 16)
+ * tokens and next tokens (label 5 ignored), or (B, 1, 28, 28) images and classes. */
+typedef enum gp_test_net { GP_TEST_TRANSFORMER, GP_TEST_CONVNET } gp_test_net;
+#define GP_TEST_NET_MAX_BATCH 8
 typedef struct gp_test_batch {
-    float xf[GP_TEST_NET_BATCH * 28 * 28];
-    int32_t xi[GP_TEST_NET_BATCH * 16], y[GP_TEST_NET_BATCH * 16];
-    gp_tensor x, yt; /* views of the arrays above */
+    float xf[GP_TEST_NET_MAX_BATCH * 28 * 28];
+    int32_t xi[GP_TEST_NET_MAX_BATCH * 16], y[GP_TEST_NET_MAX_BATCH * 16];
+    gp_tensor x, y_t; /* views of the arrays */
 } gp_test_batch;
-void gp_test_net_batch(gp_test_net net, int step, gp_test_batch *b);
+gp_model *gp_test_net_build(gp_test_net net); /* exits if it cannot */
+gp_optim_opts gp_test_net_optim(gp_test_net net);
+void gp_test_net_batch(gp_test_net net, int64_t batch, uint64_t seed, gp_test_batch *b);
 
 #endif

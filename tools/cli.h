@@ -74,6 +74,13 @@ typedef struct gp_cli_train {
     const char *trace, *timeline; /* --trace / --timeline of the last step, or NULL */
     gp_cli_mpi_place place; /* --backend, --data-parallel, --comm-timeout (gp_cli_mpi_resolve) */
 
+    /* checkpoints: --checkpoint-dir (NULL: none), --checkpoint-every (0: only at the stop and
+     * the end), --keep, --resume, --stop-after (0: none) */
+    const char *ckpt_dir;
+    int ckpt_every, ckpt_keep, stop_after;
+    bool resume;
+    char *model_config; /* owned: the JSON the model was built from, for the metadata */
+
     /* set up by gp_cli_train_main */
     gp_model *model;
     gp_device *dev;
@@ -83,6 +90,12 @@ typedef struct gp_cli_train {
     bool is_lm;
     gp_shape in_shape;  /* (batch, ...) */
     gp_shape out_shape; /* (batch, classes) or (batch, T, vocab) */
+
+    int total_steps;    /* the schedule's length: the run ends there */
+    int start_step;     /* 0, or the step of the checkpoint resumed from */
+    int stop_step;      /* min(total_steps, --stop-after): this process stops there */
+    int64_t per_epoch;  /* classifier: steps per epoch (the data position) */
+    float *step_losses; /* owned: (total_steps), the loss of each step this process ran */
 
     /* results, for the summary and the report */
     int steps_done, epochs_done;
@@ -138,8 +151,30 @@ int gp_cli_fail(const char *cmd, const char *what);
  * for subcommand `cmd`; a bad name is a usage error of --model. */
 int gp_cli_load_model(const char *cmd, const char *name, gp_model **out);
 
-/* Generates nbytes bytes after a newline context and writes them raw to f. */
-int gp_cli_sample(gp_cli_train *t, int nbytes, FILE *f);
+/* Generates nbytes bytes after the context `prompt` (NULL: one newline) and
+ * writes them raw to f, drawn with t->temperature and keyed by t->seed. */
+int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbytes, FILE *f);
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* The JSON text --model stands for ({"family": ...} or the file), malloc'd. */
+int gp_cli_model_config(const char *cmd, const char *name, char **out);
+/* Creates --checkpoint-dir if missing. */
+int gp_cli_ckpt_prepare(gp_cli_train *t);
+/* With the trainer or pipeline made: removes leftovers of interrupted saves and,
+ * with --resume, loads the newest complete checkpoint (same model and options
+ * required) and sets t->start_step. Returns an exit status. */
+int gp_cli_ckpt_resume(gp_cli_train *t);
+/* After `done` steps: writes DIR/ckpt-<done>.safetensors when due (every
+ * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
+int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done);
+/* Runs the evaluation of gpipe train on a loaded model: the LM's validation
+ * windows (loss) or the classifier's t10k images (loss, accuracy). */
+int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss);
+int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t count,
+                           double *loss, double *accuracy);
+int gp_cli_eval_main(int argc, char **argv);
+int gp_cli_sample_main(int argc, char **argv);
 
 /* ------------------------------------------------------------- pipeline */
 

@@ -24,9 +24,13 @@ typedef struct train_opts {
     bool quiet;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
     gp_cli_mpi_args mpi;       /* --backend --data-parallel --comm-timeout */
+    /* checkpoints */
+    const char *ckpt_dir;
+    int ckpt_every, keep, stop_after;
+    bool resume;
 } train_opts;
 
-enum { NOPTS = 40 }; /* room for the table below; table_len counts it */
+enum { NOPTS = 56 }; /* room for the table below; table_len counts it */
 
 static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS], mpi[GP_CLI_MPI_NOPTS];
@@ -105,6 +109,21 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          NULL, false},
         {"--quiet", GP_CLI_FLAG, &o->quiet, NULL, "no progress bar or step log lines", NULL, 0,
          false, NULL, false},
+        /* checkpoints */
+        {"--checkpoint-dir", GP_CLI_STRING, &o->ckpt_dir, "DIR",
+         "write checkpoints DIR/ckpt-<step>.safetensors (created if missing)", "none", 0, false,
+         NULL, false},
+        {"--checkpoint-every", GP_CLI_INT, &o->ckpt_every, "N",
+         "with --checkpoint-dir: also a checkpoint every N steps", "only at the stop and the end",
+         1, false, NULL, false},
+        {"--keep", GP_CLI_INT, &o->keep, "K",
+         "with --checkpoint-dir: keep only the newest K checkpoints", "3", 1, false, NULL, false},
+        {"--resume", GP_CLI_FLAG, &o->resume, NULL,
+         "continue from the newest checkpoint in --checkpoint-dir (none: start fresh)", "off", 0,
+         false, NULL, false},
+        {"--stop-after", GP_CLI_INT, &o->stop_after, "N",
+         "end this run after step N (--steps still sets the schedule)", "none", 1, false, NULL,
+         false},
     };
     int n = (int)(sizeof t / sizeof t[0]);
     for (int i = 0; i < NOPTS; i++) tab[i] = i < n ? t[i] : (gp_cli_opt){0};
@@ -142,7 +161,12 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "Rank 0 alone prints and writes the report; --trace/--timeline hold one track per\n"
            "rank. D = 1 gives the threads backend's parameters bit for bit. A rank that fails\n"
            "or stops answering for --comm-timeout seconds stops every rank with a message\n"
-           "naming it, the action waited on and the peer.\n\nOptions:\n",
+           "naming it, the action waited on and the peer.\n\n"
+           "With --checkpoint-dir the run writes safetensors checkpoints (parameters,\n"
+           "optimizer state, step, model config and options); --resume continues from the\n"
+           "newest with the same model and options, on any number of --stages, to the same\n"
+           "bits as an uninterrupted run; --stop-after ends a run early with a checkpoint.\n"
+           "\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
     printf("\nDefaults that depend on the model:\n"
@@ -190,6 +214,21 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   t->stages, gp_model_nlayers(t->model), o->model);
     if (!lm && SEEN("--temperature"))
         return gp_cli_usage_error("train", "--temperature: only with --sample (language models)");
+    if (!SEEN("--checkpoint-dir"))
+        for (int i = 0; i < 3; i++) {
+            const char *name = (const char *[]){"--checkpoint-every", "--keep", "--resume"}[i];
+            if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --checkpoint-dir", name);
+        }
+    /* Each rank holds only its own stage's optimizer state: a checkpoint needs every stage's
+     * part written and committed together, which the MPI backend does not do yet. */
+    if (mpi && SEEN("--checkpoint-dir"))
+        return gp_cli_usage_error("train", "--checkpoint-dir: not yet supported with the MPI "
+                                           "backend (train with --backend threads to checkpoint)");
+    t->ckpt_dir = o->ckpt_dir;
+    t->ckpt_every = o->ckpt_every;
+    t->ckpt_keep = SEEN("--keep") ? o->keep : 3;
+    t->resume = o->resume;
+    t->stop_after = o->stop_after;
     t->model_name = o->model;
     t->data = o->data;
     t->report = o->report;
@@ -307,6 +346,11 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(tr, "final_loss", t->final_loss);
     cJSON_AddNumberToObject(tr, "seconds", t->train_seconds);
     cJSON_AddNumberToObject(tr, "examples", (double)t->examples_seen);
+    /* This process's steps: start_step+1 .. steps_done (a resumed run starts late). */
+    cJSON_AddNumberToObject(tr, "first_step", t->start_step);
+    cJSON *losses = cJSON_AddArrayToObject(tr, "step_losses");
+    for (int i = t->start_step; t->step_losses && i < t->steps_done; i++)
+        cJSON_AddItemToArray(losses, cJSON_CreateNumber((double)t->step_losses[i]));
     cJSON *ev = cJSON_AddObjectToObject(r, "eval");
     if (t->have_eval) {
         cJSON_AddNumberToObject(ev, "loss", t->eval_loss);
@@ -341,7 +385,8 @@ static void print_summary(gp_cli_train *t) {
     char hex[17], mem[32], dur[32];
     gp_cli_hex64(gp_model_params_fnv1a64(t->model), hex);
     double ex_s = t->train_seconds > 0 ? (double)t->examples_seen / t->train_seconds : 0;
-    printf("trained %d steps in %s: %.1f %s/s", t->steps_done,
+    if (t->start_step > 0) printf("resumed at step %d; ", t->start_step);
+    printf("trained %d steps in %s: %.1f %s/s", t->steps_done - t->start_step,
            gp_cli_fmt_duration(t->train_seconds, dur, sizeof dur), ex_s,
            t->is_lm ? "sequences" : "images");
     if (t->is_lm) printf(" (%.0f tokens/s)", ex_s * (double)t->in_shape.dim[1]);
@@ -377,6 +422,11 @@ int gp_cli_train_main(int argc, char **argv) {
     char used[1024] = "";
     rc = resolve(&t, &o, tab, n, used, sizeof used);
     if (rc != GP_CLI_EXIT_OK) goto done;
+    if (t.ckpt_dir) {
+        rc = gp_cli_model_config("train", o.model, &t.model_config);
+        if (rc == GP_CLI_EXIT_OK) rc = gp_cli_ckpt_prepare(&t);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+    }
     if (gp_model_shape(t.model, -1, t.batch, &t.in_shape) != GP_OK ||
         gp_model_shape(t.model, gp_model_nlayers(t.model) - 1, t.batch, &t.out_shape) != GP_OK) {
         rc = gp_cli_fail("train", "--model: cannot infer the model's shapes");
@@ -431,7 +481,7 @@ int gp_cli_train_main(int argc, char **argv) {
         printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
                (unsigned long long)t.seed);
         fflush(stdout);
-        rc = gp_cli_sample(&t, t.sample, stdout);
+        rc = gp_cli_sample(&t, "train", NULL, t.sample, stdout);
         if (rc != GP_CLI_EXIT_OK) goto done;
     }
     if (t.report && t.place.rank == 0) {
@@ -444,6 +494,8 @@ int gp_cli_train_main(int argc, char **argv) {
     }
 done:
     cJSON_Delete(t.eval_history);
+    free(t.step_losses);
+    free(t.model_config);
     if (t.trainer) gp_trainer_free(t.trainer);
     gp_pipeline_free(t.pipeline); /* releases the stage devices and the parameters on them */
     free(t.partition);

@@ -1,4 +1,4 @@
-/* The gpipe command-line tool: `gpipe train`, `gpipe plan` and `gpipe bench`, plus --help
+/* The gpipe command-line tool: `gpipe train`, `eval`, `sample`, `plan` and `bench`, plus --help
  * and --version. Exit status 0 on success, 1 on a runtime failure (with the
  * library's message), 2 on bad usage. */
 #include <string.h>
@@ -12,6 +12,8 @@ static void print_help(void) {
            "Commands:\n"
            "  train   train a model: the Fashion-MNIST convnet, the Transformer language model,\n"
            "          or a JSON model file (gpipe train --help)\n"
+           "  eval    evaluate a checkpoint (gpipe eval --help)\n"
+           "  sample  generate text from a language model's checkpoint (gpipe sample --help)\n"
            "  plan    partition a model into pipeline cells and predict step time, bubble\n"
            "          and memory per cell, without training (gpipe plan --help)\n"
            "  bench   measure the G1, T1 and C1 workloads (gpipe bench --help)\n\n"
@@ -23,7 +25,7 @@ static void print_help(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "gpipe: missing command (expected train, plan or bench)\n"
+        fprintf(stderr, "gpipe: missing command (expected train, eval, sample, plan or bench)\n"
                         "Try 'gpipe --help'.\n");
         return GP_CLI_EXIT_USAGE;
     }
@@ -44,9 +46,12 @@ int main(int argc, char **argv) {
         gp_mpi_finalize();
         return rc;
     }
+    if (strcmp(cmd, "eval") == 0) return gp_cli_eval_main(argc, argv);
+    if (strcmp(cmd, "sample") == 0) return gp_cli_sample_main(argc, argv);
     if (strcmp(cmd, "plan") == 0) return gp_cli_plan_main(argc, argv);
     fprintf(stderr,
-            "gpipe: unknown %s '%s' (expected train, plan, bench, --help or --version)\n"
+            "gpipe: unknown %s '%s' (expected train, eval, sample, plan, bench, --help or "
+            "--version)\n"
             "Try 'gpipe --help'.\n",
             cmd[0] == '-' ? "option" : "command", cmd);
     return GP_CLI_EXIT_USAGE;

@@ -13,10 +13,8 @@ static gp_status fill_test(void *ctx, int64_t first, int64_t nb, int64_t *idx, g
 }
 
 /* Evaluates, prints the line and appends it to the history. */
-static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_progress *p, int step,
-                        bool epoch_end) {
-    int64_t count = t->eval_size > 0 && t->eval_size < test->n ? t->eval_size : test->n;
-    double t0 = gp_now(), loss, acc;
+int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t count,
+                           double *loss, double *accuracy) {
     gp_cli_eval_pass pass = {.count = count,
                              .fill = fill_test,
                              .ctx = (void *)test,
@@ -24,7 +22,14 @@ static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_prog
                              .units = "test examples",
                              .alloc_what = "evaluation: cannot allocate a test batch",
                              .eval_what = "evaluation on the t10k split"};
-    int rc = gp_cli_evaluate(t, &pass, &loss, &acc);
+    return gp_cli_evaluate(t, &pass, loss, accuracy);
+}
+
+static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_progress *p, int step,
+                        bool epoch_end) {
+    int64_t count = t->eval_size > 0 && t->eval_size < test->n ? t->eval_size : test->n;
+    double t0 = gp_now(), loss, acc;
+    int rc = gp_cli_eval_classifier(t, test, count, &loss, &acc);
     if (rc != GP_CLI_EXIT_OK) return rc;
     double secs = gp_now() - t0;
     t->have_eval = true;
@@ -100,18 +105,21 @@ int gp_cli_train_classifier(gp_cli_train *t) {
                                 t->epochs, (long long)total);
         goto done;
     }
+    t->per_epoch = per_epoch;
     rc = gp_cli_train_begin(t, (int)total, train.n, "the data order", &perm, &x, &y);
     if (rc != GP_CLI_EXIT_OK) goto done;
+    t->epochs_done = (int)(t->start_step / per_epoch);
     printf("training on %lld images from %s: %lld steps of %d (%lld per epoch)\n",
            (long long)train.n, dir, (long long)total, t->batch, (long long)per_epoch);
     fflush(stdout);
     gp_cli_progress prog;
     gp_cli_progress_init(&prog, (int)total, t->batch, 0, t->log_every, t->quiet);
-    for (int step = 0; step < total; step++) {
+    for (int step = t->start_step; step < t->stop_step; step++) {
         const uint32_t epoch = (uint32_t)(step / per_epoch);
         const int64_t pos = step % per_epoch;
         double t0 = gp_now();
-        if (pos == 0 && gp_shuffle(t->seed, epoch, train.n, perm) != GP_OK) {
+        /* A resumed run may start mid-epoch: that epoch's order first. */
+        if ((pos == 0 || step == t->start_step) && gp_shuffle(t->seed, epoch, train.n, perm) != GP_OK) {
             rc = gp_cli_fail("train", "cannot shuffle the training set");
             goto done;
         }
@@ -131,6 +139,13 @@ int gp_cli_train_classifier(gp_cli_train *t) {
         }
     }
     gp_cli_progress_clear(&prog);
+    if (t->start_step == total) { /* resumed at the very end: still the final evaluation */
+        rc = eval_and_log(t, &test, &prog, (int)total, false);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+    }
+    if (t->stop_step < total)
+        printf("stopped after step %d of %lld (--stop-after); continue with --resume\n",
+               t->stop_step, (long long)total);
 done:
     gp_tensor_release(&x);
     gp_tensor_release(&y);

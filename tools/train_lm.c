@@ -25,8 +25,7 @@ static gp_status fill_valid(void *ctx, int64_t first, int64_t nb, int64_t *start
     return gp_text_batch(v->c->valid, v->c->nvalid, starts, nb, T, x, y);
 }
 
-static int eval_and_log(gp_cli_train *t, const gp_text_corpus *c, gp_cli_progress *p, int step) {
-    double t0 = gp_now(), loss;
+int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss) {
     valid_windows v = {c, t->eval_size};
     gp_cli_eval_pass pass = {.count = t->eval_size,
                              .fill = fill_valid,
@@ -35,7 +34,12 @@ static int eval_and_log(gp_cli_train *t, const gp_text_corpus *c, gp_cli_progres
                              .units = "tokens",
                              .alloc_what = "validation: cannot allocate a batch",
                              .eval_what = "validation"};
-    int rc = gp_cli_evaluate(t, &pass, &loss, NULL);
+    return gp_cli_evaluate(t, &pass, loss, NULL);
+}
+
+static int eval_and_log(gp_cli_train *t, const gp_text_corpus *c, gp_cli_progress *p, int step) {
+    double t0 = gp_now(), loss;
+    int rc = gp_cli_eval_lm(t, c, &loss);
     if (rc != GP_CLI_EXIT_OK) return rc;
     double secs = gp_now() - t0, bpb = loss / log(2.0);
     t->have_eval = true;
@@ -94,7 +98,7 @@ int gp_cli_train_lm(gp_cli_train *t) {
     fflush(stdout);
     gp_cli_progress prog;
     gp_cli_progress_init(&prog, t->steps, t->batch, T, t->log_every, t->quiet);
-    for (int step = 0; step < t->steps; step++) {
+    for (int step = t->start_step; step < t->stop_step; step++) {
         double t0 = gp_now();
         /* Window starts in [0, ntrain - T - 1], keyed by (seed, step). */
         gp_rng_stream s = {.seed = t->seed, .purpose = GP_RNG_DATA, .a = (uint32_t)step, .b = 0};
@@ -113,6 +117,13 @@ int gp_cli_train_lm(gp_cli_train *t) {
         }
     }
     gp_cli_progress_clear(&prog);
+    if (t->start_step == t->steps) { /* resumed at the very end: still the final evaluation */
+        rc = eval_and_log(t, &corpus, &prog, t->steps);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+    }
+    if (t->stop_step < t->steps)
+        printf("stopped after step %d of %d (--stop-after); continue with --resume\n",
+               t->stop_step, t->steps);
 done:
     gp_tensor_release(&x);
     gp_tensor_release(&y);

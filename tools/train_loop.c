@@ -59,6 +59,21 @@ int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const ch
                        int64_t **host, gp_tensor *x, gp_tensor *y) {
     int rc = trainer_start(t, total_steps);
     if (rc != GP_CLI_EXIT_OK) return rc;
+    t->total_steps = total_steps;
+    t->stop_step = t->stop_after > 0 && t->stop_after < total_steps ? t->stop_after : total_steps;
+    rc = gp_cli_ckpt_resume(t);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    if (t->stop_after > 0 && t->stop_after <= t->start_step) {
+        fprintf(stderr, "gpipe train: --stop-after %d: the run resumed at step %d, past it\n",
+                t->stop_after, t->start_step);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    t->steps_done = t->start_step;
+    t->step_losses = calloc((size_t)total_steps + 1, sizeof *t->step_losses);
+    if (!t->step_losses) {
+        fprintf(stderr, "gpipe train: out of host memory for %d step losses\n", total_steps);
+        return GP_CLI_EXIT_RUNTIME;
+    }
     t->eval_history = cJSON_CreateArray();
     *host = malloc((size_t)nhost * sizeof **host);
     if (!*host || !t->eval_history) {
@@ -91,8 +106,9 @@ int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_te
                 (double)loss, step + 1, diverged_hint);
         return GP_CLI_EXIT_RUNTIME;
     }
+    t->step_losses[step] = loss;
     gp_cli_progress_step(p, step + 1, loss, t->train_seconds);
-    return GP_CLI_EXIT_OK;
+    return gp_cli_ckpt_after_step(t, p, step + 1);
 }
 
 int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy) {

@@ -71,6 +71,11 @@ void gp_file_out_write(gp_file_out *o, const char *text) {
     if (fwrite(text, 1, n, o->f) != n) out_fail(o, "cannot write");
 }
 
+void gp_file_out_write_bytes(gp_file_out *o, const void *data, size_t nbytes) {
+    if (o->what || !o->f || nbytes == 0) return;
+    if (fwrite(data, 1, nbytes, o->f) != nbytes) out_fail(o, "cannot write");
+}
+
 gp_status gp_file_out_close(gp_file_out *o, bool ok) {
     if (!o->f) return gp_error(GP_INTERNAL, "output file '%s' is not open", o->path);
     if (ok && !o->what) {

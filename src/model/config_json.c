@@ -14,6 +14,9 @@
 #define CFG_MAX_DIM (1 << 24)        /* any size or count in a config */
 #define CFG_MAX_FILE_BYTES (16 << 20) /* a config is text; refuse a stray binary */
 #define CFG_MAX_KEYS 8
+/* Layers in a model: each costs a few KiB before any parameter exists, so an unbounded count
+ * would let a tiny config ask for gigabytes of host memory. */
+#define CFG_MAX_LAYERS 10000
 
 typedef enum key_type { KEY_INT, KEY_BOOL, KEY_FLOAT } key_type;
 
@@ -94,7 +97,8 @@ static const kind_spec kinds[] = {
 /* Family keys override gp_*_defaults() only when present; "def" is unused. */
 static const key_spec transformer_keys[] = {
     INT_OPT("vocab", 0, 1), INT_OPT("dim", 0, 1),     INT_OPT("heads", 0, 1),
-    INT_OPT("d_ff", 0, 1),  INT_OPT("layers", 0, 0),  INT_OPT("seq_len", 0, 1),
+    INT_OPT("d_ff", 0, 1),  {"layers", KEY_INT, false, 0, 0, CFG_MAX_LAYERS - 4},
+    INT_OPT("seq_len", 0, 1),
     PROB_OPT("dropout"),    KEYS_END};
 static const key_spec convnet_keys[] = {
     INT_OPT("in_ch", 0, 1), INT_OPT("height", 0, 1), INT_OPT("width", 0, 1),
@@ -347,6 +351,9 @@ static gp_status build_explicit(const char *origin, const cJSON *root, gp_model 
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
         return cfg_error(origin, "layers", "expected a non-empty array of layer objects, got %s",
                          cJSON_IsArray(layers) ? "an empty array" : json_type(layers));
+    if (cJSON_GetArraySize(layers) > CFG_MAX_LAYERS)
+        return cfg_error(origin, "layers", "%d layers, at most %d", cJSON_GetArraySize(layers),
+                         CFG_MAX_LAYERS);
     gp_model *m;
     gp_status s = gp_model_new(shape, dtype, &m);
     if (s != GP_OK) return gp_error_context(s, "%s: input", origin);
@@ -395,7 +402,7 @@ gp_status gp_model_from_json_string(const char *json, const char *origin, gp_mod
         if (off > len) off = len;
         int line, col;
         locate(json, off, &line, &col);
-        char near[32]; /* up to 20 bytes from the error on, printable */
+        char near[48]; /* up to 20 bytes from the error on, printable (escapes take two) */
         size_t n = 0;
         for (size_t i = 0; i < 20 && json[off + i]; i++) {
             char ch = json[off + i];

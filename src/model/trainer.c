@@ -80,6 +80,15 @@ void gp_trainer_free(gp_trainer *t) {
 }
 
 int gp_trainer_steps_done(const gp_trainer *t) { return t ? t->step : 0; }
+gp_status gp_trainer_set_step(gp_trainer *t, int steps_done) {
+    if (!t) return gp_error(GP_INVALID_ARGUMENT, "gp_trainer_set_step: trainer is NULL");
+    if (steps_done < 0)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_trainer_set_step: %d steps, expected >= 0",
+                        steps_done);
+    t->step = steps_done;
+    return GP_OK;
+}
+
 float gp_trainer_last_grad_norm(const gp_trainer *t) { return t ? t->last_grad_norm : 0.0f; }
 
 void gp_trainer_zero_grads(gp_trainer *t) {

@@ -1104,3 +1104,15 @@ gp_status gp_pipeline_gather(gp_pipeline *p) {
     p->have_trace = s == GP_OK;
     return s;
 }
+/* ------------------------------------------------------------- checkpoints */
+
+int gp_pipeline_steps_done(const gp_pipeline *p) { return p ? p->step : 0; }
+
+gp_status gp_pipeline_set_step(gp_pipeline *p, int steps_done) {
+    if (!p) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_set_step: pipeline is NULL");
+    if (steps_done < 0)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_set_step: %d steps, expected >= 0",
+                        steps_done);
+    p->step = steps_done;
+    return GP_OK;
+}

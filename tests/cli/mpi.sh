@@ -33,7 +33,8 @@ fi
 
 printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16}\n' \
     >"$TMP/lm.json"
-cli_make_tiny_data || { echo "FAIL: cannot write the data"; exit 1; }
+cli_write_corpus "$TMP/corpus"
+cli_write_idx "$TMP/syn"
 LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 3 --batch 8
     --eval-size 4 --threads 1 --quiet --seed 5 --stages 2)
 CN=(--model convnet --data "$TMP/syn" --steps 2 --batch 16 --micro-batches 4 --eval-size 16

@@ -8,22 +8,8 @@ set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
 
-# A small IDX data set (plain, not gzipped): 90 training and 40 test images,
-# labels 0..9, pixel values that depend on the label so that it can learn.
-python3 - "$TMP/syn" <<'PY' || { echo "FAIL: cannot write the synthetic IDX data"; exit 1; }
-import os, struct, sys
-d = sys.argv[1]
-os.makedirs(d)
-for split, n in (("train", 90), ("t10k", 40)):
-    labels = [(i * 7) % 10 for i in range(n)]
-    pix = bytearray()
-    for i, l in enumerate(labels):
-        pix += bytes(((r * 28 + c) * (l + 1) + i) % 256 for r in range(28) for c in range(28))
-    with open(os.path.join(d, split + "-images-idx3-ubyte"), "wb") as f:
-        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + pix)
-    with open(os.path.join(d, split + "-labels-idx1-ubyte"), "wb") as f:
-        f.write(struct.pack(">II", 0x801, n) + bytes(labels))
-PY
+# A small IDX data set: 90 training and 40 test images.
+cli_write_idx "$TMP/syn" 90 40
 
 # The real Fashion-MNIST when installed (the default --data), else the small set.
 DATA=()

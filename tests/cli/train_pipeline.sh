@@ -13,7 +13,8 @@ cli_init "$@"
 
 printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16}\n' \
     >"$TMP/lm.json"
-cli_make_tiny_data || { echo "FAIL: cannot write the data"; exit 1; }
+cli_write_corpus "$TMP/corpus"
+cli_write_idx "$TMP/syn"
 
 # K:schedule:remat combinations; under GP_TEST_QUICK a cross-section of them.
 if [ "${GP_TEST_QUICK:-0}" = 1 ]; then

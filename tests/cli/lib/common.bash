@@ -39,26 +39,43 @@ cli_finish() {
     echo "cli $1: all checks passed"
 }
 
-# cli_make_tiny_data: $TMP/corpus (a small multilingual text of %-separated
-# entries) and $TMP/syn (IDX files of 48 train and 16 test 28x28 images whose
-# pixels depend on their label), for short training runs.
-cli_make_tiny_data() {
-    python3 - "$TMP" <<'PY'
+# cli_write_corpus FILE [ENTRIES]: a fortune-style text corpus of ENTRIES (200) entries separated
+# by "%" lines, with some multi-byte UTF-8; every 20th entry goes to validation.
+cli_write_corpus() {
+    python3 - "$1" "${2:-200}" <<'PY' || { echo "FAIL: cannot write the corpus $1"; exit 1; }
+import sys
+words = "the pipeline splits every mini-batch into micro-batches über café".split()
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    for i in range(int(sys.argv[2])):
+        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6 + i % 5)) + ".\n%\n")
+PY
+}
+
+# cli_write_idx DIR [NTRAIN NTEST]: a synthetic IDX data set in DIR (created, plain files):
+# NTRAIN (48) train and NTEST (16) t10k images of 28x28, labels (i * 7) % 10, pixel values that
+# depend on the label so that a model can learn.
+cli_write_idx() {
+    python3 - "$1" "${2:-48}" "${3:-16}" <<'PY' || { echo "FAIL: cannot write the IDX files in $1"; exit 1; }
 import os, struct, sys
 d = sys.argv[1]
-words = "the pipeline splits every mini-batch into micro-batches über café".split()
-with open(os.path.join(d, "corpus"), "w", encoding="utf-8") as f:
-    for i in range(200):
-        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6 + i % 5)) + ".\n%\n")
-os.makedirs(os.path.join(d, "syn"))
-for split, n in (("train", 48), ("t10k", 16)):
+os.makedirs(d)
+for split, n in (("train", int(sys.argv[2])), ("t10k", int(sys.argv[3]))):
     labels = [(i * 7) % 10 for i in range(n)]
     pix = bytearray()
     for i, l in enumerate(labels):
         pix += bytes(((r * 28 + c) * (l + 1) + i) % 256 for r in range(28) for c in range(28))
-    with open(os.path.join(d, "syn", split + "-images-idx3-ubyte"), "wb") as f:
+    with open(os.path.join(d, split + "-images-idx3-ubyte"), "wb") as f:
         f.write(struct.pack(">IIII", 0x803, n, 28, 28) + pix)
-    with open(os.path.join(d, "syn", split + "-labels-idx1-ubyte"), "wb") as f:
+    with open(os.path.join(d, split + "-labels-idx1-ubyte"), "wb") as f:
         f.write(struct.pack(">II", 0x801, n) + bytes(labels))
 PY
+}
+
+# cli_need_pydeps: PY, the Python with the `safetensors` package (make pydeps), or exit 1.
+cli_need_pydeps() {
+    PY=${GP_PYTHON:-$PWD/.pyenv/bin/python}
+    if ! "$PY" -c "import safetensors, numpy" 2>/dev/null; then
+        echo "FAIL: $PY cannot import safetensors and numpy (run 'make pydeps')"
+        exit 1
+    fi
 }

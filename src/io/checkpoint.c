@@ -1,0 +1,264 @@
+/* Checkpoints: a model's parameters, buffers and optimizer state with the training position, as
+ * a safetensors file with readable per-layer names ("layers.3.attn.qkv.weight", "...adam_m").
+ * Names and metadata do not depend on which device or stage held a layer, which is what lets a
+ * run saved on K stages resume on any other K. Loading checks the whole file against the model
+ * before it copies one byte, so a wrong file leaves the model as it was. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/model_internal.h"
+#include "../optim/optim.h"
+
+#define CKPT_FORMAT "gpipe.checkpoint"
+#define CKPT_VERSION "1"
+#define CKPT_NAME_MAX 600
+
+static const char *state_suffix(const gp_optim_opts *o, int k) {
+    if (o->kind == GP_OPTIM_ADAMW) return k == 0 ? "adam_m" : "adam_v";
+    return "momentum";
+}
+
+static const char *optim_kind_name(gp_optim_kind k) {
+    return k == GP_OPTIM_ADAMW ? "adamw" : "sgd";
+}
+
+/* "embedding,pos_embedding,transformer_block,..." (malloc'd). */
+static char *layer_kinds(const gp_model *m) {
+    size_t n = 1;
+    for (int i = 0; i < m->nlayers; i++) n += strlen(m->layers[i]->ops->kind) + 1;
+    char *s = malloc(n);
+    if (!s) return NULL;
+    s[0] = '\0';
+    for (int i = 0; i < m->nlayers; i++) {
+        if (i) strcat(s, ",");
+        strcat(s, m->layers[i]->ops->kind);
+    }
+    return s;
+}
+
+static void optim_json(const gp_optim_opts *o, char *buf, size_t n) {
+    snprintf(buf, n,
+             "{\"kind\":\"%s\",\"lr\":%.9g,\"momentum\":%.9g,\"beta1\":%.9g,\"beta2\":%.9g,"
+             "\"eps\":%.9g,\"weight_decay\":%.9g,\"warmup_steps\":%d,\"total_steps\":%d,"
+             "\"min_lr\":%.9g,\"clip_norm\":%.9g}",
+             optim_kind_name(o->kind), (double)o->lr, (double)o->momentum, (double)o->beta1,
+             (double)o->beta2, (double)o->eps, (double)o->weight_decay, o->warmup_steps,
+             o->total_steps, (double)o->min_lr, (double)o->clip_norm);
+}
+
+/* Names live in one block so the writer, which borrows nothing but data, can copy them. */
+static gp_status add_tensor(gp_safetensors_writer *w, const char *path, int li, const char *pname,
+                            const char *suffix, const gp_tensor *t) {
+    char name[CKPT_NAME_MAX];
+    snprintf(name, sizeof name, "layers.%d.%s%s%s", li, pname, suffix ? "." : "",
+             suffix ? suffix : "");
+    if (!t->data)
+        return gp_error(GP_INVALID_ARGUMENT, "checkpoint %s: tensor \"%s\" is not allocated "
+                                             "(initialize the model and create its trainer or "
+                                             "pipeline first)",
+                        path, name);
+    return gp_safetensors_writer_add(w, name, GP_F32, t->shape, t->data);
+}
+
+gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
+                             const gp_optim_opts *o, int step, const gp_checkpoint_kv *extra,
+                             int nextra) {
+    if (!path || !m || (nextra > 0 && !extra))
+        return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_save: NULL argument");
+    if (first < 0 || last > m->nlayers || first >= last)
+        return gp_error(GP_INVALID_ARGUMENT, "checkpoint %s: layer range [%d, %d) outside the "
+                                             "model's 0..%d",
+                        path, first, last, m->nlayers);
+    if (step < 0)
+        return gp_error(GP_INVALID_ARGUMENT, "checkpoint %s: step %d, expected >= 0", path, step);
+    gp_safetensors_writer *w;
+    GP_TRY(gp_safetensors_writer_new(&w));
+    gp_status s = GP_OK;
+    const int nstate = gp_optim_state_count(o);
+    for (int li = first; li < last && s == GP_OK; li++) {
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams && s == GP_OK; j++) {
+            gp_param *p = &l->params[j];
+            s = add_tensor(w, path, li, p->name, NULL, &p->value);
+            for (int k = 0; k < nstate && p->trainable && s == GP_OK; k++)
+                s = add_tensor(w, path, li, p->name, state_suffix(o, k), &p->state[k]);
+        }
+    }
+    char buf[512], *kinds = layer_kinds(m);
+    if (!kinds && s == GP_OK) s = gp_error(GP_OUT_OF_MEMORY, "checkpoint %s: layer kinds", path);
+    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "format", CKPT_FORMAT);
+    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "format_version", CKPT_VERSION);
+    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "layer_kinds", kinds);
+    snprintf(buf, sizeof buf, "%d-%d", first, last - 1);
+    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "layers", buf);
+    snprintf(buf, sizeof buf, "%d", step);
+    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "step", buf);
+    snprintf(buf, sizeof buf, "%" PRIu64, m->seed);
+    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "seed", buf);
+    if (o) optim_json(o, buf, sizeof buf);
+    if (s == GP_OK && o) s = gp_safetensors_writer_meta(w, "optimizer", buf);
+    for (int i = 0; i < nextra && s == GP_OK; i++)
+        s = gp_safetensors_writer_meta(w, extra[i].key, extra[i].value);
+    free(kinds);
+    if (s == GP_OK) s = gp_safetensors_writer_write(w, path);
+    gp_safetensors_writer_free(w);
+    return s;
+}
+
+gp_status gp_checkpoint_step(const gp_safetensors *f, int *step) {
+    if (!f || !step) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_step: NULL argument");
+    const char *v = gp_safetensors_meta(f, "step");
+    char *end;
+    errno = 0;
+    long n = v ? strtol(v, &end, 10) : -1;
+    if (!v || !*v || *end || errno || n < 0 || n > 0x7fffffff)
+        return gp_error(GP_FORMAT, "%s: __metadata__ \"step\": expected a step count from 0 to "
+                                   "2^31-1, got %s%s%s",
+                        gp_safetensors_origin(f), v ? "\"" : "", v ? v : "none", v ? "\"" : "");
+    *step = (int)n;
+    return GP_OK;
+}
+
+/* The model tensor a file name stands for: "layers.<li>.<param>[.<state suffix>]"; NULL if
+ * none. *is_state: the name is an optimizer state. */
+static gp_tensor *lookup(gp_model *m, const gp_optim_opts *o, const char *name, bool *is_state) {
+    *is_state = false;
+    if (strncmp(name, "layers.", 7) != 0 || name[7] < '0' || name[7] > '9') return NULL;
+    char *end;
+    errno = 0;
+    long li = strtol(name + 7, &end, 10);
+    if (errno || *end != '.' || li < 0 || li >= m->nlayers) return NULL;
+    if (end - (name + 7) > 1 && name[7] == '0') return NULL; /* one spelling per layer */
+    const char *rest = end + 1;
+    gp_layer *l = m->layers[li];
+    for (int j = 0; j < l->nparams; j++) {
+        gp_param *p = &l->params[j];
+        size_t n = strlen(p->name);
+        if (strncmp(rest, p->name, n) != 0) continue;
+        if (rest[n] == '\0') return &p->value;
+        if (rest[n] != '.' || !p->trainable) continue;
+        const char *suf = rest + n + 1;
+        static const char *const all[] = {"adam_m", "adam_v", "momentum"};
+        for (int k = 0; k < 3; k++)
+            if (strcmp(suf, all[k]) == 0) {
+                *is_state = true;
+                if (!o) return &p->value; /* recognized, not loaded */
+                for (int q = 0; q < gp_optim_state_count(o); q++)
+                    if (strcmp(suf, state_suffix(o, q)) == 0) return &p->state[q];
+                return NULL;
+            }
+    }
+    return NULL;
+}
+
+static gp_status check_meta(const gp_safetensors *f, const gp_model *m, const gp_optim_opts *o) {
+    const char *path = gp_safetensors_origin(f);
+    const char *fmt = gp_safetensors_meta(f, "format");
+    if (!fmt) {
+        if (!o) return GP_OK; /* a foreign weights file: the tensors are checked one by one */
+        return gp_error(GP_FORMAT, "%s: not a gpipe checkpoint (no \"format\" in __metadata__; "
+                                   "expected \"%s\"), so there is no optimizer state to resume",
+                        path, CKPT_FORMAT);
+    }
+    const char *ver = gp_safetensors_meta(f, "format_version");
+    if (strcmp(fmt, CKPT_FORMAT) != 0 || !ver || strcmp(ver, CKPT_VERSION) != 0)
+        return gp_error(GP_FORMAT, "%s: format \"%.40s\" version \"%.10s\", expected \"%s\" "
+                                   "version %s",
+                        path, fmt, ver ? ver : "none", CKPT_FORMAT, CKPT_VERSION);
+    const char *kinds = gp_safetensors_meta(f, "layer_kinds");
+    char *want = layer_kinds(m);
+    if (!want) return gp_error(GP_OUT_OF_MEMORY, "%s: layer kinds", path);
+    gp_status s = GP_OK;
+    if (!kinds || strcmp(kinds, want) != 0) {
+        /* Name the first layer that differs. */
+        const char *a = kinds ? kinds : "", *b = want;
+        int li = 0;
+        while (*a && *a == *b) {
+            if (*a == ',') li++;
+            a++, b++;
+        }
+        s = gp_error(GP_FORMAT, "%s: a checkpoint of another model: its layers are \"%.200s\", "
+                                "the model's \"%.200s\" (they differ from layer %d on)",
+                     path, kinds ? kinds : "(none)", want, li);
+    }
+    free(want);
+    GP_TRY(s);
+    /* The reader verified every checksum it found; a gpipe checkpoint must have all of them. */
+    for (int i = 0; i < gp_safetensors_count(f); i++) {
+        char key[CKPT_NAME_MAX + 8];
+        const char *name = gp_safetensors_entry(f, i)->name;
+        snprintf(key, sizeof key, "crc32:%s", name);
+        if (!gp_safetensors_meta(f, key))
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\" has no checksum (\"%s\" in "
+                                       "__metadata__), which every tensor of a gpipe checkpoint has",
+                            path, name, key);
+    }
+    if (o) {
+        const char *oj = gp_safetensors_meta(f, "optimizer");
+        char key[64];
+        snprintf(key, sizeof key, "{\"kind\":\"%s\"", optim_kind_name(o->kind));
+        if (!oj || strncmp(oj, key, strlen(key)) != 0)
+            return gp_error(GP_FORMAT, "%s: the checkpoint's optimizer is %.60s, expected %s "
+                                       "state",
+                            path, oj ? oj : "none (parameters only)", optim_kind_name(o->kind));
+    }
+    return GP_OK;
+}
+
+gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o) {
+    if (!f || !m) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_load: NULL argument");
+    const char *path = gp_safetensors_origin(f);
+    char a[96], b[96], name[CKPT_NAME_MAX];
+    GP_TRY(check_meta(f, m, o));
+    /* Every tensor of the file must be one of the model's... */
+    for (int i = 0; i < gp_safetensors_count(f); i++) {
+        const gp_st_entry *e = gp_safetensors_entry(f, i);
+        bool is_state;
+        gp_tensor *t = lookup(m, o, e->name, &is_state);
+        if (!t)
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\" is not a parameter%s of this model "
+                                       "(expected layers.<0..%d>.<parameter>%s)",
+                            path, e->name, o ? " or optimizer state" : "", m->nlayers - 1,
+                            o ? "[.adam_m|.adam_v|.momentum]" : "");
+        if (is_state && !o) continue;
+        if (!t->data)
+            return gp_error(GP_INVALID_ARGUMENT, "%s: tensor \"%s\": the model's is not allocated "
+                                                 "(initialize the model and create its trainer "
+                                                 "or pipeline first)",
+                            path, e->name);
+        if (e->dtype != GP_F32)
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\" is %s, expected F32", path, e->name,
+                            e->dtype == GP_I32 ? "I32" : "F32");
+        if (!gp_shape_equal(&e->shape, &t->shape))
+            return gp_error(GP_SHAPE, "%s: tensor \"%s\" has shape %s, the model's is %s", path,
+                            e->name, gp_shape_str(&e->shape, a, sizeof a),
+                            gp_shape_str(&t->shape, b, sizeof b));
+    }
+    /* ...and every one of the model's must be in the file. */
+    const int nstate = gp_optim_state_count(o);
+    for (int li = 0; li < m->nlayers; li++) {
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams; j++) {
+            gp_param *p = &l->params[j];
+            for (int k = -1; k < (p->trainable ? nstate : 0); k++) {
+                snprintf(name, sizeof name, "layers.%d.%s%s%s", li, p->name, k >= 0 ? "." : "",
+                         k >= 0 ? state_suffix(o, k) : "");
+                if (!gp_safetensors_find(f, name))
+                    return gp_error(GP_FORMAT, "%s: no tensor \"%s\" (layer %d, %s, %s %s)",
+                                    path, name, li, l->ops->kind,
+                                    k >= 0 ? "optimizer state of" : "parameter", p->name);
+            }
+        }
+    }
+    /* All checked: copy. */
+    for (int i = 0; i < gp_safetensors_count(f); i++) {
+        const gp_st_entry *e = gp_safetensors_entry(f, i);
+        bool is_state;
+        gp_tensor *t = lookup(m, o, e->name, &is_state);
+        if (is_state && !o) continue;
+        GP_TRY(gp_safetensors_get(f, e->name, GP_F32, &t->shape, t->data));
+    }
+    return GP_OK;
+}

@@ -1,0 +1,316 @@
+/* Checkpoints of `gpipe train`: DIR/ckpt-<step, 8 digits>.safetensors written every N steps, at
+ * --stop-after and at the end (atomically, by the library), the newest --keep kept; --resume
+ * takes the newest complete one (a write cut short is only ever a .tmp.<pid> file, which is
+ * removed), checks that the model and the options that shape the numbers are the same, and
+ * continues at its step, so the run ends with the bits of an uninterrupted one. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define CKPT_PREFIX "ckpt-"
+#define CKPT_SUFFIX ".safetensors"
+
+int gp_cli_model_config(const char *cmd, const char *name, char **out) {
+    *out = NULL;
+    if (strcmp(name, "convnet") == 0 || strcmp(name, "transformer") == 0) {
+        size_t n = strlen(name) + 16;
+        *out = malloc(n);
+        if (*out) snprintf(*out, n, "{\"family\":\"%s\"}", name);
+    } else {
+        FILE *f = fopen(name, "rb");
+        if (!f) {
+            fprintf(stderr, "gpipe %s: --model %s: cannot read: %s\n", cmd, name, strerror(errno));
+            return GP_CLI_EXIT_RUNTIME;
+        }
+        size_t cap = 4096, n = 0;
+        char *buf = malloc(cap);
+        while (buf) {
+            n += fread(buf + n, 1, cap - n - 1, f);
+            if (n < cap - 1 || cap > (64u << 20)) break;
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) free(buf);
+            buf = nb;
+            cap *= 2;
+        }
+        fclose(f);
+        if (buf) buf[n] = '\0';
+        *out = buf;
+    }
+    if (!*out) {
+        fprintf(stderr, "gpipe %s: --model %s: out of host memory\n", cmd, name);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    return GP_CLI_EXIT_OK;
+}
+
+/* Step of a checkpoint file name "ckpt-00000012.safetensors" (exactly), or -1. */
+static long name_step(const char *name) {
+    size_t np = strlen(CKPT_PREFIX), ns = strlen(CKPT_SUFFIX), n = strlen(name);
+    if (n != np + 8 + ns || strncmp(name, CKPT_PREFIX, np) != 0 ||
+        strcmp(name + np + 8, CKPT_SUFFIX) != 0)
+        return -1;
+    long v = 0;
+    for (size_t i = np; i < np + 8; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+static int cmp_long_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The steps of the complete checkpoints in dir, newest first (malloc'd, *n of them); removes
+ * leftovers of writes that were cut short. Returns an exit status. */
+static int list_checkpoints(const char *dir, long **steps, int *n, bool clean) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "gpipe train: --checkpoint-dir %s: cannot list: %s\n", dir,
+                strerror(errno));
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    int cap = 0, removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long st = name_step(e->d_name);
+        if (st < 0) {
+            /* ckpt-XXXXXXXX.safetensors.tmp.<pid>: a save that never finished. */
+            const char *tmp = strstr(e->d_name, CKPT_SUFFIX ".tmp.");
+            if (clean && strncmp(e->d_name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0 && tmp) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+                if (remove(path) == 0) removed++;
+            }
+            continue;
+        }
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            long *ns = realloc(*steps, (size_t)cap * sizeof *ns);
+            if (!ns) {
+                closedir(d);
+                fprintf(stderr, "gpipe train: --checkpoint-dir %s: out of host memory\n", dir);
+                return GP_CLI_EXIT_RUNTIME;
+            }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = st;
+    }
+    closedir(d);
+    if (removed)
+        printf("checkpoint: removed %d incomplete file(s) left in %s by an interrupted save\n",
+               removed, dir);
+    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_long_desc);
+    return GP_CLI_EXIT_OK;
+}
+
+static void ckpt_path(const char *dir, long step, char *buf, size_t n) {
+    snprintf(buf, n, "%s/" CKPT_PREFIX "%08ld" CKPT_SUFFIX, dir, step);
+}
+
+/* The options that shape the numbers of a run: a resumed run must use the same. */
+static cJSON *train_options(const gp_cli_train *t) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "task", t->is_lm ? "language_model" : "classifier");
+    cJSON_AddStringToObject(o, "data",
+                            t->data ? t->data : t->is_lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR);
+    cJSON_AddNumberToObject(o, "steps", t->total_steps);
+    cJSON_AddNumberToObject(o, "batch", t->batch);
+    cJSON_AddNumberToObject(o, "micro_batches", t->micro_batches);
+    cJSON_AddStringToObject(o, "optimizer", t->optimizer);
+    cJSON_AddNumberToObject(o, "lr", t->lr);
+    cJSON_AddNumberToObject(o, "min_lr", t->min_lr);
+    cJSON_AddNumberToObject(o, "momentum", t->momentum);
+    cJSON_AddNumberToObject(o, "weight_decay", t->weight_decay);
+    cJSON_AddNumberToObject(o, "warmup", t->warmup);
+    cJSON_AddStringToObject(o, "lr_schedule", t->schedule);
+    cJSON_AddNumberToObject(o, "clip", t->clip);
+    char seed[32]; /* a string: exact for every 64-bit seed */
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
+    cJSON_AddStringToObject(o, "seed", seed);
+    return o;
+}
+
+/* The option that sets each key of train_options, for the messages. */
+static const char *option_of(const char *key) {
+    static const char *const map[][2] = {
+        {"task", "--model"},     {"data", "--data"},
+        {"steps", "--steps/--epochs"}, {"batch", "--batch"},
+        {"micro_batches", "--micro-batches"}, {"optimizer", "--optimizer"},
+        {"lr", "--lr"},          {"min_lr", "--min-lr"},
+        {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"},
+        {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
+        {"clip", "--clip"},      {"seed", "--seed"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(map[i][0], key) == 0) return map[i][1];
+    return key;
+}
+
+/* Same model config and same options, or a message naming what differs. */
+static int check_same_run(const gp_cli_train *t, const gp_safetensors *f, const char *path) {
+    const char *mc = gp_safetensors_meta(f, "model_config");
+    const char *to = gp_safetensors_meta(f, "train_options");
+    cJSON *a = mc ? cJSON_Parse(mc) : NULL, *b = cJSON_Parse(t->model_config);
+    bool same_model = a && b && cJSON_Compare(a, b, true);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    if (!same_model) {
+        fprintf(stderr, "gpipe train: --resume: %s was saved from model config %.300s, not from "
+                        "--model %s (%.300s)\n",
+                path, mc ? mc : "(none)", t->model_name, t->model_config);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    cJSON *saved = to ? cJSON_Parse(to) : NULL, *now = train_options(t);
+    int rc = GP_CLI_EXIT_OK;
+    if (!cJSON_IsObject(saved)) {
+        fprintf(stderr, "gpipe train: --resume: %s has no readable train_options in its "
+                        "metadata (expected a JSON object; not written by gpipe train?)\n",
+                path);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
+    for (const cJSON *c = now->child; c && rc == GP_CLI_EXIT_OK; c = c->next) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(saved, c->string);
+        if (s && cJSON_Compare(s, c, true)) continue;
+        char *sv = s ? cJSON_PrintUnformatted(s) : NULL, *nv = cJSON_PrintUnformatted(c);
+        fprintf(stderr, "gpipe train: --resume: %s %s differs from the checkpoint's %s (%s): "
+                        "resume with the options of the run that saved it\n",
+                option_of(c->string), nv ? nv : "?", sv ? sv : "(none)", path);
+        cJSON_free(sv);
+        cJSON_free(nv);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
+    cJSON_Delete(saved);
+    cJSON_Delete(now);
+    return rc;
+}
+
+int gp_cli_ckpt_prepare(gp_cli_train *t) {
+    if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
+    struct stat st;
+    if (stat(t->ckpt_dir, &st) != 0) {
+        if (errno != ENOENT || mkdir(t->ckpt_dir, 0777) != 0) {
+            fprintf(stderr, "gpipe train: --checkpoint-dir %s: cannot create: %s\n", t->ckpt_dir,
+                    strerror(errno));
+            return GP_CLI_EXIT_RUNTIME;
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "gpipe train: --checkpoint-dir %s: not a directory\n", t->ckpt_dir);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_ckpt_resume(gp_cli_train *t) {
+    t->start_step = 0;
+    if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
+    long *steps;
+    int n;
+    int rc = list_checkpoints(t->ckpt_dir, &steps, &n, true);
+    if (rc == GP_CLI_EXIT_OK && !t->resume && n > 0) {
+        /* A fresh run would mix its checkpoints with these, and --keep could delete its own. */
+        fprintf(stderr, "gpipe train: --checkpoint-dir %s already holds checkpoints (the newest "
+                        "at step %ld): add --resume to continue from it, or give another folder\n",
+                t->ckpt_dir, steps[0]);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
+    if (rc != GP_CLI_EXIT_OK || !t->resume) {
+        free(steps);
+        return rc;
+    }
+    if (n == 0) {
+        printf("resume: no checkpoint in %s; starting fresh at step 0\n", t->ckpt_dir);
+        fflush(stdout);
+        free(steps);
+        return GP_CLI_EXIT_OK;
+    }
+    char path[4096];
+    ckpt_path(t->ckpt_dir, steps[0], path, sizeof path);
+    free(steps);
+    gp_safetensors *f;
+    int step = 0;
+    if (gp_safetensors_read(path, &f) != GP_OK) return gp_cli_fail("train", "--resume");
+    rc = check_same_run(t, f, path);
+    if (rc == GP_CLI_EXIT_OK &&
+        (gp_checkpoint_step(f, &step) != GP_OK ||
+         gp_checkpoint_load(f, t->model, &t->optim) != GP_OK ||
+         (t->trainer ? gp_trainer_set_step(t->trainer, step)
+                     : gp_pipeline_set_step(t->pipeline, step)) != GP_OK))
+        rc = gp_cli_fail("train", "--resume");
+    gp_safetensors_free(f);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    if (step > t->total_steps) {
+        fprintf(stderr, "gpipe train: --resume: %s is at step %d, past the %d steps of this run\n",
+                path, step, t->total_steps);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    t->start_step = step;
+    printf("resume: loaded %s: continuing at step %d of %d\n", path, step, t->total_steps);
+    fflush(stdout);
+    return GP_CLI_EXIT_OK;
+}
+
+/* Removes all but the newest --keep checkpoints. */
+static void prune(const gp_cli_train *t) {
+    long *steps;
+    int n;
+    if (list_checkpoints(t->ckpt_dir, &steps, &n, false) != GP_CLI_EXIT_OK) return;
+    for (int i = t->ckpt_keep; i < n; i++) {
+        char path[4096];
+        ckpt_path(t->ckpt_dir, steps[i], path, sizeof path);
+        if (remove(path) != 0)
+            fprintf(stderr, "gpipe train: --keep: cannot remove %s: %s\n", path, strerror(errno));
+    }
+    free(steps);
+}
+
+int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
+    if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
+    bool due = done == t->stop_step || (t->ckpt_every > 0 && done % t->ckpt_every == 0);
+    if (!due) return GP_CLI_EXIT_OK;
+    char path[4096], buf[64], pos[64];
+    ckpt_path(t->ckpt_dir, done, path, sizeof path);
+    double t0 = gp_now();
+    cJSON *opts = train_options(t);
+    char *opts_text = opts ? cJSON_PrintUnformatted(opts) : NULL;
+    cJSON_Delete(opts);
+    /* Where the data order stands: windows are keyed by (seed, step); images by the epoch's
+     * permutation gp_shuffle(seed, epoch) and the position in it. */
+    if (t->is_lm) {
+        snprintf(pos, sizeof pos, "{\"step\":%d}", done);
+    } else {
+        long long e = t->per_epoch ? done / t->per_epoch : 0;
+        long long at = t->per_epoch ? (long long)(done % t->per_epoch) * t->batch : 0;
+        snprintf(pos, sizeof pos, "{\"epoch\":%lld,\"example\":%lld}", e, at);
+    }
+    snprintf(buf, sizeof buf, "philox4x32-10 seed %llu", (unsigned long long)t->seed);
+    gp_checkpoint_kv kv[] = {{"model_config", t->model_config},
+                             {"train_options", opts_text ? opts_text : "{}"},
+                             {"data_position", pos},
+                             {"rng", buf},
+                             {"writer", "gpipe train"}};
+    gp_cli_progress_clear(p);
+    if (!opts_text) {
+        fprintf(stderr, "gpipe train: --checkpoint-dir: out of host memory\n");
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    gp_status s = gp_checkpoint_save(path, t->model, 0, gp_model_nlayers(t->model), &t->optim,
+                                     done, kv, 5);
+    cJSON_free(opts_text);
+    if (s != GP_OK) return gp_cli_fail("train", "--checkpoint-dir: cannot write a checkpoint");
+    prune(t);
+    struct stat st;
+    char size[32];
+    printf("checkpoint: wrote %s (step %d, %s, %.2fs)\n", path, done,
+           gp_cli_fmt_bytes(stat(path, &st) == 0 ? (uint64_t)st.st_size : 0, size, sizeof size),
+           gp_now() - t0);
+    fflush(stdout);
+    return GP_CLI_EXIT_OK;
+}

@@ -1,0 +1,221 @@
+/* `gpipe eval` and `gpipe sample`: a model rebuilt from a checkpoint (its "model_config"
+ * metadata, or --model for a foreign weights file such as one exported from PyTorch), its
+ * parameters loaded and checked, then the evaluation `gpipe train` runs at its end, or text
+ * generated after a prompt. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct ckpt_opts {
+    const char *checkpoint, *model, *data, *report, *prompt;
+    int eval_size, batch, threads, nbytes;
+    double temperature;
+    uint64_t seed;
+} ckpt_opts;
+
+/* Builds t->model from the checkpoint (or --model) on a fresh device and loads its weights. */
+static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE *info) {
+    gp_safetensors *f;
+    if (gp_safetensors_read(o->checkpoint, &f) != GP_OK) return gp_cli_fail(cmd, "--checkpoint");
+    int rc = GP_CLI_EXIT_OK;
+    const char *config = gp_safetensors_meta(f, "model_config");
+    if (o->model) {
+        rc = gp_cli_load_model(cmd, o->model, &t->model);
+        t->model_name = o->model;
+    } else if (!config) {
+        rc = gp_cli_usage_error(cmd, "--checkpoint %s has no model_config in its metadata (not "
+                                     "written by gpipe train): give --model",
+                                o->checkpoint);
+    } else {
+        char origin[4200];
+        snprintf(origin, sizeof origin, "%s (model_config)", o->checkpoint);
+        if (gp_model_from_json_string(config, origin, &t->model) != GP_OK)
+            rc = gp_cli_fail(cmd, "--checkpoint: cannot rebuild the model");
+        t->model_name = o->checkpoint;
+    }
+    if (rc == GP_CLI_EXIT_OK && gp_device_cpu_new("cpu0", &t->dev) != GP_OK)
+        rc = gp_cli_fail(cmd, "cannot create the CPU device");
+    if (rc == GP_CLI_EXIT_OK && gp_model_init(t->model, t->dev, 1) != GP_OK)
+        rc = gp_cli_fail(cmd, "cannot allocate the parameters");
+    if (rc == GP_CLI_EXIT_OK && gp_checkpoint_load(f, t->model, NULL) != GP_OK)
+        rc = gp_cli_fail(cmd, "--checkpoint");
+    int step = -1;
+    if (rc == GP_CLI_EXIT_OK && gp_safetensors_meta(f, "step") &&
+        gp_checkpoint_step(f, &step) != GP_OK)
+        rc = gp_cli_fail(cmd, "--checkpoint");
+    gp_safetensors_free(f);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    t->is_lm = gp_model_input_dtype(t->model) == GP_I32;
+    if (gp_model_shape(t->model, -1, t->batch, &t->in_shape) != GP_OK ||
+        gp_model_shape(t->model, gp_model_nlayers(t->model) - 1, t->batch, &t->out_shape) != GP_OK)
+        return gp_cli_fail(cmd, "cannot infer the model's shapes");
+    char at[32] = "";
+    if (step >= 0) snprintf(at, sizeof at, " (step %d)", step);
+    fprintf(info, "loaded %s%s: %s, %lld parameters\n", o->checkpoint, at,
+            t->is_lm ? "language model" : "classifier", (long long)gp_model_nparams(t->model));
+    fflush(info);
+    return GP_CLI_EXIT_OK;
+}
+
+static void free_model(gp_cli_train *t) {
+    gp_model_free(t->model);
+    if (t->dev) gp_device_free(t->dev);
+}
+
+static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
+    double loss = 0, acc = 0;
+    int rc;
+    if (t->is_lm) {
+        const char *path = o->data ? o->data : GP_FORTUNES_DIR;
+        gp_text_corpus c = {0};
+        const int64_t T = t->in_shape.dim[1];
+        t->eval_size = o->eval_size ? o->eval_size : GP_CLI_LM_DEFAULT_EVAL_WINDOWS;
+        if (gp_text_load(path, 20, &c) != GP_OK) {
+            rc = gp_cli_fail("eval", "--data: cannot load the text corpus");
+        } else if (c.nvalid < T + 2) {
+            fprintf(stderr, "gpipe eval: --data %s: %lld validation bytes, need at least %lld\n",
+                    path, (long long)c.nvalid, (long long)(T + 2));
+            rc = GP_CLI_EXIT_RUNTIME;
+        } else {
+            rc = gp_cli_eval_lm(t, &c, &loss);
+        }
+        gp_text_free(&c);
+        if (rc != GP_CLI_EXIT_OK) return rc;
+        printf("validation loss %.4f, %.4f bits/byte (%d windows of %s)\n", loss, loss / log(2.0),
+               t->eval_size, path);
+        cJSON_AddNumberToObject(report, "loss", loss);
+        cJSON_AddNumberToObject(report, "bits_per_byte", loss / log(2.0));
+        cJSON_AddNumberToObject(report, "windows", t->eval_size);
+    } else {
+        const char *dir = o->data ? o->data : GP_CLI_FASHION_DIR;
+        gp_idx_dataset test = {0};
+        int64_t count = 0;
+        if (gp_idx_load_dir(dir, "t10k", &test) != GP_OK) {
+            rc = gp_cli_fail("eval", "--data: cannot load the t10k IDX split");
+        } else {
+            count = o->eval_size > 0 && o->eval_size < test.n ? o->eval_size : test.n;
+            rc = gp_cli_eval_classifier(t, &test, count, &loss, &acc);
+        }
+        gp_idx_free(&test);
+        if (rc != GP_CLI_EXIT_OK) return rc;
+        printf("test accuracy %.4f, loss %.4f (%lld images of %s)\n", acc, loss, (long long)count,
+               dir);
+        cJSON_AddNumberToObject(report, "loss", loss);
+        cJSON_AddNumberToObject(report, "accuracy", acc);
+        cJSON_AddNumberToObject(report, "examples", (double)count);
+    }
+    fflush(stdout);
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_eval_main(int argc, char **argv) {
+    ckpt_opts o = {0};
+    gp_cli_opt tab[] = {
+        {"--checkpoint", GP_CLI_STRING, &o.checkpoint, "FILE",
+         "a checkpoint of gpipe train, or a safetensors weights file with --model (required)",
+         NULL, 0, false, NULL, false},
+        {"--model", GP_CLI_STRING, &o.model, "NAME|FILE",
+         "the model, for a file without model_config metadata", "the checkpoint's", 0, false,
+         NULL, false},
+        {"--data", GP_CLI_STRING, &o.data, "PATH",
+         "IDX directory (classifier) or text file/directory (language model)",
+         GP_CLI_FASHION_DIR " or " GP_FORTUNES_DIR, 0, false, NULL, false},
+        {"--eval-size", GP_CLI_INT, &o.eval_size, "N",
+         "test images (classifier) or fixed validation windows (language model)",
+         "all test images; 128 windows", 1, false, NULL, false},
+        {"--batch", GP_CLI_INT, &o.batch, "N", "examples per evaluation batch", "128", 1, false,
+         NULL, false},
+        {"--threads", GP_CLI_INT, &o.threads, "N", "BLAS threads", "OpenBLAS's own", 1, false,
+         NULL, false},
+        {"--report", GP_CLI_STRING, &o.report, "FILE.json", "write a JSON report (atomically)",
+         "none", 0, false, NULL, false},
+    };
+    const int n = (int)(sizeof tab / sizeof tab[0]);
+    int rc = gp_cli_parse(tab, n, argc, argv, 2, "eval");
+    if (rc == GP_CLI_HELP) {
+        printf("Usage: gpipe eval --checkpoint FILE [options]\n\n"
+               "Evaluates a checkpoint as gpipe train does at its end: a language model's loss\n"
+               "and bits per byte on fixed, evenly spaced validation windows (the same for\n"
+               "every run), a classifier's accuracy and loss on the t10k split. The model is\n"
+               "rebuilt from the checkpoint's model_config; every tensor is checked against it.\n\n"
+               "Options:\n");
+        gp_cli_print_options(tab, n, stdout);
+        printf("\nExit status: 0 success, 1 runtime failure (a bad checkpoint), 2 bad usage.\n");
+        return GP_CLI_EXIT_OK;
+    }
+    if (rc != GP_CLI_PARSED) return rc;
+    if (!o.checkpoint) return gp_cli_usage_error("eval", "--checkpoint: required");
+    if (o.threads > 0) gp_blas_set_threads(o.threads);
+    gp_cli_train t = {0};
+    t.batch = o.batch ? o.batch : 128;
+    rc = load_model("eval", &o, &t, stdout);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "checkpoint", o.checkpoint);
+    cJSON *ev = cJSON_AddObjectToObject(r, "eval");
+    if (rc == GP_CLI_EXIT_OK) rc = run_eval(&o, &t, ev);
+    if (rc == GP_CLI_EXIT_OK) {
+        char hex[17];
+        gp_cli_hex64(gp_model_params_fnv1a64(t.model), hex);
+        cJSON_AddStringToObject(r, "params_fnv1a64", hex);
+        if (o.report && !gp_cli_report_write(r, o.report, "--report")) rc = GP_CLI_EXIT_RUNTIME;
+    }
+    cJSON_Delete(r);
+    free_model(&t);
+    return rc;
+}
+
+int gp_cli_sample_main(int argc, char **argv) {
+    ckpt_opts o = {0};
+    gp_cli_opt tab[] = {
+        {"--checkpoint", GP_CLI_STRING, &o.checkpoint, "FILE",
+         "a language model's checkpoint (required)", NULL, 0, false, NULL, false},
+        {"--model", GP_CLI_STRING, &o.model, "NAME|FILE",
+         "the model, for a file without model_config metadata", "the checkpoint's", 0, false,
+         NULL, false},
+        {"--prompt", GP_CLI_STRING, &o.prompt, "TEXT", "the text to continue", "a newline", 0,
+         false, NULL, false},
+        {"--bytes", GP_CLI_INT, &o.nbytes, "N", "bytes to generate", "200", 1, false, NULL,
+         false},
+        {"--temperature", GP_CLI_FLOAT, &o.temperature, "X",
+         "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false},
+        {"--seed", GP_CLI_U64, &o.seed, "S", "keys the draws: a seed always gives the same text",
+         "1", 0, false, NULL, false},
+        {"--threads", GP_CLI_INT, &o.threads, "N", "BLAS threads", "OpenBLAS's own", 1, false,
+         NULL, false},
+    };
+    const int n = (int)(sizeof tab / sizeof tab[0]);
+    int rc = gp_cli_parse(tab, n, argc, argv, 2, "sample");
+    if (rc == GP_CLI_HELP) {
+        printf("Usage: gpipe sample --checkpoint FILE [--prompt TEXT] [--bytes N] [options]\n\n"
+               "Prints the prompt, then N bytes generated by a byte-level language model from\n"
+               "a checkpoint: each byte drawn from softmax(logits / temperature) at the last\n"
+               "position of the last seq_len bytes, with a uniform keyed by (seed, position).\n\n"
+               "Options:\n");
+        gp_cli_print_options(tab, n, stdout);
+        printf("\nExit status: 0 success, 1 runtime failure (a bad checkpoint), 2 bad usage.\n");
+        return GP_CLI_EXIT_OK;
+    }
+    if (rc != GP_CLI_PARSED) return rc;
+    if (!o.checkpoint) return gp_cli_usage_error("sample", "--checkpoint: required");
+    if (o.threads > 0) gp_blas_set_threads(o.threads);
+    gp_cli_train t = {0};
+    t.batch = 1;
+    t.seed = gp_cli_seen(tab, n, "--seed") ? o.seed : 1;
+    t.temperature = gp_cli_seen(tab, n, "--temperature") ? o.temperature : 0.8;
+    rc = load_model("sample", &o, &t, stderr); /* stdout: the text only */
+    if (rc == GP_CLI_EXIT_OK && (!t.is_lm || t.in_shape.ndim != 2 || t.out_shape.ndim != 3)) {
+        fprintf(stderr, "gpipe sample: --checkpoint %s: not a byte language model (its input is "
+                        "not int32 tokens)\n",
+                o.checkpoint);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
+    if (rc == GP_CLI_EXIT_OK) {
+        const char *prompt = o.prompt ? o.prompt : "\n";
+        fputs(prompt, stdout);
+        rc = gp_cli_sample(&t, "sample", prompt, o.nbytes ? o.nbytes : 200, stdout);
+    }
+    free_model(&t);
+    return rc;
+}
