@@ -46,9 +46,9 @@ def row(k, m, sched, r, base):
     p = r.get("pipeline")
     speed = f"{tps / base:.2f}x" if base else "-"
     bub = (f"{p['bubble_measured']:.3f} / {p['bubble_theory']:.3f} / {p['bubble_simulated']:.3f}"
-           if p else "-")
+           f" / {p.get('bubble_replayed', float('nan')):.3f}" if p else "-")
     print(f"| {k} | {m} | {sched} | {tps:.0f} | {speed} | {bub} |")
-print("| K | M | schedule | tokens/s | speed-up over K=1 | bubble measured / theory / simulated |")
+print("| K | M | schedule | tokens/s | speed-up over K=1 | bubble measured / theory / simulated / replayed |")
 print("|---|---|---|---|---|---|")
 for m in (1, 4, 8, 32):
     base = load(f"k1_m{m}")

@@ -623,6 +623,8 @@ typedef struct gp_pipeline_stats {
     double bubble_measured;      /* idle / (K x span) from the recorded timeline */
     double bubble_theory;        /* (K-1)/(M+K-1) */
     double bubble_simulated;     /* the simulator's prediction for the measured per-cell times */
+    double bubble_replayed;      /* the simulator replaying each action's measured duration: the
+                                  * idle the schedule's dependencies alone give for those times */
     double busy_fraction[64];    /* per stage (first min(K, 64)) */
     int partition[64];           /* first layer of each cell */
     bool pinned;                 /* each stage thread ran on a core of its own */

@@ -311,6 +311,7 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK(st.bubble_theory == (double)(K - 1) / (double)(M_MICRO + K - 1));
     CHECK(st.bubble_measured >= 0 && st.bubble_measured < 1);
     CHECK(st.bubble_simulated >= 0 && st.bubble_simulated < 1);
+    CHECK(st.bubble_replayed > 0 && st.bubble_replayed < 1); /* K > 1: some fill and drain */
     CHECK(st.step_s > 0);
     for (int k = 0; k < K; k++) {
         CHECK(st.busy_fraction[k] > 0 && st.busy_fraction[k] <= 1);

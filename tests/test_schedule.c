@@ -317,6 +317,24 @@ static void test_hand_computed(void) {
     CHECK(st[1].end == 13);
     CHECK_EQ_INT(st[1].peak_in_flight, 1);
     CHECK_EQ_INT(st[0].peak_in_flight, 2);
+    gp_schedule_free(&s);
+    /* Replaying per-micro-batch durations (GPipe): stage 1's second backward takes 8, not 4:
+     * stage 1 B0 [5,9] B1 [9,17]; stage 0 B0 [9,12], B1 waits for SG1 at 17: [17,20]. */
+    REQUIRE_OK(gp_schedule_gpipe(2, 2, &s));
+    const double bwd1[2] = {4, 8}, re1[2] = {0.5, 0.5};
+    gp_sim_cell slow[2] = {cells[0], cells[1]};
+    slow[1].bwd_mb = bwd1;
+    REQUIRE_OK(gp_schedule_simulate(&s, slow, &o, st, &res));
+    CHECK(res.step_time == 20);
+    CHECK(st[1].busy == 16);
+    /* ... and its recomputations measured at 0.5 each instead of its mean forward of 2: stage 1
+     * B0 [5,9.5] B1 [9.5,18]; stage 0 (means: recompute 1 + backward 3) B0 [9.5,13.5] B1 [18,22]. */
+    slow[1].recompute_mb = re1;
+    o.remat = GP_PLAN_REMAT_CELL;
+    REQUIRE_OK(gp_schedule_simulate(&s, slow, &o, st, &res));
+    CHECK(res.step_time == 22);
+    CHECK(st[1].recompute == 1 && st[0].recompute == 2);
+    o.remat = GP_PLAN_REMAT_NONE;
     /* bad inputs */
     cells[1].bwd_time = -1;
     CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT, "cell 1");

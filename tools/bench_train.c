@@ -182,10 +182,11 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     if (pl) {
         b->step_bubble = calloc((size_t)b->steps, sizeof *b->step_bubble);
         b->step_bubble_sim = calloc((size_t)b->steps, sizeof *b->step_bubble_sim);
+        b->step_bubble_replay = calloc((size_t)b->steps, sizeof *b->step_bubble_replay);
         b->stage_mem = calloc((size_t)b->stages, sizeof *b->stage_mem);
     }
     if (!b->step_seconds || !b->step_ceiling ||
-        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->stage_mem))) {
+        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->step_bubble_replay || !b->stage_mem))) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
         rc = GP_CLI_EXIT_RUNTIME;
         goto done;
@@ -213,6 +214,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
                 }
                 b->step_bubble[i] = b->last.bubble_measured;
                 b->step_bubble_sim[i] = b->last.bubble_simulated;
+                b->step_bubble_replay[i] = b->last.bubble_replayed;
             }
             /* The ceiling next to each step: a shared machine's speed drifts
              * over a run, and a ratio of neighbours cancels most of it. */

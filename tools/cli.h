@@ -256,6 +256,7 @@ typedef struct gp_cli_bench {
     /* pipeline results (stages >= 1) */
     double *step_bubble;     /* measured bubble of each timed step, owned */
     double *step_bubble_sim; /* the simulator's bubble of each timed step, owned */
+    double *step_bubble_replay; /* the simulator replaying each timed step's actions, owned */
     gp_pipeline_stats last;  /* of the last timed step */
     gp_mem_stats *stage_mem; /* (stages) each stage device's counters, owned */
     gp_cli_mpi_place place;  /* MPI: where this rank runs */

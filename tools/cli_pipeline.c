@@ -119,8 +119,8 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     }
     if (!have) {
         const char *keys[] = {"busy_fraction", "bubble_measured", "bubble_theory",
-                              "bubble_simulated", "step_s"};
-        for (int i = 0; i < 5; i++) cJSON_AddNullToObject(pl, keys[i]);
+                              "bubble_simulated", "step_s", "bubble_replayed"};
+        for (int i = 0; i < 6; i++) cJSON_AddNullToObject(pl, keys[i]);
         return;
     }
     cJSON *busy = cJSON_AddArrayToObject(pl, "busy_fraction");
@@ -129,6 +129,7 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON_AddNumberToObject(pl, "bubble_measured", ps.bubble_measured);
     cJSON_AddNumberToObject(pl, "bubble_theory", ps.bubble_theory);
     cJSON_AddNumberToObject(pl, "bubble_simulated", ps.bubble_simulated);
+    cJSON_AddNumberToObject(pl, "bubble_replayed", ps.bubble_replayed);
     cJSON_AddNumberToObject(pl, "step_s", ps.step_s);
     gp_cli_comm_report(pl, t->pipeline, &t->place);
 }
@@ -147,9 +148,9 @@ void gp_cli_pipeline_summary(const gp_cli_train *t) {
     gp_pipeline_stats ps;
     if (t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps) == GP_OK)
         printf("bubble of the last step (%.3fs): measured %.1f%%, theory (K-1)/(M+K-1) %.1f%%, "
-               "simulated %.1f%%\n",
+               "simulated %.1f%% (replaying its actions %.1f%%)\n",
                ps.step_s, 100 * ps.bubble_measured, 100 * ps.bubble_theory,
-               100 * ps.bubble_simulated);
+               100 * ps.bubble_simulated, 100 * ps.bubble_replayed);
 }
 
 int gp_cli_pipeline_write_files(const gp_cli_train *t) {

@@ -71,6 +71,7 @@ struct gp_pipeline {
     gp_trace trace;
     int *first;       /* (K) first layer of each cell */
     bool have_trace;  /* the last step succeeded and its timeline is complete */
+    double bubble_replayed; /* the simulator replaying the last step's measured actions */
     double step_s;
     /* Processes (MPI, the end of this file): this process runs stage gp_grid_stage(grid) of
      * replica gp_grid_replica(grid) only; NULL grid: every stage, as threads. */
@@ -693,20 +694,31 @@ static gp_status trace_comm(gp_pipeline *p) {
     return GP_OK;
 }
 
-/* The simulator's bubble for this schedule with each cell's mean measured forward and backward
- * (without recomputation; the simulator adds a forward for it) and its optimizer time. */
+/* The simulator's bubble for this schedule twice: with each cell's mean measured forward and
+ * backward (without recomputation; the simulator adds a forward for it) and optimizer time, the
+ * prediction a plan makes from per-cell figures; and replaying every action's own measured
+ * duration (recomputations included), which keeps the step-to-step spread of the times. Idle time
+ * the replay has too comes from the schedule's dependencies on those durations; what the
+ * measurement has beyond it is the runtime's own (hand-overs, wake-ups). */
 static gp_status simulate_trace(gp_pipeline *p) {
-    gp_sim_cell *cells = calloc((size_t)p->K, sizeof *cells);
-    gp_sim_stage *st = calloc((size_t)p->K, sizeof *st);
+    const int K = p->K, M = p->M;
+    gp_sim_cell *cells = calloc((size_t)K, sizeof *cells);
+    gp_sim_stage *st = calloc((size_t)K, sizeof *st);
+    double *per_mb = calloc(3 * (size_t)K * (size_t)M, sizeof *per_mb);
     gp_status s = GP_OK;
-    if (!cells || !st) s = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d simulator cells", p->K);
-    for (int k = 0; k < p->K && s == GP_OK; k++) {
+    if (!cells || !st || !per_mb)
+        s = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d simulator cells", K);
+    for (int k = 0; k < K && s == GP_OK; k++) {
         int n, nf = 0, nb = 0;
+        double *f = per_mb + (size_t)3 * k * M, *b = f + M, *re = b + M;
         const gp_trace_event *ev = gp_trace_events(&p->trace, k, &n);
         for (int i = 0; i < n; i++) {
             double d = ev[i].t_end - ev[i].t_begin;
-            if (ev[i].kind == GP_TRACE_FORWARD) cells[k].fwd_time += d, nf++;
-            if (ev[i].kind == GP_TRACE_BACKWARD) cells[k].bwd_time += d, nb++;
+            int mb = ev[i].micro_batch;
+            bool in = mb >= 0 && mb < M;
+            if (ev[i].kind == GP_TRACE_FORWARD) cells[k].fwd_time += d, nf++, f[in ? mb : 0] += in ? d : 0;
+            if (ev[i].kind == GP_TRACE_BACKWARD) cells[k].bwd_time += d, nb++, b[in ? mb : 0] += in ? d : 0;
+            if (ev[i].kind == GP_TRACE_RECOMPUTE && in) re[mb] += d;
             if (ev[i].kind == GP_TRACE_OPTIMIZER) cells[k].opt_time += d;
         }
         if (nf) cells[k].fwd_time /= nf;
@@ -717,6 +729,14 @@ static gp_status simulate_trace(gp_pipeline *p) {
     gp_sim_result r = {0};
     if (s == GP_OK) s = gp_schedule_simulate(&p->sched, cells, &o, st, &r);
     p->trace.bubble_simulated = s == GP_OK ? r.bubble : -1.0;
+    for (int k = 0; k < K && s == GP_OK; k++) {
+        cells[k].fwd_mb = per_mb + (size_t)3 * k * M;
+        cells[k].bwd_mb = cells[k].fwd_mb + M;
+        cells[k].recompute_mb = cells[k].bwd_mb + M;
+    }
+    if (s == GP_OK) s = gp_schedule_simulate(&p->sched, cells, &o, st, &r);
+    p->bubble_replayed = s == GP_OK ? r.bubble : -1.0;
+    free(per_mb);
     free(cells);
     free(st);
     return s;
@@ -739,6 +759,7 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out) {
         out->bubble_measured = ts.bubble;
         out->bubble_theory = (double)(p->K - 1) / (double)(p->M + p->K - 1);
         out->bubble_simulated = p->trace.bubble_simulated;
+        out->bubble_replayed = p->bubble_replayed;
         out->pinned = true;
         for (int k = 0; k < p->K; k++) out->pinned = out->pinned && p->st[k].pinned;
         for (int k = 0; k < p->K && k < 64; k++) {

@@ -96,6 +96,9 @@ typedef struct gp_sim_cell {
     double opt_time;      /* the optimizer step */
     uint64_t in_bytes;    /* the cell's input, one micro-batch */
     uint64_t state_bytes; /* the cell's full saved state of one micro-batch (out + saved) */
+    /* Optional, M entries each: the durations of each micro-batch's forward, backward and (remat
+     * CELL) recomputation, replacing the means above: a replay of measured actions. */
+    const double *fwd_mb, *bwd_mb, *recompute_mb;
 } gp_sim_cell;
 
 /* Sums a cell's figures over layers [first, end) (the memory model's terms). */

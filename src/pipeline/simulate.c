@@ -125,15 +125,17 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                 double dur = 0;
                 switch (a->kind) {
                 case GP_ACT_FORWARD:
-                    dur = c ? c->fwd_time : 0;
+                    dur = !c ? 0 : c->fwd_mb ? c->fwd_mb[a->mb] : c->fwd_time;
                     x->in_flight++;
                     if (c)
                         x->stash += c->in_bytes +
                                     (remat == GP_PLAN_REMAT_NONE ? c->state_bytes : 0);
                     break;
                 case GP_ACT_BACKWARD: {
-                    double re = (c && remat == GP_PLAN_REMAT_CELL) ? c->fwd_time : 0;
-                    dur = (c ? c->bwd_time : 0) + re;
+                    double re = !c || remat != GP_PLAN_REMAT_CELL ? 0
+                                : c->recompute_mb                        ? c->recompute_mb[a->mb]
+                                                                         : c->fwd_time;
+                    dur = (!c ? 0 : c->bwd_mb ? c->bwd_mb[a->mb] : c->bwd_time) + re;
                     if (r) r->recompute += re;
                     /* CELL rebuilds one micro-batch's full state on top of the stash. */
                     if (c && r && remat == GP_PLAN_REMAT_CELL &&

@@ -97,7 +97,7 @@ need(0 < st.get("min", 0) <= st.get("median", 0) <= st.get("max", 0), f"T2 step_
 need(r.get("fraction_of_ceiling", 0) > 0 and r.get("achieved_gflops", 0) > 0, "T2 GFLOP/s")
 p = r.get("pipeline") or {}
 for key in ("stages", "micro_batches", "schedule", "remat", "partition", "busy_fraction",
-            "bubble_measured", "bubble_theory", "bubble_simulated"):
+            "bubble_measured", "bubble_theory", "bubble_simulated", "bubble_replayed"):
     need(key in p, f"T2 pipeline: missing key {key}")
 K, M = p.get("stages"), p.get("micro_batches")
 need((K, M, p.get("schedule"), p.get("remat")) == (2, 2, "1f1b", "cell"), f"T2 pipeline {p}")

@@ -97,7 +97,7 @@ def check(prefix, combos, extra=()):
              f"{name}: partition {part}")
         need(isinstance(busy, list) and len(busy) == k and all(0 < b <= 1 for b in busy),
              f"{name}: busy_fraction {busy}")
-        for key in ("bubble_measured", "bubble_theory", "bubble_simulated"):
+        for key in ("bubble_measured", "bubble_theory", "bubble_simulated", "bubble_replayed"):
             v = p.get(key)
             need(isinstance(v, (int, float)) and 0 <= v < 1, f"{name}: {key} {v}")
         th = p.get("bubble_theory")
