@@ -75,9 +75,9 @@ test-tsan: deps
 	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint'
 
 # libFuzzer (clang, ASan + UBSan) on the checkpoint, checkpoint-index (multi-part sets), JSON
-# config, IDX and text readers, each for
-# FUZZ_SECONDS from its committed seed corpus in tests/fuzz/corpus/ (which also holds every input
-# that ever failed, as a regression); new inputs go to $(FUZZ_BUILD)/corpus, never the tree.
+# config, IDX and text readers, each for FUZZ_SECONDS from its committed seed corpus in
+# tests/fuzz/corpus/ (which also holds every input that ever failed, as a regression); new inputs
+# go to $(FUZZ_BUILD)/corpus, never the tree.
 test-fuzz: deps
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_FUZZ=ON -DGP_BUILD_TESTS=OFF \
 	  -DCMAKE_C_COMPILER=clang

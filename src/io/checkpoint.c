@@ -133,18 +133,21 @@ gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
     return s;
 }
 
-gp_status gp_checkpoint_step(const gp_safetensors *f, int *step) {
-    if (!f || !step) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_step: NULL argument");
-    const char *v = gp_safetensors_meta(f, "step");
+gp_status gp_ckpt_parse_step(const char *v, const char *origin, int *step) {
     char *end;
     errno = 0;
     long n = v ? strtol(v, &end, 10) : -1;
     if (!v || !*v || *end || errno || n < 0 || n > 0x7fffffff)
         return gp_error(GP_FORMAT, "%s: __metadata__ \"step\": expected a step count from 0 to "
                                    "2^31-1, got %s%s%s",
-                        gp_safetensors_origin(f), v ? "\"" : "", v ? v : "none", v ? "\"" : "");
+                        origin, v ? "\"" : "", v ? v : "none", v ? "\"" : "");
     *step = (int)n;
     return GP_OK;
+}
+
+gp_status gp_checkpoint_step(const gp_safetensors *f, int *step) {
+    if (!f || !step) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_step: NULL argument");
+    return gp_ckpt_parse_step(gp_safetensors_meta(f, "step"), gp_safetensors_origin(f), step);
 }
 
 /* The model tensor a file name stands for: "layers.<li>.<param>[.<state suffix>]"; NULL if

@@ -17,6 +17,8 @@ typedef gp_status (*gp_ckpt_put)(void *ctx, const char *key, const char *value);
 gp_status gp_ckpt_meta(const gp_model *m, int first, int last, const gp_optim_opts *o, int step,
                        const gp_checkpoint_kv *extra, int nextra, gp_ckpt_put put, void *ctx);
 
+/* A "step" metadata value (NULL: none) as a step count; errors name origin. */
+gp_status gp_ckpt_parse_step(const char *v, const char *origin, int *step);
 /* The layers a file holds, [*first, *last), from its "layers" metadata (a foreign file: all). */
 gp_status gp_ckpt_part_range(const gp_safetensors *f, const gp_model *m, int *first, int *last);
 /* Checks f against m (format, layer kinds, optimizer, every name in the file's range, and the

@@ -15,6 +15,7 @@
 
 #include "../model/model_internal.h"
 #include "checkpoint_internal.h"
+#include "read_file.h"
 
 #define INDEX_MAX_BYTES (16u << 20)
 #define MAX_PARTS 4096
@@ -36,42 +37,6 @@ struct gp_checkpoint {
     int nparts;
 };
 
-/* Reads a whole regular file of at most max bytes (malloc'd into *buf). */
-static gp_status read_all(const char *path, uint64_t max, unsigned char **buf, size_t *n) {
-    *buf = NULL;
-    *n = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return gp_error(GP_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
-        return gp_error(GP_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > max) {
-        fclose(fp);
-        return gp_error(GP_FORMAT, "%s: %lld bytes, more than the %llu expected", path,
-                        (long long)st.st_size, (unsigned long long)max);
-    }
-    size_t len = (size_t)st.st_size;
-    *buf = malloc(len + 1);
-    if (!*buf) {
-        fclose(fp);
-        return gp_error(GP_OUT_OF_MEMORY, "%s: cannot hold its %zu bytes", path, len);
-    }
-    size_t got = fread(*buf, 1, len, fp);
-    int err = ferror(fp);
-    fclose(fp);
-    if (err || got != len) {
-        free(*buf);
-        *buf = NULL;
-        return gp_error(GP_IO, "%s: read %zu of %zu bytes%s", path, got, len,
-                        err ? " (read error)" : " (the file shrank while being read)");
-    }
-    (*buf)[len] = '\0';
-    *n = len;
-    return GP_OK;
-}
-
 static uint32_t crc_of(const unsigned char *p, size_t n) {
     uLong crc = crc32(0L, Z_NULL, 0);
     while (n > 0) { /* zlib takes uInt lengths */
@@ -88,7 +53,7 @@ gp_status gp_checkpoint_file_info(const char *path, uint64_t *bytes, uint32_t *c
         return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_file_info: NULL argument");
     unsigned char *buf;
     size_t n;
-    GP_TRY(read_all(path, UINT64_MAX, &buf, &n));
+    GP_TRY(gp_read_file(path, UINT64_MAX, &buf, &n));
     *bytes = n;
     *crc32_out = crc_of(buf, n);
     free(buf);
@@ -247,7 +212,7 @@ static gp_status parse_parts(gp_checkpoint *c) {
 static gp_status open_index(gp_checkpoint *c) {
     unsigned char *buf;
     size_t n;
-    GP_TRY(read_all(c->path, INDEX_MAX_BYTES, &buf, &n));
+    GP_TRY(gp_read_file(c->path, INDEX_MAX_BYTES, &buf, &n));
     c->index = cJSON_ParseWithLength((const char *)buf, n);
     free(buf);
     if (!cJSON_IsObject(c->index))
@@ -305,16 +270,7 @@ const char *gp_checkpoint_meta(const gp_checkpoint *c, const char *key) {
 
 gp_status gp_checkpoint_saved_step(const gp_checkpoint *c, int *step) {
     if (!c || !step) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_saved_step: NULL argument");
-    const char *v = gp_checkpoint_meta(c, "step");
-    char *end;
-    errno = 0;
-    long n = v ? strtol(v, &end, 10) : -1;
-    if (!v || !*v || *end || errno || n < 0 || n > 0x7fffffff)
-        return gp_error(GP_FORMAT, "%s: metadata \"step\": expected a step count from 0 to "
-                                   "2^31-1, got %s%s%s",
-                        c->path, v ? "\"" : "", v ? v : "none", v ? "\"" : "");
-    *step = (int)n;
-    return GP_OK;
+    return gp_ckpt_parse_step(gp_checkpoint_meta(c, "step"), c->path, step);
 }
 
 /* -------------------------------------------------------------------- load */
@@ -327,7 +283,7 @@ static gp_status read_part(const gp_checkpoint *c, int i, gp_model *m, const gp_
     unsigned char *buf;
     size_t n;
     *f = NULL;
-    gp_status s = read_all(p->path, UINT64_MAX, &buf, &n);
+    gp_status s = gp_read_file(p->path, UINT64_MAX, &buf, &n);
     if (s != GP_OK)
         return gp_error_context(s, "%s: part %d of %d (layers %d-%d) of the set", c->path, i + 1,
                                 c->nparts, p->first, p->last - 1);

@@ -19,18 +19,7 @@
 set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # tests run as root in CI
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-
-"$GPIPE" train --model convnet --backend mpi --stages 2 >"$TMP/probe.out" 2>"$TMP/probe.err"
-if grep -q "MPI support was not built" "$TMP/probe.err"; then
-    echo "SKIP: this gpipe was built without MPI (no MPI library at configure time, or -DGP_MPI=OFF)"
-    exit 77
-fi
-if ! command -v mpirun >/dev/null; then
-    echo "SKIP: gpipe has MPI support but mpirun is not on PATH (install openmpi-bin)"
-    exit 77
-fi
+cli_need_mpi
 cli_need_pydeps
 
 printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16, "dropout": 0.1}\n' \
@@ -39,16 +28,7 @@ cli_write_corpus "$TMP/corpus"
 LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 8 --batch 8 --micro-batches 4
     --eval-size 4 --threads 1 --quiet --seed 5)
 
-# mpi NAME NP ARGS...: gpipe train ARGS under mpirun -np NP; a failure is counted.
-mpi() {
-    local name=$1 np=$2
-    shift 2
-    if ! timeout 300 "${MPIRUN[@]}" -np "$np" "$GPIPE" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
-        bad "mpirun -np $np gpipe train $* failed: $(tail -c 800 "$TMP/$name.err")"
-        return 1
-    fi
-}
-# mpi_fails NAME NP ARGS...: as mpi, but the run must fail.
+# mpi_fails NAME NP ARGS...: as cli_mpirun, but the run must fail.
 mpi_fails() {
     local name=$1 np=$2
     shift 2
@@ -56,66 +36,48 @@ mpi_fails() {
         bad "$name: mpirun -np $np gpipe train $* succeeded, expected a failure"
     fi
 }
-# same_run STRAIGHT SECOND: the resumed run's losses are the straight run's last ones, and the
-# parameters and evaluation the same bits.
-same_run() {
-    python3 - "$TMP/$1.json" "$TMP/$2.json" "$2" <<'PY' || fail=$((fail + 1))
-import json, sys
-from clicheck import finish, need
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-first = b["train"]["first_step"]
-need(first > 0, f"{sys.argv[3]}: did not resume (first_step {first})")
-need(a["train"]["step_losses"][first:] == b["train"]["step_losses"],
-     f"{sys.argv[3]}: losses {b['train']['step_losses']} vs straight "
-     f"{a['train']['step_losses'][first:]}")
-need(a["params_fnv1a64"] == b["params_fnv1a64"],
-     f"{sys.argv[3]}: params {b['params_fnv1a64']} vs straight {a['params_fnv1a64']}")
-need(a["eval"] == b["eval"], f"{sys.argv[3]}: eval {b['eval']} vs {a['eval']}")
-finish(f"FAIL: {sys.argv[3]}:")
-PY
-}
 files() { (cd "$1" && ls | tr '\n' ' '); }
 
 # --- exact resume under MPI, K = 2, D = 1 -----------------------------------------------------
 # Under MPI with D = 1 the bits are the threads backend's (tests/cli/mpi.sh), and do not depend
 # on K: one straight run on threads is the reference of every D = 1 run below.
 run straight "${LM[@]}" --stages 2 --report "$TMP/straight.json"
-mpi a 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/ck" --stop-after 4
+cli_mpirun a 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/ck" --stop-after 4
 grep -q "checkpoint: committed $TMP/ck/ckpt-00000004.safetensors.index.json (step 4, 2 parts" \
     "$TMP/a.out" || bad "no commit line: $(cat "$TMP/a.out")"
 [ "$(files "$TMP/ck")" = "ckpt-00000004-00001-of-00002.safetensors ckpt-00000004-00002-of-00002.safetensors ckpt-00000004.safetensors.index.json " ] ||
     bad "the set's files: $(files "$TMP/ck")"
 for k in mpi2 thr1 thr3 one mpi3; do cp -r "$TMP/ck" "$TMP/ck_$k"; done
-mpi b 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/ck" --resume --report "$TMP/b.json" &&
-    same_run straight b
+cli_mpirun b 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/ck" --resume --report "$TMP/b.json" &&
+    cli_same_run straight b
 grep -q "resume: loaded $TMP/ck/ckpt-00000004.safetensors.index.json: continuing at step 4 of 8" \
     "$TMP/b.out" || bad "no resume line: $(cat "$TMP/b.out")"
 
 # --- resharding: MPI K = 2 -> threads K = 1, 3, one device, MPI K = 3 -------------------------
 run thr1 "${LM[@]}" --stages 1 --checkpoint-dir "$TMP/ck_thr1" --resume --report "$TMP/thr1.json" &&
-    same_run straight thr1
+    cli_same_run straight thr1
 run thr3 "${LM[@]}" --stages 3 --checkpoint-dir "$TMP/ck_thr3" --resume --report "$TMP/thr3.json" &&
-    same_run straight thr3
+    cli_same_run straight thr3
 run one "${LM[@]}" --checkpoint-dir "$TMP/ck_one" --resume --report "$TMP/one.json" &&
-    same_run straight one
-mpi mpi3 3 "${LM[@]}" --stages 3 --checkpoint-dir "$TMP/ck_mpi3" --resume --report "$TMP/mpi3.json" &&
-    same_run straight mpi3
+    cli_same_run straight one
+cli_mpirun mpi3 3 "${LM[@]}" --stages 3 --checkpoint-dir "$TMP/ck_mpi3" --resume --report "$TMP/mpi3.json" &&
+    cli_same_run straight mpi3
 # The threads run that resumed a set writes one-file checkpoints after it.
 [ -f "$TMP/ck_thr1/ckpt-00000008.safetensors" ] || bad "threads after a set: $(files "$TMP/ck_thr1")"
 
 # --- threads K = 4 (one file) -> MPI K = 2 ----------------------------------------------------
 run k4 "${LM[@]}" --stages 4 --checkpoint-dir "$TMP/k4" --stop-after 3
-mpi k4to2 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/k4" --resume --report "$TMP/k4to2.json" &&
-    same_run straight k4to2
+cli_mpirun k4to2 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/k4" --resume --report "$TMP/k4to2.json" &&
+    cli_same_run straight k4to2
 [ -f "$TMP/k4/ckpt-00000008.safetensors.index.json" ] || bad "MPI after a one-file checkpoint: $(files "$TMP/k4")"
 
 # --- D = 2 (4 ranks): the replicas' sums differ from D = 1 by rounding, so a D = 2 reference ---
 D2=("${LM[@]:0:8}" --micro-batches 2 "${LM[@]:10}" --stages 2 --data-parallel 2)
-mpi d2 4 "${D2[@]}" --report "$TMP/d2.json"
-mpi d2a 4 "${D2[@]}" --checkpoint-dir "$TMP/d2" --stop-after 4
+cli_mpirun d2 4 "${D2[@]}" --report "$TMP/d2.json"
+cli_mpirun d2a 4 "${D2[@]}" --checkpoint-dir "$TMP/d2" --stop-after 4
 [ "$(ls "$TMP/d2" | wc -l)" = 3 ] || bad "D = 2: one part per stage expected: $(files "$TMP/d2")"
-mpi d2b 4 "${D2[@]}" --checkpoint-dir "$TMP/d2" --resume --report "$TMP/d2b.json" &&
-    same_run d2 d2b
+cli_mpirun d2b 4 "${D2[@]}" --checkpoint-dir "$TMP/d2" --resume --report "$TMP/d2b.json" &&
+    cli_same_run d2 d2b
 
 # --- gpipe eval and sample read the index -----------------------------------------------------
 IDX=$TMP/ck/ckpt-00000008.safetensors.index.json
@@ -162,13 +124,13 @@ sys.exit(1 if errors else 0)
 PY
 
 # --- --keep removes whole sets; orphan parts and temporary files are cleaned on resume --------
-mpi keep 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/keep" --checkpoint-every 1 --keep 2
+cli_mpirun keep 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/keep" --checkpoint-every 1 --keep 2
 [ "$(files "$TMP/keep")" = "ckpt-00000007-00001-of-00002.safetensors ckpt-00000007-00002-of-00002.safetensors ckpt-00000007.safetensors.index.json ckpt-00000008-00001-of-00002.safetensors ckpt-00000008-00002-of-00002.safetensors ckpt-00000008.safetensors.index.json " ] ||
     bad "--keep 2 under MPI kept: $(files "$TMP/keep")"
 cp -r "$TMP/ck_mpi2" "$TMP/orphan"
 cp "$TMP/orphan/ckpt-00000004-00001-of-00002.safetensors" "$TMP/orphan/ckpt-00000006-00001-of-00002.safetensors"
 echo partial >"$TMP/orphan/ckpt-00000006-00002-of-00002.safetensors.tmp.12345"
-mpi orphan 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/orphan" --resume --stop-after 5 \
+cli_mpirun orphan 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/orphan" --resume --stop-after 5 \
     --report "$TMP/orphan.json"
 grep -q "removed 2 incomplete file(s) left in $TMP/orphan by an interrupted save" "$TMP/orphan.out" ||
     bad "orphans not removed: $(cat "$TMP/orphan.out")"
@@ -187,8 +149,8 @@ grep -q "checkpoint $TMP/fail/ckpt-00000004.safetensors.index.json: a part was n
 [ ! -e "$TMP/fail/ckpt-00000004-00001-of-00002.safetensors" ] ||
     bad "failed part: rank 0's part of the uncommitted set was left behind"
 rm -r "$TMP/fail/ckpt-00000004-00002-of-00002.safetensors"
-mpi fail_resume 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/fail" --resume \
-    --report "$TMP/fail_resume.json" && same_run straight fail_resume
+cli_mpirun fail_resume 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/fail" --resume \
+    --report "$TMP/fail_resume.json" && cli_same_run straight fail_resume
 grep -q "continuing at step 2 of 8" "$TMP/fail_resume.out" || bad "not resumed from step 2"
 
 # --- a damaged or missing part of the newest set: a named error, nothing changed --------------
@@ -209,7 +171,7 @@ expect_damaged() {
     after=$(cd "$TMP/dmg" && md5sum -- * 2>/dev/null | sort)
     [ "$before" = "$after" ] || bad "$name: the checkpoint folder changed"
 }
-mpi dmg0 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/dmg0" --checkpoint-every 2 --stop-after 4
+cli_mpirun dmg0 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/dmg0" --checkpoint-every 2 --stop-after 4
 P2=ckpt-00000004-00002-of-00002.safetensors
 rm -rf "$TMP/dmg" && cp -r "$TMP/dmg0" "$TMP/dmg"
 python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[-100]^=1; open(p,'wb').write(b)" "$TMP/dmg/$P2"
