@@ -10,7 +10,7 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := checkpoint config idx text
+FUZZ_TARGETS := checkpoint checkpoint_index config idx text
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
 # Python packages from PyPI for the tests (the reference `safetensors` reader), in a venv that
@@ -74,9 +74,10 @@ test-tsan: deps
 	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint'
 
-# libFuzzer (clang, ASan + UBSan) on the checkpoint, JSON config, IDX and text readers, each for
-# FUZZ_SECONDS from its committed seed corpus in tests/fuzz/corpus/ (which also holds every input
-# that ever failed, as a regression); new inputs go to $(FUZZ_BUILD)/corpus, never the tree.
+# libFuzzer (clang, ASan + UBSan) on the checkpoint, checkpoint-index (multi-part sets), JSON
+# config, IDX and text readers, each for FUZZ_SECONDS from its committed seed corpus in
+# tests/fuzz/corpus/ (which also holds every input that ever failed, as a regression); new inputs
+# go to $(FUZZ_BUILD)/corpus, never the tree.
 test-fuzz: deps
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_FUZZ=ON -DGP_BUILD_TESTS=OFF \
 	  -DCMAKE_C_COMPILER=clang

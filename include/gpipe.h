@@ -776,6 +776,65 @@ gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_opti
 /* The "step" of a gpipe checkpoint (steps done when it was saved). */
 gp_status gp_checkpoint_step(const gp_safetensors *f, int *step);
 
+/* A checkpoint to load from, in either form: one safetensors file as above (or a foreign
+ * weights file), or a multi-part set, as a multi-process pipeline saves it
+ * (gp_pipeline_checkpoint_save): part files, each a checkpoint of a layer range (one stage's),
+ * committed by an index "<base>.safetensors.index.json" (a path ending ".json" is opened as an
+ * index). The index is JSON: "metadata" (the strings a one-file checkpoint carries, "layers"
+ * covering the whole model), "parts" ([{"file", "layers": [first, last), "bytes", "crc32"}],
+ * files in the index's folder, in layer order without gaps) and "weight_map" (tensor name ->
+ * file, the layout of sharded safetensors checkpoints in PyTorch tooling). It is written only
+ * after every part is durable, so a set without it is incomplete and never opened. Opening
+ * reads the index (or the whole one file); parts are read when their layers are loaded. */
+typedef struct gp_checkpoint gp_checkpoint;
+gp_status gp_checkpoint_open(const char *path, gp_checkpoint **out);
+void gp_checkpoint_close(gp_checkpoint *c);
+/* 1 for the one-file form; the number of parts of a set. */
+int gp_checkpoint_nparts(const gp_checkpoint *c);
+/* A metadata string (the one file's or the index's), or NULL; valid until the close. */
+const char *gp_checkpoint_meta(const gp_checkpoint *c, const char *key);
+/* Its "step" (steps done when it was saved). */
+gp_status gp_checkpoint_saved_step(const gp_checkpoint *c, int *step);
+/* Loads layers [first, last) of m (and with o their optimizer state) from whichever parts hold
+ * them, as gp_checkpoint_load does: each part read is checked against the index (size, CRC-32
+ * of the whole file, its layers and step) and against the model before anything is copied, so
+ * on any error m is unchanged and the message names the part file. Layers outside the range
+ * need not be allocated. */
+gp_status gp_checkpoint_load_layers(gp_checkpoint *c, gp_model *m, int first, int last,
+                                    const gp_optim_opts *o);
+/* One part of a set, for the index: its file name (in the index's folder), the layers it
+ * holds, and its size and CRC-32 (gp_checkpoint_file_info). */
+typedef struct gp_checkpoint_part {
+    const char *file;
+    int first, last;
+    uint64_t bytes;
+    uint32_t crc32;
+} gp_checkpoint_part;
+gp_status gp_checkpoint_file_info(const char *path, uint64_t *bytes, uint32_t *crc32);
+/* Commits a set: writes its index atomically (gp_file_out) with the metadata
+ * gp_checkpoint_save would give the whole model. Call it only once every part is durable. */
+gp_status gp_checkpoint_commit(const char *index_path, const gp_model *m,
+                               const gp_checkpoint_part *parts, int nparts,
+                               const gp_optim_opts *o, int step, const gp_checkpoint_kv *extra,
+                               int nextra);
+
+/* A pipeline's checkpoint, collective over every rank. Threads: one file,
+ * "<base>.safetensors". MPI: the rank of each stage in replica 0 writes that stage's layers with
+ * their optimizer state as "<base>-<k+1, 5 digits>-of-<K, 5 digits>.safetensors" (atomically);
+ * then every rank learns every part's outcome (an all-gather bounded by the comm timeout), and
+ * only if all K are durable does rank 0 write the index "<base>.safetensors.index.json". A part
+ * that fails on any rank: no index, the parts written are removed, and every rank returns the
+ * same error naming the failed rank, stage and cause; likewise if the index cannot be written.
+ * written (may be NULL) gets the path of the file or index. */
+gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step,
+                                      const gp_checkpoint_kv *extra, int nextra, char *written,
+                                      size_t written_size);
+/* Collective: each rank loads its own stage's layers and their optimizer state from c (any
+ * form, saved with any K; on threads every layer), and every rank returns the same outcome (a
+ * failure names the rank and the part). Replicas load the same values. The other stages'
+ * layers on each rank stay stale until gp_pipeline_sync_params. Sets no step count. */
+gp_status gp_pipeline_checkpoint_load(gp_pipeline *p, gp_checkpoint *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,10 @@
  * pipelines, also across K (saved on K = 4, resumed on 1, 2, 3 and the reverse), for the
  * Transformer with dropout (AdamW) and the ConvNet with batch norm (SGD with momentum). Then
  * loads that must fail (another model, another optimizer, a missing or extra tensor) name the
- * file and the tensor and leave the model unchanged. */
+ * file and the tensor and leave the model unchanged. Multi-part sets as a multi-process pipeline
+ * writes them (one part per stage and an index committing them) resume on any K and on one
+ * device bit for bit; damaged parts and malformed indexes are named errors that change
+ * nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,14 @@
 #define M_MICRO 2
 #define BATCH 4
 #define NSTEPS 3 /* N: 2N straight vs N + N */
+
+#define REQUIRE_FILE(f)                                                                    \
+    do {                                                                                   \
+        if (!(f)) {                                                                        \
+            perror(__FILE__ ": a scratch file");                                           \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
 
 /* The pipeline test's networks, with a cosine schedule for the Transformer so a resumed run
  * must follow it. */
@@ -191,6 +202,198 @@ static void check_bad_loads(void) {
     remove(path);
 }
 
+/* A multi-part set of s's model as the MPI backend writes it: one part per stage of a K-stage
+ * split (the pipeline's own on K stages), each written alone, then the index. */
+static void session_save_parts(session *s, int K, const char *base, const char **index) {
+    int L = gp_model_nlayers(s->m), step = session_step(s);
+    gp_checkpoint_part parts[8];
+    static char files[8][64], paths[8][600];
+    for (int k = 0; k < K; k++) {
+        parts[k].first = s->p ? gp_pipeline_cell_first(s->p, k) : k * L / K;
+        parts[k].last = k + 1 < K ? (s->p ? gp_pipeline_cell_first(s->p, k + 1) : (k + 1) * L / K)
+                                  : L;
+        snprintf(files[k], sizeof files[k], "%s-%05d-of-%05d.safetensors", base, k + 1, K);
+        snprintf(paths[k], sizeof paths[k], "%s", gp_scratch_path(files[k]));
+        parts[k].file = files[k];
+        REQUIRE_OK(gp_checkpoint_save(paths[k], s->m, parts[k].first, parts[k].last, &s->o, step,
+                                      NULL, 0));
+        REQUIRE_OK(gp_checkpoint_file_info(paths[k], &parts[k].bytes, &parts[k].crc32));
+    }
+    char name[128];
+    snprintf(name, sizeof name, "%s.safetensors.index.json", base);
+    *index = gp_scratch_path(name);
+    gp_checkpoint_kv kv[] = {{"note", "parts"}};
+    REQUIRE_OK(gp_checkpoint_commit(*index, s->m, parts, K, &s->o, step, kv, 1));
+}
+
+static void remove_set(const char *base, int K) {
+    char name[128];
+    for (int k = 0; k < K; k++) {
+        snprintf(name, sizeof name, "%s-%05d-of-%05d.safetensors", base, k + 1, K);
+        remove(gp_scratch_path(name));
+    }
+    snprintf(name, sizeof name, "%s.safetensors.index.json", base);
+    remove(gp_scratch_path(name));
+}
+
+/* Straight 2N steps on one device; N steps on K_save stages saved as a set; resumed on
+ * K_resume (0: one device, through gp_checkpoint_load_layers; else each stage's layers through
+ * gp_pipeline_checkpoint_load). */
+static void check_resume_parts(gp_test_net net, int K_save, int K_resume) {
+    float want[2 * NSTEPS], got[2 * NSTEPS];
+    session a, b, c;
+    session_new(&a, net, 0);
+    session_run(&a, 2 * NSTEPS, want);
+    uint64_t want_hash = gp_model_params_fnv1a64(a.m);
+    session_free(&a);
+
+    const char *index;
+    session_new(&b, net, K_save);
+    session_run(&b, NSTEPS, got);
+    session_save_parts(&b, K_save, "set", &index);
+    session_free(&b);
+
+    session_new(&c, net, K_resume);
+    gp_checkpoint *ck;
+    REQUIRE_OK(gp_checkpoint_open(index, &ck));
+    CHECK_EQ_INT(gp_checkpoint_nparts(ck), K_save);
+    CHECK(gp_checkpoint_meta(ck, "note") && strcmp(gp_checkpoint_meta(ck, "note"), "parts") == 0);
+    int step = -1;
+    REQUIRE_OK(gp_checkpoint_saved_step(ck, &step));
+    CHECK_EQ_INT(step, NSTEPS);
+    if (c.p)
+        REQUIRE_OK(gp_pipeline_checkpoint_load(c.p, ck));
+    else
+        REQUIRE_OK(gp_checkpoint_load_layers(ck, c.m, 0, gp_model_nlayers(c.m), &c.o));
+    gp_checkpoint_close(ck);
+    REQUIRE_OK(c.t ? gp_trainer_set_step(c.t, step) : gp_pipeline_set_step(c.p, step));
+    session_run(&c, NSTEPS, got);
+    uint64_t got_hash = gp_model_params_fnv1a64(c.m);
+    session_free(&c);
+    remove_set("set", K_save);
+    if (memcmp(want, got, sizeof want) != 0 || want_hash != got_hash)
+        fprintf(stderr, "set saved on K %d, resumed on K %d: hash %016llx vs %016llx\n", K_save,
+                K_resume, (unsigned long long)want_hash, (unsigned long long)got_hash);
+    CHECK(memcmp(want, got, sizeof want) == 0 && want_hash == got_hash);
+}
+
+/* Rewrites the scratch file name with its first `from` replaced by `to`. */
+static void edit_file(const char *name, const char *from, const char *to) {
+    const char *path = gp_scratch_path(name);
+    FILE *f = fopen(path, "rb");
+    REQUIRE_FILE(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *at = strstr(buf, from);
+    REQUIRE_FILE(at);
+    char out[(1 << 16) + 256];
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
+    f = fopen(path, "wb");
+    REQUIRE_FILE(f);
+    fputs(out, f);
+    fclose(f);
+}
+
+/* Sets that must not load: each error names the index or the part and changes nothing. */
+static void check_bad_sets(void) {
+    session s;
+    session_new(&s, GP_TEST_TRANSFORMER, 0);
+    float l[NSTEPS];
+    session_run(&s, 1, l);
+    const char *index;
+    char idx_copy[700];
+    session_save_parts(&s, 2, "bad", &index);
+    snprintf(idx_copy, sizeof idx_copy, "%s", index);
+    uint64_t before = gp_model_params_fnv1a64(s.m);
+    gp_checkpoint *ck;
+
+    /* One byte of the second part flipped after the commit. */
+    const char *p2 = gp_scratch_path("bad-00002-of-00002.safetensors");
+    FILE *f = fopen(p2, "r+b");
+    REQUIRE_FILE(f);
+    fseek(f, -40, SEEK_END);
+    int ch = fgetc(f);
+    fseek(f, -40, SEEK_END);
+    fputc(ch ^ 1, f);
+    fclose(f);
+    REQUIRE_OK(gp_checkpoint_open(idx_copy, &ck));
+    CHECK_FAILS(gp_checkpoint_load_layers(ck, s.m, 0, gp_model_nlayers(s.m), &s.o), GP_FORMAT,
+                "part 2 of 2 is");
+    CHECK(gp_model_params_fnv1a64(s.m) == before); /* part 1 was fine, yet nothing copied */
+    /* The first part's layers alone still load: a range reads only the parts it needs. */
+    int split = gp_model_nlayers(s.m) / 2;
+    REQUIRE_OK(gp_checkpoint_load_layers(ck, s.m, 0, split, &s.o));
+    CHECK_FAILS(gp_checkpoint_load_layers(ck, s.m, split - 1, split + 1, &s.o), GP_FORMAT,
+                "damaged or replaced");
+    gp_checkpoint_close(ck);
+    /* A missing part. */
+    remove(p2);
+    REQUIRE_OK(gp_checkpoint_open(idx_copy, &ck));
+    CHECK_FAILS(gp_checkpoint_load_layers(ck, s.m, 0, gp_model_nlayers(s.m), &s.o), GP_IO,
+                "cannot open");
+    gp_checkpoint_close(ck);
+    /* A part file opened alone for the whole model. */
+    REQUIRE_OK(gp_checkpoint_open(gp_scratch_path("bad-00001-of-00002.safetensors"), &ck));
+    CHECK_FAILS(gp_checkpoint_load_layers(ck, s.m, 0, gp_model_nlayers(s.m), &s.o), GP_FORMAT,
+                "holds layers 0-");
+    gp_checkpoint_close(ck);
+    remove_set("bad", 2);
+
+    /* Malformed indexes: each a named error at open. */
+    static const char *const edits[][3] = {
+        {"\"file\":\t\"bad-00002", "\"file\":\t\"../bad-00002", "a file name in the index's folder"},
+        {"\"crc32\":\t\"", "\"crc32\":\t\"z", "\"crc32\" must be 8 hex digits"},
+        {"\"parts\":", "\"parts\": [], \"x\":", "expected an array of 1..4096 parts"},
+        {"\"format\":", "\"format\": 3, \"y\":", "is not a string"},
+        {"{", "[", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        session_save_parts(&s, 2, "bad", &index);
+        edit_file("bad.safetensors.index.json", edits[i][0], edits[i][1]);
+        CHECK_FAILS(gp_checkpoint_open(idx_copy, &ck), GP_FORMAT, edits[i][2]);
+        CHECK(strstr(gp_last_error(), "bad.safetensors.index.json") != NULL);
+        gp_checkpoint_close(ck); /* NULL after a failure */
+        remove_set("bad", 2);
+    }
+    /* A gap between the parts' layers. */
+    session_save_parts(&s, 3, "gap", &index);
+    char from[64], to[64];
+    snprintf(from, sizeof from, "\"layers\":\t[%d,", gp_model_nlayers(s.m) / 3);
+    snprintf(to, sizeof to, "\"layers\":\t[%d,", gp_model_nlayers(s.m) / 3 + 1);
+    edit_file("gap.safetensors.index.json", from, to);
+    CHECK_FAILS(gp_checkpoint_open(index, &ck), GP_FORMAT, "without gaps");
+    remove_set("gap", 3);
+    /* Committing parts that do not cover the model is refused. */
+    gp_checkpoint_part one = {"x.safetensors", 0, 1, 0, 0};
+    CHECK_FAILS(gp_checkpoint_commit(gp_scratch_path("x.safetensors.index.json"), s.m, &one, 1,
+                                     &s.o, 1, NULL, 0),
+                GP_INVALID_ARGUMENT, "covering 0..");
+    session_free(&s);
+}
+
+/* A pipeline on threads saves one file through gp_pipeline_checkpoint_save. */
+static void check_pipeline_save_threads(void) {
+    session s;
+    session_new(&s, GP_TEST_CONVNET, 2);
+    float l[NSTEPS];
+    session_run(&s, 1, l);
+    char written[700], base[600];
+    snprintf(base, sizeof base, "%s", gp_scratch_path("pipe"));
+    REQUIRE_OK(gp_pipeline_checkpoint_save(s.p, base, 1, NULL, 0, written, sizeof written));
+    CHECK(strcmp(written + strlen(written) - strlen("pipe.safetensors"), "pipe.safetensors") == 0);
+    gp_checkpoint *ck;
+    REQUIRE_OK(gp_checkpoint_open(written, &ck));
+    CHECK_EQ_INT(gp_checkpoint_nparts(ck), 1);
+    uint64_t h = gp_model_params_fnv1a64(s.m);
+    REQUIRE_OK(gp_pipeline_checkpoint_load(s.p, ck));
+    CHECK(gp_model_params_fnv1a64(s.m) == h);
+    gp_checkpoint_close(ck);
+    remove(written);
+    session_free(&s);
+}
+
 int main(void) {
     gp_scratch_init("test_checkpoint");
     gp_blas_set_threads(1); /* pipelines run one BLAS thread per stage: compare like with like */
@@ -204,6 +407,13 @@ int main(void) {
         check_resume((gp_test_net)net, 0, 0, 3); /* one device to a pipeline */
     }
     check_bad_loads();
+    for (int net = 0; net < 2; net++) {
+        check_resume_parts((gp_test_net)net, 2, 0); /* a set to one device */
+        check_resume_parts((gp_test_net)net, 2, 3); /* to another K */
+        check_resume_parts((gp_test_net)net, 4, 1);
+    }
+    check_bad_sets();
+    check_pipeline_save_threads();
     gp_scratch_cleanup();
     return gp_test_finish("test_checkpoint");
 }

@@ -1,8 +1,10 @@
 /* Checkpoints of `gpipe train`: DIR/ckpt-<step, 8 digits>.safetensors written every N steps, at
- * --stop-after and at the end (atomically, by the library), the newest --keep kept; --resume
- * takes the newest complete one (a write cut short is only ever a .tmp.<pid> file, which is
- * removed), checks that the model and the options that shape the numbers are the same, and
- * continues at its step, so the run ends with the bits of an uninterrupted one. */
+ * --stop-after and at the end (atomically, by the library); under MPI instead one part per
+ * stage, ckpt-<step>-<k>-of-<K>.safetensors, committed by ckpt-<step>.safetensors.index.json.
+ * The newest --keep are kept; --resume takes the newest complete one (a write cut short is only
+ * ever a .tmp.<pid> file or parts without an index, which are removed), checks that the model
+ * and the options that shape the numbers are the same, and continues at its step, so the run
+ * ends with the bits of an uninterrupted one, whatever K saved it and whatever K resumes. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -48,29 +50,78 @@ int gp_cli_model_config(const char *cmd, const char *name, char **out) {
     return GP_CLI_EXIT_OK;
 }
 
-/* Step of a checkpoint file name "ckpt-00000012.safetensors" (exactly), or -1. */
-static long name_step(const char *name) {
-    size_t np = strlen(CKPT_PREFIX), ns = strlen(CKPT_SUFFIX), n = strlen(name);
-    if (n != np + 8 + ns || strncmp(name, CKPT_PREFIX, np) != 0 ||
-        strcmp(name + np + 8, CKPT_SUFFIX) != 0)
-        return -1;
+/* The names in --checkpoint-dir: a one-file checkpoint, the index that commits a multi-part
+ * set (MPI), a part of one, and a temporary file of a write cut short. */
+enum { NAME_OTHER, NAME_SINGLE, NAME_INDEX, NAME_PART, NAME_TMP };
+#define CKPT_INDEX_SUFFIX CKPT_SUFFIX ".index.json"
+
+static int name_kind(const char *name, long *step) {
+    size_t np = strlen(CKPT_PREFIX);
+    *step = -1;
+    if (strncmp(name, CKPT_PREFIX, np) != 0) return NAME_OTHER;
+    if (strstr(name, ".tmp.")) return NAME_TMP; /* <final name>.tmp.<pid> */
     long v = 0;
     for (size_t i = np; i < np + 8; i++) {
-        if (name[i] < '0' || name[i] > '9') return -1;
+        if (name[i] < '0' || name[i] > '9') return NAME_OTHER;
         v = v * 10 + (name[i] - '0');
     }
-    return v;
+    const char *rest = name + np + 8;
+    int a = 0, b = 0, used = 0;
+    *step = v;
+    if (strcmp(rest, CKPT_SUFFIX) == 0) return NAME_SINGLE;
+    if (strcmp(rest, CKPT_INDEX_SUFFIX) == 0) return NAME_INDEX;
+    if (sscanf(rest, "-%5d-of-%5d" CKPT_SUFFIX "%n", &a, &b, &used) == 2 && rest[used] == '\0' &&
+        strlen(rest) == strlen("-00001-of-00002" CKPT_SUFFIX))
+        return NAME_PART;
+    *step = -1;
+    return NAME_OTHER;
 }
 
-static int cmp_long_desc(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
+typedef struct ckpt_entry {
+    long step;
+    bool set; /* committed by an index (else one file) */
+} ckpt_entry;
+
+static int cmp_entry_desc(const void *a, const void *b) {
+    long x = ((const ckpt_entry *)a)->step, y = ((const ckpt_entry *)b)->step;
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The steps of the complete checkpoints in dir, newest first (malloc'd, *n of them); removes
+static void ckpt_path(const char *dir, const ckpt_entry *e, char *buf, size_t n) {
+    snprintf(buf, n, "%s/" CKPT_PREFIX "%08ld%s", dir, e->step,
+             e->set ? CKPT_INDEX_SUFFIX : CKPT_SUFFIX);
+}
+
+static bool has_step(const ckpt_entry *e, int n, long step) {
+    for (int i = 0; i < n; i++)
+        if (e[i].step == step) return true;
+    return false;
+}
+
+/* Removes the leftovers of saves cut short: temporary files, and parts of sets that were never
+ * committed (no index). Returns how many. */
+static int clean_dir(const char *dir, const ckpt_entry *e, int n) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long st;
+        int kind = name_kind(de->d_name, &st);
+        if (kind == NAME_TMP || (kind == NAME_PART && !has_step(e, n, st))) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (remove(path) == 0) removed++;
+        }
+    }
+    closedir(d);
+    return removed;
+}
+
+/* The complete checkpoints in dir, newest first (malloc'd, *n of them); with clean, removes
  * leftovers of writes that were cut short. Returns an exit status. */
-static int list_checkpoints(const char *dir, long **steps, int *n, bool clean) {
-    *steps = NULL;
+static int list_checkpoints(const char *dir, ckpt_entry **out, int *n, bool clean) {
+    *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
     if (!d) {
@@ -78,42 +129,36 @@ static int list_checkpoints(const char *dir, long **steps, int *n, bool clean) {
                 strerror(errno));
         return GP_CLI_EXIT_RUNTIME;
     }
-    int cap = 0, removed = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long st = name_step(e->d_name);
-        if (st < 0) {
-            /* ckpt-XXXXXXXX.safetensors.tmp.<pid>: a save that never finished. */
-            const char *tmp = strstr(e->d_name, CKPT_SUFFIX ".tmp.");
-            if (clean && strncmp(e->d_name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0 && tmp) {
-                char path[4096];
-                snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-                if (remove(path) == 0) removed++;
-            }
+    int cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long st;
+        int kind = name_kind(de->d_name, &st);
+        if (kind != NAME_SINGLE && kind != NAME_INDEX) continue;
+        if (has_step(*out, *n, st)) { /* both forms at one step: the set */
+            for (int i = 0; i < *n; i++)
+                if ((*out)[i].step == st && kind == NAME_INDEX) (*out)[i].set = true;
             continue;
         }
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
-            long *ns = realloc(*steps, (size_t)cap * sizeof *ns);
+            ckpt_entry *ns = realloc(*out, (size_t)cap * sizeof *ns);
             if (!ns) {
                 closedir(d);
                 fprintf(stderr, "gpipe train: --checkpoint-dir %s: out of host memory\n", dir);
                 return GP_CLI_EXIT_RUNTIME;
             }
-            *steps = ns;
+            *out = ns;
         }
-        (*steps)[(*n)++] = st;
+        (*out)[(*n)++] = (ckpt_entry){st, kind == NAME_INDEX};
     }
     closedir(d);
+    int removed = clean ? clean_dir(dir, *out, *n) : 0;
     if (removed)
         printf("checkpoint: removed %d incomplete file(s) left in %s by an interrupted save\n",
                removed, dir);
-    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_long_desc);
+    if (*n) qsort(*out, (size_t)*n, sizeof **out, cmp_entry_desc);
     return GP_CLI_EXIT_OK;
-}
-
-static void ckpt_path(const char *dir, long step, char *buf, size_t n) {
-    snprintf(buf, n, "%s/" CKPT_PREFIX "%08ld" CKPT_SUFFIX, dir, step);
 }
 
 /* The options that shape the numbers of a run: a resumed run must use the same. */
@@ -155,9 +200,9 @@ static const char *option_of(const char *key) {
 }
 
 /* Same model config and same options, or a message naming what differs. */
-static int check_same_run(const gp_cli_train *t, const gp_safetensors *f, const char *path) {
-    const char *mc = gp_safetensors_meta(f, "model_config");
-    const char *to = gp_safetensors_meta(f, "train_options");
+static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const char *path) {
+    const char *mc = gp_checkpoint_meta(c, "model_config");
+    const char *to = gp_checkpoint_meta(c, "train_options");
     cJSON *a = mc ? cJSON_Parse(mc) : NULL, *b = cJSON_Parse(t->model_config);
     bool same_model = a && b && cJSON_Compare(a, b, true);
     cJSON_Delete(a);
@@ -196,7 +241,8 @@ int gp_cli_ckpt_prepare(gp_cli_train *t) {
     if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
     struct stat st;
     if (stat(t->ckpt_dir, &st) != 0) {
-        if (errno != ENOENT || mkdir(t->ckpt_dir, 0777) != 0) {
+        /* EEXIST: another rank of an MPI job made it first. */
+        if (errno != ENOENT || (mkdir(t->ckpt_dir, 0777) != 0 && errno != EEXIST)) {
             fprintf(stderr, "gpipe train: --checkpoint-dir %s: cannot create: %s\n", t->ckpt_dir,
                     strerror(errno));
             return GP_CLI_EXIT_RUNTIME;
@@ -211,40 +257,53 @@ int gp_cli_ckpt_prepare(gp_cli_train *t) {
 int gp_cli_ckpt_resume(gp_cli_train *t) {
     t->start_step = 0;
     if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
-    long *steps;
+    ckpt_entry *e;
     int n;
-    int rc = list_checkpoints(t->ckpt_dir, &steps, &n, true);
+    /* MPI: every rank reads the folder, rank 0 alone changes it. */
+    int rc = list_checkpoints(t->ckpt_dir, &e, &n, t->place.rank == 0);
     if (rc == GP_CLI_EXIT_OK && !t->resume && n > 0) {
         /* A fresh run would mix its checkpoints with these, and --keep could delete its own. */
         fprintf(stderr, "gpipe train: --checkpoint-dir %s already holds checkpoints (the newest "
                         "at step %ld): add --resume to continue from it, or give another folder\n",
-                t->ckpt_dir, steps[0]);
+                t->ckpt_dir, e[0].step);
         rc = GP_CLI_EXIT_RUNTIME;
     }
     if (rc != GP_CLI_EXIT_OK || !t->resume) {
-        free(steps);
+        free(e);
         return rc;
     }
     if (n == 0) {
         printf("resume: no checkpoint in %s; starting fresh at step 0\n", t->ckpt_dir);
         fflush(stdout);
-        free(steps);
+        free(e);
         return GP_CLI_EXIT_OK;
     }
-    char path[4096];
-    ckpt_path(t->ckpt_dir, steps[0], path, sizeof path);
-    free(steps);
-    gp_safetensors *f;
+    char path[4096], prev[4096] = "";
+    ckpt_path(t->ckpt_dir, &e[0], path, sizeof path);
+    if (n > 1) ckpt_path(t->ckpt_dir, &e[1], prev, sizeof prev);
+    free(e);
+    gp_checkpoint *c = NULL;
     int step = 0;
-    if (gp_safetensors_read(path, &f) != GP_OK) return gp_cli_fail("train", "--resume");
-    rc = check_same_run(t, f, path);
+    bool damaged = gp_checkpoint_open(path, &c) != GP_OK;
+    rc = damaged ? gp_cli_fail("train", "--resume") : check_same_run(t, c, path);
     if (rc == GP_CLI_EXIT_OK &&
-        (gp_checkpoint_step(f, &step) != GP_OK ||
-         gp_checkpoint_load(f, t->model, &t->optim) != GP_OK ||
+        (gp_checkpoint_saved_step(c, &step) != GP_OK ||
+         (t->pipeline ? gp_pipeline_checkpoint_load(t->pipeline, c)
+                      : gp_checkpoint_load_layers(c, t->model, 0, gp_model_nlayers(t->model),
+                                                  &t->optim)) != GP_OK ||
          (t->trainer ? gp_trainer_set_step(t->trainer, step)
-                     : gp_pipeline_set_step(t->pipeline, step)) != GP_OK))
+                     : gp_pipeline_set_step(t->pipeline, step)) != GP_OK)) {
         rc = gp_cli_fail("train", "--resume");
-    gp_safetensors_free(f);
+        damaged = true;
+    }
+    /* The newest complete checkpoint does not load: taking an older one silently would lose
+     * the steps since and hide the damage, so the user decides. */
+    if (damaged && prev[0])
+        fprintf(stderr, "gpipe train: --resume: %s was committed complete but does not load; to "
+                        "resume from the previous checkpoint %s, move the damaged one out of "
+                        "%s\n",
+                path, prev, t->ckpt_dir);
+    gp_checkpoint_close(c);
     if (rc != GP_CLI_EXIT_OK) return rc;
     if (step > t->total_steps) {
         fprintf(stderr, "gpipe train: --resume: %s is at step %d, past the %d steps of this run\n",
@@ -257,18 +316,35 @@ int gp_cli_ckpt_resume(gp_cli_train *t) {
     return GP_CLI_EXIT_OK;
 }
 
-/* Removes all but the newest --keep checkpoints. */
-static void prune(const gp_cli_train *t) {
-    long *steps;
-    int n;
-    if (list_checkpoints(t->ckpt_dir, &steps, &n, false) != GP_CLI_EXIT_OK) return;
-    for (int i = t->ckpt_keep; i < n; i++) {
-        char path[4096];
-        ckpt_path(t->ckpt_dir, steps[i], path, sizeof path);
+/* Removes a checkpoint: its file or index first (so what is left is never taken for complete),
+ * then its parts. */
+static void remove_checkpoint(const char *dir, const ckpt_entry *e) {
+    char path[4096];
+    ckpt_entry both[2] = {{e->step, false}, {e->step, true}};
+    for (int i = 0; i < 2; i++) {
+        ckpt_path(dir, &both[i], path, sizeof path);
+        if (remove(path) != 0 && errno != ENOENT)
+            fprintf(stderr, "gpipe train: --keep: cannot remove %s: %s\n", path, strerror(errno));
+    }
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        long st;
+        if (name_kind(de->d_name, &st) != NAME_PART || st != e->step) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         if (remove(path) != 0)
             fprintf(stderr, "gpipe train: --keep: cannot remove %s: %s\n", path, strerror(errno));
     }
-    free(steps);
+    if (d) closedir(d);
+}
+
+/* Removes all but the newest --keep checkpoints. */
+static void prune(const gp_cli_train *t) {
+    ckpt_entry *e;
+    int n;
+    if (list_checkpoints(t->ckpt_dir, &e, &n, false) != GP_CLI_EXIT_OK) return;
+    for (int i = t->ckpt_keep; i < n; i++) remove_checkpoint(t->ckpt_dir, &e[i]);
+    free(e);
 }
 
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
@@ -276,7 +352,7 @@ int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
     bool due = done == t->stop_step || (t->ckpt_every > 0 && done % t->ckpt_every == 0);
     if (!due) return GP_CLI_EXIT_OK;
     char path[4096], buf[64], pos[64];
-    ckpt_path(t->ckpt_dir, done, path, sizeof path);
+    ckpt_path(t->ckpt_dir, &(ckpt_entry){done, false}, path, sizeof path);
     double t0 = gp_now();
     cJSON *opts = train_options(t);
     char *opts_text = opts ? cJSON_PrintUnformatted(opts) : NULL;
@@ -301,16 +377,27 @@ int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
         fprintf(stderr, "gpipe train: --checkpoint-dir: out of host memory\n");
         return GP_CLI_EXIT_RUNTIME;
     }
-    gp_status s = gp_checkpoint_save(path, t->model, 0, gp_model_nlayers(t->model), &t->optim,
-                                     done, kv, 5);
+    /* A pipeline saves itself: under MPI one part per stage, committed by an index. */
+    char base[4096];
+    snprintf(base, sizeof base, "%s/" CKPT_PREFIX "%08d", t->ckpt_dir, done);
+    gp_status s = t->pipeline
+                      ? gp_pipeline_checkpoint_save(t->pipeline, base, done, kv, 5, path, sizeof path)
+                      : gp_checkpoint_save(path, t->model, 0, gp_model_nlayers(t->model),
+                                           &t->optim, done, kv, 5);
     cJSON_free(opts_text);
     if (s != GP_OK) return gp_cli_fail("train", "--checkpoint-dir: cannot write a checkpoint");
-    prune(t);
+    if (t->place.rank == 0) prune(t);
     struct stat st;
     char size[32];
-    printf("checkpoint: wrote %s (step %d, %s, %.2fs)\n", path, done,
-           gp_cli_fmt_bytes(stat(path, &st) == 0 ? (uint64_t)st.st_size : 0, size, sizeof size),
-           gp_now() - t0);
+    int K = t->pipeline && t->place.backend == GP_BACKEND_MPI ? gp_pipeline_stages(t->pipeline) : 0;
+    if (K > 0)
+        printf("checkpoint: committed %s (step %d, %d parts, %.2fs)\n", path, done, K,
+               gp_now() - t0);
+    else
+        printf("checkpoint: wrote %s (step %d, %s, %.2fs)\n", path, done,
+               gp_cli_fmt_bytes(stat(path, &st) == 0 ? (uint64_t)st.st_size : 0, size,
+                                sizeof size),
+               gp_now() - t0);
     fflush(stdout);
     return GP_CLI_EXIT_OK;
 }

@@ -17,10 +17,10 @@ typedef struct ckpt_opts {
 
 /* Builds t->model from the checkpoint (or --model) on a fresh device and loads its weights. */
 static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE *info) {
-    gp_safetensors *f;
-    if (gp_safetensors_read(o->checkpoint, &f) != GP_OK) return gp_cli_fail(cmd, "--checkpoint");
+    gp_checkpoint *f; /* one file, or a multi-part set's index */
+    if (gp_checkpoint_open(o->checkpoint, &f) != GP_OK) return gp_cli_fail(cmd, "--checkpoint");
     int rc = GP_CLI_EXIT_OK;
-    const char *config = gp_safetensors_meta(f, "model_config");
+    const char *config = gp_checkpoint_meta(f, "model_config");
     if (o->model) {
         rc = gp_cli_load_model(cmd, o->model, &t->model);
         t->model_name = o->model;
@@ -39,13 +39,14 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE
         rc = gp_cli_fail(cmd, "cannot create the CPU device");
     if (rc == GP_CLI_EXIT_OK && gp_model_init(t->model, t->dev, 1) != GP_OK)
         rc = gp_cli_fail(cmd, "cannot allocate the parameters");
-    if (rc == GP_CLI_EXIT_OK && gp_checkpoint_load(f, t->model, NULL) != GP_OK)
+    if (rc == GP_CLI_EXIT_OK &&
+        gp_checkpoint_load_layers(f, t->model, 0, gp_model_nlayers(t->model), NULL) != GP_OK)
         rc = gp_cli_fail(cmd, "--checkpoint");
     int step = -1;
-    if (rc == GP_CLI_EXIT_OK && gp_safetensors_meta(f, "step") &&
-        gp_checkpoint_step(f, &step) != GP_OK)
+    if (rc == GP_CLI_EXIT_OK && gp_checkpoint_meta(f, "step") &&
+        gp_checkpoint_saved_step(f, &step) != GP_OK)
         rc = gp_cli_fail(cmd, "--checkpoint");
-    gp_safetensors_free(f);
+    gp_checkpoint_close(f);
     if (rc != GP_CLI_EXIT_OK) return rc;
     t->is_lm = gp_model_input_dtype(t->model) == GP_I32;
     if (gp_model_shape(t->model, -1, t->batch, &t->in_shape) != GP_OK ||
@@ -114,7 +115,8 @@ int gp_cli_eval_main(int argc, char **argv) {
     ckpt_opts o = {0};
     gp_cli_opt tab[] = {
         {"--checkpoint", GP_CLI_STRING, &o.checkpoint, "FILE",
-         "a checkpoint of gpipe train, or a safetensors weights file with --model (required)",
+         "a checkpoint of gpipe train (a .safetensors file, or the .safetensors.index.json of one "
+         "saved under MPI), or a safetensors weights file with --model (required)",
          NULL, 0, false, NULL, false},
         {"--model", GP_CLI_STRING, &o.model, "NAME|FILE",
          "the model, for a file without model_config metadata", "the checkpoint's", 0, false,

@@ -166,6 +166,9 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "optimizer state, step, model config and options); --resume continues from the\n"
            "newest with the same model and options, on any number of --stages, to the same\n"
            "bits as an uninterrupted run; --stop-after ends a run early with a checkpoint.\n"
+           "Under MPI each stage writes its own part and rank 0 commits the set with\n"
+           "ckpt-<step>.safetensors.index.json once every part is on disk; either form\n"
+           "resumes on either backend with any K, and gpipe eval/sample read both.\n"
            "\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
@@ -219,11 +222,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
             const char *name = (const char *[]){"--checkpoint-every", "--keep", "--resume"}[i];
             if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --checkpoint-dir", name);
         }
-    /* Each rank holds only its own stage's optimizer state: a checkpoint needs every stage's
-     * part written and committed together, which the MPI backend does not do yet. */
-    if (mpi && SEEN("--checkpoint-dir"))
-        return gp_cli_usage_error("train", "--checkpoint-dir: not yet supported with the MPI "
-                                           "backend (train with --backend threads to checkpoint)");
     t->ckpt_dir = o->ckpt_dir;
     t->ckpt_every = o->ckpt_every;
     t->ckpt_keep = SEEN("--keep") ? o->keep : 3;

@@ -10,6 +10,7 @@
 
 #include "../model/model_internal.h"
 #include "../optim/optim.h"
+#include "checkpoint_internal.h"
 
 #define CKPT_FORMAT "gpipe.checkpoint"
 #define CKPT_VERSION "1"
@@ -62,6 +63,46 @@ static gp_status add_tensor(gp_safetensors_writer *w, const char *path, int li, 
     return gp_safetensors_writer_add(w, name, GP_F32, t->shape, t->data);
 }
 
+gp_status gp_ckpt_tensor_name(const gp_model *m, const gp_optim_opts *o, int li, int j, int k,
+                              char *buf, size_t n) {
+    const gp_param *p = &m->layers[li]->params[j];
+    int len = snprintf(buf, n, "layers.%d.%s%s%s", li, p->name, k >= 0 ? "." : "",
+                       k >= 0 ? state_suffix(o, k) : "");
+    if (len < 0 || (size_t)len >= n)
+        return gp_error(GP_INVALID_ARGUMENT, "checkpoint: tensor name of layer %d parameter %s "
+                                             "longer than %zu bytes",
+                        li, p->name, n - 1);
+    return GP_OK;
+}
+
+int gp_ckpt_nstates(const gp_model *m, const gp_optim_opts *o, int li, int j) {
+    return m->layers[li]->params[j].trainable ? gp_optim_state_count(o) : 0;
+}
+
+gp_status gp_ckpt_meta(const gp_model *m, int first, int last, const gp_optim_opts *o, int step,
+                       const gp_checkpoint_kv *extra, int nextra, gp_ckpt_put put, void *ctx) {
+    char buf[512], *kinds = layer_kinds(m);
+    if (!kinds) return gp_error(GP_OUT_OF_MEMORY, "checkpoint: layer kinds");
+    gp_status s = put(ctx, "format", CKPT_FORMAT);
+    if (s == GP_OK) s = put(ctx, "format_version", CKPT_VERSION);
+    if (s == GP_OK) s = put(ctx, "layer_kinds", kinds);
+    snprintf(buf, sizeof buf, "%d-%d", first, last - 1);
+    if (s == GP_OK) s = put(ctx, "layers", buf);
+    snprintf(buf, sizeof buf, "%d", step);
+    if (s == GP_OK) s = put(ctx, "step", buf);
+    snprintf(buf, sizeof buf, "%" PRIu64, m->seed);
+    if (s == GP_OK) s = put(ctx, "seed", buf);
+    if (o) optim_json(o, buf, sizeof buf);
+    if (s == GP_OK && o) s = put(ctx, "optimizer", buf);
+    for (int i = 0; i < nextra && s == GP_OK; i++) s = put(ctx, extra[i].key, extra[i].value);
+    free(kinds);
+    return s;
+}
+
+static gp_status put_writer(void *ctx, const char *key, const char *value) {
+    return gp_safetensors_writer_meta(ctx, key, value);
+}
+
 gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
                              const gp_optim_opts *o, int step, const gp_checkpoint_kv *extra,
                              int nextra) {
@@ -86,44 +127,33 @@ gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
                 s = add_tensor(w, path, li, p->name, state_suffix(o, k), &p->state[k]);
         }
     }
-    char buf[512], *kinds = layer_kinds(m);
-    if (!kinds && s == GP_OK) s = gp_error(GP_OUT_OF_MEMORY, "checkpoint %s: layer kinds", path);
-    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "format", CKPT_FORMAT);
-    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "format_version", CKPT_VERSION);
-    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "layer_kinds", kinds);
-    snprintf(buf, sizeof buf, "%d-%d", first, last - 1);
-    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "layers", buf);
-    snprintf(buf, sizeof buf, "%d", step);
-    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "step", buf);
-    snprintf(buf, sizeof buf, "%" PRIu64, m->seed);
-    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "seed", buf);
-    if (o) optim_json(o, buf, sizeof buf);
-    if (s == GP_OK && o) s = gp_safetensors_writer_meta(w, "optimizer", buf);
-    for (int i = 0; i < nextra && s == GP_OK; i++)
-        s = gp_safetensors_writer_meta(w, extra[i].key, extra[i].value);
-    free(kinds);
+    if (s == GP_OK) s = gp_ckpt_meta(m, first, last, o, step, extra, nextra, put_writer, w);
     if (s == GP_OK) s = gp_safetensors_writer_write(w, path);
     gp_safetensors_writer_free(w);
     return s;
 }
 
-gp_status gp_checkpoint_step(const gp_safetensors *f, int *step) {
-    if (!f || !step) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_step: NULL argument");
-    const char *v = gp_safetensors_meta(f, "step");
+gp_status gp_ckpt_parse_step(const char *v, const char *origin, int *step) {
     char *end;
     errno = 0;
     long n = v ? strtol(v, &end, 10) : -1;
     if (!v || !*v || *end || errno || n < 0 || n > 0x7fffffff)
         return gp_error(GP_FORMAT, "%s: __metadata__ \"step\": expected a step count from 0 to "
                                    "2^31-1, got %s%s%s",
-                        gp_safetensors_origin(f), v ? "\"" : "", v ? v : "none", v ? "\"" : "");
+                        origin, v ? "\"" : "", v ? v : "none", v ? "\"" : "");
     *step = (int)n;
     return GP_OK;
 }
 
+gp_status gp_checkpoint_step(const gp_safetensors *f, int *step) {
+    if (!f || !step) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_step: NULL argument");
+    return gp_ckpt_parse_step(gp_safetensors_meta(f, "step"), gp_safetensors_origin(f), step);
+}
+
 /* The model tensor a file name stands for: "layers.<li>.<param>[.<state suffix>]"; NULL if
  * none. *is_state: the name is an optimizer state. */
-static gp_tensor *lookup(gp_model *m, const gp_optim_opts *o, const char *name, bool *is_state) {
+static gp_tensor *lookup(gp_model *m, const gp_optim_opts *o, const char *name, bool *is_state,
+                         int *layer) {
     *is_state = false;
     if (strncmp(name, "layers.", 7) != 0 || name[7] < '0' || name[7] > '9') return NULL;
     char *end;
@@ -133,6 +163,7 @@ static gp_tensor *lookup(gp_model *m, const gp_optim_opts *o, const char *name, 
     if (end - (name + 7) > 1 && name[7] == '0') return NULL; /* one spelling per layer */
     const char *rest = end + 1;
     gp_layer *l = m->layers[li];
+    *layer = (int)li;
     for (int j = 0; j < l->nparams; j++) {
         gp_param *p = &l->params[j];
         size_t n = strlen(p->name);
@@ -207,22 +238,44 @@ static gp_status check_meta(const gp_safetensors *f, const gp_model *m, const gp
     return GP_OK;
 }
 
-gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o) {
-    if (!f || !m) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_load: NULL argument");
+gp_status gp_ckpt_part_range(const gp_safetensors *f, const gp_model *m, int *first, int *last) {
+    const char *v = gp_safetensors_meta(f, "layers");
+    *first = 0;
+    *last = m->nlayers;
+    if (!v) return GP_OK; /* a foreign weights file: the whole model */
+    int a = -1, b = -1, n = 0;
+    if (sscanf(v, "%d-%d%n", &a, &b, &n) != 2 || v[n] || a < 0 || b < a || b >= m->nlayers)
+        return gp_error(GP_FORMAT, "%s: __metadata__ \"layers\" is \"%.40s\", expected "
+                                   "\"FIRST-LAST\" within the model's layers 0-%d",
+                        gp_safetensors_origin(f), v, m->nlayers - 1);
+    *first = a;
+    *last = b + 1;
+    return GP_OK;
+}
+
+gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
+                        int hi) {
     const char *path = gp_safetensors_origin(f);
     char a[96], b[96], name[CKPT_NAME_MAX];
+    int pf, pl;
     GP_TRY(check_meta(f, m, o));
-    /* Every tensor of the file must be one of the model's... */
+    GP_TRY(gp_ckpt_part_range(f, m, &pf, &pl));
+    /* Every tensor of the file must be one of the model's, in the layers the file says... */
     for (int i = 0; i < gp_safetensors_count(f); i++) {
         const gp_st_entry *e = gp_safetensors_entry(f, i);
         bool is_state;
-        gp_tensor *t = lookup(m, o, e->name, &is_state);
+        int li = -1;
+        gp_tensor *t = lookup(m, o, e->name, &is_state, &li);
         if (!t)
             return gp_error(GP_FORMAT, "%s: tensor \"%s\" is not a parameter%s of this model "
                                        "(expected layers.<0..%d>.<parameter>%s)",
                             path, e->name, o ? " or optimizer state" : "", m->nlayers - 1,
                             o ? "[.adam_m|.adam_v|.momentum]" : "");
-        if (is_state && !o) continue;
+        if (li < pf || li >= pl)
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\" is outside the layers %d-%d the file "
+                                       "holds (__metadata__ \"layers\")",
+                            path, e->name, pf, pl - 1);
+        if ((is_state && !o) || li < lo || li >= hi) continue;
         if (!t->data)
             return gp_error(GP_INVALID_ARGUMENT, "%s: tensor \"%s\": the model's is not allocated "
                                                  "(initialize the model and create its trainer "
@@ -236,29 +289,41 @@ gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_opti
                             e->name, gp_shape_str(&e->shape, a, sizeof a),
                             gp_shape_str(&t->shape, b, sizeof b));
     }
-    /* ...and every one of the model's must be in the file. */
-    const int nstate = gp_optim_state_count(o);
-    for (int li = 0; li < m->nlayers; li++) {
+    /* ...and every one of the model's in [lo, hi) must be in the file. */
+    for (int li = lo; li < hi; li++) {
         gp_layer *l = m->layers[li];
-        for (int j = 0; j < l->nparams; j++) {
-            gp_param *p = &l->params[j];
-            for (int k = -1; k < (p->trainable ? nstate : 0); k++) {
-                snprintf(name, sizeof name, "layers.%d.%s%s%s", li, p->name, k >= 0 ? "." : "",
-                         k >= 0 ? state_suffix(o, k) : "");
+        for (int j = 0; j < l->nparams; j++)
+            for (int k = -1; k < gp_ckpt_nstates(m, o, li, j); k++) {
+                GP_TRY(gp_ckpt_tensor_name(m, o, li, j, k, name, sizeof name));
                 if (!gp_safetensors_find(f, name))
-                    return gp_error(GP_FORMAT, "%s: no tensor \"%s\" (layer %d, %s, %s %s)",
+                    return gp_error(GP_FORMAT, "%s: no tensor \"%s\" (layer %d, %s, %s %s)%s",
                                     path, name, li, l->ops->kind,
-                                    k >= 0 ? "optimizer state of" : "parameter", p->name);
+                                    k >= 0 ? "optimizer state of" : "parameter",
+                                    l->params[j].name,
+                                    pf > 0 || pl < m->nlayers
+                                        ? ": the file holds only some layers (one part of a "
+                                          "multi-part checkpoint? open its index)"
+                                        : "");
             }
-        }
     }
-    /* All checked: copy. */
+    return GP_OK;
+}
+
+gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
+                       int hi) {
     for (int i = 0; i < gp_safetensors_count(f); i++) {
         const gp_st_entry *e = gp_safetensors_entry(f, i);
         bool is_state;
-        gp_tensor *t = lookup(m, o, e->name, &is_state);
-        if (is_state && !o) continue;
+        int li = -1;
+        gp_tensor *t = lookup(m, o, e->name, &is_state, &li);
+        if (!t || (is_state && !o) || li < lo || li >= hi) continue;
         GP_TRY(gp_safetensors_get(f, e->name, GP_F32, &t->shape, t->data));
     }
     return GP_OK;
+}
+
+gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o) {
+    if (!f || !m) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_load: NULL argument");
+    GP_TRY(gp_ckpt_check(f, m, o, 0, m->nlayers));
+    return gp_ckpt_copy(f, m, o, 0, m->nlayers); /* all checked: copy */
 }

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "../core/error.h"
+#include "read_file.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 << 20) /* the reference implementation's limit */
 #define ST_MAX_TENSORS (1 << 20)
@@ -343,27 +344,9 @@ gp_status gp_safetensors_parse(const void *bytes, size_t nbytes, const char *ori
 gp_status gp_safetensors_read(const char *path, gp_safetensors **out) {
     if (!path || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_safetensors_read: NULL argument");
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return gp_error(GP_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
-        return gp_error(GP_IO, "%s: not a regular file", path);
-    }
-    size_t n = (size_t)st.st_size;
-    unsigned char *buf = malloc(n ? n : 1);
-    if (!buf) {
-        fclose(fp);
-        return gp_error(GP_OUT_OF_MEMORY, "%s: cannot hold its %zu bytes", path, n);
-    }
-    size_t got = fread(buf, 1, n, fp);
-    int err = ferror(fp);
-    fclose(fp);
-    if (err || got != n) {
-        free(buf);
-        return gp_error(GP_IO, "%s: read %zu of %zu bytes%s", path, got, n,
-                        err ? " (read error)" : " (the file shrank while being read)");
-    }
+    unsigned char *buf;
+    size_t n;
+    GP_TRY(gp_read_file(path, UINT64_MAX, &buf, &n));
     return parse_owned(buf, n, path, out);
 }
 

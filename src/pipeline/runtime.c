@@ -18,6 +18,7 @@
 #include "../optim/optim.h"
 #include "../model/model_internal.h"
 #include "partition.h"
+#include "runtime_internal.h"
 #include "schedule.h"
 
 #define MAILBOX_CAPACITY 2
@@ -1136,4 +1137,29 @@ gp_status gp_pipeline_set_step(gp_pipeline *p, int steps_done) {
                         steps_done);
     p->step = steps_done;
     return GP_OK;
+}
+
+gp_model *gp_pipeline_model(const gp_pipeline *p) { return p ? p->m : NULL; }
+const gp_optim_opts *gp_pipeline_optim(const gp_pipeline *p) { return p ? &p->o : NULL; }
+
+gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes, void *all) {
+    if (!p || !mine || !all)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_allgather: NULL argument");
+    if (!p->grid) {
+        memcpy(all, mine, nbytes);
+        return GP_OK;
+    }
+    int W = gp_grid_world_size(p->grid);
+    size_t *off = calloc((size_t)W + 1, sizeof *off);
+    void *got = NULL;
+    if (!off) return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_allgather: %d ranks", W);
+    gp_status s = gp_grid_allgatherv(p->grid, mine, nbytes, &got, off);
+    for (int r = 0; r < W && s == GP_OK; r++)
+        if (off[r + 1] - off[r] != nbytes)
+            s = gp_error(GP_INTERNAL, "gp_pipeline_allgather: rank %d gave %zu bytes, not %zu", r,
+                         off[r + 1] - off[r], nbytes);
+    if (s == GP_OK) memcpy(all, got, (size_t)W * nbytes);
+    free(got);
+    free(off);
+    return s;
 }

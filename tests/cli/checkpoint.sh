@@ -31,24 +31,6 @@ LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 8 --batch 8 --micro-batc
 CN=(--model convnet --data "$TMP/syn" --steps 7 --batch 16 --micro-batches 2 --eval-size 16
     --threads 1 --quiet --seed 5)
 
-# same_run NAME_STRAIGHT NAME_SECOND: the second (resumed) report's losses are the straight
-# run's last ones, and the parameters are the same bits.
-same_run() {
-    python3 - "$TMP/$1.json" "$TMP/$2.json" "$2" <<'PY' || fail=$((fail + 1))
-import json, sys
-from clicheck import finish, need
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-first = b["train"]["first_step"]
-need(first > 0, f"{sys.argv[3]}: did not resume (first_step {first})")
-need(a["train"]["step_losses"][first:] == b["train"]["step_losses"],
-     f"{sys.argv[3]}: losses {b['train']['step_losses']} vs straight "
-     f"{a['train']['step_losses'][first:]}")
-need(a["params_fnv1a64"] == b["params_fnv1a64"],
-     f"{sys.argv[3]}: params {b['params_fnv1a64']} vs straight {a['params_fnv1a64']}")
-need(a["eval"] == b["eval"], f"{sys.argv[3]}: eval {b['eval']} vs {a['eval']}")
-finish(f"FAIL: {sys.argv[3]}:")
-PY
-}
 
 # --- exact resume, one device and pipelines ------------------------------------------------
 run lm_straight "${LM[@]}" --report "$TMP/lm_straight.json"
@@ -59,7 +41,7 @@ grep -q "checkpoint: wrote $TMP/ck1/ckpt-00000004.safetensors" "$TMP/lm_a.out" |
 run lm_b "${LM[@]}" --checkpoint-dir "$TMP/ck1" --resume --report "$TMP/lm_b.json"
 grep -q "resume: loaded $TMP/ck1/ckpt-00000004.safetensors: continuing at step 4 of 8" \
     "$TMP/lm_b.out" || bad "no resume line in $(cat "$TMP/lm_b.out")"
-same_run lm_straight lm_b
+cli_same_run lm_straight lm_b
 
 # Saved on 4 stages, resumed on 1, 2 and 3 (and on one device); saved on 1, 2, 3, resumed on 4.
 run lm_k4 "${LM[@]}" --stages 4 --checkpoint-dir "$TMP/k4" --stop-after 4
@@ -67,11 +49,11 @@ for k in 0 1 2 3; do
     rm -rf "$TMP/k4_$k" && cp -r "$TMP/k4" "$TMP/k4_$k"
     stages=(); [ "$k" -gt 0 ] && stages=(--stages "$k")
     run "lm_4to$k" "${LM[@]}" "${stages[@]}" --checkpoint-dir "$TMP/k4_$k" --resume \
-        --report "$TMP/lm_4to$k.json" && same_run lm_straight "lm_4to$k"
+        --report "$TMP/lm_4to$k.json" && cli_same_run lm_straight "lm_4to$k"
     if [ "$k" -gt 0 ]; then
         run "lm_k$k" "${LM[@]}" --stages "$k" --checkpoint-dir "$TMP/k${k}to4" --stop-after 3
         run "lm_${k}to4" "${LM[@]}" --stages 4 --checkpoint-dir "$TMP/k${k}to4" --resume \
-            --report "$TMP/lm_${k}to4.json" && same_run lm_straight "lm_${k}to4"
+            --report "$TMP/lm_${k}to4.json" && cli_same_run lm_straight "lm_${k}to4"
     fi
 done
 
@@ -79,7 +61,7 @@ done
 run cn_straight "${CN[@]}" --report "$TMP/cn_straight.json"
 run cn_a "${CN[@]}" --checkpoint-dir "$TMP/cn" --checkpoint-every 2 --stop-after 4
 run cn_b "${CN[@]}" --stages 3 --checkpoint-dir "$TMP/cn" --resume --report "$TMP/cn_b.json" &&
-    same_run cn_straight cn_b
+    cli_same_run cn_straight cn_b
 
 # --- --resume on an empty folder, --keep ------------------------------------------------------
 run lm_fresh "${LM[@]}" --checkpoint-dir "$TMP/fresh" --resume --checkpoint-every 1 --keep 2 \

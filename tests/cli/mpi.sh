@@ -11,22 +11,8 @@
 set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # tests run as root in CI
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-
-# Without MPI, --backend mpi says so (exit 2) and the rest is skipped.
-"$GPIPE" train --model convnet --backend mpi --stages 2 >"$TMP/probe.out" 2>"$TMP/probe.err"
-rc=$?
-if grep -q "MPI support was not built" "$TMP/probe.err"; then
-    [ "$rc" = 2 ] || bad "--backend mpi without MPI: exit $rc, expected 2"
-    [ "$fail" = 0 ] || exit 1
-    echo "SKIP: this gpipe was built without MPI (no MPI library at configure time, or -DGP_MPI=OFF)"
-    exit 77
-fi
-if ! command -v mpirun >/dev/null; then
-    echo "SKIP: gpipe has MPI support but mpirun is not on PATH (install openmpi-bin)"
-    exit 77
-fi
+cli_need_mpi # exit 2 without MPI, then skipped
+rc=$probe_rc
 # Outside mpirun the singleton has 1 rank: --stages 2 needs 2.
 [ "$rc" = 2 ] && grep -q "launched with 1 MPI rank, but --data-parallel 1 x --stages 2 needs D x K = 2" \
     "$TMP/probe.err" || bad "--backend mpi --stages 2 alone: exit $rc, $(cat "$TMP/probe.err")"
@@ -40,21 +26,12 @@ LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 3 --batch 8
 CN=(--model convnet --data "$TMP/syn" --steps 2 --batch 16 --micro-batches 4 --eval-size 16
     --threads 1 --quiet --seed 5 --stages 2)
 
-# mpirun_train NAME NP ARGS...: like run, under mpirun -np NP.
-mpirun_train() {
-    local name=$1 np=$2
-    shift 2
-    if ! timeout 300 "${MPIRUN[@]}" -np "$np" "$GPIPE" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
-        bad "mpirun -np $np gpipe train $* failed: $(tail -c 800 "$TMP/$name.err")"
-        return 1
-    fi
-}
 
 run lm_thr "${LM[@]}" --micro-batches 4 --schedule 1f1b --report "$TMP/lm_thr.json"
-mpirun_train lm_mpi 2 "${LM[@]}" --micro-batches 4 --schedule 1f1b --report "$TMP/lm_mpi.json" --trace "$TMP/lm_mpi_trace.json"
+cli_mpirun lm_mpi 2 "${LM[@]}" --micro-batches 4 --schedule 1f1b --report "$TMP/lm_mpi.json" --trace "$TMP/lm_mpi_trace.json"
 run cn_thr "${CN[@]}" --remat none --report "$TMP/cn_thr.json"
-mpirun_train cn_mpi 2 "${CN[@]}" --remat none --report "$TMP/cn_mpi.json"
-mpirun_train lm_d2 4 "${LM[@]}" --data-parallel 2 --micro-batches 2 --report "$TMP/lm_d2.json"
+cli_mpirun cn_mpi 2 "${CN[@]}" --remat none --report "$TMP/cn_mpi.json"
+cli_mpirun lm_d2 4 "${LM[@]}" --data-parallel 2 --micro-batches 2 --report "$TMP/lm_d2.json"
 # Rank 0 alone prints.
 [ "$(grep -c '^trained 3 steps' "$TMP/lm_mpi.out")" = 1 ] || bad "lm_mpi: not exactly one summary line"
 

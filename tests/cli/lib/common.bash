@@ -79,3 +79,55 @@ cli_need_pydeps() {
         exit 1
     fi
 }
+
+# cli_need_mpi: for the tests of gpipe under mpirun. Without MPI built in, `--backend mpi` must
+# be a usage error (exit 2) and the test is skipped (exit 77, saying why), as it is without
+# mpirun. Sets MPIRUN (oversubscribed on the few cores of CI) and lets Open MPI run as root (CI
+# tests run as root); the probe's exit status and stderr stay in probe_rc and $TMP/probe.err.
+cli_need_mpi() {
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    MPIRUN=(mpirun --oversubscribe --bind-to none)
+    "$GPIPE" train --model convnet --backend mpi --stages 2 >"$TMP/probe.out" 2>"$TMP/probe.err"
+    probe_rc=$?
+    if grep -q "MPI support was not built" "$TMP/probe.err"; then
+        [ "$probe_rc" = 2 ] || bad "--backend mpi without MPI: exit $probe_rc, expected 2"
+        [ "$fail" = 0 ] || exit 1
+        echo "SKIP: this gpipe was built without MPI (no MPI library at configure time, or -DGP_MPI=OFF)"
+        exit 77
+    fi
+    if ! command -v mpirun >/dev/null; then
+        echo "SKIP: gpipe has MPI support but mpirun is not on PATH (install openmpi-bin)"
+        exit 77
+    fi
+}
+
+# cli_mpirun NAME NP ARGS...: like run, under mpirun -np NP (after cli_need_mpi).
+cli_mpirun() {
+    local name=$1 np=$2
+    shift 2
+    if ! timeout 300 "${MPIRUN[@]}" -np "$np" "$GPIPE" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
+        bad "mpirun -np $np gpipe train $* failed: $(tail -c 800 "$TMP/$name.err")"
+        return 1
+    fi
+}
+
+# cli_same_run STRAIGHT SECOND: the reports $TMP/STRAIGHT.json and $TMP/SECOND.json of a run
+# straight through and of one resumed from a checkpoint: the second resumed (first_step > 0),
+# its step losses are the straight run's last ones, and its parameters and evaluation are the
+# same bits. A failure is counted.
+cli_same_run() {
+    python3 - "$TMP/$1.json" "$TMP/$2.json" "$2" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+first = b["train"]["first_step"]
+need(first > 0, f"{sys.argv[3]}: did not resume (first_step {first})")
+need(a["train"]["step_losses"][first:] == b["train"]["step_losses"],
+     f"{sys.argv[3]}: losses {b['train']['step_losses']} vs straight "
+     f"{a['train']['step_losses'][first:]}")
+need(a["params_fnv1a64"] == b["params_fnv1a64"],
+     f"{sys.argv[3]}: params {b['params_fnv1a64']} vs straight {a['params_fnv1a64']}")
+need(a["eval"] == b["eval"], f"{sys.argv[3]}: eval {b['eval']} vs {a['eval']}")
+finish(f"FAIL: {sys.argv[3]}:")
+PY
+}

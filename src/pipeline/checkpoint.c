@@ -1,0 +1,139 @@
+/* A pipeline's checkpoint across processes: each stage's part written by its own rank (replica
+ * 0's; the other replicas hold the same values), every rank told every part's outcome, and the
+ * set committed by rank 0's index only when all parts are durable. Every rank ends with the
+ * same status, so no rank trains on while another has failed. Loading is the mirror image:
+ * each rank reads only the parts that hold its stage's layers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "runtime_internal.h"
+
+/* One rank's outcome, all-gathered (fixed size, plain bytes). */
+typedef struct outcome {
+    int32_t status; /* gp_status */
+    int32_t wrote;  /* a part file exists under this rank's name */
+    int32_t first, last;
+    uint64_t bytes;
+    uint32_t crc32;
+    char msg[476];
+} outcome;
+
+static void stage_range(const gp_pipeline *p, int k, int *first, int *last) {
+    *first = gp_pipeline_cell_first(p, k);
+    *last = k + 1 < gp_pipeline_stages(p) ? gp_pipeline_cell_first(p, k + 1)
+                                          : gp_model_nlayers(gp_pipeline_model(p));
+}
+
+static void note(outcome *o, gp_status s) {
+    o->status = (int32_t)s;
+    snprintf(o->msg, sizeof o->msg, "%s", gp_last_error());
+}
+
+/* Every rank's outcome; the first failure (in rank order) becomes every rank's error. */
+static gp_status agree(gp_pipeline *p, const outcome *mine, outcome *all, const char *what) {
+    int W;
+    gp_pipeline_place(p, NULL, &W, NULL, NULL);
+    GP_TRY(gp_pipeline_allgather(p, mine, sizeof *mine, all));
+    int K = gp_pipeline_stages(p);
+    for (int r = 0; r < W; r++)
+        if (all[r].status != GP_OK) {
+            gp_status s = all[r].status > 0 && all[r].status < GP_STATUS_COUNT
+                              ? (gp_status)all[r].status
+                              : GP_INTERNAL;
+            if (W == 1) return gp_error(s, "%.*s", (int)sizeof all[r].msg, all[r].msg);
+            return gp_error(s, "%s: rank %d (stage %d of replica %d) failed: %.*s", what, r,
+                            r % K, r / K, (int)sizeof all[r].msg, all[r].msg);
+        }
+    return GP_OK;
+}
+
+gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step,
+                                      const gp_checkpoint_kv *extra, int nextra, char *written,
+                                      size_t written_size) {
+    if (!p || !base || (nextra > 0 && !extra))
+        return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_checkpoint_save: NULL argument");
+    gp_model *m = gp_pipeline_model(p);
+    const gp_optim_opts *o = gp_pipeline_optim(p);
+    int rank, W, k, d, K = gp_pipeline_stages(p);
+    gp_pipeline_place(p, &rank, &W, &k, &d);
+    size_t n = strlen(base) + 64;
+    char *path = malloc(n), *index = malloc(n);
+    outcome *all = calloc((size_t)W, sizeof *all), mine = {.status = GP_OK};
+    if (!path || !index || !all) {
+        free(path);
+        free(index);
+        free(all);
+        return gp_error(GP_OUT_OF_MEMORY, "checkpoint %s: %d ranks", base, W);
+    }
+    gp_status s;
+    if (k < 0) { /* threads: this process holds every stage, so one file */
+        snprintf(path, n, "%s.safetensors", base);
+        s = gp_checkpoint_save(path, m, 0, gp_model_nlayers(m), o, step, extra, nextra);
+        if (s == GP_OK && written) snprintf(written, written_size, "%s", path);
+        goto done;
+    }
+    snprintf(index, n, "%s.safetensors.index.json", base);
+    if (d == 0) {
+        stage_range(p, k, &mine.first, &mine.last);
+        snprintf(path, n, "%s-%05d-of-%05d.safetensors", base, k + 1, K);
+        s = gp_checkpoint_save(path, m, mine.first, mine.last, o, step, extra, nextra);
+        mine.wrote = s == GP_OK;
+        if (s == GP_OK) s = gp_checkpoint_file_info(path, &mine.bytes, &mine.crc32);
+        if (s != GP_OK) note(&mine, s);
+    }
+    char what[256];
+    snprintf(what, sizeof what, "checkpoint %s: a part was not written, so the set is not "
+                                "committed",
+             index);
+    s = agree(p, &mine, all, what);
+    if (s == GP_OK) {
+        /* Every part is durable: rank 0 commits, and every rank learns whether it did. */
+        outcome commit = {.status = GP_OK};
+        if (rank == 0) {
+            gp_checkpoint_part *parts = calloc((size_t)K, sizeof *parts);
+            const char *slash = strrchr(base, '/');
+            const char *name = slash ? slash + 1 : base;
+            char *files = malloc((size_t)K * n);
+            gp_status c = parts && files ? GP_OK
+                                         : gp_error(GP_OUT_OF_MEMORY, "checkpoint %s", index);
+            for (int r = 0; r < K && c == GP_OK; r++) { /* replica 0's ranks are 0..K-1 */
+                snprintf(files + (size_t)r * n, n, "%s-%05d-of-%05d.safetensors", name, r + 1, K);
+                parts[r] = (gp_checkpoint_part){files + (size_t)r * n, all[r].first, all[r].last,
+                                                all[r].bytes, all[r].crc32};
+            }
+            if (c == GP_OK)
+                c = gp_checkpoint_commit(index, m, parts, K, o, step, extra, nextra);
+            if (c != GP_OK) note(&commit, c);
+            free(parts);
+            free(files);
+        }
+        snprintf(what, sizeof what, "checkpoint %s: the index (the commit) was not written", index);
+        s = agree(p, &commit, all, what);
+    }
+    if (s != GP_OK && mine.wrote) remove(path); /* not committed: no orphan part stays */
+    if (s == GP_OK && written) snprintf(written, written_size, "%s", index);
+done:
+    free(path);
+    free(index);
+    free(all);
+    return s;
+}
+
+gp_status gp_pipeline_checkpoint_load(gp_pipeline *p, gp_checkpoint *c) {
+    if (!p || !c) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_checkpoint_load: NULL argument");
+    gp_model *m = gp_pipeline_model(p);
+    int W, k;
+    gp_pipeline_place(p, NULL, &W, &k, NULL);
+    int first = 0, last = gp_model_nlayers(m);
+    if (k >= 0) stage_range(p, k, &first, &last);
+    outcome mine = {.status = GP_OK, .first = first, .last = last};
+    gp_status s = gp_checkpoint_load_layers(c, m, first, last, gp_pipeline_optim(p));
+    if (s != GP_OK) note(&mine, s);
+    outcome *all = calloc((size_t)W, sizeof *all);
+    if (!all) return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_checkpoint_load: %d ranks", W);
+    s = agree(p, &mine, all, "loading a checkpoint");
+    free(all);
+    return s;
+}
