@@ -199,19 +199,6 @@ static void stage_failure(void) {
     gp_model_free(m);
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (buf) buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* The micro-batches of stage k's actions of one kind, in the schedule's order. */
 static int schedule_mbs(const gp_schedule *s, int k, gp_action_kind kind, int *mbs) {
     int n = 0;
@@ -225,7 +212,7 @@ static int schedule_mbs(const gp_schedule *s, int k, gp_action_kind kind, int *m
  * one send and one receive per message, and K "stage k" tracks. */
 static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
     int K = s->stages, M = s->micro_batches;
-    char *text = read_text(path);
+    char *text = gp_test_read_file(path);
     CHECK(text != NULL);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     free(text);
@@ -334,7 +321,7 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     check_chrome(json, &s, rm);
     CHECK_OK(gp_pipeline_write_timeline(p, svg));
     gp_scratch_remember(svg);
-    char *text = read_text(svg);
+    char *text = gp_test_read_file(svg);
     CHECK(text && strstr(text, "stage 0") && strstr(text, "<svg"));
     CHECK(text && strstr(text, gp_schedule_kind_name(sk)));
     free(text);

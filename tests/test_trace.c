@@ -267,22 +267,6 @@ static void test_threads(void) {
 
 /* ---------------------------------------------------------------- writers */
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 static int count_entries(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return -1;
@@ -344,7 +328,7 @@ static void test_chrome(const char *dir) {
     snprintf(path, sizeof path, "%s/trace.json", dir);
     CHECK_OK(gp_trace_write_chrome(&t, path));
     CHECK_EQ_INT(count_entries(dir), 1); /* no temporary file left */
-    char *text = slurp(path);
+    char *text = gp_test_read_file(path);
     CHECK(text != NULL);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     CHECK(root != NULL);
@@ -493,7 +477,7 @@ static void test_svg(const char *dir) {
     CHECK_EQ_INT(count_entries(dir), 1);
     const char *keep = getenv("GP_TRACE_SVG_KEEP"); /* to look at the picture */
     if (keep) CHECK_OK(gp_trace_write_svg(&t, keep));
-    char *text = slurp(path);
+    char *text = gp_test_read_file(path);
     REQUIRE_OK(text ? GP_OK : GP_IO);
     const char *why = xml_check(text);
     if (why) fprintf(stderr, "SVG not well-formed: %s\n", why);
@@ -528,7 +512,7 @@ static void test_svg(const char *dir) {
     /* An empty trace still draws a valid picture. */
     gp_trace_reset(&t);
     CHECK_OK(gp_trace_write_svg(&t, path));
-    text = slurp(path);
+    text = gp_test_read_file(path);
     CHECK(text && xml_check(text) == NULL && strstr(text, "no events recorded"));
     free(text);
     remove(path);

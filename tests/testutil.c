@@ -266,3 +266,19 @@ void gp_test_net_batch(gp_test_net net, int64_t batch, uint64_t seed, gp_test_ba
         b->y_t = gp_tensor_view(b->y, gp_shape1(B), GP_I32);
     }
 }
+
+char *gp_test_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = '\0';
+    fclose(f);
+    return s;
+}

@@ -81,6 +81,10 @@ const char *gp_scratch_path(const char *name);
 void gp_scratch_remember(const char *path);
 void gp_scratch_cleanup(void);
 
+/* The whole file as a NUL-terminated string (malloc'ed; the caller frees it), or NULL when it
+ * cannot be opened or read completely. */
+char *gp_test_read_file(const char *path);
+
 /* Fills with values drawn from (seed, stream): uniform in +-[lo, hi] with
  * random sign, so never zero when lo > 0. */
 void gp_test_fill(float *x, int64_t n, uint64_t seed, uint32_t stream, float lo, float hi);
