@@ -1,6 +1,8 @@
 /* Pipeline schedules as data: one list of actions per stage, the generators (GPipe fill-drain and
- * 1F1B), a printer, the validator that every schedule passes before it runs, and the simulator
- * that predicts time and activation memory from a schedule. Private to the library. */
+ * 1F1B) and a printer (schedule.c), the replay engine (replay.c), the validator that every
+ * schedule passes before it runs (validate.c), and the simulator that predicts time and
+ * activation memory from a schedule (simulate.c). Each of those files calls only the ones listed
+ * before it. Private to the library. */
 #ifndef GP_PIPELINE_SCHEDULE_H
 #define GP_PIPELINE_SCHEDULE_H
 
@@ -63,6 +65,8 @@ char *gp_schedule_stage_str(const gp_schedule *s, int k, char *buf, size_t n);
 /* Writes "schedule NAME: K = .., M = ..", then one line per stage, to f. */
 void gp_schedule_print(const gp_schedule *s, FILE *f);
 
+/* ---------------------------------------------------------------- validator (validate.c) */
+
 /* Where the validator found the first problem: stage, index in that stage's list (n = the end of
  * the list, for something missing there). */
 typedef struct gp_schedule_fault {
@@ -82,12 +86,12 @@ typedef struct gp_schedule_fault {
  * "stage 1, action 4 RECV_ACT(2): ..." and *where (may be NULL) gets its position. */
 gp_status gp_schedule_validate(const gp_schedule *s, int capacity, gp_schedule_fault *where);
 
-/* For the validator's parts: sets the message "schedule NAME (K, M): stage k, action i TEXT: why
+/* For the validator and the replay (defined in schedule.c): sets the message "schedule NAME (K, M): stage k, action i TEXT: why
  * [stage k: ... [TEXT] ...]", fills *where (may be NULL) and returns GP_INVALID_ARGUMENT. */
 gp_status gp_schedule_fault_error(const gp_schedule *s, int k, int i, gp_schedule_fault *where,
                                   const char *fmt, ...) GP_PRINTF(5, 6);
 
-/* ---------------------------------------------------------------- simulator */
+/* ---------------------------------------------------------------- simulator (simulate.c) */
 
 /* One cell's figures for the simulator (times in any one unit, e.g. seconds or FLOPs). */
 typedef struct gp_sim_cell {
@@ -131,8 +135,10 @@ typedef struct gp_sim_result {
 gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
                                const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out);
 
-/* The replay engine behind the validator's deadlock check and the simulator (simulate.c).
- * Assumes the per-stage and per-link checks passed. cells == NULL: order only, no figures. */
+/* ---------------------------------------------------------------- replay engine (replay.c) */
+
+/* The engine behind the validator's deadlock check and the simulator. Assumes the per-stage and
+ * per-link checks passed. cells == NULL: order only, no figures. */
 gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_cell *cells,
                              const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out,
                              gp_schedule_fault *where);
