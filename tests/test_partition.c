@@ -72,7 +72,7 @@ static void test_random_against_brute_force(void) {
         }
         gp_partition_req r = {.layers = ly, .nlayers = L, .stages = K,
                               .micro_batches = 1 + (int)rnd(sd, &i, 8),
-                              .remat = (gp_plan_remat)rnd(sd, &i, 2),
+                              .remat = (gp_remat)rnd(sd, &i, 2),
                               .mem_limit = rnd(sd, &i, 2) ? 200 + rnd(sd, &i, 1500) : 0};
         brute b = {.r = &r};
         brute_rec(&b, 0, 0);
@@ -152,23 +152,23 @@ static void test_memory_model(void) {
          .saved_bytes = 4},
         {.in_bytes = 2, .out_bytes = 100},
     };
-    gp_cell_mem c = gp_cell_memory(ly, 0, 2, 8, GP_PLAN_REMAT_CELL);
+    gp_cell_mem c = gp_cell_memory(ly, 0, 2, 8, GP_REMAT_CELL);
     CHECK_EQ_INT(c.params, 11);
     CHECK_EQ_INT(c.grads, 10);
     CHECK_EQ_INT(c.optim, 20);
     CHECK_EQ_INT(c.stash, 8 * 7);        /* only the cell's input, per micro-batch */
     CHECK_EQ_INT(c.work, 3 + 5 + 2 + 4); /* one micro-batch rebuilt */
     CHECK_EQ_INT(c.total, 41 + 56 + 14);
-    c = gp_cell_memory(ly, 0, 2, 8, GP_PLAN_REMAT_NONE);
+    c = gp_cell_memory(ly, 0, 2, 8, GP_REMAT_NONE);
     CHECK_EQ_INT(c.stash, 8 * (7 + 14));
     CHECK_EQ_INT(c.work, 0);
     CHECK_EQ_INT(c.total, 41 + 8 * 21);
-    c = gp_cell_memory(ly, 1, 3, 2, GP_PLAN_REMAT_CELL);
+    c = gp_cell_memory(ly, 1, 3, 2, GP_REMAT_CELL);
     CHECK_EQ_INT(c.stash, 2 * 3);
     CHECK_EQ_INT(c.total, 1 + 6 + 106);
     /* saturates instead of wrapping */
     gp_layer_est huge = {.in_bytes = UINT64_MAX / 2, .param_bytes = UINT64_MAX / 2};
-    CHECK(gp_cell_memory(&huge, 0, 1, 4, GP_PLAN_REMAT_NONE).total == UINT64_MAX);
+    CHECK(gp_cell_memory(&huge, 0, 1, 4, GP_REMAT_NONE).total == UINT64_MAX);
     char buf[32];
     CHECK(strcmp(gp_plan_bytes_str(300 * MIB, buf, sizeof buf), "300 MiB") == 0);
     CHECK(strcmp(gp_plan_bytes_str(512, buf, sizeof buf), "512 bytes") == 0);
@@ -186,7 +186,7 @@ static void test_memory_limit(void) {
                            .grad_bytes = 100 * MIB, .in_bytes = 4 * MIB, .out_bytes = 20 * MIB,
                            .saved_bytes = 48 * MIB};
     gp_partition_req r = {.layers = ly, .nlayers = 10, .stages = 4, .micro_batches = 8,
-                          .remat = GP_PLAN_REMAT_CELL, .mem_limit = 256 * MIB};
+                          .remat = GP_REMAT_CELL, .mem_limit = 256 * MIB};
     int first[10];
     /* Alone it needs 300 MiB, but behind layer 6 only its 1 MiB input is
      * stashed: 20 + 8 + 1 + 200 + 68 = 297 MiB, the least any cell holding it needs. */
@@ -218,20 +218,20 @@ static void test_memory_limit(void) {
         six[l] = (gp_layer_est){.fwd_time = 1, .param_bytes = 10, .out_bytes = 10};
     six[0].in_bytes = 50;
     r = (gp_partition_req){.layers = six, .nlayers = 6, .stages = 2, .micro_batches = 2,
-                           .remat = GP_PLAN_REMAT_CELL, .mem_limit = 0};
+                           .remat = GP_REMAT_CELL, .mem_limit = 0};
     double bott;
     REQUIRE_OK(gp_partition_balance(&r, first, &bott));
     CHECK_EQ_INT(first[1], 3);
     /* stage 0 with 3 layers: 30 static + 2 x 50 stash + 30 state = 160 */
-    CHECK_EQ_INT(gp_cell_memory(six, 0, 3, 2, GP_PLAN_REMAT_CELL).total, 160);
+    CHECK_EQ_INT(gp_cell_memory(six, 0, 3, 2, GP_REMAT_CELL).total, 160);
     r.mem_limit = 150;
     REQUIRE_OK(gp_partition_balance(&r, first, &bott));
     CHECK_EQ_INT(first[1], 2);
     CHECK(bott == 4);
-    CHECK(gp_cell_memory(six, 0, 2, 2, GP_PLAN_REMAT_CELL).total <= 150);
-    CHECK(gp_cell_memory(six, 2, 6, 2, GP_PLAN_REMAT_CELL).total <= 150);
+    CHECK(gp_cell_memory(six, 0, 2, 2, GP_REMAT_CELL).total <= 150);
+    CHECK(gp_cell_memory(six, 2, 6, 2, GP_REMAT_CELL).total <= 150);
     /* remat none keeps every micro-batch's state: 2 x (50 + 20) + 20 = 160 for 2 layers */
-    r.remat = GP_PLAN_REMAT_NONE;
+    r.remat = GP_REMAT_NONE;
     REQUIRE_OK(gp_partition_balance(&r, first, &bott));
     CHECK_EQ_INT(first[1], 1);
 }
@@ -249,11 +249,16 @@ static void test_errors_and_explicit(void) {
     r.micro_batches = 0;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT, "M = 0");
     r.micro_batches = 1;
+    r.remat = (gp_remat)2;
+    CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT,
+                "unknown remat mode 2 (expected 0 cell or 1 none)");
+    r.remat = GP_REMAT_CELL;
     ly[2].bwd_time = -1;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT, "layer 2");
     ly[2] = timed(1);
 
-    r = (gp_partition_req){.layers = ly, .nlayers = 14, .stages = 4, .micro_batches = 2};
+    r = (gp_partition_req){.layers = ly, .nlayers = 14, .stages = 4, .micro_batches = 2,
+                           .remat = GP_REMAT_NONE};
     REQUIRE_OK(gp_partition_parse("0,5,9,12", first, 16, &n));
     CHECK_EQ_INT(n, 4);
     CHECK_EQ_INT(first[3], 12);
@@ -306,7 +311,7 @@ static void test_from_model(void) {
     CHECK_FAILS(gp_layer_est_from_model(m, 0, 0, e), GP_INVALID_ARGUMENT, "micro-batch size 0");
     /* balanced over the real cost model: every stage gets at least one layer */
     gp_partition_req r = {.layers = e, .nlayers = L, .stages = 3, .micro_batches = 4,
-                          .remat = GP_PLAN_REMAT_CELL};
+                          .remat = GP_REMAT_CELL};
     int first[3];
     REQUIRE_OK(gp_partition_balance(&r, first, NULL));
     CHECK_OK(gp_partition_check(&r, first, 3));

@@ -29,10 +29,6 @@ static gp_model *equal_layers(int L) {
     return m;
 }
 
-static gp_plan_remat priv_remat(gp_remat r) {
-    return r == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE : GP_PLAN_REMAT_CELL;
-}
-
 static void test_cells_match_partitioner(void) {
     gp_model *m = mlp();
     const int L = 6;
@@ -50,7 +46,7 @@ static void test_cells_match_partitioner(void) {
             gp_layer_est est[6];
             REQUIRE_OK(gp_layer_est_from_model(m, batch / M, 2, est));
             gp_partition_req r = {.layers = est, .nlayers = L, .stages = K, .micro_batches = M,
-                                  .remat = GP_PLAN_REMAT_CELL};
+                                  .remat = GP_REMAT_CELL};
             int first[6];
             REQUIRE_OK(gp_partition_balance(&r, first, NULL));
             int64_t nparams = 0;
@@ -128,7 +124,7 @@ static void test_memory_columns(void) {
                     int want = s == 0 ? M : (K - k < M ? K - k : M);
                     CHECK_EQ_INT(c->peak_in_flight, want);
                     gp_cell_mem cm =
-                        gp_cell_memory(est, c->first, c->last + 1, want, priv_remat((gp_remat)rm));
+                        gp_cell_memory(est, c->first, c->last + 1, want, (gp_remat)rm);
                     CHECK_EQ_INT(c->param_bytes, cm.params);
                     CHECK_EQ_INT(c->grad_bytes, cm.grads);
                     CHECK_EQ_INT(c->optim_bytes, cm.optim);
@@ -183,9 +179,9 @@ static void test_memory_limits(void) {
 
     /* A layer that alone cannot fit: named with its overshoot. */
     /* (the last linear: its 256-wide input, stashed M times) */
-    uint64_t big = gp_cell_memory(est, 5, 6, M, GP_PLAN_REMAT_CELL).total;
+    uint64_t big = gp_cell_memory(est, 5, 6, M, GP_REMAT_CELL).total;
     for (int i = 0; i < 6; i++)
-        CHECK(gp_cell_memory(est, i, i + 1, M, GP_PLAN_REMAT_CELL).total <= big);
+        CHECK(gp_cell_memory(est, i, i + 1, M, GP_REMAT_CELL).total <= big);
     /* (with K = L every layer is a cell alone; fewer cells could pair it with layer 4) */
     gp_pipeline_opts po = {.stages = 6, .micro_batches = M, .memory_limit = big - 100};
     gp_plan p;
@@ -199,8 +195,8 @@ static void test_memory_limits(void) {
     gp_model *eq = equal_layers(4);
     gp_layer_est eqe[4];
     REQUIRE_OK(gp_layer_est_from_model(eq, batch / M, 1, eqe));
-    uint64_t two = gp_cell_memory(eqe, 0, 2, M, GP_PLAN_REMAT_CELL).total;
-    CHECK(gp_cell_memory(eqe, 0, 1, M, GP_PLAN_REMAT_CELL).total < two - 1000);
+    uint64_t two = gp_cell_memory(eqe, 0, 2, M, GP_REMAT_CELL).total;
+    CHECK(gp_cell_memory(eqe, 0, 1, M, GP_REMAT_CELL).total < two - 1000);
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = M, .memory_limit = two - 1000};
     CHECK_FAILS(gp_plan_make(eq, batch, &sgd, &po, 1, &p), GP_MEMORY_LIMIT,
                 "in its cell of layers 0-1, over the limit by 1000 bytes");
@@ -234,7 +230,7 @@ static void test_memory_limits(void) {
     uint64_t lim = 0;
     for (int k = 0; k < 2; k++) {
         uint64_t b = gp_cell_memory(est, p.cells[k].first, p.cells[k].last + 1, 2,
-                                    GP_PLAN_REMAT_NONE).total;
+                                    GP_REMAT_NONE).total;
         if (b > lim) lim = b;
     }
     gp_plan_free(&p);

@@ -244,16 +244,16 @@ static void test_bubble_and_memory(void) {
             REQUIRE_OK(gp_schedule_1f1b(K, M, &f));
             for (int v = 0; v < 4; v++) {
                 /* mailboxes of 1 or 2 give the same times here */
-                gp_sim_opts o = {.capacity = 1 + v / 2, .remat = (gp_plan_remat)(v % 2)};
+                gp_sim_opts o = {.capacity = 1 + v / 2, .remat = (gp_remat)(v % 2)};
                 REQUIRE_OK(gp_schedule_simulate(&g, cells, &o, st, &res));
                 /* (M + K - 1) slots of forward + backward (+ recompute) */
-                double slot = 1 + 2 + (o.remat == GP_PLAN_REMAT_CELL ? 1 : 0);
+                double slot = 1 + 2 + (o.remat == GP_REMAT_CELL ? 1 : 0);
                 CHECK(res.step_time == (double)(M + K - 1) * slot);
                 CHECK(res.bubble == (double)(K - 1) / (double)(M + K - 1));
                 for (int k = 0; k < K; k++) {
                     CHECK_EQ_INT(st[k].peak_in_flight, M);
                     CHECK(st[k].busy == M * slot);
-                    CHECK(st[k].recompute == (o.remat ? M : 0));
+                    CHECK(st[k].recompute == (o.remat == GP_REMAT_CELL ? M : 0));
                     /* fill-drain holds all M: the memory model's figure with in_flight = M */
                     gp_layer_est one = {.in_bytes = 100, .out_bytes = 1000};
                     gp_cell_mem cm = gp_cell_memory(&one, 0, 1, M, o.remat);
@@ -288,7 +288,7 @@ static void test_hand_computed(void) {
     gp_sim_result res;
     gp_schedule s = {0};
     REQUIRE_OK(gp_schedule_gpipe(2, 2, &s));
-    gp_sim_opts o = {.capacity = 1, .remat = GP_PLAN_REMAT_NONE};
+    gp_sim_opts o = {.capacity = 1, .remat = GP_REMAT_NONE};
     REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
     CHECK(res.step_time == 16);
     CHECK(st[0].busy == 8 && st[1].busy == 12);
@@ -302,8 +302,9 @@ static void test_hand_computed(void) {
     CHECK(res.step_time == 17);
     CHECK(st[1].end == 13.5);
     /* re-materialization: each backward also recomputes the forward: stage 1 F [1,3] [3,5],
-     * B [5,11] [11,17]; stage 0 B0 [11,15], B1 waits for SG1 at 17: [17,21]. */
-    o = (gp_sim_opts){.capacity = 1, .remat = GP_PLAN_REMAT_CELL, .latency = 0};
+     * B [5,11] [11,17]; stage 0 B0 [11,15], B1 waits for SG1 at 17: [17,21]. Options left
+     * zero get it: CELL is the zero value of the public gp_remat, GPipe's default. */
+    o = (gp_sim_opts){.capacity = 1};
     REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
     CHECK(res.step_time == 21);
     CHECK(st[0].recompute == 2 && st[1].recompute == 4);
@@ -311,7 +312,7 @@ static void test_hand_computed(void) {
     /* 1F1B, same cells: stage 1 runs F0 [1,3] B0 [3,7] F1 [7,9] B1 [9,13]; stage 0 B0 [7,10],
      * B1 [13,16]: the same 16, with one micro-batch in flight on stage 1. */
     REQUIRE_OK(gp_schedule_1f1b(2, 2, &s));
-    o = (gp_sim_opts){.capacity = 1, .remat = GP_PLAN_REMAT_NONE};
+    o = (gp_sim_opts){.capacity = 1, .remat = GP_REMAT_NONE};
     REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
     CHECK(res.step_time == 16);
     CHECK(st[1].end == 13);
@@ -330,17 +331,22 @@ static void test_hand_computed(void) {
     /* ... and its recomputations measured at 0.5 each instead of its mean forward of 2: stage 1
      * B0 [5,9.5] B1 [9.5,18]; stage 0 (means: recompute 1 + backward 3) B0 [9.5,13.5] B1 [18,22]. */
     slow[1].recompute_mb = re1;
-    o.remat = GP_PLAN_REMAT_CELL;
+    o.remat = GP_REMAT_CELL;
     REQUIRE_OK(gp_schedule_simulate(&s, slow, &o, st, &res));
     CHECK(res.step_time == 22);
     CHECK(st[1].recompute == 1 && st[0].recompute == 2);
-    o.remat = GP_PLAN_REMAT_NONE;
+    o.remat = GP_REMAT_NONE;
     /* bad inputs */
     cells[1].bwd_time = -1;
     CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT, "cell 1");
     cells[1].bwd_time = 4;
     o.latency = -1;
     CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT, "latency");
+    o.latency = 0;
+    o.remat = (gp_remat)2;
+    CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT,
+                "unknown remat mode 2 (expected 0 cell or 1 none)");
+    o.remat = GP_REMAT_NONE;
     gp_schedule_free(&s);
     /* an invalid schedule is not simulated */
     build(&s, 2, 1, (const char *const[]){"RG0 F0 SA0 B0 STEP", "RA0 F0 B0 SG0 STEP"});
@@ -356,7 +362,7 @@ static void test_hand_computed(void) {
     CHECK(c.fwd_time == 4 && c.bwd_time == 7);
     CHECK_EQ_INT(c.in_bytes, 8);
     CHECK_EQ_INT(c.state_bytes, 7);
-    CHECK_EQ_INT(c.state_bytes, gp_cell_memory(ly, 0, 2, 1, GP_PLAN_REMAT_CELL).work);
+    CHECK_EQ_INT(c.state_bytes, gp_cell_memory(ly, 0, 2, 1, GP_REMAT_CELL).work);
 }
 
 int main(void) {

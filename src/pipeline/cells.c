@@ -47,8 +47,7 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                             .nlayers = L,
                             .stages = K,
                             .micro_batches = in_flight,
-                            .remat = po->remat == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE
-                                                                : GP_PLAN_REMAT_CELL,
+                            .remat = po->remat,
                             .mem_limit = po->memory_limit};
     gp_status s;
     if (po->partition) {

@@ -11,8 +11,10 @@
 #include "../core/error.h"
 #include "../layers/layer.h"
 
-const char *gp_plan_remat_name(gp_plan_remat r) {
-    return r == GP_PLAN_REMAT_NONE ? "none" : r == GP_PLAN_REMAT_CELL ? "cell" : "?";
+/* Here rather than in plan.c: the partitioner's messages name the mode, and plan.c calls into
+ * this file. */
+const char *gp_remat_name(gp_remat r) {
+    return r == GP_REMAT_CELL ? "cell" : r == GP_REMAT_NONE ? "none" : "?";
 }
 
 double gp_layer_est_time(const gp_layer_est *l) { return l->fwd_time + l->bwd_time; }
@@ -49,15 +51,15 @@ static uint64_t mem_head(const gp_layer_est *first, int in_flight) {
     return sat_mul((uint64_t)in_flight, first->in_bytes);
 }
 
-static uint64_t mem_per_layer(const gp_layer_est *l, int in_flight, gp_plan_remat remat) {
+static uint64_t mem_per_layer(const gp_layer_est *l, int in_flight, gp_remat remat) {
     uint64_t s = sat_add(sat_add(l->param_bytes, l->grad_bytes), l->optim_bytes);
     /* NONE keeps every micro-batch's state; CELL rebuilds one micro-batch's during backward. */
-    uint64_t w = remat == GP_PLAN_REMAT_NONE ? (uint64_t)in_flight : 1;
+    uint64_t w = remat == GP_REMAT_NONE ? (uint64_t)in_flight : 1;
     return sat_add(s, sat_mul(w, mem_state(l)));
 }
 
 gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int in_flight,
-                           gp_plan_remat remat) {
+                           gp_remat remat) {
     gp_cell_mem c = {0};
     if (!layers || first < 0 || end <= first) return c;
     if (in_flight < 0) in_flight = 0;
@@ -69,7 +71,7 @@ gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int i
         state = sat_add(state, mem_state(&layers[i]));
     }
     c.stash = mem_head(&layers[first], in_flight);
-    if (remat == GP_PLAN_REMAT_NONE)
+    if (remat == GP_REMAT_NONE)
         c.stash = sat_add(c.stash, sat_mul((uint64_t)in_flight, state));
     else
         c.work = state;
@@ -143,8 +145,10 @@ static gp_status check_req(const gp_partition_req *r) {
     if (r->micro_batches < 1)
         return gp_error(GP_INVALID_ARGUMENT, "partition: M = %d micro-batches, expected >= 1",
                         r->micro_batches);
-    if (r->remat != GP_PLAN_REMAT_NONE && r->remat != GP_PLAN_REMAT_CELL)
-        return gp_error(GP_INVALID_ARGUMENT, "partition: unknown remat mode %d", (int)r->remat);
+    if (r->remat != GP_REMAT_CELL && r->remat != GP_REMAT_NONE)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "partition: unknown remat mode %d (expected %d cell or %d none)",
+                        (int)r->remat, GP_REMAT_CELL, GP_REMAT_NONE);
     for (int i = 0; i < r->nlayers; i++) {
         double t = gp_layer_est_time(&r->layers[i]);
         if (!isfinite(t) || r->layers[i].fwd_time < 0 || r->layers[i].bwd_time < 0)
@@ -182,14 +186,14 @@ static gp_status explain_no_fit(const gp_partition_req *r) {
                             "partition: layer %d (%s) alone needs %s with M = %d (remat %s), over "
                             "the %s per-device limit by %s",
                             i, kind_of(&ly[i]), gp_plan_bytes_str(b, need, sizeof need), M,
-                            gp_plan_remat_name(r->remat), lim,
+                            gp_remat_name(r->remat), lim,
                             gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
         return gp_error(GP_MEMORY_LIMIT,
                         "partition: layer %d (%s) fits in no cell: the smallest cell holding it "
                         "(layers %d-%d) needs %s with M = %d (remat %s), over the %s per-device "
                         "limit by %s",
                         i, kind_of(&ly[i]), from, i, gp_plan_bytes_str(b, need, sizeof need), M,
-                        gp_plan_remat_name(r->remat), lim,
+                        gp_remat_name(r->remat), lim,
                         gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
     }
     size_t w = (size_t)L + 1;
@@ -238,7 +242,7 @@ static gp_status explain_no_fit(const gp_partition_req *r) {
                     "partition: no split of the %d layers into K = %d cells fits the %s "
                     "per-device limit with M = %d (remat %s): the best split (%s) still needs %s "
                     "in its cell of layers %d-%d, over the limit by %s",
-                    L, K, lim, M, gp_plan_remat_name(r->remat), list,
+                    L, K, lim, M, gp_remat_name(r->remat), list,
                     gp_plan_bytes_str(opt, need, sizeof need), wf, we - 1,
                     gp_plan_bytes_str(opt - r->mem_limit, over, sizeof over));
 }
@@ -335,7 +339,7 @@ gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nf
                             "partition: cell %d (layers %d-%d) needs %s with M = %d (remat %s), "
                             "over the %s per-device limit by %s",
                             k, first[k], e - 1, gp_plan_bytes_str(b, need, sizeof need),
-                            r->micro_batches, gp_plan_remat_name(r->remat),
+                            r->micro_batches, gp_remat_name(r->remat),
                             gp_plan_bytes_str(r->mem_limit, lim, sizeof lim),
                             gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
         }

@@ -6,14 +6,6 @@
 
 #include "gpipe.h"
 
-/* Re-materialization: what a stage keeps per micro-batch between its forward and backward.
- * (Private spelling; the public option enum comes with the pipeline API.) */
-typedef enum gp_plan_remat {
-    GP_PLAN_REMAT_NONE = 0, /* keep every layer's saved state of each micro-batch in flight */
-    GP_PLAN_REMAT_CELL = 1  /* GPipe: keep only the cell's input; recompute during backward */
-} gp_plan_remat;
-const char *gp_plan_remat_name(gp_plan_remat r); /* "none", "cell" */
-
 /* One layer's figures, per micro-batch where they depend on the batch. Times are in any one unit
  * (FLOPs from the cost model, or measured seconds): only ratios matter to the partitioner. */
 typedef struct gp_layer_est {
@@ -57,7 +49,7 @@ typedef struct gp_cell_mem {
  * Transient buffers (gradient flowing through the cell, mailboxes, kernel workspaces) are not
  * modelled. Sums saturate at UINT64_MAX instead of wrapping. */
 gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int in_flight,
-                           gp_plan_remat remat);
+                           gp_remat remat);
 
 /* A partition request. */
 typedef struct gp_partition_req {
@@ -65,7 +57,7 @@ typedef struct gp_partition_req {
     int nlayers;          /* L */
     int stages;           /* K, 1 <= K <= L */
     int micro_batches;    /* M >= 1: micro-batches stashed at once by the memory model */
-    gp_plan_remat remat;
+    gp_remat remat;       /* what a stage keeps per micro-batch (gpipe.h) */
     uint64_t mem_limit;   /* per-device bytes; 0: no limit */
 } gp_partition_req;
 

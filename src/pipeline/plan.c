@@ -14,10 +14,6 @@ const char *gp_schedule_kind_name(gp_schedule_kind s) {
     return s == GP_SCHEDULE_GPIPE ? "gpipe" : s == GP_SCHEDULE_1F1B ? "1f1b" : "?";
 }
 
-const char *gp_remat_name(gp_remat r) {
-    return r == GP_REMAT_CELL ? "cell" : r == GP_REMAT_NONE ? "none" : "?";
-}
-
 void gp_plan_free(gp_plan *p) {
     if (!p) return;
     free(p->cells);
@@ -71,7 +67,7 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
  * first: K cell starts. */
 static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flops, int L,
                                const int *first, int K, int M, const gp_pipeline_opts *po,
-                               gp_plan_remat remat, double sec_per_unit, gp_plan *out) {
+                               double sec_per_unit, gp_plan *out) {
     const double sec_per_flop = sec_per_unit;
     gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
     gp_sim_stage *st = calloc((size_t)K, sizeof *st);
@@ -90,7 +86,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     status = po->schedule == GP_SCHEDULE_1F1B ? gp_schedule_1f1b(K, M, &s)
                                               : gp_schedule_gpipe(K, M, &s);
     if (status != GP_OK) goto done;
-    gp_sim_opts so = {.capacity = 1, .remat = remat};
+    gp_sim_opts so = {.capacity = 1, .remat = po->remat};
     gp_sim_result res;
     status = gp_schedule_simulate(&s, sc, &so, st, &res);
     if (status != GP_OK) goto done;
@@ -106,7 +102,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
             c->bwd_flops += flops[i].bwd_time;
         }
         c->time_s = sc[k].fwd_time + sc[k].bwd_time;
-        gp_cell_mem cm = gp_cell_memory(est, first[k], e, st[k].peak_in_flight, remat);
+        gp_cell_mem cm = gp_cell_memory(est, first[k], e, st[k].peak_in_flight, po->remat);
         c->param_bytes = cm.params;
         c->grad_bytes = cm.grads;
         c->optim_bytes = cm.optim;
@@ -134,7 +130,6 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     int K = 1, M = 1;
     GP_TRY(check_opts(m, batch, o, po, gflops, &K, &M));
     int L = gp_model_nlayers(m);
-    gp_plan_remat remat = po->remat == GP_REMAT_NONE ? GP_PLAN_REMAT_NONE : GP_PLAN_REMAT_CELL;
     const bool measured = po->balance == GP_BALANCE_TIME;
     gp_layer_est *est = calloc((size_t)L, sizeof *est);
     gp_layer_est *flops = measured ? calloc((size_t)L, sizeof *flops) : est;
@@ -160,7 +155,7 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     out->gflops_assumed = measured ? 0 : gflops;
     out->balance = po->balance;
     out->bubble_theory = (double)(K - 1) / (double)(M + K - 1);
-    status = simulate_into(est, flops, L, first, K, M, po, remat,
+    status = simulate_into(est, flops, L, first, K, M, po,
                            measured ? 1.0 : 1.0 / (gflops * 1e9), out);
 done:
     if (flops != est) free(flops);

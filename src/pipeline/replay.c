@@ -78,7 +78,7 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
     int K = s->stages, M = s->micro_batches;
     int nch = 2 * (K - 1);
     double latency = o ? o->latency : 0;
-    gp_plan_remat remat = o ? o->remat : GP_PLAN_REMAT_CELL;
+    gp_remat remat = o ? o->remat : GP_REMAT_CELL;
     channel *chans = calloc((size_t)(nch > 0 ? nch : 1), sizeof *chans);
     stage_state *st = calloc((size_t)K, sizeof *st);
     int *mbs = malloc((size_t)(nch > 0 ? nch : 1) * (size_t)M * sizeof *mbs);
@@ -116,22 +116,22 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                     x->in_flight++;
                     if (c)
                         x->stash += c->in_bytes +
-                                    (remat == GP_PLAN_REMAT_NONE ? c->state_bytes : 0);
+                                    (remat == GP_REMAT_NONE ? c->state_bytes : 0);
                     break;
                 case GP_ACT_BACKWARD: {
-                    double re = !c || remat != GP_PLAN_REMAT_CELL ? 0
+                    double re = !c || remat != GP_REMAT_CELL ? 0
                                 : c->recompute_mb                        ? c->recompute_mb[a->mb]
                                                                          : c->fwd_time;
                     dur = (!c ? 0 : c->bwd_mb ? c->bwd_mb[a->mb] : c->bwd_time) + re;
                     if (r) r->recompute += re;
                     /* CELL rebuilds one micro-batch's full state on top of the stash. */
-                    if (c && r && remat == GP_PLAN_REMAT_CELL &&
+                    if (c && r && remat == GP_REMAT_CELL &&
                         x->stash + c->state_bytes > r->peak_act_bytes)
                         r->peak_act_bytes = x->stash + c->state_bytes;
                     x->in_flight--;
                     if (c)
                         x->stash -= c->in_bytes +
-                                    (remat == GP_PLAN_REMAT_NONE ? c->state_bytes : 0);
+                                    (remat == GP_REMAT_NONE ? c->state_bytes : 0);
                     break;
                 }
                 case GP_ACT_OPTIMIZER_STEP: dur = c ? c->opt_time : 0; break;

@@ -78,8 +78,7 @@ gp_status gp_rt_simulate_trace(gp_pipeline *p) {
         if (nf) cells[k].fwd_time /= nf;
         if (nb) cells[k].bwd_time /= nb;
     }
-    gp_sim_opts o = {.capacity = MAILBOX_CAPACITY,
-                     .remat = p->remat == GP_REMAT_CELL ? GP_PLAN_REMAT_CELL : GP_PLAN_REMAT_NONE};
+    gp_sim_opts o = {.capacity = MAILBOX_CAPACITY, .remat = p->remat};
     gp_sim_result r = {0};
     if (s == GP_OK) s = gp_schedule_simulate(&p->sched, cells, &o, st, &r);
     p->trace.bubble_simulated = s == GP_OK ? r.bubble : -1.0;

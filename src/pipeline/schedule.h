@@ -111,7 +111,7 @@ gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int e
 typedef struct gp_sim_opts {
     int capacity;       /* mailbox capacity, messages per direction per link (0 means 1) */
     double latency;     /* from a send to its message being receivable (default 0) */
-    gp_plan_remat remat; /* CELL: each BACKWARD first recomputes the forward */
+    gp_remat remat;     /* CELL (the zero value): each BACKWARD first recomputes the forward */
 } gp_sim_opts;
 
 typedef struct gp_sim_stage {

@@ -23,8 +23,10 @@ gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
     if (!s || !cells || !o || !stages || !out)
         return gp_error(GP_INVALID_ARGUMENT, "simulate: NULL argument");
     int capacity = o->capacity ? o->capacity : 1;
-    if (o->remat != GP_PLAN_REMAT_NONE && o->remat != GP_PLAN_REMAT_CELL)
-        return gp_error(GP_INVALID_ARGUMENT, "simulate: unknown remat mode %d", (int)o->remat);
+    if (o->remat != GP_REMAT_CELL && o->remat != GP_REMAT_NONE)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "simulate: unknown remat mode %d (expected %d cell or %d none)",
+                        (int)o->remat, GP_REMAT_CELL, GP_REMAT_NONE);
     if (!isfinite(o->latency) || o->latency < 0)
         return gp_error(GP_INVALID_ARGUMENT, "simulate: latency %g; expected a finite value >= 0",
                         o->latency);
