@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# What a user of the installed library gets: `cmake --install` into a fresh prefix, then the
+# header's usage example built with nothing but `pkg-config --cflags --libs gpipe` from that
+# prefix, once against the shared library and once (with the shared one removed) against the
+# static one with `--static`, each run to its end. pkg-config must point into the prefix the
+# files were installed to, not the one the build was configured with.
+# Usage: bash tests/install.sh CMAKE BUILD_DIR C_COMPILER [EXTRA_C_FLAGS]
+#   BUILD_DIR: a configured and built tree (its header_example.c is the example);
+#   EXTRA_C_FLAGS: what the library was built with that a program must link with too
+#   (the sanitizers).
+set -u
+CMAKE=${1:?usage: bash $0 CMAKE BUILD_DIR C_COMPILER [EXTRA_C_FLAGS]}
+BUILD=${2:?usage: bash $0 CMAKE BUILD_DIR C_COMPILER [EXTRA_C_FLAGS]}
+CC=${3:?usage: bash $0 CMAKE BUILD_DIR C_COMPILER [EXTRA_C_FLAGS]}
+read -r -a EXTRA <<<"${4:-}"
+command -v pkg-config >/dev/null 2>&1 || { echo "SKIP: pkg-config not found"; exit 77; }
+EXAMPLE=$BUILD/header_example.c
+[ -r "$EXAMPLE" ] || { echo "FAIL: no $EXAMPLE (configure with GP_BUILD_TESTS=ON)"; exit 1; }
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+PREFIX=$TMP/prefix
+
+if ! "$CMAKE" --install "$BUILD" --prefix "$PREFIX" >"$TMP/install.log" 2>&1; then
+    cat "$TMP/install.log"
+    echo "FAIL: cmake --install $BUILD --prefix $PREFIX"
+    exit 1
+fi
+pc=$(find "$PREFIX" -name gpipe.pc)
+[ -n "$pc" ] || { echo "FAIL: no gpipe.pc under $PREFIX"; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
+"$PREFIX/bin/gpipe" --help >/dev/null 2>&1 || bad "the installed $PREFIX/bin/gpipe --help fails"
+
+# inside DIR: DIR (pkg-config gives it unresolved, ../ and all) is a folder of the prefix.
+inside() {
+    local real
+    real=$(cd "$1" 2>/dev/null && pwd -P) || return 1
+    case "$real/" in "$(cd "$PREFIX" && pwd -P)"/*) return 0 ;; *) return 1 ;; esac
+}
+incdir=$(pkg-config --variable=includedir gpipe)
+libdir=$(pkg-config --variable=libdir gpipe)
+inside "$incdir" && [ -f "$incdir/gpipe.h" ] ||
+    bad "pkg-config's includedir '$incdir' is not the installed header's folder under $PREFIX ($(grep '^prefix=' "$pc"))"
+inside "$libdir" && ls "$libdir"/libgpipe.* >/dev/null 2>&1 ||
+    bad "pkg-config's libdir '$libdir' is not the installed library's folder under $PREFIX ($(grep '^prefix=' "$pc"))"
+found=0
+for f in $(pkg-config --cflags-only-I gpipe); do
+    d=${f#-I}
+    inside "$d" && [ -f "$d/gpipe.h" ] && found=1
+done
+[ "$found" -eq 1 ] || bad "no -I of 'pkg-config --cflags gpipe' ($(pkg-config --cflags gpipe)) is the installed header's folder under $PREFIX"
+
+# build NAME SOURCE PKG_CONFIG_ARGS...: SOURCE compiled and linked with only pkg-config's flags
+# (the source tree's include/ is not on the path: the header must come from the prefix).
+build() {
+    local name=$1 src=$2
+    shift 2
+    # shellcheck disable=SC2046  # pkg-config's output is a list of words
+    if ! "$CC" "${EXTRA[@]}" -o "$TMP/$name" "$src" $(pkg-config "$@" gpipe) \
+        >"$TMP/$name.log" 2>&1; then
+        bad "$name: $CC $src \$(pkg-config $* gpipe) failed: $(head -c 1500 "$TMP/$name.log")"
+        return 1
+    fi
+}
+# run NAME [ENV...]: the example runs to its end: exit 0, the loss fell.
+run() {
+    local name=$1 rc
+    shift
+    env "$@" "$TMP/$name" >"$TMP/$name.out" 2>&1
+    rc=$?
+    [ "$rc" -eq 0 ] || bad "$name exited $rc: $(head -c 1500 "$TMP/$name.out")"
+    grep -q '^loss ' "$TMP/$name.out" || bad "$name printed no loss: $(head -c 400 "$TMP/$name.out")"
+}
+
+if build shared "$EXAMPLE" --cflags --libs; then
+    run shared LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if command -v ldd >/dev/null 2>&1; then
+        so=$(LD_LIBRARY_PATH="$libdir" ldd "$TMP/shared" | awk '/libgpipe/ { print $3 }')
+        [ -n "$so" ] && inside "$(dirname "$so")" ||
+            bad "the shared build does not load libgpipe from $libdir: '$so'"
+    fi
+fi
+
+# Static: with the shared library gone, -lgpipe can only be libgpipe.a, which needs the
+# private dependencies --static adds (cJSON, zlib, OpenBLAS, MPI where built with it).
+rm -f "$libdir"/libgpipe.so*
+if build static "$EXAMPLE" --static --cflags --libs; then
+    run static
+    if command -v ldd >/dev/null 2>&1 && ldd "$TMP/static" | grep -q libgpipe; then
+        bad "the static build still loads a libgpipe: $(ldd "$TMP/static" | grep libgpipe)"
+    fi
+fi
+# The example never reaches the MPI backend, so the linker leaves it out of the archive; a
+# program that asks for it brings it, and with it MPI's libraries where built with MPI.
+printf '#include <stdio.h>\n#include "gpipe.h"\nint main(void) { printf("mpi %%d\\n", gp_mpi_built()); return 0; }\n' \
+    >"$TMP/mpi_probe.c"
+if build mpi_probe "$TMP/mpi_probe.c" --static --cflags --libs; then
+    env "$TMP/mpi_probe" >"$TMP/mpi_probe.out" 2>&1 || bad "mpi_probe failed: $(head -c 400 "$TMP/mpi_probe.out")"
+fi
+
+[ "$fail" -eq 0 ] && echo "ok: installed into a fresh prefix, the header's example built with pkg-config (shared and static) and ran"
+exit $((fail > 0))
