@@ -6,6 +6,8 @@ PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 py
             dataset-fashion-mnist fortunes fortunes-de fortunes-es fortunes-it fortunes-ru \
             fortunes-pl fortunes-cs
 BUILD      ?= build
+INSTALL_BUILD ?= build-install
+PREFIX     ?= /usr/local
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
@@ -39,8 +41,10 @@ pydeps: deps
 	  $(PYENV)/bin/pip install -q $(PY_PACKAGES); \
 	fi
 
+# The local build is optimized for this machine's CPU (-march=native) for the demos, tests and
+# benchmarks; make install builds its own portable copy.
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DGP_NATIVE=ON
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
@@ -111,8 +115,11 @@ bench: build
 	bash bench/run_table1.sh $(GPIPE)
 	bash bench/run_mpi.sh $(GPIPE)
 
-install: build
-	cmake --install $(BUILD)
+# A separate tree without -march=native: what is installed may run on another CPU than this one.
+install: deps
+	cmake -S . -B $(INSTALL_BUILD) -DCMAKE_BUILD_TYPE=Release -DGP_NATIVE=OFF -DGP_BUILD_TESTS=OFF
+	cmake --build $(INSTALL_BUILD) -j $(JOBS)
+	cmake --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(PYENV)
+	rm -rf $(BUILD) $(INSTALL_BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(PYENV)
