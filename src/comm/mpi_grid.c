@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "mpi_grid.h"
+#include "../core/clock.h"
 
 /* Environment variables that launchers set in every rank they start. */
 static const char *const LAUNCH_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
