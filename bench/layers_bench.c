@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
         gp_rng_stream s = {.seed = 3, .purpose = GP_RNG_INIT, .a = 0, .b = (uint32_t)i};
         gp_rng_normal(&s, 0, p->value.data, gp_tensor_nelem(&p->value));
         for (int64_t k = 0; k < gp_tensor_nelem(&p->value); k++)
-            p->value.data[k] = p->shape.ndim == 2 ? 0.02f * p->value.data[k]
+            F32(p->value)[k] = p->shape.ndim == 2 ? 0.02f * F32(p->value)[k]
                                                   : (i == 0 || i == 6 ? 1.0f : 0.0f);
     }
     gp_shape xs = gp_shape3(B, T, C);

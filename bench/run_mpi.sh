@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MPI backend on this machine (issue 4), as three markdown tables:
+# The MPI launcher on this machine (issue 4), as three markdown tables:
 # 1. T2 with K = 2 over MPI (2 ranks) vs threads: tokens/s and the MPI overhead in percent,
 #    at M = 8 and 32 with both schedules;
 # 2. two ranks used as D = 2 replicas x K = 1 vs K = 2 stages x D = 1, same global batch 32;
@@ -10,7 +10,7 @@
 #    puts on the wire as 2 (D - 1) / D of that.
 # Usage: bash bench/run_mpi.sh [path/to/gpipe] (reports go to ${GP_BENCH_OUT:-out/mpi});
 # GP_BENCH_STEPS (5), GP_BENCH_WARMUP (2), GP_MPIRUN (mpirun --bind-to core: each rank on its
-# own core, as the threads backend pins stage k's thread to core k),
+# own core, as the threads launcher pins stage k's thread to core k),
 # GP_BENCH_BATCH (T2's 32) and GP_BENCH_M ("8 32"), for a quick check of the script itself.
 set -eu
 GPIPE=${1:-build/gpipe}
@@ -19,7 +19,7 @@ WARMUP=${GP_BENCH_WARMUP:-2}
 OUT=${GP_BENCH_OUT:-out/mpi}
 read -r -a MPIRUN <<<"${GP_MPIRUN:-mpirun --bind-to core}"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-if "$GPIPE" bench --workload T2 --backend mpi --stages 2 2>&1 >/dev/null |
+if "$GPIPE" bench --workload T2 --launcher mpi --stages 2 2>&1 >/dev/null |
     grep -q "MPI support was not built"; then
     echo "bench/run_mpi.sh: skipped: $GPIPE was built without MPI (install libopenmpi-dev, rebuild)" >&2
     exit 0

@@ -1,5 +1,5 @@
-/* gpipe: train a network written as a sequence of layers, on one device or
- * (later) as a GPipe pipeline across several. This is the one public header.
+/* gpipe: train a network written as a sequence of layers, on one device or as a GPipe pipeline
+ * across several (threads, MPI processes). This is the one public header.
  *
  * A minimal program: a tiny byte-level language model trained for a few
  * steps. The build extracts the lines between the BEGIN and END markers into
@@ -17,9 +17,9 @@
  *   gp_device_cpu_new("cpu0", &dev);
  *   gp_model_init(m, dev, 1234);                         // keyed by (seed, layer, param)
  *   gp_optim_opts oo = gp_adamw_defaults(1e-2f, 0.01f);
- *   gp_trainer_opts to = {.micro_batches = 2};
- *   gp_trainer *t;
- *   if (gp_trainer_new(m, &oo, &to, &t) != GP_OK) {
+ *   gp_pipeline_opts po = {.micro_batches = 2};           // one stage: trains on dev
+ *   gp_pipeline *t;
+ *   if (gp_pipeline_new(m, &oo, &po, 0, &t) != GP_OK) {
  *       fprintf(stderr, "%s\n", gp_last_error());
  *       return 1;
  *   }
@@ -29,14 +29,14 @@
  *   gp_tensor y = gp_tensor_view(ys, gp_shape2(4, 16), GP_I32);
  *   float first = 0, loss = 0;
  *   for (int step = 0; step < 20; step++) {
- *       if (gp_trainer_step(t, &x, &y, &loss) != GP_OK) {
+ *       if (gp_pipeline_step(t, &x, &y, &loss) != GP_OK) {
  *           fprintf(stderr, "%s\n", gp_last_error());
  *           return 1;
  *       }
  *       if (step == 0) first = loss;
  *   }
  *   printf("loss %.3f -> %.3f\n", first, loss);
- *   gp_trainer_free(t);
+ *   gp_pipeline_free(t);
  *   gp_model_free(m);
  *   gp_device_free(dev);
  *   if (!(loss < first)) return 1;                       // it learned
@@ -148,12 +148,19 @@ typedef struct gp_mem_stats {
     uint64_t cache_hits; /* allocations served from the cache */
 } gp_mem_stats;
 
-/* A CPU device: host memory with accounting. The caller frees it with
- * gp_device_free after everything allocated on it has been released.
- * A device is used by one thread at a time. */
+/* A device is where tensors live and kernels run: the CPU (host memory; kernels through CBLAS
+ * and vectorized C) or, later, a GPU. Every device counts its bytes by category and may be
+ * given a limit. The caller frees a device with gp_device_free after everything allocated on
+ * it has been released. A device is used by one thread at a time. */
 gp_status gp_device_cpu_new(const char *name, gp_device **out);
 void gp_device_free(gp_device *dev);
 const char *gp_device_name(const gp_device *dev);
+const char *gp_device_kind(const gp_device *dev); /* "cpu"; "host" for NULL (host memory) */
+/* Whether host code may read and write the device's memory directly (the CPU's: yes). NULL
+ * stands for plain host memory: true. */
+bool gp_device_is_host(const gp_device *dev);
+/* Waits until the device has finished the work queued on it (nothing to wait for on the CPU). */
+gp_status gp_device_sync(gp_device *dev);
 /* Limit on live bytes over all categories; 0 removes it. Allocations that
  * would exceed it fail with GP_MEMORY_LIMIT. */
 gp_status gp_device_set_limit(gp_device *dev, uint64_t nbytes);
@@ -169,11 +176,13 @@ void gp_device_trim(gp_device *dev);
 
 /* ---------------------------------------------------------------- tensors */
 
-/* A dense row-major tensor. `data` points to float32 for GP_F32 and to int32
- * for GP_I32 (cast it). A tensor from gp_tensor_alloc owns its memory and is
- * released with gp_tensor_release; a view (owned = false) does not. */
+/* A dense row-major tensor: `data` is untyped (its dtype says what it holds) and lives on
+ * `dev`, or in host memory when dev is NULL (a view of the caller's memory). Host code reads
+ * the bytes directly only where gp_tensor_host_data gives a pointer; otherwise it copies them
+ * with gp_tensor_to_host / gp_tensor_from_host / gp_tensor_copy. A tensor from gp_tensor_alloc
+ * owns its memory and is released with gp_tensor_release; a view (owned = false) does not. */
 typedef struct gp_tensor {
-    float *data;
+    void *data;
     gp_shape shape;
     gp_dtype dtype;
     gp_device *dev;
@@ -190,10 +199,22 @@ gp_status gp_tensor_zeros(gp_device *dev, gp_mem_category cat, gp_shape shape, g
 /* Frees an owned tensor and zeroes the struct; views and zeroed structs are
  * left alone, so it is safe to call twice. */
 void gp_tensor_release(gp_tensor *t);
-/* A non-owning view of caller memory (no accounting). */
+/* A non-owning view of caller host memory (dev NULL, no accounting). */
 gp_tensor gp_tensor_view(void *data, gp_shape shape, gp_dtype dtype);
+/* Rows [first, first + n) along the first dimension, as a view on the same device. */
+gp_tensor gp_tensor_rows(const gp_tensor *t, int64_t first, int64_t n);
 int64_t gp_tensor_nelem(const gp_tensor *t);
 size_t gp_tensor_nbytes(const gp_tensor *t);
+/* The data as a host pointer when host code may touch it (a host view, or a device whose memory
+ * is host memory), else NULL. */
+void *gp_tensor_host_data(const gp_tensor *t);
+/* Copies src into dst: the same dtype and number of elements (shapes may differ), between any
+ * two devices or host views. */
+gp_status gp_tensor_copy(gp_tensor *dst, const gp_tensor *src);
+/* Whole-tensor copies to and from host memory of exactly gp_tensor_nbytes(t) bytes. */
+gp_status gp_tensor_to_host(const gp_tensor *t, void *dst, size_t nbytes);
+gp_status gp_tensor_from_host(gp_tensor *t, const void *src, size_t nbytes);
+gp_status gp_tensor_fill_zero(gp_tensor *t);
 
 /* ---------------------------------------------------------------- random */
 
@@ -272,17 +293,20 @@ gp_dtype gp_model_input_dtype(const gp_model *m);
  * model). */
 gp_shape gp_model_example_shape(const gp_model *m);
 gp_layer *gp_model_layer(gp_model *m, int i);
-/* Allocates every parameter on dev and initializes it from (seed, layer
- * index, parameter index). Layers may also be placed on different devices
- * with gp_model_init_range. */
+/* Allocates every parameter on dev, in one flat block per category, and initializes it from
+ * (seed, layer index, parameter index). Initializing again replaces the values. Layers may also
+ * be placed on different devices with gp_model_init_range. The parameters stay with the model
+ * until gp_model_free (or a pipeline moves them, see gp_pipeline_new). */
 gp_status gp_model_init(gp_model *m, gp_device *dev, uint64_t seed);
 gp_status gp_model_init_range(gp_model *m, int first, int last, gp_device *dev, uint64_t seed);
 /* Shape of layer i's output for a batch of `batch` examples (i = -1: input). */
 gp_status gp_model_shape(const gp_model *m, int i, int64_t batch, gp_shape *out);
 gp_status gp_model_cost(const gp_model *m, int i, int64_t batch, gp_cost *out);
 int64_t gp_model_nparams(const gp_model *m); /* trainable elements */
-/* FNV-1a 64-bit over the bytes of every parameter and buffer, layer order. */
-uint64_t gp_model_params_fnv1a64(const gp_model *m);
+/* FNV-1a 64-bit over the bytes of every parameter and buffer, layer order (layers without
+ * values skipped): the fingerprint reports compare runs by. Under MPI a rank holds only its
+ * stage's layers: use gp_pipeline_params_fnv1a64. */
+gp_status gp_model_params_fnv1a64(const gp_model *m, uint64_t *out);
 /* Writes one line per layer: index, kind, output shape, parameters. */
 void gp_model_print(const gp_model *m, int64_t batch, FILE *f);
 
@@ -351,37 +375,17 @@ gp_status gp_softmax_xent(const gp_tensor *logits, const gp_tensor *labels, doub
 /* Number of labels that are not -1. */
 int64_t gp_count_labels(const gp_tensor *labels);
 
-/* ------------------------------------------------------------- training */
+/* ------------------------------------------------------------ inference */
 
-typedef struct gp_trainer gp_trainer;
-
-typedef struct gp_trainer_opts {
-    int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */
-    uint64_t seed;     /* dropout keys; 0 uses the model's init seed */
-} gp_trainer_opts;
-
-/* Trains `m` (initialized) on the device its parameters live on. The trainer
- * allocates gradients and optimizer state and borrows m: free the trainer
- * before the model. */
-gp_status gp_trainer_new(gp_model *m, const gp_optim_opts *o, const gp_trainer_opts *to,
-                         gp_trainer **out);
-void gp_trainer_free(gp_trainer *t);
-/* One synchronous step: forward/backward over M micro-batches, gradients
- * summed in micro-batch order, clipping, one optimizer update. x: (B, ...)
- * as the model's input; y: int32 labels, (B) or (B, T). *loss: mean loss. */
-gp_status gp_trainer_step(gp_trainer *t, const gp_tensor *x, const gp_tensor *y, float *loss);
-int gp_trainer_steps_done(const gp_trainer *t);
-/* Sets the count of steps done (resuming from a checkpoint): the next step's
- * learning rate, AdamW bias correction and dropout keys follow from it. */
-gp_status gp_trainer_set_step(gp_trainer *t, int steps_done);
-float gp_trainer_last_grad_norm(const gp_trainer *t);
-/* Inference forward in eval mode (batch norm uses running stats, no dropout).
- * logits must be allocated by the caller with the model's output shape.
- * Activations are allocated on dev; the parameters may live on other devices
- * (e.g. a pipeline's stages between steps: no step may run meanwhile). */
-gp_status gp_model_predict(gp_model *m, gp_device *dev, const gp_tensor *x, gp_tensor *logits);
-/* Mean loss and accuracy (argmax == label) of a batch, in eval mode. */
-gp_status gp_model_evaluate(gp_model *m, gp_device *dev, const gp_tensor *x, const gp_tensor *y,
+/* Inference forward in eval mode (batch norm uses running stats, no dropout): every layer runs
+ * on the device its parameters live on (a pipeline's stages, between steps: the activation
+ * moves from stage to stage). x: (B, ...) as the model's input, in host memory or on any
+ * device; logits (allocated by the caller with the model's output shape) likewise. Under MPI
+ * use gp_pipeline_predict, which runs through every rank's stage. */
+gp_status gp_model_predict(gp_model *m, const gp_tensor *x, gp_tensor *logits);
+/* Loss summed over the labelled rows, and correct predictions (argmax == label) of a batch,
+ * in eval mode; labels -1 are not counted. */
+gp_status gp_model_evaluate(gp_model *m, const gp_tensor *x, const gp_tensor *y,
                             double *loss_sum, int64_t *ncorrect, int64_t *ncount);
 
 /* ---------------------------------------------------------------- data */
@@ -432,11 +436,6 @@ gp_status gp_shuffle(uint64_t seed, uint32_t epoch, int64_t n, int64_t *perm);
 void gp_blas_set_threads(int n);
 int gp_blas_threads(void);
 const char *gp_blas_corename(void);
-/* Measures row-major sgemm (m x k) by (k x n) on the current BLAS thread
- * count: best GFLOP/s over `reps` timed runs after one warm-up. The ceiling
- * every benchmark figure is divided by. */
-gp_status gp_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflops);
-
 /* An output file written atomically: text goes to a temporary file beside
  * `path`; gp_file_out_close(o, true) checks every write, fsyncs, renames it
  * onto `path` and fsyncs the folder, so a crash or failure never leaves a
@@ -464,14 +463,6 @@ void gp_file_out_write_bytes(gp_file_out *o, const void *data, size_t nbytes);
  * naming the path and the step that failed. */
 gp_status gp_file_out_close(gp_file_out *o, bool commit);
 
-/* FNV-1a 64-bit, chainable: h = gp_fnv1a64(h, data, nbytes), start from
- * GP_FNV1A64_INIT. */
-#define GP_FNV1A64_INIT 0xcbf29ce484222325ULL
-uint64_t gp_fnv1a64(uint64_t h, const void *data, size_t nbytes);
-
-/* Monotonic wall-clock seconds. */
-double gp_now(void);
-
 /* ---------------------------------------------------------- pipeline plan */
 
 /* How a mini-batch flows through K stages. Zero-initialized: one stage, one
@@ -481,9 +472,12 @@ typedef enum gp_schedule_kind { GP_SCHEDULE_GPIPE = 0, GP_SCHEDULE_1F1B = 1 } gp
  * recompute the cell's forward during backward. NONE: keep every layer's
  * saved state for each micro-batch in flight. */
 typedef enum gp_remat { GP_REMAT_CELL = 0, GP_REMAT_NONE = 1 } gp_remat;
-/* Where the stages run: THREADS, K threads of this process; MPI, one process per stage and
- * replica, started by mpirun or srun (needs a build with MPI, see gp_mpi_built). */
-typedef enum gp_backend { GP_BACKEND_THREADS = 0, GP_BACKEND_MPI = 1 } gp_backend;
+/* How the stages are started: THREADS, in this process (K = 1: on the caller's thread, with no
+ * stage thread and no transport; K > 1: one thread per stage); MPI, one process per stage and
+ * replica, started by mpirun or srun (needs a build with MPI, see gp_mpi_built). Where a stage's
+ * tensors live and its kernels run is its device (gp_pipeline_opts.devices). */
+typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
+const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
 const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b" */
 const char *gp_remat_name(gp_remat r);                 /* "cell", "none" */
 
@@ -513,10 +507,18 @@ typedef struct gp_pipeline_opts {
     /* Runtime: stage k's thread runs on the k-th core the process may use
      * when there are at least K of them; true keeps the scheduler's choice. */
     bool no_pinning;
-    /* Processes (see "MPI backend" below); zeroed: K threads in this process. */
-    gp_backend backend;
+    /* Processes (see "MPI launcher" below); zeroed: this process runs every stage. */
+    gp_launcher launcher;
     int data_parallel;     /* D >= 1 replicas (0 means 1); MPI only */
-    double comm_timeout_s; /* longest wait on another rank; 0: 60 s */
+    /* Longest wait on another stage (a thread or a rank) before the step fails naming it;
+     * 0: 60 s. */
+    double comm_timeout_s;
+    /* Optional: the device of each stage (K entries; under MPI only this rank's stage's entry
+     * is used), borrowed: the caller frees them after the pipeline. NULL: the pipeline makes a
+     * CPU device per stage ("stage<k>", with memory_limit), except that with K = 1 and a model
+     * already initialized on one device, that device is used. memory_limit is not applied to
+     * the caller's devices: they keep their own limits. */
+    gp_device **devices;
 } gp_pipeline_opts;
 
 /* Measures each layer of m alone, as a pipeline stage would run it: the layer
@@ -575,45 +577,57 @@ typedef struct gp_plan {
 gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out);
 void gp_plan_free(gp_plan *p);
-/* Parses "0,5,9" (first layer of each cell) into first[0..*n-1], at most cap
- * entries; the values are checked against a model by gp_plan_make. */
-gp_status gp_plan_parse_partition(const char *text, int *first, int cap, int *n);
+/* --------------------------------------------------------- training */
 
-/* --------------------------------------------------------- pipeline runtime */
-
-/* K cells of a model on K stage devices, one thread per stage, running the
- * GPipe or 1F1B schedule over M micro-batches with one synchronous update per
- * step. Same seed and M: losses and parameters are bit-identical to the
- * single-device trainer for every K, schedule and re-materialization mode.
- * Stages run single-threaded BLAS: gp_pipeline_new sets it for the process
- * (a single-device reference must run with one BLAS thread too to compare
- * bits). */
+/* A model trained as K cells on K stage devices over M micro-batches, one synchronous update
+ * per step: the one training handle, whatever K (K = 1 is single-device training, run inline).
+ * Same seed and M: losses and parameters are bit-identical for every K, schedule and
+ * re-materialization mode, and across launchers (stages on one BLAS thread each: a K = 1
+ * reference must run with gp_blas_set_threads(1) to compare bits; K > 1 sets one BLAS thread
+ * for the duration of each step and restores the caller's count after it). */
 typedef struct gp_pipeline gp_pipeline;
 
-/* Partitions m (po->partition, or the balance of the layers' cost estimates),
- * validates the schedule, and initializes the model's layers on K stage
- * devices with gp_model_init_range and `seed` (so the parameters equal a
- * single-device gp_model_init with that seed); the seed also keys dropout.
- * po NULL: the zeroed defaults. po->memory_limit is each stage device's limit.
- * Errors name the numbers: K < 1, M < 1, K greater than the number of layers.
- * The pipeline borrows m: free it first. */
+/* Partitions m (po->partition, or the balance of the layers' cost estimates or times), validates
+ * the schedule and places each cell's layers on its stage device in flat blocks (parameters,
+ * gradients, optimizer state). o NULL: a pipeline for inference only (gp_pipeline_predict,
+ * evaluate, hash, checkpoint loads), without gradients or optimizer state; it takes no step. The parameters: a model whose layers all hold values is taken
+ * as it is (its values are moved to the stage devices where they live elsewhere, with no
+ * re-initialization); a model none of whose layers is initialized is initialized there from
+ * `seed` (the values equal gp_model_init with that seed); a partly initialized model is an
+ * error naming the first layer without values. seed also keys dropout; 0 uses the model's init
+ * seed. po NULL: the zeroed defaults. Errors name the numbers: K < 1, M < 1, K greater than the
+ * number of layers. The pipeline borrows m: free it first. */
 gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline_opts *po,
                           uint64_t seed, gp_pipeline **out);
-/* One step: x (B, ...) is read by stage 0 only, y (int32 labels) by the last
- * stage only; B must divide by M. *loss: the mini-batch mean loss. A failure
- * on any stage stops all of them; the first error is returned and no update
- * is made. */
+/* One step: x (B, ...) is read by stage 0 only, y (int32 labels, (B) or (B, T)) by the last
+ * stage only, either in host memory or on any device; B must divide by M. *loss: the
+ * mini-batch mean loss. A failure on any stage stops all of them; the first error is returned,
+ * no update is made and the next step can run. */
 gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y, float *loss);
-/* Stops the pipeline and releases every byte its stages held, the model's
- * parameters included (they lived on the stage devices): the model is left
- * uninitialized. NULL is ignored. */
+/* Stops the pipeline and releases its gradients and optimizer state. Parameters on devices the
+ * pipeline made go with them (those layers are left uninitialized); parameters on the caller's
+ * devices stay with the model. NULL is ignored. */
 void gp_pipeline_free(gp_pipeline *p);
 int gp_pipeline_stages(const gp_pipeline *p);
-/* The first layer of cell k (the partition in use), or -1 when k is out of
- * range. */
+int gp_pipeline_micro_batches(const gp_pipeline *p);
+/* The first layer of cell k (the partition in use), or -1 when k is out of range. */
 int gp_pipeline_cell_first(const gp_pipeline *p, int k);
+/* The device of stage k, or NULL when k is out of range (under MPI: another rank's stage). */
+gp_device *gp_pipeline_device(const gp_pipeline *p, int k);
 /* Memory counters of stage `stage`'s device. */
 gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out);
+/* Steps done; setting it (resuming from a checkpoint) sets the next step's learning rate,
+ * AdamW bias correction and dropout keys. No step may be running. */
+int gp_pipeline_steps_done(const gp_pipeline *p);
+gp_status gp_pipeline_set_step(gp_pipeline *p, int steps_done);
+
+/* Collective (every rank calls it under MPI; the results on every rank): the model in eval
+ * mode through every stage: logits as gp_model_predict's, the loss sum and correct predictions
+ * as gp_model_evaluate's, the parameter hash as gp_model_params_fnv1a64's, bit for bit. */
+gp_status gp_pipeline_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *logits);
+gp_status gp_pipeline_evaluate(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
+                               double *loss_sum, int64_t *ncorrect, int64_t *ncount);
+gp_status gp_pipeline_params_fnv1a64(gp_pipeline *p, uint64_t *out);
 
 /* Figures of the last step, from its recorded timeline: every stage's forward,
  * backward, recompute, send, receive, wait and optimizer events. */
@@ -625,19 +639,23 @@ typedef struct gp_pipeline_stats {
     double bubble_simulated;     /* the simulator's prediction for the measured per-cell times */
     double bubble_replayed;      /* the simulator replaying each action's measured duration: the
                                   * idle the schedule's dependencies alone give for those times */
-    double busy_fraction[64];    /* per stage (first min(K, 64)) */
-    int partition[64];           /* first layer of each cell */
     bool pinned;                 /* each stage thread ran on a core of its own */
 } gp_pipeline_stats;
-/* Fails when no step has run or the last one failed. */
-gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out);
+/* Stage k's busy fraction of the last step's span and the first layer of its cell. */
+typedef struct gp_stage_stats {
+    double busy_fraction;
+    int first_layer;
+} gp_stage_stats;
+/* Fails when no step has run or the last one failed. stages (may be NULL) gets K entries. */
+gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out,
+                                 gp_stage_stats *stages);
 /* Chrome trace JSON / SVG timeline of the last step; errors name the path. */
 gp_status gp_pipeline_write_trace(const gp_pipeline *p, const char *path);
 gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path);
 
-/* ------------------------------------------------------------ MPI backend */
+/* ----------------------------------------------------------- MPI launcher */
 
-/* With backend GP_BACKEND_MPI, gp_pipeline_new is called by every rank of an MPI job of
+/* With launcher GP_LAUNCHER_MPI, gp_pipeline_new is called by every rank of an MPI job of
  * D x K ranks (D = data_parallel replicas, K = stages; any other size is an error naming
  * both, before anything is allocated). World rank r runs stage r % K of replica r / K;
  * every rank passes the same GLOBAL mini-batch to gp_pipeline_step and replica d trains on
@@ -645,10 +663,12 @@ gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path);
  * over its D replicas with MPI_Iallreduce in buckets, each started as soon as its layers'
  * backward of the last micro-batch is done, overlapping the rest of that backward. Loss, gradient norm and losses of all
  * replicas meet in one fixed-order all-reduce, so every rank gets the same bits. D = 1 gives
- * bit-identical parameters to GP_BACKEND_THREADS; D > 1 differs from D = 1 by the order of
+ * bit-identical parameters to GP_LAUNCHER_THREADS; D > 1 differs from D = 1 by the order of
  * the gradient sums only (about 1e-7 relative). Every wait is bounded by comm_timeout_s: a
  * rank that fails or stops answering makes the others fail with a message naming the rank,
- * the action it waited on and the peer. */
+ * the action it waited on and the peer. A rank holds its own stage's layers and nothing more:
+ * the other stages' layers are left uninitialized on it (evaluation, sampling and the parameter
+ * hash run through the stages, see gp_pipeline_predict). */
 
 /* Whether this library was built with MPI. */
 bool gp_mpi_built(void);
@@ -661,17 +681,10 @@ gp_status gp_mpi_init(int *rank, int *size);
 /* At the end of the program, after every pipeline is freed: MPI_Finalize, or, if a run
  * failed (peers may be dead or waiting), MPI_Abort. Nothing without MPI. */
 void gp_mpi_finalize(void);
-/* After a failure has been printed: flushes stdout/stderr and ends every rank (MPI_Abort). */
-void gp_mpi_abort_job(int code);
 
 /* This process's place: world rank and size (0 and 1 on threads), the stage it runs (-1: all
  * K, on threads) and its replica. Any pointer may be NULL. */
 void gp_pipeline_place(const gp_pipeline *p, int *rank, int *nranks, int *stage, int *replica);
-/* Gives every rank the current values of every layer (owners broadcast within each replica):
- * call it on every rank before evaluating, sampling or hashing the model, which otherwise
- * holds stale copies of the other stages' layers. Replica 0's values are what rank 0 sees.
- * Nothing to do on threads. */
-gp_status gp_pipeline_sync_params(gp_pipeline *p);
 /* Collective over every rank: gathers the last step's timeline of every rank (track r = world
  * rank r = stage r % K of replica r / K; on one host on a common clock, across hosts each track
  * from its own step start) and every rank's stage memory counters, so that on every rank
@@ -684,11 +697,6 @@ gp_status gp_pipeline_gather(gp_pipeline *p);
  * gradients with their headers) and gradients given to the data-parallel all-reduce. Fills
  * n entries of each array (n >= the number of ranks); zeros on threads. */
 gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *allreduce, int n);
-/* As gp_trainer_steps_done / gp_trainer_set_step, for a pipeline (no step may
- * be running). */
-int gp_pipeline_steps_done(const gp_pipeline *p);
-gp_status gp_pipeline_set_step(gp_pipeline *p, int steps_done);
-
 /* ------------------------------------------------------------ safetensors */
 
 /* A safetensors file (the format of the Python `safetensors` package, which
@@ -832,7 +840,7 @@ gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step
 /* Collective: each rank loads its own stage's layers and their optimizer state from c (any
  * form, saved with any K; on threads every layer), and every rank returns the same outcome (a
  * failure names the rank and the part). Replicas load the same values. The other stages'
- * layers on each rank stay stale until gp_pipeline_sync_params. Sets no step count. */
+ * layers are not loaded on a rank (it holds none). Sets no step count. */
 gp_status gp_pipeline_checkpoint_load(gp_pipeline *p, gp_checkpoint *c);
 
 #ifdef __cplusplus

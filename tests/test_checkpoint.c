@@ -36,12 +36,13 @@ static gp_optim_opts optim_for(gp_test_net net) {
     return o;
 }
 
-/* A training session on one device (K = 0) or a pipeline of K stages. */
+/* A training session on one device (K = 0: initialized by the caller on a device of its own)
+ * or a pipeline of K stages (initializing the model itself). */
 typedef struct session {
     gp_test_net net;
+    int K;
     gp_model *m;
     gp_device *dev;
-    gp_trainer *t;
     gp_pipeline *p;
     gp_optim_opts o;
 } session;
@@ -51,13 +52,13 @@ static const uint64_t SEED = 91;
 static void session_new(session *s, gp_test_net net, int K) {
     memset(s, 0, sizeof *s);
     s->net = net;
+    s->K = K;
     s->m = gp_test_net_build(net);
     s->o = optim_for(net);
     if (K == 0) {
         REQUIRE_OK(gp_device_cpu_new("one", &s->dev));
         REQUIRE_OK(gp_model_init(s->m, s->dev, SEED));
-        gp_trainer_opts to = {.micro_batches = M_MICRO};
-        REQUIRE_OK(gp_trainer_new(s->m, &s->o, &to, &s->t));
+        s->p = gp_test_single(s->m, &s->o, M_MICRO);
     } else {
         gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO};
         REQUIRE_OK(gp_pipeline_new(s->m, &s->o, &po, SEED, &s->p));
@@ -65,14 +66,13 @@ static void session_new(session *s, gp_test_net net, int K) {
 }
 
 static void session_free(session *s) {
-    gp_trainer_free(s->t);
     gp_pipeline_free(s->p);
     gp_model_free(s->m);
     gp_device_free(s->dev);
 }
 
 static int session_step(const session *s) {
-    return s->t ? gp_trainer_steps_done(s->t) : gp_pipeline_steps_done(s->p);
+    return gp_pipeline_steps_done(s->p);
 }
 
 static void session_run(session *s, int nsteps, float *losses) {
@@ -80,8 +80,7 @@ static void session_run(session *s, int nsteps, float *losses) {
         gp_test_batch b;
         int step = session_step(s);
         gp_test_net_batch(s->net, BATCH, 500 + (uint64_t)step, &b);
-        REQUIRE_OK(s->t ? gp_trainer_step(s->t, &b.x, &b.y_t, &losses[step])
-                        : gp_pipeline_step(s->p, &b.x, &b.y_t, &losses[step]));
+        REQUIRE_OK(gp_pipeline_step(s->p, &b.x, &b.y_t, &losses[step]));
     }
 }
 
@@ -98,7 +97,7 @@ static void session_load(session *s, const char *path) {
     REQUIRE_OK(gp_checkpoint_step(f, &step));
     CHECK_EQ_INT(step, NSTEPS);
     REQUIRE_OK(gp_checkpoint_load(f, s->m, &s->o));
-    REQUIRE_OK(s->t ? gp_trainer_set_step(s->t, step) : gp_pipeline_set_step(s->p, step));
+    REQUIRE_OK(gp_pipeline_set_step(s->p, step));
     CHECK(strcmp(gp_safetensors_meta(f, "note"), "test") == 0);
     gp_safetensors_free(f);
 }
@@ -109,7 +108,7 @@ static void check_resume(gp_test_net net, int K_ref, int K_save, int K_resume) {
     session a, b, c;
     session_new(&a, net, K_ref);
     session_run(&a, 2 * NSTEPS, want);
-    uint64_t want_hash = gp_model_params_fnv1a64(a.m);
+    uint64_t want_hash = gp_test_hash(a.m);
     session_free(&a);
 
     const char *path = gp_scratch_path("ckpt.safetensors");
@@ -121,7 +120,7 @@ static void check_resume(gp_test_net net, int K_ref, int K_save, int K_resume) {
     session_new(&c, net, K_resume);
     session_load(&c, path);
     session_run(&c, NSTEPS, got);
-    uint64_t got_hash = gp_model_params_fnv1a64(c.m);
+    uint64_t got_hash = gp_test_hash(c.m);
     session_free(&c);
     remove(path);
 
@@ -155,16 +154,16 @@ static void check_bad_loads(void) {
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("other", &dev));
     REQUIRE_OK(gp_model_init(other, dev, 3));
-    uint64_t before = gp_model_params_fnv1a64(other);
+    uint64_t before = gp_test_hash(other);
     CHECK_FAILS(gp_checkpoint_load(f, other, NULL), GP_SHAPE, "layers.0.weight\" has shape (64, 32)");
-    CHECK(gp_model_params_fnv1a64(other) == before);
+    CHECK(gp_test_hash(other) == before);
     gp_model_free(other);
     /* Another family altogether. */
     gp_model *conv = gp_test_net_build(GP_TEST_CONVNET);
     REQUIRE_OK(gp_model_init(conv, dev, 3));
-    before = gp_model_params_fnv1a64(conv);
+    before = gp_test_hash(conv);
     CHECK_FAILS(gp_checkpoint_load(f, conv, NULL), GP_FORMAT, "a checkpoint of another model");
-    CHECK(gp_model_params_fnv1a64(conv) == before);
+    CHECK(gp_test_hash(conv) == before);
     gp_model_free(conv);
     gp_device_free(dev);
     /* The same model with another optimizer. */
@@ -181,10 +180,10 @@ static void check_bad_loads(void) {
     REQUIRE_OK(gp_safetensors_writer_write(w, path));
     gp_safetensors_writer_free(w);
     REQUIRE_OK(gp_safetensors_read(path, &f));
-    before = gp_model_params_fnv1a64(s.m);
+    before = gp_test_hash(s.m);
     CHECK_FAILS(gp_checkpoint_load(f, s.m, NULL), GP_FORMAT, "no tensor \"layers.1.weight\"");
     CHECK_FAILS(gp_checkpoint_load(f, s.m, &s.o), GP_FORMAT, "not a gpipe checkpoint");
-    CHECK(gp_model_params_fnv1a64(s.m) == before);
+    CHECK(gp_test_hash(s.m) == before);
     gp_safetensors_free(f);
     REQUIRE_OK(gp_safetensors_writer_new(&w));
     REQUIRE_OK(gp_safetensors_writer_add(w, "layers.9.weight", GP_F32, gp_shape1(4), buf));
@@ -194,7 +193,7 @@ static void check_bad_loads(void) {
     CHECK_FAILS(gp_checkpoint_load(f, s.m, NULL), GP_FORMAT, "\"layers.9.weight\" is not a parameter");
     CHECK_FAILS(gp_checkpoint_step(f, &(int){0}), GP_FORMAT, "\"step\"");
     gp_safetensors_free(f);
-    CHECK(gp_model_params_fnv1a64(s.m) == before);
+    CHECK(gp_test_hash(s.m) == before);
     /* Saving refuses what is not there. */
     CHECK_FAILS(gp_checkpoint_save(path, s.m, 2, 1, &s.o, 1, NULL, 0), GP_INVALID_ARGUMENT,
                 "layer range");
@@ -209,8 +208,8 @@ static void session_save_parts(session *s, int K, const char *base, const char *
     gp_checkpoint_part parts[8];
     static char files[8][64], paths[8][600];
     for (int k = 0; k < K; k++) {
-        parts[k].first = s->p ? gp_pipeline_cell_first(s->p, k) : k * L / K;
-        parts[k].last = k + 1 < K ? (s->p ? gp_pipeline_cell_first(s->p, k + 1) : (k + 1) * L / K)
+        parts[k].first = s->K ? gp_pipeline_cell_first(s->p, k) : k * L / K;
+        parts[k].last = k + 1 < K ? (s->K ? gp_pipeline_cell_first(s->p, k + 1) : (k + 1) * L / K)
                                   : L;
         snprintf(files[k], sizeof files[k], "%s-%05d-of-%05d.safetensors", base, k + 1, K);
         snprintf(paths[k], sizeof paths[k], "%s", gp_scratch_path(files[k]));
@@ -244,7 +243,7 @@ static void check_resume_parts(gp_test_net net, int K_save, int K_resume) {
     session a, b, c;
     session_new(&a, net, 0);
     session_run(&a, 2 * NSTEPS, want);
-    uint64_t want_hash = gp_model_params_fnv1a64(a.m);
+    uint64_t want_hash = gp_test_hash(a.m);
     session_free(&a);
 
     const char *index;
@@ -261,14 +260,11 @@ static void check_resume_parts(gp_test_net net, int K_save, int K_resume) {
     int step = -1;
     REQUIRE_OK(gp_checkpoint_saved_step(ck, &step));
     CHECK_EQ_INT(step, NSTEPS);
-    if (c.p)
-        REQUIRE_OK(gp_pipeline_checkpoint_load(c.p, ck));
-    else
-        REQUIRE_OK(gp_checkpoint_load_layers(ck, c.m, 0, gp_model_nlayers(c.m), &c.o));
+    REQUIRE_OK(gp_pipeline_checkpoint_load(c.p, ck));
     gp_checkpoint_close(ck);
-    REQUIRE_OK(c.t ? gp_trainer_set_step(c.t, step) : gp_pipeline_set_step(c.p, step));
+    REQUIRE_OK(gp_pipeline_set_step(c.p, step));
     session_run(&c, NSTEPS, got);
-    uint64_t got_hash = gp_model_params_fnv1a64(c.m);
+    uint64_t got_hash = gp_test_hash(c.m);
     session_free(&c);
     remove_set("set", K_save);
     if (memcmp(want, got, sizeof want) != 0 || want_hash != got_hash)
@@ -306,7 +302,7 @@ static void check_bad_sets(void) {
     char idx_copy[700];
     session_save_parts(&s, 2, "bad", &index);
     snprintf(idx_copy, sizeof idx_copy, "%s", index);
-    uint64_t before = gp_model_params_fnv1a64(s.m);
+    uint64_t before = gp_test_hash(s.m);
     gp_checkpoint *ck;
 
     /* One byte of the second part flipped after the commit. */
@@ -321,7 +317,7 @@ static void check_bad_sets(void) {
     REQUIRE_OK(gp_checkpoint_open(idx_copy, &ck));
     CHECK_FAILS(gp_checkpoint_load_layers(ck, s.m, 0, gp_model_nlayers(s.m), &s.o), GP_FORMAT,
                 "part 2 of 2 is");
-    CHECK(gp_model_params_fnv1a64(s.m) == before); /* part 1 was fine, yet nothing copied */
+    CHECK(gp_test_hash(s.m) == before); /* part 1 was fine, yet nothing copied */
     /* The first part's layers alone still load: a range reads only the parts it needs. */
     int split = gp_model_nlayers(s.m) / 2;
     REQUIRE_OK(gp_checkpoint_load_layers(ck, s.m, 0, split, &s.o));
@@ -386,9 +382,9 @@ static void check_pipeline_save_threads(void) {
     gp_checkpoint *ck;
     REQUIRE_OK(gp_checkpoint_open(written, &ck));
     CHECK_EQ_INT(gp_checkpoint_nparts(ck), 1);
-    uint64_t h = gp_model_params_fnv1a64(s.m);
+    uint64_t h = gp_test_hash(s.m);
     REQUIRE_OK(gp_pipeline_checkpoint_load(s.p, ck));
-    CHECK(gp_model_params_fnv1a64(s.m) == h);
+    CHECK(gp_test_hash(s.m) == h);
     gp_checkpoint_close(ck);
     remove(written);
     session_free(&s);

@@ -195,7 +195,7 @@ static void *stage_main(void *arg) {
                 }
                 TRY_STAGE(alloc_act(r, k, &gin[m]));
                 stage_bwd(k, in[m].data, gout[m].data, gin[m].data);
-                for (int64_t j = 0; j < B * width(k); j++) sq += (double)gin[m].data[j] * gin[m].data[j];
+                for (int64_t j = 0; j < B * width(k); j++) sq += (double)F32(gin[m])[j] * F32(gin[m])[j];
                 gp_tensor_release(&in[m]);
                 gp_tensor_release(&gout[m]);
                 if (k == 0) {
@@ -280,7 +280,7 @@ static void test_schedules(bool quick) {
 static gp_tensor tensor_on(gp_device *dev, gp_shape shape, float v) {
     gp_tensor t;
     REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, shape, GP_F32, &t));
-    for (int64_t i = 0; i < gp_tensor_nelem(&t); i++) t.data[i] = v + (float)i;
+    for (int64_t i = 0; i < gp_tensor_nelem(&t); i++) F32(t)[i] = v + (float)i;
     return t;
 }
 
@@ -350,11 +350,11 @@ static void test_ownership(gp_device *d0, gp_device *d1) {
     CHECK_EQ_INT(live(d0), 2 * nb);
     REQUIRE_OK(gp_tensor_alloc(d1, GP_MEM_ACTIVATIONS, sh, GP_F32, &r));
     CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 0}, &r));
-    CHECK(r.data[0] == 10.0f && r.data[31] == 41.0f);
+    CHECK(F32(r)[0] == 10.0f && F32(r)[31] == 41.0f);
     CHECK_EQ_INT(live(d0), 2 * nb); /* received, not yet reclaimed by the sender's thread */
     CHECK_EQ_INT(live(d1), nb);
     CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 1}, &r));
-    CHECK(r.data[0] == 20.0f && r.data[31] == 51.0f);
+    CHECK(F32(r)[0] == 20.0f && F32(r)[31] == 51.0f);
     CHECK_OK(gp_transport_flush(tr, 0));
     CHECK_EQ_INT(live(d0), 0);
     /* a view cannot be handed over; bad ranks */
@@ -434,7 +434,7 @@ static void *blocked_main(void *arg) {
             gp_tensor t;
             b->s = gp_tensor_alloc(b->dev, GP_MEM_ACTIVATIONS, gp_shape1(2), GP_F32, &t);
             if (b->s == GP_OK) {
-                t.data[0] = t.data[1] = 0;
+                F32(t)[0] = F32(t)[1] = 0;
                 b->s = gp_transport_send(b->tr, b->rank, 1, (gp_msg_tag){GP_MSG_GRAD, m}, &t);
             }
         }

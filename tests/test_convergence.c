@@ -27,8 +27,7 @@ int main(void) {
     REQUIRE_OK(gp_model_convnet(&cc, &m));
     REQUIRE_OK(gp_model_init(m, d, 2024));
     gp_optim_opts o = gp_sgd_defaults(0.05f, 0.9f);
-    gp_trainer *t;
-    REQUIRE_OK(gp_trainer_new(m, &o, NULL, &t));
+    gp_pipeline *t = gp_test_single(m, &o, 1);
     gp_tensor x, y;
     REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape4(BATCH, 1, 28, 28), GP_F32, &x));
     REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape1(BATCH), GP_I32, &y));
@@ -36,7 +35,7 @@ int main(void) {
     double epoch_loss = 0, first_loss = 0;
     const bool quick = getenv("GP_TEST_QUICK") != NULL;
     const int steps = quick ? QUICK_STEPS : STEPS;
-    double t0 = gp_now();
+    double t0 = gp_cli_now();
     for (int s = 0; s < steps; s++) {
         int per_epoch = SUBSET / BATCH;
         if (s % per_epoch == 0) {
@@ -45,17 +44,17 @@ int main(void) {
         }
         REQUIRE_OK(gp_idx_batch(&train, perm + (s % per_epoch) * BATCH, BATCH, 0.2860f, 0.3530f, &x, &y));
         float loss;
-        REQUIRE_OK(gp_trainer_step(t, &x, &y, &loss));
+        REQUIRE_OK(gp_pipeline_step(t, &x, &y, &loss));
         if (s == 0) first_loss = loss;
         epoch_loss += loss / per_epoch;
     }
-    double elapsed = gp_now() - t0;
+    double elapsed = gp_cli_now() - t0;
     int64_t idx[BATCH], correct = 0, count = 0;
     for (int b = 0; b < TEST_IMAGES / BATCH; b++) {
         for (int i = 0; i < BATCH; i++) idx[i] = b * BATCH + i;
         REQUIRE_OK(gp_idx_batch(&test, idx, BATCH, 0.2860f, 0.3530f, &x, &y));
         int64_t c, n;
-        REQUIRE_OK(gp_model_evaluate(m, d, &x, &y, NULL, &c, &n));
+        REQUIRE_OK(gp_model_evaluate(m, &x, &y, NULL, &c, &n));
         correct += c;
         count += n;
     }
@@ -77,7 +76,7 @@ int main(void) {
     }
     gp_tensor_release(&x);
     gp_tensor_release(&y);
-    gp_trainer_free(t);
+    gp_pipeline_free(t);
     gp_model_free(m);
     gp_device_free(d);
     gp_idx_free(&train);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "core/hash.h"
 #include "testutil.h"
 
 static void test_shapes(void) {
@@ -24,7 +25,7 @@ static void test_device_accounting(void) {
     REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_PARAMS, gp_shape2(10, 10), GP_F32, &a));
     REQUIRE_OK(gp_tensor_zeros(d, GP_MEM_ACTIVATIONS, gp_shape1(1000), GP_F32, &b));
     CHECK(((uintptr_t)a.data % 64) == 0);
-    CHECK(b.data[999] == 0.0f);
+    CHECK(F32(b)[999] == 0.0f);
     gp_mem_stats st;
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_PARAMS], 400);

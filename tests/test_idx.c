@@ -268,11 +268,11 @@ static void test_fashion(gp_device *dev) {
     const int32_t *yl = (const int32_t *)(const void *)y.data;
     CHECK_EQ_INT(yl[0], 0);
     CHECK_EQ_INT(yl[1], 9);
-    CHECK_NEAR(x.data[784 + 14 * 28 + 14], (217.0 / 255.0 - 0.2860) / 0.3530, 1e-5);
-    CHECK_NEAR(x.data[10 * 28 + 10], (252.0 / 255.0 - 0.2860) / 0.3530, 1e-5);
-    CHECK_NEAR(x.data[784], -0.2860 / 0.3530, 1e-6); /* a background pixel of image 0 */
+    CHECK_NEAR(F32(x)[784 + 14 * 28 + 14], (217.0 / 255.0 - 0.2860) / 0.3530, 1e-5);
+    CHECK_NEAR(F32(x)[10 * 28 + 10], (252.0 / 255.0 - 0.2860) / 0.3530, 1e-5);
+    CHECK_NEAR(F32(x)[784], -0.2860 / 0.3530, 1e-6); /* a background pixel of image 0 */
     double mean_x = 0;
-    for (int i = 0; i < 784; i++) mean_x += x.data[784 + i] * std + mean;
+    for (int i = 0; i < 784; i++) mean_x += F32(x)[784 + i] * std + mean;
     CHECK_NEAR(mean_x * 255.0, 76247.0, 0.5);
     test_batch_errors(&tr, dev);
     gp_tensor_release(&x);

@@ -24,7 +24,7 @@ static void alloc_params(gp_layer *l, gp_device *dev, uint64_t seed) {
             gp_test_fill(p->value.data, n, seed, 200 + (uint32_t)i, 0.1f, 1.0f);
         else
             for (int64_t k = 0; k < n; k++)
-                p->value.data[k] = p->init == GP_INIT_ONES ? 1.0f : 0.0f;
+                F32(p->value)[k] = p->init == GP_INIT_ONES ? 1.0f : 0.0f;
         REQUIRE_OK(gp_tensor_zeros(dev, GP_MEM_GRADS, p->shape, GP_F32, &p->grad));
     }
 }
@@ -168,7 +168,7 @@ static void test_conv_vs_naive(void) {
         REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &dy));
         gp_test_fill(x.data, gp_tensor_nelem(&x), ci, 1, 0.0f, 1.0f);
         gp_test_fill(dy.data, gp_tensor_nelem(&dy), ci, 2, 0.0f, 1.0f);
-        for (int64_t i = 0; i < gp_tensor_nelem(&dx); i++) dx.data[i] = NAN; /* must be written */
+        for (int64_t i = 0; i < gp_tensor_nelem(&dx); i++) F32(dx)[i] = NAN; /* must be written */
         gp_ctx ctx;
         gp_ctx_init(&ctx, dev, &run);
         ctx.x = &x;
@@ -216,7 +216,7 @@ static void test_conv_by_hand(void) {
     alloc_params(l, dev, 1);
     const float w[4] = {1, 0, 0, -1};
     memcpy(l->params[0].value.data, w, sizeof w);
-    l->params[1].value.data[0] = 0.5f;
+    F32(l->params[1].value)[0] = 0.5f;
     float xs[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, ys[4];
     gp_tensor x = gp_tensor_view(xs, gp_shape4(1, 1, 3, 3), GP_F32);
     gp_tensor y = gp_tensor_view(ys, gp_shape4(1, 1, 2, 2), GP_F32);
@@ -232,11 +232,11 @@ static void test_conv_by_hand(void) {
     float dys[4] = {1, 1, 1, 1}, dxs[9];
     gp_tensor dy = gp_tensor_view(dys, y.shape, GP_F32), dx = gp_tensor_view(dxs, x.shape, GP_F32);
     CHECK_OK(l->ops->backward(l, &ctx, &dy, &dx));
-    CHECK_NEAR(l->params[0].grad.data[0], 5, 0);  /* x[-1][-1], x[-1][1], x[1][-1], x[1][1]=5 */
-    CHECK_NEAR(l->params[0].grad.data[1], 10, 0); /* x[-1][0], x[-1][2], x[1][0]=4, x[1][2]=6 */
-    CHECK_NEAR(l->params[0].grad.data[2], 10, 0); /* x[0][-1], x[0][1]=2, x[2][-1], x[2][1]=8 */
-    CHECK_NEAR(l->params[0].grad.data[3], 20, 0); /* 1 + 3 + 7 + 9 */
-    CHECK_NEAR(l->params[1].grad.data[0], 4, 0);
+    CHECK_NEAR(F32(l->params[0].grad)[0], 5, 0);  /* x[-1][-1], x[-1][1], x[1][-1], x[1][1]=5 */
+    CHECK_NEAR(F32(l->params[0].grad)[1], 10, 0); /* x[-1][0], x[-1][2], x[1][0]=4, x[1][2]=6 */
+    CHECK_NEAR(F32(l->params[0].grad)[2], 10, 0); /* x[0][-1], x[0][1]=2, x[2][-1], x[2][1]=8 */
+    CHECK_NEAR(F32(l->params[0].grad)[3], 20, 0); /* 1 + 3 + 7 + 9 */
+    CHECK_NEAR(F32(l->params[1].grad)[0], 4, 0);
     const float wantdx[9] = {-1, 0, -1, 0, 1, 0, -1, 0, -1};
     for (int i = 0; i < 9; i++) CHECK_NEAR(dxs[i], wantdx[i], 0);
     gp_ctx_release(&ctx);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "layers/transformer_ops.h"
 #include "testutil.h"
 
@@ -61,42 +62,42 @@ static void test_tanh_exp_accuracy(void) {
     for (int i = -240000; i <= 240000; i++) {
         float x = (float)i * 5e-5f;
         double ref = tanh((double)x);
-        double got = gp_op_tanhf(x);
+        double got = gp_cpu_tanhf(x);
         double rel = ref != 0 ? fabs(got - ref) / fabs(ref) : fabs(got);
         if (rel > worst) worst = rel, worst_x = x;
     }
     const float special[] = {1e-30f, -1e-20f, 1e-7f, 3e-4f, 0.54999f, 0.55f, 0.55001f,
                              9.0f, 9.5f, -10.0f, 20.0f, -1e4f, 1e30f, 0.0f};
     for (size_t i = 0; i < sizeof special / sizeof *special; i++) {
-        double ref = tanh((double)special[i]), got = gp_op_tanhf(special[i]);
+        double ref = tanh((double)special[i]), got = gp_cpu_tanhf(special[i]);
         double rel = ref != 0 ? fabs(got - ref) / fabs(ref) : fabs(got);
         if (rel > worst) worst = rel, worst_x = special[i];
     }
     if (worst > 1e-6) fprintf(stderr, "tanh: relative error %.3g at x = %.9g\n", worst, worst_x);
     CHECK(worst <= 1e-6);
-    CHECK(isnan(gp_op_tanhf(NAN)));
-    CHECK(gp_op_tanhf(INFINITY) == 1.0f && gp_op_tanhf(-INFINITY) == -1.0f);
-    CHECK(gp_op_tanhf(-0.3f) == -gp_op_tanhf(0.3f));
+    CHECK(isnan(gp_cpu_tanhf(NAN)));
+    CHECK(gp_cpu_tanhf(INFINITY) == 1.0f && gp_cpu_tanhf(-INFINITY) == -1.0f);
+    CHECK(gp_cpu_tanhf(-0.3f) == -gp_cpu_tanhf(0.3f));
 
     /* The array form must equal the scalar one bit for bit (vectorized or not). */
     enum { N = 1003 };
     float x[N], y[N];
     gp_test_fill(x, N, 5, 1, 0.0f, 12.0f);
-    gp_op_tanh(N, x, y);
+    gp_cpu_tanh(N, x, y);
     int same = 0;
-    for (int i = 0; i < N; i++) same += y[i] == gp_op_tanhf(x[i]);
+    for (int i = 0; i < N; i++) same += y[i] == gp_cpu_tanhf(x[i]);
     CHECK_EQ_INT(same, N);
 
     double ew = 0;
     for (int i = -8700; i <= 8800; i++) {
         float v = (float)i * 0.01f;
-        double ref = exp((double)v), rel = fabs(gp_op_expf(v) - ref) / ref;
+        double ref = exp((double)v), rel = fabs(gp_cpu_expf(v) - ref) / ref;
         ew = fmax(ew, rel);
     }
     if (ew > 1e-6) fprintf(stderr, "exp: relative error %.3g\n", ew);
     CHECK(ew <= 1e-6);
-    CHECK(gp_op_expf(-200.0f) == 0.0f);
-    CHECK(isnan(gp_op_expf(NAN)));
+    CHECK(gp_cpu_expf(-200.0f) == 0.0f);
+    CHECK(isnan(gp_cpu_expf(NAN)));
     printf("  tanh max relative error %.3g (at %.6g), exp %.3g\n", worst, worst_x, ew);
 }
 
@@ -105,8 +106,8 @@ static void test_gelu_values(void) {
     static float x[N], y[N], dy[N], dx[N];
     for (int i = 0; i < N; i++) x[i] = -10.0f + 20.0f * (float)i / (N - 1);
     for (int i = 0; i < N; i++) dy[i] = 1.0f;
-    gp_op_gelu_forward(N, x, y);
-    gp_op_gelu_backward(1, N, x, dy, dx, NULL);
+    REQUIRE_OK(gp_cpu_gelu_forward(NULL, N, x, y));
+    REQUIRE_OK(gp_cpu_gelu_backward(NULL, 1, N, x, dy, dx, NULL));
     const double k0 = sqrt(2.0 / 3.14159265358979323846), k1 = 0.044715;
     double ey = 0, ed = 0;
     for (int i = 0; i < N; i++) {
@@ -121,8 +122,8 @@ static void test_gelu_values(void) {
     if (ey > 2e-6 || ed > 2e-6) fprintf(stderr, "gelu: error %.3g, gradient error %.3g\n", ey, ed);
     /* Extreme inputs stay finite: no inf * 0 in the gradient. */
     float big[4] = {1e20f, -1e20f, 1e38f, -1e38f}, ones[4] = {1, 1, 1, 1}, gb[4], yb[4];
-    gp_op_gelu_forward(4, big, yb);
-    gp_op_gelu_backward(1, 4, big, ones, gb, NULL);
+    REQUIRE_OK(gp_cpu_gelu_forward(NULL, 4, big, yb));
+    REQUIRE_OK(gp_cpu_gelu_backward(NULL, 1, 4, big, ones, gb, NULL));
     CHECK(yb[0] == 1e20f && yb[1] == 0.0f && gb[0] == 1.0f && gb[1] == 0.0f);
     CHECK(gb[2] == 1.0f && gb[3] == 0.0f);
 }
@@ -207,7 +208,7 @@ static void test_attention_reference(void) {
     double *qkv = malloc(sizeof(double) * T * 3 * C), *att = malloc(sizeof(double) * T * C);
     double worst = 0;
     for (int b = 0; b < B; b++) {
-        const float *xb = x.data + b * T * C;
+        const float *xb = F32(x) + b * T * C;
         for (int t = 0; t < T; t++)
             for (int o = 0; o < 3 * C; o++) {
                 double s = bq[o];
@@ -235,7 +236,7 @@ static void test_attention_reference(void) {
             for (int o = 0; o < C; o++) {
                 double s = bp[o];
                 for (int i = 0; i < C; i++) s += att[t * C + i] * wp[o * C + i];
-                worst = fmax(worst, fabs(s - y.data[(b * T + t) * C + o]));
+                worst = fmax(worst, fabs(s - F32(y)[(b * T + t) * C + o]));
             }
     }
     if (worst > 1e-4) fprintf(stderr, "attention vs reference: max error %.3g\n", worst);
@@ -289,7 +290,7 @@ static void test_block_matches_layers(void) {
     run_forward(att, dev, &run, &c1, &a, &b2);
     gp_ctx_release(&c1);
     REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, x.shape, GP_F32, &h));
-    for (int i = 0; i < B * T * C; i++) h.data[i] = x.data[i] + b2.data[i];
+    for (int i = 0; i < B * T * C; i++) F32(h)[i] = F32(x)[i] + F32(b2)[i];
     run_forward(ln2, dev, &run, &c1, &h, &d);
     gp_ctx_release(&c1);
     run_forward(fc, dev, &run, &c1, &d, &e);
@@ -298,7 +299,7 @@ static void test_block_matches_layers(void) {
     gp_ctx_release(&c1);
     run_forward(pr, dev, &run, &c1, &f, &g);
     gp_ctx_release(&c1);
-    for (int i = 0; i < B * T * C; i++) g.data[i] += h.data[i];
+    for (int i = 0; i < B * T * C; i++) F32(g)[i] += F32(h)[i];
     double err = max_abs_diff(y.data, g.data, B * T * C);
     if (err > 1e-5) fprintf(stderr, "block vs single layers: max error %.3g\n", err);
     CHECK(err <= 1e-5);
@@ -328,7 +329,7 @@ static void test_linear_layernorm_reference(void) {
     gp_tensor x, y, z;
     REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(R, I), GP_F32, &x));
     gp_test_fill(x.data, R * I, 4, 1, 0.1f, 3.0f);
-    x.data[0] = 1000.0f; /* a large offset: the two-pass variance must not cancel */
+    F32(x)[0] = 1000.0f; /* a large offset: the two-pass variance must not cancel */
     gp_run run = {.training = false};
     gp_ctx c;
     run_forward(lin, dev, &run, &c, &x, &y);
@@ -337,20 +338,20 @@ static void test_linear_layernorm_reference(void) {
     for (int r = 0; r < R; r++)
         for (int o = 0; o < O; o++) {
             double s = P(lin, 1)[o];
-            for (int i = 0; i < I; i++) s += (double)x.data[r * I + i] * P(lin, 0)[o * I + i];
-            e1 = fmax(e1, fabs(s - y.data[r * O + o]) / fmax(1.0, fabs(s)));
+            for (int i = 0; i < I; i++) s += (double)F32(x)[r * I + i] * P(lin, 0)[o * I + i];
+            e1 = fmax(e1, fabs(s - F32(y)[r * O + o]) / fmax(1.0, fabs(s)));
         }
     run_forward(ln, dev, &run, &c, &x, &z);
     gp_ctx_release(&c);
     for (int r = 0; r < R; r++) {
         double m = 0, v = 0;
-        for (int i = 0; i < I; i++) m += x.data[r * I + i];
+        for (int i = 0; i < I; i++) m += F32(x)[r * I + i];
         m /= I;
-        for (int i = 0; i < I; i++) v += (x.data[r * I + i] - m) * (x.data[r * I + i] - m);
+        for (int i = 0; i < I; i++) v += (F32(x)[r * I + i] - m) * (F32(x)[r * I + i] - m);
         v /= I;
         for (int i = 0; i < I; i++) {
-            double ref = (x.data[r * I + i] - m) / sqrt(v + 1e-5) * P(ln, 0)[i] + P(ln, 1)[i];
-            e2 = fmax(e2, fabs(ref - z.data[r * I + i]));
+            double ref = (F32(x)[r * I + i] - m) / sqrt(v + 1e-5) * P(ln, 0)[i] + P(ln, 1)[i];
+            e2 = fmax(e2, fabs(ref - F32(z)[r * I + i]));
         }
     }
     CHECK(e1 <= 1e-5);
@@ -382,17 +383,17 @@ static void check_causal(gp_layer *l, int B, int T, int C, int t0, const char *w
     run_forward(l, dev, &run, &c, &x, &y1);
     gp_ctx_release(&c);
     for (int b = 0; b < B; b++)
-        for (int i = 0; i < C; i++) x.data[((int64_t)b * T + t0) * C + i] += 0.5f;
+        for (int i = 0; i < C; i++) F32(x)[((int64_t)b * T + t0) * C + i] += 0.5f;
     run_forward(l, dev, &run, &c, &x, &y2);
     gp_ctx_release(&c);
     for (int b = 0; b < B; b++) {
         const size_t before = (size_t)t0 * C * sizeof(float);
         const int64_t off = (int64_t)b * T * C;
-        if (memcmp(y1.data + off, y2.data + off, before) != 0) {
+        if (memcmp(F32(y1) + off, F32(y2) + off, before) != 0) {
             fprintf(stderr, "%s: outputs before t = %d changed (batch %d)\n", what, t0, b);
             gp_test_failures++;
         }
-        CHECK(max_abs_diff(y1.data + off + (int64_t)t0 * C, y2.data + off + (int64_t)t0 * C, C) >
+        CHECK(max_abs_diff(F32(y1) + off + (int64_t)t0 * C, F32(y2) + off + (int64_t)t0 * C, C) >
               1e-4);
     }
     gp_tensor_release(&x);
@@ -436,9 +437,9 @@ static void test_dropout_masks(void) {
     gp_ctx_release(&c);
     int64_t kept = 0, differ = 0, exact = 0;
     for (int64_t i = 0; i < n; i++) {
-        kept += y1.data[i] != 0.0f;
-        differ += (y1.data[i] != 0.0f) != (y3.data[i] != 0.0f);
-        exact += y1.data[i] == 0.0f || y1.data[i] == x.data[i] * (1.0f / (1.0f - p));
+        kept += F32(y1)[i] != 0.0f;
+        differ += (F32(y1)[i] != 0.0f) != (F32(y3)[i] != 0.0f);
+        exact += F32(y1)[i] == 0.0f || F32(y1)[i] == F32(x)[i] * (1.0f / (1.0f - p));
     }
     const double frac = (double)kept / (double)n;
     CHECK_NEAR(frac, 1.0 - p, 0.01);
@@ -455,12 +456,12 @@ static void test_dropout_masks(void) {
     gp_tensor dy, dx;
     REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, x.shape, GP_F32, &dy));
     REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, x.shape, GP_F32, &dx));
-    for (int64_t i = 0; i < n; i++) dy.data[i] = 1.0f;
+    for (int64_t i = 0; i < n; i++) F32(dy)[i] = 1.0f;
     run_forward(l, dev, &run, &c, &x, &y4);
     REQUIRE_OK(l->ops->backward(l, &c, &dy, &dx));
     gp_ctx_release(&c);
     int64_t agree = 0;
-    for (int64_t i = 0; i < n; i++) agree += (dx.data[i] != 0.0f) == (y1.data[i] != 0.0f);
+    for (int64_t i = 0; i < n; i++) agree += (F32(dx)[i] != 0.0f) == (F32(y1)[i] != 0.0f);
     CHECK_EQ_INT(agree, n);
     /* Evaluation mode: identity. */
     gp_run eval = run;
@@ -544,7 +545,7 @@ static void test_backward_deterministic(void) {
     for (int i = 0; i < l->nparams; i++)
         memset(l->params[i].grad.data, 0, gp_tensor_nbytes(&l->params[i].grad));
     REQUIRE_OK(l->ops->backward(l, &c, &dy, NULL));
-    CHECK(l->params[0].grad.data[0] != 0.0f && l->params[1].grad.data[0] != 0.0f);
+    CHECK(F32(l->params[0].grad)[0] != 0.0f && F32(l->params[1].grad)[0] != 0.0f);
     gp_ctx_release(&c);
     gp_mem_stats st;
     gp_device_mem_stats(dev, &st);
@@ -576,7 +577,7 @@ static void test_embedding_errors(void) {
     c.x = &x;
     c.y = &y;
     CHECK_OK(l->ops->forward(l, &c, &x, &y));
-    CHECK(memcmp(y.data + 3 * 4, P(l, 0) + 3 * 4, 4 * sizeof(float)) == 0);
+    CHECK(memcmp(F32(y) + 3 * 4, P(l, 0) + 3 * 4, 4 * sizeof(float)) == 0);
     ids[4] = 10;
     CHECK_FAILS(l->ops->forward(l, &c, &x, &y), GP_INVALID_ARGUMENT, "token id 10 at position 4");
     CHECK(strstr(gp_last_error(), "layer 0 (embedding)") != NULL);

@@ -2,7 +2,7 @@
  * placement, micro-batch gradient equivalence, memory accounting, errors. */
 #include <string.h>
 
-#include "model/trainer_internal.h"
+#include "pipeline/pipeline_internal.h"
 #include "testutil.h"
 
 static gp_model *small_lm(int layers) {
@@ -62,19 +62,35 @@ static void test_keyed_init(void) {
     REQUIRE_OK(gp_model_init_range(b, 3, gp_model_nlayers(b), d2, 7)); /* second half first */
     REQUIRE_OK(gp_model_init_range(b, 0, 3, d1, 7));
     REQUIRE_OK(gp_model_init(c, d0, 8));
-    CHECK(gp_model_params_fnv1a64(a) == gp_model_params_fnv1a64(b));
-    CHECK(gp_model_params_fnv1a64(a) != gp_model_params_fnv1a64(c));
-    /* A trainer needs the whole model on one device. */
+    CHECK(gp_test_hash(a) == gp_test_hash(b));
+    CHECK(gp_test_hash(a) != gp_test_hash(c));
+    /* A pipeline takes an initialized model as it is: here from two devices onto the one it
+     * makes for its single stage, values unchanged, nothing left behind; freeing the pipeline
+     * frees that device and leaves those layers without values. */
     gp_optim_opts o = gp_adamw_defaults(1e-3f, 0.0f);
-    gp_trainer *t;
-    CHECK_FAILS(gp_trainer_new(b, &o, NULL, &t), GP_INVALID_ARGUMENT, "more than one device");
+    gp_mem_stats st;
+    const uint64_t before = gp_test_hash(b);
+    gp_pipeline *t = gp_test_single(b, &o, 1);
+    CHECK(gp_test_hash(b) == before);
+    CHECK(gp_pipeline_device(t, 0) != d1 && gp_pipeline_device(t, 0) != d2);
+    gp_device_mem_stats(d1, &st);
+    CHECK_EQ_INT(st.live_total, 0);
+    gp_pipeline_free(t);
+    CHECK(gp_test_hash(b) == GP_TEST_FNV_EMPTY);
+    /* Initialized on one device: the pipeline trains it there. */
+    t = gp_test_single(a, &o, 1);
+    CHECK(gp_pipeline_device(t, 0) == d0);
+    gp_pipeline_free(t);
+    CHECK(gp_test_hash(a) == before); /* the parameters stay with the model */
+    /* Partly initialized: refused, naming the first layer without values. */
     gp_model *u = small_lm(1);
-    CHECK_FAILS(gp_trainer_new(u, &o, NULL, &t), GP_INVALID_ARGUMENT, "not initialized");
+    REQUIRE_OK(gp_model_init_range(u, 0, 2, d1, 7));
+    CHECK_FAILS(gp_pipeline_new(u, &o, NULL, 7, &t), GP_INVALID_ARGUMENT,
+                "partly initialized (layer 2, transformer_block");
     gp_model_free(u);
     gp_model_free(a);
     gp_model_free(b);
     gp_model_free(c);
-    gp_mem_stats st;
     gp_device_mem_stats(d0, &st);
     CHECK_EQ_INT(st.live_total, 0);
     gp_device_free(d0);
@@ -98,11 +114,9 @@ static void test_micro_batches(void) {
     for (int k = 0; k < 4; k++) {
         gp_model *m = small_lm(2);
         REQUIRE_OK(gp_model_init(m, d, 5));
-        gp_trainer *t;
-        gp_trainer_opts to = {.micro_batches = ms[k]};
-        REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
+        gp_pipeline *t = gp_test_single(m, &o, ms[k]);
         float loss;
-        REQUIRE_OK(gp_trainer_accumulate(t, &x, &y, &loss));
+        REQUIRE_OK(gp_pipeline_accumulate(t, &x, &y, &loss));
         if (!ref) {
             total = 0;
             for (int i = 0; i < gp_model_nparam_tensors(m); i++) {
@@ -121,9 +135,9 @@ static void test_micro_batches(void) {
             /* Relative to the tensor's largest gradient: single elements
              * near zero carry only cancellation noise. */
             float scale = 0;
-            for (int64_t j = 0; j < n; j++) scale = fmaxf(scale, fabsf(pi.grad->data[j]));
+            for (int64_t j = 0; j < n; j++) scale = fmaxf(scale, fabsf(F32(*pi.grad)[j]));
             for (int64_t j = 0; j < n; j++) {
-                float g = pi.grad->data[j];
+                float g = F32(*pi.grad)[j];
                 if (k == 0)
                     ref[off + j] = g;
                 else if (fabsf(g - ref[off + j]) > 1e-5f * scale)
@@ -134,7 +148,7 @@ static void test_micro_batches(void) {
         if (bad) fprintf(stderr, "M=%d: %lld gradient values differ from M=1 by > 1e-5 relative\n", ms[k], (long long)bad);
         CHECK_EQ_INT(bad, 0);
         CHECK_NEAR(loss, ref_loss, 1e-5 * ref_loss);
-        gp_trainer_free(t);
+        gp_pipeline_free(t);
         gp_model_free(m);
     }
     free(ref);
@@ -153,9 +167,7 @@ static void test_training_and_memory(void) {
     uint64_t param_bytes = (uint64_t)gp_model_nparams(m) * 4;
     CHECK_EQ_INT(st.live[GP_MEM_PARAMS], param_bytes);
     gp_optim_opts o = gp_adamw_defaults(1e-2f, 0.0f);
-    gp_trainer_opts to = {.micro_batches = 2};
-    gp_trainer *t;
-    REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
+    gp_pipeline *t = gp_test_single(m, &o, 2);
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_GRADS], param_bytes);
     CHECK_EQ_INT(st.live[GP_MEM_OPTIM], 2 * param_bytes);
@@ -165,11 +177,11 @@ static void test_training_and_memory(void) {
     fill_tokens(&x, &y, 64, 4);
     float first = 0, loss = 0;
     for (int s = 0; s < 30; s++) {
-        REQUIRE_OK(gp_trainer_step(t, &x, &y, &loss));
+        REQUIRE_OK(gp_pipeline_step(t, &x, &y, &loss));
         if (s == 0) first = loss;
     }
     CHECK(loss < 0.5f * first);
-    CHECK_EQ_INT(gp_trainer_steps_done(t), 30);
+    CHECK_EQ_INT(gp_pipeline_steps_done(t), 30);
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_ACTIVATIONS], 0); /* everything released after a step */
     CHECK(st.peak[GP_MEM_ACTIVATIONS] > 0);
@@ -177,45 +189,45 @@ static void test_training_and_memory(void) {
     /* Evaluation: accuracy on the learned mapping. */
     double lsum;
     int64_t correct, count;
-    REQUIRE_OK(gp_model_evaluate(m, d, &x, &y, &lsum, &correct, &count));
+    REQUIRE_OK(gp_model_evaluate(m, &x, &y, &lsum, &correct, &count));
     CHECK_EQ_INT(count, 64);
     CHECK(correct > 32);
 
     /* Bad batches: named numbers, nothing trained. */
     gp_tensor x3 = gp_tensor_view(x.data, gp_shape2(3, 16), GP_I32);
     gp_tensor y3 = gp_tensor_view(y.data, gp_shape2(3, 16), GP_I32);
-    CHECK_FAILS(gp_trainer_step(t, &x3, &y3, &loss), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_pipeline_step(t, &x3, &y3, &loss), GP_INVALID_ARGUMENT,
                 "batch 3 is not divisible by 2 micro-batches");
     gp_tensor xw = gp_tensor_view(x.data, gp_shape2(4, 8), GP_I32);
-    CHECK_FAILS(gp_trainer_step(t, &xw, &y, &loss), GP_SHAPE, "expected (4, 16) int32");
+    CHECK_FAILS(gp_pipeline_step(t, &xw, &y, &loss), GP_SHAPE, "expected (4, 16) int32");
     ((int32_t *)x.data)[5] = 64; /* out of vocabulary */
-    CHECK_FAILS(gp_trainer_step(t, &x, &y, &loss), GP_INVALID_ARGUMENT, "layer 0");
+    CHECK_FAILS(gp_pipeline_step(t, &x, &y, &loss), GP_INVALID_ARGUMENT, "layer 0");
     ((int32_t *)x.data)[5] = 1;
-    CHECK_EQ_INT(gp_trainer_steps_done(t), 30);
+    CHECK_EQ_INT(gp_pipeline_steps_done(t), 30);
 
     /* A device limit turns into a clean error during the step. */
     gp_device_mem_stats(d, &st);
     REQUIRE_OK(gp_device_set_limit(d, st.live_total + 1024));
-    CHECK_FAILS(gp_trainer_step(t, &x, &y, &loss), GP_MEMORY_LIMIT, "device train");
+    CHECK_FAILS(gp_pipeline_step(t, &x, &y, &loss), GP_MEMORY_LIMIT, "device train");
     REQUIRE_OK(gp_device_set_limit(d, 0));
-    CHECK_OK(gp_trainer_step(t, &x, &y, &loss));
+    CHECK_OK(gp_pipeline_step(t, &x, &y, &loss));
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_ACTIVATIONS], 0);
 
-    /* One trainer per model. */
-    gp_trainer *t2;
-    CHECK_FAILS(gp_trainer_new(m, &o, &to, &t2), GP_INVALID_ARGUMENT, "already has a trainer");
+    /* One pipeline per model. */
+    gp_pipeline *t2;
+    CHECK_FAILS(gp_pipeline_new(m, &o, NULL, 0, &t2), GP_INVALID_ARGUMENT, "already has a pipeline");
 
     /* A non-finite gradient: no update, and the next step is unharmed. */
-    REQUIRE_OK(gp_trainer_accumulate(t, &x, &y, &loss));
+    REQUIRE_OK(gp_pipeline_accumulate(t, &x, &y, &loss));
     gp_param_info pi;
     REQUIRE_OK(gp_model_param(m, 2, &pi));
-    pi.grad->data[0] = INFINITY;
-    uint64_t before = gp_model_params_fnv1a64(m);
-    CHECK_FAILS(gp_trainer_apply(t), GP_NUMERIC, "gradient norm is not finite");
-    CHECK(gp_model_params_fnv1a64(m) == before);
-    CHECK_OK(gp_trainer_step(t, &x, &y, &loss));
-    CHECK_EQ_INT(gp_trainer_steps_done(t), 32);
+    F32(*pi.grad)[0] = INFINITY;
+    uint64_t before = gp_test_hash(m);
+    CHECK_FAILS(gp_pipeline_apply(t), GP_NUMERIC, "gradient norm is not finite");
+    CHECK(gp_test_hash(m) == before);
+    CHECK_OK(gp_pipeline_step(t, &x, &y, &loss));
+    CHECK_EQ_INT(gp_pipeline_steps_done(t), 32);
     CHECK(isfinite(loss));
 
     /* The model says what it takes. */
@@ -223,7 +235,7 @@ static void test_training_and_memory(void) {
     gp_shape ex = gp_model_example_shape(m);
     CHECK(gp_shape_equal(&ex, &(gp_shape){1, {16}}));
 
-    gp_trainer_free(t);
+    gp_pipeline_free(t);
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_GRADS] + st.live[GP_MEM_OPTIM], 0);
     gp_tensor_release(&x);

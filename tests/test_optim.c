@@ -23,23 +23,37 @@ static void test_schedule(void) {
     CHECK_NEAR(gp_optim_lr_at(&c, 1000), 0.05, 1e-9);
 }
 
-static gp_param make_param(gp_device *d, int n, bool decay) {
-    gp_param p;
-    memset(&p, 0, sizeof p);
-    p.name = "w";
-    p.shape = gp_shape1(n);
-    p.trainable = true;
-    p.decay = decay;
-    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_PARAMS, p.shape, GP_F32, &p.value));
-    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_GRADS, p.shape, GP_F32, &p.grad));
+/* A flat run of n elements as a store holds it: values, gradients, the optimizer's states. */
+typedef struct flat {
+    int n;
+    bool decay;
+    gp_device *dev;
+    gp_tensor value, grad, state[2];
+} flat;
+
+static flat make_param(gp_device *d, int n, bool decay) {
+    flat p = {.n = n, .decay = decay, .dev = d};
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_PARAMS, gp_shape1(n), GP_F32, &p.value));
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_GRADS, gp_shape1(n), GP_F32, &p.grad));
     for (int i = 0; i < n; i++) {
-        p.value.data[i] = 0.5f - 0.1f * (float)i;
-        p.grad.data[i] = 0.3f * (float)(i + 1) - 0.7f;
+        F32(p.value)[i] = 0.5f - 0.1f * (float)i;
+        F32(p.grad)[i] = 0.3f * (float)(i + 1) - 0.7f;
     }
     return p;
 }
 
-static void release_param(gp_param *p) {
+static void state_init(const gp_optim_opts *o, flat *p) {
+    for (int k = 0; k < gp_optim_state_count(o); k++)
+        REQUIRE_OK(gp_tensor_zeros(p->dev, GP_MEM_OPTIM, gp_shape1(p->n), GP_F32, &p->state[k]));
+}
+
+static void update(const gp_optim_opts *o, flat *p, float lr, int t) {
+    float *state[2] = {F32(p->state[0]), F32(p->state[1])};
+    REQUIRE_OK(gp_optim_update(o, p->dev, p->n, F32(p->value), F32(p->grad), state, p->decay,
+                               lr, t));
+}
+
+static void release_param(flat *p) {
     gp_tensor_release(&p->value);
     gp_tensor_release(&p->grad);
     gp_tensor_release(&p->state[0]);
@@ -48,14 +62,14 @@ static void release_param(gp_param *p) {
 
 static void test_adamw(gp_device *d) {
     gp_optim_opts o = gp_adamw_defaults(1e-2f, 0.1f);
-    gp_param p = make_param(d, 5, true);
-    REQUIRE_OK(gp_optim_state_init(&o, &p, d));
+    flat p = make_param(d, 5, true);
+    state_init(&o, &p);
     double w[5], m[5] = {0}, v[5] = {0};
-    for (int i = 0; i < 5; i++) w[i] = p.value.data[i];
+    for (int i = 0; i < 5; i++) w[i] = F32(p.value)[i];
     for (int t = 1; t <= 3; t++) {
-        gp_optim_update(&o, &p, 1e-2f, t);
+        update(&o, &p, 1e-2f, t);
         for (int i = 0; i < 5; i++) {
-            double g = p.grad.data[i];
+            double g = F32(p.grad)[i];
             w[i] *= 1 - 1e-2 * 0.1;
             m[i] = 0.9 * m[i] + 0.1 * g;
             v[i] = 0.999 * v[i] + 0.001 * g * g;
@@ -63,14 +77,14 @@ static void test_adamw(gp_device *d) {
             w[i] -= 1e-2 * mh / (sqrt(vh) + 1e-8);
         }
     }
-    for (int i = 0; i < 5; i++) CHECK_NEAR(p.value.data[i], w[i], 1e-6);
+    for (int i = 0; i < 5; i++) CHECK_NEAR(F32(p.value)[i], w[i], 1e-6);
     /* No decay on a parameter flagged decay = false. */
-    gp_param q = make_param(d, 3, false);
-    REQUIRE_OK(gp_optim_state_init(&o, &q, d));
-    float before = q.value.data[0];
-    gp_optim_update(&o, &q, 1e-2f, 1);
-    double g = q.grad.data[0];
-    CHECK_NEAR(q.value.data[0], before - 1e-2 * (g / (fabs(g) + 1e-8)), 1e-6);
+    flat q = make_param(d, 3, false);
+    state_init(&o, &q);
+    float before = F32(q.value)[0];
+    update(&o, &q, 1e-2f, 1);
+    double g = F32(q.grad)[0];
+    CHECK_NEAR(F32(q.value)[0], before - 1e-2 * (g / (fabs(g) + 1e-8)), 1e-6);
     release_param(&p);
     release_param(&q);
 }
@@ -78,22 +92,22 @@ static void test_adamw(gp_device *d) {
 static void test_sgd(gp_device *d) {
     gp_optim_opts o = gp_sgd_defaults(0.05f, 0.9f);
     o.weight_decay = 5e-4f;
-    gp_param p = make_param(d, 4, true);
-    REQUIRE_OK(gp_optim_state_init(&o, &p, d));
+    flat p = make_param(d, 4, true);
+    state_init(&o, &p);
     gp_mem_stats st;
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live[GP_MEM_OPTIM], 16);
     double w[4], buf[4] = {0};
-    for (int i = 0; i < 4; i++) w[i] = p.value.data[i];
+    for (int i = 0; i < 4; i++) w[i] = F32(p.value)[i];
     for (int t = 1; t <= 3; t++) {
-        gp_optim_update(&o, &p, 0.05f, t);
+        update(&o, &p, 0.05f, t);
         for (int i = 0; i < 4; i++) {
-            double dd = p.grad.data[i] + 5e-4 * w[i];
+            double dd = F32(p.grad)[i] + 5e-4 * w[i];
             buf[i] = 0.9 * buf[i] + dd;
             w[i] -= 0.05 * buf[i];
         }
     }
-    for (int i = 0; i < 4; i++) CHECK_NEAR(p.value.data[i], w[i], 1e-6);
+    for (int i = 0; i < 4; i++) CHECK_NEAR(F32(p.value)[i], w[i], 1e-6);
     release_param(&p);
 }
 

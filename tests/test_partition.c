@@ -259,7 +259,8 @@ static void test_errors_and_explicit(void) {
 
     r = (gp_partition_req){.layers = ly, .nlayers = 14, .stages = 4, .micro_batches = 2,
                            .remat = GP_REMAT_NONE};
-    REQUIRE_OK(gp_partition_parse("0,5,9,12", first, 16, &n));
+    char why[256];
+    CHECK(gp_cli_parse_partition("0,5,9,12", first, 16, &n, why, sizeof why));
     CHECK_EQ_INT(n, 4);
     CHECK_EQ_INT(first[3], 12);
     CHECK_OK(gp_partition_check(&r, first, n));
@@ -276,11 +277,11 @@ static void test_errors_and_explicit(void) {
     CHECK_FAILS(gp_partition_check(&r, first, 4), GP_MEMORY_LIMIT,
                 "cell 0 (layers 0-4) needs 5 MiB with M = 2 (remat none), over the 4 MiB "
                 "per-device limit by 1 MiB");
-    CHECK_FAILS(gp_partition_parse("0,,5", first, 16, &n), GP_INVALID_ARGUMENT, "position 2");
-    CHECK_FAILS(gp_partition_parse("0;5", first, 16, &n), GP_INVALID_ARGUMENT, "unexpected ';'");
-    CHECK_FAILS(gp_partition_parse("", first, 16, &n), GP_INVALID_ARGUMENT, "layer index");
-    CHECK_FAILS(gp_partition_parse("0,1,2", first, 2, &n), GP_INVALID_ARGUMENT, "more than 2");
-    REQUIRE_OK(gp_partition_parse(" 0, 3 ", first, 16, &n));
+    CHECK_PARSE_FAILS("0,,5", 16, "position 2");
+    CHECK_PARSE_FAILS("0;5", 16, "unexpected ';'");
+    CHECK_PARSE_FAILS("", 16, "layer index");
+    CHECK_PARSE_FAILS("0,1,2", 2, "more than 2");
+    CHECK(gp_cli_parse_partition(" 0, 3 ", first, 16, &n, why, sizeof why));
     CHECK_EQ_INT(n, 2);
 }
 

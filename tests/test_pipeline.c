@@ -34,19 +34,17 @@ static void reference(gp_test_net net, int steps, result *r) {
     REQUIRE_OK(gp_device_cpu_new("ref", &dev));
     REQUIRE_OK(gp_model_init(m, dev, SEED));
     gp_optim_opts o = gp_test_net_optim(net);
-    gp_trainer_opts to = {.micro_batches = M_MICRO};
-    gp_trainer *t;
-    REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
+    gp_pipeline *t = gp_test_single(m, &o, M_MICRO);
     for (int s = 0; s < steps; s++) {
         gp_test_batch b;
         make_batch(net, s, &b);
-        REQUIRE_OK(gp_trainer_step(t, &b.x, &b.y_t, &r->loss[s]));
+        REQUIRE_OK(gp_pipeline_step(t, &b.x, &b.y_t, &r->loss[s]));
     }
-    r->hash = gp_model_params_fnv1a64(m);
+    r->hash = gp_test_hash(m);
     gp_mem_stats ms;
     gp_device_mem_stats(dev, &ms);
     r->static_bytes = ms.live[GP_MEM_PARAMS] + ms.live[GP_MEM_GRADS] + ms.live[GP_MEM_OPTIM];
-    gp_trainer_free(t);
+    gp_pipeline_free(t);
     gp_model_free(m);
     gp_device_free(dev);
 }
@@ -73,7 +71,7 @@ static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, 
             bad = 1;
         }
     }
-    r->hash = gp_model_params_fnv1a64(m);
+    r->hash = gp_test_hash(m);
     r->static_bytes = 0;
     for (int k = 0; k < K; k++) {
         gp_mem_stats ms;
@@ -283,7 +281,8 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     gp_pipeline *p;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     gp_pipeline_stats st;
-    CHECK_FAILS(gp_pipeline_last_stats(p, &st), GP_INVALID_ARGUMENT, "no step has run");
+    gp_stage_stats ss[8];
+    CHECK_FAILS(gp_pipeline_last_stats(p, &st, ss), GP_INVALID_ARGUMENT, "no step has run");
     CHECK_FAILS(gp_pipeline_write_trace(p, gp_scratch_path("early.json")), GP_INVALID_ARGUMENT,
                 "early.json");
     for (int step = 0; step < 2; step++) {
@@ -292,7 +291,7 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
         float loss;
         REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
     }
-    CHECK_OK(gp_pipeline_last_stats(p, &st));
+    CHECK_OK(gp_pipeline_last_stats(p, &st, ss));
     CHECK_EQ_INT(st.stages, K);
     CHECK_EQ_INT(st.micro_batches, M_MICRO);
     CHECK(st.bubble_theory == (double)(K - 1) / (double)(M_MICRO + K - 1));
@@ -301,16 +300,16 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK(st.bubble_replayed > 0 && st.bubble_replayed < 1); /* K > 1: some fill and drain */
     CHECK(st.step_s > 0);
     for (int k = 0; k < K; k++) {
-        CHECK(st.busy_fraction[k] > 0 && st.busy_fraction[k] <= 1);
-        if (partition) CHECK_EQ_INT(st.partition[k], partition[k]);
-        if (k > 0) CHECK(st.partition[k] > st.partition[k - 1]);
+        CHECK(ss[k].busy_fraction > 0 && ss[k].busy_fraction <= 1);
+        if (partition) CHECK_EQ_INT(ss[k].first_layer, partition[k]);
+        if (k > 0) CHECK(ss[k].first_layer > ss[k - 1].first_layer);
     }
     printf("timeline K = %d, %s, remat %s: step %.2f ms, bubble measured %.3f, theory %.3f, "
            "simulated %.3f, stage 0 busy %.2f\n",
            K, gp_schedule_kind_name(sk), gp_remat_name(rm), st.step_s * 1e3, st.bubble_measured,
-           st.bubble_theory, st.bubble_simulated, st.busy_fraction[0]);
-    CHECK_EQ_INT(st.partition[0], 0);
-    CHECK(st.partition[K - 1] < gp_model_nlayers(m));
+           st.bubble_theory, st.bubble_simulated, ss[0].busy_fraction);
+    CHECK_EQ_INT(ss[0].first_layer, 0);
+    CHECK(ss[K - 1].first_layer < gp_model_nlayers(m));
     gp_schedule s = {0};
     REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name(sk), K, M_MICRO, &s));
     char json[512], svg[512];

@@ -40,13 +40,11 @@ static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, 
     gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = optim(net, D);
     gp_device *dev = NULL;
-    gp_trainer *t = NULL;
     gp_pipeline *p = NULL;
     if (K == 0) {
         REQUIRE_OK(gp_device_cpu_new("ref", &dev));
         REQUIRE_OK(gp_model_init(m, dev, SEED));
-        gp_trainer_opts to = {.micro_batches = M};
-        REQUIRE_OK(gp_trainer_new(m, &o, &to, &t));
+        p = gp_test_single(m, &o, M);
     } else {
         gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk};
         REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
@@ -54,12 +52,11 @@ static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, 
     for (int s = 0; s < STEPS; s++) {
         gp_test_batch b;
         gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
-        REQUIRE_OK(t ? gp_trainer_step(t, &b.x, &b.y_t, &r->loss[s])
-                     : gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
     }
-    r->hash = gp_model_params_fnv1a64(m);
-    if (t) gp_trainer_free(t);
+    r->hash = gp_test_hash(m);
     if (keep) { /* the caller compares the values, then frees model and device */
+        gp_pipeline_free(p); /* on the caller's device: the parameters stay */
         *keep = m;
         return 0;
     }
@@ -69,19 +66,20 @@ static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, 
     return 0;
 }
 
-/* Largest per-tensor relative L2 error of the trainable parameters of a against b. */
+/* Largest per-tensor relative L2 error of the trainable parameters of a against b, over the
+ * layers a holds (a rank holds its own stage's). */
 static double max_rel_error(gp_model *a, gp_model *b) {
     double worst = 0;
     for (int i = 0; i < gp_model_nparam_tensors(a); i++) {
         gp_param_info pa, pb;
         REQUIRE_OK(gp_model_param(a, i, &pa));
         REQUIRE_OK(gp_model_param(b, i, &pb));
-        if (!pa.trainable) continue; /* batch-norm statistics are per replica */
+        if (!pa.trainable || !pa.value->data) continue; /* batch-norm statistics: per replica */
         double num = 0, den = 0;
         for (int64_t j = 0; j < gp_tensor_nelem(pa.value); j++) {
-            double d = (double)pa.value->data[j] - (double)pb.value->data[j];
+            double d = (double)F32(*pa.value)[j] - (double)F32(*pb.value)[j];
             num += d * d;
-            den += (double)pb.value->data[j] * pb.value->data[j];
+            den += (double)F32(*pb.value)[j] * F32(*pb.value)[j];
         }
         double rel = den > 0 ? sqrt(num / den) : sqrt(num);
         if (rel > worst) worst = rel;
@@ -95,7 +93,7 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
     gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = optim(net, D);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk,
-                           .backend = GP_BACKEND_MPI, .data_parallel = D, .comm_timeout_s = 60};
+                           .launcher = GP_LAUNCHER_MPI, .data_parallel = D, .comm_timeout_s = 60};
     gp_pipeline *p = NULL;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     int rank, nranks, stage, replica;
@@ -111,8 +109,37 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
     }
     uint64_t p2p[16], ar[16];
     REQUIRE_OK(gp_pipeline_bytes_sent(p, p2p, ar, 16));
-    REQUIRE_OK(gp_pipeline_sync_params(p));
-    got.hash = gp_model_params_fnv1a64(m);
+    REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &got.hash)); /* through every rank's stage */
+    /* A rank holds its own stage and nothing more. */
+    for (int li = 0; li < gp_model_nlayers(m); li++) {
+        const int first = gp_pipeline_cell_first(p, stage);
+        const int last = stage + 1 < K ? gp_pipeline_cell_first(p, stage + 1) : gp_model_nlayers(m);
+        gp_param_info pi;
+        for (int i = 0; i < gp_model_nparam_tensors(m); i++)
+            if (gp_model_param(m, i, &pi) == GP_OK && pi.layer == li)
+                CHECK((pi.value->data != NULL) == (li >= first && li < last));
+    }
+    if (D > 1) {
+        /* Each rank against the single-device run, on the layers it holds. */
+        outcome want;
+        gp_model *ref = NULL;
+        reference(net, D, 0, D * M, sk, &want, &ref);
+        double err = max_rel_error(m, ref), lerr = 0;
+        for (int s = 0; s < STEPS; s++) {
+            double e = fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]);
+            if (e > lerr) lerr = e;
+        }
+        printf("%s: rank %d: D=%d K=%d M=%d vs one device M=%d: max relative error params %.3g, "
+               "loss %.3g (limit 1e-6)\n",
+               name, rank, D, K, M, D * M, err, lerr);
+        CHECK(err <= 1e-6);
+        CHECK(lerr <= 1e-6);
+        gp_param_info pi;
+        REQUIRE_OK(gp_model_param(ref, 0, &pi));
+        gp_device *dev = pi.value->dev;
+        gp_model_free(ref);
+        gp_device_free(dev);
+    }
     if (rank == 0) {
         /* Bytes: every stage but the last sends M activations, every stage but the first M
          * gradients (each with a header); with D > 1 each stage gives its gradients to the
@@ -122,7 +149,6 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
             CHECK(D > 1 ? ar[r] > 0 : ar[r] == 0);
         }
         outcome want;
-        gp_model *ref = NULL;
         if (D == 1) {
             reference(net, 1, K, M, sk, &want, NULL);
             bool same = memcmp(got.loss, want.loss, sizeof want.loss) == 0 && got.hash == want.hash;
@@ -132,24 +158,6 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
                    name, K, M, got.loss[STEPS - 1], want.loss[STEPS - 1],
                    (unsigned long long)got.hash, (unsigned long long)want.hash,
                    same ? "bit-identical" : "DIFFERENT");
-        } else {
-            reference(net, D, 0, D * M, sk, &want, &ref);
-            double err = max_rel_error(m, ref), lerr = 0;
-            for (int s = 0; s < STEPS; s++) {
-                double e = fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]);
-                if (e > lerr) lerr = e;
-            }
-            printf("%s: D=%d K=%d M=%d vs one device M=%d: max relative error params %.3g, "
-                   "loss %.3g (limit 1e-6)\n",
-                   name, D, K, M, D * M, err, lerr);
-            CHECK(err <= 1e-6);
-            CHECK(lerr <= 1e-6);
-            gp_device *dev = NULL;
-            gp_param_info pi;
-            REQUIRE_OK(gp_model_param(ref, 0, &pi));
-            dev = pi.value->dev;
-            gp_model_free(ref);
-            gp_device_free(dev);
         }
     }
     gp_pipeline_free(p);
@@ -207,7 +215,7 @@ static int child_header(void) {
     fflush(stdout);
     CHECK_OK(gp_transport_barrier(gp_grid_world(g), k));
     gp_grid_free(g);
-    gp_mpi_abort_job(0);
+    gp_cli_mpi_abort(0);
     return 1; /* not reached: MPI_Abort ends every rank */
 }
 
@@ -215,7 +223,7 @@ static int child_header(void) {
 static int child_mismatch(void) {
     gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
     gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
-    gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .backend = GP_BACKEND_MPI,
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .launcher = GP_LAUNCHER_MPI,
                            .data_parallel = 2};
     gp_pipeline *p = NULL;
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
@@ -274,10 +282,10 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd,
                  "timeout 300 mpirun --oversubscribe --bind-to none -np %d %s --child %s",
                  cases[i].np, self, cases[i].name);
-        double t0 = gp_now();
+        double t0 = gp_cli_now();
         int rc = system(cmd);
         printf("case %s (%d ranks): exit %d in %.1fs\n", cases[i].name, cases[i].np, rc,
-               gp_now() - t0);
+               gp_cli_now() - t0);
         fflush(stdout);
         if (rc != 0) gp_test_failures++;
     }

@@ -272,10 +272,11 @@ static void test_explicit_partition(void) {
     CHECK_FAILS(gp_plan_make(m, 16, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "layer 6");
 
     int f[8], n = 0;
-    CHECK_OK(gp_plan_parse_partition("0, 5,9", f, 8, &n));
+    char why[256];
+    CHECK(gp_cli_parse_partition("0, 5,9", f, 8, &n, why, sizeof why));
     CHECK(n == 3 && f[0] == 0 && f[1] == 5 && f[2] == 9);
-    CHECK_FAILS(gp_plan_parse_partition("0,x", f, 8, &n), GP_INVALID_ARGUMENT, "position 2");
-    CHECK_FAILS(gp_plan_parse_partition("0,1,2", f, 2, &n), GP_INVALID_ARGUMENT, "more than 2");
+    CHECK_PARSE_FAILS("0,x", 8, "position 2");
+    CHECK_PARSE_FAILS("0,1,2", 2, "more than 2");
     gp_model_free(m);
 }
 

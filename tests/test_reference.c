@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/trainer_internal.h"
+#include "pipeline/pipeline_internal.h"
 #include "testutil.h"
 
 /* |got - want| <= RTOL * max(|got|, |want|) + ATOL, element by element. */
@@ -206,7 +206,7 @@ static void compare_predict(gp_model *m, gp_device *dev, const st_file *f, const
     REQUIRE_OK(gp_model_shape(m, gp_model_nlayers(m) - 1, x->shape.dim[0], &s));
     gp_tensor logits;
     REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, s, GP_F32, &logits));
-    CHECK_OK(gp_model_predict(m, dev, x, &logits));
+    CHECK_OK(gp_model_predict(m, x, &logits));
     compare_named(w, f, name, &logits);
     gp_tensor_release(&logits);
 }
@@ -261,24 +261,20 @@ static void run_fixture(const char *path) {
     /* Gradients at the initial point; then with 2 micro-batches, which must sum to the same
      * (the transformer has no batch statistics; the convnet's differ per micro-batch). */
     for (int M = 1; M <= (transformer ? 2 : 1); M++) {
-        gp_trainer_opts to = {.micro_batches = M};
-        gp_trainer *t;
-        REQUIRE_OK(gp_trainer_new(m, &oo, &to, &t));
+        gp_pipeline *t = gp_test_single(m, &oo, M);
         float loss = NAN;
-        CHECK_OK(gp_trainer_accumulate(t, &x, &y, &loss));
+        CHECK_OK(gp_pipeline_accumulate(t, &x, &y, &loss));
         const st_tensor *want = st_get(&f, "loss", GP_F32, NULL);
         if (want) compare(&w, M == 1 ? "loss" : "loss (M=2)", &loss, want->data, 1);
         compare_grads(m, &f, M == 1 ? "" : " (M=2)", &w);
-        gp_trainer_free(t);
+        gp_pipeline_free(t);
         /* This forward moved batch-norm running statistics: start the steps from the fixture. */
         params_load_or_compare(m, &f, "", NULL);
     }
 
-    gp_trainer_opts to = {.micro_batches = 1};
-    gp_trainer *t;
-    REQUIRE_OK(gp_trainer_new(m, &oo, &to, &t));
+    gp_pipeline *t = gp_test_single(m, &oo, 1);
     float *losses = calloc((size_t)nsteps, sizeof *losses);
-    for (int s = 0; s < nsteps; s++) CHECK_OK(gp_trainer_step(t, &x, &y, &losses[s]));
+    for (int s = 0; s < nsteps; s++) CHECK_OK(gp_pipeline_step(t, &x, &y, &losses[s]));
     gp_shape ls = gp_shape1(nsteps);
     const st_tensor *want = st_get(&f, "step_losses", GP_F32, &ls);
     if (want) compare(&w, "step_losses", losses, want->data, nsteps);
@@ -288,7 +284,7 @@ static void run_fixture(const char *path) {
 
     printf("%s: %d tensors within %g relative (+%g); worst %s at %.3f of the tolerance\n", path,
            w.ntensors, RTOL, ATOL, w.what, w.excess);
-    gp_trainer_free(t);
+    gp_pipeline_free(t);
     gp_tensor_release(&x);
     gp_tensor_release(&y);
     gp_model_free(m);

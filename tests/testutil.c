@@ -56,7 +56,7 @@ static double objective(gp_layer *l, gp_device *dev, const gp_run *run, const gp
     c.y = &y;
     REQUIRE_OK(l->ops->forward(l, &c, x, &y));
     double f = 0;
-    for (int64_t i = 0; i < gp_tensor_nelem(&y); i++) f += (double)y.data[i] * r[i];
+    for (int64_t i = 0; i < gp_tensor_nelem(&y); i++) f += (double)F32(y)[i] * r[i];
     gp_ctx_release(&c);
     gp_tensor_release(&y);
     return f;
@@ -88,7 +88,7 @@ int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
             REQUIRE_OK(gp_tensor_zeros(dev, GP_MEM_GRADS, p->shape, GP_F32, &p->grad));
         } else {
             float v = p->init == GP_INIT_ONES ? 1.0f : 0.0f;
-            for (int64_t k = 0; k < gp_tensor_nelem(&p->value); k++) p->value.data[k] = v;
+            for (int64_t k = 0; k < gp_tensor_nelem(&p->value); k++) F32(p->value)[k] = v;
         }
     }
     gp_tensor x, dx = {0}, dy;
@@ -131,13 +131,13 @@ int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
         int64_t n = gp_tensor_nelem(&x);
         for (int s = 0; s < o->samples && s < n; s++) {
             int64_t i = n <= o->samples ? s : (int64_t)(gp_rng_u64(&pick, (uint64_t)s) % (uint64_t)n);
-            float keep = x.data[i];
-            x.data[i] = keep + (float)o->eps;
+            float keep = F32(x)[i];
+            F32(x)[i] = keep + (float)o->eps;
             double fp = objective(l, dev, &probe, &x, &os, dy.data);
-            x.data[i] = keep - (float)o->eps;
+            F32(x)[i] = keep - (float)o->eps;
             double fm = objective(l, dev, &probe, &x, &os, dy.data);
-            x.data[i] = keep;
-            bad += compare("dx", i, (fp - fm) / (2 * o->eps), dx.data[i], o, l);
+            F32(x)[i] = keep;
+            bad += compare("dx", i, (fp - fm) / (2 * o->eps), F32(dx)[i], o, l);
         }
     }
     for (int pi = 0; pi < l->nparams; pi++) {
@@ -149,13 +149,13 @@ int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
                             ? s
                             : (int64_t)(gp_rng_u64(&pick, 1000003u * (uint64_t)(pi + 1) + (uint64_t)s) %
                                         (uint64_t)n);
-            float keep = p->value.data[i];
-            p->value.data[i] = keep + (float)o->eps;
+            float keep = F32(p->value)[i];
+            F32(p->value)[i] = keep + (float)o->eps;
             double fp = objective(l, dev, &probe, &x, &os, dy.data);
-            p->value.data[i] = keep - (float)o->eps;
+            F32(p->value)[i] = keep - (float)o->eps;
             double fm = objective(l, dev, &probe, &x, &os, dy.data);
-            p->value.data[i] = keep;
-            bad += compare(p->name, i, (fp - fm) / (2 * o->eps), p->grad.data[i], o, l);
+            F32(p->value)[i] = keep;
+            bad += compare(p->name, i, (fp - fm) / (2 * o->eps), F32(p->grad)[i], o, l);
         }
     }
     gp_tensor_release(&x);
@@ -175,6 +175,32 @@ int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
     gp_device_free(dev);
     if (bad) gp_test_failures += bad;
     return bad;
+}
+
+void gp_test_parse_fails_(const char *text, int cap, const char *needle, const char *file,
+                          int line) {
+    int first[64], n = 0;
+    char why[512] = "";
+    if (cap > 64) cap = 64;
+    if (gp_cli_parse_partition(text, first, cap, &n, why, sizeof why) || !strstr(why, needle)) {
+        fprintf(stderr, "%s:%d: partition '%s': expected a failure containing '%s', got %s\n",
+                file, line, text, needle, why[0] ? why : "success");
+        gp_test_failures++;
+    }
+}
+
+gp_pipeline *gp_test_single(gp_model *m, const gp_optim_opts *o, int M) {
+    gp_pipeline_opts po = {.stages = 1, .micro_batches = M, .schedule = GP_SCHEDULE_1F1B,
+                           .remat = GP_REMAT_NONE};
+    gp_pipeline *p = NULL;
+    REQUIRE_OK(gp_pipeline_new(m, o, &po, 0, &p));
+    return p;
+}
+
+uint64_t gp_test_hash(const gp_model *m) {
+    uint64_t h = 0;
+    REQUIRE_OK(gp_model_params_fnv1a64(m, &h));
+    return h;
 }
 
 #define SCRATCH_MAX 64

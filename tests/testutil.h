@@ -9,8 +9,14 @@
 
 #include "gpipe.h"
 #include "layers/layer.h"
+#include "support/support.h"
 
 extern int gp_test_failures;
+
+/* A tensor's data as float / int32 for the tests, whose tensors live in host memory (CPU
+ * devices and views). */
+#define F32(t) ((float *)(t).data)
+#define I32(t) ((int32_t *)(t).data)
 
 #define CHECK(cond)                                                                    \
     do {                                                                               \
@@ -68,6 +74,10 @@ extern int gp_test_failures;
 void gp_test_check_fails_(gp_status got, gp_status want, const char *needle, const char *expr,
                           const char *file, int line);
 
+/* The tools' --partition parser (support.h) refuses text with a reason containing needle. */
+#define CHECK_PARSE_FAILS(text, cap, needle) gp_test_parse_fails_((text), (cap), (needle), __FILE__, __LINE__)
+void gp_test_parse_fails_(const char *text, int cap, const char *needle, const char *file, int line);
+
 /* Prints "N passed, M failed" style summary and returns the exit code. */
 int gp_test_finish(const char *name);
 
@@ -105,6 +115,16 @@ typedef struct gp_gradcheck_opts {
 gp_gradcheck_opts gp_gradcheck_defaults(void);
 int gp_gradcheck(gp_layer *l, gp_shape in, gp_dtype dtype, uint64_t seed,
                  const gp_gradcheck_opts *o);
+
+/* Single-device training as the library does it: a one-stage pipeline on the device m is
+ * initialized on, M micro-batches (0 means 1), each micro-batch's forward then its backward
+ * (1F1B, nothing recomputed), dropout keyed by the model's init seed. Exits if it cannot be
+ * made. */
+gp_pipeline *gp_test_single(gp_model *m, const gp_optim_opts *o, int M);
+/* gp_model_params_fnv1a64, exiting on failure; a model without values hashes to
+ * GP_TEST_FNV_EMPTY (the FNV-1a offset basis). */
+#define GP_TEST_FNV_EMPTY 0xcbf29ce484222325ULL
+uint64_t gp_test_hash(const gp_model *m);
 
 /* Two small networks for the tests that train (the pipeline and checkpoint tests): the
  * Transformer (vocab 64, dim 32, 4 heads, d_ff 64, 4 blocks, seq_len 16, dropout 0.1) with AdamW

@@ -132,7 +132,6 @@ static int pipeline_memory(gp_cli_bench *b, const gp_pipeline *p) {
 int gp_cli_bench_train(gp_cli_bench *b) {
     gp_model *m = NULL;
     gp_device *dev = NULL;
-    gp_trainer *tr = NULL;
     gp_pipeline *pl = NULL;
     gp_tensor x = {0}, y = {0};
     int classes;
@@ -152,23 +151,22 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         goto done;
     }
     gp_shape in;
-    gp_trainer_opts to = {.micro_batches = M, .seed = b->seed};
     if (gp_device_cpu_new("cpu0", &dev) != GP_OK ||
         gp_model_shape(m, -1, b->batch, &in) != GP_OK) {
         rc = gp_cli_fail("bench", "setting up the model");
         goto done;
     }
-    if (b->stages > 0) {
-        /* The pipeline initializes the parameters on its stage devices, in cells balanced and
-         * fitted (memory limit) for this batch. */
-        b->popts.batch = b->batch;
-        if (gp_pipeline_new(m, &oo, &b->popts, b->seed, &pl) != GP_OK) {
-            rc = gp_cli_fail("bench", "setting up the pipeline");
-            goto done;
-        }
-    } else if (gp_model_init(m, dev, b->seed) != GP_OK ||
-               gp_trainer_new(m, &oo, &to, &tr) != GP_OK) {
-        rc = gp_cli_fail("bench", "setting up the model");
+    /* The pipeline initializes the parameters on its stage devices, in cells balanced and fitted
+     * (memory limit) for this batch; without --stages one stage on dev, each micro-batch's
+     * forward then its backward, nothing recomputed: single-device training. */
+    const bool pipelined = b->stages > 0;
+    b->popts.batch = b->batch;
+    if (!pipelined)
+        b->popts = (gp_pipeline_opts){.stages = 1, .micro_batches = M,
+                                      .schedule = GP_SCHEDULE_1F1B, .remat = GP_REMAT_NONE,
+                                      .devices = &dev};
+    if (gp_pipeline_new(m, &oo, &b->popts, b->seed, &pl) != GP_OK) {
+        rc = gp_cli_fail("bench", pipelined ? "setting up the pipeline" : "setting up the model");
         goto done;
     }
     gp_shape yshape = t1 ? in : gp_shape1(b->batch);
@@ -179,14 +177,16 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     }
     b->step_seconds = calloc((size_t)b->steps, sizeof *b->step_seconds);
     b->step_ceiling = calloc((size_t)b->steps, sizeof *b->step_ceiling);
-    if (pl) {
+    if (pipelined) {
         b->step_bubble = calloc((size_t)b->steps, sizeof *b->step_bubble);
         b->step_bubble_sim = calloc((size_t)b->steps, sizeof *b->step_bubble_sim);
         b->step_bubble_replay = calloc((size_t)b->steps, sizeof *b->step_bubble_replay);
         b->stage_mem = calloc((size_t)b->stages, sizeof *b->stage_mem);
+        b->last_stages = calloc((size_t)b->stages, sizeof *b->last_stages);
     }
     if (!b->step_seconds || !b->step_ceiling ||
-        (pl && (!b->step_bubble || !b->step_bubble_sim || !b->step_bubble_replay || !b->stage_mem))) {
+        (pipelined && (!b->step_bubble || !b->step_bubble_sim || !b->step_bubble_replay ||
+                       !b->stage_mem || !b->last_stages))) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
         rc = GP_CLI_EXIT_RUNTIME;
         goto done;
@@ -194,21 +194,21 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     for (int step = 0; step < b->warmup + b->steps; step++) {
         fill_batch(b, step, classes, &x, &y);
         float loss;
-        double t0 = gp_now();
-        gp_status st = pl ? gp_pipeline_step(pl, &x, &y, &loss) : gp_trainer_step(tr, &x, &y, &loss);
-        if (st != GP_OK) {
+        double t0 = gp_cli_now();
+        if (gp_pipeline_step(pl, &x, &y, &loss) != GP_OK) {
             rc = gp_cli_fail("bench", "training step");
             goto done;
         }
-        double dt = gp_now() - t0;
+        double dt = gp_cli_now() - t0;
         b->final_loss = loss;
         bool warm = step < b->warmup;
         if (!warm) {
             int i = step - b->warmup;
             b->step_seconds[i] = dt;
-            if (pl) {
+            if (pipelined) {
                 /* MPI: every rank's timeline and counters, for the stats (a collective). */
-                if (gp_pipeline_gather(pl) != GP_OK || gp_pipeline_last_stats(pl, &b->last) != GP_OK) {
+                if (gp_pipeline_gather(pl) != GP_OK ||
+                    gp_pipeline_last_stats(pl, &b->last, b->last_stages) != GP_OK) {
                     rc = gp_cli_fail("bench", "pipeline statistics");
                     goto done;
                 }
@@ -218,8 +218,10 @@ int gp_cli_bench_train(gp_cli_bench *b) {
             }
             /* The ceiling next to each step: a shared machine's speed drifts
              * over a run, and a ratio of neighbours cancels most of it. */
-            if (gp_bench_sgemm(2048, 2048, 2048, 1, &b->step_ceiling[i]) != GP_OK) {
-                rc = gp_cli_fail("bench", "measuring the sgemm ceiling");
+            char why[256];
+            if (!gp_cli_bench_sgemm(2048, 2048, 2048, 1, &b->step_ceiling[i], why, sizeof why)) {
+                fprintf(stderr, "gpipe bench: %s\n", why);
+                rc = GP_CLI_EXIT_RUNTIME;
                 goto done;
             }
         }
@@ -228,7 +230,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
                     warm ? step + 1 : step - b->warmup + 1, warm ? b->warmup : b->steps, dt,
                     (double)loss);
     }
-    if (pl && b->place.backend == GP_BACKEND_MPI) {
+    if (b->place.launcher == GP_LAUNCHER_MPI) {
         int W = b->place.nranks;
         b->bytes_p2p = calloc((size_t)W, sizeof *b->bytes_p2p);
         b->bytes_allreduce = calloc((size_t)W, sizeof *b->bytes_allreduce);
@@ -238,14 +240,13 @@ int gp_cli_bench_train(gp_cli_bench *b) {
             goto done;
         }
     }
-    if (pl)
+    if (pipelined)
         rc = pipeline_memory(b, pl);
     else
         gp_device_mem_stats(dev, &b->mem);
 done:
     gp_tensor_release(&x);
     gp_tensor_release(&y);
-    if (tr) gp_trainer_free(tr);
     gp_pipeline_free(pl); /* before the model it borrows */
     gp_model_free(m);
     if (dev) gp_device_free(dev);

@@ -8,6 +8,7 @@
 
 #include "cli_args.h"
 #include "gpipe.h"
+#include "support/support.h"
 
 /* ------------------------------------------------------------ subcommands */
 
@@ -50,7 +51,7 @@ const char *gp_cli_fmt_duration(double seconds, char *buf, size_t bufsize);
 
 /* Where this process runs (gp_cli_mpi_resolve, below). */
 typedef struct gp_cli_mpi_place {
-    gp_backend backend;
+    gp_launcher launcher;
     int data_parallel; /* D */
     int rank, nranks;  /* world rank and size (0 and 1 on threads) */
     double timeout_s;
@@ -66,13 +67,14 @@ typedef struct gp_cli_train {
     uint64_t seed, memory_limit;
     const char *optimizer, *schedule, *report;
     bool quiet;
-    /* --stages K (0: not given, one device with gp_trainer); the rest of popts
-     * from --micro-batches, --schedule, --remat, --partition, --memory-limit */
+    /* --stages K (0: not given: one stage on `dev`, 1f1b without re-materialization, the
+     * single-device run, reported without a "pipeline" object); the rest of popts from
+     * --micro-batches, --schedule, --remat, --partition, --memory-limit */
     int stages;
     gp_pipeline_opts popts;
     int *partition;           /* owned, NULL unless --partition */
     const char *trace, *timeline; /* --trace / --timeline of the last step, or NULL */
-    gp_cli_mpi_place place; /* --backend, --data-parallel, --comm-timeout (gp_cli_mpi_resolve) */
+    gp_cli_mpi_place place; /* --launcher, --data-parallel, --comm-timeout (gp_cli_mpi_resolve) */
 
     /* checkpoints: --checkpoint-dir (NULL: none), --checkpoint-every (0: only at the stop and
      * the end), --keep, --resume, --stop-after (0: none) */
@@ -83,9 +85,8 @@ typedef struct gp_cli_train {
 
     /* set up by gp_cli_train_main */
     gp_model *model;
-    gp_device *dev;
-    gp_trainer *trainer; /* by gp_cli_trainer_start, once the step count is known */
-    gp_pipeline *pipeline; /* instead of the trainer with --stages: owns the parameters */
+    gp_device *dev;        /* the batches' device, and the single stage's without --stages */
+    gp_pipeline *pipeline; /* once the step count is known (gp_cli_train_begin) */
     gp_optim_opts optim;
     bool is_lm;
     gp_shape in_shape;  /* (batch, ...) */
@@ -106,9 +107,10 @@ typedef struct gp_cli_train {
     double eval_loss, eval_accuracy; /* accuracy: classifier only */
     int64_t eval_count;              /* test examples or validation windows */
     cJSON *eval_history;             /* array of {step, loss, ...}, owned */
+    uint64_t params_hash;            /* params_fnv1a64 at the end, over every stage */
 } gp_cli_train;
 
-/* The loops' common start: the trainer for `total_steps` steps (the cosine
+/* The loops' common start: the pipeline for `total_steps` steps (the cosine
  * schedule needs it), the evaluation history, `nhost` int64 of host scratch
  * (`host_what` names it when out of memory) and the training batch. Returns
  * an exit status; the caller releases what was made, also on failure. */
@@ -152,7 +154,8 @@ int gp_cli_fail(const char *cmd, const char *what);
 int gp_cli_load_model(const char *cmd, const char *name, gp_model **out);
 
 /* Generates nbytes bytes after the context `prompt` (NULL: one newline) and
- * writes them raw to f, drawn with t->temperature and keyed by t->seed. */
+ * writes them raw to f (NULL: nowhere, as ranks other than 0 do), drawn with t->temperature and
+ * keyed by t->seed. Collective under MPI. */
 int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbytes, FILE *f);
 
 /* ------------------------------------------------------------ checkpoints */
@@ -161,7 +164,7 @@ int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbyt
 int gp_cli_model_config(const char *cmd, const char *name, char **out);
 /* Creates --checkpoint-dir if missing. */
 int gp_cli_ckpt_prepare(gp_cli_train *t);
-/* With the trainer or pipeline made: removes leftovers of interrupted saves and,
+/* With the pipeline made: removes leftovers of interrupted saves and,
  * with --resume, loads the newest complete checkpoint (same model and options
  * required) and sets t->start_step. Returns an exit status. */
 int gp_cli_ckpt_resume(gp_cli_train *t);
@@ -210,21 +213,21 @@ int gp_cli_pipeline_write_files(const gp_cli_train *t);
 
 /* ------------------------------------------------------------------ MPI */
 
-/* --backend, --data-parallel, --comm-timeout, shared by train and bench. */
+/* --launcher, --data-parallel, --comm-timeout, shared by train and bench. */
 typedef struct gp_cli_mpi_args {
-    const char *backend;
+    const char *launcher;
     int data_parallel;
     double comm_timeout;
 } gp_cli_mpi_args;
 enum { GP_CLI_MPI_NOPTS = 3 };
 void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a);
-/* Chooses the backend (MPI when a launcher started the process and MPI was built, or
- * --backend), checks the combination, and for MPI initializes it and checks that the launch
+/* Chooses the launcher (MPI when mpirun or srun started the process and MPI was built, or
+ * --launcher), checks the combination, and for MPI initializes it and checks that the launch
  * has D x K ranks (a usage error, printed by rank 0, before any work); ranks other than 0 then
  * write nothing to stdout. Returns an exit status. */
 int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi_args *a, int K,
                        gp_cli_mpi_place *out);
-/* Copies the backend, D and the timeout into po. */
+/* Copies the launcher, D and the timeout into po. */
 void gp_cli_mpi_apply(const gp_cli_mpi_place *pl, gp_pipeline_opts *po);
 /* Adds "bytes_sent_last_step": [{rank, stage, replica, p2p, allreduce}] (empty on threads):
  * what each rank handed to MPI in the last step (gp_pipeline_bytes_sent). */
@@ -240,7 +243,7 @@ typedef struct gp_cli_bench {
     int layers;               /* T2: Transformer blocks, 0: the workload's 32 */
     uint64_t seed;
     bool quiet;
-    /* T2 only: stages 0 trains through gp_trainer with popts.micro_batches;
+    /* T2 only: stages 0 trains one stage on one device with popts.micro_batches;
      * stages K >= 1 through gp_pipeline with popts (one BLAS thread per stage) */
     int stages;
     gp_pipeline_opts popts;
@@ -258,6 +261,7 @@ typedef struct gp_cli_bench {
     double *step_bubble_sim; /* the simulator's bubble of each timed step, owned */
     double *step_bubble_replay; /* the simulator replaying each timed step's actions, owned */
     gp_pipeline_stats last;  /* of the last timed step */
+    gp_stage_stats *last_stages; /* (stages) of the last timed step, owned */
     gp_mem_stats *stage_mem; /* (stages) each stage device's counters, owned */
     gp_cli_mpi_place place;  /* MPI: where this rank runs */
     uint64_t *bytes_p2p, *bytes_allreduce; /* (ranks) sent in the last step, owned (MPI) */

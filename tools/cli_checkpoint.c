@@ -288,11 +288,8 @@ int gp_cli_ckpt_resume(gp_cli_train *t) {
     rc = damaged ? gp_cli_fail("train", "--resume") : check_same_run(t, c, path);
     if (rc == GP_CLI_EXIT_OK &&
         (gp_checkpoint_saved_step(c, &step) != GP_OK ||
-         (t->pipeline ? gp_pipeline_checkpoint_load(t->pipeline, c)
-                      : gp_checkpoint_load_layers(c, t->model, 0, gp_model_nlayers(t->model),
-                                                  &t->optim)) != GP_OK ||
-         (t->trainer ? gp_trainer_set_step(t->trainer, step)
-                     : gp_pipeline_set_step(t->pipeline, step)) != GP_OK)) {
+         gp_pipeline_checkpoint_load(t->pipeline, c) != GP_OK ||
+         gp_pipeline_set_step(t->pipeline, step) != GP_OK)) {
         rc = gp_cli_fail("train", "--resume");
         damaged = true;
     }
@@ -353,7 +350,7 @@ int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
     if (!due) return GP_CLI_EXIT_OK;
     char path[4096], buf[64], pos[64];
     ckpt_path(t->ckpt_dir, &(ckpt_entry){done, false}, path, sizeof path);
-    double t0 = gp_now();
+    double t0 = gp_cli_now();
     cJSON *opts = train_options(t);
     char *opts_text = opts ? cJSON_PrintUnformatted(opts) : NULL;
     cJSON_Delete(opts);
@@ -380,24 +377,21 @@ int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
     /* A pipeline saves itself: under MPI one part per stage, committed by an index. */
     char base[4096];
     snprintf(base, sizeof base, "%s/" CKPT_PREFIX "%08d", t->ckpt_dir, done);
-    gp_status s = t->pipeline
-                      ? gp_pipeline_checkpoint_save(t->pipeline, base, done, kv, 5, path, sizeof path)
-                      : gp_checkpoint_save(path, t->model, 0, gp_model_nlayers(t->model),
-                                           &t->optim, done, kv, 5);
+    gp_status s = gp_pipeline_checkpoint_save(t->pipeline, base, done, kv, 5, path, sizeof path);
     cJSON_free(opts_text);
     if (s != GP_OK) return gp_cli_fail("train", "--checkpoint-dir: cannot write a checkpoint");
     if (t->place.rank == 0) prune(t);
     struct stat st;
     char size[32];
-    int K = t->pipeline && t->place.backend == GP_BACKEND_MPI ? gp_pipeline_stages(t->pipeline) : 0;
+    int K = t->place.launcher == GP_LAUNCHER_MPI ? gp_pipeline_stages(t->pipeline) : 0;
     if (K > 0)
         printf("checkpoint: committed %s (step %d, %d parts, %.2fs)\n", path, done, K,
-               gp_now() - t0);
+               gp_cli_now() - t0);
     else
         printf("checkpoint: wrote %s (step %d, %s, %.2fs)\n", path, done,
                gp_cli_fmt_bytes(stat(path, &st) == 0 ? (uint64_t)st.st_size : 0, size,
                                 sizeof size),
-               gp_now() - t0);
+               gp_cli_now() - t0);
     fflush(stdout);
     return GP_CLI_EXIT_OK;
 }

@@ -1,6 +1,6 @@
-/* The multi-process options shared by `gpipe train` and `gpipe bench` (--backend,
- * --data-parallel, --comm-timeout): the backend is MPI when a launcher (mpirun, srun) started
- * the process, threads otherwise; the launch is checked against D x K before any work; ranks
+/* The launcher options shared by `gpipe train` and `gpipe bench` (--launcher, --data-parallel,
+ * --comm-timeout): the stages run as MPI processes when an MPI launcher (mpirun, srun) started
+ * the process, as threads otherwise; the launch is checked against D x K before any work; ranks
  * other than 0 stay silent on stdout (their errors still reach stderr). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,15 +10,16 @@
 
 void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a) {
     gp_cli_opt tab[GP_CLI_MPI_NOPTS] = {
-        {"--backend", GP_CLI_CHOICE, &a->backend, "threads|mpi",
-         "stages as threads of this process, or as MPI processes (mpirun -np D*K)",
+        {"--launcher", GP_CLI_CHOICE, &a->launcher, "threads|mpi",
+         "how the stages are started: threads of this process, or MPI processes (mpirun -np "
+         "D*K)",
          "mpi when started by mpirun/srun, else threads", 0, false, "threads|mpi", false},
         {"--data-parallel", GP_CLI_INT, &a->data_parallel, "D",
          "MPI: D replicas of the K stages, each on its slice of the mini-batch", "1", 1, false,
          NULL, false},
         {"--comm-timeout", GP_CLI_FLOAT, &a->comm_timeout, "SECONDS",
-         "MPI: longest wait on another rank before the run fails, naming it", "60", 0, true, NULL,
-         false},
+         "longest wait on another stage (thread or rank) before the step fails, naming it", "60",
+         0, true, NULL, false},
     };
     memcpy(out, tab, sizeof tab);
 }
@@ -27,34 +28,31 @@ int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi
                        gp_cli_mpi_place *out) {
     int launched_size = 1;
     bool launched = gp_mpi_launched(&launched_size);
-    bool seen_backend = gp_cli_seen(tab, n, "--backend");
-    bool mpi = seen_backend ? strcmp(a->backend, "mpi") == 0 : launched && gp_mpi_built();
-    *out = (gp_cli_mpi_place){.backend = GP_BACKEND_THREADS, .data_parallel = 1, .rank = 0,
+    bool seen_launcher = gp_cli_seen(tab, n, "--launcher");
+    bool mpi = seen_launcher ? strcmp(a->launcher, "mpi") == 0 : launched && gp_mpi_built();
+    *out = (gp_cli_mpi_place){.launcher = GP_LAUNCHER_THREADS, .data_parallel = 1, .rank = 0,
                               .nranks = 1, .timeout_s = 60};
+    if (gp_cli_seen(tab, n, "--comm-timeout")) out->timeout_s = a->comm_timeout;
     if (mpi && !gp_mpi_built())
         return gp_cli_usage_error(cmd,
-                                  "--backend mpi: MPI support was not built into this gpipe "
+                                  "--launcher mpi: MPI support was not built into this gpipe "
                                   "(install libopenmpi-dev and rebuild)");
     if (!mpi && launched && launched_size > 1)
         return gp_cli_usage_error(
             cmd, "started by an MPI launcher with %d ranks, but %s: every rank would train alone",
             launched_size,
-            seen_backend ? "--backend threads was given" : "MPI support was not built into this gpipe");
+            seen_launcher ? "--launcher threads was given" : "MPI support was not built into this gpipe");
     if (!mpi) {
-        const char *only[] = {"--data-parallel", "--comm-timeout"};
-        for (int i = 0; i < 2; i++)
-            if (gp_cli_seen(tab, n, only[i]))
-                return gp_cli_usage_error(cmd,
-                                          "%s: only with the MPI backend (start gpipe with mpirun "
-                                          "-np D*K, or give --backend mpi)",
-                                          only[i]);
+        if (gp_cli_seen(tab, n, "--data-parallel"))
+            return gp_cli_usage_error(cmd,
+                                      "--data-parallel: only with the MPI launcher (start gpipe "
+                                      "with mpirun -np D*K, or give --launcher mpi)");
         return GP_CLI_EXIT_OK;
     }
-    out->backend = GP_BACKEND_MPI;
+    out->launcher = GP_LAUNCHER_MPI;
     out->data_parallel = gp_cli_seen(tab, n, "--data-parallel") ? a->data_parallel : 1;
-    out->timeout_s = gp_cli_seen(tab, n, "--comm-timeout") ? a->comm_timeout : 60;
     if (gp_mpi_init(&out->rank, &out->nranks) != GP_OK)
-        return gp_cli_fail(cmd, "--backend mpi: cannot initialize MPI");
+        return gp_cli_fail(cmd, "--launcher mpi: cannot initialize MPI");
     int need = out->data_parallel * K;
     if (out->nranks != need && out->rank != 0) return GP_CLI_EXIT_USAGE; /* rank 0 says why */
     if (out->nranks != need)
@@ -71,7 +69,7 @@ int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi
 }
 
 void gp_cli_mpi_apply(const gp_cli_mpi_place *pl, gp_pipeline_opts *po) {
-    po->backend = pl->backend;
+    po->launcher = pl->launcher;
     po->data_parallel = pl->data_parallel;
     po->comm_timeout_s = pl->timeout_s;
 }
@@ -80,7 +78,7 @@ void gp_cli_comm_report(cJSON *obj, const gp_pipeline *p, const gp_cli_mpi_place
     cJSON *arr = cJSON_AddArrayToObject(obj, "bytes_sent_last_step");
     int W = pl->nranks;
     uint64_t *p2p = calloc((size_t)W, sizeof *p2p), *ar = calloc((size_t)W, sizeof *ar);
-    if (p2p && ar && gp_pipeline_bytes_sent(p, p2p, ar, W) == GP_OK && pl->backend == GP_BACKEND_MPI) {
+    if (p2p && ar && gp_pipeline_bytes_sent(p, p2p, ar, W) == GP_OK && pl->launcher == GP_LAUNCHER_MPI) {
         int K = gp_pipeline_stages(p);
         for (int r = 0; r < W; r++) {
             cJSON *e = cJSON_CreateObject();

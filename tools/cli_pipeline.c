@@ -52,8 +52,9 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
             fprintf(stderr, "gpipe %s: out of host memory\n", cmd);
             return GP_CLI_EXIT_RUNTIME;
         }
-        if (gp_plan_parse_partition(a->partition, *first, MAX_CELLS, &n) != GP_OK)
-            return gp_cli_usage_error(cmd, "--partition: %s", gp_last_error());
+        char why[512];
+        if (!gp_cli_parse_partition(a->partition, *first, MAX_CELLS, &n, why, sizeof why))
+            return gp_cli_usage_error(cmd, "--partition: %s", why);
         if (n != K)
             return gp_cli_usage_error(cmd,
                                       "--partition %s: %d entr%s for --stages %d; expected the "
@@ -83,17 +84,18 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(po->schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(po->remat));
     gp_cli_report_u64(pl, "memory_limit_bytes", po->memory_limit);
-    cJSON_AddStringToObject(pl, "backend", po->backend == GP_BACKEND_MPI ? "mpi" : "threads");
+    cJSON_AddStringToObject(pl, "launcher", gp_launcher_name(po->launcher));
     cJSON_AddNumberToObject(pl, "data_parallel", t->place.data_parallel);
     cJSON_AddNumberToObject(pl, "ranks", t->place.nranks);
     /* The cells actually used (balanced or given) come from the last step's stats. */
     gp_pipeline_stats ps;
-    const bool have = t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps) == GP_OK;
-    const int nk = have ? (ps.stages < 64 ? ps.stages : 64) : 0;
+    gp_stage_stats *ss = calloc((size_t)po->stages, sizeof *ss);
+    const bool have = ss && t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps, ss) == GP_OK;
+    const int nk = have ? ps.stages : 0;
     if (have) {
         cJSON *part = cJSON_AddArrayToObject(pl, "partition");
         for (int k = 0; k < nk; k++)
-            cJSON_AddItemToArray(part, cJSON_CreateNumber(ps.partition[k]));
+            cJSON_AddItemToArray(part, cJSON_CreateNumber(ss[k].first_layer));
     } else if (po->partition) {
         cJSON *part = cJSON_AddArrayToObject(pl, "partition");
         for (int k = 0; k < po->stages; k++)
@@ -121,11 +123,13 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
         const char *keys[] = {"busy_fraction", "bubble_measured", "bubble_theory",
                               "bubble_simulated", "step_s", "bubble_replayed"};
         for (int i = 0; i < 6; i++) cJSON_AddNullToObject(pl, keys[i]);
+        free(ss);
         return;
     }
     cJSON *busy = cJSON_AddArrayToObject(pl, "busy_fraction");
     for (int k = 0; k < nk; k++)
-        cJSON_AddItemToArray(busy, cJSON_CreateNumber(ps.busy_fraction[k]));
+        cJSON_AddItemToArray(busy, cJSON_CreateNumber(ss[k].busy_fraction));
+    free(ss);
     cJSON_AddNumberToObject(pl, "bubble_measured", ps.bubble_measured);
     cJSON_AddNumberToObject(pl, "bubble_theory", ps.bubble_theory);
     cJSON_AddNumberToObject(pl, "bubble_simulated", ps.bubble_simulated);
@@ -136,6 +140,7 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
 
 void gp_cli_pipeline_summary(const gp_cli_train *t) {
     char mem[32];
+    if (t->stages == 0) return; /* one device: its memory is the summary's */
     for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++) {
         gp_mem_stats st;
         if (gp_pipeline_mem_stats(t->pipeline, k, &st) != GP_OK) continue;
@@ -146,7 +151,7 @@ void gp_cli_pipeline_summary(const gp_cli_train *t) {
         printf(")\n");
     }
     gp_pipeline_stats ps;
-    if (t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps) == GP_OK)
+    if (t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps, NULL) == GP_OK)
         printf("bubble of the last step (%.3fs): measured %.1f%%, theory (K-1)/(M+K-1) %.1f%%, "
                "simulated %.1f%% (replaying its actions %.1f%%)\n",
                ps.step_s, 100 * ps.bubble_measured, 100 * ps.bubble_theory,
@@ -154,7 +159,8 @@ void gp_cli_pipeline_summary(const gp_cli_train *t) {
 }
 
 int gp_cli_pipeline_write_files(const gp_cli_train *t) {
-    if (!t->pipeline || t->place.rank != 0) return GP_CLI_EXIT_OK; /* gathered on every rank */
+    if (!t->pipeline || t->stages == 0 || t->place.rank != 0)
+        return GP_CLI_EXIT_OK; /* gathered on every rank */
     if (t->trace) {
         if (gp_pipeline_write_trace(t->pipeline, t->trace) != GP_OK)
             return gp_cli_fail("train", "--trace");

@@ -46,11 +46,11 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
          NULL, false},
     };
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
-    gp_cli_pipeline_options(pipe, &o->pa, "none: one device, gp_trainer");
+    gp_cli_pipeline_options(pipe, &o->pa, "none: one device");
     int n = (int)(sizeof tab / sizeof tab[0]);
     memcpy(t, tab, sizeof tab);
     t[n++] = (gp_cli_opt){"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
-                          "T2: micro-batches per mini-batch (pipeline or gp_trainer)", "1", 1,
+                          "T2: micro-batches per mini-batch", "1", 1,
                           false, NULL, false};
     t[n++] = (gp_cli_opt){"--layers", GP_CLI_INT, &o->layers, "N",
                           "T2: Transformer blocks (the memory table varies them)", "32", 1, false,
@@ -83,7 +83,7 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "      + 12 x layers x seq_len x d_model x tokens\n"
            "  T2  T1 with d_model 256, 4 heads, d_ff 1024, 32 layers (25,436,672 parameters),\n"
            "      batch 32; --stages K trains through the pipeline runtime (one BLAS thread\n"
-           "      per stage: --threads must be absent or 1), without it through gp_trainer;\n"
+           "      per stage: --threads must be absent or 1), without it on one device;\n"
            "      the report's pipeline object has the measured, theoretical and simulated\n"
            "      bubble (medians over the timed steps)\n"
            "  C1  Fashion-MNIST convnet, SGD(0.05, momentum 0.9), random images: images/s and\n"
@@ -103,7 +103,11 @@ static void print_help(const gp_cli_opt *tab, int n) {
 static int time_sgemm(int64_t m, int64_t n, int64_t k, int warmup, int reps, double *out) {
     for (int i = 0; i < warmup + reps; i++) {
         double g;
-        if (gp_bench_sgemm(m, n, k, 1, &g) != GP_OK) return gp_cli_fail("bench", "sgemm");
+        char why[256];
+        if (!gp_cli_bench_sgemm(m, n, k, 1, &g, why, sizeof why)) {
+            fprintf(stderr, "gpipe bench: %s\n", why);
+            return GP_CLI_EXIT_RUNTIME;
+        }
         if (i >= warmup) out[i - warmup] = g;
     }
     return GP_CLI_EXIT_OK;
@@ -161,6 +165,7 @@ static void free_bench(gp_cli_bench *b) {
     free(b->step_bubble_sim);
     free(b->step_bubble_replay);
     free(b->stage_mem);
+    free(b->last_stages);
     free(b->bytes_p2p);
     free(b->bytes_allreduce);
 }
@@ -171,12 +176,12 @@ static void free_bench(gp_cli_bench *b) {
  * fractions those of the last one. */
 static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
     cJSON *pl = cJSON_AddObjectToObject(r, "pipeline");
-    const int K = b->stages, shown = K < 64 ? K : 64;
+    const int K = b->stages;
     cJSON_AddNumberToObject(pl, "stages", K);
     cJSON_AddNumberToObject(pl, "micro_batches", b->popts.micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(b->popts.schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(b->popts.remat));
-    cJSON_AddStringToObject(pl, "backend", b->place.backend == GP_BACKEND_MPI ? "mpi" : "threads");
+    cJSON_AddStringToObject(pl, "launcher", gp_launcher_name(b->place.launcher));
     cJSON_AddNumberToObject(pl, "data_parallel", b->place.data_parallel);
     cJSON_AddNumberToObject(pl, "ranks", b->place.nranks);
     cJSON *bytes = cJSON_AddArrayToObject(pl, "bytes_sent_last_step");
@@ -192,9 +197,9 @@ static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
     cJSON *part = cJSON_AddArrayToObject(pl, "partition");
     cJSON *busy = cJSON_AddArrayToObject(pl, "busy_fraction");
     cJSON *peak = cJSON_AddArrayToObject(pl, "stage_peak_bytes");
-    for (int k = 0; k < shown; k++) {
-        cJSON_AddItemToArray(part, cJSON_CreateNumber(b->last.partition[k]));
-        cJSON_AddItemToArray(busy, cJSON_CreateNumber(b->last.busy_fraction[k]));
+    for (int k = 0; k < K; k++) {
+        cJSON_AddItemToArray(part, cJSON_CreateNumber(b->last_stages[k].first_layer));
+        cJSON_AddItemToArray(busy, cJSON_CreateNumber(b->last_stages[k].busy_fraction));
     }
     for (int k = 0; k < K; k++) {
         cJSON *s = cJSON_CreateObject();
@@ -332,7 +337,7 @@ int gp_cli_bench_main(int argc, char **argv) {
                                       o.workload);
     if (!gp_cli_seen(tab, n, "--stages")) {
         if (gp_cli_seen(tab, n, "--schedule"))
-            return gp_cli_usage_error("bench", "--schedule: only with --stages (gp_trainer runs "
+            return gp_cli_usage_error("bench", "--schedule: only with --stages (one device runs "
                                                "its micro-batches one after another)");
         for (int i = 0; i < 4; i++) {
             const char *name = (const char *[]){"--remat", "--balance", "--pin", "--memory-limit"}[i];
@@ -348,15 +353,15 @@ int gp_cli_bench_main(int argc, char **argv) {
     if (o.pa.stages > 0) o.threads = 1;
     rc = gp_cli_mpi_resolve("bench", tab, n, &o.mpi, o.pa.stages > 0 ? o.pa.stages : 1, &o.place);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    if (o.place.backend == GP_BACKEND_MPI && (!t2 || o.pa.stages < 1))
-        return gp_cli_usage_error("bench", "the MPI backend: only for --workload T2 with --stages K");
-    if (o.place.backend == GP_BACKEND_MPI && o.batch && o.batch % o.place.data_parallel)
+    if (o.place.launcher == GP_LAUNCHER_MPI && (!t2 || o.pa.stages < 1))
+        return gp_cli_usage_error("bench", "the MPI launcher: only for --workload T2 with --stages K");
+    if (o.place.launcher == GP_LAUNCHER_MPI && o.batch && o.batch % o.place.data_parallel)
         return gp_cli_usage_error("bench", "--batch %d: must divide by --data-parallel %d", o.batch,
                                   o.place.data_parallel);
     if (gp_cli_seen(tab, n, "--batch") && strcmp(o.workload, "G1") == 0)
         return gp_cli_usage_error("bench", "--batch: only for T1 and C1 (G1 has fixed shapes)");
     if (o.threads > 0) gp_blas_set_threads(o.threads);
-    double t0 = gp_now();
+    double t0 = gp_cli_now();
     printf("gpipe bench %s: %d BLAS thread(s), core %s, %d timed after %d warm-up\n", o.workload,
            gp_blas_threads(), gp_blas_corename(), o.steps, o.warmup);
     fflush(stdout);
@@ -369,7 +374,7 @@ int gp_cli_bench_main(int argc, char **argv) {
     cJSON_AddNumberToObject(r, "warmup", o.warmup);
     gp_cli_report_u64(r, "seed", o.seed);
     rc = strcmp(o.workload, "G1") == 0 ? run_g1(&o, r) : run_training(&o, r);
-    cJSON_AddNumberToObject(r, "elapsed_s", gp_now() - t0);
+    cJSON_AddNumberToObject(r, "elapsed_s", gp_cli_now() - t0);
     if (rc == GP_CLI_EXIT_OK && o.report && o.place.rank == 0) {
         if (!gp_cli_report_write(r, o.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;

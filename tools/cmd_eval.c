@@ -15,7 +15,8 @@ typedef struct ckpt_opts {
     uint64_t seed;
 } ckpt_opts;
 
-/* Builds t->model from the checkpoint (or --model) on a fresh device and loads its weights. */
+/* Builds t->model from the checkpoint (or --model), places it on a fresh device as a one-stage
+ * pipeline for inference (no gradients, no optimizer state) and loads its weights. */
 static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE *info) {
     gp_checkpoint *f; /* one file, or a multi-part set's index */
     if (gp_checkpoint_open(o->checkpoint, &f) != GP_OK) return gp_cli_fail(cmd, "--checkpoint");
@@ -37,10 +38,10 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE
     }
     if (rc == GP_CLI_EXIT_OK && gp_device_cpu_new("cpu0", &t->dev) != GP_OK)
         rc = gp_cli_fail(cmd, "cannot create the CPU device");
-    if (rc == GP_CLI_EXIT_OK && gp_model_init(t->model, t->dev, 1) != GP_OK)
+    gp_pipeline_opts po = {.devices = &t->dev};
+    if (rc == GP_CLI_EXIT_OK && gp_pipeline_new(t->model, NULL, &po, 1, &t->pipeline) != GP_OK)
         rc = gp_cli_fail(cmd, "cannot allocate the parameters");
-    if (rc == GP_CLI_EXIT_OK &&
-        gp_checkpoint_load_layers(f, t->model, 0, gp_model_nlayers(t->model), NULL) != GP_OK)
+    if (rc == GP_CLI_EXIT_OK && gp_pipeline_checkpoint_load(t->pipeline, f) != GP_OK)
         rc = gp_cli_fail(cmd, "--checkpoint");
     int step = -1;
     if (rc == GP_CLI_EXIT_OK && gp_checkpoint_meta(f, "step") &&
@@ -61,6 +62,7 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE
 }
 
 static void free_model(gp_cli_train *t) {
+    gp_pipeline_free(t->pipeline);
     gp_model_free(t->model);
     if (t->dev) gp_device_free(t->dev);
 }
@@ -157,9 +159,12 @@ int gp_cli_eval_main(int argc, char **argv) {
     cJSON_AddStringToObject(r, "checkpoint", o.checkpoint);
     cJSON *ev = cJSON_AddObjectToObject(r, "eval");
     if (rc == GP_CLI_EXIT_OK) rc = run_eval(&o, &t, ev);
+    uint64_t hash = 0;
+    if (rc == GP_CLI_EXIT_OK && gp_pipeline_params_fnv1a64(t.pipeline, &hash) != GP_OK)
+        rc = gp_cli_fail("eval", "the parameter hash");
     if (rc == GP_CLI_EXIT_OK) {
         char hex[17];
-        gp_cli_hex64(gp_model_params_fnv1a64(t.model), hex);
+        gp_cli_hex64(hash, hex);
         cJSON_AddStringToObject(r, "params_fnv1a64", hex);
         if (o.report && !gp_cli_report_write(r, o.report, "--report")) rc = GP_CLI_EXIT_RUNTIME;
     }

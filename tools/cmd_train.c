@@ -23,7 +23,7 @@ typedef struct train_opts {
     uint64_t seed, memory_limit;
     bool quiet;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
-    gp_cli_mpi_args mpi;       /* --backend --data-parallel --comm-timeout */
+    gp_cli_mpi_args mpi;       /* --launcher --data-parallel --comm-timeout */
     /* checkpoints */
     const char *ckpt_dir;
     int ckpt_every, keep, stop_after;
@@ -58,7 +58,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         pipe[3], /* --partition */
         pipe[4], /* --balance */
         pipe[5], /* --pin */
-        mpi[0],  /* --backend */
+        mpi[0],  /* --launcher */
         mpi[1],  /* --data-parallel */
         mpi[2],  /* --comm-timeout */
         {"--trace", GP_CLI_STRING, &o->trace, "FILE.json",
@@ -159,7 +159,7 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "the stages' gradients summed over the replicas (MPI_Iallreduce in buckets):\n"
            "  mpirun -np 4 gpipe train --model transformer --stages 2 --data-parallel 2 ...\n"
            "Rank 0 alone prints and writes the report; --trace/--timeline hold one track per\n"
-           "rank. D = 1 gives the threads backend's parameters bit for bit. A rank that fails\n"
+           "rank. D = 1 gives the threads launcher's parameters bit for bit. A rank that fails\n"
            "or stops answering for --comm-timeout seconds stops every rank with a message\n"
            "naming it, the action waited on and the peer.\n\n"
            "With --checkpoint-dir the run writes safetensors checkpoints (parameters,\n"
@@ -168,7 +168,7 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "bits as an uninterrupted run; --stop-after ends a run early with a checkpoint.\n"
            "Under MPI each stage writes its own part and rank 0 commits the set with\n"
            "ckpt-<step>.safetensors.index.json once every part is on disk; either form\n"
-           "resumes on either backend with any K, and gpipe eval/sample read both.\n"
+           "resumes on either launcher with any K, and gpipe eval/sample read both.\n"
            "\nOptions:\n",
            (double)GP_CLI_IMAGE_MEAN, (double)GP_CLI_IMAGE_STD);
     gp_cli_print_options(tab, n, stdout);
@@ -202,7 +202,7 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     const int K = SEEN("--stages") ? o->pipe.stages : 1;
     int rc0 = gp_cli_mpi_resolve("train", tab, n, &o->mpi, K, &t->place);
     if (rc0 != GP_CLI_EXIT_OK) return rc0;
-    const bool mpi = t->place.backend == GP_BACKEND_MPI;
+    const bool mpi = t->place.launcher == GP_LAUNCHER_MPI;
     if (!SEEN("--stages") && !mpi)
         for (int i = 0; i < 7; i++) {
             const char *name = (const char *[]){"--schedule", "--remat",  "--partition", "--balance",
@@ -302,15 +302,20 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->temperature = SEEN("--temperature") ? o->temperature : 0.8;
     if (lm && SEEN("--sample") && !SEEN("--temperature")) USED(" temperature=0.8");
     if (!SEEN("--data")) USED(" data=%s", lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR);
+    int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->batch,
+                                     t->memory_limit, &t->popts, &t->partition);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    gp_cli_mpi_apply(&t->place, &t->popts);
     if (t->stages > 0) {
-        int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->batch,
-                                         t->memory_limit, &t->popts, &t->partition);
-        if (rc != GP_CLI_EXIT_OK) return rc;
-        gp_cli_mpi_apply(&t->place, &t->popts);
         if (!SEEN("--schedule")) USED(" schedule=gpipe");
         if (!SEEN("--remat")) USED(" remat=cell");
         if (!SEEN("--partition") && !SEEN("--balance")) USED(" balance=cost");
         if (!SEEN("--pin")) USED(" pin=auto");
+    } else {
+        /* One device: each micro-batch's forward then its backward, nothing recomputed. */
+        t->popts.schedule = GP_SCHEDULE_1F1B;
+        t->popts.remat = GP_REMAT_NONE;
+        t->popts.devices = &t->dev;
     }
 #undef SEEN
 #undef USED
@@ -371,8 +376,8 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     gp_mem_stats st;
     gp_device_mem_stats(t->dev, &st);
     gp_cli_report_memory(r, &st);
-    if (t->pipeline) gp_cli_pipeline_report(r, t);
-    gp_cli_hex64(gp_model_params_fnv1a64(t->model), hex);
+    if (t->stages > 0) gp_cli_pipeline_report(r, t);
+    gp_cli_hex64(t->params_hash, hex);
     cJSON_AddStringToObject(r, "params_fnv1a64", hex);
     return r;
 }
@@ -381,7 +386,7 @@ static void print_summary(gp_cli_train *t) {
     gp_mem_stats st;
     gp_device_mem_stats(t->dev, &st);
     char hex[17], mem[32], dur[32];
-    gp_cli_hex64(gp_model_params_fnv1a64(t->model), hex);
+    gp_cli_hex64(t->params_hash, hex);
     double ex_s = t->train_seconds > 0 ? (double)t->examples_seen / t->train_seconds : 0;
     if (t->start_step > 0) printf("resumed at step %d; ", t->start_step);
     printf("trained %d steps in %s: %.1f %s/s", t->steps_done - t->start_step,
@@ -399,7 +404,7 @@ static void print_summary(gp_cli_train *t) {
 }
 
 int gp_cli_train_main(int argc, char **argv) {
-    double t0 = gp_now();
+    double t0 = gp_cli_now();
     train_opts o = {0};
     gp_cli_opt tab[NOPTS];
     make_table(tab, &o);
@@ -442,7 +447,7 @@ int gp_cli_train_main(int argc, char **argv) {
                gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced by ",
                o.pipe.partition ? "" : gp_balance_name(t.popts.balance),
                t.popts.no_pinning ? ", not pinned" : "");
-    if (t.place.backend == GP_BACKEND_MPI)
+    if (t.place.launcher == GP_LAUNCHER_MPI)
         printf("MPI: %d rank(s) = %d replica(s) x %d stage(s); comm timeout %g s\n",
                t.place.nranks, t.place.data_parallel, t.popts.stages, t.place.timeout_s);
     if (t.stages > 0 && t.popts.balance == GP_BALANCE_TIME)
@@ -457,33 +462,27 @@ int gp_cli_train_main(int argc, char **argv) {
         rc = gp_cli_fail("train", "--memory-limit");
         goto done;
     }
-    /* A pipeline initializes the layers on its stage devices itself. */
-    if (t.stages == 0 && gp_model_init(t.model, t.dev, t.seed) != GP_OK) {
-        rc = gp_cli_fail("train", t.memory_limit
-                                      ? "cannot allocate the parameters (see --memory-limit)"
-                                      : "cannot initialize the parameters");
-        goto done;
-    }
+    /* The pipeline initializes the layers on its stage devices itself. */
     rc = t.is_lm ? gp_cli_train_lm(&t) : gp_cli_train_classifier(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
-    /* Every rank: the other stages' current layers for the hash, sampling, the report. */
-    if (t.pipeline && (gp_pipeline_sync_params(t.pipeline) != GP_OK ||
-                       gp_pipeline_gather(t.pipeline) != GP_OK)) {
-        rc = gp_cli_fail("train", "gathering the ranks' parameters and timelines");
+    /* Every rank: the parameter hash through every stage, the ranks' timelines. */
+    if (gp_pipeline_params_fnv1a64(t.pipeline, &t.params_hash) != GP_OK ||
+        gp_pipeline_gather(t.pipeline) != GP_OK) {
+        rc = gp_cli_fail("train", "gathering the ranks' parameter hash and timelines");
         goto done;
     }
     print_summary(&t);
     rc = gp_cli_pipeline_write_files(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
-    if (t.sample > 0 && t.place.rank == 0) {
+    if (t.sample > 0) {
         printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
                (unsigned long long)t.seed);
         fflush(stdout);
-        rc = gp_cli_sample(&t, "train", NULL, t.sample, stdout);
+        rc = gp_cli_sample(&t, "train", NULL, t.sample, t.place.rank == 0 ? stdout : NULL);
         if (rc != GP_CLI_EXIT_OK) goto done;
     }
     if (t.report && t.place.rank == 0) {
-        cJSON *r = build_report(&t, gp_now() - t0);
+        cJSON *r = build_report(&t, gp_cli_now() - t0);
         if (!gp_cli_report_write(r, t.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;
         else
@@ -494,7 +493,6 @@ done:
     cJSON_Delete(t.eval_history);
     free(t.step_losses);
     free(t.model_config);
-    if (t.trainer) gp_trainer_free(t.trainer);
     gp_pipeline_free(t.pipeline); /* releases the stage devices and the parameters on them */
     free(t.partition);
     gp_model_free(t.model); /* releases the parameters, before their device */

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
      * a failure, ends every rank: peers may be waiting on this one). */
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0) {
         int rc = cmd[0] == 't' ? gp_cli_train_main(argc, argv) : gp_cli_bench_main(argc, argv);
-        if (rc == GP_CLI_EXIT_RUNTIME) gp_mpi_abort_job(rc);
+        if (rc == GP_CLI_EXIT_RUNTIME) gp_cli_mpi_abort(rc);
         gp_mpi_finalize();
         return rc;
     }

@@ -51,7 +51,7 @@ void gp_cli_progress_step(gp_cli_progress *p, int done, double loss, double trai
     gp_cli_fmt_duration(eta, ebuf, sizeof ebuf);
     if (p->bar) {
         /* Redrawing costs little, but not more than ~10 times a second. */
-        double now = gp_now();
+        double now = gp_cli_now();
         if (done < p->total && p->last_draw >= 0 && now - p->last_draw < 0.1) return;
         p->last_draw = now;
         enum { WIDTH = 24 };

@@ -1,7 +1,8 @@
 /* Text generation from a trained byte-level language model: the context
  * starts as the prompt (one newline by default), each next byte is drawn from softmax(logits / T) of
  * the last position with a uniform keyed by (seed, position), so a seed
- * always gives the same text. */
+ * always gives the same text. Under MPI every rank runs it (each forward passes through every
+ * rank's stage, and every rank gets the logits, so all draw the same bytes); rank 0 prints. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,8 @@ int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbyt
         goto done;
     }
     memcpy(text, prompt, plen);
-    int32_t *xi = (int32_t *)x.data;
+    int32_t *xi = gp_tensor_host_data(&x); /* on the CPU device: host memory */
+    const float *lg = gp_tensor_host_data(&logits);
     for (int i = 0; i < nbytes; i++) {
         /* The last T bytes, left-aligned: with causal attention the unused
          * positions after the context cannot change its last logits. */
@@ -52,24 +54,26 @@ int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbyt
         int len = have < (size_t)T ? (int)have : T;
         const uint8_t *ctx = text + (have - (size_t)len);
         for (int p = 0; p < T; p++) xi[p] = p < len ? ctx[p] : '\n';
-        if (gp_model_predict(t->model, t->dev, &x, &logits) != GP_OK) {
-            fflush(f);
-            rc = gp_cli_fail(cmd, "sampling: gp_model_predict failed");
+        if (gp_pipeline_predict(t->pipeline, &x, &logits) != GP_OK) {
+            if (f) fflush(f);
+            rc = gp_cli_fail(cmd, "sampling: the forward pass failed");
             goto done;
         }
         gp_rng_stream s = {.seed = t->seed, .purpose = GP_RNG_SAMPLE, .a = (uint32_t)i};
         float u;
         gp_rng_uniform(&s, 0, &u, 1);
-        int b = draw(logits.data + (int64_t)(len - 1) * V, nvocab, t->temperature, u);
+        int b = draw(lg + (int64_t)(len - 1) * V, nvocab, t->temperature, u);
         text[have] = (uint8_t)b;
-        if (fputc(b, f) == EOF) {
+        if (f && fputc(b, f) == EOF) {
             fprintf(stderr, "gpipe %s: sampling: cannot write the generated text\n", cmd);
             rc = GP_CLI_EXIT_RUNTIME;
             goto done;
         }
     }
-    fputc('\n', f);
-    fflush(f);
+    if (f) {
+        fputc('\n', f);
+        fflush(f);
+    }
 done:
     gp_tensor_release(&x);
     gp_tensor_release(&logits);

@@ -28,10 +28,10 @@ int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t 
 static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_progress *p, int step,
                         bool epoch_end) {
     int64_t count = t->eval_size > 0 && t->eval_size < test->n ? t->eval_size : test->n;
-    double t0 = gp_now(), loss, acc;
+    double t0 = gp_cli_now(), loss, acc;
     int rc = gp_cli_eval_classifier(t, test, count, &loss, &acc);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    double secs = gp_now() - t0;
+    double secs = gp_cli_now() - t0;
     t->have_eval = true;
     t->eval_loss = loss;
     t->eval_accuracy = acc;
@@ -117,7 +117,7 @@ int gp_cli_train_classifier(gp_cli_train *t) {
     for (int step = t->start_step; step < t->stop_step; step++) {
         const uint32_t epoch = (uint32_t)(step / per_epoch);
         const int64_t pos = step % per_epoch;
-        double t0 = gp_now();
+        double t0 = gp_cli_now();
         /* A resumed run may start mid-epoch: that epoch's order first. */
         if ((pos == 0 || step == t->start_step) && gp_shuffle(t->seed, epoch, train.n, perm) != GP_OK) {
             rc = gp_cli_fail("train", "cannot shuffle the training set");

@@ -38,10 +38,10 @@ int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss) {
 }
 
 static int eval_and_log(gp_cli_train *t, const gp_text_corpus *c, gp_cli_progress *p, int step) {
-    double t0 = gp_now(), loss;
+    double t0 = gp_cli_now(), loss;
     int rc = gp_cli_eval_lm(t, c, &loss);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    double secs = gp_now() - t0, bpb = loss / log(2.0);
+    double secs = gp_cli_now() - t0, bpb = loss / log(2.0);
     t->have_eval = true;
     t->eval_loss = loss;
     t->eval_count = t->eval_size;
@@ -99,7 +99,7 @@ int gp_cli_train_lm(gp_cli_train *t) {
     gp_cli_progress prog;
     gp_cli_progress_init(&prog, t->steps, t->batch, T, t->log_every, t->quiet);
     for (int step = t->start_step; step < t->stop_step; step++) {
-        double t0 = gp_now();
+        double t0 = gp_cli_now();
         /* Window starts in [0, ntrain - T - 1], keyed by (seed, step). */
         gp_rng_stream s = {.seed = t->seed, .purpose = GP_RNG_DATA, .a = (uint32_t)step, .b = 0};
         for (int b = 0; b < t->batch; b++)

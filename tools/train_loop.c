@@ -1,5 +1,5 @@
 /* The parts of `gpipe train` that the classifier and language-model loops
- * share: the trainer and batch set-up, one timed training step with its
+ * share: the pipeline and batch set-up, one timed training step with its
  * bookkeeping, and a batched evaluation pass over a fixed set of examples. */
 #include <math.h>
 #include <stdlib.h>
@@ -7,9 +7,9 @@
 
 #include "cli.h"
 
-/* Creates the trainer (or with --stages the pipeline, which initializes the
- * model itself) for `total_steps` steps (the cosine schedule needs it). */
-static int trainer_start(gp_cli_train *t, int total_steps) {
+/* Creates the pipeline, which initializes the model on its stage devices (without --stages: one
+ * stage on t->dev), for `total_steps` steps (the cosine schedule needs it). */
+static int pipeline_start(gp_cli_train *t, int total_steps) {
     gp_optim_opts oo = strcmp(t->optimizer, "sgd") == 0
                            ? gp_sgd_defaults((float)t->lr, (float)t->momentum)
                            : gp_adamw_defaults((float)t->lr, (float)t->weight_decay);
@@ -19,20 +19,14 @@ static int trainer_start(gp_cli_train *t, int total_steps) {
     oo.clip_norm = (float)t->clip;
     oo.min_lr = (float)t->min_lr;
     t->optim = oo;
-    if (t->stages > 0) {
-        gp_status s = gp_pipeline_new(t->model, &oo, &t->popts, t->seed, &t->pipeline);
-        /* A list that does not fit the model is a bad value of --partition. */
-        if (s == GP_INVALID_ARGUMENT && t->partition)
-            return gp_cli_usage_error("train", "--partition: %s", gp_last_error());
-        if (s != GP_OK)
-            return gp_cli_fail("train", t->memory_limit
-                                            ? "cannot create the pipeline (see --memory-limit)"
-                                            : "cannot create the pipeline");
-        return GP_CLI_EXIT_OK;
-    }
-    gp_trainer_opts to = {.micro_batches = t->micro_batches, .seed = t->seed};
-    if (gp_trainer_new(t->model, &oo, &to, &t->trainer) != GP_OK)
-        return gp_cli_fail("train", "cannot create the trainer");
+    gp_status s = gp_pipeline_new(t->model, &oo, &t->popts, t->seed, &t->pipeline);
+    /* A list that does not fit the model is a bad value of --partition. */
+    if (s == GP_INVALID_ARGUMENT && t->partition)
+        return gp_cli_usage_error("train", "--partition: %s", gp_last_error());
+    if (s != GP_OK)
+        return gp_cli_fail("train", t->memory_limit
+                                        ? "cannot create the pipeline (see --memory-limit)"
+                                        : "cannot create the pipeline");
     return GP_CLI_EXIT_OK;
 }
 
@@ -57,7 +51,7 @@ gp_status gp_cli_alloc_batch(const gp_cli_train *t, int64_t nb, gp_tensor *x, gp
 
 int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const char *host_what,
                        int64_t **host, gp_tensor *x, gp_tensor *y) {
-    int rc = trainer_start(t, total_steps);
+    int rc = pipeline_start(t, total_steps);
     if (rc != GP_CLI_EXIT_OK) return rc;
     t->total_steps = total_steps;
     t->stop_step = t->stop_after > 0 && t->stop_after < total_steps ? t->stop_after : total_steps;
@@ -88,15 +82,13 @@ int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const ch
 int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_tensor *x,
                       const gp_tensor *y, double t0, const char *diverged_hint) {
     float loss;
-    gp_status s = t->pipeline ? gp_pipeline_step(t->pipeline, x, y, &loss)
-                              : gp_trainer_step(t->trainer, x, y, &loss);
-    if (s != GP_OK) {
+    if (gp_pipeline_step(t->pipeline, x, y, &loss) != GP_OK) {
         char what[64];
         gp_cli_progress_clear(p);
         snprintf(what, sizeof what, "training step %d", step + 1);
         return gp_cli_fail("train", what);
     }
-    t->train_seconds += gp_now() - t0;
+    t->train_seconds += gp_cli_now() - t0;
     t->steps_done = step + 1;
     t->examples_seen += t->batch;
     t->final_loss = loss;
@@ -123,11 +115,6 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
         fprintf(stderr, "gpipe train: %s: out of host memory\n", e->name);
         return GP_CLI_EXIT_RUNTIME;
     }
-    /* MPI: every rank evaluates the whole model, so it needs the other stages' layers. */
-    if (t->pipeline && gp_pipeline_sync_params(t->pipeline) != GP_OK) {
-        free(rows);
-        return gp_cli_fail("train", e->eval_what);
-    }
     for (int64_t first = 0; first < count; first += B) {
         int64_t nb = count - first < B ? count - first : B;
         if (!x.data || x.shape.dim[0] != nb) { /* the remainder gets a smaller batch */
@@ -141,7 +128,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
         double ls = 0;
         int64_t nc = 0, nn = 0;
         if (e->fill(e->ctx, first, nb, rows, &x, &y) != GP_OK ||
-            gp_model_evaluate(t->model, t->dev, &x, &y, &ls, &nc, &nn) != GP_OK) {
+            gp_pipeline_evaluate(t->pipeline, &x, &y, &ls, &nc, &nn) != GP_OK) {
             rc = gp_cli_fail("train", e->eval_what);
             break;
         }

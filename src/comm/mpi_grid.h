@@ -11,6 +11,9 @@
 
 typedef struct gp_grid gp_grid;
 
+/* Flushes stdout/stderr and ends every rank (MPI_Abort): gp_mpi_finalize after a failed run. */
+void gp_mpi_abort_job(int code);
+
 /* Initializes MPI if needed and splits the world into D x K. The world size must be D * K:
  * otherwise GP_INVALID_ARGUMENT naming both, before anything else happens. timeout_s bounds
  * every wait (0: 60 s). The caller frees the grid with gp_grid_free. */

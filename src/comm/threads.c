@@ -217,14 +217,14 @@ static gp_status th_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tenso
      * the sender's thread ever releases it, after it is DONE. */
     m->state = MSG_COPYING;
     pthread_mutex_unlock(&c->mu);
-    size_t nbytes = gp_tensor_nbytes(out);
-    if (nbytes) memcpy(out->data, m->t.data, nbytes);
+    s = gp_tensor_copy(out, &m->t); /* from the sender's device into the receiver's */
     pthread_mutex_lock(&c->mu);
     m->state = MSG_DONE;
     b->nreceived++;
+    if (s != GP_OK) fail_locked(c, rank, gp_error_context(s, "rank %d: copying a message from rank %d", rank, peer));
     pthread_cond_broadcast(&c->cv[peer]);
     pthread_mutex_unlock(&c->mu);
-    return GP_OK;
+    return s;
 }
 
 static gp_status th_flush(void *ctx, int rank) {

@@ -1,18 +1,20 @@
-/* The CPU device: host memory with live and peak byte counters per category
- * and an optional limit. Every memory figure gpipe reports comes from here. */
-#include "device.h"
+/* What every device shares, around its iface: live and peak byte counters per category, an
+ * optional limit, a cache of freed blocks by exact padded size, and the host-side records that
+ * let a block be released by its address. Every memory figure gpipe reports comes from here. */
+#include "core/device.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "core/block_map.h"
+#include "core/error.h"
 
 #define GP_ALIGN 64
 
-/* Freed blocks of one padded size, linked through their headers. */
+/* Freed blocks of one padded size. */
 typedef struct size_bin {
     size_t padded;
-    struct block_header *head;
+    gp_block_rec *head;
 } size_bin;
 #define MAX_BINS 256
 
@@ -30,24 +32,14 @@ typedef struct size_bin {
 
 struct gp_device {
     char name[64];
+    const gp_device_iface *iface;
+    void *ctx;
+    const struct gp_kernels *kernels;
     gp_mem_stats stats;
+    gp_block_map live; /* the blocks handed out */
     size_bin bins[MAX_BINS];
     int nbins;
 };
-
-/* Each block starts with a header (one alignment unit) holding its size and
- * category, so release needs only the pointer. */
-typedef struct block_header {
-    size_t nbytes;
-    size_t padded;
-    struct block_header *next; /* in a cache bin */
-    const struct gp_device *owner;
-    int cat;
-    uint32_t magic;
-} block_header;
-_Static_assert(sizeof(block_header) <= GP_ALIGN, "the block header must fit in one alignment unit");
-#define BLOCK_MAGIC 0x67706d6du
-#define CACHED_MAGIC 0x67706366u
 
 static const char *const category_names[] = {
 #define GP_CAT_NAME_(name, str) str,
@@ -59,26 +51,38 @@ const char *gp_mem_category_name(gp_mem_category c) {
     return (c >= 0 && c < GP_MEM_NCATEGORIES) ? category_names[c] : "unknown";
 }
 
-gp_status gp_device_cpu_new(const char *name, gp_device **out) {
-    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_device_cpu_new: out is NULL");
+gp_status gp_device_new(const char *name, const gp_device_iface *iface, void *ctx,
+                        const struct gp_kernels *kernels, gp_device **out) {
+    if (!out || !iface || !kernels)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_device_new: NULL argument");
     *out = NULL;
     gp_device *d = calloc(1, sizeof *d);
-    if (!d) return gp_error(GP_OUT_OF_MEMORY, "gp_device_cpu_new: cannot allocate the device");
-    snprintf(d->name, sizeof d->name, "%s", name ? name : "cpu");
+    if (!d) return gp_error(GP_OUT_OF_MEMORY, "gp_device_new: cannot allocate the device");
+    snprintf(d->name, sizeof d->name, "%s", name ? name : iface->kind);
+    d->iface = iface;
+    d->ctx = ctx;
+    d->kernels = kernels;
     *out = d;
     return GP_OK;
 }
 
+void *gp_device_context(const gp_device *dev) { return dev ? dev->ctx : NULL; }
+const struct gp_kernels *gp_device_kernels(const gp_device *dev) {
+    return dev ? dev->kernels : NULL;
+}
+const char *gp_device_name(const gp_device *dev) { return dev ? dev->name : "(no device)"; }
+const char *gp_device_kind(const gp_device *dev) { return dev ? dev->iface->kind : "host"; }
+bool gp_device_is_host(const gp_device *dev) { return !dev || dev->iface->host_memory; }
+
 void gp_device_trim(gp_device *dev) {
     if (!dev) return;
     for (int i = 0; i < dev->nbins; i++) {
-        block_header *h = dev->bins[i].head;
-        while (h) {
-            block_header *next = h->next;
-            GP_ASSERT(h->magic == CACHED_MAGIC);
-            h->magic = 0;
-            free(h);
-            h = next;
+        gp_block_rec *r = dev->bins[i].head;
+        while (r) {
+            gp_block_rec *next = r->next;
+            dev->iface->free(dev->ctx, r->ptr);
+            free(r);
+            r = next;
         }
         dev->bins[i].head = NULL;
     }
@@ -87,17 +91,14 @@ void gp_device_trim(gp_device *dev) {
 }
 
 void gp_device_free(gp_device *dev) {
+    if (!dev) return;
     gp_device_trim(dev);
+    /* Blocks still live belong to tensors the caller has not released (a programmer error the
+     * header rules out): they stay allocated, where a leak checker finds them. */
+    gp_block_map_free(&dev->live);
+    if (dev->iface->destroy) dev->iface->destroy(dev->ctx);
     free(dev);
 }
-
-static size_bin *find_bin(gp_device *dev, size_t padded) {
-    for (int i = 0; i < dev->nbins; i++)
-        if (dev->bins[i].padded == padded) return &dev->bins[i];
-    return NULL;
-}
-
-const char *gp_device_name(const gp_device *dev) { return dev ? dev->name : "(no device)"; }
 
 gp_status gp_device_set_limit(gp_device *dev, uint64_t nbytes) {
     if (!dev) return gp_error(GP_INVALID_ARGUMENT, "gp_device_set_limit: device is NULL");
@@ -120,6 +121,12 @@ void gp_device_reset_peaks(gp_device *dev) {
     dev->stats.peak_total = dev->stats.live_total;
 }
 
+gp_status gp_device_sync(gp_device *dev) {
+    if (!dev) return gp_error(GP_INVALID_ARGUMENT, "gp_device_sync: device is NULL");
+    gp_status s = dev->iface->sync(dev->ctx);
+    return s == GP_OK ? GP_OK : gp_error_context(s, "device %s", dev->name);
+}
+
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
     if (b >= (1ull << 30))
         snprintf(buf, n, "%llu bytes (%.2f GiB)", (unsigned long long)b, b / 1073741824.0);
@@ -127,6 +134,51 @@ static void fmt_bytes(char *buf, size_t n, uint64_t b) {
         snprintf(buf, n, "%llu bytes (%.2f MiB)", (unsigned long long)b, b / 1048576.0);
     else
         snprintf(buf, n, "%llu bytes", (unsigned long long)b);
+}
+
+static size_bin *find_bin(gp_device *dev, size_t padded) {
+    for (int i = 0; i < dev->nbins; i++)
+        if (dev->bins[i].padded == padded) return &dev->bins[i];
+    return NULL;
+}
+
+static gp_status check_limit(gp_device *dev, gp_mem_category cat, size_t nbytes) {
+    const gp_mem_stats *st = &dev->stats;
+    if (!st->limit || (nbytes <= st->limit && st->live_total <= st->limit - nbytes)) return GP_OK;
+    char req[64], live[64], lim[64];
+    fmt_bytes(req, sizeof req, nbytes);
+    fmt_bytes(live, sizeof live, st->live_total);
+    fmt_bytes(lim, sizeof lim, st->limit);
+    return gp_error(GP_MEMORY_LIMIT,
+                    "device %s: allocating %s of %s would exceed its limit of %s (%s already "
+                    "live)",
+                    dev->name, req, gp_mem_category_name(cat), lim, live);
+}
+
+/* A block of `padded` bytes: from the cache, or new from the device. */
+static gp_status take_block(gp_device *dev, size_t padded, gp_block_rec **out) {
+    size_bin *bin = find_bin(dev, padded);
+    if (bin && bin->head) {
+        *out = bin->head;
+        bin->head = bin->head->next;
+        dev->stats.cached -= padded;
+        dev->stats.cache_hits++;
+        return GP_OK;
+    }
+    gp_block_rec *r = calloc(1, sizeof *r);
+    if (!r) return gp_error(GP_OUT_OF_MEMORY, "device %s: cannot record a block", dev->name);
+    gp_status s = dev->iface->alloc(dev->ctx, padded, &r->ptr);
+    if (s != GP_OK && dev->stats.cached) { /* the cache may be what is in the way */
+        gp_device_trim(dev);
+        s = dev->iface->alloc(dev->ctx, padded, &r->ptr);
+    }
+    if (s != GP_OK) {
+        free(r);
+        return s;
+    }
+    r->padded = padded;
+    *out = r;
+    return GP_OK;
 }
 
 void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_status *status) {
@@ -142,85 +194,74 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
                            (int)cat);
         return NULL;
     }
-    gp_mem_stats *st = &dev->stats;
-    if (st->limit && (nbytes > st->limit || st->live_total > st->limit - nbytes)) {
-        char req[64], live[64], lim[64];
-        fmt_bytes(req, sizeof req, nbytes);
-        fmt_bytes(live, sizeof live, st->live_total);
-        fmt_bytes(lim, sizeof lim, st->limit);
-        *status = gp_error(GP_MEMORY_LIMIT,
-                           "device %s: allocating %s of %s would exceed its limit of %s "
-                           "(%s already live)",
-                           dev->name, req, gp_mem_category_name(cat), lim, live);
-        return NULL;
-    }
-    size_t padded = (nbytes + GP_ALIGN - 1) / GP_ALIGN * GP_ALIGN;
-    if (padded < nbytes || padded > SIZE_MAX - GP_ALIGN) {
+    if ((*status = check_limit(dev, cat, nbytes)) != GP_OK) return NULL;
+    if (nbytes > SIZE_MAX - GP_ALIGN) {
         *status = gp_error(GP_OUT_OF_MEMORY, "device %s: request of %zu bytes is too large",
                            dev->name, nbytes);
         return NULL;
     }
+    const size_t padded = nbytes ? (nbytes + GP_ALIGN - 1) / GP_ALIGN * GP_ALIGN : GP_ALIGN;
+    gp_mem_stats *st = &dev->stats;
     if (st->limit && st->cached > st->limit - st->live_total - nbytes) gp_device_trim(dev);
-    unsigned char *raw = NULL;
-    size_bin *bin = find_bin(dev, padded);
-    if (bin && bin->head) {
-        block_header *h = bin->head;
-        GP_ASSERT(h->magic == CACHED_MAGIC);
-        bin->head = h->next;
-        st->cached -= padded;
-        st->cache_hits++;
-        raw = (unsigned char *)h;
-    } else {
-        raw = aligned_alloc(GP_ALIGN, padded + GP_ALIGN);
-        if (!raw && st->cached) { /* the cache may be what is in the way */
-            gp_device_trim(dev);
-            raw = aligned_alloc(GP_ALIGN, padded + GP_ALIGN);
-        }
-    }
-    if (!raw) {
-        *status = gp_error(GP_OUT_OF_MEMORY, "device %s: host allocation of %zu bytes of %s failed",
-                           dev->name, nbytes, gp_mem_category_name(cat));
+    gp_block_rec *r = NULL;
+    *status = take_block(dev, padded, &r);
+    if (*status != GP_OK) {
+        gp_error_context(*status, "device %s: allocating %zu bytes of %s", dev->name, nbytes,
+                         gp_mem_category_name(cat));
         return NULL;
     }
-    block_header *h = (block_header *)raw;
-    h->nbytes = nbytes;
-    h->padded = padded;
-    h->next = NULL;
-    h->owner = dev;
-    h->cat = cat;
-    h->magic = BLOCK_MAGIC;
+    r->nbytes = nbytes;
+    r->cat = cat;
+    r->next = NULL;
+    if (!gp_block_map_put(&dev->live, r)) {
+        dev->iface->free(dev->ctx, r->ptr);
+        free(r);
+        *status = gp_error(GP_OUT_OF_MEMORY, "device %s: cannot record a block", dev->name);
+        return NULL;
+    }
     st->live[cat] += nbytes;
     st->live_total += nbytes;
     if (st->live[cat] > st->peak[cat]) st->peak[cat] = st->live[cat];
     if (st->live_total > st->peak_total) st->peak_total = st->live_total;
     st->nallocs++;
-    return raw + GP_ALIGN;
+    return r->ptr;
 }
 
 void gp_device_release(gp_device *dev, void *p) {
     if (!p) return;
-    block_header *h = (block_header *)((unsigned char *)p - GP_ALIGN);
-    GP_ASSERT(h->magic == BLOCK_MAGIC);
-    /* Released on the device that allocated it: anything else would corrupt
-     * two devices' counters (and race, once stages run on threads). */
-    GP_ASSERT(dev && h->owner == dev);
-    GP_ASSERT(h->cat >= 0 && h->cat < GP_MEM_NCATEGORIES);
-    GP_ASSERT(dev->stats.live[h->cat] >= h->nbytes);
-    dev->stats.live[h->cat] -= h->nbytes;
-    dev->stats.live_total -= h->nbytes;
-    size_bin *bin = find_bin(dev, h->padded);
+    /* Released on the device that allocated it: anything else would corrupt two devices'
+     * counters (and race, once stages run on threads). */
+    GP_ASSERT(dev);
+    gp_block_rec *r = gp_block_map_take(&dev->live, p);
+    GP_ASSERT(r); /* a block of this device, live */
+    GP_ASSERT(dev->stats.live[r->cat] >= r->nbytes);
+    dev->stats.live[r->cat] -= r->nbytes;
+    dev->stats.live_total -= r->nbytes;
+    size_bin *bin = find_bin(dev, r->padded);
     if (!bin && dev->nbins < MAX_BINS) {
         bin = &dev->bins[dev->nbins++];
-        bin->padded = h->padded;
+        bin->padded = r->padded;
         bin->head = NULL;
     }
     if (!bin || !GP_USE_CACHE) { /* too many distinct sizes, or no cache: give it back */
-        h->magic = 0;
-        free(h);
+        dev->iface->free(dev->ctx, r->ptr);
+        free(r);
         return;
     }
-    h->magic = CACHED_MAGIC;
-    h->next = bin->head;
-    bin->head = h;
-    dev->stats.cached += h->padded;
+    r->next = bin->head;
+    bin->head = r;
+    dev->stats.cached += r->padded;
+}
+
+gp_status gp_device_copy(gp_device *dev, void *dst, const void *src, size_t nbytes,
+                         gp_copy_kind kind) {
+    if (!nbytes) return GP_OK;
+    gp_status s = dev->iface->copy(dev->ctx, dst, src, nbytes, kind);
+    return s == GP_OK ? GP_OK : gp_error_context(s, "device %s: copy of %zu bytes", dev->name, nbytes);
+}
+
+gp_status gp_device_fill(gp_device *dev, void *dst, size_t nbytes, int byte) {
+    if (!nbytes) return GP_OK;
+    gp_status s = dev->iface->fill(dev->ctx, dst, nbytes, byte);
+    return s == GP_OK ? GP_OK : gp_error_context(s, "device %s: fill of %zu bytes", dev->name, nbytes);
 }

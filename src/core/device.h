@@ -1,15 +1,56 @@
-/* Internal device allocator: raw counted allocations for code that needs
- * memory that is not a tensor (workspaces, index buffers). */
+/* The device interface (private): a device is where tensors live and kernels run. Each kind of
+ * device (the CPU in kernels/cpu/, later CUDA GPUs) implements the small iface below; this part
+ * wraps it with what every device shares: per-category live and peak counters, the limit, a
+ * cache of freed blocks by size, and the records that let a block be released by its address
+ * alone (kept on the host, since a device's memory may be out of the host's reach).
+ *
+ * Only a device or kernel implementation touches tensor bytes: everything else moves them with
+ * gp_device_copy / gp_device_fill (or the gp_tensor_* wrappers) and computes with the device's
+ * kernel table (gp_device_kernels). */
 #ifndef GP_CORE_DEVICE_H
 #define GP_CORE_DEVICE_H
 
 #include "gpipe.h"
 
-/* Allocates nbytes (64-byte aligned) counted under cat. On failure returns
- * NULL with the message set (naming device, category, request and limit)
- * and *status set when status is not NULL. */
+typedef enum gp_copy_kind {
+    GP_COPY_HOST_TO_DEVICE = 0,
+    GP_COPY_DEVICE_TO_HOST,
+    GP_COPY_DEVICE_TO_DEVICE /* both on this device */
+} gp_copy_kind;
+
+/* What a kind of device implements. Every member is required unless marked optional; ctx is
+ * the implementation's own state, given at gp_device_new. Raw memory only: the accounting, the
+ * limit and the cache are the wrapper's. Errors name the device, the call and the cause. */
+typedef struct gp_device_iface {
+    const char *kind; /* "cpu", "cuda" */
+    /* The device's pointers are host addresses: host code may view its memory directly (a
+     * host tensor view of it is valid) and copies are plain memory copies. */
+    bool host_memory;
+    gp_status (*alloc)(void *ctx, size_t nbytes, void **ptr); /* 64-byte aligned at least */
+    void (*free)(void *ctx, void *ptr);
+    gp_status (*copy)(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind kind);
+    gp_status (*fill)(void *ctx, void *dst, size_t nbytes, int byte);
+    gp_status (*sync)(void *ctx); /* waits for the device's queued work */
+    void (*destroy)(void *ctx);   /* optional: frees ctx when the device goes */
+} gp_device_iface;
+
+struct gp_kernels; /* kernels/kernels.h: the op table */
+
+/* A device of the given kind: the wrapper takes ctx (iface->destroy frees it with the device)
+ * and borrows kernels. name is copied. */
+gp_status gp_device_new(const char *name, const gp_device_iface *iface, void *ctx,
+                        const struct gp_kernels *kernels, gp_device **out);
+void *gp_device_context(const gp_device *dev);
+const struct gp_kernels *gp_device_kernels(const gp_device *dev);
+
+/* Allocates nbytes counted under cat. On failure returns NULL with the message set (naming
+ * device, category, request and limit) and *status set when status is not NULL. */
 void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_status *status);
-/* Frees memory from gp_device_alloc; NULL is ignored. */
+/* Frees memory from gp_device_alloc on the same device; NULL is ignored. */
 void gp_device_release(gp_device *dev, void *p);
+/* Through the iface, with the device named in errors. */
+gp_status gp_device_copy(gp_device *dev, void *dst, const void *src, size_t nbytes,
+                         gp_copy_kind kind);
+gp_status gp_device_fill(gp_device *dev, void *dst, size_t nbytes, int byte);
 
 #endif

@@ -1,7 +1,8 @@
-/* Small shared utilities: hashing, clocks, BLAS thread control. */
+/* Small shared utilities: FNV-1a hashing and the monotonic clock. */
 #include <time.h>
 
-#include "gpipe.h"
+#include "core/clock.h"
+#include "core/hash.h"
 
 uint64_t gp_fnv1a64(uint64_t h, const void *data, size_t nbytes) {
     const unsigned char *p = data;

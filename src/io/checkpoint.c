@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/model_internal.h"
-#include "../optim/optim.h"
-#include "checkpoint_internal.h"
+#include "io/checkpoint_internal.h"
+#include "model/model_internal.h"
+#include "optim/optim.h"
 
 #define CKPT_FORMAT "gpipe.checkpoint"
 #define CKPT_VERSION "1"
@@ -49,18 +49,49 @@ static void optim_json(const gp_optim_opts *o, char *buf, size_t n) {
              o->total_steps, (double)o->min_lr, (double)o->clip_norm);
 }
 
+/* Host copies of device tensors, kept until the writer has written them (it borrows data). */
+typedef struct staging {
+    void **buf;
+    int n, cap;
+} staging;
+
+static void staging_free(staging *st) {
+    for (int i = 0; i < st->n; i++) free(st->buf[i]);
+    free(st->buf);
+}
+
+/* t's bytes as host memory: t's own when the host can read them, else a copy kept in st. */
+static gp_status host_bytes(const gp_tensor *t, staging *st, const void **out) {
+    if ((*out = gp_tensor_host_data(t))) return GP_OK;
+    if (st->n == st->cap) {
+        int cap = st->cap ? 2 * st->cap : 64;
+        void **b = realloc(st->buf, (size_t)cap * sizeof *b);
+        if (!b) return gp_error(GP_OUT_OF_MEMORY, "checkpoint: staging %d tensors", cap);
+        st->buf = b;
+        st->cap = cap;
+    }
+    size_t n = gp_tensor_nbytes(t);
+    void *copy = malloc(n ? n : 1);
+    if (!copy) return gp_error(GP_OUT_OF_MEMORY, "checkpoint: %zu bytes of host staging", n);
+    st->buf[st->n++] = copy;
+    *out = copy;
+    return gp_tensor_to_host(t, copy, n);
+}
+
 /* Names live in one block so the writer, which borrows nothing but data, can copy them. */
-static gp_status add_tensor(gp_safetensors_writer *w, const char *path, int li, const char *pname,
-                            const char *suffix, const gp_tensor *t) {
+static gp_status add_tensor(gp_safetensors_writer *w, staging *st, const char *path, int li,
+                            const char *pname, const char *suffix, const gp_tensor *t) {
     char name[CKPT_NAME_MAX];
     snprintf(name, sizeof name, "layers.%d.%s%s%s", li, pname, suffix ? "." : "",
              suffix ? suffix : "");
     if (!t->data)
         return gp_error(GP_INVALID_ARGUMENT, "checkpoint %s: tensor \"%s\" is not allocated "
-                                             "(initialize the model and create its trainer or "
-                                             "pipeline first)",
+                                             "(initialize the model and create its pipeline "
+                                             "first)",
                         path, name);
-    return gp_safetensors_writer_add(w, name, GP_F32, t->shape, t->data);
+    const void *bytes;
+    GP_TRY(host_bytes(t, st, &bytes));
+    return gp_safetensors_writer_add(w, name, GP_F32, t->shape, bytes);
 }
 
 gp_status gp_ckpt_tensor_name(const gp_model *m, const gp_optim_opts *o, int li, int j, int k,
@@ -116,20 +147,22 @@ gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
         return gp_error(GP_INVALID_ARGUMENT, "checkpoint %s: step %d, expected >= 0", path, step);
     gp_safetensors_writer *w;
     GP_TRY(gp_safetensors_writer_new(&w));
+    staging st = {0};
     gp_status s = GP_OK;
     const int nstate = gp_optim_state_count(o);
     for (int li = first; li < last && s == GP_OK; li++) {
         gp_layer *l = m->layers[li];
         for (int j = 0; j < l->nparams && s == GP_OK; j++) {
             gp_param *p = &l->params[j];
-            s = add_tensor(w, path, li, p->name, NULL, &p->value);
+            s = add_tensor(w, &st, path, li, p->name, NULL, &p->value);
             for (int k = 0; k < nstate && p->trainable && s == GP_OK; k++)
-                s = add_tensor(w, path, li, p->name, state_suffix(o, k), &p->state[k]);
+                s = add_tensor(w, &st, path, li, p->name, state_suffix(o, k), &p->state[k]);
         }
     }
     if (s == GP_OK) s = gp_ckpt_meta(m, first, last, o, step, extra, nextra, put_writer, w);
     if (s == GP_OK) s = gp_safetensors_writer_write(w, path);
     gp_safetensors_writer_free(w);
+    staging_free(&st);
     return s;
 }
 
@@ -278,8 +311,8 @@ gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opt
         if ((is_state && !o) || li < lo || li >= hi) continue;
         if (!t->data)
             return gp_error(GP_INVALID_ARGUMENT, "%s: tensor \"%s\": the model's is not allocated "
-                                                 "(initialize the model and create its trainer "
-                                                 "or pipeline first)",
+                                                 "(initialize the model and create its pipeline "
+                                                 "first)",
                             path, e->name);
         if (e->dtype != GP_F32)
             return gp_error(GP_FORMAT, "%s: tensor \"%s\" is %s, expected F32", path, e->name,
@@ -309,6 +342,20 @@ gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opt
     return GP_OK;
 }
 
+/* Tensor `name` of f into t (checked dtype and shape): straight into t's memory when the host
+ * can write it, else through a host copy. */
+static gp_status copy_into(const gp_safetensors *f, const char *name, gp_tensor *t) {
+    void *direct = gp_tensor_host_data(t);
+    if (direct) return gp_safetensors_get(f, name, GP_F32, &t->shape, direct);
+    size_t n = gp_tensor_nbytes(t);
+    void *host = malloc(n ? n : 1);
+    if (!host) return gp_error(GP_OUT_OF_MEMORY, "%s: %zu bytes of host staging", name, n);
+    gp_status s = gp_safetensors_get(f, name, GP_F32, &t->shape, host);
+    if (s == GP_OK) s = gp_tensor_from_host(t, host, n);
+    free(host);
+    return s;
+}
+
 gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
                        int hi) {
     for (int i = 0; i < gp_safetensors_count(f); i++) {
@@ -317,7 +364,7 @@ gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts
         int li = -1;
         gp_tensor *t = lookup(m, o, e->name, &is_state, &li);
         if (!t || (is_state && !o) || li < lo || li >= hi) continue;
-        GP_TRY(gp_safetensors_get(f, e->name, GP_F32, &t->shape, t->data));
+        GP_TRY(copy_into(f, e->name, t));
     }
     return GP_OK;
 }

@@ -262,10 +262,16 @@ gp_status gp_idx_batch(const gp_idx_dataset *d, const int64_t *idx, int64_t batc
     float lut[256];
     for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - mean) / std;
     size_t npix = (size_t)d->rows * (size_t)d->cols;
-    int32_t *yl = (int32_t *)(void *)y->data;
+    float *xd = gp_tensor_host_data(x);
+    int32_t *yl = gp_tensor_host_data(y);
+    if (!xd || !yl)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_idx_batch: x and y must be in host memory (a CPU device or a view); "
+                        "x is on %s, y on %s",
+                        gp_device_name(x->dev), gp_device_name(y->dev));
     for (int64_t b = 0; b < batch; b++) {
         const uint8_t *src = d->images + (size_t)idx[b] * npix;
-        float *dst = x->data + (size_t)b * npix; // (B, 1, rows, cols)
+        float *dst = xd + (size_t)b * npix; // (B, 1, rows, cols)
         for (size_t i = 0; i < npix; i++) dst[i] = lut[src[i]];
         yl[b] = d->labels[idx[b]];
     }

@@ -267,7 +267,12 @@ gp_status gp_text_batch(const uint8_t *bytes, int64_t n, const int64_t *starts, 
             return gp_error(GP_INVALID_ARGUMENT, "gp_text_batch: starts[%lld] = %lld, expected 0 "
                             "to n - seq_len - 1 = %lld", (long long)b, (long long)starts[b],
                             (long long)last);
-    int32_t *xd = (int32_t *)(void *)x->data, *yd = (int32_t *)(void *)y->data;
+    int32_t *xd = gp_tensor_host_data(x), *yd = gp_tensor_host_data(y);
+    if (!xd || !yd)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_text_batch: x and y must be in host memory (a CPU device or a view); "
+                        "x is on %s, y on %s",
+                        gp_device_name(x->dev), gp_device_name(y->dev));
     for (int64_t b = 0; b < batch; b++) {
         const uint8_t *src = bytes + starts[b];
         int32_t *xr = xd + b * seq_len, *yr = yd + b * seq_len; // (B, T)

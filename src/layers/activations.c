@@ -1,9 +1,8 @@
 /* Elementwise layers without parameters: GELU (tanh form), ReLU, and dropout
  * whose mask is regenerated from the counter-based RNG instead of stored. */
 #include <stdlib.h>
-#include <string.h>
 
-#include "transformer_ops.h"
+#include "layers/transformer_ops.h"
 
 /* Rough FLOPs per element, for the cost model (tanh from exp and a divide;
  * dropout's Philox rounds are counted as work of similar size). */
@@ -59,15 +58,14 @@ static gp_cost gelu_cost(const gp_layer *l, const gp_shape *in) {
 
 static gp_status gelu_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     GP_TRY(check_io(l, x, y));
-    gp_op_gelu_forward(gp_tensor_nelem(x), x->data, y->data);
-    return GP_OK;
+    return gp_ctx_kernels(c)->gelu_forward(c->dev, gp_tensor_nelem(x), gp_f32(x), gp_f32(y));
 }
 
 static gp_status gelu_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     if (!dx) return GP_OK;
     GP_TRY(check_io(l, c->x, dy));
-    gp_op_gelu_backward(1, gp_tensor_nelem(dy), c->x->data, dy->data, dx->data, NULL);
-    return GP_OK;
+    return gp_ctx_kernels(c)->gelu_backward(c->dev, 1, gp_tensor_nelem(dy), gp_f32(c->x),
+                                            gp_f32(dy), gp_f32(dx), NULL);
 }
 
 static const gp_layer_ops gelu_ops = {
@@ -88,21 +86,14 @@ static gp_cost relu_cost(const gp_layer *l, const gp_shape *in) {
 
 static gp_status relu_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     GP_TRY(check_io(l, x, y));
-    const int64_t n = gp_tensor_nelem(x);
-    const float *xd = x->data;
-    float *yd = y->data;
-    for (int64_t i = 0; i < n; i++) yd[i] = xd[i] > 0.0f ? xd[i] : 0.0f;
-    return GP_OK;
+    return gp_ctx_kernels(c)->relu_forward(c->dev, gp_tensor_nelem(x), gp_f32(x), gp_f32(y));
 }
 
 static gp_status relu_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     if (!dx) return GP_OK;
     GP_TRY(check_io(l, c->x, dy));
-    const int64_t n = gp_tensor_nelem(dy);
-    const float *xd = c->x->data, *g = dy->data;
-    float *d = dx->data;
-    for (int64_t i = 0; i < n; i++) d[i] = xd[i] > 0.0f ? g[i] : 0.0f;
-    return GP_OK;
+    return gp_ctx_kernels(c)->relu_backward(c->dev, gp_tensor_nelem(dy), gp_f32(c->x),
+                                            gp_f32(dy), gp_f32(dx));
 }
 
 static const gp_layer_ops relu_ops = {
@@ -132,33 +123,27 @@ static gp_cost dropout_cost(const gp_layer *l, const gp_shape *in) {
                        : elementwise_cost(in, 0.0, 0.0);
 }
 
-static gp_status dropout_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
+/* out = mask(in): the same mask forward (on x) and backward (on dy), regenerated from the
+ * call's stream; a copy when dropout is off. */
+static gp_status dropout_apply(const gp_layer *l, const gp_ctx *c, const gp_tensor *in,
+                               gp_tensor *out) {
     const dropout_impl *p = l->impl;
-    GP_TRY(check_io(l, x, y));
-    const int64_t n = gp_tensor_nelem(x);
-    if (!dropout_active(l, c)) {
-        if (y->data != x->data) memcpy(y->data, x->data, (size_t)n * sizeof(float));
-        return GP_OK;
-    }
+    if (!dropout_active(l, c)) return gp_tensor_copy(out, in);
     const gp_run *r = &c->run;
     gp_rng_stream s = gp_op_dropout_stream(r->seed, l->index, 0, r->step, r->micro_batch);
-    gp_op_dropout(&s, p->p, n, x->data, NULL, y->data);
-    return GP_OK;
+    return gp_ctx_kernels(c)->dropout(c->dev, &s, p->p, gp_tensor_nelem(in), gp_f32(in), NULL,
+                                      gp_f32(out));
+}
+
+static gp_status dropout_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
+    GP_TRY(check_io(l, x, y));
+    return dropout_apply(l, c, x, y);
 }
 
 static gp_status dropout_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
-    const dropout_impl *p = l->impl;
     if (!dx) return GP_OK;
     GP_TRY(check_io(l, c->x, dy));
-    const int64_t n = gp_tensor_nelem(dy);
-    if (!dropout_active(l, c)) {
-        if (dx->data != dy->data) memcpy(dx->data, dy->data, (size_t)n * sizeof(float));
-        return GP_OK;
-    }
-    const gp_run *r = &c->run;
-    gp_rng_stream s = gp_op_dropout_stream(r->seed, l->index, 0, r->step, r->micro_batch);
-    gp_op_dropout(&s, p->p, n, dy->data, NULL, dx->data);
-    return GP_OK;
+    return dropout_apply(l, c, dy, dx);
 }
 
 static const gp_layer_ops dropout_ops = {

@@ -3,7 +3,7 @@
  * (site 0). The math lives in transformer_ops (shared with the block). */
 #include <stdlib.h>
 
-#include "transformer_ops.h"
+#include "layers/transformer_ops.h"
 
 typedef struct attention_impl {
     int dim, heads;
@@ -30,7 +30,7 @@ static gp_attn_dims attn_dims(const attention_impl *p, const gp_shape *in) {
 static gp_cost attn_cost(const gp_layer *l, const gp_shape *in) {
     const attention_impl *p = l->impl;
     gp_attn_dims d = attn_dims(p, in);
-    gp_cost c = {.param_bytes = gp_tl_param_bytes(l)};
+    gp_cost c = {.param_bytes = gp_layer_param_bytes(l)};
     gp_op_mha_flops(&d, p->dropout, &c.fwd_flops, &c.bwd_flops);
     const uint64_t N = (uint64_t)(d.batch * d.seq), C = (uint64_t)d.dim;
     c.out_bytes = N * C * sizeof(float);
@@ -40,11 +40,10 @@ static gp_cost attn_cost(const gp_layer *l, const gp_shape *in) {
 }
 
 static gp_mha_weights attn_weights(gp_layer *l) {
-    gp_param *P = l->params;
-    return (gp_mha_weights){.wqkv = P[0].value.data, .bqkv = P[1].value.data,
-                            .wproj = P[2].value.data, .bproj = P[3].value.data,
-                            .gwqkv = P[0].grad.data, .gbqkv = P[1].grad.data,
-                            .gwproj = P[2].grad.data, .gbproj = P[3].grad.data};
+    return (gp_mha_weights){.wqkv = GP_PVAL(l, 0), .bqkv = GP_PVAL(l, 1),
+                            .wproj = GP_PVAL(l, 2), .bproj = GP_PVAL(l, 3),
+                            .gwqkv = GP_PGRAD(l, 0), .gbqkv = GP_PGRAD(l, 1),
+                            .gwproj = GP_PGRAD(l, 2), .gbproj = GP_PGRAD(l, 3)};
 }
 
 /* The dropout stream of this call, or NULL when dropout is off. */
@@ -59,7 +58,7 @@ static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_ten
     const attention_impl *p = l->impl;
     gp_shape os;
     GP_TRY(attn_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(gp_tl_check_params(l, false));
+    GP_TRY(gp_layer_check_params(l, c, false));
     gp_attn_dims d = attn_dims(p, &x->shape);
     const int64_t B = d.batch, T = d.seq, C = d.dim, H = d.heads;
     gp_tensor *qkv, *probs, *att;
@@ -67,15 +66,15 @@ static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_ten
     GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape4(B, H, T, T), GP_F32, &probs));
     GP_TRY(gp_ctx_save(c, SLOT_ATT, gp_shape3(B, T, C), GP_F32, &att));
     gp_mha_weights w = attn_weights(l);
-    gp_mha_saved sv = {.qkv = qkv->data, .probs = probs->data, .att = att->data};
+    gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
     gp_rng_stream s;
-    gp_op_mha_forward(&d, &w, x->data, NULL, attn_drop(l, c, &s), p->dropout, &sv, y->data);
-    return GP_OK;
+    return gp_op_mha_forward(c->dev, &d, &w, gp_f32(x), NULL, attn_drop(l, c, &s), p->dropout,
+                             &sv, gp_f32(y));
 }
 
 static gp_status attn_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     const attention_impl *p = l->impl;
-    GP_TRY(gp_tl_check_params(l, true));
+    GP_TRY(gp_layer_check_params(l, c, true));
     if (!c->saved[SLOT_ATT].data)
         return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
                         l->index, l->ops->kind);
@@ -83,15 +82,15 @@ static gp_status attn_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_t
     gp_rng_stream s;
     const gp_rng_stream *drop = attn_drop(l, c, &s);
     gp_status st;
-    float *ws = gp_tl_workspace(l, c, gp_op_mha_backward_ws(&d, drop != NULL), &st);
+    float *ws = gp_ctx_workspace(l, c, gp_op_mha_backward_ws(c->dev, &d, drop != NULL), &st);
     if (!ws) return st;
     gp_mha_weights w = attn_weights(l);
-    gp_mha_saved sv = {.qkv = c->saved[SLOT_QKV].data, .probs = c->saved[SLOT_PROBS].data,
-                       .att = c->saved[SLOT_ATT].data};
-    gp_op_mha_backward(&d, &w, c->x->data, &sv, drop, p->dropout, dy->data, ws,
-                       dx ? dx->data : NULL);
-    gp_tl_workspace_release(c, ws);
-    return GP_OK;
+    gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]), .probs = gp_f32(&c->saved[SLOT_PROBS]),
+                       .att = gp_f32(&c->saved[SLOT_ATT])};
+    st = gp_op_mha_backward(c->dev, &d, &w, gp_f32(c->x), &sv, drop, p->dropout, gp_f32(dy), ws,
+                            dx ? gp_f32(dx) : NULL);
+    gp_ctx_workspace_release(c, ws);
+    return st;
 }
 
 static const gp_layer_ops attention_ops = {

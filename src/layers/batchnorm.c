@@ -4,8 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../kernels/conv_kernels.h"
-#include "layer.h"
+#include "layers/layer.h"
 
 #define BN_EPS 1e-5
 #define BN_MOMENTUM 0.1
@@ -38,8 +37,8 @@ static gp_cost bn_cost(const gp_layer *l, const gp_shape *in) {
                      .saved_bytes = 2ull * (uint64_t)cf->channels * sizeof(float)};
 }
 
-static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tensor *y,
-                            const char *what) {
+static gp_status check_call(const gp_layer *l, const gp_ctx *c, const gp_tensor *x,
+                            const gp_tensor *y, const char *what) {
     char a[96], b[96];
     gp_shape want;
     GP_TRY(bn_out_shape(l, &x->shape, x->dtype, &want));
@@ -47,22 +46,20 @@ static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tens
         return gp_error(GP_SHAPE, "layer %d (batchnorm2d): %s has shape %s, expected %s", l->index,
                         what, gp_shape_str(&y->shape, a, sizeof a),
                         gp_shape_str(&want, b, sizeof b));
-    for (int i = 0; i < l->nparams; i++)
-        if (!l->params[i].value.data)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "layer %d (batchnorm2d): parameter %s is not allocated (initialize the "
-                            "model first)",
-                            l->index, l->params[i].name);
-    return GP_OK;
+    return gp_layer_check_params(l, c, false);
+}
+
+static gp_bn_dims bn_dims(const gp_tensor *x) {
+    return (gp_bn_dims){.batch = x->shape.dim[0], .channels = x->shape.dim[1],
+                        .hw = x->shape.dim[2] * x->shape.dim[3], .eps = BN_EPS,
+                        .momentum = BN_MOMENTUM};
 }
 
 static gp_status bn_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_tensor *y) {
-    GP_TRY(check_call(l, x, y, "output"));
-    const int64_t batch = x->shape.dim[0], nch = x->shape.dim[1];
-    const int64_t hw = x->shape.dim[2] * x->shape.dim[3];
-    const int64_t count = batch * hw; /* values per channel */
+    GP_TRY(check_call(l, ctx, x, y, "output"));
+    const gp_bn_dims d = bn_dims(x);
     const bool batch_stats = ctx->run.training;
-    if (batch_stats && count < 2) {
+    if (batch_stats && d.batch * d.hw < 2) {
         char a[96];
         return gp_error(GP_SHAPE,
                         "layer %d (batchnorm2d): training needs more than 1 value per channel, "
@@ -70,43 +67,13 @@ static gp_status bn_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_ten
                         l->index, gp_shape_str(&x->shape, a, sizeof a));
     }
     gp_tensor *stats;
-    GP_TRY(gp_ctx_save(ctx, SLOT_STATS, gp_shape2(2, nch), GP_F32, &stats));
+    GP_TRY(gp_ctx_save(ctx, SLOT_STATS, gp_shape2(2, d.channels), GP_F32, &stats));
     ctx->aux[AUX_BATCH_STATS] = batch_stats;
-    float *mean_out = stats->data, *invstd_out = stats->data + nch; /* (C), (C) */
-    float *rmean = l->params[P_RUNNING_MEAN].value.data,
-          *rvar = l->params[P_RUNNING_VAR].value.data;
-    const float *gamma = l->params[P_WEIGHT].value.data, *beta = l->params[P_BIAS].value.data;
-
-    for (int64_t c = 0; c < nch; c++) {
-        double mean, invstd;
-        if (batch_stats) {
-            double sum = 0, ss = 0;
-            for (int64_t b = 0; b < batch; b++) sum += gp_sum_f64(x->data + (b * nch + c) * hw, hw);
-            mean = sum / (double)count;
-            for (int64_t b = 0; b < batch; b++)
-                ss += gp_sumsq_dev_f64(x->data + (b * nch + c) * hw, hw, mean);
-            double var = ss / (double)count; /* biased: normalizes */
-            invstd = 1.0 / sqrt(var + BN_EPS);
-            if (!ctx->run.recompute) {
-                double unbiased = ss / (double)(count - 1);
-                rmean[c] = (float)((1.0 - BN_MOMENTUM) * rmean[c] + BN_MOMENTUM * mean);
-                rvar[c] = (float)((1.0 - BN_MOMENTUM) * rvar[c] + BN_MOMENTUM * unbiased);
-            }
-        } else {
-            mean = rmean[c];
-            invstd = 1.0 / sqrt((double)rvar[c] + BN_EPS);
-        }
-        const float m = (float)mean, is = (float)invstd;
-        const float scale = gamma[c] * is, shift = beta[c];
-        mean_out[c] = m;
-        invstd_out[c] = is;
-        for (int64_t b = 0; b < batch; b++) {
-            const float *xp = x->data + (b * nch + c) * hw;
-            float *yp = y->data + (b * nch + c) * hw;
-            for (int64_t i = 0; i < hw; i++) yp[i] = (xp[i] - m) * scale + shift;
-        }
-    }
-    return GP_OK;
+    /* Running statistics move on a first forward only, never on a recomputation of it. */
+    return gp_ctx_kernels(ctx)->batchnorm_forward(
+        ctx->dev, &d, gp_f32(x), GP_PVAL(l, P_WEIGHT), GP_PVAL(l, P_BIAS),
+        GP_PVAL(l, P_RUNNING_MEAN), GP_PVAL(l, P_RUNNING_VAR), batch_stats,
+        batch_stats && !ctx->run.recompute, gp_f32(stats), gp_f32(y));
 }
 
 static gp_status bn_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
@@ -115,45 +82,14 @@ static gp_status bn_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_t
     if (!x || !stats->data)
         return gp_error(GP_INTERNAL, "layer %d (batchnorm2d): backward without its forward",
                         l->index);
-    GP_TRY(check_call(l, x, dy, "output gradient"));
-    if (dx) GP_TRY(check_call(l, x, dx, "input gradient"));
-    for (int i = P_WEIGHT; i <= P_BIAS; i++)
-        if (!l->params[i].grad.data)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "layer %d (batchnorm2d): gradient of %s is not allocated", l->index,
-                            l->params[i].name);
-    const int64_t batch = x->shape.dim[0], nch = x->shape.dim[1];
-    const int64_t hw = x->shape.dim[2] * x->shape.dim[3];
-    const double count = (double)(batch * hw);
-    const bool batch_stats = ctx->aux[AUX_BATCH_STATS] != 0;
-    const float *mean_in = stats->data, *invstd_in = stats->data + nch;
-    const float *gamma = l->params[P_WEIGHT].value.data;
-    float *dgamma = l->params[P_WEIGHT].grad.data, *dbeta = l->params[P_BIAS].grad.data;
-
-    for (int64_t c = 0; c < nch; c++) {
-        const float m = mean_in[c], is = invstd_in[c];
-        double sdy = 0, sdy_xc = 0; /* sum dy, sum dy * (x - mean) */
-        for (int64_t b = 0; b < batch; b++) {
-            const float *xp = x->data + (b * nch + c) * hw, *dyp = dy->data + (b * nch + c) * hw;
-            sdy += gp_sum_f64(dyp, hw);
-            sdy_xc += gp_dot_dev_f64(dyp, xp, hw, (double)m);
-        }
-        const double sdy_xhat = sdy_xc * is; /* sum dy * xhat */
-        dgamma[c] += (float)sdy_xhat;
-        dbeta[c] += (float)sdy;
-        if (!dx) continue;
-        const float k1 = gamma[c] * is;
-        /* batch statistics: dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat));
-         * running statistics are constants: dx = gamma*invstd * dy. */
-        const float a = batch_stats ? (float)(sdy / count) : 0.0f;
-        const float bc = batch_stats ? (float)(sdy_xhat / count * is) : 0.0f;
-        for (int64_t b = 0; b < batch; b++) {
-            const float *xp = x->data + (b * nch + c) * hw, *dyp = dy->data + (b * nch + c) * hw;
-            float *dxp = dx->data + (b * nch + c) * hw;
-            for (int64_t i = 0; i < hw; i++) dxp[i] = k1 * (dyp[i] - a - (xp[i] - m) * bc);
-        }
-    }
-    return GP_OK;
+    GP_TRY(check_call(l, ctx, x, dy, "output gradient"));
+    if (dx) GP_TRY(check_call(l, ctx, x, dx, "input gradient"));
+    GP_TRY(gp_layer_check_params(l, ctx, true));
+    const gp_bn_dims d = bn_dims(x);
+    return gp_ctx_kernels(ctx)->batchnorm_backward(
+        ctx->dev, &d, gp_f32(x), gp_f32(dy), gp_f32(stats), GP_PVAL(l, P_WEIGHT),
+        ctx->aux[AUX_BATCH_STATS] != 0, dx ? gp_f32(dx) : NULL, GP_PGRAD(l, P_WEIGHT),
+        GP_PGRAD(l, P_BIAS));
 }
 
 static const gp_layer_ops bn_ops = {

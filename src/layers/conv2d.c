@@ -6,10 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/device.h"
-#include "../kernels/conv_kernels.h"
-#include "../kernels/kernels.h"
-#include "layer.h"
+#include "layers/layer.h"
 
 typedef struct conv_cfg {
     int in_ch, out_ch, kernel, stride, pad;
@@ -57,14 +54,8 @@ static gp_status conv_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype 
     return GP_OK;
 }
 
-static uint64_t param_bytes(const gp_layer *l) {
-    uint64_t n = 0;
-    for (int i = 0; i < l->nparams; i++) n += (uint64_t)gp_shape_nelem(&l->params[i].shape) * 4;
-    return n;
-}
-
 static gp_cost conv_cost(const gp_layer *l, const gp_shape *in) {
-    gp_cost c = {.param_bytes = param_bytes(l)};
+    gp_cost c = {.param_bytes = gp_layer_param_bytes(l)};
     gp_shape out;
     if (in->ndim != 4 || conv_out_shape(l, in, GP_F32, &out) != GP_OK) return c;
     const conv_cfg *cf = l->impl;
@@ -78,9 +69,10 @@ static gp_cost conv_cost(const gp_layer *l, const gp_shape *in) {
     return c;
 }
 
-/* The checks every call makes: shapes agree with out_shape, parameters exist. */
-static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tensor *y,
-                            gp_conv_geom *g) {
+/* The checks every call makes: shapes agree with out_shape, parameters exist on the call's
+ * device. */
+static gp_status check_call(const gp_layer *l, const gp_ctx *c, const gp_tensor *x,
+                            const gp_tensor *y, gp_conv_geom *g) {
     char a[96], b[96];
     gp_shape want;
     GP_TRY(conv_geom(l, &x->shape, x->dtype, g));
@@ -89,13 +81,7 @@ static gp_status check_call(const gp_layer *l, const gp_tensor *x, const gp_tens
         return gp_error(
             GP_SHAPE, "layer %d (conv2d): output/gradient tensor has shape %s, expected %s",
             l->index, gp_shape_str(&y->shape, a, sizeof a), gp_shape_str(&want, b, sizeof b));
-    for (int i = 0; i < l->nparams; i++)
-        if (!l->params[i].value.data)
-            return gp_error(
-                GP_INVALID_ARGUMENT,
-                "layer %d (conv2d): parameter %s is not allocated (initialize the model first)",
-                l->index, l->params[i].name);
-    return GP_OK;
+    return gp_layer_check_params(l, c, false);
 }
 
 /* 1x1, stride 1, no padding: the input plane already is the column matrix. */
@@ -113,127 +99,127 @@ static int64_t band_rows(const gp_conv_geom *g) {
     return r < 1 ? 1 : r > g->out_h ? g->out_h : r;
 }
 
-static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_tensor *y) {
+/* Forward with the im2col workspace col (NULL for a direct 1x1 convolution). */
+static gp_status conv_forward_ws(gp_layer *l, gp_ctx *ctx, const gp_conv_geom *g,
+                                 const gp_tensor *x, gp_tensor *y, float *col) {
     const conv_cfg *cf = l->impl;
-    gp_conv_geom g = {0};
-    GP_TRY(check_call(l, x, y, &g));
+    const gp_kernels *k = gp_ctx_kernels(ctx);
+    gp_device *dev = ctx->dev;
     const int64_t batch = x->shape.dim[0], oc = cf->out_ch;
-    const int64_t npix = g.out_h * g.out_w;                /* P */
-    const int64_t kdim = g.channels * g.kernel * g.kernel; /* K = C*k*k */
-    const int64_t in_elems = g.channels * g.height * g.width;
-    const bool direct = is_direct(&g);
-    const int64_t band = band_rows(&g);
-    float *col = NULL; /* (K, band * OW) */
-    if (!direct && batch > 0) {
-        gp_status st;
-        col = gp_device_alloc(ctx->dev, GP_MEM_WORKSPACE,
-                              (size_t)(kdim * band * g.out_w) * sizeof(float), &st);
-        if (!col) return gp_error_context(st, "layer %d (conv2d): im2col workspace", l->index);
-    }
-    const float *w = l->params[P_WEIGHT].value.data; /* (OC, K) */
-    const float *bias = cf->bias ? l->params[P_BIAS].value.data : NULL;
+    const int64_t npix = g->out_h * g->out_w;                 /* P */
+    const int64_t kdim = g->channels * g->kernel * g->kernel; /* K = C*k*k */
+    const int64_t in_elems = g->channels * g->height * g->width;
+    const int64_t band = band_rows(g);
+    const float *w = GP_PVAL(l, P_WEIGHT); /* (OC, K) */
     for (int64_t b = 0; b < batch; b++) {
-        const float *xb = x->data + b * in_elems; /* (C, H, W) */
-        float *yb = y->data + b * oc * npix;      /* (OC, P) */
-        if (direct) {
-            gp_gemm(false, false, oc, npix, kdim, 1.0f, w, kdim, xb, npix, 0.0f, yb, npix);
-        } else {
-            for (int64_t r0 = 0; r0 < g.out_h; r0 += band) {
-                int64_t r1 = r0 + band < g.out_h ? r0 + band : g.out_h, n = (r1 - r0) * g.out_w;
-                gp_im2col(&g, xb, r0, r1, col);
-                /* y_b[:, rows r0..r1) (OC, n; row stride P) = W (OC, K) . col (K, n) */
-                gp_gemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f, yb + r0 * g.out_w,
-                        npix);
-            }
+        const float *xb = gp_f32(x) + b * in_elems; /* (C, H, W) */
+        float *yb = gp_f32(y) + b * oc * npix;      /* (OC, P) */
+        if (!col) {
+            GP_TRY(k->gemm(dev, false, false, oc, npix, kdim, 1.0f, w, kdim, xb, npix, 0.0f, yb,
+                           npix));
+            continue;
         }
-        if (bias)
-            for (int64_t o = 0; o < oc; o++) {
-                float bv = bias[o], *row = yb + o * npix;
-                for (int64_t p = 0; p < npix; p++) row[p] += bv;
-            }
+        for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
+            int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h, n = (r1 - r0) * g->out_w;
+            GP_TRY(k->im2col(dev, g, xb, r0, r1, col));
+            /* y_b[:, rows r0..r1) (OC, n; row stride P) = W (OC, K) . col (K, n) */
+            GP_TRY(k->gemm(dev, false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f,
+                           yb + r0 * g->out_w, npix));
+        }
     }
-    gp_device_release(ctx->dev, col);
+    if (cf->bias)
+        GP_TRY(k->channel_bias_add(dev, batch, oc, npix, GP_PVAL(l, P_BIAS), gp_f32(y)));
     return GP_OK;
 }
 
-static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
+/* Backward with the workspaces col and dcol (NULL: a direct 1x1 convolution; dcol also when no
+ * dx is wanted). */
+static gp_status conv_backward_ws(gp_layer *l, gp_ctx *ctx, const gp_conv_geom *g,
+                                  const gp_tensor *dy, gp_tensor *dx, float *col, float *dcol) {
     const conv_cfg *cf = l->impl;
+    const gp_kernels *k = gp_ctx_kernels(ctx);
+    gp_device *dev = ctx->dev;
+    const gp_tensor *x = ctx->x;
+    const int64_t batch = x->shape.dim[0], oc = cf->out_ch;
+    const int64_t npix = g->out_h * g->out_w;
+    const int64_t kdim = g->channels * g->kernel * g->kernel;
+    const int64_t in_elems = g->channels * g->height * g->width;
+    const int64_t band = band_rows(g);
+    if (cf->bias)
+        GP_TRY(k->channel_bias_grad(dev, batch, oc, npix, gp_f32(dy), GP_PGRAD(l, P_BIAS)));
+    const float *w = GP_PVAL(l, P_WEIGHT); /* (OC, K) */
+    float *dw = GP_PGRAD(l, P_WEIGHT);     /* (OC, K) */
+    for (int64_t b = 0; b < batch; b++) {
+        const float *xb = gp_f32(x) + b * in_elems;
+        const float *dyb = gp_f32(dy) + b * oc * npix; /* (OC, P) */
+        float *dxb = dx ? gp_f32(dx) + b * in_elems : NULL;
+        if (!col) {
+            /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C);  dx_b (C, P) = W^T . dy_b */
+            GP_TRY(k->gemm(dev, false, true, oc, kdim, npix, 1.0f, dyb, npix, xb, npix, 1.0f, dw,
+                           kdim));
+            if (dxb)
+                GP_TRY(k->gemm(dev, true, false, kdim, npix, oc, 1.0f, w, kdim, dyb, npix, 0.0f,
+                               dxb, npix));
+            continue;
+        }
+        if (dxb) GP_TRY(k->fill(dev, dxb, in_elems, 0.0f));
+        for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
+            int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h, n = (r1 - r0) * g->out_w;
+            const float *dyr = dyb + r0 * g->out_w; /* (OC, n), row stride P */
+            GP_TRY(k->im2col(dev, g, xb, r0, r1, col));
+            /* dW (OC, K) += dy (OC, n) . col^T (n, K), examples and bands in order */
+            GP_TRY(k->gemm(dev, false, true, oc, kdim, n, 1.0f, dyr, npix, col, n, 1.0f, dw,
+                           kdim));
+            if (dxb) {
+                /* dcol (K, n) = W^T (K, OC) . dy (OC, n), scattered back onto dx */
+                GP_TRY(k->gemm(dev, true, false, kdim, n, oc, 1.0f, w, kdim, dyr, npix, 0.0f,
+                               dcol, n));
+                GP_TRY(k->col2im_add(dev, g, dcol, r0, r1, dxb));
+            }
+        }
+    }
+    return GP_OK;
+}
+
+static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_tensor *y) {
+    gp_conv_geom g = {0};
+    GP_TRY(check_call(l, ctx, x, y, &g));
+    const int64_t batch = x->shape.dim[0];
+    if (batch == 0) return GP_OK;
+    const bool direct = is_direct(&g);
+    const int64_t band = band_rows(&g), kdim = g.channels * g.kernel * g.kernel;
+    gp_status st = GP_OK;
+    float *col = NULL; /* (K, band * OW) */
+    if (!direct && !(col = gp_ctx_workspace(l, ctx, kdim * band * g.out_w, &st))) return st;
+    st = conv_forward_ws(l, ctx, &g, x, y, col);
+    gp_ctx_workspace_release(ctx, col);
+    return st;
+}
+
+static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
     const gp_tensor *x = ctx->x;
     if (!x)
         return gp_error(GP_INTERNAL, "layer %d (conv2d): backward without the forward input",
                         l->index);
     gp_conv_geom g = {0};
-    GP_TRY(check_call(l, x, dy, &g));
+    GP_TRY(check_call(l, ctx, x, dy, &g));
+    GP_TRY(gp_layer_check_params(l, ctx, true));
     if (dx && !gp_shape_equal(&dx->shape, &x->shape)) {
         char a[96], b[96];
         return gp_error(GP_SHAPE, "layer %d (conv2d): input gradient has shape %s, expected %s",
                         l->index, gp_shape_str(&dx->shape, a, sizeof a),
                         gp_shape_str(&x->shape, b, sizeof b));
     }
-    for (int i = 0; i < l->nparams; i++)
-        if (!l->params[i].grad.data)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "layer %d (conv2d): gradient of %s is not allocated", l->index,
-                            l->params[i].name);
-    const int64_t batch = x->shape.dim[0], oc = cf->out_ch;
-    const int64_t npix = g.out_h * g.out_w;
-    const int64_t kdim = g.channels * g.kernel * g.kernel;
-    const int64_t in_elems = g.channels * g.height * g.width;
-    const bool direct = is_direct(&g);
-    const int64_t band = band_rows(&g);
-    if (batch == 0) return GP_OK;
-
-    /* one block: bias sums (OC) in double, col (K, band*OW), dcol (same) when dx is wanted */
-    size_t ncol = direct ? 0 : (size_t)(kdim * band * g.out_w);
-    size_t ndcol = dx ? ncol : 0;
-    size_t nbias = cf->bias ? (size_t)oc : 0;
-    size_t nbytes = nbias * sizeof(double) + (ncol + ndcol) * sizeof(float);
-    void *ws = NULL;
-    if (nbytes) {
-        gp_status st;
-        ws = gp_device_alloc(ctx->dev, GP_MEM_WORKSPACE, nbytes, &st);
-        if (!ws) return gp_error_context(st, "layer %d (conv2d): backward workspace", l->index);
-    }
-    double *dbias = nbias ? ws : NULL; /* first, so 8-byte aligned */
-    float *col = ncol ? (float *)((char *)ws + nbias * sizeof(double)) : NULL;
-    float *dcol = ndcol ? col + ncol : NULL;
-    if (dbias) memset(dbias, 0, nbias * sizeof(double));
-
-    const float *w = l->params[P_WEIGHT].value.data; /* (OC, K) */
-    float *dw = l->params[P_WEIGHT].grad.data;       /* (OC, K) */
-    for (int64_t b = 0; b < batch; b++) {
-        const float *xb = x->data + b * in_elems;
-        const float *dyb = dy->data + b * oc * npix; /* (OC, P) */
-        float *dxb = dx ? dx->data + b * in_elems : NULL;
-        if (dbias)
-            for (int64_t o = 0; o < oc; o++) dbias[o] += gp_sum_f64(dyb + o * npix, npix);
-        if (direct) {
-            /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C);  dx_b (C, P) = W^T . dy_b */
-            gp_gemm(false, true, oc, kdim, npix, 1.0f, dyb, npix, xb, npix, 1.0f, dw, kdim);
-            if (dxb)
-                gp_gemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dyb, npix, 0.0f, dxb, npix);
-            continue;
-        }
-        if (dxb) memset(dxb, 0, (size_t)in_elems * sizeof *dxb);
-        for (int64_t r0 = 0; r0 < g.out_h; r0 += band) {
-            int64_t r1 = r0 + band < g.out_h ? r0 + band : g.out_h, n = (r1 - r0) * g.out_w;
-            const float *dyr = dyb + r0 * g.out_w; /* (OC, n), row stride P */
-            gp_im2col(&g, xb, r0, r1, col);
-            /* dW (OC, K) += dy (OC, n) . col^T (n, K), examples and bands in order */
-            gp_gemm(false, true, oc, kdim, n, 1.0f, dyr, npix, col, n, 1.0f, dw, kdim);
-            if (dxb) {
-                /* dcol (K, n) = W^T (K, OC) . dy (OC, n), scattered back onto dx */
-                gp_gemm(true, false, kdim, n, oc, 1.0f, w, kdim, dyr, npix, 0.0f, dcol, n);
-                gp_col2im_add(&g, dcol, r0, r1, dxb);
-            }
-        }
-    }
-    if (cf->bias) {
-        float *db = l->params[P_BIAS].grad.data;
-        for (int64_t o = 0; o < oc; o++) db[o] += (float)dbias[o];
-    }
-    gp_device_release(ctx->dev, ws);
-    return GP_OK;
+    if (x->shape.dim[0] == 0) return GP_OK;
+    /* col (K, band*OW), then dcol (the same) when dx is wanted */
+    const int64_t ncol = is_direct(&g) ? 0 : g.channels * g.kernel * g.kernel * band_rows(&g) * g.out_w;
+    const int64_t nws = ncol * (dx ? 2 : 1);
+    gp_status st = GP_OK;
+    float *ws = NULL;
+    if (nws && !(ws = gp_ctx_workspace(l, ctx, nws, &st))) return st;
+    st = conv_backward_ws(l, ctx, &g, dy, dx, ws, ncol && dx ? ws + ncol : NULL);
+    gp_ctx_workspace_release(ctx, ws);
+    return st;
 }
 
 static const gp_layer_ops conv_ops = {

@@ -1,9 +1,8 @@
 /* Token embedding (int32 ids -> rows of a (vocab, dim) table) and learned
  * positional embedding (adds row t of a (max_len, dim) table at position t). */
 #include <stdlib.h>
-#include <string.h>
 
-#include "transformer_ops.h"
+#include "layers/transformer_ops.h"
 
 typedef struct embed_impl {
     int n;   /* vocab, or max_len */
@@ -50,55 +49,31 @@ static gp_cost emb_cost(const gp_layer *l, const gp_shape *in) {
     const double n = (double)gp_shape_nelem(in) * p->dim;
     return (gp_cost){.fwd_flops = n, /* a copy per output element */
                      .bwd_flops = n, /* an add per output element */
-                     .param_bytes = gp_tl_param_bytes(l),
+                     .param_bytes = gp_layer_param_bytes(l),
                      .out_bytes = (uint64_t)n * sizeof(float),
                      .saved_bytes = 0};
-}
-
-/* Validates every id before anything is read with it. */
-static gp_status emb_check_ids(const gp_layer *l, const gp_tensor *x) {
-    const embed_impl *p = l->impl;
-    const int32_t *ids = (const int32_t *)x->data;
-    const int64_t n = gp_tensor_nelem(x);
-    const int64_t T = x->shape.ndim >= 2 ? x->shape.dim[x->shape.ndim - 1] : n;
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= p->n)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "layer %d (%s): token id %d at position %lld (row %lld, column %lld) "
-                            "is out of range: expected 0 <= id < vocab = %d",
-                            l->index, l->ops->kind, (int)ids[i], (long long)i, (long long)(i / T),
-                            (long long)(i % T), p->n);
-    return GP_OK;
 }
 
 static gp_status emb_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     const embed_impl *p = l->impl;
     gp_shape os;
     GP_TRY(emb_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(gp_tl_check_params(l, false));
-    GP_TRY(emb_check_ids(l, x));
-    const int32_t *ids = (const int32_t *)x->data;
-    const float *w = l->params[0].value.data; // (vocab, dim)
-    const int64_t n = gp_tensor_nelem(x);
-    for (int64_t i = 0; i < n; i++)
-        memcpy(y->data + i * p->dim, w + (int64_t)ids[i] * p->dim, (size_t)p->dim * sizeof(float));
-    return GP_OK;
+    GP_TRY(gp_layer_check_params(l, c, false));
+    const int64_t n = gp_tensor_nelem(x), T = x->shape.dim[x->shape.ndim - 1];
+    gp_status s = gp_ctx_kernels(c)->embedding_forward(c->dev, n, T, p->dim, p->n, gp_i32(x),
+                                                       GP_PVAL(l, 0), gp_f32(y));
+    return s == GP_OK ? GP_OK : gp_error_context(s, "layer %d (%s)", l->index, l->ops->kind);
 }
 
 static gp_status emb_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     const embed_impl *p = l->impl;
-    GP_TRY(gp_tl_check_params(l, true));
-    GP_TRY(emb_check_ids(l, c->x));
-    const int32_t *ids = (const int32_t *)c->x->data;
-    float *dw = l->params[0].grad.data; // (vocab, dim)
-    const int64_t n = gp_tensor_nelem(c->x);
-    /* Scatter-add in position order: a fixed order, so the sums are deterministic. */
-    for (int64_t i = 0; i < n; i++) {
-        float *row = dw + (int64_t)ids[i] * p->dim;
-        const float *g = dy->data + i * p->dim;
-        for (int j = 0; j < p->dim; j++) row[j] += g[j];
-    }
-    return GP_OK; /* int32 input: no dx */
+    GP_TRY(gp_layer_check_params(l, c, true));
+    const gp_tensor *x = c->x;
+    const int64_t n = gp_tensor_nelem(x), T = x->shape.dim[x->shape.ndim - 1];
+    gp_status s = gp_ctx_kernels(c)->embedding_backward(c->dev, n, T, p->dim, p->n, gp_i32(x),
+                                                        gp_f32(dy), GP_PGRAD(l, 0));
+    /* int32 input: no dx */
+    return s == GP_OK ? GP_OK : gp_error_context(s, "layer %d (%s)", l->index, l->ops->kind);
 }
 
 static const gp_layer_ops embedding_ops = {
@@ -136,7 +111,7 @@ static gp_cost pos_cost(const gp_layer *l, const gp_shape *in) {
     const double n = (double)gp_shape_nelem(in);
     return (gp_cost){.fwd_flops = n,
                      .bwd_flops = 2.0 * n, /* dx copy and the weight sum */
-                     .param_bytes = gp_tl_param_bytes(l),
+                     .param_bytes = gp_layer_param_bytes(l),
                      .out_bytes = (uint64_t)n * sizeof(float),
                      .saved_bytes = 0};
 }
@@ -144,32 +119,18 @@ static gp_cost pos_cost(const gp_layer *l, const gp_shape *in) {
 static gp_status pos_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     gp_shape os;
     GP_TRY(pos_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(gp_tl_check_params(l, false));
+    GP_TRY(gp_layer_check_params(l, c, false));
     const int64_t B = x->shape.dim[0], T = x->shape.dim[1], D = x->shape.dim[2];
-    const float *w = l->params[0].value.data; // (max_len, dim)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) {
-            const float *xr = x->data + (b * T + t) * D, *wr = w + t * D;
-            float *yr = y->data + (b * T + t) * D;
-            for (int64_t j = 0; j < D; j++) yr[j] = xr[j] + wr[j];
-        }
-    return GP_OK;
+    return gp_ctx_kernels(c)->pos_embedding_forward(c->dev, B, T, D, gp_f32(x), GP_PVAL(l, 0),
+                                                    gp_f32(y));
 }
 
 static gp_status pos_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
-    GP_TRY(gp_tl_check_params(l, true));
+    GP_TRY(gp_layer_check_params(l, c, true));
     const int64_t B = dy->shape.dim[0], T = dy->shape.dim[1], D = dy->shape.dim[2];
-    float *dw = l->params[0].grad.data; // (max_len, dim)
-    /* Rows of dw receive the batch in order b = 0, 1, ...: deterministic. */
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) {
-            const float *g = dy->data + (b * T + t) * D;
-            float *wr = dw + t * D;
-            for (int64_t j = 0; j < D; j++) wr[j] += g[j];
-        }
-    if (dx && dx->data != dy->data)
-        memcpy(dx->data, dy->data, (size_t)gp_tensor_nelem(dy) * sizeof(float));
-    return GP_OK;
+    GP_TRY(gp_ctx_kernels(c)->pos_embedding_backward(c->dev, B, T, D, gp_f32(dy),
+                                                     GP_PGRAD(l, 0)));
+    return dx ? gp_tensor_copy(dx, dy) : GP_OK;
 }
 
 static const gp_layer_ops pos_embedding_ops = {

@@ -2,9 +2,8 @@
  * bytes do not move in row-major order; forward and backward are copies
  * because the caller owns separate output and gradient tensors. */
 #include <stdint.h>
-#include <string.h>
 
-#include "layer.h"
+#include "layers/layer.h"
 
 static gp_status flatten_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                                    gp_shape *out) {
@@ -44,15 +43,13 @@ static gp_status flatten_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, g
     if (!gp_shape_equal(&want, &y->shape))
         return gp_error(GP_SHAPE, "layer %d (flatten): output has shape %s, expected %s", l->index,
                         gp_shape_str(&y->shape, a, sizeof a), gp_shape_str(&want, b, sizeof b));
-    if (gp_tensor_nelem(x)) memcpy(y->data, x->data, gp_tensor_nbytes(x));
-    return GP_OK;
+    return gp_tensor_copy(y, x);
 }
 
 static gp_status flatten_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
     if (!dx) return GP_OK;
     GP_TRY(check_same_count(l, dx, dy, "output gradient"));
-    if (gp_tensor_nelem(dy)) memcpy(dx->data, dy->data, gp_tensor_nbytes(dy));
-    return GP_OK;
+    return gp_tensor_copy(dx, dy);
 }
 
 static const gp_layer_ops flatten_ops = {

@@ -1,9 +1,10 @@
 /* The parts of the layer interface that every layer shares: construction,
  * parameter declaration, contexts and shape-check messages. */
-#include "layer.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/device.h"
+#include "layers/layer.h"
 
 gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl) {
     gp_layer *l = calloc(1, sizeof *l);
@@ -100,6 +101,42 @@ uint64_t gp_ctx_saved_bytes(const gp_ctx *c) {
     for (int k = 0; k < c->nchildren; k++) n += gp_ctx_saved_bytes(&c->children[k]);
     return n;
 }
+
+gp_status gp_layer_check_params(const gp_layer *l, const gp_ctx *c, bool need_grads) {
+    for (int i = 0; i < l->nparams; i++) {
+        const gp_param *p = &l->params[i];
+        if (!p->value.data)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "layer %d (%s): parameter %s is not allocated (initialize the model "
+                            "first)",
+                            l->index, l->ops->kind, p->name);
+        if (need_grads && p->trainable && !p->grad.data)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "layer %d (%s): parameter %s has no gradient tensor for backward",
+                            l->index, l->ops->kind, p->name);
+        if (!gp_kernels_same_memory(p->value.dev, c->dev))
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "layer %d (%s): parameter %s lives on device %s, the call runs on %s",
+                            l->index, l->ops->kind, p->name, gp_device_name(p->value.dev),
+                            gp_device_name(c->dev));
+    }
+    return GP_OK;
+}
+
+uint64_t gp_layer_param_bytes(const gp_layer *l) {
+    uint64_t n = 0;
+    for (int i = 0; i < l->nparams; i++)
+        n += (uint64_t)gp_shape_nelem(&l->params[i].shape) * sizeof(float);
+    return n;
+}
+
+float *gp_ctx_workspace(const gp_layer *l, gp_ctx *c, int64_t nfloats, gp_status *st) {
+    float *p = gp_device_alloc(c->dev, GP_MEM_WORKSPACE, (size_t)nfloats * sizeof(float), st);
+    if (!p) gp_error_context(*st, "layer %d (%s): workspace", l->index, l->ops->kind);
+    return p;
+}
+
+void gp_ctx_workspace_release(gp_ctx *c, void *p) { gp_device_release(c->dev, p); }
 
 gp_status gp_expect_ndim(const gp_layer *l, const gp_shape *in, int ndim, const char *layout) {
     char buf[96];

@@ -5,8 +5,9 @@
 #ifndef GP_LAYERS_LAYER_H
 #define GP_LAYERS_LAYER_H
 
-#include "../core/error.h"
+#include "core/error.h"
 #include "gpipe.h"
+#include "kernels/kernels.h"
 
 #define GP_LAYER_MAX_PARAMS 16
 #define GP_CTX_MAX_SAVED 12
@@ -25,9 +26,11 @@ typedef struct gp_param {
     float init_scale;
     bool trainable;     /* false: a buffer (batch-norm running statistics) */
     bool decay;         /* weight decay applies (matrices, not biases or norms) */
-    gp_tensor value;    /* GP_MEM_PARAMS, allocated by gp_model_init */
-    gp_tensor grad;     /* GP_MEM_GRADS, allocated by the trainer; zero between steps */
-    gp_tensor state[2]; /* GP_MEM_OPTIM, owned by the optimizer */
+    /* Views into the flat blocks of the store that holds the layer (model/param_store.h), or,
+     * for a layer used on its own (tests), tensors of its own that gp_layer_free releases. */
+    gp_tensor value;    /* GP_MEM_PARAMS */
+    gp_tensor grad;     /* GP_MEM_GRADS, while training; zero between steps */
+    gp_tensor state[2]; /* GP_MEM_OPTIM, while training: the optimizer's per-element state */
 } gp_param;
 
 /* How the current call runs. Randomness (dropout) is keyed by
@@ -95,6 +98,24 @@ gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl);
 gp_param *gp_layer_add_param(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init,
                              float scale, bool decay);
 gp_param *gp_layer_add_buffer(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init);
+
+/* Fails, naming the layer, when a parameter has no value (or with need_grads a trainable one no
+ * gradient), or lives on another device than the call runs on. */
+gp_status gp_layer_check_params(const gp_layer *l, const gp_ctx *c, bool need_grads);
+/* Bytes of all parameters and buffers. */
+uint64_t gp_layer_param_bytes(const gp_layer *l);
+/* nfloats floats of GP_MEM_WORKSPACE on the call's device; NULL with *st set on failure. */
+float *gp_ctx_workspace(const gp_layer *l, gp_ctx *c, int64_t nfloats, gp_status *st);
+void gp_ctx_workspace_release(gp_ctx *c, void *p);
+
+/* The kernel table of the call's device: every computation of a layer goes through it. */
+static inline const gp_kernels *gp_ctx_kernels(const gp_ctx *c) { return gp_kernels_of(c->dev); }
+/* A tensor's data as the float pointer the kernels take (never dereferenced by a layer). */
+static inline float *gp_f32(const gp_tensor *t) { return (float *)t->data; }
+static inline const int32_t *gp_i32(const gp_tensor *t) { return (const int32_t *)t->data; }
+/* A parameter's value and gradient as kernel arguments. */
+#define GP_PVAL(l, i) ((float *)(l)->params[i].value.data)
+#define GP_PGRAD(l, i) ((float *)(l)->params[i].grad.data)
 
 /* Helpers for shape checks with good messages. */
 gp_status gp_expect_ndim(const gp_layer *l, const gp_shape *in, int ndim, const char *layout);

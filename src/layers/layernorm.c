@@ -2,7 +2,7 @@
  * learned scale (ones) and shift (zeros), as torch.nn.LayerNorm. */
 #include <stdlib.h>
 
-#include "transformer_ops.h"
+#include "layers/transformer_ops.h"
 
 /* Rough FLOPs per element, for the cost model. */
 #define LN_FWD_FLOPS 8.0
@@ -27,7 +27,7 @@ static gp_cost ln_cost(const gp_layer *l, const gp_shape *in) {
     const uint64_t rows = (uint64_t)gp_shape_nelem(in) / (uint64_t)p->dim;
     return (gp_cost){.fwd_flops = LN_FWD_FLOPS * n,
                      .bwd_flops = LN_BWD_FLOPS * n,
-                     .param_bytes = gp_tl_param_bytes(l),
+                     .param_bytes = gp_layer_param_bytes(l),
                      .out_bytes = (uint64_t)n * sizeof(float),
                      .saved_bytes = 2 * rows * sizeof(float)}; /* mean and 1/std per row */
 }
@@ -36,26 +36,25 @@ static gp_status ln_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tenso
     const layernorm_impl *p = l->impl;
     int64_t rows;
     GP_TRY(gp_tl_rows(l, &x->shape, x->dtype, p->dim, "dim", &rows));
-    GP_TRY(gp_tl_check_params(l, false));
+    GP_TRY(gp_layer_check_params(l, c, false));
     gp_tensor *stats;
     GP_TRY(gp_ctx_save(c, 0, gp_shape2(2, rows), GP_F32, &stats)); // (2, rows)
-    gp_op_layernorm_forward(rows, p->dim, x->data, l->params[0].value.data,
-                            l->params[1].value.data, y->data, stats->data);
-    return GP_OK;
+    return gp_ctx_kernels(c)->layernorm_forward(c->dev, rows, p->dim, gp_f32(x), GP_PVAL(l, 0),
+                                                GP_PVAL(l, 1), gp_f32(y), gp_f32(stats));
 }
 
 static gp_status ln_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     const layernorm_impl *p = l->impl;
     int64_t rows;
     GP_TRY(gp_tl_rows(l, &c->x->shape, c->x->dtype, p->dim, "dim", &rows));
-    GP_TRY(gp_tl_check_params(l, true));
+    GP_TRY(gp_layer_check_params(l, c, true));
     if (!c->saved[0].data)
         return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
                         l->index, l->ops->kind);
-    gp_op_layernorm_backward(rows, p->dim, c->x->data, l->params[0].value.data, c->saved[0].data,
-                             dy->data, NULL, dx ? dx->data : NULL, l->params[0].grad.data,
-                             l->params[1].grad.data);
-    return GP_OK;
+    return gp_ctx_kernels(c)->layernorm_backward(c->dev, rows, p->dim, gp_f32(c->x),
+                                                 GP_PVAL(l, 0), gp_f32(&c->saved[0]), gp_f32(dy),
+                                                 NULL, dx ? gp_f32(dx) : NULL, GP_PGRAD(l, 0),
+                                                 GP_PGRAD(l, 1));
 }
 
 static const gp_layer_ops layernorm_ops = {

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "transformer_ops.h"
+#include "layers/transformer_ops.h"
 
 typedef struct linear_impl {
     int in, out;
@@ -27,7 +27,7 @@ static gp_cost linear_cost(const gp_layer *l, const gp_shape *in) {
     const double bias = p->bias ? rows * p->out : 0.0;
     return (gp_cost){.fwd_flops = gemm + bias,
                      .bwd_flops = 2.0 * gemm + bias, /* dx and dW products, bias column sums */
-                     .param_bytes = gp_tl_param_bytes(l),
+                     .param_bytes = gp_layer_param_bytes(l),
                      .out_bytes = (uint64_t)(rows * p->out) * sizeof(float),
                      .saved_bytes = 0}; /* backward reads ctx->x */
 }
@@ -36,10 +36,10 @@ static gp_status linear_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_t
     const linear_impl *p = l->impl;
     int64_t rows;
     GP_TRY(gp_tl_rows(l, &x->shape, x->dtype, p->in, "in_features", &rows));
-    GP_TRY(gp_tl_check_params(l, false));
-    gp_op_linear_forward(rows, p->in, p->out, x->data, l->params[0].value.data,
-                         p->bias ? l->params[1].value.data : NULL, NULL, y->data);
-    return GP_OK;
+    GP_TRY(gp_layer_check_params(l, c, false));
+    return gp_ctx_kernels(c)->linear_forward(c->dev, rows, p->in, p->out, gp_f32(x),
+                                             GP_PVAL(l, 0), p->bias ? GP_PVAL(l, 1) : NULL, NULL,
+                                             gp_f32(y));
 }
 
 static gp_status linear_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
@@ -47,11 +47,10 @@ static gp_status linear_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp
     const gp_tensor *x = c->x;
     int64_t rows;
     GP_TRY(gp_tl_rows(l, &x->shape, x->dtype, p->in, "in_features", &rows));
-    GP_TRY(gp_tl_check_params(l, true));
-    gp_op_linear_backward(rows, p->in, p->out, x->data, l->params[0].value.data, dy->data,
-                          dx ? dx->data : NULL, l->params[0].grad.data,
-                          p->bias ? l->params[1].grad.data : NULL);
-    return GP_OK;
+    GP_TRY(gp_layer_check_params(l, c, true));
+    return gp_ctx_kernels(c)->linear_backward(c->dev, rows, p->in, p->out, gp_f32(x),
+                                              GP_PVAL(l, 0), gp_f32(dy), dx ? gp_f32(dx) : NULL,
+                                              GP_PGRAD(l, 0), p->bias ? GP_PGRAD(l, 1) : NULL);
 }
 
 static const gp_layer_ops linear_ops = {

@@ -1,17 +1,28 @@
 /* Softmax cross-entropy over the last dimension with ignored (-1) labels and an explicit
- * normalizer, so micro-batch losses add up to the mini-batch mean. Stable log-sum-exp;
- * the loss is summed in double, row by row in order. */
-#include <math.h>
+ * normalizer, so micro-batch losses add up to the mini-batch mean: the argument checks here,
+ * the computation in the kernel table of the device the logits live on. */
 #include <stdint.h>
+#include <stdlib.h>
 
-#include "../core/error.h"
-#include "gpipe.h"
+#include "core/error.h"
+#include "kernels/kernels.h"
 
 int64_t gp_count_labels(const gp_tensor *labels) {
     if (!labels || !labels->data || labels->dtype != GP_I32) return 0;
-    const int32_t *lab = (const int32_t *)labels->data;
-    int64_t n = 0, total = gp_tensor_nelem(labels);
+    const int64_t total = gp_tensor_nelem(labels);
+    const int32_t *lab = gp_tensor_host_data(labels);
+    int32_t *copy = NULL;
+    if (!lab) { /* on a device the host cannot read */
+        copy = malloc((size_t)total * sizeof *copy);
+        if (!copy || gp_tensor_to_host(labels, copy, (size_t)total * sizeof *copy) != GP_OK) {
+            free(copy);
+            return 0;
+        }
+        lab = copy;
+    }
+    int64_t n = 0;
     for (int64_t i = 0; i < total; i++) n += lab[i] != -1;
+    free(copy);
     return n;
 }
 
@@ -43,6 +54,13 @@ static gp_status check_args(const gp_tensor *logits, const gp_tensor *labels,
         return gp_error(GP_SHAPE, "gp_softmax_xent: dlogits is %s %s, expected float32 %s",
                         gp_dtype_name(dlogits->dtype), gp_shape_str(&dlogits->shape, a, sizeof a),
                         gp_shape_str(&logits->shape, b, sizeof b));
+    if (!gp_kernels_same_memory(logits->dev, labels->dev) ||
+        (dlogits && !gp_kernels_same_memory(logits->dev, dlogits->dev)))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_softmax_xent: logits on %s, labels on %s%s%s: expected them in one "
+                        "device's memory",
+                        gp_device_name(logits->dev), gp_device_name(labels->dev),
+                        dlogits ? ", dlogits on " : "", dlogits ? gp_device_name(dlogits->dev) : "");
     return GP_OK;
 }
 
@@ -50,53 +68,12 @@ gp_status gp_softmax_xent(const gp_tensor *logits, const gp_tensor *labels, doub
                           double *loss, gp_tensor *dlogits) {
     int64_t rows = 0, classes = 0;
     GP_TRY(check_args(logits, labels, dlogits, &rows, &classes));
-    const int32_t *lab = (const int32_t *)labels->data;
-    int64_t counted = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        if (lab[r] < -1 || lab[r] >= classes)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "gp_softmax_xent: label %d at row %lld is outside [-1, %lld) (-1: "
-                            "ignored)",
-                            (int)lab[r], (long long)r, (long long)classes);
-        counted += lab[r] != -1;
-    }
-    if (counted > 0 && !(normalizer > 0))
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "gp_softmax_xent: normalizer %g with %lld labelled rows, expected > 0 (the "
-                        "mini-batch's count of non-ignored labels)",
-                        normalizer, (long long)counted);
-
-    double total = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits->data + r * classes; /* (classes) */
-        float *d = dlogits ? dlogits->data + r * classes : NULL;
-        const int32_t y = lab[r];
-        if (y == -1) {
-            if (d)
-                for (int64_t j = 0; j < classes; j++) d[j] = 0.0f;
-            continue;
-        }
-        const float xy = x[y]; /* read before d overwrites it when dlogits aliases logits */
-        float mx = x[0];
-        for (int64_t j = 1; j < classes; j++) mx = x[j] > mx ? x[j] : mx;
-        double sum = 0;
-        if (d) {
-            for (int64_t j = 0; j < classes; j++) {
-                d[j] = expf(x[j] - mx);
-                sum += d[j];
-            }
-        } else {
-            for (int64_t j = 0; j < classes; j++) sum += expf(x[j] - mx);
-        }
-        total += (double)mx + log(sum) - (double)xy;
-        if (d) {
-            /* (softmax - onehot) / normalizer */
-            const double inv = 1.0 / (sum * normalizer);
-            const double ey = d[y];
-            for (int64_t j = 0; j < classes; j++) d[j] = (float)(d[j] * inv);
-            d[y] = (float)((ey / sum - 1.0) / normalizer);
-        }
-    }
-    if (loss) *loss = counted ? total / normalizer : 0.0;
+    double l = 0;
+    gp_status s = gp_kernels_of(logits->dev)
+                      ->softmax_xent(logits->dev, rows, classes, (const float *)logits->data,
+                                     (const int32_t *)labels->data, normalizer, &l,
+                                     dlogits ? (float *)dlogits->data : NULL);
+    if (s != GP_OK) return gp_error_context(s, "gp_softmax_xent");
+    if (loss) *loss = l;
     return GP_OK;
 }

@@ -1,14 +1,11 @@
 /* Pooling over NCHW planes: max pooling without padding (PyTorch's MaxPool2d,
  * the first maximum in row-major window order wins, NaN propagates) and global
  * average pooling (B, C, H, W) -> (B, C). */
-#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "../kernels/conv_kernels.h"
-#include "layer.h"
+#include "layers/layer.h"
 
 static gp_status check_out(const gp_layer *l, const gp_shape *got, const gp_shape *want,
                            const char *what) {
@@ -59,6 +56,12 @@ static gp_cost maxpool_cost(const gp_layer *l, const gp_shape *in) {
                      .saved_bytes = (uint64_t)n * sizeof(int32_t)};
 }
 
+static gp_pool_dims pool_dims(const maxpool_cfg *cf, const gp_shape *in, const gp_shape *out) {
+    return (gp_pool_dims){.planes = in->dim[0] * in->dim[1], .height = in->dim[2],
+                          .width = in->dim[3], .out_h = out->dim[2], .out_w = out->dim[3],
+                          .kernel = cf->kernel, .stride = cf->stride};
+}
+
 static gp_status maxpool_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_tensor *y) {
     const maxpool_cfg *cf = l->impl;
     gp_shape want;
@@ -66,35 +69,13 @@ static gp_status maxpool_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, g
     GP_TRY(check_out(l, &y->shape, &want, "output"));
     gp_tensor *arg;
     GP_TRY(gp_ctx_save(ctx, SLOT_ARGMAX, want, GP_I32, &arg));
-    const int64_t planes = x->shape.dim[0] * x->shape.dim[1];
-    const int64_t h = x->shape.dim[2], w = x->shape.dim[3], oh_n = want.dim[2], ow_n = want.dim[3];
-    const int64_t k = cf->kernel, s = cf->stride;
-    int32_t *am = (int32_t *)arg->data;
-    for (int64_t p = 0; p < planes; p++) {
-        const float *xp = x->data + p * h * w;
-        float *yp = y->data + p * oh_n * ow_n;
-        int32_t *ap = am + p * oh_n * ow_n;
-        for (int64_t oh = 0; oh < oh_n; oh++)
-            for (int64_t ow = 0; ow < ow_n; ow++) {
-                int64_t first = oh * s * w + ow * s, idx = first;
-                float best = -INFINITY;
-                for (int64_t ki = 0; ki < k; ki++)
-                    for (int64_t kj = 0; kj < k; kj++) {
-                        int64_t i = first + ki * w + kj;
-                        float v = xp[i];
-                        /* branch-free select: random data mispredicts an if */
-                        bool take = (v > best) | (v != v); /* NaN propagates, as PyTorch */
-                        best = take ? v : best;
-                        idx = take ? i : idx;
-                    }
-                yp[oh * ow_n + ow] = best;
-                ap[oh * ow_n + ow] = (int32_t)idx;
-            }
-    }
-    return GP_OK;
+    const gp_pool_dims d = pool_dims(cf, &x->shape, &want);
+    return gp_ctx_kernels(ctx)->maxpool_forward(ctx->dev, &d, gp_f32(x), gp_f32(y),
+                                                (int32_t *)arg->data);
 }
 
 static gp_status maxpool_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
+    const maxpool_cfg *cf = l->impl;
     const gp_tensor *x = ctx->x, *arg = &ctx->saved[SLOT_ARGMAX];
     if (!x || !arg->data)
         return gp_error(GP_INTERNAL, "layer %d (maxpool2d): backward without its forward",
@@ -102,19 +83,9 @@ static gp_status maxpool_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy,
     GP_TRY(check_out(l, &dy->shape, &arg->shape, "output gradient"));
     if (!dx) return GP_OK; /* no parameters: nothing else to do */
     GP_TRY(check_out(l, &dx->shape, &x->shape, "input gradient"));
-    const int64_t planes = x->shape.dim[0] * x->shape.dim[1];
-    const int64_t hw = x->shape.dim[2] * x->shape.dim[3];
-    const int64_t ohw = arg->shape.dim[2] * arg->shape.dim[3];
-    const int32_t *am = (const int32_t *)arg->data;
-    memset(dx->data, 0, gp_tensor_nbytes(dx));
-    for (int64_t p = 0; p < planes; p++) {
-        float *dxp = dx->data + p * hw;
-        const float *dyp = dy->data + p * ohw;
-        const int32_t *ap = am + p * ohw;
-        /* overlapping windows (stride < kernel) add in output order */
-        for (int64_t i = 0; i < ohw; i++) dxp[ap[i]] += dyp[i];
-    }
-    return GP_OK;
+    const gp_pool_dims d = pool_dims(cf, &x->shape, &arg->shape);
+    return gp_ctx_kernels(ctx)->maxpool_backward(ctx->dev, &d, gp_i32(arg), gp_f32(dy),
+                                                 gp_f32(dx));
 }
 
 static const gp_layer_ops maxpool_ops = {
@@ -168,9 +139,7 @@ static gp_status gap_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_te
     GP_TRY(gap_out_shape(l, &x->shape, x->dtype, &want));
     GP_TRY(check_out(l, &y->shape, &want, "output"));
     const int64_t planes = want.dim[0] * want.dim[1], hw = x->shape.dim[2] * x->shape.dim[3];
-    for (int64_t p = 0; p < planes; p++)
-        y->data[p] = (float)(gp_sum_f64(x->data + p * hw, hw) / (double)hw);
-    return GP_OK;
+    return gp_ctx_kernels(ctx)->avgpool_forward(ctx->dev, planes, hw, gp_f32(x), gp_f32(y));
 }
 
 static gp_status gap_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
@@ -184,11 +153,7 @@ static gp_status gap_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_
     if (!dx) return GP_OK;
     GP_TRY(check_out(l, &dx->shape, &x->shape, "input gradient"));
     const int64_t planes = want.dim[0] * want.dim[1], hw = x->shape.dim[2] * x->shape.dim[3];
-    for (int64_t p = 0; p < planes; p++) {
-        float g = dy->data[p] / (float)hw, *dxp = dx->data + p * hw;
-        for (int64_t i = 0; i < hw; i++) dxp[i] = g;
-    }
-    return GP_OK;
+    return gp_ctx_kernels(ctx)->avgpool_backward(ctx->dev, planes, hw, gp_f32(dy), gp_f32(dx));
 }
 
 static const gp_layer_ops gap_ops = {

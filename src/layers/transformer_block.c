@@ -3,7 +3,7 @@
  * residuals inside, built from the shared kernels of transformer_ops.h. */
 #include <stdlib.h>
 
-#include "transformer_ops.h"
+#include "layers/transformer_ops.h"
 
 #define LN_FWD_FLOPS 8.0
 #define LN_BWD_FLOPS 14.0
@@ -49,7 +49,7 @@ static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
     gp_op_mha_flops(&d, p->dropout, &af, &ab);
     const double mlp = 2.0 * 2.0 * N * C * F; /* fc and proj products */
     const double drop = p->dropout > 0.0f ? DROPOUT_FLOPS * N * C : 0.0;
-    gp_cost c = {.param_bytes = gp_tl_param_bytes(l)};
+    gp_cost c = {.param_bytes = gp_layer_param_bytes(l)};
     c.fwd_flops = af + 2.0 * LN_FWD_FLOPS * N * C + mlp + GELU_FWD_FLOPS * N * F +
                   (N * F + 2.0 * N * C) /* fc bias, proj bias and residual */ + drop;
     c.bwd_flops = ab + 2.0 * LN_BWD_FLOPS * N * C + 2.0 * mlp + GELU_BWD_FLOPS * N * F +
@@ -65,12 +65,11 @@ static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
 }
 
 static gp_mha_weights block_attn_weights(gp_layer *l) {
-    gp_param *P = l->params;
     return (gp_mha_weights){
-        .wqkv = P[P_QKV_W].value.data, .bqkv = P[P_QKV_B].value.data,
-        .wproj = P[P_PROJ_W].value.data, .bproj = P[P_PROJ_B].value.data,
-        .gwqkv = P[P_QKV_W].grad.data, .gbqkv = P[P_QKV_B].grad.data,
-        .gwproj = P[P_PROJ_W].grad.data, .gbproj = P[P_PROJ_B].grad.data};
+        .wqkv = GP_PVAL(l, P_QKV_W), .bqkv = GP_PVAL(l, P_QKV_B),
+        .wproj = GP_PVAL(l, P_PROJ_W), .bproj = GP_PVAL(l, P_PROJ_B),
+        .gwqkv = GP_PGRAD(l, P_QKV_W), .gbqkv = GP_PGRAD(l, P_QKV_B),
+        .gwproj = GP_PGRAD(l, P_PROJ_W), .gbproj = GP_PGRAD(l, P_PROJ_B)};
 }
 
 /* The dropout stream of `site` for this call, or NULL when dropout is off. */
@@ -82,14 +81,16 @@ static const gp_rng_stream *block_drop(const gp_layer *l, const gp_ctx *c, int s
     return s;
 }
 
-#define VAL(i) (l->params[i].value.data)
-#define GRAD(i) (l->params[i].grad.data)
+#define VAL(i) GP_PVAL(l, i)
+#define GRAD(i) GP_PGRAD(l, i)
 
 static gp_status block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     const block_impl *p = l->impl;
     gp_shape os;
     GP_TRY(block_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(gp_tl_check_params(l, false));
+    GP_TRY(gp_layer_check_params(l, c, false));
+    const gp_kernels *k = gp_ctx_kernels(c);
+    gp_device *dev = c->dev;
     gp_attn_dims d = block_dims(p, &x->shape);
     const int64_t B = d.batch, T = d.seq, C = d.dim, H = d.heads, F = p->d_ff, N = B * T;
     gp_tensor *ln1, *st1, *qkv, *probs, *att, *h, *ln2, *st2, *u, *g;
@@ -107,27 +108,70 @@ static gp_status block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_te
     const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
 
     /* h = x + drop0(attn(ln1(x))) */
-    gp_op_layernorm_forward(N, C, x->data, VAL(P_LN1_W), VAL(P_LN1_B), ln1->data, st1->data);
+    GP_TRY(k->layernorm_forward(dev, N, C, gp_f32(x), VAL(P_LN1_W), VAL(P_LN1_B), gp_f32(ln1),
+                                gp_f32(st1)));
     gp_mha_weights w = block_attn_weights(l);
-    gp_mha_saved sv = {.qkv = qkv->data, .probs = probs->data, .att = att->data};
-    gp_op_mha_forward(&d, &w, ln1->data, x->data, drop0, p->dropout, &sv, h->data);
+    gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
+    GP_TRY(gp_op_mha_forward(dev, &d, &w, gp_f32(ln1), gp_f32(x), drop0, p->dropout, &sv,
+                             gp_f32(h)));
 
     /* y = h + drop1(proj(gelu(fc(ln2(h))))) */
-    gp_op_layernorm_forward(N, C, h->data, VAL(P_LN2_W), VAL(P_LN2_B), ln2->data, st2->data);
-    gp_op_linear_forward(N, C, F, ln2->data, VAL(P_FC_W), VAL(P_FC_B), NULL, u->data);
-    gp_op_gelu_forward(N * F, u->data, g->data);
+    GP_TRY(k->layernorm_forward(dev, N, C, gp_f32(h), VAL(P_LN2_W), VAL(P_LN2_B), gp_f32(ln2),
+                                gp_f32(st2)));
+    GP_TRY(k->linear_forward(dev, N, C, F, gp_f32(ln2), VAL(P_FC_W), VAL(P_FC_B), NULL,
+                             gp_f32(u)));
+    GP_TRY(k->gelu_forward(dev, N * F, gp_f32(u), gp_f32(g)));
     if (drop1) {
-        gp_op_linear_forward(N, F, C, g->data, VAL(P_MLP_W), VAL(P_MLP_B), NULL, y->data);
-        gp_op_dropout(drop1, p->dropout, N * C, y->data, h->data, y->data);
-    } else {
-        gp_op_linear_forward(N, F, C, g->data, VAL(P_MLP_W), VAL(P_MLP_B), h->data, y->data);
+        GP_TRY(k->linear_forward(dev, N, F, C, gp_f32(g), VAL(P_MLP_W), VAL(P_MLP_B), NULL,
+                                 gp_f32(y)));
+        return k->dropout(dev, drop1, p->dropout, N * C, gp_f32(y), gp_f32(h), gp_f32(y));
     }
-    return GP_OK;
+    return k->linear_forward(dev, N, F, C, gp_f32(g), VAL(P_MLP_W), VAL(P_MLP_B), gp_f32(h),
+                             gp_f32(y));
+}
+
+/* The backward proper in the workspace ws: dh (N, C) | small (N, C) | big, shared by the MLP's
+ * (N, F) gradient and then the attention sublayer's workspace. */
+static gp_status block_backward_ws(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                   float *ws, const gp_rng_stream *drop0,
+                                   const gp_rng_stream *drop1) {
+    const block_impl *p = l->impl;
+    const float *ln1 = gp_f32(&c->saved[S_LN1]), *h = gp_f32(&c->saved[S_H]);
+    const float *ln2 = gp_f32(&c->saved[S_LN2]), *u = gp_f32(&c->saved[S_U]);
+    const float *g = gp_f32(&c->saved[S_G]);
+    const gp_kernels *k = gp_ctx_kernels(c);
+    gp_device *dev = c->dev;
+    gp_attn_dims d = block_dims(p, &c->x->shape);
+    const int64_t C = d.dim, F = p->d_ff, N = d.batch * d.seq;
+    float *dh = ws, *small = ws + N * C, *big = ws + 2 * N * C;
+
+    /* MLP branch: dmo = drop1'(dy); dU = dmo Wp (then * gelu'(u)); dln2 = dU Wfc. */
+    const float *dmo = gp_f32(dy);
+    if (drop1) {
+        GP_TRY(k->dropout(dev, drop1, p->dropout, N * C, gp_f32(dy), NULL, small));
+        dmo = small;
+    }
+    GP_TRY(k->linear_backward(dev, N, F, C, g, VAL(P_MLP_W), dmo, big, GRAD(P_MLP_W),
+                              GRAD(P_MLP_B)));
+    GP_TRY(k->gelu_backward(dev, N, F, u, big, big, GRAD(P_FC_B)));
+    GP_TRY(k->linear_backward(dev, N, C, F, ln2, VAL(P_FC_W), big, small, GRAD(P_FC_W), NULL));
+    /* dh = dy + ln2'(dln2): the residual's gradient joins here. */
+    GP_TRY(k->layernorm_backward(dev, N, C, h, VAL(P_LN2_W), gp_f32(&c->saved[S_STATS2]), small,
+                                 gp_f32(dy), dh, GRAD(P_LN2_W), GRAD(P_LN2_B)));
+
+    /* Attention branch: dln1 = attn'(dh) into small; dx = dh + ln1'(dln1). */
+    gp_mha_weights w = block_attn_weights(l);
+    gp_mha_saved sv = {.qkv = gp_f32(&c->saved[S_QKV]), .probs = gp_f32(&c->saved[S_PROBS]),
+                       .att = gp_f32(&c->saved[S_ATT])};
+    GP_TRY(gp_op_mha_backward(dev, &d, &w, ln1, &sv, drop0, p->dropout, dh, big, small));
+    return k->layernorm_backward(dev, N, C, gp_f32(c->x), VAL(P_LN1_W),
+                                 gp_f32(&c->saved[S_STATS1]), small, dh, dx ? gp_f32(dx) : NULL,
+                                 GRAD(P_LN1_W), GRAD(P_LN1_B));
 }
 
 static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     const block_impl *p = l->impl;
-    GP_TRY(gp_tl_check_params(l, true));
+    GP_TRY(gp_layer_check_params(l, c, true));
     if (!c->saved[S_G].data)
         return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
                         l->index, l->ops->kind);
@@ -135,40 +179,14 @@ static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
     const int64_t C = d.dim, F = p->d_ff, N = d.batch * d.seq;
     gp_rng_stream s0, s1;
     const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
-    const float *ln1 = c->saved[S_LN1].data, *h = c->saved[S_H].data;
-    const float *ln2 = c->saved[S_LN2].data, *u = c->saved[S_U].data, *g = c->saved[S_G].data;
-
-    /* One workspace: dh (N, C) | small (N, C) | big, shared by the MLP's
-     * (N, F) gradient and then the attention sublayer's workspace. */
-    const int64_t attn_ws = gp_op_mha_backward_ws(&d, drop0 != NULL);
+    const int64_t attn_ws = gp_op_mha_backward_ws(c->dev, &d, drop0 != NULL);
     const int64_t big_n = attn_ws > N * F ? attn_ws : N * F;
     gp_status st;
-    float *ws = gp_tl_workspace(l, c, 2 * N * C + big_n, &st);
+    float *ws = gp_ctx_workspace(l, c, 2 * N * C + big_n, &st);
     if (!ws) return st;
-    float *dh = ws, *small = ws + N * C, *big = ws + 2 * N * C;
-
-    /* MLP branch: dmo = drop1'(dy); dU = dmo Wp (then * gelu'(u)); dln2 = dU Wfc. */
-    const float *dmo = dy->data;
-    if (drop1) {
-        gp_op_dropout(drop1, p->dropout, N * C, dy->data, NULL, small);
-        dmo = small;
-    }
-    gp_op_linear_backward(N, F, C, g, VAL(P_MLP_W), dmo, big, GRAD(P_MLP_W), GRAD(P_MLP_B));
-    gp_op_gelu_backward(N, F, u, big, big, GRAD(P_FC_B));
-    gp_op_linear_backward(N, C, F, ln2, VAL(P_FC_W), big, small, GRAD(P_FC_W), NULL);
-    /* dh = dy + ln2'(dln2): the residual's gradient joins here. */
-    gp_op_layernorm_backward(N, C, h, VAL(P_LN2_W), c->saved[S_STATS2].data, small, dy->data, dh,
-                             GRAD(P_LN2_W), GRAD(P_LN2_B));
-
-    /* Attention branch: dln1 = attn'(dh) into small; dx = dh + ln1'(dln1). */
-    gp_mha_weights w = block_attn_weights(l);
-    gp_mha_saved sv = {.qkv = c->saved[S_QKV].data, .probs = c->saved[S_PROBS].data,
-                       .att = c->saved[S_ATT].data};
-    gp_op_mha_backward(&d, &w, ln1, &sv, drop0, p->dropout, dh, big, small);
-    gp_op_layernorm_backward(N, C, c->x->data, VAL(P_LN1_W), c->saved[S_STATS1].data, small, dh,
-                             dx ? dx->data : NULL, GRAD(P_LN1_W), GRAD(P_LN1_B));
-    gp_tl_workspace_release(c, ws);
-    return GP_OK;
+    st = block_backward_ws(l, c, dy, dx, ws, drop0, drop1);
+    gp_ctx_workspace_release(c, ws);
+    return st;
 }
 
 static const gp_layer_ops block_ops = {

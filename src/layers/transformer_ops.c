@@ -1,8 +1,10 @@
-/* Small helpers shared by the Transformer family's layers: input checks with
- * the layer named in the message, parameter presence, workspace. */
-#include "transformer_ops.h"
+/* What the Transformer family's layers share: the attention sublayer composed from the device's
+ * kernel ops, the attention cost model, dropout streams and the input-rows check. */
+#include "layers/transformer_ops.h"
 
-#include "../core/device.h"
+/* The CPU kernel's causal blocking (kernels/cpu/attention_kernels.c), which the FLOP count of
+ * the cost model follows. */
+#define ATTN_COST_BLOCK 64
 
 gp_status gp_tl_rows(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int64_t last,
                      const char *what, int64_t *rows) {
@@ -21,33 +23,77 @@ gp_status gp_tl_rows(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int6
     return GP_OK;
 }
 
-gp_status gp_tl_check_params(const gp_layer *l, bool need_grads) {
-    for (int i = 0; i < l->nparams; i++) {
-        const gp_param *p = &l->params[i];
-        if (!p->value.data)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "layer %d (%s): parameter %s is not allocated (initialize the model "
-                            "first)",
-                            l->index, l->ops->kind, p->name);
-        if (need_grads && p->trainable && !p->grad.data)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "layer %d (%s): parameter %s has no gradient tensor for backward",
-                            l->index, l->ops->kind, p->name);
+gp_rng_stream gp_op_dropout_stream(uint64_t seed, int layer_index, int site, uint32_t step,
+                                   uint32_t micro_batch) {
+    return (gp_rng_stream){.seed = seed,
+                           .purpose = GP_RNG_DROPOUT,
+                           .a = (uint32_t)layer_index * 16u + (uint32_t)site,
+                           .b = step,
+                           .c = micro_batch};
+}
+
+/* ------------------------------------------------- attention sublayer */
+
+gp_status gp_op_mha_forward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
+                            const float *x, const float *res, const gp_rng_stream *drop, float p,
+                            const gp_mha_saved *sv, float *y) {
+    const gp_kernels *k = gp_kernels_of(dev);
+    const int64_t N = d->batch * d->seq, C = d->dim;
+    GP_TRY(k->linear_forward(dev, N, C, 3 * C, x, w->wqkv, w->bqkv, NULL, sv->qkv));
+    GP_TRY(k->attention_forward(dev, d, sv->qkv, sv->probs, sv->att));
+    if (drop && p > 0.0f) {
+        /* The projection goes to y first, then y = res + mask(y) in place. */
+        GP_TRY(k->linear_forward(dev, N, C, C, sv->att, w->wproj, w->bproj, NULL, y));
+        return k->dropout(dev, drop, p, N * C, y, res, y);
     }
-    return GP_OK;
+    return k->linear_forward(dev, N, C, C, sv->att, w->wproj, w->bproj, res, y);
 }
 
-uint64_t gp_tl_param_bytes(const gp_layer *l) {
-    uint64_t n = 0;
-    for (int i = 0; i < l->nparams; i++)
-        n += (uint64_t)gp_shape_nelem(&l->params[i].shape) * sizeof(float);
-    return n;
+int64_t gp_op_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, bool dropout) {
+    const int64_t N = d->batch * d->seq, C = d->dim;
+    /* datt (N, C) | dqkv (N, 3C) | the attention kernel's | da (N, C) with dropout */
+    return N * 4 * C + gp_kernels_of(dev)->attention_backward_ws(d) + (dropout ? N * C : 0);
 }
 
-float *gp_tl_workspace(const gp_layer *l, gp_ctx *c, int64_t nfloats, gp_status *st) {
-    float *p = gp_device_alloc(c->dev, GP_MEM_WORKSPACE, (size_t)nfloats * sizeof(float), st);
-    if (!p) gp_error_context(*st, "layer %d (%s): workspace", l->index, l->ops->kind);
-    return p;
+gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
+                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                             float p, const float *dy, float *ws, float *dx) {
+    const gp_kernels *k = gp_kernels_of(dev);
+    const int64_t N = d->batch * d->seq, C = d->dim;
+    float *datt = ws;                  // (N, C)
+    float *dqkv = datt + N * C;        // (N, 3C)
+    float *attn_ws = dqkv + 3 * N * C; // the attention kernel's workspace
+    const float *da = dy;
+    if (drop && p > 0.0f) {
+        float *buf = attn_ws + k->attention_backward_ws(d); // (N, C)
+        GP_TRY(k->dropout(dev, drop, p, N * C, dy, NULL, buf));
+        da = buf;
+    }
+    GP_TRY(k->linear_backward(dev, N, C, C, sv->att, w->wproj, da, datt, w->gwproj, w->gbproj));
+    GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, datt, dqkv, w->gbqkv, attn_ws));
+    return k->linear_backward(dev, N, C, 3 * C, x, w->wqkv, dqkv, dx, w->gwqkv, NULL);
 }
 
-void gp_tl_workspace_release(gp_ctx *c, float *p) { gp_device_release(c->dev, p); }
+/* ------------------------------------------------------- cost model */
+
+double gp_op_attention_gemm_flops(const gp_attn_dims *d) {
+    const double hd = (double)(d->dim / d->heads);
+    double f = 0;
+    for (int64_t r0 = 0; r0 < d->seq; r0 += ATTN_COST_BLOCK) {
+        const int64_t r1 = r0 + ATTN_COST_BLOCK < d->seq ? r0 + ATTN_COST_BLOCK : d->seq;
+        f += 2.0 * 2.0 * (double)(r1 - r0) * (double)r1 * hd; /* q k^T and P v */
+    }
+    return f * (double)d->batch * (double)d->heads;
+}
+
+void gp_op_mha_flops(const gp_attn_dims *d, float p, double *fwd, double *bwd) {
+    const double N = (double)(d->batch * d->seq), C = (double)d->dim;
+    const double lin = 2.0 * N * C * 3.0 * C + 2.0 * N * C * C;
+    const double core = gp_op_attention_gemm_flops(d);
+    /* Softmax: ~8 operations per unmasked score forward (max, exp, sum,
+     * scale), ~4 backward (dot, multiply-subtract). */
+    const double scores = (double)(d->batch * d->heads) * (double)d->seq * (double)(d->seq + 1) / 2.0;
+    const double drop = p > 0.0f ? 16.0 * N * C : 0.0;
+    *fwd = lin + core + 8.0 * scores + 4.0 * N * C + drop;
+    *bwd = 2.0 * lin + 2.0 * core + 4.0 * scores + 4.0 * N * C + drop;
+}

@@ -1,8 +1,10 @@
-/* Inference: a forward pass in eval mode (batch norm on running statistics,
- * no dropout), and batch evaluation (loss sum and correct predictions). */
+/* Inference: a forward pass in eval mode (batch norm on running statistics, no dropout), each
+ * layer on the device its parameters live on, and the scoring of logits against labels (loss sum
+ * and correct predictions). */
+#include <stdlib.h>
 #include <string.h>
 
-#include "sequence.h"
+#include "model/sequence.h"
 
 static gp_status check_input(const gp_model *m, const gp_tensor *x) {
     char got[96], want[96];
@@ -17,61 +19,117 @@ static gp_status check_input(const gp_model *m, const gp_tensor *x) {
     return GP_OK;
 }
 
-static gp_status eval_forward(gp_model *m, gp_device *dev, const gp_tensor *x, gp_tensor *out) {
-    if (!m || !dev) return gp_error(GP_INVALID_ARGUMENT, "inference: model or device is NULL");
-    GP_TRY(check_input(m, x));
-    /* Parameters may live on several devices (pipeline stages, between
-     * steps); activations all go on `dev`, in this one thread. */
-    for (int i = 0; i < m->nlayers; i++)
-        if (!m->devs[i])
+/* x as an input on dev: itself when dev can read its memory, else a copy (owned). */
+static gp_status to_device(gp_device *dev, const gp_tensor *x, gp_tensor *out) {
+    if (gp_kernels_same_memory(dev, x->dev)) {
+        *out = *x;
+        out->owned = false;
+        return GP_OK;
+    }
+    GP_TRY(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, x->shape, x->dtype, out));
+    gp_status s = gp_tensor_copy(out, x);
+    if (s != GP_OK) gp_tensor_release(out);
+    return s;
+}
+
+gp_status gp_model_forward_eval(gp_model *m, int first, int last, const gp_tensor *x,
+                                gp_tensor *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = first; i < last; i++)
+        if (!gp_model_layer_device(m, i))
             return gp_error(GP_INVALID_ARGUMENT,
-                            "inference: layer %d (%s) is not initialized: call gp_model_init first",
+                            "inference: layer %d (%s) is not initialized here: initialize the "
+                            "model first (under MPI, run it through the pipeline)",
                             i, m->layers[i]->ops->kind);
     gp_run run = {.training = false, .seed = m->seed};
-    return gp_seq_infer(m, 0, m->nlayers, dev, &run, x, out);
+    gp_tensor cur = *x;
+    cur.owned = false;
+    /* Each run of layers on one device runs there; the activation moves between runs. */
+    for (int a = first; a < last;) {
+        gp_device *dev = gp_model_layer_device(m, a);
+        int b = a + 1;
+        while (b < last && gp_model_layer_device(m, b) == dev) b++;
+        gp_tensor in, y;
+        gp_status s = to_device(dev, &cur, &in);
+        if (s == GP_OK) s = gp_seq_forward_output(m, a, b, dev, &run, &in, &y);
+        gp_tensor_release(&in);
+        gp_tensor_release(&cur);
+        if (s != GP_OK) return s;
+        cur = y;
+        a = b;
+    }
+    *out = cur;
+    return GP_OK;
 }
 
-gp_status gp_model_predict(gp_model *m, gp_device *dev, const gp_tensor *x, gp_tensor *logits) {
+gp_status gp_model_predict(gp_model *m, const gp_tensor *x, gp_tensor *logits) {
     char got[96], want[96];
+    if (!m) return gp_error(GP_INVALID_ARGUMENT, "gp_model_predict: model is NULL");
+    GP_TRY(check_input(m, x));
     gp_tensor out;
-    GP_TRY(eval_forward(m, dev, x, &out));
-    if (!logits || !logits->data || !gp_shape_equal(&logits->shape, &out.shape)) {
-        gp_status s = gp_error(GP_SHAPE, "gp_model_predict: logits tensor %s, expected %s",
-                               logits ? gp_shape_str(&logits->shape, got, sizeof got) : "NULL",
-                               gp_shape_str(&out.shape, want, sizeof want));
-        gp_tensor_release(&out);
-        return s;
-    }
-    memcpy(logits->data, out.data, gp_tensor_nbytes(&out));
+    GP_TRY(gp_model_forward_eval(m, 0, m->nlayers, x, &out));
+    gp_status s = GP_OK;
+    if (!logits || !logits->data || !gp_shape_equal(&logits->shape, &out.shape))
+        s = gp_error(GP_SHAPE, "gp_model_predict: logits tensor %s, expected %s",
+                     logits ? gp_shape_str(&logits->shape, got, sizeof got) : "NULL",
+                     gp_shape_str(&out.shape, want, sizeof want));
+    if (s == GP_OK) s = gp_tensor_copy(logits, &out);
     gp_tensor_release(&out);
-    return GP_OK;
+    return s;
 }
 
-gp_status gp_model_evaluate(gp_model *m, gp_device *dev, const gp_tensor *x, const gp_tensor *y,
-                            double *loss_sum, int64_t *ncorrect, int64_t *ncount) {
-    gp_tensor out;
-    GP_TRY(eval_forward(m, dev, x, &out));
+/* t's bytes in host memory: itself, or a malloc'ed copy in *copy (the caller frees it). */
+static gp_status host_bytes(const gp_tensor *t, const void **bytes, void **copy) {
+    *copy = NULL;
+    if ((*bytes = gp_tensor_host_data(t))) return GP_OK;
+    size_t n = gp_tensor_nbytes(t);
+    if (!(*copy = malloc(n ? n : 1))) return gp_error(GP_OUT_OF_MEMORY, "%zu bytes", n);
+    gp_status s = gp_tensor_to_host(t, *copy, n);
+    *bytes = *copy;
+    return s;
+}
+
+gp_status gp_model_score(const gp_tensor *logits, const gp_tensor *y, double *loss_sum,
+                         int64_t *ncorrect, int64_t *ncount) {
+    const void *lb = NULL, *yb = NULL;
+    void *lcopy = NULL, *ycopy = NULL;
+    gp_status s = host_bytes(logits, &lb, &lcopy);
+    if (s == GP_OK) s = host_bytes(y, &yb, &ycopy);
+    gp_tensor hl = gp_tensor_view((void *)lb, logits->shape, logits->dtype);
+    gp_tensor hy = gp_tensor_view((void *)yb, y->shape, y->dtype);
     double l = 0;
-    gp_status s = gp_softmax_xent(&out, y, 1.0, &l, NULL);
-    if (s != GP_OK) {
-        gp_tensor_release(&out);
-        return gp_error_context(s, "gp_model_evaluate");
+    if (s == GP_OK) s = gp_softmax_xent(&hl, &hy, 1.0, &l, NULL);
+    if (s == GP_OK) {
+        const int64_t classes = hl.shape.dim[hl.shape.ndim - 1];
+        const int64_t rows = gp_tensor_nelem(&hl) / classes;
+        const float *out = lb;
+        const int32_t *lab = yb;
+        int64_t correct = 0, count = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            if (lab[r] < 0) continue;
+            const float *row = out + r * classes;
+            int64_t best = 0;
+            for (int64_t c = 1; c < classes; c++)
+                if (row[c] > row[best]) best = c;
+            correct += best == lab[r];
+            count++;
+        }
+        if (loss_sum) *loss_sum = l;
+        if (ncorrect) *ncorrect = correct;
+        if (ncount) *ncount = count;
     }
-    int64_t classes = out.shape.dim[out.shape.ndim - 1];
-    int64_t rows = gp_tensor_nelem(&out) / classes, correct = 0, count = 0;
-    const int32_t *lab = (const int32_t *)y->data;
-    for (int64_t r = 0; r < rows; r++) {
-        if (lab[r] < 0) continue;
-        const float *row = out.data + r * classes;
-        int64_t best = 0;
-        for (int64_t c = 1; c < classes; c++)
-            if (row[c] > row[best]) best = c;
-        correct += best == lab[r];
-        count++;
-    }
+    free(lcopy);
+    free(ycopy);
+    return s;
+}
+
+gp_status gp_model_evaluate(gp_model *m, const gp_tensor *x, const gp_tensor *y,
+                            double *loss_sum, int64_t *ncorrect, int64_t *ncount) {
+    if (!m) return gp_error(GP_INVALID_ARGUMENT, "gp_model_evaluate: model is NULL");
+    GP_TRY(check_input(m, x));
+    gp_tensor out;
+    GP_TRY(gp_model_forward_eval(m, 0, m->nlayers, x, &out));
+    gp_status s = gp_model_score(&out, y, loss_sum, ncorrect, ncount);
     gp_tensor_release(&out);
-    if (loss_sum) *loss_sum = l;
-    if (ncorrect) *ncorrect = correct;
-    if (ncount) *ncount = count;
-    return GP_OK;
+    return s == GP_OK ? GP_OK : gp_error_context(s, "gp_model_evaluate");
 }

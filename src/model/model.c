@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/device.h"
-#include "model_internal.h"
+#include "core/hash.h"
+#include "model/param_store.h"
 
 static gp_shape with_batch(const gp_shape *ex, int64_t batch) {
     gp_shape s = {ex->ndim + 1, {batch, 0, 0, 0}};
@@ -44,9 +44,10 @@ gp_status gp_model_new(gp_shape example_shape, gp_dtype input_dtype, gp_model **
 
 void gp_model_free(gp_model *m) {
     if (!m) return;
+    gp_store_release_layers(m, 0, m->nlayers);
     for (int i = 0; i < m->nlayers; i++) gp_layer_free(m->layers[i]);
     free(m->layers);
-    free(m->devs);
+    free(m->store_of);
     free(m);
 }
 
@@ -96,8 +97,8 @@ gp_status gp_model_add(gp_model *m, gp_layer *layer) {
         int cap = m->cap ? 2 * m->cap : 16;
         gp_layer **l = realloc(m->layers, (size_t)cap * sizeof *l);
         if (l) m->layers = l;
-        gp_device **d = l ? realloc(m->devs, (size_t)cap * sizeof *d) : NULL;
-        if (d) m->devs = d;
+        gp_store **d = l ? realloc(m->store_of, (size_t)cap * sizeof *d) : NULL;
+        if (d) m->store_of = d;
         if (!l || !d) {
             gp_layer_free(layer);
             return gp_error(GP_OUT_OF_MEMORY, "gp_model_add: cannot grow the layer list to %d", cap);
@@ -115,7 +116,7 @@ gp_status gp_model_add(gp_model *m, gp_layer *layer) {
     }
     m->out_example = out;
     m->layers[m->nlayers] = layer;
-    m->devs[m->nlayers] = NULL;
+    m->store_of[m->nlayers] = NULL;
     m->nlayers++;
     return GP_OK;
 }
@@ -132,82 +133,46 @@ gp_layer *gp_model_layer(gp_model *m, int i) {
     return (m && i >= 0 && i < m->nlayers) ? m->layers[i] : NULL;
 }
 
-static void init_param(gp_param *p, uint64_t seed, int layer, int index) {
-    float *v = p->value.data;
-    int64_t n = gp_tensor_nelem(&p->value);
-    gp_rng_stream s = {.seed = seed, .purpose = GP_RNG_INIT, .a = (uint32_t)layer,
-                       .b = (uint32_t)index};
-    switch (p->init) {
-    case GP_INIT_ZEROS:
-        memset(v, 0, (size_t)n * sizeof *v);
-        break;
-    case GP_INIT_ONES:
-        for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
-        break;
-    case GP_INIT_NORMAL:
-        gp_rng_normal(&s, 0, v, n);
-        for (int64_t i = 0; i < n; i++) v[i] *= p->init_scale;
-        break;
-    case GP_INIT_UNIFORM:
-        gp_rng_uniform(&s, 0, v, n);
-        for (int64_t i = 0; i < n; i++) v[i] = (2.0f * v[i] - 1.0f) * p->init_scale;
-        break;
-    }
-}
-
 gp_status gp_model_init_range(gp_model *m, int first, int last, gp_device *dev, uint64_t seed) {
     if (!m || !dev) return gp_error(GP_INVALID_ARGUMENT, "gp_model_init: model or device is NULL");
     if (first < 0 || last > m->nlayers || first > last)
         return gp_error(GP_INVALID_ARGUMENT, "gp_model_init_range: range [%d, %d) outside 0..%d",
                         first, last, m->nlayers);
+    if (first == last) return GP_OK;
+    gp_store *s;
+    GP_TRY(gp_store_place(m, first, last, dev, false, &s));
+    gp_status st = gp_store_init_values(m, s, seed);
+    if (st != GP_OK) {
+        gp_store_release_layers(m, first, last);
+        return gp_error_context(st, "gp_model_init_range");
+    }
     m->seed = seed;
-    for (int li = first; li < last; li++) {
-        gp_layer *l = m->layers[li];
-        for (int j = 0; j < l->nparams; j++) {
-            gp_param *p = &l->params[j];
-            gp_tensor_release(&p->value);
-            gp_status s = gp_tensor_alloc(dev, GP_MEM_PARAMS, p->shape, GP_F32, &p->value);
-            if (s != GP_OK)
-                return gp_error_context(s, "layer %d (%s) parameter %s", li, l->ops->kind, p->name);
-            init_param(p, seed, li, j);
-        }
-        m->devs[li] = dev;
-    }
     return GP_OK;
-}
-
-void gp_model_release_range(gp_model *m, int first, int last) {
-    for (int li = first; li < last; li++) {
-        gp_layer *l = m->layers[li];
-        for (int j = 0; j < l->nparams; j++) {
-            gp_param *p = &l->params[j];
-            gp_tensor_release(&p->grad);
-            gp_tensor_release(&p->state[0]);
-            gp_tensor_release(&p->state[1]);
-            gp_tensor_release(&p->value);
-        }
-        m->devs[li] = NULL;
-    }
 }
 
 gp_status gp_model_init(gp_model *m, gp_device *dev, uint64_t seed) {
     return gp_model_init_range(m, 0, m ? m->nlayers : 0, dev, seed);
 }
 
+gp_device *gp_model_layer_device(const gp_model *m, int li) {
+    return m->store_of[li] ? m->store_of[li]->dev : NULL;
+}
+
 gp_device *gp_model_range_device(const gp_model *m, int first, int last) {
     gp_device *d = NULL;
     for (int i = first; i < last; i++) {
-        if (!m->devs[i]) {
+        gp_device *di = gp_model_layer_device(m, i);
+        if (!di) {
             gp_error(GP_INVALID_ARGUMENT, "layer %d (%s) is not initialized: call gp_model_init first",
                      i, m->layers[i]->ops->kind);
             return NULL;
         }
-        if (d && m->devs[i] != d) {
+        if (d && di != d) {
             gp_error(GP_INVALID_ARGUMENT, "layers %d..%d live on more than one device (%s and %s)",
-                     first, last - 1, gp_device_name(d), gp_device_name(m->devs[i]));
+                     first, last - 1, gp_device_name(d), gp_device_name(di));
             return NULL;
         }
-        d = m->devs[i];
+        d = di;
     }
     if (!d) gp_error(GP_INVALID_ARGUMENT, "the model has no layers");
     return d;
@@ -243,14 +208,39 @@ int64_t gp_model_nparams(const gp_model *m) {
     return n;
 }
 
-uint64_t gp_model_params_fnv1a64(const gp_model *m) {
-    uint64_t h = GP_FNV1A64_INIT;
-    for (int i = 0; m && i < m->nlayers; i++)
-        for (int j = 0; j < m->layers[i]->nparams; j++) {
+gp_status gp_model_params_fnv1a64(const gp_model *m, uint64_t *out) {
+    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_model_params_fnv1a64: out is NULL");
+    *out = GP_FNV1A64_INIT;
+    return gp_model_params_fnv1a64_range(m, 0, m ? m->nlayers : 0, out);
+}
+
+gp_status gp_model_params_fnv1a64_range(const gp_model *m, int first, int last, uint64_t *h) {
+    if (!m || !h) return gp_error(GP_INVALID_ARGUMENT, "gp_model_params_fnv1a64: NULL argument");
+    void *host = NULL;
+    size_t cap = 0;
+    gp_status s = GP_OK;
+    for (int i = first; i < last && s == GP_OK; i++)
+        for (int j = 0; j < m->layers[i]->nparams && s == GP_OK; j++) {
             const gp_tensor *v = &m->layers[i]->params[j].value;
-            if (v->data) h = gp_fnv1a64(h, v->data, gp_tensor_nbytes(v));
+            if (!v->data) continue;
+            size_t n = gp_tensor_nbytes(v);
+            const void *bytes = gp_tensor_host_data(v);
+            if (!bytes) { /* device memory: hashed from a host copy */
+                if (n > cap) {
+                    void *b = realloc(host, n);
+                    if (!b) {
+                        s = gp_error(GP_OUT_OF_MEMORY, "gp_model_params_fnv1a64: %zu bytes", n);
+                        break;
+                    }
+                    host = b, cap = n;
+                }
+                s = gp_tensor_to_host(v, host, n);
+                bytes = host;
+            }
+            if (s == GP_OK) *h = gp_fnv1a64(*h, bytes, n);
         }
-    return h;
+    free(host);
+    return s;
 }
 
 int gp_model_nparam_tensors(const gp_model *m) {

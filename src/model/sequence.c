@@ -1,6 +1,6 @@
 /* Forward and backward over a range of layers, with activation memory
  * counted on the device and freed as soon as backward no longer needs it. */
-#include "sequence.h"
+#include "model/sequence.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -104,8 +104,8 @@ gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy,
     return s;
 }
 
-gp_status gp_seq_infer(gp_model *m, int first, int last, gp_device *dev, const gp_run *run,
-                       const gp_tensor *x, gp_tensor *y) {
+gp_status gp_seq_forward_output(gp_model *m, int first, int last, gp_device *dev,
+                                const gp_run *run, const gp_tensor *x, gp_tensor *y) {
     memset(y, 0, sizeof *y);
     GP_TRY(check_range(m, first, last));
     gp_tensor cur = *x, next;

@@ -4,7 +4,7 @@
 #ifndef GP_MODEL_SEQUENCE_H
 #define GP_MODEL_SEQUENCE_H
 
-#include "model_internal.h"
+#include "model/model_internal.h"
 
 /* One micro-batch's pass through layers [first, last): every layer's output
  * and context, kept for backward. */
@@ -34,9 +34,11 @@ gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy,
 /* Releases whatever the pass still holds; safe on a released pass. */
 void gp_seq_release(gp_seq_pass *p);
 
-/* Forward in inference mode without keeping state: y receives the output
- * (allocated here on dev as ACTIVATIONS; the caller releases it). */
-gp_status gp_seq_infer(gp_model *m, int first, int last, gp_device *dev, const gp_run *run,
-                       const gp_tensor *x, gp_tensor *y);
+/* Forward in the mode `run` says (training or eval) that keeps nothing for backward, each
+ * layer's state and input released as soon as the next layer has run: y receives the output
+ * (allocated here on dev as ACTIVATIONS; the caller releases it). What a re-materialized cell
+ * runs in its first forward, and what inference runs. */
+gp_status gp_seq_forward_output(gp_model *m, int first, int last, gp_device *dev,
+                                const gp_run *run, const gp_tensor *x, gp_tensor *y);
 
 #endif

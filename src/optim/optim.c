@@ -1,10 +1,12 @@
-/* SGD with momentum and AdamW (PyTorch's update rules, so the reference
- * test can compare step by step), the learning-rate schedule (linear
- * warm-up, then cosine decay) and clipping by global gradient norm. */
-#include "optim.h"
+/* SGD with momentum and AdamW (PyTorch's update rules, so the reference test can compare step
+ * by step) over flat arrays, the learning-rate schedule (linear warm-up, then cosine decay) and
+ * clipping by global gradient norm. */
+#include "optim/optim.h"
 
 #include <math.h>
-#include <string.h>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
 
 gp_optim_opts gp_sgd_defaults(float lr, float momentum) {
     return (gp_optim_opts){.kind = GP_OPTIM_SGD, .lr = lr, .momentum = momentum};
@@ -52,90 +54,22 @@ int gp_optim_state_count(const gp_optim_opts *o) {
     return o->kind == GP_OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
 }
 
-gp_status gp_optim_state_init(const gp_optim_opts *o, gp_param *p, gp_device *dev) {
-    int nstate = gp_optim_state_count(o);
-    for (int i = 0; i < nstate; i++) {
-        gp_tensor_release(&p->state[i]);
-        GP_TRY(gp_tensor_zeros(dev, GP_MEM_OPTIM, p->shape, GP_F32, &p->state[i]));
-    }
-    return GP_OK;
-}
-
-static void sgd_update(const gp_optim_opts *o, gp_param *p, float lr) {
-    float *w = p->value.data, *g = p->grad.data, *buf = p->state[0].data;
-    int64_t n = gp_tensor_nelem(&p->value);
-    float wd = p->decay ? o->weight_decay : 0.0f, mu = o->momentum;
-    if (buf) {
-        for (int64_t i = 0; i < n; i++) {
-            float d = g[i] + wd * w[i];
-            buf[i] = mu * buf[i] + d;
-            w[i] -= lr * buf[i];
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) w[i] -= lr * (g[i] + wd * w[i]);
-    }
-}
-
-static void adamw_update(const gp_optim_opts *o, gp_param *p, float lr, int t) {
-    float *w = p->value.data, *g = p->grad.data;
-    float *m = p->state[0].data, *v = p->state[1].data;
-    int64_t n = gp_tensor_nelem(&p->value);
-    float b1 = o->beta1, b2 = o->beta2;
-    float decay = 1.0f - lr * (p->decay ? o->weight_decay : 0.0f);
-    float step_size = lr / (float)(1.0 - pow(b1, t));
-    float bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
-    for (int64_t i = 0; i < n; i++) {
-        float wi = w[i] * decay;
-        m[i] = m[i] * b1 + g[i] * (1.0f - b1);
-        v[i] = v[i] * b2 + g[i] * g[i] * (1.0f - b2);
-        float denom = sqrtf(v[i]) / bc2_sqrt + o->eps;
-        w[i] = wi - step_size * (m[i] / denom);
-    }
-}
-
-void gp_optim_update(const gp_optim_opts *o, gp_param *p, float lr, int t) {
-    if (o->kind == GP_OPTIM_ADAMW)
-        adamw_update(o, p, lr, t);
-    else
-        sgd_update(o, p, lr);
-}
-
-double gp_grad_sumsq(const gp_param *p) {
-    const float *g = p->grad.data;
-    int64_t n = gp_tensor_nelem(&p->grad);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    return s;
-}
-
-void gp_grad_scale(gp_param *p, float scale) {
-    float *g = p->grad.data;
-    int64_t n = gp_tensor_nelem(&p->grad);
-    for (int64_t i = 0; i < n; i++) g[i] *= scale;
-}
-
 float gp_clip_factor(float clip_norm, double total_norm) {
     if (clip_norm <= 0) return 1.0f;
     double f = clip_norm / (total_norm + 1e-6);
     return f < 1.0 ? (float)f : 1.0f;
 }
 
-double gp_layer_grad_sumsq(const gp_layer *l) {
-    double sum = 0;
-    for (int j = 0; j < l->nparams; j++)
-        if (l->params[j].trainable) sum += gp_grad_sumsq(&l->params[j]);
-    return sum;
-}
-
-void gp_optim_apply_layers(const gp_optim_opts *o, gp_layer *const *layers, int first, int last,
-                           double global_norm, int step) {
-    float clip = gp_clip_factor(o->clip_norm, global_norm);
-    float lr = gp_optim_lr_at(o, step);
-    for (int li = first; li < last; li++)
-        for (int j = 0; j < layers[li]->nparams; j++) {
-            gp_param *p = &layers[li]->params[j];
-            if (!p->trainable) continue;
-            if (clip < 1.0f) gp_grad_scale(p, clip);
-            gp_optim_update(o, p, lr, step + 1);
-        }
+gp_status gp_optim_update(const gp_optim_opts *o, gp_device *dev, int64_t n, float *w,
+                          const float *g, float *const state[2], bool decay, float lr, int t) {
+    const gp_kernels *k = gp_kernels_of(dev);
+    const float wd = decay ? o->weight_decay : 0.0f;
+    if (o->kind != GP_OPTIM_ADAMW) return k->sgd_update(dev, n, w, g, state[0], lr, wd, o->momentum);
+    const gp_adamw_step s = {.decay = 1.0f - lr * wd,
+                             .beta1 = o->beta1,
+                             .beta2 = o->beta2,
+                             .eps = o->eps,
+                             .step_size = lr / (float)(1.0 - pow(o->beta1, t)),
+                             .bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, t))};
+    return k->adamw_update(dev, n, w, g, state[0], state[1], &s);
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../core/error.h"
-#include "runtime_internal.h"
+#include "pipeline/pipeline_internal.h"
 
 /* One rank's outcome, all-gathered (fixed size, plain bytes). */
 typedef struct outcome {

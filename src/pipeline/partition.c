@@ -347,35 +347,3 @@ gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nf
     return GP_OK;
 }
 
-gp_status gp_partition_parse(const char *text, int *first, int cap, int *n) {
-    if (!text || !first || !n) return gp_error(GP_INVALID_ARGUMENT, "partition: NULL argument");
-    *n = 0;
-    const char *p = text;
-    for (;;) {
-        while (*p == ' ') p++;
-        if (*p < '0' || *p > '9')
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "partition '%s': expected a layer index at position %d, e.g. "
-                            "0,5,9,12",
-                            text, (int)(p - text));
-        errno = 0;
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (errno || v > 1000000000L)
-            return gp_error(GP_INVALID_ARGUMENT, "partition '%s': layer index out of range",
-                            text);
-        if (*n >= cap)
-            return gp_error(GP_INVALID_ARGUMENT, "partition '%s': more than %d entries", text,
-                            cap);
-        first[(*n)++] = (int)v;
-        p = end;
-        while (*p == ' ') p++;
-        if (*p == '\0') return GP_OK;
-        if (*p != ',')
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "partition '%s': unexpected '%c' at position %d; expected a "
-                            "comma-separated list such as 0,5,9,12",
-                            text, *p, (int)(p - text));
-        p++;
-    }
-}

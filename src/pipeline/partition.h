@@ -84,8 +84,6 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first);
 
-/* Parses "0,5,9,12" into first[0..*n-1] (at most cap entries). */
-gp_status gp_partition_parse(const char *text, int *first, int cap, int *n);
 
 /* The time of the cell of layers [first, end): the partitioner's objective for one cell. */
 double gp_cell_time(const gp_layer_est *layers, int first, int end);

@@ -20,9 +20,6 @@ void gp_plan_free(gp_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-gp_status gp_plan_parse_partition(const char *text, int *first, int cap, int *n) {
-    return gp_partition_parse(text, first, cap, n);
-}
 
 static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                             const gp_pipeline_opts *po, double gflops, int *K, int *M) {

@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/sequence.h"
-#include "../optim/optim.h"
+#include "core/clock.h"
+#include "model/param_store.h"
+#include "model/sequence.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -18,11 +19,15 @@ static int cmp_double(const void *a, const void *b) {
 static gp_status stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t layer,
                           uint32_t which, gp_tensor *t) {
     GP_TRY(gp_tensor_zeros(dev, GP_MEM_ACTIVATIONS, shape, dt, t));
-    if (dt == GP_F32) {
-        gp_rng_stream r = {.seed = 1, .purpose = GP_RNG_PROFILE, .a = layer, .b = which};
-        gp_rng_normal(&r, 0, t->data, gp_tensor_nelem(t));
-    }
-    return GP_OK;
+    if (dt != GP_F32) return GP_OK;
+    const int64_t n = gp_tensor_nelem(t);
+    float *host = malloc((size_t)(n ? n : 1) * sizeof *host);
+    if (!host) return gp_error(GP_OUT_OF_MEMORY, "profiling: %lld stand-in values", (long long)n);
+    gp_rng_stream r = {.seed = 1, .purpose = GP_RNG_PROFILE, .a = layer, .b = which};
+    gp_rng_normal(&r, 0, host, n);
+    gp_status s = gp_tensor_from_host(t, host, (size_t)n * sizeof *host);
+    free(host);
+    return s;
 }
 
 /* One forward + backward of layer li, adding the two times to f and b. */
@@ -50,10 +55,7 @@ static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_dev
     gp_tensor x = {0}, dy = {0}, dx = {0};
     GP_TRY(gp_model_init_range(m, li, li + 1, dev, 1));
     gp_layer *l = m->layers[li];
-    gp_status s = GP_OK;
-    for (int j = 0; j < l->nparams && s == GP_OK; j++)
-        if (l->params[j].trainable)
-            s = gp_tensor_zeros(dev, GP_MEM_GRADS, l->params[j].shape, GP_F32, &l->params[j].grad);
+    gp_status s = gp_store_train_begin(m, m->store_of[li], 0);
     if (s == GP_OK) s = stand_in(dev, in_shape, in_dt, (uint32_t)li, 0, &x);
     if (s == GP_OK) s = stand_in(dev, out_shape, GP_F32, (uint32_t)li, 1, &dy);
     /* As in a pipeline, the first layer computes no input gradient (it has no one to send it). */
@@ -66,7 +68,7 @@ static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_dev
     gp_tensor_release(&x);
     gp_tensor_release(&dy);
     gp_tensor_release(&dx);
-    gp_model_release_range(m, li, li + 1);
+    gp_store_release_layers(m, li, li + 1); /* the layer's store goes, gradients and all */
     if (s != GP_OK) return gp_error_context(s, "profiling layer %d (%s)", li, l->ops->kind);
     qsort(fs, (size_t)reps, sizeof *fs, cmp_double);
     qsort(bs, (size_t)reps, sizeof *bs, cmp_double);
@@ -88,11 +90,11 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
     if (reps == 0) reps = 3;
     const int L = m->nlayers;
     for (int li = 0; li < L; li++)
-        if (m->devs[li])
+        if (m->store_of[li])
             return gp_error(GP_INVALID_ARGUMENT,
                             "gp_model_profile_layers: layer %d is initialized on device %s; "
-                            "profile the model before a trainer or pipeline takes it",
-                            li, gp_device_name(m->devs[li]));
+                            "profile the model before initializing it or creating its pipeline",
+                            li, gp_device_name(gp_model_layer_device(m, li)));
     const uint64_t seed = m->seed; /* initialization records its seed; keep the model's */
     const int threads = gp_blas_threads();
     gp_blas_set_threads(1);

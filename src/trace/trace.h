@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "../core/clock.h"
 #include "../core/error.h"
 #include "gpipe.h"
 

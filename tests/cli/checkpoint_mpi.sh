@@ -39,7 +39,7 @@ mpi_fails() {
 files() { (cd "$1" && ls | tr '\n' ' '); }
 
 # --- exact resume under MPI, K = 2, D = 1 -----------------------------------------------------
-# Under MPI with D = 1 the bits are the threads backend's (tests/cli/mpi.sh), and do not depend
+# Under MPI with D = 1 the bits are the threads launcher's (tests/cli/mpi.sh), and do not depend
 # on K: one straight run on threads is the reference of every D = 1 run below.
 run straight "${LM[@]}" --stages 2 --report "$TMP/straight.json"
 cli_mpirun a 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/ck" --stop-after 4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `gpipe train` under mpirun (Open MPI, oversubscribed on 2 cores): D = 1 over MPI gives the
-# threads backend's parameter hash, losses and evaluation bit for bit (tiny byte LM with 1f1b,
+# threads launcher's parameter hash, losses and evaluation bit for bit (tiny byte LM with 1f1b,
 # convnet with gpipe); the report counts the bytes each rank sent (activations and gradients at
 # the cell boundary, plus each stage's gradients in the all-reduce with D = 2) as the formulas
 # say; a launch of the wrong size is a usage error before any training; a rank killed with
@@ -15,7 +15,7 @@ cli_need_mpi # exit 2 without MPI, then skipped
 rc=$probe_rc
 # Outside mpirun the singleton has 1 rank: --stages 2 needs 2.
 [ "$rc" = 2 ] && grep -q "launched with 1 MPI rank, but --data-parallel 1 x --stages 2 needs D x K = 2" \
-    "$TMP/probe.err" || bad "--backend mpi --stages 2 alone: exit $rc, $(cat "$TMP/probe.err")"
+    "$TMP/probe.err" || bad "--launcher mpi --stages 2 alone: exit $rc, $(cat "$TMP/probe.err")"
 
 printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16}\n' \
     >"$TMP/lm.json"
@@ -47,7 +47,7 @@ for name in ("lm", "cn"):
     need(mpi["train"]["final_loss"] == thr["train"]["final_loss"], f"{name}: final loss differs")
     need(mpi["eval"] == thr["eval"], f"{name}: eval {mpi['eval']} != {thr['eval']}")
     p = mpi["pipeline"]
-    need(p["backend"] == "mpi" and p["ranks"] == 2 and p["data_parallel"] == 1, f"{name}: {p}")
+    need(p["launcher"] == "mpi" and p["ranks"] == 2 and p["data_parallel"] == 1, f"{name}: {p}")
     need(len(p["stage_peak_bytes"]) == 2 and all(s["parameters"] > 0 for s in p["stage_peak_bytes"]),
          f"{name}: stage_peak_bytes {p['stage_peak_bytes']}")
     need(thr["pipeline"]["partition"] == p["partition"], f"{name}: partitions differ")
@@ -79,12 +79,12 @@ PY
 # Usage errors: the MPI options without MPI, threads under an MPI launcher.
 "$GPIPE" train "${LM[@]}" --data-parallel 2 >"$TMP/u1.out" 2>"$TMP/u1.err"
 rc=$?
-[ "$rc" = 2 ] && grep -q -- "--data-parallel: only with the MPI backend" "$TMP/u1.err" ||
+[ "$rc" = 2 ] && grep -q -- "--data-parallel: only with the MPI launcher" "$TMP/u1.err" ||
     bad "--data-parallel outside mpirun: exit $rc, $(cat "$TMP/u1.err")"
-timeout 120 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" --backend threads >"$TMP/u2.out" 2>"$TMP/u2.err"
+timeout 120 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" --launcher threads >"$TMP/u2.out" 2>"$TMP/u2.err"
 rc=$?
-[ "$rc" != 0 ] && grep -q "started by an MPI launcher with 2 ranks, but --backend threads was given" \
-    "$TMP/u2.err" || bad "--backend threads under mpirun: exit $rc, $(head -c 400 "$TMP/u2.err")"
+[ "$rc" != 0 ] && grep -q "started by an MPI launcher with 2 ranks, but --launcher threads was given" \
+    "$TMP/u2.err" || bad "--launcher threads under mpirun: exit $rc, $(head -c 400 "$TMP/u2.err")"
 "$GPIPE" train --help | grep -q -- "--comm-timeout SECONDS" || bad "train --help lacks --comm-timeout"
 "$GPIPE" bench --help | grep -q -- "--data-parallel D" || bad "bench --help lacks --data-parallel"
 

@@ -1,19 +1,15 @@
-/* CPU kernels for causal multi-head attention (declared in
- * layers/transformer_ops.h): per (batch, head) GEMMs straight on the strided
- * q/k/v columns of qkv (no head transposes), a row softmax, and the backward
- * products arranged so that every operand is read in place. */
+/* CPU kernels for causal multi-head attention: per (batch, head) GEMMs straight on the strided
+ * q/k/v columns of qkv (no head transposes), a row softmax, and the backward products arranged
+ * so that every operand is read in place. */
 #include <string.h>
 
-#include "../../layers/transformer_ops.h"
-#include "../kernels.h"
-#include "transformer_math.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/transformer_math.h"
 
-/* Rows are processed in blocks of ATTN_BLOCK: a block of query rows only
- * needs keys up to its last row, which skips most of the masked triangle
- * while keeping each GEMM large enough to run near peak. */
-#ifndef ATTN_BLOCK
+/* Rows are processed in blocks of ATTN_BLOCK: a block of query rows only needs keys up to its
+ * last row, which skips most of the masked triangle while keeping each GEMM large enough to run
+ * near peak. The layers' cost model (layers/transformer_ops.c) counts the same blocks. */
 #define ATTN_BLOCK 64
-#endif
 
 /* Softmax of s[0..n) in place; s[n..width) set to zero (the masked part). */
 static void softmax_row(float *s, int64_t n, int64_t width) {
@@ -24,7 +20,9 @@ static void softmax_row(float *s, int64_t n, int64_t width) {
     if (width > n) memset(s + n, 0, (size_t)(width - n) * sizeof *s);
 }
 
-void gp_op_attention_forward(const gp_attn_dims *d, const float *qkv, float *probs, float *att) {
+gp_status gp_cpu_attention_forward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
+                                   float *probs, float *att) {
+    (void)dev;
     const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads, hd = C / H;
     const int64_t ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -37,21 +35,26 @@ void gp_op_attention_forward(const gp_attn_dims *d, const float *qkv, float *pro
             for (int64_t r0 = 0; r0 < T; r0 += ATTN_BLOCK) {
                 const int64_t r1 = r0 + ATTN_BLOCK < T ? r0 + ATTN_BLOCK : T;
                 /* S[r0:r1, 0:r1] = q k^T * scale; columns >= r1 are all masked. */
-                gp_gemm(false, true, r1 - r0, r1, hd, scale, q + r0 * ld, ld, k, ld, 0.0f,
+                gp_cpu_sgemm(false, true, r1 - r0, r1, hd, scale, q + r0 * ld, ld, k, ld, 0.0f,
                         P + r0 * T, T);
                 for (int64_t t = r0; t < r1; t++) softmax_row(P + t * T, t + 1, T);
-                gp_gemm(false, false, r1 - r0, hd, r1, 1.0f, P + r0 * T, T, v, ld, 0.0f,
-                        o + r0 * C, C);
+                gp_cpu_sgemm(false, false, r1 - r0, hd, r1, 1.0f, P + r0 * T, T, v, ld, 0.0f,
+                             o + r0 * C, C);
             }
         }
+    return GP_OK;
 }
 
-void gp_op_attention_backward(const gp_attn_dims *d, const float *qkv, const float *probs,
-                              const float *datt, float *dqkv, float *dbias, float *scratch) {
+int64_t gp_cpu_attention_backward_ws(const gp_attn_dims *d) { return d->seq * d->seq; }
+
+gp_status gp_cpu_attention_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
+                                    const float *probs, const float *datt, float *dqkv,
+                                    float *dbias, float *ws) {
+    (void)dev;
     const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads, hd = C / H;
     const int64_t ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *dS = scratch; // (T, T)
+    float *dS = ws; // (T, T)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             const float *q = qkv + b * T * ld + h * hd; // (T, hd), row stride 3C
@@ -63,7 +66,7 @@ void gp_op_attention_backward(const gp_attn_dims *d, const float *qkv, const flo
             for (int64_t r0 = 0; r0 < T; r0 += ATTN_BLOCK) {
                 const int64_t r1 = r0 + ATTN_BLOCK < T ? r0 + ATTN_BLOCK : T;
                 /* dP = dout v^T, then dS = P (dP - rowsum(P dP)) * scale. */
-                gp_gemm(false, true, r1 - r0, r1, hd, 1.0f, dout + r0 * C, C, v, ld, 0.0f,
+                gp_cpu_sgemm(false, true, r1 - r0, r1, hd, 1.0f, dout + r0 * C, C, v, ld, 0.0f,
                         dS + r0 * T, T);
                 for (int64_t t = r0; t < r1; t++) {
                     const float *pr = P + t * T;
@@ -74,16 +77,16 @@ void gp_op_attention_backward(const gp_attn_dims *d, const float *qkv, const flo
                     if (r1 > n) memset(sr + n, 0, (size_t)(r1 - n) * sizeof *sr);
                 }
                 /* dq[r0:r1] = dS[r0:r1, 0:r1] k[0:r1] */
-                gp_gemm(false, false, r1 - r0, hd, r1, 1.0f, dS + r0 * T, T, k, ld, 0.0f,
+                gp_cpu_sgemm(false, false, r1 - r0, hd, r1, 1.0f, dS + r0 * T, T, k, ld, 0.0f,
                         dq + r0 * ld, ld);
             }
             /* Key rows j in [c0, c1) receive from query rows t >= c0 only:
              * dk = dS^T q and dv = P^T dout on the lower part of each column block. */
             for (int64_t c0 = 0; c0 < T; c0 += ATTN_BLOCK) {
                 const int64_t c1 = c0 + ATTN_BLOCK < T ? c0 + ATTN_BLOCK : T;
-                gp_gemm(true, false, c1 - c0, hd, T - c0, 1.0f, dS + c0 * T + c0, T, q + c0 * ld,
+                gp_cpu_sgemm(true, false, c1 - c0, hd, T - c0, 1.0f, dS + c0 * T + c0, T, q + c0 * ld,
                         ld, 0.0f, dk + c0 * ld, ld);
-                gp_gemm(true, false, c1 - c0, hd, T - c0, 1.0f, P + c0 * T + c0, T,
+                gp_cpu_sgemm(true, false, c1 - c0, hd, T - c0, 1.0f, P + c0 * T + c0, T,
                         dout + c0 * C, C, 0.0f, dv + c0 * ld, ld);
             }
             if (dbias) {
@@ -98,67 +101,5 @@ void gp_op_attention_backward(const gp_attn_dims *d, const float *qkv, const flo
                 }
             }
         }
-}
-
-double gp_op_attention_gemm_flops(const gp_attn_dims *d) {
-    const double hd = (double)(d->dim / d->heads);
-    double f = 0;
-    for (int64_t r0 = 0; r0 < d->seq; r0 += ATTN_BLOCK) {
-        const int64_t r1 = r0 + ATTN_BLOCK < d->seq ? r0 + ATTN_BLOCK : d->seq;
-        f += 2.0 * 2.0 * (double)(r1 - r0) * (double)r1 * hd; /* q k^T and P v */
-    }
-    return f * (double)d->batch * (double)d->heads;
-}
-
-/* ------------------------------------------------- attention sublayer */
-
-void gp_op_mha_forward(const gp_attn_dims *d, const gp_mha_weights *w, const float *x,
-                       const float *res, const gp_rng_stream *drop, float p,
-                       const gp_mha_saved *sv, float *y) {
-    const int64_t N = d->batch * d->seq, C = d->dim;
-    gp_op_linear_forward(N, C, 3 * C, x, w->wqkv, w->bqkv, NULL, sv->qkv);
-    gp_op_attention_forward(d, sv->qkv, sv->probs, sv->att);
-    if (drop && p > 0.0f) {
-        /* The projection goes to y first, then y = res + mask(y) in place. */
-        gp_op_linear_forward(N, C, C, sv->att, w->wproj, w->bproj, NULL, y);
-        gp_op_dropout(drop, p, N * C, y, res, y);
-    } else {
-        gp_op_linear_forward(N, C, C, sv->att, w->wproj, w->bproj, res, y);
-    }
-}
-
-int64_t gp_op_mha_backward_ws(const gp_attn_dims *d, bool dropout) {
-    const int64_t N = d->batch * d->seq, C = d->dim;
-    /* datt (N, C) | dqkv (N, 3C) | scratch (T, T) | da (N, C) with dropout */
-    return N * 4 * C + d->seq * d->seq + (dropout ? N * C : 0);
-}
-
-void gp_op_mha_backward(const gp_attn_dims *d, const gp_mha_weights *w, const float *x,
-                        const gp_mha_saved *sv, const gp_rng_stream *drop, float p,
-                        const float *dy, float *ws, float *dx) {
-    const int64_t N = d->batch * d->seq, C = d->dim, T = d->seq;
-    float *datt = ws;              // (N, C)
-    float *dqkv = datt + N * C;    // (N, 3C)
-    float *scratch = dqkv + 3 * N * C; // (T, T)
-    const float *da = dy;
-    if (drop && p > 0.0f) {
-        float *buf = scratch + T * T; // (N, C)
-        gp_op_dropout(drop, p, N * C, dy, NULL, buf);
-        da = buf;
-    }
-    gp_op_linear_backward(N, C, C, sv->att, w->wproj, da, datt, w->gwproj, w->gbproj);
-    gp_op_attention_backward(d, sv->qkv, sv->probs, datt, dqkv, w->gbqkv, scratch);
-    gp_op_linear_backward(N, C, 3 * C, x, w->wqkv, dqkv, dx, w->gwqkv, NULL);
-}
-
-void gp_op_mha_flops(const gp_attn_dims *d, float p, double *fwd, double *bwd) {
-    const double N = (double)(d->batch * d->seq), C = (double)d->dim;
-    const double lin = 2.0 * N * C * 3.0 * C + 2.0 * N * C * C;
-    const double core = gp_op_attention_gemm_flops(d);
-    /* Softmax: ~8 operations per unmasked score forward (max, exp, sum,
-     * scale), ~4 backward (dot, multiply-subtract). */
-    const double scores = (double)(d->batch * d->heads) * (double)d->seq * (double)(d->seq + 1) / 2.0;
-    const double drop = p > 0.0f ? 16.0 * N * C : 0.0;
-    *fwd = lin + core + 8.0 * scores + 4.0 * N * C + drop;
-    *bwd = 2.0 * lin + 2.0 * core + 4.0 * scores + 4.0 * N * C + drop;
+    return GP_OK;
 }

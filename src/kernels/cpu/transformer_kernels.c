@@ -1,24 +1,27 @@
-/* CPU kernels for the Transformer layers: vectorizable exp/tanh, linear,
- * layer norm, GELU and dropout (declared in layers/transformer_ops.h).
- * Loops are written so that gcc/clang vectorize them without -ffast-math:
+/* CPU kernels of the Transformer family: linear, layer norm, GELU, dropout and the token and
+ * positional embeddings. Loops are written so that gcc/clang vectorize them without -ffast-math:
  * reductions keep GP_LANES independent partial sums, combined in a fixed order. */
 #include <string.h>
 
-#include "../../layers/transformer_ops.h"
-#include "../kernels.h"
-#include "transformer_math.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/transformer_math.h"
 
-float gp_op_expf(float x) { return gp_exp(x); }
-float gp_op_tanhf(float x) { return gp_tanh(x); }
+#define LAYERNORM_EPS 1e-5f
 
-void gp_op_tanh(int64_t n, const float *x, float *y) {
+float gp_cpu_expf(float x) { return gp_exp(x); }
+float gp_cpu_tanhf(float x) { return gp_tanh(x); }
+
+void gp_cpu_tanh(int64_t n, const float *x, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = gp_tanh(x[i]);
 }
 
 /* ---------------------------------------------------------------- linear */
 
-void gp_op_linear_forward(int64_t rows, int64_t in, int64_t out, const float *x, const float *w,
-                          const float *b, const float *res, float *y) {
+gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
+                                const float *x, const float *w, const float *b, const float *res,
+                                float *y) {
+    (void)dev;
     /* OpenBLAS clears C in a separate pass when beta = 0, so writing the bias
      * (and residual) there first and accumulating with beta = 1 costs nothing. */
     float beta = 0.0f;
@@ -36,20 +39,24 @@ void gp_op_linear_forward(int64_t rows, int64_t in, int64_t out, const float *x,
             }
         }
     }
-    gp_gemm(false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
+    gp_cpu_sgemm(false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
+    return GP_OK;
 }
 
-void gp_op_linear_backward(int64_t rows, int64_t in, int64_t out, const float *x, const float *w,
-                           const float *dy, float *dx, float *dw, float *db) {
-    if (dx) gp_gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
-    gp_gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-    if (db) gp_sum_rows_add(db, dy, rows, out);
+gp_status gp_cpu_linear_backward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
+                                 const float *x, const float *w, const float *dy, float *dx,
+                                 float *dw, float *db) {
+    if (dx) gp_cpu_sgemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+    gp_cpu_sgemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+    if (db) gp_cpu_sum_rows_add(dev, dy, rows, out, db);
+    return GP_OK;
 }
 
 /* ------------------------------------------------------------ layer norm */
 
-void gp_op_layernorm_forward(int64_t rows, int64_t dim, const float *x, const float *w,
-                             const float *b, float *y, float *stats) {
+gp_status gp_cpu_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
+                                   const float *w, const float *b, float *y, float *stats) {
+    (void)dev;
     const int64_t body = dim - dim % GP_LANES;
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x + i * dim; // (dim)
@@ -69,16 +76,18 @@ void gp_op_layernorm_forward(int64_t rows, int64_t dim, const float *x, const fl
             }
         float v = gp_lanes_total(acc2);
         for (int64_t j = body; j < dim; j++) v += (xr[j] - mean) * (xr[j] - mean);
-        const float rstd = 1.0f / sqrtf(v / (float)dim + GP_LAYERNORM_EPS);
+        const float rstd = 1.0f / sqrtf(v / (float)dim + LAYERNORM_EPS);
         for (int64_t j = 0; j < dim; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
         stats[i] = mean;
         stats[rows + i] = rstd;
     }
+    return GP_OK;
 }
 
-void gp_op_layernorm_backward(int64_t rows, int64_t dim, const float *x, const float *w,
-                              const float *stats, const float *dy, const float *dres, float *dx,
-                              float *dw, float *db) {
+gp_status gp_cpu_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
+                                    const float *w, const float *stats, const float *dy,
+                                    const float *dres, float *dx, float *dw, float *db) {
+    (void)dev;
     const int64_t body = dim - dim % GP_LANES;
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x + i * dim, *dyr = dy + i * dim; // (dim)
@@ -119,6 +128,7 @@ void gp_op_layernorm_backward(int64_t rows, int64_t dim, const float *x, const f
             }
         }
     }
+    return GP_OK;
 }
 
 /* ------------------------------------------------------------------ GELU */
@@ -154,12 +164,15 @@ static inline float gelu_grad1(float x) {
     return GP_FMA(x, du2 * (s * (e * s)), s);
 }
 
-void gp_op_gelu_forward(int64_t n, const float *x, float *y) {
+gp_status gp_cpu_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y) {
+    (void)dev;
     for (int64_t i = 0; i < n; i++) y[i] = gelu1(x[i]);
+    return GP_OK;
 }
 
-void gp_op_gelu_backward(int64_t rows, int64_t cols, const float *x, const float *dy, float *dx,
-                         float *db) {
+gp_status gp_cpu_gelu_backward(gp_device *dev, int64_t rows, int64_t cols, const float *x,
+                               const float *dy, float *dx, float *db) {
+    (void)dev;
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x + i * cols, *dyr = dy + i * cols; // (cols)
         float *dxr = dx + i * cols;
@@ -172,27 +185,19 @@ void gp_op_gelu_backward(int64_t rows, int64_t cols, const float *x, const float
         else
             for (int64_t j = 0; j < cols; j++) dxr[j] = dyr[j] * gelu_grad1(xr[j]);
     }
+    return GP_OK;
 }
 
 /* --------------------------------------------------------------- dropout */
 
-gp_rng_stream gp_op_dropout_stream(uint64_t seed, int layer_index, int site, uint32_t step,
-                                   uint32_t micro_batch) {
-    return (gp_rng_stream){.seed = seed,
-                           .purpose = GP_RNG_DROPOUT,
-                           .a = (uint32_t)layer_index * 16u + (uint32_t)site,
-                           .b = step,
-                           .c = micro_batch};
-}
-
-int64_t gp_op_dropout(const gp_rng_stream *s, float p, int64_t n, const float *x,
-                      const float *res, float *y) {
+gp_status gp_cpu_dropout(gp_device *dev, const gp_rng_stream *s, float p, int64_t n,
+                         const float *x, const float *res, float *y) {
+    (void)dev;
     /* The uniforms are made a chunk at a time on the stack: the mask is a
      * pure function of (stream, index), so nothing needs to be kept. */
     enum { CHUNK = 1024 };
     float u[CHUNK];
     const float scale = 1.0f / (1.0f - p);
-    int64_t kept = 0;
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t len = n - i0 < CHUNK ? n - i0 : CHUNK;
         gp_rng_uniform(s, (uint64_t)i0, u, len);
@@ -204,7 +209,68 @@ int64_t gp_op_dropout(const gp_rng_stream *s, float p, int64_t n, const float *x
         } else {
             for (int64_t j = 0; j < len; j++) yc[j] = xc[j] * (u[j] >= p ? scale : 0.0f);
         }
-        for (int64_t j = 0; j < len; j++) kept += u[j] >= p;
     }
-    return kept;
+    return GP_OK;
+}
+
+/* ------------------------------------------------------------ embeddings */
+
+/* Every id is checked before anything is read with it. */
+static gp_status check_ids(int64_t n, int64_t row_len, int64_t vocab, const int32_t *ids) {
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "token id %d at position %lld (row %lld, column %lld) is out of "
+                            "range: expected 0 <= id < vocab = %lld",
+                            (int)ids[i], (long long)i, (long long)(i / row_len),
+                            (long long)(i % row_len), (long long)vocab);
+    return GP_OK;
+}
+
+gp_status gp_cpu_embedding_forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
+                                   int64_t vocab, const int32_t *ids, const float *w, float *y) {
+    (void)dev;
+    GP_TRY(check_ids(n, row_len, vocab, ids));
+    for (int64_t i = 0; i < n; i++)
+        memcpy(y + i * dim, w + (int64_t)ids[i] * dim, (size_t)dim * sizeof *y);
+    return GP_OK;
+}
+
+gp_status gp_cpu_embedding_backward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
+                                    int64_t vocab, const int32_t *ids, const float *dy,
+                                    float *dw) {
+    (void)dev;
+    GP_TRY(check_ids(n, row_len, vocab, ids));
+    /* Scatter-add in position order: a fixed order, so the sums are deterministic. */
+    for (int64_t i = 0; i < n; i++) {
+        float *row = dw + (int64_t)ids[i] * dim;
+        const float *g = dy + i * dim;
+        for (int64_t j = 0; j < dim; j++) row[j] += g[j];
+    }
+    return GP_OK;
+}
+
+gp_status gp_cpu_pos_embedding_forward(gp_device *dev, int64_t batch, int64_t seq, int64_t dim,
+                                       const float *x, const float *w, float *y) {
+    (void)dev;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < seq; t++) {
+            const float *xr = x + (b * seq + t) * dim, *wr = w + t * dim;
+            float *yr = y + (b * seq + t) * dim;
+            for (int64_t j = 0; j < dim; j++) yr[j] = xr[j] + wr[j];
+        }
+    return GP_OK;
+}
+
+gp_status gp_cpu_pos_embedding_backward(gp_device *dev, int64_t batch, int64_t seq, int64_t dim,
+                                        const float *dy, float *dw) {
+    (void)dev;
+    /* Rows of dw receive the batch in order b = 0, 1, ...: deterministic. */
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < seq; t++) {
+            const float *g = dy + (b * seq + t) * dim;
+            float *wr = dw + t * dim;
+            for (int64_t j = 0; j < dim; j++) wr[j] += g[j];
+        }
+    return GP_OK;
 }

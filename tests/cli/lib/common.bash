@@ -80,17 +80,17 @@ cli_need_pydeps() {
     fi
 }
 
-# cli_need_mpi: for the tests of gpipe under mpirun. Without MPI built in, `--backend mpi` must
+# cli_need_mpi: for the tests of gpipe under mpirun. Without MPI built in, `--launcher mpi` must
 # be a usage error (exit 2) and the test is skipped (exit 77, saying why), as it is without
 # mpirun. Sets MPIRUN (oversubscribed on the few cores of CI) and lets Open MPI run as root (CI
 # tests run as root); the probe's exit status and stderr stay in probe_rc and $TMP/probe.err.
 cli_need_mpi() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPIRUN=(mpirun --oversubscribe --bind-to none)
-    "$GPIPE" train --model convnet --backend mpi --stages 2 >"$TMP/probe.out" 2>"$TMP/probe.err"
+    "$GPIPE" train --model convnet --launcher mpi --stages 2 >"$TMP/probe.out" 2>"$TMP/probe.err"
     probe_rc=$?
     if grep -q "MPI support was not built" "$TMP/probe.err"; then
-        [ "$probe_rc" = 2 ] || bad "--backend mpi without MPI: exit $probe_rc, expected 2"
+        [ "$probe_rc" = 2 ] || bad "--launcher mpi without MPI: exit $probe_rc, expected 2"
         [ "$fail" = 0 ] || exit 1
         echo "SKIP: this gpipe was built without MPI (no MPI library at configure time, or -DGP_MPI=OFF)"
         exit 77

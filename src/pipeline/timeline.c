@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime_internal.h"
+#include "pipeline/pipeline_internal.h"
 
 /* One transport call [b, e] as WAIT up to `ready` (when the peer made the call able to
  * proceed), then the hand-over itself. */
@@ -21,11 +21,11 @@ static gp_status add_comm(gp_pipeline *p, int k, gp_trace_kind kind, int mb, dou
  * its message was sent (the end of the peer's send call, which only enqueues a pointer); a send
  * blocked on a full mailbox could proceed once the receiver had taken the message `capacity`
  * sends earlier on that link. The transport does not report these moments itself. */
-gp_status gp_rt_trace_comm(gp_pipeline *p) {
+gp_status gp_timeline_trace_comm(gp_pipeline *p) {
     static const char *const names[2][GP_MSG_NKINDS] = {{"SEND_ACT", "SEND_GRAD"},
                                                         {"RECV_ACT", "RECV_GRAD"}};
     for (int k = 0; k < p->K; k++) {
-        stage *s = &p->st[k];
+        gp_stage *s = &p->st[k];
         for (int mb = 0; mb < p->M; mb++) {
             const comm_times *c = &s->ct[mb];
             for (int j = 0; j < GP_MSG_NKINDS; j++) {
@@ -54,7 +54,7 @@ gp_status gp_rt_trace_comm(gp_pipeline *p) {
  * duration (recomputations included), which keeps the step-to-step spread of the times. Idle time
  * the replay has too comes from the schedule's dependencies on those durations; what the
  * measurement has beyond it is the runtime's own (hand-overs, wake-ups). */
-gp_status gp_rt_simulate_trace(gp_pipeline *p) {
+gp_status gp_timeline_simulate(gp_pipeline *p) {
     const int K = p->K, M = p->M;
     gp_sim_cell *cells = calloc((size_t)K, sizeof *cells);
     gp_sim_stage *st = calloc((size_t)K, sizeof *st);
@@ -95,7 +95,8 @@ gp_status gp_rt_simulate_trace(gp_pipeline *p) {
     return s;
 }
 
-gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out) {
+gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out,
+                                 gp_stage_stats *stages) {
     if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_last_stats: NULL argument");
     memset(out, 0, sizeof *out);
     if (!p->have_trace)
@@ -115,10 +116,9 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out) {
         out->bubble_replayed = p->bubble_replayed;
         out->pinned = true;
         for (int k = 0; k < p->K; k++) out->pinned = out->pinned && p->st[k].pinned;
-        for (int k = 0; k < p->K && k < 64; k++) {
-            out->busy_fraction[k] = ts.span > 0 ? ss[k].busy / ts.span : 0;
-            out->partition[k] = p->first[k];
-        }
+        for (int k = 0; stages && k < p->K; k++)
+            stages[k] = (gp_stage_stats){.busy_fraction = ts.span > 0 ? ss[k].busy / ts.span : 0,
+                                         .first_layer = p->first[k]};
     }
     free(ss);
     return s;

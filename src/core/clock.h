@@ -1,0 +1,8 @@
+/* The library's clock: monotonic wall-clock seconds (CLOCK_MONOTONIC, comparable between the
+ * processes of one host). Private to the library. */
+#ifndef GP_CORE_CLOCK_H
+#define GP_CORE_CLOCK_H
+
+double gp_now(void);
+
+#endif

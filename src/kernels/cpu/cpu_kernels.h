@@ -1,0 +1,114 @@
+/* The CPU backend's functions behind its op table (cpu_device.c puts them in the table), for the
+ * files of this folder and for tests of the CPU math. Each takes the table's arguments; dev is
+ * unused on the CPU (there is no queue). */
+#ifndef GP_KERNELS_CPU_CPU_KERNELS_H
+#define GP_KERNELS_CPU_CPU_KERNELS_H
+
+#include "kernels/kernels.h"
+
+/* The CPU's op table (the one for host memory). */
+const gp_kernels *gp_cpu_kernels(void);
+
+/* CBLAS sgemm, row-major; m or n of 0 does nothing. */
+void gp_cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                  int64_t ldc);
+
+/* The vectorizable approximations of transformer_math.h out of line (relative error below
+ * 3e-7; NaN propagates), for tests. */
+float gp_cpu_expf(float x);
+float gp_cpu_tanhf(float x);
+/* y[i] = tanh(x[i]); y may alias x. */
+void gp_cpu_tanh(int64_t n, const float *x, float *y);
+
+/* gemm.c */
+gp_status gp_cpu_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                      int64_t ldb, float beta, float *c, int64_t ldc);
+gp_status gp_cpu_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                              int64_t k, float alpha, const float *a, int64_t lda,
+                              int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
+                              float beta, float *c, int64_t ldc, int64_t stride_c,
+                              int64_t count);
+
+/* vector_kernels.c */
+gp_status gp_cpu_fill(gp_device *dev, float *x, int64_t n, float value);
+gp_status gp_cpu_scale(gp_device *dev, float *x, int64_t n, float alpha);
+gp_status gp_cpu_axpy(gp_device *dev, int64_t n, float alpha, const float *x, float *y);
+gp_status gp_cpu_sum_rows_add(gp_device *dev, const float *x, int64_t rows, int64_t cols,
+                              float *out);
+gp_status gp_cpu_sumsq(gp_device *dev, const float *x, int64_t n, double *out);
+gp_status gp_cpu_relu_forward(gp_device *dev, int64_t n, const float *x, float *y);
+gp_status gp_cpu_relu_backward(gp_device *dev, int64_t n, const float *x, const float *dy,
+                               float *dx);
+gp_status gp_cpu_sgd_update(gp_device *dev, int64_t n, float *w, const float *g, float *buf,
+                            float lr, float wd, float momentum);
+gp_status gp_cpu_adamw_update(gp_device *dev, int64_t n, float *w, const float *g, float *m,
+                              float *v, const gp_adamw_step *s);
+
+/* transformer_kernels.c */
+gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
+                                const float *x, const float *w, const float *b, const float *res,
+                                float *y);
+gp_status gp_cpu_linear_backward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
+                                 const float *x, const float *w, const float *dy, float *dx,
+                                 float *dw, float *db);
+gp_status gp_cpu_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
+                                   const float *w, const float *b, float *y, float *stats);
+gp_status gp_cpu_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
+                                    const float *w, const float *stats, const float *dy,
+                                    const float *dres, float *dx, float *dw, float *db);
+gp_status gp_cpu_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y);
+gp_status gp_cpu_gelu_backward(gp_device *dev, int64_t rows, int64_t cols, const float *x,
+                               const float *dy, float *dx, float *db);
+gp_status gp_cpu_dropout(gp_device *dev, const gp_rng_stream *s, float p, int64_t n,
+                         const float *x, const float *res, float *y);
+gp_status gp_cpu_embedding_forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
+                                   int64_t vocab, const int32_t *ids, const float *w, float *y);
+gp_status gp_cpu_embedding_backward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
+                                    int64_t vocab, const int32_t *ids, const float *dy,
+                                    float *dw);
+gp_status gp_cpu_pos_embedding_forward(gp_device *dev, int64_t batch, int64_t seq, int64_t dim,
+                                       const float *x, const float *w, float *y);
+gp_status gp_cpu_pos_embedding_backward(gp_device *dev, int64_t batch, int64_t seq, int64_t dim,
+                                        const float *dy, float *dw);
+
+/* attention_kernels.c */
+gp_status gp_cpu_attention_forward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
+                                   float *probs, float *att);
+int64_t gp_cpu_attention_backward_ws(const gp_attn_dims *d);
+gp_status gp_cpu_attention_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
+                                    const float *probs, const float *datt, float *dqkv,
+                                    float *dbias, float *ws);
+
+/* loss_kernels.c */
+gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, const float *logits,
+                              const int32_t *labels, double normalizer, double *loss,
+                              float *dlogits);
+
+/* conv_kernels.c */
+gp_status gp_cpu_im2col(gp_device *dev, const gp_conv_geom *g, const float *x, int64_t oh0,
+                        int64_t oh1, float *col);
+gp_status gp_cpu_col2im_add(gp_device *dev, const gp_conv_geom *g, const float *col,
+                            int64_t oh0, int64_t oh1, float *x);
+gp_status gp_cpu_channel_bias_add(gp_device *dev, int64_t batch, int64_t channels, int64_t npix,
+                                  const float *bias, float *y);
+gp_status gp_cpu_channel_bias_grad(gp_device *dev, int64_t batch, int64_t channels,
+                                   int64_t npix, const float *dy, float *db);
+gp_status gp_cpu_batchnorm_forward(gp_device *dev, const gp_bn_dims *d, const float *x,
+                                   const float *gamma, const float *beta, float *running_mean,
+                                   float *running_var, bool batch_stats, bool update_running,
+                                   float *stats, float *y);
+gp_status gp_cpu_batchnorm_backward(gp_device *dev, const gp_bn_dims *d, const float *x,
+                                    const float *dy, const float *stats, const float *gamma,
+                                    bool batch_stats, float *dx, float *dgamma, float *dbeta);
+gp_status gp_cpu_maxpool_forward(gp_device *dev, const gp_pool_dims *d, const float *x, float *y,
+                                 int32_t *argmax);
+gp_status gp_cpu_maxpool_backward(gp_device *dev, const gp_pool_dims *d, const int32_t *argmax,
+                                  const float *dy, float *dx);
+gp_status gp_cpu_avgpool_forward(gp_device *dev, int64_t planes, int64_t hw, const float *x,
+                                 float *y);
+gp_status gp_cpu_avgpool_backward(gp_device *dev, int64_t planes, int64_t hw, const float *dy,
+                                  float *dx);
+
+#endif

@@ -1,0 +1,370 @@
+/* The launcher of one stage per MPI process: D data-parallel replicas x K stages, each replica
+ * on its slice of the mini-batch. A rank holds its own stage and nothing more. Its hooks sum the
+ * stage's gradients over the replicas in buckets that are slices of the stage's gradient block,
+ * started during the last backward as their layers finish; the norms and losses meet in one
+ * fixed-order all-reduce. Evaluation and the parameter hash stream through the stages of
+ * replica 0, and every rank gets the result. Without MPI support the grid cannot be made. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h> /* gethostname: whether the ranks share a clock */
+
+#include "comm/mpi_grid.h"
+#include "core/clock.h"
+#include "core/hash.h"
+#include "pipeline/pipeline_internal.h"
+
+/* Gradient buckets of at least a quarter of the stage's gradients (so that a bucket travels
+ * while the stage's earlier layers still backpropagate) and at most this many floats (4 MiB:
+ * big enough for the all-reduce to run at bandwidth); a bucket ends at a layer boundary. */
+#define DP_BUCKET_FLOATS (1 << 20)
+
+typedef struct mpi_launch {
+    gp_grid *grid;
+    gp_tensor xv, yv; /* this replica's rows of the step's mini-batch (views) */
+    int dp_mark;      /* layers [dp_mark, last) are in buckets already started */
+    int64_t dp_bucket; /* floats that make a bucket */
+} mpi_launch;
+
+static gp_stage *my_stage(gp_pipeline *p) { return &p->st[p->my_stage]; }
+
+/* -------------------------------------------------------------- gradient hooks */
+
+/* Layer li's gradients are final: once the layers not yet sent fill a bucket (or the cell's
+ * first layer is done), start that slice's all-reduce while the earlier layers backpropagate. */
+static gp_status layer_grads_final(void *ctx, gp_stage *s, int li) {
+    mpi_launch *l = ctx;
+    if (li == s->last - 1) l->dp_mark = s->last;
+    gp_tensor slice = gp_store_grad_slice(s->store, li, l->dp_mark);
+    const int64_t n = gp_tensor_nelem(&slice);
+    if (n > 0 && (n >= l->dp_bucket || li == s->first)) {
+        GP_TRY(gp_grid_grads_start(l->grid, slice.data, n));
+        l->dp_mark = li;
+    }
+    return GP_OK;
+}
+
+static gp_status grads_wait(void *ctx, gp_stage *s) {
+    (void)s;
+    return gp_grid_grads_wait(((mpi_launch *)ctx)->grid);
+}
+
+/* v[0..L-1]: this stage's layers' squared gradient norms (zero elsewhere), v[L]: the last
+ * stage's loss over its replica's rows. One all-reduce over every rank, in world order, of
+ * L norms (replica 0's only: the replicas' reduced gradients are identical), D losses and each
+ * rank's byte counts. Every entry has one contributor, so the sums are exact and identical
+ * everywhere; the loss is then the replicas' losses added in replica order. */
+static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
+    mpi_launch *l = ctx;
+    gp_pipeline *p = s->p;
+    const int W = p->nranks, d = p->replica, n = L + p->D + 2 * W;
+    double *w = calloc((size_t)n, sizeof *w);
+    if (!w) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d reduction values", n);
+    if (d == 0) memcpy(w, v, (size_t)L * sizeof *w);
+    w[L + d] = v[L];
+    uint64_t p2p, ar;
+    gp_grid_bytes(l->grid, &p2p, &ar);
+    w[L + p->D + 2 * p->rank] = (double)p2p;
+    w[L + p->D + 2 * p->rank + 1] = (double)ar;
+    gp_status st = gp_transport_allreduce_sum(gp_grid_world(l->grid), p->rank, w, n);
+    if (st == GP_OK) {
+        memcpy(v, w, (size_t)L * sizeof *v);
+        double loss = w[L];
+        for (int r = 1; r < p->D; r++) loss += w[L + r];
+        v[L] = loss;
+        for (int i = 0; i < 2 * W; i++) p->bytes[i] = (uint64_t)w[L + p->D + i];
+    }
+    free(w);
+    return st;
+}
+
+/* ------------------------------------------------------------------- step */
+
+/* The stage's transport calls as WAIT events (named by what they moved): over MPI a call's
+ * blocking and its transfer cannot be told apart, and the transfer through shared memory or a
+ * NIC is the smaller part, so the whole call counts as idle time. */
+static gp_status trace_calls(gp_stage *s) {
+    static const char *const names[2][GP_MSG_NKINDS] = {{"SEND_ACT", "SEND_GRAD"},
+                                                        {"RECV_ACT", "RECV_GRAD"}};
+    gp_pipeline *p = s->p;
+    int k = s->k;
+    bool sends[GP_MSG_NKINDS] = {k < p->K - 1, k > 0}, recvs[GP_MSG_NKINDS] = {k > 0, k < p->K - 1};
+    for (int mb = 0; mb < p->M; mb++)
+        for (int j = 0; j < GP_MSG_NKINDS; j++) {
+            const comm_times *c = &s->ct[mb];
+            if (sends[j])
+                GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, c->send_b[j], c->send_e[j],
+                                    names[0][j]));
+            if (recvs[j])
+                GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, c->recv_b[j], c->recv_e[j],
+                                    names[1][j]));
+        }
+    return GP_OK;
+}
+
+/* One step on this process's stage, on the calling thread (MPI is initialized FUNNELED: only
+ * this thread calls it). Every rank gets the global batch; this replica takes its rows. */
+static gp_status mpi_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y, float *loss) {
+    mpi_launch *l = p->launch;
+    const int64_t rows = x->shape.dim[0] / p->D;
+    l->xv = gp_tensor_rows(x, p->replica * rows, rows);
+    l->yv = gp_tensor_rows(y, p->replica * rows, rows);
+    p->x = &l->xv;
+    p->y = &l->yv;
+    p->b = rows / p->M;
+    p->mb0 = p->replica * p->M;
+    gp_stage *s = my_stage(p);
+    GP_TRY(gp_stage_begin_step(s));
+    gp_trace_reset(&p->trace);
+    gp_grid_bytes_reset(l->grid);
+    const double t0 = gp_now();
+    gp_stage_run(s);
+    p->step_s = gp_now() - t0;
+    if (s->status == GP_OK) s->status = trace_calls(s);
+    if (s->status != GP_OK) return gp_error(s->status, "%s", s->msg);
+    *loss = (float)s->loss;
+    return GP_OK;
+}
+
+/* ------------------------------------------------------- across the stages */
+
+/* Every rank gets rank `root`'s nbytes at mine (on the other ranks mine is ignored) in out. */
+static gp_status share_from(mpi_launch *l, int root, int rank, const void *mine, size_t nbytes,
+                            void *out) {
+    int W = gp_grid_world_size(l->grid);
+    size_t *off = calloc((size_t)W + 1, sizeof *off);
+    if (!off) return gp_error(GP_OUT_OF_MEMORY, "cannot gather from %d ranks", W);
+    void *all = NULL;
+    gp_status s = gp_grid_allgatherv(l->grid, mine, rank == root ? nbytes : 0, &all, off);
+    if (s == GP_OK && off[root + 1] - off[root] != nbytes)
+        s = gp_error(GP_INTERNAL, "rank %d shared %zu bytes, %zu expected", root,
+                     off[root + 1] - off[root], nbytes);
+    if (s == GP_OK) memcpy(out, (char *)all + off[root], nbytes);
+    free(all);
+    free(off);
+    return s;
+}
+
+/* A message of the streamed passes: shape and dtype agreed by both ends, from the model. */
+static gp_status recv_from_prev(gp_pipeline *p, gp_stage *s, gp_shape shape, gp_dtype dt,
+                                gp_tensor *t) {
+    GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, shape, dt, t));
+    gp_status st = gp_transport_recv(p->tr, s->k, s->k - 1, (gp_msg_tag){GP_MSG_ACT, 0}, t);
+    if (st != GP_OK) gp_tensor_release(t);
+    return st;
+}
+
+/* Replica 0's stages pass x forward in eval mode; the last one's logits reach every rank. */
+static gp_status mpi_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *logits) {
+    mpi_launch *l = p->launch;
+    gp_stage *s = my_stage(p);
+    const size_t nbytes = gp_tensor_nbytes(logits);
+    void *host = malloc(nbytes ? nbytes : 1);
+    if (!host) return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_predict: %zu bytes", nbytes);
+    gp_status st = GP_OK;
+    if (p->replica == 0) {
+        const int64_t B = x->shape.dim[0];
+        gp_tensor in = {0}, out = {0};
+        gp_shape in_shape;
+        st = gp_model_shape(p->m, s->first - 1, B, &in_shape);
+        if (st == GP_OK)
+            st = s->k == 0 ? gp_stage_input_rows(s, x, 0, B, &in)
+                           : recv_from_prev(p, s, in_shape, GP_F32, &in);
+        if (st == GP_OK) st = gp_model_forward_eval(p->m, s->first, s->last, &in, &out);
+        gp_tensor_release(&in);
+        if (st == GP_OK && s->k < p->K - 1)
+            st = gp_transport_send(p->tr, s->k, s->k + 1, (gp_msg_tag){GP_MSG_ACT, 0}, &out);
+        else if (st == GP_OK)
+            st = gp_tensor_to_host(&out, host, nbytes);
+        gp_tensor_release(&out);
+        if (st == GP_OK) st = gp_transport_flush(p->tr, s->k);
+        if (st != GP_OK) gp_grid_abort(l->grid, st, gp_last_error());
+    }
+    if (st == GP_OK) st = share_from(l, p->K - 1, p->rank, host, nbytes, host);
+    if (st == GP_OK) st = gp_tensor_from_host(logits, host, nbytes);
+    free(host);
+    return st == GP_OK ? GP_OK : gp_error_context(st, "gp_pipeline_predict (rank %d)", p->rank);
+}
+
+/* The FNV-1a state travels from stage to stage as two int32 words. */
+static gp_status mpi_params_hash(gp_pipeline *p, uint64_t *h) {
+    mpi_launch *l = p->launch;
+    gp_stage *s = my_stage(p);
+    uint64_t state = GP_FNV1A64_INIT;
+    gp_status st = GP_OK;
+    if (p->replica == 0) {
+        gp_tensor t = {0};
+        if (s->k > 0) {
+            st = recv_from_prev(p, s, gp_shape1(2), GP_I32, &t);
+            if (st == GP_OK) st = gp_tensor_to_host(&t, &state, sizeof state);
+            gp_tensor_release(&t);
+        }
+        if (st == GP_OK) st = gp_model_params_fnv1a64_range(p->m, s->first, s->last, &state);
+        if (st == GP_OK && s->k < p->K - 1) {
+            st = gp_tensor_alloc(s->dev, GP_MEM_WORKSPACE, gp_shape1(2), GP_I32, &t);
+            if (st == GP_OK) st = gp_tensor_from_host(&t, &state, sizeof state);
+            if (st == GP_OK)
+                st = gp_transport_send(p->tr, s->k, s->k + 1, (gp_msg_tag){GP_MSG_ACT, 0}, &t);
+            gp_tensor_release(&t);
+        }
+        if (st == GP_OK) st = gp_transport_flush(p->tr, s->k);
+        if (st != GP_OK) gp_grid_abort(l->grid, st, gp_last_error());
+    }
+    if (st == GP_OK) st = share_from(l, p->K - 1, p->rank, &state, sizeof state, &state);
+    if (st == GP_OK) *h = state;
+    return st == GP_OK ? GP_OK : gp_error_context(st, "gp_pipeline_params_fnv1a64 (rank %d)", p->rank);
+}
+
+static gp_status mpi_allgather(gp_pipeline *p, const void *mine, size_t nbytes, void *all) {
+    mpi_launch *l = p->launch;
+    const int W = p->nranks;
+    size_t *off = calloc((size_t)W + 1, sizeof *off);
+    void *got = NULL;
+    if (!off) return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_allgather: %d ranks", W);
+    gp_status s = gp_grid_allgatherv(l->grid, mine, nbytes, &got, off);
+    for (int r = 0; r < W && s == GP_OK; r++)
+        if (off[r + 1] - off[r] != nbytes)
+            s = gp_error(GP_INTERNAL, "gp_pipeline_allgather: rank %d gave %zu bytes, not %zu", r,
+                         off[r + 1] - off[r], nbytes);
+    if (s == GP_OK) memcpy(all, got, (size_t)W * nbytes);
+    free(got);
+    free(off);
+    return s;
+}
+
+/* What each rank contributes to a gather: its trace origin (CLOCK_MONOTONIC: comparable between
+ * the ranks of one host), a host hash, its stage device's counters, then its events. */
+typedef struct gather_head {
+    double origin;
+    uint64_t host;
+    gp_mem_stats mem;
+    int nevents;
+} gather_head;
+
+static gp_status add_gathered(gp_pipeline *p, const char *all, const size_t *off) {
+    /* One host: the monotonic clocks agree, so every track keeps its true offset. Several
+     * hosts: each track starts at its own step start (the step began with the previous one's
+     * all-reduce, on every rank within its latency). */
+    const int W = p->nranks;
+    bool one_host = true;
+    gather_head h0;
+    memcpy(&h0, all, sizeof h0);
+    for (int r = 1; r < W; r++) {
+        gather_head hr;
+        memcpy(&hr, all + off[r], sizeof hr);
+        one_host = one_host && hr.host == h0.host;
+    }
+    gp_trace_reset(&p->trace);
+    gp_status s = GP_OK;
+    for (int r = 0; r < W && s == GP_OK; r++) {
+        gather_head hr;
+        memcpy(&hr, all + off[r], sizeof hr);
+        p->rank_mem[r] = hr.mem;
+        double shift = one_host ? hr.origin - h0.origin : 0;
+        for (int i = 0; i < hr.nevents && s == GP_OK; i++) {
+            gp_trace_event e;
+            memcpy(&e, all + off[r] + sizeof hr + (size_t)i * sizeof e, sizeof e);
+            if (e.t_end < e.t_begin) continue; /* left open by a failure */
+            s = gp_trace_add(&p->trace, r, e.kind, e.micro_batch, e.t_begin + shift,
+                             e.t_end + shift, e.label);
+        }
+    }
+    return s;
+}
+
+static gp_status mpi_gather(gp_pipeline *p) {
+    mpi_launch *l = p->launch;
+    const int W = p->nranks, k = p->my_stage;
+    int n = 0;
+    const gp_trace_event *ev = gp_trace_events(&p->trace, k, &n);
+    size_t nbytes = sizeof(gather_head) + (size_t)n * sizeof *ev;
+    char *mine = malloc(nbytes);
+    size_t *off = calloc((size_t)W + 1, sizeof *off);
+    if (!p->rank_mem) p->rank_mem = calloc((size_t)W, sizeof *p->rank_mem);
+    if (!mine || !off || !p->rank_mem) {
+        free(mine);
+        free(off);
+        return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_gather: cannot allocate %zu bytes", nbytes);
+    }
+    gather_head h = {.origin = p->trace.origin, .nevents = n};
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    h.host = gp_fnv1a64(GP_FNV1A64_INIT, host, strlen(host));
+    gp_device_mem_stats(my_stage(p)->dev, &h.mem);
+    memcpy(mine, &h, sizeof h);
+    if (n) memcpy(mine + sizeof h, ev, (size_t)n * sizeof *ev);
+    void *all = NULL;
+    gp_status s = gp_grid_allgatherv(l->grid, mine, nbytes, &all, off);
+    free(mine);
+    if (s == GP_OK) s = add_gathered(p, all, off);
+    free(all);
+    free(off);
+    if (s == GP_OK) s = gp_timeline_simulate(p); /* tracks 0..K-1: replica 0's stages */
+    p->have_trace = s == GP_OK;
+    return s == GP_OK ? GP_OK : gp_error_context(s, "gp_pipeline_gather");
+}
+
+static void mpi_free(gp_pipeline *p) {
+    mpi_launch *l = p->launch;
+    if (!l) return;
+    gp_grid_free(l->grid);
+    free(l);
+    p->launch = NULL;
+    p->tr = NULL;
+}
+
+static const gp_launcher_iface mpi_iface = {
+    .name = "mpi",
+    .step = mpi_step,
+    .predict = mpi_predict,
+    .params_hash = mpi_params_hash,
+    .allgather = mpi_allgather,
+    .gather = mpi_gather,
+    .free = mpi_free,
+};
+
+/* The grid (mpirun's world as D x K) and this process's place. Processes are bound to cores by
+ * their launcher (mpirun --bind-to), not by the stage they run. */
+gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
+    mpi_launch *l = calloc(1, sizeof *l);
+    if (!l) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate its launcher");
+    p->launch = l;
+    p->launcher = &mpi_iface;
+    p->D = po->data_parallel ? po->data_parallel : 1;
+    GP_TRY(gp_grid_new(p->D, p->K, po->comm_timeout_s, &l->grid));
+    p->tr = gp_grid_pipe(l->grid);
+    p->rank = gp_grid_world_rank(l->grid);
+    p->nranks = gp_grid_world_size(l->grid);
+    p->my_stage = gp_grid_stage(l->grid);
+    p->replica = gp_grid_replica(l->grid);
+    p->bytes = calloc(2 * (size_t)p->nranks, sizeof *p->bytes);
+    if (!p->bytes) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate byte counters");
+    p->sync = (gp_stage_sync){.reduce_norms = reduce_norms, .ctx = l};
+    if (p->D > 1) {
+        p->sync.layer_grads_final = layer_grads_final;
+        p->sync.grads_wait = grads_wait;
+    }
+    for (int k = 0; k < p->K; k++) p->st[k].cpu = -1;
+    return GP_OK;
+}
+
+/* Every rank must cut the model at the same layers; a partition balanced on measured times
+ * (--balance time) may differ from rank to rank, so rank 0's is used everywhere: one all-reduce
+ * to which only rank 0 contributes. Also sizes the gradient buckets, once the cells are known. */
+gp_status gp_launch_mpi_agree_cells(gp_pipeline *p, int *first) {
+    mpi_launch *l = p->launch;
+    double *v = calloc((size_t)p->K, sizeof *v);
+    if (!v) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate %d cell bounds", p->K);
+    for (int k = 0; p->rank == 0 && k < p->K; k++) v[k] = first[k];
+    gp_status s = gp_transport_allreduce_sum(gp_grid_world(l->grid), p->rank, v, p->K);
+    for (int k = 0; s == GP_OK && k < p->K; k++) first[k] = (int)v[k];
+    free(v);
+    if (s != GP_OK) return gp_error_context(s, "pipeline: agreeing on rank 0's cells");
+    const int k = p->my_stage, last = k + 1 < p->K ? first[k + 1] : p->m->nlayers;
+    int64_t n = 0;
+    for (int li = first[k]; li < last; li++)
+        for (int j = 0; j < p->m->layers[li]->nparams; j++)
+            if (p->m->layers[li]->params[j].trainable)
+                n += gp_shape_nelem(&p->m->layers[li]->params[j].shape);
+    l->dp_bucket = n / 4 < DP_BUCKET_FLOATS ? n / 4 : DP_BUCKET_FLOATS;
+    return GP_OK;
+}

@@ -1,0 +1,166 @@
+/* The pipeline's private state, shared by its files:
+ *   pipeline.c     set-up (cells, schedule, stage stores and devices), the public accessors, and
+ *                  the step's checks before it goes to the launcher;
+ *   stage.c        the stage interpreter: one stage's action list for one step, talking only to
+ *                  a transport and the launcher's gradient-sync hooks (gp_stage_sync);
+ *   launch_local.c the launcher of this process's stages: K = 1 inline on the caller's thread
+ *                  (no stage thread, no transport), K > 1 on K threads over the threads
+ *                  transport;
+ *   launch_mpi.c   the launcher of one stage per MPI process (D replicas x K stages);
+ *   timeline.c     the step's timeline, stats, bubbles and pictures;
+ *   checkpoint.c   checkpoints of a pipeline (one file, or one part per stage). */
+#ifndef GP_PIPELINE_PIPELINE_INTERNAL_H
+#define GP_PIPELINE_PIPELINE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "comm/transport.h"
+#include "gpipe.h"
+#include "model/param_store.h"
+#include "model/sequence.h"
+#include "pipeline/schedule.h"
+#include "trace/trace.h"
+
+#define MAILBOX_CAPACITY 2
+
+/* When a stage's transport call began and returned, per micro-batch and message kind. The
+ * transport does not say how much of a call was spent blocked, so the split into WAIT and the
+ * hand-over is made after the step from the peers' times (timeline.c). */
+typedef struct comm_times {
+    double send_b[GP_MSG_NKINDS], send_e[GP_MSG_NKINDS];
+    double recv_b[GP_MSG_NKINDS], recv_e[GP_MSG_NKINDS];
+    int send_seq[GP_MSG_NKINDS]; /* position of the message on its link, in sending order */
+} comm_times;
+
+typedef struct gp_stage gp_stage;
+
+/* What a launcher does for the interpreter around the gradients (all on the stage's thread). */
+typedef struct gp_stage_sync {
+    /* Optional: layer li's gradients are final (the backward of the last micro-batch runs the
+     * cell's layers last to first), e.g. to start a data-parallel all-reduce of them. */
+    gp_status (*layer_grads_final)(void *ctx, gp_stage *s, int li);
+    /* Optional: before the norms, every gradient sum started must be complete. */
+    gp_status (*grads_wait)(void *ctx, gp_stage *s);
+    /* v[0..L-1]: each layer's squared gradient norm (this stage's layers filled, zero
+     * elsewhere); v[L]: this stage's loss (the last stage's, zero elsewhere). In place: the sums
+     * over every stage (and replica), with the same bits on every stage. */
+    gp_status (*reduce_norms)(void *ctx, gp_stage *s, double *v, int L);
+    void *ctx;
+} gp_stage_sync;
+
+struct gp_stage {
+    struct gp_pipeline *p;
+    int k, first, last;  /* stage k: layers [first, last) */
+    gp_device *dev;      /* where its layers, activations and messages live */
+    bool own_dev;        /* the pipeline made the device (and frees it) */
+    gp_store *store;     /* its parameters, gradients and optimizer state */
+    bool run_here;       /* this process runs the stage (MPI: one stage per process) */
+    /* Per micro-batch, between actions of one step (M entries each). */
+    gp_tensor *in;      /* the cell's input: stage 0's rows of x (a view or a copy), else received */
+    gp_seq_pass *pass;  /* the kept forward (remat NONE), or the rebuilt one during backward */
+    gp_tensor *out;     /* the output waiting for SEND_ACT */
+    gp_tensor *dy;      /* the received gradient of the output */
+    gp_tensor *dx;      /* the gradient of the input waiting for SEND_GRAD */
+    gp_shape in_shape, out_shape; /* this step's micro-batch shapes */
+    double loss;        /* last stage: sum of micro-batch losses, micro-batch order */
+    comm_times *ct;     /* (M) */
+    int nsent[GP_MSG_NKINDS];
+    int *sent_mb[GP_MSG_NKINDS]; /* (M): micro-batch of the n-th message sent of each kind */
+    gp_status status;
+    char msg[1024];
+    pthread_t thread;
+    int cpu;     /* the core this stage's thread runs on, -1: not pinned */
+    bool pinned; /* the last step's thread did get that core */
+};
+
+/* How the stages of a pipeline are run: in this process (inline or threads) or one per MPI
+ * process. Every member is required. */
+typedef struct gp_launcher_iface {
+    const char *name; /* "local", "mpi" */
+    /* One step on the stages this process runs (x, y checked; p->normalizer set): sets p->x,
+     * p->y, p->b, p->mb0 for the stages, runs them, and on success the last step's timeline. */
+    gp_status (*step)(struct gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
+                      float *loss);
+    /* Collective: an eval-mode forward through every stage; logits on every process. */
+    gp_status (*predict)(struct gp_pipeline *p, const gp_tensor *x, gp_tensor *logits);
+    /* Collective: the parameter hash over every stage in layer order, on every process. */
+    gp_status (*params_hash)(struct gp_pipeline *p, uint64_t *h);
+    /* Collective: every process's nbytes at mine into all (world order). */
+    gp_status (*allgather)(struct gp_pipeline *p, const void *mine, size_t nbytes, void *all);
+    /* Collective: the last step's timeline and memory counters of every process, gathered. */
+    gp_status (*gather)(struct gp_pipeline *p);
+    void (*free)(struct gp_pipeline *p);
+} gp_launcher_iface;
+
+struct gp_pipeline {
+    gp_model *m;
+    gp_optim_opts o;
+    bool inference; /* made without optimizer options: no gradients, no steps */
+    int K, M;
+    gp_remat remat;
+    gp_schedule sched;
+    uint64_t seed; /* dropout keys */
+    int step;
+    gp_stage *st;  /* (K) */
+    int *first;    /* (K) first layer of each cell */
+    /* The launcher and what it gives the stages. */
+    const gp_launcher_iface *launcher;
+    void *launch;             /* the launcher's own state */
+    gp_transport *tr;         /* between the stages (NULL: K = 1 inline) */
+    gp_stage_sync sync;
+    bool no_update;           /* this step accumulates gradients only (gp_pipeline_accumulate) */
+    /* This step's inputs, as the stages see them (a replica's rows under MPI). */
+    const gp_tensor *x, *y;
+    int64_t b;                /* micro-batch size */
+    int mb0;                  /* global index of the first micro-batch (RNG keys) */
+    double normalizer;
+    /* Where this process stands: world rank and size, the stage it runs (-1: all K), replica. */
+    int rank, nranks, my_stage, replica, D;
+    /* The timeline of the last step; see gp_pipeline_last_stats. */
+    gp_trace trace;
+    bool have_trace;        /* the last step succeeded and its timeline is complete */
+    double bubble_replayed; /* the simulator replaying the last step's measured actions */
+    double step_s;
+    uint64_t *bytes;        /* (2 x nranks) p2p and all-reduce bytes of each rank, last step */
+    gp_mem_stats *rank_mem; /* (nranks) each rank's stage counters, at the last gather */
+};
+
+/* stage.c: runs stage s's action list for one step on the calling thread; the outcome in
+ * s->status and s->msg (an abort of the transport tells the other stages). */
+void gp_stage_run(gp_stage *s);
+/* The stage's per-step state arrays for M micro-batches (freed by gp_stage_free_state). */
+gp_status gp_stage_alloc_state(gp_stage *s, int M);
+void gp_stage_free_state(gp_stage *s);
+/* Rows [first, first + n) of the step's input or labels, on the stage's device: a view when the
+ * device can read host memory, else a copy (released by the caller with gp_tensor_release). */
+gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, int64_t n,
+                              gp_tensor *out);
+/* Before a step: the stage's micro-batch shapes at p->b, its status cleared. */
+gp_status gp_stage_begin_step(gp_stage *s);
+
+/* timeline.c: after a successful step, the WAIT/hand-over split of every threads-transport call
+ * and the simulator's bubbles (mean times and replay). */
+gp_status gp_timeline_trace_comm(struct gp_pipeline *p);
+gp_status gp_timeline_simulate(struct gp_pipeline *p);
+
+/* launch_local.c / launch_mpi.c: the launchers; each sets p->launcher, p->launch, p->tr and
+ * p->sync (and under MPI the place fields). */
+gp_status gp_launch_local_init(struct gp_pipeline *p, const gp_pipeline_opts *po);
+gp_status gp_launch_mpi_init(struct gp_pipeline *p, const gp_pipeline_opts *po);
+/* MPI: every rank uses rank 0's cells (a balance by measured times may differ by rank). */
+gp_status gp_launch_mpi_agree_cells(struct gp_pipeline *p, int *first);
+
+/* What the pipeline's checkpoint code (checkpoint.c) needs of the pipeline. */
+gp_model *gp_pipeline_model(const gp_pipeline *p);
+const gp_optim_opts *gp_pipeline_optim(const gp_pipeline *p);
+gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes, void *all);
+
+/* Test hooks (the library's tests only): a step's forward and backward over every micro-batch
+ * without the update, leaving the summed gradients in place; then the update on its own (clip,
+ * optimizer, gradients cleared, step + 1; a non-finite norm: GP_NUMERIC, gradients cleared, no
+ * update). In-process launchers only. */
+gp_status gp_pipeline_accumulate(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
+                                 float *loss);
+gp_status gp_pipeline_apply(gp_pipeline *p);
+
+#endif

@@ -1,0 +1,327 @@
+/* The stage interpreter: one stage runs its validated action list for one step. It talks only
+ * to the transport (activations and gradients between stages) and to the launcher's
+ * gradient-sync hooks (data-parallel sums, the norm all-reduce), so the same code runs a stage
+ * inline, on a thread, or in an MPI process. Every step matches the single-device run bit for
+ * bit: the same per-micro-batch forward and backward, loss normalizer, gradient-norm order,
+ * clipping and update, whatever K, schedule or re-materialization. */
+#define _GNU_SOURCE /* pthread_setaffinity_np: pinning a stage thread to its core */
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/pipeline_internal.h"
+
+/* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
+ * event is closed whatever call returns, so a failed action leaves no open event behind. */
+#define TRACED(s, kind, mb, label, call)                                                        \
+    do {                                                                                       \
+        GP_TRY(gp_trace_begin(&(s)->p->trace, (s)->k, (kind), (mb), (label)));                  \
+        gp_status st_ = (call);                                                                 \
+        gp_status se_ = gp_trace_end(&(s)->p->trace, (s)->k);                                    \
+        if (st_ != GP_OK) return st_;                                                           \
+        if (se_ != GP_OK) return se_;                                                           \
+    } while (0)
+
+gp_status gp_stage_alloc_state(gp_stage *s, int M) {
+    s->in = calloc((size_t)M, sizeof *s->in);
+    s->pass = calloc((size_t)M, sizeof *s->pass);
+    s->out = calloc((size_t)M, sizeof *s->out);
+    s->dy = calloc((size_t)M, sizeof *s->dy);
+    s->dx = calloc((size_t)M, sizeof *s->dx);
+    s->ct = calloc((size_t)M, sizeof *s->ct);
+    for (int j = 0; j < GP_MSG_NKINDS; j++) s->sent_mb[j] = calloc((size_t)M, sizeof *s->sent_mb[j]);
+    if (!s->in || !s->pass || !s->out || !s->dy || !s->dx || !s->ct || !s->sent_mb[GP_MSG_ACT] ||
+        !s->sent_mb[GP_MSG_GRAD])
+        return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate stage %d's state", s->k);
+    return GP_OK;
+}
+
+void gp_stage_free_state(gp_stage *s) {
+    free(s->in);
+    free(s->pass);
+    free(s->out);
+    free(s->dy);
+    free(s->dx);
+    free(s->ct);
+    for (int j = 0; j < GP_MSG_NKINDS; j++) free(s->sent_mb[j]);
+}
+
+gp_status gp_stage_begin_step(gp_stage *s) {
+    GP_TRY(gp_model_shape(s->p->m, s->first - 1, s->p->b, &s->in_shape));
+    GP_TRY(gp_model_shape(s->p->m, s->last - 1, s->p->b, &s->out_shape));
+    s->status = GP_OK;
+    s->msg[0] = '\0';
+    return GP_OK;
+}
+
+static void release_mb_state(gp_stage *s, int M) {
+    for (int mb = 0; mb < M; mb++) {
+        gp_seq_release(&s->pass[mb]);
+        gp_tensor_release(&s->in[mb]);
+        gp_tensor_release(&s->out[mb]);
+        gp_tensor_release(&s->dy[mb]);
+        gp_tensor_release(&s->dx[mb]);
+    }
+}
+
+gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, int64_t n,
+                              gp_tensor *out) {
+    gp_tensor rows = gp_tensor_rows(t, first, n);
+    if (gp_kernels_same_memory(s->dev, t->dev)) {
+        *out = rows;
+        return GP_OK;
+    }
+    GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, rows.shape, rows.dtype, out));
+    gp_status st = gp_tensor_copy(out, &rows);
+    if (st != GP_OK) gp_tensor_release(out);
+    return st;
+}
+
+static gp_run run_for(const gp_pipeline *p, int mb, bool recompute) {
+    gp_run r = {.training = true, .recompute = recompute, .seed = p->seed,
+                .step = (uint32_t)p->step, .micro_batch = (uint32_t)(p->mb0 + mb)};
+    return r;
+}
+
+static bool is_last(const gp_stage *s) { return s->k == s->p->K - 1; }
+
+static gp_status do_forward(gp_stage *s, int mb) {
+    gp_pipeline *p = s->p;
+    if (s->k == 0) GP_TRY(gp_stage_input_rows(s, p->x, mb * p->b, p->b, &s->in[mb]));
+    if (!s->in[mb].data)
+        return gp_error(GP_INTERNAL, "FORWARD(%d) before its input arrived", mb);
+    gp_run run = run_for(p, mb, false);
+    if (p->remat == GP_REMAT_NONE) {
+        GP_TRY(gp_seq_forward(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
+        if (is_last(s)) return GP_OK;
+        /* The pass keeps its output for backward: what is sent is a copy. */
+        const gp_tensor *y = gp_seq_output(&s->pass[mb]);
+        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, y->shape, GP_F32, &s->out[mb]));
+        return gp_tensor_copy(&s->out[mb], y);
+    }
+    /* CELL: a training-mode run (batch-norm statistics update here, once) that keeps nothing
+     * but the input; backward recomputes from it. */
+    gp_tensor y;
+    GP_TRY(gp_seq_forward_output(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &y));
+    if (is_last(s))
+        gp_tensor_release(&y);
+    else
+        s->out[mb] = y;
+    return GP_OK;
+}
+
+static gp_status last_stage_loss(gp_stage *s, int mb, const gp_tensor *logits,
+                                 gp_tensor *dlogits) {
+    gp_pipeline *p = s->p;
+    gp_tensor yv = {0};
+    double l = 0;
+    GP_TRY(gp_stage_input_rows(s, p->y, mb * p->b, p->b, &yv));
+    gp_status st = gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, logits->shape, GP_F32, dlogits);
+    if (st == GP_OK) st = gp_softmax_xent(logits, &yv, p->normalizer, &l, dlogits);
+    gp_tensor_release(&yv);
+    if (st != GP_OK) return gp_error_context(st, "micro-batch %d loss", mb);
+    s->loss += l;
+    return GP_OK;
+}
+
+/* gp_seq_backward_each's callback: the launcher's hook for layer li. */
+static gp_status layer_done(void *ctx, int li) {
+    gp_stage *s = ctx;
+    return s->p->sync.layer_grads_final(s->p->sync.ctx, s, li);
+}
+
+static gp_status backward_proper(gp_stage *s, int mb) {
+    gp_pipeline *p = s->p;
+    if (!s->pass[mb].acts) return gp_error(GP_INTERNAL, "BACKWARD(%d) without its forward", mb);
+    gp_tensor dlogits = {0};
+    const gp_tensor *dy = &s->dy[mb];
+    if (is_last(s)) {
+        gp_status st = last_stage_loss(s, mb, gp_seq_output(&s->pass[mb]), &dlogits);
+        if (st != GP_OK) {
+            gp_seq_release(&s->pass[mb]);
+            return st;
+        }
+        dy = &dlogits;
+    } else if (!dy->data) {
+        return gp_error(GP_INTERNAL, "BACKWARD(%d) before its output gradient arrived", mb);
+    }
+    gp_tensor *dx = NULL;
+    gp_status st = GP_OK;
+    if (s->k > 0) {
+        st = gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, s->in_shape, GP_F32, &s->dx[mb]);
+        dx = &s->dx[mb];
+    }
+    /* The last micro-batch's backward makes each layer's gradients final as it goes. */
+    const bool hook = p->sync.layer_grads_final && mb == p->M - 1 && !p->no_update;
+    if (st == GP_OK)
+        st = gp_seq_backward_each(p->m, &s->pass[mb], dy, dx, hook ? layer_done : NULL, s);
+    else
+        gp_seq_release(&s->pass[mb]);
+    gp_tensor_release(&dlogits);
+    gp_tensor_release(&s->dy[mb]);
+    gp_tensor_release(&s->in[mb]); /* the stash is done with */
+    return st;
+}
+
+/* The rebuild of a remat cell is its own RECOMPUTE event, apart from the BACKWARD proper. */
+static gp_status do_backward(gp_stage *s, int mb) {
+    gp_pipeline *p = s->p;
+    if (p->remat == GP_REMAT_CELL) {
+        gp_run run = run_for(p, mb, true);
+        TRACED(s, GP_TRACE_RECOMPUTE, mb, NULL,
+               gp_seq_forward(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
+    }
+    TRACED(s, GP_TRACE_BACKWARD, mb, NULL, backward_proper(s, mb));
+    return GP_OK;
+}
+
+/* v[li] for the stage's layers: their squared gradient norms. */
+static gp_status stage_norms(gp_stage *s, double *v) {
+    for (int li = s->first; li < s->last; li++)
+        GP_TRY(gp_store_layer_sumsq(s->p->m, s->store, li, &v[li]));
+    return GP_OK;
+}
+
+/* Clip by the global norm (the per-layer squares added in layer order), update, clear. */
+static gp_status stage_update(gp_stage *s, double total) {
+    gp_pipeline *p = s->p;
+    double norm = sqrt(total);
+    if (!isfinite(norm))
+        return gp_error(GP_NUMERIC, "step %d: the gradient norm is not finite; no update made",
+                        p->step);
+    GP_TRY(gp_store_apply(p->m, s->store, &p->o, norm, p->step));
+    return gp_store_zero_grads(s->store);
+}
+
+static double layer_order_sum(const double *v, int L) {
+    double total = 0;
+    for (int li = 0; li < L; li++) total += v[li];
+    return total;
+}
+
+/* Three events: the partials (OPTIMIZER), the all-reduce of L + 1 doubles, which is mostly
+ * waiting for the slowest stage (WAIT), then the clip and update (OPTIMIZER). Each layer's norm
+ * is filled by the stage that owns it (zero elsewhere, so the sum has exactly the owner's bits)
+ * and combined in layer order, as a single device does. */
+static gp_status do_optimizer_step(gp_stage *s) {
+    gp_pipeline *p = s->p;
+    if (p->no_update) return GP_OK;
+    gp_trace *t = &p->trace;
+    const int L = p->m->nlayers;
+    if (p->sync.grads_wait) TRACED(s, GP_TRACE_WAIT, -1, "GRAD_ALLREDUCE", p->sync.grads_wait(p->sync.ctx, s));
+    double *v = calloc((size_t)L + 1, sizeof *v);
+    if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
+    gp_status st = gp_trace_begin(t, s->k, GP_TRACE_OPTIMIZER, -1, "NORMS");
+    if (st == GP_OK) {
+        st = stage_norms(s, v);
+        if (is_last(s)) v[L] = s->loss;
+        gp_trace_end(t, s->k);
+    }
+    if (st == GP_OK && (st = gp_trace_begin(t, s->k, GP_TRACE_WAIT, -1, "ALLREDUCE")) == GP_OK) {
+        st = p->sync.reduce_norms(p->sync.ctx, s, v, L);
+        gp_trace_end(t, s->k);
+    }
+    const double total = layer_order_sum(v, L), loss = v[L];
+    free(v);
+    GP_TRY(st);
+    s->loss = loss;
+    if (!isfinite(loss))
+        return gp_error(GP_NUMERIC, "step %d: the loss is not finite (%g)", p->step, loss);
+    TRACED(s, GP_TRACE_OPTIMIZER, -1, "UPDATE", stage_update(s, total));
+    return GP_OK;
+}
+
+gp_status gp_pipeline_apply(gp_pipeline *p) {
+    if (!p) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_apply: pipeline is NULL");
+    if (p->my_stage >= 0)
+        return gp_error(GP_UNSUPPORTED, "gp_pipeline_apply: in-process pipelines only");
+    const int L = p->m->nlayers;
+    double *v = calloc((size_t)L + 1, sizeof *v);
+    if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
+    gp_status st = GP_OK;
+    for (int k = 0; k < p->K && st == GP_OK; k++) st = stage_norms(&p->st[k], v);
+    const double total = layer_order_sum(v, L);
+    free(v);
+    for (int k = 0; k < p->K && st == GP_OK; k++) st = stage_update(&p->st[k], total);
+    for (int k = 0; k < p->K; k++) gp_store_zero_grads(p->st[k].store); /* also after a failure */
+    if (st == GP_OK) p->step++;
+    return st;
+}
+
+/* Transport calls are timed here and turned into WAIT + SEND/RECV events after the step. */
+static gp_status timed_send(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_tensor *t) {
+    comm_times *c = &s->ct[mb];
+    c->send_seq[kind] = s->nsent[kind];
+    s->sent_mb[kind][s->nsent[kind]++] = mb;
+    c->send_b[kind] = gp_trace_time(&s->p->trace);
+    gp_status st = gp_transport_send(s->p->tr, s->k, peer, (gp_msg_tag){kind, mb}, t);
+    c->send_e[kind] = gp_trace_time(&s->p->trace);
+    return st;
+}
+
+static gp_status timed_recv(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_tensor *out) {
+    comm_times *c = &s->ct[mb];
+    c->recv_b[kind] = gp_trace_time(&s->p->trace);
+    gp_status st = gp_transport_recv(s->p->tr, s->k, peer, (gp_msg_tag){kind, mb}, out);
+    c->recv_e[kind] = gp_trace_time(&s->p->trace);
+    return st;
+}
+
+static gp_status do_action(gp_stage *s, gp_action a) {
+    int k = s->k, mb = a.mb;
+    switch (a.kind) {
+    case GP_ACT_FORWARD: TRACED(s, GP_TRACE_FORWARD, mb, NULL, do_forward(s, mb)); return GP_OK;
+    case GP_ACT_BACKWARD: return do_backward(s, mb);
+    case GP_ACT_SEND_ACT: return timed_send(s, k + 1, GP_MSG_ACT, mb, &s->out[mb]);
+    case GP_ACT_SEND_GRAD: return timed_send(s, k - 1, GP_MSG_GRAD, mb, &s->dx[mb]);
+    case GP_ACT_RECV_ACT:
+        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, s->in_shape, GP_F32, &s->in[mb]));
+        return timed_recv(s, k - 1, GP_MSG_ACT, mb, &s->in[mb]);
+    case GP_ACT_RECV_GRAD:
+        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, s->out_shape, GP_F32, &s->dy[mb]));
+        return timed_recv(s, k + 1, GP_MSG_GRAD, mb, &s->dy[mb]);
+    case GP_ACT_OPTIMIZER_STEP: return do_optimizer_step(s);
+    default: return gp_error(GP_INTERNAL, "unknown action kind %d", (int)a.kind);
+    }
+}
+
+/* A stage that cannot have its core still runs, unpinned (the stats say so). */
+static void pin_to_core(gp_stage *s) {
+    s->pinned = false;
+    if (s->cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(s->cpu, &set);
+    s->pinned = pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+void gp_stage_run(gp_stage *s) {
+    gp_pipeline *p = s->p;
+    const gp_stage_actions *list = &p->sched.stage[s->k];
+    gp_status st = GP_OK;
+    pin_to_core(s);
+    s->loss = 0;
+    memset(s->nsent, 0, sizeof s->nsent);
+    for (int i = 0; i < list->n && st == GP_OK; i++) {
+        st = do_action(s, list->a[i]);
+        if (st != GP_OK) {
+            char what[48];
+            gp_error_context(st, "stage %d (layers %d..%d), action %d %s", s->k, s->first,
+                             s->last - 1, i, gp_action_str(list->a[i], what, sizeof what));
+        }
+    }
+    if (st == GP_OK && p->tr) {
+        st = gp_trace_begin(&p->trace, s->k, GP_TRACE_WAIT, -1, "FLUSH");
+        if (st == GP_OK) {
+            st = gp_transport_flush(p->tr, s->k);
+            gp_trace_end(&p->trace, s->k);
+        }
+    }
+    if (st != GP_OK) {
+        snprintf(s->msg, sizeof s->msg, "%s", gp_last_error());
+        if (p->tr) gp_transport_abort(p->tr, s->k, st, s->msg);
+    }
+    release_mb_state(s, p->M); /* on this stage's own thread: its device is touched by it alone */
+    s->status = st;
+}

@@ -1,0 +1,30 @@
+/* What the command-line tool (and the benchmarks and tests beside it) need that a user of the
+ * library does not: the clock, the sgemm ceiling every benchmark figure is divided by, the
+ * --partition parser and the MPI job abort. Private to tools/, bench/ and tests/; it calls the
+ * public API, CBLAS and MPI, never the library's insides. */
+#ifndef GP_TOOLS_SUPPORT_H
+#define GP_TOOLS_SUPPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic wall-clock seconds. */
+double gp_cli_now(void);
+
+/* Measures row-major sgemm (m x k) by (k x n) on the current BLAS thread count: the best
+ * GFLOP/s over `reps` timed runs after one warm-up. False (why says why) when the arguments are
+ * not positive or the matrices cannot be allocated. */
+bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflops, char *why,
+                        size_t why_size);
+
+/* Parses "0,5,9" (the first layer of each cell; spaces allowed around the numbers) into
+ * first[0..*n-1], at most cap entries. False with the reason in why (naming the position). */
+bool gp_cli_parse_partition(const char *text, int *first, int cap, int *n, char *why,
+                            size_t why_size);
+
+/* After a failure has been printed: flushes stdout and stderr and ends every rank of an MPI job
+ * (MPI_Abort); nothing when MPI is not initialized or not built. */
+void gp_cli_mpi_abort(int code);
+
+#endif
