@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "mpi_grid.h"
-#include "../core/clock.h"
+#include "comm/mpi_grid.h"
+#include "core/clock.h"
 
 /* Environment variables that launchers set in every rank they start. */
 static const char *const LAUNCH_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
@@ -81,7 +81,7 @@ void gp_grid_abort(gp_grid *g, gp_status s, const char *why) { (void)g, (void)s,
 
 #else /* GP_HAVE_MPI */
 
-#include "mpi_internal.h"
+#include "comm/mpi_internal.h"
 
 static bool g_we_initialized; /* this library called MPI_Init_thread */
 static bool g_failed;         /* a run failed: MPI_Finalize would wait for dead peers */

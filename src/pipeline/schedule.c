@@ -1,13 +1,13 @@
 /* Schedules as data: building action lists, the GPipe and 1F1B generators, text rendering, and
  * the validator's static part (per-stage rules and FIFO matching of each link's messages); the
  * deadlock part replays the schedule with the engine in simulate.c. */
-#include "schedule.h"
+#include "pipeline/schedule.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 
 static const char *const kind_names[GP_ACT_NKINDS] = {
     "FORWARD", "BACKWARD", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "OPTIMIZER_STEP"};

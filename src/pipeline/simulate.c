@@ -1,7 +1,7 @@
 /* Replaying a schedule: the engine that proves a schedule deadlock-free with bounded mailboxes
  * and, given per-cell times and bytes, predicts each stage's busy and idle time, the step time,
  * the bubble and each stage's peak activation memory. */
-#include "schedule.h"
+#include "pipeline/schedule.h"
 
 #include <math.h>
 #include <stdlib.h>
