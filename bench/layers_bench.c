@@ -1,7 +1,8 @@
-/* Times one Transformer block forward+backward at T1 shapes (WORKLOADS.md:
+/* Times one Transformer block forward+backward at T1 shapes (docs/WORKLOADS.md:
  * B 32, T 128, C 512, 8 heads, d_ff 2048) against the single-thread sgemm
- * ceiling measured in the same process, and the block's pieces separately.
- * Build: see the comment at the end of this file. Usage: layers_bench [reps] */
+ * ceiling measured in the same process, and the block's pieces separately,
+ * through the CPU device's kernel table. Built as build/bench_layers.
+ * Usage: bench_layers [reps] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +13,19 @@
 
 #include "kernels/kernels.h"
 #include "layers/transformer_ops.h"
+#include "support/support.h"
+
+#define F32(t) ((float *)(t).data)
+
+static gp_device *dev;       /* the CPU device the block runs on */
+static const gp_kernels *kt; /* its kernel table */
 
 /* Thread CPU time: on a shared machine, time slices taken by other
  * processes do not count (GP_BENCH_WALL=1 uses wall-clock time instead). */
 static double now(void) {
     static int wall = -1;
     if (wall < 0) wall = getenv("GP_BENCH_WALL") && getenv("GP_BENCH_WALL")[0] == '1';
-    if (wall) return gp_now();
+    if (wall) return gp_cli_now();
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -46,10 +53,10 @@ static float *buf(int64_t n, uint32_t stream) {
 static double gemm_rate(int64_t m, int64_t n, int64_t k, int reps) {
     float *a = buf(m * k, 1), *b = buf(k * n, 2), *c = buf(m * n, 3);
     double t[16];
-    gp_gemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+    kt->gemm(dev, false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
     for (int r = 0; r < reps; r++) {
         double t0 = now();
-        gp_gemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+        kt->gemm(dev, false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
         t[r] = now() - t0;
     }
     free(a), free(b), free(c);
@@ -68,6 +75,8 @@ int main(int argc, char **argv) {
     }
 #endif
     gp_blas_set_threads(1);
+    if (gp_device_cpu_new("bench", &dev) != GP_OK) return 1;
+    kt = gp_kernels_of(dev);
     printf("OpenBLAS core %s, %d thread(s)\n", gp_blas_corename(), gp_blas_threads());
     const double ceiling = gemm_rate(2048, 2048, 2048, 3);
     printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling)\n", ceiling);
@@ -75,8 +84,6 @@ int main(int argc, char **argv) {
            gemm_rate(4096, 1536, 512, 3), gemm_rate(4096, 512, 2048, 3),
            gemm_rate(4096, 2048, 512, 3));
 
-    gp_device *dev;
-    if (gp_device_cpu_new("bench", &dev) != GP_OK) return 1;
     const int B = 32, T = 128, C = 512, H = 8, F = 2048;
     gp_layer *l = gp_transformer_block(C, H, F, 0.0f);
     l->index = 0;
@@ -112,7 +119,7 @@ int main(int argc, char **argv) {
     const double counted = 6.0 * 12.0 * C * C * N + 12.0 * T * C * N;
     for (int r = -1; r < n; r++) { /* r = -1: warm-up */
         double tg = now();
-        gp_gemm(false, false, 2048, 2048, 2048, 1.0f, ga, 2048, gb, 2048, 0.0f, gc, 2048);
+        kt->gemm(dev, false, false, 2048, 2048, 2048, 1.0f, ga, 2048, gb, 2048, 0.0f, gc, 2048);
         tg = now() - tg;
         gp_ctx c;
         gp_ctx_init(&c, dev, &run);
@@ -155,27 +162,27 @@ int main(int argc, char **argv) {
     double tt[32];
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        gp_op_gelu_forward(NF, a1, a2);
+        kt->gelu_forward(dev, NF, a1, a2);
         tt[r] = now() - t0;
     }
     printf("gelu fwd (N, F): %.2f ms\n", median(tt, n) * 1e3);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        gp_op_gelu_backward((int64_t)N, F, a1, a2, a3, st2);
+        kt->gelu_backward(dev, (int64_t)N, F, a1, a2, a3, st2);
         tt[r] = now() - t0;
     }
     printf("gelu bwd (N, F): %.2f ms\n", median(tt, n) * 1e3);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        gp_op_layernorm_forward((int64_t)N, C, a1, l->params[0].value.data,
-                                l->params[1].value.data, a2, st2);
+        kt->layernorm_forward(dev, (int64_t)N, C, a1, F32(l->params[0].value),
+                              F32(l->params[1].value), a2, st2);
         tt[r] = now() - t0;
     }
     printf("layernorm fwd (N, C): %.2f ms\n", median(tt, n) * 1e3);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        gp_op_layernorm_backward((int64_t)N, C, a1, l->params[0].value.data, st2, a2, a3, a3,
-                                 l->params[0].grad.data, l->params[1].grad.data);
+        kt->layernorm_backward(dev, (int64_t)N, C, a1, F32(l->params[0].value), st2, a2, a3, a3,
+                               F32(l->params[0].grad), F32(l->params[1].grad));
         tt[r] = now() - t0;
     }
     printf("layernorm bwd (N, C): %.2f ms\n", median(tt, n) * 1e3);
@@ -183,14 +190,14 @@ int main(int argc, char **argv) {
     float *probs = buf((int64_t)B * H * T * T, 15);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        gp_op_attention_forward(&d, a1, probs, a2);
+        kt->attention_forward(dev, &d, a1, probs, a2);
         tt[r] = now() - t0;
     }
     printf("attention core fwd: %.2f ms (%.2f GFLOP as computed)\n", median(tt, n) * 1e3,
            gp_op_attention_gemm_flops(&d) / 1e9);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        gp_op_attention_backward(&d, a1, probs, a2, a3, st2, a3 + 3 * NC);
+        kt->attention_backward(dev, &d, a1, probs, a2, a3, st2, a3 + 3 * NC);
         tt[r] = now() - t0;
     }
     printf("attention core bwd: %.2f ms\n", median(tt, n) * 1e3);
@@ -204,8 +211,3 @@ int main(int argc, char **argv) {
     gp_device_free(dev);
     return 0;
 }
-
-/* Build (from the repository root, after building libgpipe in build-x):
- *   gcc -std=c11 -D_POSIX_C_SOURCE=200809L -O3 -march=native -Iinclude -Isrc \
- *       bench/layers_bench.c build-x/libgpipe.a -lopenblas -lcjson -lz -lm -lpthread \
- *       -o build-x/layers_bench */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpi_grid.h"
+#include "comm/mpi_grid.h"
 
 /* Environment variables that launchers set in every rank they start. */
 static const char *const LAUNCH_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
@@ -79,7 +79,7 @@ void gp_grid_abort(gp_grid *g, gp_status s, const char *why) { (void)g, (void)s,
 
 #else /* GP_HAVE_MPI */
 
-#include "mpi_internal.h"
+#include "comm/mpi_internal.h"
 
 static bool g_we_initialized; /* this library called MPI_Init_thread */
 

@@ -7,7 +7,7 @@
 #ifndef GP_COMM_MPI_GRID_H
 #define GP_COMM_MPI_GRID_H
 
-#include "transport.h"
+#include "comm/transport.h"
 
 typedef struct gp_grid gp_grid;
 

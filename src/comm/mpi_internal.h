@@ -8,7 +8,7 @@
 
 #include <mpi.h>
 
-#include "transport.h"
+#include "comm/transport.h"
 
 /* Tags on the shared world communicator (abort notes) and on each transport's own. */
 enum {

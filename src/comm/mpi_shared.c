@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "../core/clock.h"
-#include "mpi_internal.h"
+#include "core/clock.h"
+#include "comm/mpi_internal.h"
 
 static bool g_failed; /* a run failed, by this process or a peer */
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpi_internal.h"
+#include "comm/mpi_internal.h"
 
 #define HEADER_MAGIC 0x67704d31 /* "gpM1" */
 

@@ -1,6 +1,6 @@
 /* The transport's public wrappers: argument checks shared by every backend, so that a backend
  * only sees valid ranks, tags and tensors, and the one ownership rule (send takes the tensor). */
-#include "transport.h"
+#include "comm/transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>

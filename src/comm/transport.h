@@ -4,7 +4,7 @@
 #ifndef GP_COMM_TRANSPORT_H
 #define GP_COMM_TRANSPORT_H
 
-#include "../core/error.h"
+#include "core/error.h"
 #include "gpipe.h"
 
 /* What a message carries, besides its micro-batch. */

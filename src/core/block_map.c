@@ -1,5 +1,5 @@
 /* The address -> block record map of the device accounting (see block_map.h). */
-#include "block_map.h"
+#include "core/block_map.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /* Status names, messages and the per-thread last-error buffer. */
-#include "error.h"
+#include "core/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

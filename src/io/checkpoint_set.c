@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "../model/model_internal.h"
-#include "checkpoint_internal.h"
-#include "read_file.h"
+#include "model/model_internal.h"
+#include "io/checkpoint_internal.h"
+#include "io/read_file.h"
 
 #define INDEX_MAX_BYTES (16u << 20)
 #define MAX_PARTS 4096

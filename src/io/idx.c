@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u /* unsigned bytes, 3 dimensions */
 #define IDX_MAGIC_LABELS 0x00000801u /* unsigned bytes, 1 dimension */

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../core/error.h"
-#include "read_file.h"
+#include "core/error.h"
+#include "io/read_file.h"
 
 gp_status gp_read_file(const char *path, uint64_t max, unsigned char **buf, size_t *n) {
     *buf = NULL;

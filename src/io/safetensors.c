@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "../core/error.h"
-#include "read_file.h"
+#include "core/error.h"
+#include "io/read_file.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 << 20) /* the reference implementation's limit */
 #define ST_MAX_TENSORS (1 << 20)

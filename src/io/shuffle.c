@@ -1,7 +1,7 @@
 /* Data order: a permutation keyed by (seed, epoch) through the counter-based
  * RNG, so every machine, every stage count and every resume sees the same
  * order without carrying generator state. */
-#include "../core/error.h"
+#include "core/error.h"
 
 /* A uniform integer in [0, bound) by rejection: draws below 2^64 mod bound
  * are refused so every residue has the same number of accepted draws.

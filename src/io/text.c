@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 
 #define TEXT_MAX_DEPTH 64
 

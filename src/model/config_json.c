@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 
 #define CFG_MAX_DIM (1 << 24)        /* any size or count in a config */
 #define CFG_MAX_FILE_BYTES (16 << 20) /* a config is text; refuse a stray binary */

@@ -2,7 +2,7 @@
  * and the Fashion-MNIST ConvNet of workload C1 (../shared/WORKLOADS.md). */
 #include <stdint.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 #include "gpipe.h"
 
 gp_transformer_config gp_transformer_defaults(void) {

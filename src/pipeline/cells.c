@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
-#include "partition.h"
+#include "core/error.h"
+#include "pipeline/partition.h"
 
 const char *gp_balance_name(gp_balance b) {
     return b == GP_BALANCE_COST ? "cost" : b == GP_BALANCE_TIME ? "time" : "?";

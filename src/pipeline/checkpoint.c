@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 #include "pipeline/pipeline_internal.h"
 
 /* One rank's outcome, all-gathered (fixed size, plain bytes). */

@@ -1,15 +1,15 @@
 /* The memory model of a cell and the exact balanced partitioner: a dynamic program over suffixes
  * (fewest cells for the rest of the layers) that minimizes the slowest cell under a per-device
  * byte limit and breaks ties towards the lexicographically smallest boundaries. */
-#include "partition.h"
+#include "pipeline/partition.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
-#include "../layers/layer.h"
+#include "core/error.h"
+#include "layers/layer.h"
 
 /* Here rather than in plan.c: the partitioner's messages name the mode, and plan.c calls into
  * this file. */

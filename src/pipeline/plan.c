@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../optim/optim.h"
-#include "partition.h"
-#include "schedule.h"
+#include "optim/optim.h"
+#include "pipeline/partition.h"
+#include "pipeline/schedule.h"
 
 const char *gp_schedule_kind_name(gp_schedule_kind s) {
     return s == GP_SCHEDULE_GPIPE ? "gpipe" : s == GP_SCHEDULE_1F1B ? "1f1b" : "?";

@@ -1,13 +1,13 @@
 /* Schedules as data: building action lists, the GPipe and 1F1B generators, and text rendering
  * (actions, stages, and the message that points at a faulty action). The validator
  * (validate.c) and the replay engine (replay.c) build on this file; it calls neither. */
-#include "schedule.h"
+#include "pipeline/schedule.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 
 static const char *const kind_names[GP_ACT_NKINDS] = {
     "FORWARD", "BACKWARD", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "OPTIMIZER_STEP"};

@@ -6,9 +6,9 @@
 #ifndef GP_PIPELINE_SCHEDULE_H
 #define GP_PIPELINE_SCHEDULE_H
 
-#include "../core/error.h"
+#include "core/error.h"
 #include "gpipe.h"
-#include "partition.h"
+#include "pipeline/partition.h"
 
 typedef enum gp_action_kind {
     GP_ACT_FORWARD = 0,    /* run the cell forward on micro-batch mb (stash its input) */

@@ -1,6 +1,6 @@
 /* The schedule validator: the per-stage rules, the FIFO matching of each link's messages, then a
  * replay (replay.c) that proves the schedule deadlock-free with bounded mailboxes. */
-#include "schedule.h"
+#include "pipeline/schedule.h"
 
 #include <stdlib.h>
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace.h"
+#include "trace/trace.h"
 
 /* "F3", "B3", "R3" for computation; "send 3", "optimizer" ... (or the label) for the rest. */
 static void event_name(const gp_trace_event *e, char *buf, size_t n) {

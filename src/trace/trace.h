@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 
-#include "../core/clock.h"
-#include "../core/error.h"
+#include "core/clock.h"
+#include "core/error.h"
 #include "gpipe.h"
 
 typedef enum gp_trace_kind {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/error.h"
+#include "core/error.h"
 
 /* fsync the folder holding path, so the rename survives a crash; best effort
  * (some file systems refuse to sync a folder). */
