@@ -693,6 +693,10 @@ void gp_pipeline_place(const gp_pipeline *p, int *rank, int *nranks, int *stage,
  * over MPI is drawn as WAIT: its blocking and its transfer cannot be told apart. Nothing to
  * do on threads. */
 gp_status gp_pipeline_gather(gp_pipeline *p);
+/* Collective over every rank: each rank's nbytes at mine into all (nbytes x the number of
+ * ranks, world order), on every rank, bounded by the comm timeout (e.g. per-rank figures for a
+ * report). On threads all gets this process's bytes once. */
+gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes, void *all);
 /* Bytes each world rank handed to MPI in the last step: point-to-point (activations and
  * gradients with their headers) and gradients given to the data-parallel all-reduce. Fills
  * n entries of each array (n >= the number of ranks); zeros on threads. */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/resource.h>
+
 #include "cli.h"
 
 double gp_cli_median(const double *v, int n) {
@@ -244,6 +246,16 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         rc = pipeline_memory(b, pl);
     else
         gp_device_mem_stats(dev, &b->mem);
+    /* Every process's peak resident set (the whole process: library, BLAS buffers, MPI), to set
+     * beside what its stage device counts. */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const uint64_t mine = (uint64_t)ru.ru_maxrss * 1024; /* Linux: kilobytes */
+    b->nranks = b->place.nranks;
+    b->rss_peak = calloc((size_t)b->nranks, sizeof *b->rss_peak);
+    if (rc == GP_CLI_EXIT_OK &&
+        (!b->rss_peak || gp_pipeline_allgather(pl, &mine, sizeof mine, b->rss_peak) != GP_OK))
+        rc = gp_cli_fail("bench", "gathering each rank's peak RSS");
 done:
     gp_tensor_release(&x);
     gp_tensor_release(&y);

@@ -265,6 +265,8 @@ typedef struct gp_cli_bench {
     gp_mem_stats *stage_mem; /* (stages) each stage device's counters, owned */
     gp_cli_mpi_place place;  /* MPI: where this rank runs */
     uint64_t *bytes_p2p, *bytes_allreduce; /* (ranks) sent in the last step, owned (MPI) */
+    uint64_t *rss_peak;  /* (ranks) each process's peak resident set (getrusage), owned */
+    int nranks;          /* entries of rss_peak */
 } gp_cli_bench;
 
 /* Builds the workload's model, trains warmup + steps steps on random data

@@ -166,6 +166,7 @@ static void free_bench(gp_cli_bench *b) {
     free(b->step_bubble_replay);
     free(b->stage_mem);
     free(b->last_stages);
+    free(b->rss_peak);
     free(b->bytes_p2p);
     free(b->bytes_allreduce);
 }
@@ -282,6 +283,9 @@ static int run_training(const bench_opts *o, cJSON *r) {
     add_spread(r, "step_seconds", b.step_seconds, b.steps);
     cJSON_AddNumberToObject(r, "final_loss", b.final_loss);
     gp_cli_report_memory(r, &b.mem);
+    cJSON *rss = cJSON_AddArrayToObject(r, "rss_peak_bytes"); /* per rank (one on threads) */
+    for (int i = 0; b.rss_peak && i < b.nranks; i++)
+        cJSON_AddItemToArray(rss, cJSON_CreateNumber((double)b.rss_peak[i]));
     if (strcmp(o->workload, "T2") == 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",

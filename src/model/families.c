@@ -1,5 +1,5 @@
 /* The built-in model families: the GPT-style Transformer LM of workload T1
- * and the Fashion-MNIST ConvNet of workload C1 (../shared/WORKLOADS.md). */
+ * and the Fashion-MNIST ConvNet of workload C1 (docs/WORKLOADS.md). */
 #include <stdint.h>
 
 #include "core/error.h"

@@ -153,7 +153,6 @@ gp_status gp_launch_mpi_agree_cells(struct gp_pipeline *p, int *first);
 /* What the pipeline's checkpoint code (checkpoint.c) needs of the pipeline. */
 gp_model *gp_pipeline_model(const gp_pipeline *p);
 const gp_optim_opts *gp_pipeline_optim(const gp_pipeline *p);
-gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes, void *all);
 
 /* Test hooks (the library's tests only): a step's forward and backward over every micro-batch
  * without the update, leaving the summed gradients in place; then the update on its own (clip,
