@@ -8,6 +8,9 @@
 #    their gradients back; b = batch / (D x M), 72 the header), and each stage's gradients
 #    (4 bytes x its parameters) given to the all-reduce when D > 1, which a ring all-reduce
 #    puts on the wire as 2 (D - 1) / D of that.
+# 4. memory per process: T2 at M = 8 on one process (K = 1), and over MPI with K = 2 and K = 4
+#    (oversubscribed: only memory is read from these): each rank's peak resident set (getrusage)
+#    beside the bytes its stage device counted. A rank holds its own stage and nothing more.
 # Usage: bash bench/run_mpi.sh [path/to/gpipe] (reports go to ${GP_BENCH_OUT:-out/mpi});
 # GP_BENCH_STEPS (5), GP_BENCH_WARMUP (2), GP_MPIRUN (mpirun --bind-to core: each rank on its
 # own core, as the threads launcher pins stage k's thread to core k),
@@ -47,6 +50,12 @@ for M in $MS; do
 done
 one "mpi_d2_m1" 2 --stages 1 --data-parallel 2 --micro-batches 1
 one "mpi_d2_m4" 2 --stages 1 --data-parallel 2 --micro-batches 4
+one "rss_k1_m8" 0 --micro-batches 8
+one "rss_k2_m8" 2 --stages 2 --micro-batches 8
+GP_MPIRUN_SAVED=("${MPIRUN[@]}")
+MPIRUN=(mpirun --oversubscribe)
+one "rss_k4_m8" 4 --stages 4 --micro-batches 8
+MPIRUN=("${GP_MPIRUN_SAVED[@]}")
 
 python3 - "$OUT" "$MS" <<'PY'
 import json, os, re, sys
@@ -95,4 +104,18 @@ for name in [f"mpi_k2_m{m}_gpipe" for m in ms] + ["mpi_d2_m1", "mpi_d2_m4"]:
         wire = 2 * (D - 1) / D * params
         print(f"| {name} | {e['rank']} | {k} | {e['replica']} | {e['p2p']} | {f_p2p} | "
               f"{e['allreduce']} | {params} | {wire:.0f} |")
+
+MiB = 1 << 20
+print("\nMemory per process, T2 at M = 8: each process's peak resident set (getrusage) and the peak "
+      "bytes its device counted\n")
+print("| run | process | stage | device peak | process peak RSS | RSS - device |")
+print("|---|---|---|---|---|---|")
+one = load("rss_k1_m8")
+dev, rss = one["memory"]["peak_bytes"]["total"], one["rss_peak_bytes"][0]
+print(f"| K = 1, one process | 0 | all | {dev / MiB:.1f} MiB | {rss / MiB:.1f} MiB | {(rss - dev) / MiB:.1f} MiB |")
+for k in (2, 4):
+    r = load(f"rss_k{k}_m8")
+    for rank, (s, rss) in enumerate(zip(r["pipeline"]["stage_peak_bytes"], r["rss_peak_bytes"])):
+        print(f"| K = {k}, MPI | rank {rank} | {s['stage']} | {s['total'] / MiB:.1f} MiB | "
+              f"{rss / MiB:.1f} MiB | {(rss - s['total']) / MiB:.1f} MiB |")
 PY

@@ -8,8 +8,12 @@
 # while it trains, or L - 1, L - 2, ... while it does not. Then the per-stage peak activation
 # bytes for remat none vs cell as M grows (K = 2, 32 layers), measured beside the planner's
 # memory model, which is the O(N + (L/K)(N/M)) formula with this model's constants.
+# Then the rows of K = 2 and 4 again with one MPI process per stage (when gpipe was built with
+# MPI), at the largest L found on threads: each rank's peak resident set (getrusage) beside the
+# bytes its stage device counted, since under MPI a rank holds its own stage and nothing more.
 # Usage: bash bench/run_table1.sh [path/to/gpipe] (reports in ${GP_BENCH_OUT:-out/table1});
-# GP_TABLE1_LIMIT (256MiB), GP_TABLE1_M (8 micro-batches).
+# GP_TABLE1_LIMIT (256MiB), GP_TABLE1_M (8 micro-batches), GP_MPIRUN (mpirun --oversubscribe:
+# the ranks may outnumber the cores, only memory is measured).
 set -eu
 GPIPE=${1:-build/gpipe}
 OUT=${GP_BENCH_OUT:-out/table1}
@@ -69,6 +73,24 @@ for cfg in "1 none" "1 cell" "2 cell" "4 cell" "8 cell"; do
     echo "$k $r $L $(planned "$k" "$r")" >>"$OUT/largest.txt"
 done
 
+# The K = 2 and 4 rows as MPI processes, at the L the threads found.
+read -r -a MPIRUN <<<"${GP_MPIRUN:-mpirun --oversubscribe}"
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+: >"$OUT/mpi_rows.txt"
+if "$GPIPE" bench --workload T2 --launcher mpi --stages 2 2>&1 >/dev/null |
+    grep -q "MPI support was not built"; then
+    echo "bench/run_table1.sh: the MPI rows skipped: $GPIPE was built without MPI" >&2
+else
+    for k in 2 4; do
+        L=$(awk -v k="$k" '$1 == k && $2 == "cell" {print $3}' "$OUT/largest.txt")
+        echo "== ${MPIRUN[*]} -np $k gpipe bench --workload T2 --layers $L --stages $k --micro-batches $M --remat cell --memory-limit $LIMIT" >&2
+        "${MPIRUN[@]}" -np "$k" "$GPIPE" bench --workload T2 --layers "$L" --stages "$k" \
+            --micro-batches "$M" --remat cell --memory-limit "$LIMIT" --steps 1 --warmup 0 --quiet \
+            --report "$OUT/mpi_k${k}_L$L.json" >/dev/null
+        echo "$k $L" >>"$OUT/mpi_rows.txt"
+    done
+fi
+
 # Peak activation bytes per stage, K = 2, 32 blocks, remat none vs cell, M = 1..32.
 for r in none cell; do
     for m in 1 2 4 8 16 32; do
@@ -100,6 +122,19 @@ for k, r, L, plan in rows:
     peak = max(s["total"] for s in j["pipeline"]["stage_peak_bytes"])
     base = base or L
     print(f"| {name} | {L} ({L + 4}) | {j['nparams']:,} | {L / base:.2f}x | {plan} | {peak / MiB:.1f} MiB |")
+mpi_rows = [l.split() for l in open(os.path.join(d, "mpi_rows.txt")) if l.strip()]
+if mpi_rows:
+    print(f"\nThe same rows as MPI processes (one per stage), under {limit} per device: per rank, the "
+          "peak bytes its stage device counted / the process's peak resident set (getrusage):\n")
+    print("| configuration | blocks | parameters | " + " | ".join(f"rank {r}" for r in range(4)) + " |")
+    print("|---|---|---|" + "---|" * 4)
+    for k, L in mpi_rows:
+        j = json.load(open(os.path.join(d, f"mpi_k{k}_L{L}.json")))
+        stages = j["pipeline"]["stage_peak_bytes"]
+        cells = [f"{stages[r]['total'] / MiB:.1f} / {j['rss_peak_bytes'][r] / MiB:.1f} MiB"
+                 for r in range(int(k))]
+        cells += ["-"] * (4 - len(cells))
+        print(f"| K = {k}, MPI | {L} | {j['nparams']:,} | " + " | ".join(cells) + " |")
 print("\nPeak activation bytes per stage (K = 2, 32 blocks, batch N = 32), measured / planner's model:\n")
 print("| M | remat none: stage 0 | stage 1 | remat cell: stage 0 | stage 1 |")
 print("|---|---|---|---|---|")

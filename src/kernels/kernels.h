@@ -4,7 +4,7 @@
  * for every device. Pointers are device pointers of that device; scalars that come back to the
  * caller (a loss, a sum of squares) are host pointers. Every op returns a status; the CPU's fail
  * only on bad input they detect (a token id or label out of range), with a message that names
- * it. Shapes in comments: (rows, cols).
+ * it, before writing any output. Shapes in comments: (rows, cols).
  *
  * Determinism: every reduction adds in an order fixed by the op's code, never by timing, so the
  * same inputs give the same bits on every run. The CPU's order is documented per op where the
@@ -55,7 +55,8 @@ typedef struct gp_kernels {
 
     /* ---- matrices and vectors */
     /* Row-major C(m, n) = alpha op(A) op(B) + beta C; op(A): (m, k), op(B): (k, n); lda, ldb,
-     * ldc are the row strides of the stored matrices. */
+     * ldc are the row strides of the stored matrices. With beta = 0, C is not read (it may hold
+     * anything, NaN included), as in BLAS. */
     gp_status (*gemm)(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float beta, float *c, int64_t ldc);
@@ -154,9 +155,10 @@ typedef struct gp_kernels {
     /* db[o] += sum over examples b in order of sum(dy[b, o, :]), in double, then rounded once. */
     gp_status (*channel_bias_grad)(gp_device *dev, int64_t batch, int64_t channels,
                                    int64_t npix, const float *dy, float *db);
-    /* Batch statistics (batch_stats) or the running ones; the running statistics move (momentum,
-     * unbiased variance) only when update_running. stats (2, C): the mean and 1/sqrt(var + eps)
-     * used. Sums in double in a fixed order. */
+    /* Batch statistics (batch_stats, which needs batch * hw >= 2 values per channel: the caller
+     * checks) or the running ones; the running statistics move (momentum, unbiased variance) only
+     * when update_running. stats (2, C): the mean and 1/sqrt(var + eps) used. Sums in double in
+     * a fixed order. */
     gp_status (*batchnorm_forward)(gp_device *dev, const gp_bn_dims *d, const float *x,
                                    const float *gamma, const float *beta, float *running_mean,
                                    float *running_var, bool batch_stats, bool update_running,
@@ -168,8 +170,9 @@ typedef struct gp_kernels {
     gp_status (*relu_forward)(gp_device *dev, int64_t n, const float *x, float *y);
     gp_status (*relu_backward)(gp_device *dev, int64_t n, const float *x, const float *dy,
                                float *dx);
-    /* y (planes, OH, OW); argmax: the index h*W + w of each maximum in its plane (the first in
-     * row-major window order; NaN wins). */
+    /* y (planes, OH, OW); argmax: the index h*W + w of each maximum in its plane: the first
+     * maximum in row-major window order, except that a NaN wins (the last NaN when several, as
+     * PyTorch). */
     gp_status (*maxpool_forward)(gp_device *dev, const gp_pool_dims *d, const float *x, float *y,
                                  int32_t *argmax);
     /* dx (planes, H, W) = 0, then dy scattered onto the maxima, in output order. */
