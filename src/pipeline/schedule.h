@@ -86,8 +86,9 @@ typedef struct gp_schedule_fault {
  * "stage 1, action 4 RECV_ACT(2): ..." and *where (may be NULL) gets its position. */
 gp_status gp_schedule_validate(const gp_schedule *s, int capacity, gp_schedule_fault *where);
 
-/* For the validator and the replay (defined in schedule.c): sets the message "schedule NAME (K, M): stage k, action i TEXT: why
- * [stage k: ... [TEXT] ...]", fills *where (may be NULL) and returns GP_INVALID_ARGUMENT. */
+/* For the validator and the replay (defined in schedule.c): sets the message "schedule NAME
+ * (K, M): stage k, action i TEXT: why [stage k: ... [TEXT] ...]", fills *where (may be NULL) and
+ * returns GP_INVALID_ARGUMENT. */
 gp_status gp_schedule_fault_error(const gp_schedule *s, int k, int i, gp_schedule_fault *where,
                                   const char *fmt, ...) GP_PRINTF(5, 6);
 
