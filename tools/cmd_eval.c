@@ -71,7 +71,8 @@ static int check_outputs(const char *cmd, const ckpt_opts *o, const gp_cli_path 
     if (!ins) return gp_cli_usage_error(cmd, "out of host memory");
     int nin = 0;
     ins[nin++] = (gp_cli_path){"--checkpoint", o->checkpoint, GP_CLI_PATH_READ};
-    if (o->model) ins[nin++] = (gp_cli_path){"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ};
+    if (o->model)
+        ins[nin++] = (gp_cli_path){"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ};
     if (o->data) ins[nin++] = (gp_cli_path){"--data", o->data, GP_CLI_PATH_READ};
     for (int i = 0; i < nparts; i++)
         ins[nin++] = (gp_cli_path){"--checkpoint's part", gp_checkpoint_part_path(c, i),

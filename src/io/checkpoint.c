@@ -191,7 +191,9 @@ static gp_param *lookup(const gp_model *m, const gp_optim_opts *o, const char *n
     return NULL;
 }
 
-static gp_tensor *target(gp_param *p, int state) { return state < 0 ? &p->value : &p->state[state]; }
+static gp_tensor *target(gp_param *p, int state) {
+    return state < 0 ? &p->value : &p->state[state];
+}
 
 static gp_status check_meta(const gp_safetensors *f, const gp_model *m, const gp_optim_opts *o) {
     const char *path = gp_safetensors_origin(f);

@@ -196,7 +196,8 @@ static int by_str(const void *a, const void *b) {
 static gp_status read_checksums(gp_safetensors *f) {
     f->crc = calloc((size_t)f->n + 1, sizeof *f->crc);
     f->has_crc = calloc((size_t)f->n + 1, 1);
-    if (!f->crc || !f->has_crc) return gp_error(GP_OUT_OF_MEMORY, "%s: %d checksums", f->origin, f->n);
+    if (!f->crc || !f->has_crc)
+        return gp_error(GP_OUT_OF_MEMORY, "%s: %d checksums", f->origin, f->n);
     for (const cJSON *c = f->meta ? f->meta->child : NULL; c; c = c->next) {
         if (strncmp(c->string, ST_CRC_PREFIX, strlen(ST_CRC_PREFIX)) != 0) continue;
         const char *name = c->string + strlen(ST_CRC_PREFIX);
@@ -473,7 +474,7 @@ gp_status gp_safetensors_get(const gp_safetensors *f, const char *name, gp_dtype
         if (crc != f->crc[e - f->entries]) return crc_mismatch(f, e, crc);
     }
 #if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
-    uint32_t *w = dst; /* float and int32 both as their 32-bit patterns, little-endian in the file */
+    uint32_t *w = dst; /* float and int32 as their 32-bit patterns, little-endian in the file */
     for (uint64_t i = 0; i < nbytes / 4; i++) {
         const unsigned char *p = (const unsigned char *)&w[i];
         w[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
