@@ -329,6 +329,10 @@ gp_status gp_ckpt_check_header(const gp_safetensors *f, const gp_model *m, int l
     int pf, pl;
     GP_TRY(check_meta(f, m, NULL));
     GP_TRY(gp_ckpt_part_range(f, m, &pf, &pl));
+    if (lo < pf || hi > pl)
+        return gp_error(GP_FORMAT, "%s: holds layers %d-%d only, layers %d-%d were asked for (one "
+                                   "part of a multi-part checkpoint? open its index)",
+                        gp_safetensors_origin(f), pf, pl - 1, lo, hi - 1);
     GP_TRY(check_tensors(f, m, NULL, pf, pl, lo, hi, false));
     return check_present(f, m, NULL, pf, pl, lo, hi);
 }
@@ -339,14 +343,12 @@ gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opt
     GP_TRY(check_meta(f, m, o));
     GP_TRY(gp_ckpt_part_range(f, m, &pf, &pl));
     GP_TRY(check_tensors(f, m, o, pf, pl, lo, hi, true));
-    GP_TRY(check_present(f, m, o, pf, pl, lo, hi));
-    /* Last, the bytes of what will be copied: a damaged tensor fails before the model changes. */
-    for (int i = 0; i < gp_safetensors_count(f); i++) {
-        const gp_st_entry *e = gp_safetensors_entry(f, i);
-        int state, li = -1;
-        if (lookup(m, o, e->name, &state, &li) && li >= lo && li < hi && state != STATE_NOT_LOADED)
-            GP_TRY(gp_st_verify(f, e));
-    }
+    return check_present(f, m, o, pf, pl, lo, hi);
+}
+
+gp_status gp_ckpt_verify(const gp_safetensors *f) {
+    for (int i = 0; i < gp_safetensors_count(f); i++)
+        GP_TRY(gp_st_verify(f, gp_safetensors_entry(f, i)));
     return GP_OK;
 }
 
@@ -366,5 +368,6 @@ gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts
 gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o) {
     if (!f || !m) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_load: NULL argument");
     GP_TRY(gp_ckpt_check(f, m, o, 0, m->nlayers));
+    GP_TRY(gp_ckpt_verify(f));
     return gp_ckpt_copy(f, m, o, 0, m->nlayers); /* all checked: copy */
 }

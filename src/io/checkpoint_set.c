@@ -299,7 +299,8 @@ static gp_status open_part(const gp_checkpoint *c, int i, const gp_model *m,
 }
 
 /* Reads part i, checking it against the index: size, its layers, the CRC-32 of the whole file
- * (streamed) and its step; then against the model for layers [lo, hi). */
+ * (streamed: it covers every tensor's bytes, so they need no second pass) and its step; then
+ * against the model for layers [lo, hi). */
 static gp_status read_part(const gp_checkpoint *c, int i, gp_model *m, const gp_optim_opts *o,
                            int lo, int hi, gp_safetensors **f) {
     const ckpt_part *p = &c->parts[i];
@@ -340,6 +341,7 @@ gp_status gp_checkpoint_load_layers(gp_checkpoint *c, gp_model *m, int first, in
                                        "(one part of a multi-part checkpoint? open its index)",
                             c->path, pf, pl - 1, first, last - 1);
         GP_TRY(gp_ckpt_check(c->single, m, o, first, last));
+        GP_TRY(gp_ckpt_verify(c->single));
         return gp_ckpt_copy(c->single, m, o, first, last);
     }
     if (c->parts[c->nparts - 1].last != m->nlayers)
@@ -370,15 +372,7 @@ const char *gp_checkpoint_part_path(const gp_checkpoint *c, int i) {
 
 gp_status gp_checkpoint_check_model(gp_checkpoint *c, const gp_model *m) {
     if (!c || !m) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_check_model: NULL argument");
-    if (c->single) {
-        int pf, pl;
-        GP_TRY(gp_ckpt_part_range(c->single, m, &pf, &pl));
-        if (pf != 0 || pl != m->nlayers)
-            return gp_error(GP_FORMAT, "%s: holds layers %d-%d only, the model has layers 0-%d "
-                                       "(one part of a multi-part checkpoint? open its index)",
-                            c->path, pf, pl - 1, m->nlayers - 1);
-        return gp_ckpt_check_header(c->single, m, 0, m->nlayers);
-    }
+    if (c->single) return gp_ckpt_check_header(c->single, m, 0, m->nlayers);
     if (c->parts[c->nparts - 1].last != m->nlayers)
         return gp_error(GP_FORMAT, "%s: the parts hold layers 0-%d, the model has %d layers",
                         c->path, c->parts[c->nparts - 1].last - 1, m->nlayers);
