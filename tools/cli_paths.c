@@ -65,7 +65,8 @@ static bool same_file(const seen_path *a, const seen_path *b) {
 /* True when p is directly or deeply inside the folder dir (both resolved). */
 static bool inside(const seen_path *p, const seen_path *dir) {
     size_t n = strlen(dir->real);
-    return strncmp(p->real, dir->real, n) == 0 && (p->real[n] == '/' || dir->real[n - 1] == '/');
+    return n > 0 && strncmp(p->real, dir->real, n) == 0 &&
+           (p->real[n] == '/' || dir->real[n - 1] == '/');
 }
 
 static const char *base_name(const char *real) {
