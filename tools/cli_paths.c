@@ -100,7 +100,11 @@ static int check_one(const char *cmd, const gp_cli_path *o, const seen_path *op,
 int gp_cli_check_outputs(const char *cmd, const gp_cli_path *outs, int nout,
                          const gp_cli_path *ins, int nin) {
     seen_path *op = malloc(sizeof *op), *other = malloc(sizeof *other);
-    int rc = op && other ? GP_CLI_EXIT_OK : gp_cli_usage_error(cmd, "out of host memory");
+    int rc = GP_CLI_EXIT_OK;
+    if (!op || !other) {
+        fprintf(stderr, "gpipe %s: checking the output paths: out of host memory\n", cmd);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
     for (int i = 0; i < nout && rc == GP_CLI_EXIT_OK; i++) {
         if (!outs[i].path) continue;
         look(outs[i].path, op);

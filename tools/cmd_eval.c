@@ -68,7 +68,10 @@ static int check_outputs(const char *cmd, const ckpt_opts *o, const gp_cli_path 
                          const gp_checkpoint *c) {
     int nparts = c ? gp_checkpoint_nparts(c) : 0;
     gp_cli_path *ins = calloc((size_t)nparts + 3, sizeof *ins);
-    if (!ins) return gp_cli_usage_error(cmd, "out of host memory");
+    if (!ins) {
+        fprintf(stderr, "gpipe %s: checking the output paths: out of host memory\n", cmd);
+        return GP_CLI_EXIT_RUNTIME;
+    }
     int nin = 0;
     ins[nin++] = (gp_cli_path){"--checkpoint", o->checkpoint, GP_CLI_PATH_READ};
     if (o->model)
