@@ -716,15 +716,19 @@ typedef struct gp_st_entry {
     uint64_t begin, end; /* byte range in the data section */
 } gp_st_entry;
 
-/* Reads and validates a whole file: header length against the file size,
- * well-formed JSON of at most 100 MiB, known dtypes, shapes that match the
- * byte ranges, ranges that tile the data section without gaps or overlaps,
- * unique names, string metadata, and the CRC-32 of every tensor that the
- * metadata gives one for ("crc32:<name>": 8 hex digits). Every error names the
- * file, the tensor or byte offset, and what was expected. The caller frees
- * *out with gp_safetensors_free. */
+/* Opens a file and validates its header, reading no tensor data: a regular
+ * file (a FIFO or device is refused, never waited on), the header length
+ * against the file size before the header is read, well-formed JSON of at
+ * most 100 MiB, known dtypes, shapes that match the byte ranges, ranges that
+ * tile the data section without gaps or overlaps, unique names, string
+ * metadata, and well-formed checksums of tensors it holds ("crc32:<name>": 8
+ * hex digits). Tensor bytes are read by gp_safetensors_get, which checks
+ * each against its CRC-32. Every error names the file, the tensor or byte
+ * offset, and what was expected. The file stays open until
+ * gp_safetensors_free, which the caller calls on *out. */
 gp_status gp_safetensors_read(const char *path, gp_safetensors **out);
-/* The same checks on bytes in memory (copied); origin names them in errors. */
+/* The same checks on bytes in memory (copied), and every CRC-32 at once;
+ * origin names them in errors. */
 gp_status gp_safetensors_parse(const void *bytes, size_t nbytes, const char *origin,
                                gp_safetensors **out);
 void gp_safetensors_free(gp_safetensors *f);
@@ -736,7 +740,9 @@ const gp_st_entry *gp_safetensors_find(const gp_safetensors *f, const char *name
 /* A metadata value, or NULL; valid until gp_safetensors_free. */
 const char *gp_safetensors_meta(const gp_safetensors *f, const char *key);
 /* Copies tensor `name` into dst (host memory of its size), after checking
- * that it exists, has `dtype` and (shape not NULL) that shape. */
+ * that it exists, has `dtype` and (shape not NULL) that shape; then checks the
+ * bytes copied against the tensor's CRC-32 from the metadata, if it has one
+ * (on a mismatch dst holds the bytes read and the call fails). */
 gp_status gp_safetensors_get(const gp_safetensors *f, const char *name, gp_dtype dtype,
                              const gp_shape *shape, void *dst);
 
@@ -797,7 +803,8 @@ gp_status gp_checkpoint_step(const gp_safetensors *f, int *step);
  * files in the index's folder, in layer order without gaps) and "weight_map" (tensor name ->
  * file, the layout of sharded safetensors checkpoints in PyTorch tooling). It is written only
  * after every part is durable, so a set without it is incomplete and never opened. Opening
- * reads the index (or the whole one file); parts are read when their layers are loaded. */
+ * reads the index (or the one file's header); tensor data and parts are read when their layers
+ * are loaded. */
 typedef struct gp_checkpoint gp_checkpoint;
 gp_status gp_checkpoint_open(const char *path, gp_checkpoint **out);
 void gp_checkpoint_close(gp_checkpoint *c);
@@ -814,6 +821,18 @@ gp_status gp_checkpoint_saved_step(const gp_checkpoint *c, int *step);
  * need not be allocated. */
 gp_status gp_checkpoint_load_layers(gp_checkpoint *c, gp_model *m, int first, int last,
                                     const gp_optim_opts *o);
+/* Checks that c can load into m before m is initialized (or anything of it allocated), from
+ * the tensors' names, dtypes and shapes against the layers' declared parameter shapes: its layer
+ * kinds (a gpipe checkpoint), every tensor one of m's parameters (or an optimizer state beside
+ * one) with dtype F32 and the parameter's shape, every parameter of m present, the parts of a
+ * set covering m's layers. Reads only headers (a set: the index and each part's header, whose
+ * file must have the size the index committed), no tensor data, so a checkpoint of another
+ * model, however large its model_config, is refused in milliseconds; an error names the file,
+ * the tensor and both shapes. The data (CRC-32s) is checked by gp_checkpoint_load_layers. */
+gp_status gp_checkpoint_check_model(gp_checkpoint *c, const gp_model *m);
+/* The path of part i (0 <= i < gp_checkpoint_nparts): a set's part file, or the one file
+ * itself; NULL outside the range. Valid until the close. */
+const char *gp_checkpoint_part_path(const gp_checkpoint *c, int i);
 /* One part of a set, for the index: its file name (in the index's folder), the layers it
  * holds, and its size and CRC-32 (gp_checkpoint_file_info). */
 typedef struct gp_checkpoint_part {

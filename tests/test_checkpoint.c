@@ -6,7 +6,8 @@
  * file and the tensor and leave the model unchanged. Multi-part sets as a multi-process pipeline
  * writes them (one part per stage and an index committing them) resume on any K and on one
  * device bit for bit; damaged parts and malformed indexes are named errors that change
- * nothing. */
+ * nothing. gp_checkpoint_check_model refuses another model's checkpoint from headers alone,
+ * before the model is allocated. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,6 +370,88 @@ static void check_bad_sets(void) {
     session_free(&s);
 }
 
+/* Flips the bit 0x01 of the byte `back` bytes before the end of path. */
+static void flip_from_end(const char *path, long back) {
+    FILE *f = fopen(path, "r+b");
+    REQUIRE_FILE(f);
+    fseek(f, -back, SEEK_END);
+    int ch = fgetc(f);
+    fseek(f, -back, SEEK_END);
+    fputc(ch ^ 1, f);
+    fclose(f);
+}
+
+/* gp_checkpoint_check_model on models never initialized: a one-file checkpoint and a set of it
+ * pass; another model's widths are refused naming the tensor and both shapes, another family by
+ * its layers, a part opened alone for the whole model, a part of another size than the index
+ * committed; and nothing of the model is allocated. Loading still checks every tensor's bytes:
+ * a flipped byte in optimizer state the load does not copy fails it, the model unchanged. */
+static void check_model_headers(void) {
+    session s;
+    session_new(&s, GP_TEST_TRANSFORMER, 0);
+    float l[NSTEPS];
+    session_run(&s, 1, l);
+    char path[600];
+    snprintf(path, sizeof path, "%s", gp_scratch_path("hdr.safetensors"));
+    session_save(&s, path);
+    const char *index;
+    session_save_parts(&s, 2, "hdr", &index);
+    char idx[600], part1[600], part2[600];
+    snprintf(idx, sizeof idx, "%s", index);
+    snprintf(part1, sizeof part1, "%s", gp_scratch_path("hdr-00001-of-00002.safetensors"));
+    snprintf(part2, sizeof part2, "%s", gp_scratch_path("hdr-00002-of-00002.safetensors"));
+
+    gp_model *fresh = gp_test_net_build(GP_TEST_TRANSFORMER);
+    gp_model *conv = gp_test_net_build(GP_TEST_CONVNET);
+    gp_transformer_config wide = {.vocab = 64, .dim = 48, .heads = 4, .d_ff = 64, .layers = 4,
+                                  .seq_len = 16};
+    gp_model *other;
+    REQUIRE_OK(gp_model_transformer(&wide, &other));
+    gp_checkpoint *ck;
+    REQUIRE_OK(gp_checkpoint_open(path, &ck));
+    CHECK_OK(gp_checkpoint_check_model(ck, fresh));
+    CHECK(gp_checkpoint_part_path(ck, 0) && strcmp(gp_checkpoint_part_path(ck, 0), path) == 0);
+    CHECK(gp_checkpoint_part_path(ck, 1) == NULL);
+    CHECK_FAILS(gp_checkpoint_check_model(ck, other), GP_SHAPE,
+                "tensor \"layers.0.weight\" has shape (64, 32), the model's is (64, 48)");
+    CHECK(strstr(gp_last_error(), path) != NULL);
+    CHECK_FAILS(gp_checkpoint_check_model(ck, conv), GP_FORMAT, "a checkpoint of another model");
+    gp_checkpoint_close(ck);
+
+    REQUIRE_OK(gp_checkpoint_open(idx, &ck));
+    CHECK_OK(gp_checkpoint_check_model(ck, fresh));
+    CHECK(gp_checkpoint_part_path(ck, 1) && strcmp(gp_checkpoint_part_path(ck, 1), part2) == 0);
+    CHECK_FAILS(gp_checkpoint_check_model(ck, other), GP_SHAPE, "the model's is (64, 48)");
+    FILE *f = fopen(part2, "ab");
+    REQUIRE_FILE(f);
+    fputc(0, f);
+    fclose(f);
+    CHECK_FAILS(gp_checkpoint_check_model(ck, fresh), GP_FORMAT, "the index committed");
+    gp_checkpoint_close(ck);
+    REQUIRE_OK(gp_checkpoint_open(part1, &ck));
+    CHECK_FAILS(gp_checkpoint_check_model(ck, fresh), GP_FORMAT, "holds layers 0-");
+    gp_checkpoint_close(ck);
+    gp_param_info pi;
+    REQUIRE_OK(gp_model_param(fresh, 0, &pi));
+    CHECK(pi.value->data == NULL); /* checked from the headers alone */
+
+    /* The last bytes of the file are optimizer state, which a load without o does not copy. */
+    flip_from_end(path, 4);
+    REQUIRE_OK(gp_checkpoint_open(path, &ck));
+    uint64_t before = gp_test_hash(s.m);
+    CHECK_OK(gp_checkpoint_check_model(ck, fresh)); /* headers are fine */
+    CHECK_FAILS(gp_checkpoint_load_layers(ck, s.m, 0, gp_model_nlayers(s.m), NULL), GP_FORMAT,
+                "CRC-32");
+    CHECK(gp_test_hash(s.m) == before);
+    gp_checkpoint_close(ck);
+    gp_model_free(fresh);
+    gp_model_free(conv);
+    gp_model_free(other);
+    remove(path);
+    remove_set("hdr", 2);
+    session_free(&s);
+}
+
 /* A pipeline on threads saves one file through gp_pipeline_checkpoint_save. */
 static void check_pipeline_save_threads(void) {
     session s;
@@ -462,6 +545,7 @@ int main(void) {
         check_resume_parts((gp_test_net)net, 4, 1);
     }
     check_bad_sets();
+    check_model_headers();
     check_pipeline_save_threads();
     gp_scratch_cleanup();
     return gp_test_finish("test_checkpoint");

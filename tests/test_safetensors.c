@@ -3,11 +3,15 @@
  * tensor or offset: every truncation, every flipped byte of the data (CRC) and of the header
  * (never a crash), a header length past the end or over the limit, malformed JSON, overlapping,
  * out-of-range and gapped offsets, wrong dtypes and shapes, duplicate names, bad metadata. A
- * failed write leaves no file and never replaces a good one. */
+ * file is read header first and its tensors only when asked for (a damaged tensor fails its own
+ * read, a sparse file promising gigabytes costs nothing, a FIFO is refused). A failed write
+ * leaves no file and never replaces a good one. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -207,6 +211,95 @@ static void test_hostile(void) {
     CHECK_FAILS(gp_safetensors_read("/tmp", &f), GP_IO, "not a regular file");
 }
 
+/* Copies the file src to dst. */
+static void copy_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    unsigned char buf[4096];
+    size_t n = in ? fread(buf, 1, sizeof buf, in) : 0;
+    CHECK(in && out && n > 0 && n < sizeof buf && fwrite(buf, 1, n, out) == n);
+    if (in) fclose(in);
+    if (out) fclose(out);
+    gp_scratch_remember(dst);
+}
+
+/* Flips the bit 0x01 of the byte `back` bytes before the end of path. */
+static void flip_from_end(const char *path, long back) {
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fseek(f, -back, SEEK_END) == 0);
+    int c = fgetc(f);
+    CHECK(c != EOF && fseek(f, -back, SEEK_END) == 0 && fputc(c ^ 1, f) != EOF);
+    fclose(f);
+}
+
+/* A file's tensors are read when asked for, each checked against its CRC-32 there: a flipped
+ * data byte passes the read and fails only that tensor's get, naming the file and the bytes; a
+ * file that shrinks after the read fails the get. */
+static void test_lazy_tensors(const char *good) {
+    char path[256];
+    snprintf(path, sizeof path, "%s", gp_scratch_path("flip.safetensors"));
+    copy_file(good, path);
+    flip_from_end(path, 1); /* in a.floats, the last tensor with data (bytes 12..36) */
+    gp_safetensors *f;
+    REQUIRE_OK(gp_safetensors_read(path, &f));
+    int32_t gb[3], want_b[3] = {7, -1, 2147483647};
+    float ga[6];
+    CHECK_OK(gp_safetensors_get(f, "b.ints", GP_I32, NULL, gb));
+    CHECK(memcmp(gb, want_b, sizeof gb) == 0);
+    CHECK_FAILS(gp_safetensors_get(f, "a.floats", GP_F32, NULL, ga), GP_FORMAT,
+                "tensor \"a.floats\" (data bytes 12..36): CRC-32");
+    CHECK(strstr(gp_last_error(), path) != NULL);
+    gp_safetensors_free(f);
+
+    snprintf(path, sizeof path, "%s", gp_scratch_path("shrink.safetensors"));
+    copy_file(good, path);
+    REQUIRE_OK(gp_safetensors_read(path, &f));
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && truncate(path, st.st_size - 4) == 0);
+    CHECK_OK(gp_safetensors_get(f, "b.ints", GP_I32, NULL, gb)); /* still all there */
+    CHECK_FAILS(gp_safetensors_get(f, "a.floats", GP_F32, NULL, ga), GP_IO, "shrank");
+    gp_safetensors_free(f);
+}
+
+/* Header first: a sparse file whose header promises 2 GiB of data opens without reading it (the
+ * process stays small), one of 3 GiB with header length 0 is refused at once, and a FIFO is
+ * refused instead of waited on (an alarm turns a regression into a failure, not a hang). */
+static void test_header_first(void) {
+    char path[256];
+    snprintf(path, sizeof path, "%s", gp_scratch_path("sparse.safetensors"));
+    gp_scratch_remember(path);
+    const char *h = "{\"big\":{\"dtype\":\"F32\",\"shape\":[536870912],"
+                    "\"data_offsets\":[0,2147483648]},"
+                    "\"__metadata__\":{\"crc32:big\":\"00000000\"}}";
+    unsigned char head[256];
+    size_t n = image(head, sizeof head, h, 0);
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp && fwrite(head, 1, n, fp) == n);
+    if (fp) fclose(fp);
+    CHECK(truncate(path, (off_t)n + ((off_t)1 << 31)) == 0);
+    gp_safetensors *f = NULL;
+    CHECK_OK(gp_safetensors_read(path, &f));
+    CHECK_EQ_INT(gp_safetensors_count(f), 1);
+    const gp_st_entry *e = gp_safetensors_find(f, "big");
+    CHECK(e && e->end == (uint64_t)1 << 31);
+    gp_safetensors_free(f);
+    struct rusage ru;
+    CHECK(getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss < 400 * 1024); /* KiB: not 2 GiB */
+
+    CHECK(truncate(path, 0) == 0 && truncate(path, (off_t)3 << 30) == 0);
+    CHECK_FAILS(gp_safetensors_read(path, &f), GP_FORMAT,
+                "header length 0 (bytes 0..7) is too short for the JSON header");
+    CHECK(strstr(gp_last_error(), path) != NULL);
+
+    snprintf(path, sizeof path, "%s", gp_scratch_path("fifo.safetensors"));
+    CHECK(mkfifo(path, 0600) == 0);
+    gp_scratch_remember(path);
+    alarm(30);
+    CHECK_FAILS(gp_safetensors_read(path, &f), GP_IO, "is a FIFO (named pipe), not a regular file");
+    alarm(0);
+}
+
 /* "{}" with no data is a valid (empty) file. */
 static void test_empty(void) {
     unsigned char buf[16];
@@ -234,11 +327,14 @@ static void test_failed_writes(const char *good) {
 
 int main(void) {
     gp_scratch_init("test_safetensors");
-    const char *path = gp_scratch_path("round.safetensors");
+    char path[256]; /* a copy: gp_scratch_path's buffers are reused */
+    snprintf(path, sizeof path, "%s", gp_scratch_path("round.safetensors"));
     gp_scratch_remember(path);
     test_round_trip(path);
     test_corruptions(path);
     test_hostile();
+    test_lazy_tensors(path);
+    test_header_first();
     test_empty();
     test_failed_writes(path);
     gp_scratch_cleanup();

@@ -58,6 +58,7 @@ typedef struct gp_cli_mpi_place {
 } gp_cli_mpi_place;
 
 typedef struct gp_cli_train {
+    const char *cmd; /* the subcommand, for messages: "eval", "sample"; NULL: "train" */
     /* options, with the defaults resolved */
     const char *model_name;
     const char *data;  /* NULL: the family's default */
@@ -145,13 +146,15 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
 /* Both return an exit status and fill the results. */
 int gp_cli_train_classifier(gp_cli_train *t);
 int gp_cli_train_lm(gp_cli_train *t);
-/* Prints "gpipe train: <what>: <gp_last_error()>" and returns the runtime
+/* Prints "gpipe <cmd>: <what>: <gp_last_error()>" and returns the runtime
  * exit status. */
 int gp_cli_fail(const char *cmd, const char *what);
 
 /* Builds the model that --model names (convnet, transformer or a JSON file)
  * for subcommand `cmd`; a bad name is a usage error of --model. */
 int gp_cli_load_model(const char *cmd, const char *name, gp_model **out);
+/* The file --model name reads: name, or NULL for a built-in family. */
+const char *gp_cli_model_path(const char *name);
 
 /* Generates nbytes bytes after the context `prompt` (NULL: one newline) and
  * writes them raw to f (NULL: nowhere, as ranks other than 0 do), drawn with t->temperature and
@@ -162,11 +165,13 @@ int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbyt
 
 /* The JSON text --model stands for ({"family": ...} or the file), malloc'd. */
 int gp_cli_model_config(const char *cmd, const char *name, char **out);
-/* Creates --checkpoint-dir if missing. */
+/* Before the model is allocated: creates --checkpoint-dir if missing; refuses a folder that
+ * holds checkpoints without --resume; with it, checks the newest checkpoint against t->model
+ * (model config, tensor names, dtypes and shapes, from headers only). */
 int gp_cli_ckpt_prepare(gp_cli_train *t);
-/* With the pipeline made: removes leftovers of interrupted saves and,
- * with --resume, loads the newest complete checkpoint (same model and options
- * required) and sets t->start_step. Returns an exit status. */
+/* With the pipeline made and --resume: loads the newest complete checkpoint (same model and
+ * options required), sets t->start_step, and only then removes the leftovers of interrupted
+ * saves. Returns an exit status. */
 int gp_cli_ckpt_resume(gp_cli_train *t);
 /* After `done` steps: writes DIR/ckpt-<done>.safetensors when due (every
  * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
@@ -178,6 +183,29 @@ int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t 
                            double *loss, double *accuracy);
 int gp_cli_eval_main(int argc, char **argv);
 int gp_cli_sample_main(int argc, char **argv);
+
+/* True for the names gpipe train gives files in --checkpoint-dir: checkpoints, the parts and
+ * index of a set, and the temporary files of their writes. */
+bool gp_cli_ckpt_is_name(const char *name);
+
+/* ---------------------------------------------------------------- paths */
+
+/* A path option of a subcommand, for gp_cli_check_outputs. */
+typedef struct gp_cli_path {
+    const char *option; /* "--checkpoint" */
+    const char *path;   /* NULL: not given */
+    int kind;           /* of an input: GP_CLI_PATH_READ or GP_CLI_PATH_CKPT_DIR */
+} gp_cli_path;
+enum {
+    GP_CLI_PATH_READ = 0,    /* a file read, or a folder whose files are read */
+    GP_CLI_PATH_CKPT_DIR = 1 /* --checkpoint-dir: the checkpoints' names in it are taken */
+};
+/* Before any work: refuses, as a usage error naming both options, an output that is an input
+ * (the same file by device and inode, or by resolved path when it does not exist yet), lies in
+ * an input folder, has a checkpoint's name in --checkpoint-dir, or is another output. Paths
+ * NULL are skipped. Returns an exit status. */
+int gp_cli_check_outputs(const char *cmd, const gp_cli_path *outs, int nout,
+                         const gp_cli_path *ins, int nin);
 
 /* ------------------------------------------------------------- pipeline */
 

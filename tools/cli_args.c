@@ -1,15 +1,18 @@
 /* Strict option parsing for the gpipe CLI: numbers must be whole, finite and
  * in range, unknown or repeated options are refused, and every complaint
  * names the option and what it expected. */
+#define _GNU_SOURCE /* sched_getaffinity: the cores this process may use */
 #include "cli_args.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int gp_cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -30,6 +33,14 @@ gp_cli_opt *gp_cli_find(gp_cli_opt *opts, int nopts, const char *name) {
 bool gp_cli_seen(gp_cli_opt *opts, int nopts, const char *name) {
     gp_cli_opt *o = gp_cli_find(opts, nopts, name);
     return o && o->seen;
+}
+
+int gp_cli_max_threads(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 && n < INT_MAX ? (int)n : 1;
 }
 
 /* The whole string must be a base-10 integer; leading spaces and signs that
@@ -132,6 +143,16 @@ static int set_value(gp_cli_opt *o, const char *val, const char *cmd) {
         }
         *(int *)o->dst = (int)i;
         return GP_CLI_PARSED;
+    case GP_CLI_THREADS: {
+        const int max = gp_cli_max_threads();
+        if (!parse_i64(val, &i) || i < 1 || i > max)
+            return gp_cli_usage_error(cmd,
+                                      "%s: expected an integer from 1 to %d (the cores this "
+                                      "process may use), got '%s'",
+                                      o->name, max, val);
+        *(int *)o->dst = (int)i;
+        return GP_CLI_PARSED;
+    }
     case GP_CLI_U64:
         if (!parse_u64(val, &u))
             return gp_cli_usage_error(

@@ -14,6 +14,7 @@ enum { GP_CLI_EXIT_OK = 0, GP_CLI_EXIT_RUNTIME = 1, GP_CLI_EXIT_USAGE = 2 };
 typedef enum gp_cli_kind {
     GP_CLI_FLAG,   /* no value; dst: bool */
     GP_CLI_INT,    /* dst: int, at least `min` */
+    GP_CLI_THREADS, /* dst: int, 1 to gp_cli_max_threads() */
     GP_CLI_U64,    /* dst: uint64_t, any non-negative integer */
     GP_CLI_FLOAT,  /* dst: double, finite, >= min (> min when min_exclusive) */
     GP_CLI_BYTES,  /* dst: uint64_t > 0, with K/M/G/T or KiB/MiB/GiB/TiB suffix */
@@ -57,6 +58,11 @@ int gp_cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* The most threads an option may ask for: the cores this process may run on (its CPU
+ * affinity, as nproc counts them). More would only contend for them, and under an address-space
+ * limit OpenBLAS's extra workers can spin forever waiting for buffer memory. */
+int gp_cli_max_threads(void);
 
 /* Parses a byte count such as "512M", "1.5GiB" or "1000000"; the suffixes
  * are binary (K = KiB = 1024). Returns false on anything else. */

@@ -2,11 +2,13 @@
  * --stop-after and at the end (atomically, by the library); under MPI instead one part per
  * stage, ckpt-<step>-<k>-of-<K>.safetensors, committed by ckpt-<step>.safetensors.index.json.
  * The newest --keep are kept; --resume takes the newest complete one (a write cut short is only
- * ever a .tmp.<pid> file or parts without an index, which are removed), checks that the model
- * and the options that shape the numbers are the same, and continues at its step, so the run
- * ends with the bits of an uninterrupted one, whatever K saved it and whatever K resumes. */
+ * ever a .tmp.<pid> file or parts without an index, which are removed once it has loaded),
+ * checks that the model and the options that shape the numbers are the same, and continues at
+ * its step, so the run ends with the bits of an uninterrupted one, whatever K saved it and
+ * whatever K resumes. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +19,33 @@
 #define CKPT_PREFIX "ckpt-"
 #define CKPT_SUFFIX ".safetensors"
 
+/* Opens --model's file for reading if it is a regular file; a FIFO is refused, not waited on
+ * (O_NONBLOCK makes its open return at once). Returns an exit status. */
+static int open_model_file(const char *cmd, const char *name, FILE **out) {
+    *out = NULL;
+    int fd = open(name, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "gpipe %s: --model %s: cannot read: %s\n", cmd, name, strerror(errno));
+        if (fd >= 0) close(fd);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "gpipe %s: --model %s: not a regular file (expected a JSON model file)\n",
+                cmd, name);
+        close(fd);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    *out = fdopen(fd, "rb");
+    if (!*out) {
+        fprintf(stderr, "gpipe %s: --model %s: cannot read: %s\n", cmd, name, strerror(errno));
+        close(fd);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    return GP_CLI_EXIT_OK;
+}
+
 int gp_cli_model_config(const char *cmd, const char *name, char **out) {
     *out = NULL;
     if (strcmp(name, "convnet") == 0 || strcmp(name, "transformer") == 0) {
@@ -24,11 +53,9 @@ int gp_cli_model_config(const char *cmd, const char *name, char **out) {
         *out = malloc(n);
         if (*out) snprintf(*out, n, "{\"family\":\"%s\"}", name);
     } else {
-        FILE *f = fopen(name, "rb");
-        if (!f) {
-            fprintf(stderr, "gpipe %s: --model %s: cannot read: %s\n", cmd, name, strerror(errno));
-            return GP_CLI_EXIT_RUNTIME;
-        }
+        FILE *f;
+        int rc = open_model_file(cmd, name, &f);
+        if (rc != GP_CLI_EXIT_OK) return rc;
         size_t cap = 4096, n = 0;
         char *buf = malloc(cap);
         while (buf) {
@@ -51,30 +78,65 @@ int gp_cli_model_config(const char *cmd, const char *name, char **out) {
 }
 
 /* The names in --checkpoint-dir: a one-file checkpoint, the index that commits a multi-part
- * set (MPI), a part of one, and a temporary file of a write cut short. */
+ * set (MPI), a part of one, and the temporary file of a write cut short. Only these exact
+ * forms are gpipe's: anything else in the folder is the user's and is never touched. */
 enum { NAME_OTHER, NAME_SINGLE, NAME_INDEX, NAME_PART, NAME_TMP };
 #define CKPT_INDEX_SUFFIX CKPT_SUFFIX ".index.json"
+#define TMP_INFIX ".tmp." /* gp_file_out writes <final name>.tmp.<pid> */
 
-static int name_kind(const char *name, long *step) {
-    size_t np = strlen(CKPT_PREFIX);
-    *step = -1;
-    if (strncmp(name, CKPT_PREFIX, np) != 0) return NAME_OTHER;
-    if (strstr(name, ".tmp.")) return NAME_TMP; /* <final name>.tmp.<pid> */
+/* s starts with exactly n decimal digits. */
+static bool digits(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+/* The step of "ckpt-<step>": 8 digits with leading zeros (ckpt_path's %08ld), or more without;
+ * *rest: what follows. -1 if name is not so. */
+static long name_step(const char *name, const char **rest) {
+    size_t np = strlen(CKPT_PREFIX), nd = 0;
+    if (strncmp(name, CKPT_PREFIX, np) != 0) return -1;
+    while (name[np + nd] >= '0' && name[np + nd] <= '9') nd++;
+    if (nd < 8 || nd > 10 || (nd > 8 && name[np] == '0')) return -1;
     long v = 0;
-    for (size_t i = np; i < np + 8; i++) {
-        if (name[i] < '0' || name[i] > '9') return NAME_OTHER;
-        v = v * 10 + (name[i] - '0');
-    }
-    const char *rest = name + np + 8;
-    int a = 0, b = 0, used = 0;
-    *step = v;
+    for (size_t i = 0; i < nd; i++) v = v * 10 + (name[np + i] - '0');
+    *rest = name + np + nd;
+    return v <= 0x7fffffffL ? v : -1;
+}
+
+/* The kind of a final (not temporary) name. */
+static int final_kind(const char *name, long *step) {
+    const char *rest;
+    *step = name_step(name, &rest);
+    if (*step < 0) return NAME_OTHER;
     if (strcmp(rest, CKPT_SUFFIX) == 0) return NAME_SINGLE;
     if (strcmp(rest, CKPT_INDEX_SUFFIX) == 0) return NAME_INDEX;
-    if (sscanf(rest, "-%5d-of-%5d" CKPT_SUFFIX "%n", &a, &b, &used) == 2 && rest[used] == '\0' &&
-        strlen(rest) == strlen("-00001-of-00002" CKPT_SUFFIX))
+    /* -<k, 5 digits>-of-<K, 5 digits>.safetensors (src/pipeline/checkpoint.c) */
+    if (rest[0] == '-' && digits(rest + 1, 5) && strncmp(rest + 6, "-of-", 4) == 0 &&
+        digits(rest + 10, 5) && strcmp(rest + 15, CKPT_SUFFIX) == 0)
         return NAME_PART;
     *step = -1;
     return NAME_OTHER;
+}
+
+static int name_kind(const char *name, long *step) {
+    const char *tmp = NULL;
+    for (const char *p = strstr(name, TMP_INFIX); p; p = strstr(p + 1, TMP_INFIX)) tmp = p;
+    if (!tmp) return final_kind(name, step);
+    /* <final name>.tmp.<pid>: the pid in decimal, the final name one of the forms above. */
+    const char *pid = tmp + strlen(TMP_INFIX);
+    size_t npid = strlen(pid);
+    char final[512];
+    *step = -1;
+    if (npid < 1 || npid > 10 || !digits(pid, npid) || (size_t)(tmp - name) >= sizeof final)
+        return NAME_OTHER;
+    snprintf(final, sizeof final, "%.*s", (int)(tmp - name), name);
+    return final_kind(final, step) == NAME_OTHER ? NAME_OTHER : NAME_TMP;
+}
+
+bool gp_cli_ckpt_is_name(const char *name) {
+    long step;
+    return name_kind(name, &step) != NAME_OTHER;
 }
 
 typedef struct ckpt_entry {
@@ -98,8 +160,10 @@ static bool has_step(const ckpt_entry *e, int n, long step) {
     return false;
 }
 
-/* Removes the leftovers of saves cut short: temporary files, and parts of sets that were never
- * committed (no index). Returns how many. */
+/* Removes the leftovers of saves cut short: gpipe's temporary files, and parts of sets that
+ * were never committed (no index, no one-file checkpoint at their step). Called only once the
+ * checkpoint to resume from has loaded, so a failed resume leaves the folder as it was. Returns
+ * how many were removed. */
 static int clean_dir(const char *dir, const ckpt_entry *e, int n) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -118,9 +182,9 @@ static int clean_dir(const char *dir, const ckpt_entry *e, int n) {
     return removed;
 }
 
-/* The complete checkpoints in dir, newest first (malloc'd, *n of them); with clean, removes
- * leftovers of writes that were cut short. Returns an exit status. */
-static int list_checkpoints(const char *dir, ckpt_entry **out, int *n, bool clean) {
+/* The complete checkpoints in dir, newest first (malloc'd, *n of them). Returns an exit
+ * status. */
+static int list_checkpoints(const char *dir, ckpt_entry **out, int *n) {
     *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
@@ -153,10 +217,6 @@ static int list_checkpoints(const char *dir, ckpt_entry **out, int *n, bool clea
         (*out)[(*n)++] = (ckpt_entry){st, kind == NAME_INDEX};
     }
     closedir(d);
-    int removed = clean ? clean_dir(dir, *out, *n) : 0;
-    if (removed)
-        printf("checkpoint: removed %d incomplete file(s) left in %s by an interrupted save\n",
-               removed, dir);
     if (*n) qsort(*out, (size_t)*n, sizeof **out, cmp_entry_desc);
     return GP_CLI_EXIT_OK;
 }
@@ -199,20 +259,25 @@ static const char *option_of(const char *key) {
     return key;
 }
 
-/* Same model config and same options, or a message naming what differs. */
-static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const char *path) {
+/* The same model config, or a message saying both. */
+static int check_same_model(const gp_cli_train *t, const gp_checkpoint *c, const char *path) {
     const char *mc = gp_checkpoint_meta(c, "model_config");
-    const char *to = gp_checkpoint_meta(c, "train_options");
     cJSON *a = mc ? cJSON_Parse(mc) : NULL, *b = cJSON_Parse(t->model_config);
     bool same_model = a && b && cJSON_Compare(a, b, true);
     cJSON_Delete(a);
     cJSON_Delete(b);
-    if (!same_model) {
-        fprintf(stderr, "gpipe train: --resume: %s was saved from model config %.300s, not from "
-                        "--model %s (%.300s)\n",
-                path, mc ? mc : "(none)", t->model_name, t->model_config);
-        return GP_CLI_EXIT_RUNTIME;
-    }
+    if (same_model) return GP_CLI_EXIT_OK;
+    fprintf(stderr, "gpipe train: --resume: %s was saved from model config %.300s, not from "
+                    "--model %s (%.300s)\n",
+            path, mc ? mc : "(none)", t->model_name, t->model_config);
+    return GP_CLI_EXIT_RUNTIME;
+}
+
+/* Same model config and same options, or a message naming what differs. */
+static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const char *path) {
+    int rc0 = check_same_model(t, c, path);
+    if (rc0 != GP_CLI_EXIT_OK) return rc0;
+    const char *to = gp_checkpoint_meta(c, "train_options");
     cJSON *saved = to ? cJSON_Parse(to) : NULL, *now = train_options(t);
     int rc = GP_CLI_EXIT_OK;
     if (!cJSON_IsObject(saved)) {
@@ -237,6 +302,48 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
     return rc;
 }
 
+/* The newest complete checkpoint (path) and the one before it (prev, "" if none); *n: how
+ * many there are. Returns an exit status. */
+static int find_newest(const gp_cli_train *t, char *path, char *prev, size_t size, int *n,
+                       long *step) {
+    ckpt_entry *e;
+    int rc = list_checkpoints(t->ckpt_dir, &e, n);
+    path[0] = prev[0] = '\0';
+    *step = -1;
+    if (rc == GP_CLI_EXIT_OK && *n > 0) {
+        ckpt_path(t->ckpt_dir, &e[0], path, size);
+        *step = e[0].step;
+    }
+    if (rc == GP_CLI_EXIT_OK && *n > 1) ckpt_path(t->ckpt_dir, &e[1], prev, size);
+    free(e);
+    return rc;
+}
+
+/* The newest checkpoint was committed complete but does not load: taking an older one silently
+ * would lose the steps since and hide the damage, so the user decides. */
+static void say_previous(const gp_cli_train *t, const char *path, const char *prev) {
+    if (prev[0])
+        fprintf(stderr, "gpipe train: --resume: %s was committed complete but does not load; to "
+                        "resume from the previous checkpoint %s, move the damaged one out of "
+                        "%s\n",
+                path, prev, t->ckpt_dir);
+}
+
+/* Before the model is allocated: the newest checkpoint is of this model config, and its
+ * tensors' names, dtypes and shapes are the model's (headers only). */
+static int precheck_resume(const gp_cli_train *t, const char *path, const char *prev) {
+    gp_checkpoint *c = NULL;
+    bool damaged = gp_checkpoint_open(path, &c) != GP_OK;
+    int rc = damaged ? gp_cli_fail("train", "--resume") : check_same_model(t, c, path);
+    if (rc == GP_CLI_EXIT_OK && gp_checkpoint_check_model(c, t->model) != GP_OK) {
+        rc = gp_cli_fail("train", "--resume");
+        damaged = true;
+    }
+    if (damaged) say_previous(t, path, prev);
+    gp_checkpoint_close(c);
+    return rc;
+}
+
 int gp_cli_ckpt_prepare(gp_cli_train *t) {
     if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
     struct stat st;
@@ -251,37 +358,34 @@ int gp_cli_ckpt_prepare(gp_cli_train *t) {
         fprintf(stderr, "gpipe train: --checkpoint-dir %s: not a directory\n", t->ckpt_dir);
         return GP_CLI_EXIT_RUNTIME;
     }
-    return GP_CLI_EXIT_OK;
-}
-
-int gp_cli_ckpt_resume(gp_cli_train *t) {
-    t->start_step = 0;
-    if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
-    ckpt_entry *e;
+    char path[4096], prev[4096];
     int n;
-    /* MPI: every rank reads the folder, rank 0 alone changes it. */
-    int rc = list_checkpoints(t->ckpt_dir, &e, &n, t->place.rank == 0);
+    long step;
+    int rc = find_newest(t, path, prev, sizeof path, &n, &step);
     if (rc == GP_CLI_EXIT_OK && !t->resume && n > 0) {
         /* A fresh run would mix its checkpoints with these, and --keep could delete its own. */
         fprintf(stderr, "gpipe train: --checkpoint-dir %s already holds checkpoints (the newest "
                         "at step %ld): add --resume to continue from it, or give another folder\n",
-                t->ckpt_dir, e[0].step);
+                t->ckpt_dir, step);
         rc = GP_CLI_EXIT_RUNTIME;
     }
-    if (rc != GP_CLI_EXIT_OK || !t->resume) {
-        free(e);
-        return rc;
-    }
+    if (rc == GP_CLI_EXIT_OK && t->resume && n > 0) rc = precheck_resume(t, path, prev);
+    return rc;
+}
+
+int gp_cli_ckpt_resume(gp_cli_train *t) {
+    t->start_step = 0;
+    if (!t->ckpt_dir || !t->resume) return GP_CLI_EXIT_OK;
+    char path[4096], prev[4096];
+    int n;
+    long newest;
+    int rc = find_newest(t, path, prev, sizeof path, &n, &newest);
+    if (rc != GP_CLI_EXIT_OK) return rc;
     if (n == 0) {
         printf("resume: no checkpoint in %s; starting fresh at step 0\n", t->ckpt_dir);
         fflush(stdout);
-        free(e);
         return GP_CLI_EXIT_OK;
     }
-    char path[4096], prev[4096] = "";
-    ckpt_path(t->ckpt_dir, &e[0], path, sizeof path);
-    if (n > 1) ckpt_path(t->ckpt_dir, &e[1], prev, sizeof prev);
-    free(e);
     gp_checkpoint *c = NULL;
     int step = 0;
     bool damaged = gp_checkpoint_open(path, &c) != GP_OK;
@@ -293,19 +397,22 @@ int gp_cli_ckpt_resume(gp_cli_train *t) {
         rc = gp_cli_fail("train", "--resume");
         damaged = true;
     }
-    /* The newest complete checkpoint does not load: taking an older one silently would lose
-     * the steps since and hide the damage, so the user decides. */
-    if (damaged && prev[0])
-        fprintf(stderr, "gpipe train: --resume: %s was committed complete but does not load; to "
-                        "resume from the previous checkpoint %s, move the damaged one out of "
-                        "%s\n",
-                path, prev, t->ckpt_dir);
+    if (damaged) say_previous(t, path, prev);
     gp_checkpoint_close(c);
     if (rc != GP_CLI_EXIT_OK) return rc;
     if (step > t->total_steps) {
         fprintf(stderr, "gpipe train: --resume: %s is at step %d, past the %d steps of this run\n",
                 path, step, t->total_steps);
         return GP_CLI_EXIT_RUNTIME;
+    }
+    /* Loaded: only now are the leftovers of interrupted saves removed (MPI: by rank 0 alone). */
+    ckpt_entry *e;
+    if (t->place.rank == 0 && list_checkpoints(t->ckpt_dir, &e, &n) == GP_CLI_EXIT_OK) {
+        int removed = clean_dir(t->ckpt_dir, e, n);
+        free(e);
+        if (removed)
+            printf("checkpoint: removed %d incomplete file(s) left in %s by an interrupted save\n",
+                   removed, t->ckpt_dir);
     }
     t->start_step = step;
     printf("resume: loaded %s: continuing at step %d of %d\n", path, step, t->total_steps);
@@ -339,7 +446,7 @@ static void remove_checkpoint(const char *dir, const ckpt_entry *e) {
 static void prune(const gp_cli_train *t) {
     ckpt_entry *e;
     int n;
-    if (list_checkpoints(t->ckpt_dir, &e, &n, false) != GP_CLI_EXIT_OK) return;
+    if (list_checkpoints(t->ckpt_dir, &e, &n) != GP_CLI_EXIT_OK) return;
     for (int i = t->ckpt_keep; i < n; i++) remove_checkpoint(t->ckpt_dir, &e[i]);
     free(e);
 }

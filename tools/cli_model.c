@@ -7,6 +7,10 @@
 #include "cli.h"
 #include "cli_args.h"
 
+const char *gp_cli_model_path(const char *name) {
+    return strcmp(name, "convnet") == 0 || strcmp(name, "transformer") == 0 ? NULL : name;
+}
+
 int gp_cli_load_model(const char *cmd, const char *name, gp_model **out) {
     gp_status s;
     if (strcmp(name, "convnet") == 0) {

@@ -15,11 +15,12 @@ typedef struct ckpt_opts {
     uint64_t seed;
 } ckpt_opts;
 
-/* Builds t->model from the checkpoint (or --model), places it on a fresh device as a one-stage
- * pipeline for inference (no gradients, no optimizer state) and loads its weights. */
-static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE *info) {
-    gp_checkpoint *f; /* one file, or a multi-part set's index */
-    if (gp_checkpoint_open(o->checkpoint, &f) != GP_OK) return gp_cli_fail(cmd, "--checkpoint");
+/* Builds t->model from the checkpoint f (or --model), checks f's tensors against it before
+ * anything is allocated (a model_config of another or a huge model costs nothing), then places
+ * it on a fresh device as a one-stage pipeline for inference (no gradients, no optimizer state)
+ * and loads the weights. */
+static int load_model(const char *cmd, const ckpt_opts *o, gp_checkpoint *f, gp_cli_train *t,
+                      FILE *info) {
     int rc = GP_CLI_EXIT_OK;
     const char *config = gp_checkpoint_meta(f, "model_config");
     if (o->model) {
@@ -36,6 +37,8 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE
             rc = gp_cli_fail(cmd, "--checkpoint: cannot rebuild the model");
         t->model_name = o->checkpoint;
     }
+    if (rc == GP_CLI_EXIT_OK && gp_checkpoint_check_model(f, t->model) != GP_OK)
+        rc = gp_cli_fail(cmd, "--checkpoint");
     if (rc == GP_CLI_EXIT_OK && gp_device_cpu_new("cpu0", &t->dev) != GP_OK)
         rc = gp_cli_fail(cmd, "cannot create the CPU device");
     gp_pipeline_opts po = {.devices = &t->dev};
@@ -47,7 +50,6 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE
     if (rc == GP_CLI_EXIT_OK && gp_checkpoint_meta(f, "step") &&
         gp_checkpoint_saved_step(f, &step) != GP_OK)
         rc = gp_cli_fail(cmd, "--checkpoint");
-    gp_checkpoint_close(f);
     if (rc != GP_CLI_EXIT_OK) return rc;
     t->is_lm = gp_model_input_dtype(t->model) == GP_I32;
     if (gp_model_shape(t->model, -1, t->batch, &t->in_shape) != GP_OK ||
@@ -61,10 +63,80 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_cli_train *t, FILE
     return GP_CLI_EXIT_OK;
 }
 
+/* The outputs (outs) against everything the command reads: --checkpoint and, once it is open
+ * (c not NULL), each part of a set, --model's file and --data. Returns an exit status. */
+static int check_outputs(const char *cmd, const ckpt_opts *o, const gp_cli_path *outs, int nout,
+                         const gp_checkpoint *c) {
+    int nparts = c ? gp_checkpoint_nparts(c) : 0;
+    gp_cli_path *ins = calloc((size_t)nparts + 3, sizeof *ins);
+    if (!ins) {
+        fprintf(stderr, "gpipe %s: checking the output paths: out of host memory\n", cmd);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    int nin = 0;
+    ins[nin++] = (gp_cli_path){"--checkpoint", o->checkpoint, GP_CLI_PATH_READ};
+    if (o->model)
+        ins[nin++] = (gp_cli_path){"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ};
+    if (o->data) ins[nin++] = (gp_cli_path){"--data", o->data, GP_CLI_PATH_READ};
+    for (int i = 0; i < nparts; i++)
+        ins[nin++] = (gp_cli_path){"--checkpoint's part", gp_checkpoint_part_path(c, i),
+                                   GP_CLI_PATH_READ};
+    int rc = gp_cli_check_outputs(cmd, outs, nout, ins, nin);
+    free(ins);
+    return rc;
+}
+
+/* Opens --checkpoint after checking the outputs against it, then against its parts. */
+static int open_checkpoint(const char *cmd, const ckpt_opts *o, const gp_cli_path *outs, int nout,
+                           gp_checkpoint **c) {
+    *c = NULL;
+    int rc = check_outputs(cmd, o, outs, nout, NULL);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    if (gp_checkpoint_open(o->checkpoint, c) != GP_OK) return gp_cli_fail(cmd, "--checkpoint");
+    rc = check_outputs(cmd, o, outs, nout, *c);
+    if (rc != GP_CLI_EXIT_OK) {
+        gp_checkpoint_close(*c);
+        *c = NULL;
+    }
+    return rc;
+}
+
 static void free_model(gp_cli_train *t) {
     gp_pipeline_free(t->pipeline);
     gp_model_free(t->model);
     if (t->dev) gp_device_free(t->dev);
+}
+
+/* The t10k images must have the model's input size and their labels its classes: else
+ * evaluation would fail deep inside (or count nonsense), far from the option to fix. */
+static int check_test_set(const ckpt_opts *o, const gp_cli_train *t, const gp_idx_dataset *test,
+                          const char *dir) {
+    const gp_shape *in = &t->in_shape, *out = &t->out_shape;
+    const char *which = o->model ? "--model" : "the model of --checkpoint";
+    const char *name = o->model ? o->model : o->checkpoint;
+    char buf[96];
+    if (in->ndim != 4 || in->dim[1] != 1 || in->dim[2] != test->rows || in->dim[3] != test->cols)
+        return gp_cli_usage_error("eval", "--data %s: the t10k images are %dx%d, but %s %s takes "
+                                          "input %s",
+                                  dir, test->rows, test->cols, which, name,
+                                  gp_shape_str(in, buf, sizeof buf));
+    int maxlabel = 0;
+    for (int64_t i = 0; i < test->n; i++)
+        if (test->labels[i] > maxlabel) maxlabel = test->labels[i];
+    if (out->ndim != 2 || out->dim[1] <= maxlabel)
+        return gp_cli_usage_error("eval", "--data %s: the t10k labels go up to %d, but %s %s "
+                                          "outputs %s, expected (batch, classes) with at least %d "
+                                          "classes",
+                                  dir, maxlabel, which, name, gp_shape_str(out, buf, sizeof buf),
+                                  maxlabel + 1);
+    return GP_CLI_EXIT_OK;
+}
+
+/* "gpipe eval: --data PATH: <what>: <the library's message>". */
+static int data_fail(const char *path, const char *what) {
+    char msg[4400];
+    snprintf(msg, sizeof msg, "--data %s: %s", path, what);
+    return gp_cli_fail("eval", msg);
 }
 
 static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
@@ -76,7 +148,7 @@ static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
         const int64_t T = t->in_shape.dim[1];
         t->eval_size = o->eval_size ? o->eval_size : GP_CLI_LM_DEFAULT_EVAL_WINDOWS;
         if (gp_text_load(path, 20, &c) != GP_OK) {
-            rc = gp_cli_fail("eval", "--data: cannot load the text corpus");
+            rc = data_fail(path, "cannot load the text corpus");
         } else if (c.nvalid < T + 2) {
             fprintf(stderr, "gpipe eval: --data %s: %lld validation bytes, need at least %lld\n",
                     path, (long long)c.nvalid, (long long)(T + 2));
@@ -96,10 +168,11 @@ static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
         gp_idx_dataset test = {0};
         int64_t count = 0;
         if (gp_idx_load_dir(dir, "t10k", &test) != GP_OK) {
-            rc = gp_cli_fail("eval", "--data: cannot load the t10k IDX split");
+            rc = data_fail(dir, "cannot load the t10k IDX split");
         } else {
             count = o->eval_size > 0 && o->eval_size < test.n ? o->eval_size : test.n;
-            rc = gp_cli_eval_classifier(t, &test, count, &loss, &acc);
+            rc = check_test_set(o, t, &test, dir);
+            if (rc == GP_CLI_EXIT_OK) rc = gp_cli_eval_classifier(t, &test, count, &loss, &acc);
         }
         gp_idx_free(&test);
         if (rc != GP_CLI_EXIT_OK) return rc;
@@ -131,7 +204,8 @@ int gp_cli_eval_main(int argc, char **argv) {
          "all test images; 128 windows", 1, false, NULL, false},
         {"--batch", GP_CLI_INT, &o.batch, "N", "examples per evaluation batch", "128", 1, false,
          NULL, false},
-        {"--threads", GP_CLI_INT, &o.threads, "N", "BLAS threads", "OpenBLAS's own", 1, false,
+        {"--threads", GP_CLI_THREADS, &o.threads, "N",
+         "BLAS threads, at most the cores this process may use", "OpenBLAS's own", 1, false,
          NULL, false},
         {"--report", GP_CLI_STRING, &o.report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
@@ -151,10 +225,15 @@ int gp_cli_eval_main(int argc, char **argv) {
     }
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.checkpoint) return gp_cli_usage_error("eval", "--checkpoint: required");
+    const gp_cli_path outs[] = {{"--report", o.report, GP_CLI_PATH_READ}};
+    gp_checkpoint *c;
+    rc = open_checkpoint("eval", &o, outs, 1, &c);
+    if (rc != GP_CLI_EXIT_OK) return rc;
     if (o.threads > 0) gp_blas_set_threads(o.threads);
-    gp_cli_train t = {0};
+    gp_cli_train t = {.cmd = "eval", .data = o.data};
     t.batch = o.batch ? o.batch : 128;
-    rc = load_model("eval", &o, &t, stdout);
+    rc = load_model("eval", &o, c, &t, stdout);
+    gp_checkpoint_close(c);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "checkpoint", o.checkpoint);
     cJSON *ev = cJSON_AddObjectToObject(r, "eval");
@@ -189,7 +268,8 @@ int gp_cli_sample_main(int argc, char **argv) {
          "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false},
         {"--seed", GP_CLI_U64, &o.seed, "S", "keys the draws: a seed always gives the same text",
          "1", 0, false, NULL, false},
-        {"--threads", GP_CLI_INT, &o.threads, "N", "BLAS threads", "OpenBLAS's own", 1, false,
+        {"--threads", GP_CLI_THREADS, &o.threads, "N",
+         "BLAS threads, at most the cores this process may use", "OpenBLAS's own", 1, false,
          NULL, false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
@@ -206,12 +286,16 @@ int gp_cli_sample_main(int argc, char **argv) {
     }
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.checkpoint) return gp_cli_usage_error("sample", "--checkpoint: required");
+    gp_checkpoint *c; /* sample writes no file: stdout only */
+    rc = open_checkpoint("sample", &o, NULL, 0, &c);
+    if (rc != GP_CLI_EXIT_OK) return rc;
     if (o.threads > 0) gp_blas_set_threads(o.threads);
-    gp_cli_train t = {0};
+    gp_cli_train t = {.cmd = "sample"};
     t.batch = 1;
     t.seed = gp_cli_seen(tab, n, "--seed") ? o.seed : 1;
     t.temperature = gp_cli_seen(tab, n, "--temperature") ? o.temperature : 0.8;
-    rc = load_model("sample", &o, &t, stderr); /* stdout: the text only */
+    rc = load_model("sample", &o, c, &t, stderr); /* stdout: the text only */
+    gp_checkpoint_close(c);
     if (rc == GP_CLI_EXIT_OK && (!t.is_lm || t.in_shape.ndim != 2 || t.out_shape.ndim != 3)) {
         fprintf(stderr, "gpipe sample: --checkpoint %s: not a byte language model (its input is "
                         "not int32 tokens)\n",

@@ -172,6 +172,10 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.model)
         return gp_cli_usage_error("plan", "--model: required (convnet, transformer or FILE.json)");
+    const gp_cli_path report = {"--report", o.report, GP_CLI_PATH_READ};
+    const gp_cli_path model = {"--model", gp_cli_model_path(o.model), GP_CLI_PATH_READ};
+    rc = gp_cli_check_outputs("plan", &report, 1, &model, 1);
+    if (rc != GP_CLI_EXIT_OK) return rc;
     int *first = NULL;
     gp_pipeline_opts po;
     /* The batch is model-dependent: the division by M is checked below. */

@@ -87,7 +87,8 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "0 classifier, 1 language model", 0, false, NULL, false},
         {"--seed", GP_CLI_U64, &o->seed, "S", "seed of initialization, data order and sampling",
          "1", 0, false, NULL, false},
-        {"--threads", GP_CLI_INT, &o->threads, "N", "BLAS threads",
+        {"--threads", GP_CLI_THREADS, &o->threads, "N",
+         "BLAS threads, at most the cores this process may use",
          "OpenBLAS's own (OPENBLAS_NUM_THREADS or all cores)", 1, false, NULL, false},
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "fail cleanly past this many bytes on any device (K M G, KiB MiB GiB)", "none", 0, false,
@@ -317,6 +318,16 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         t->popts.remat = GP_REMAT_NONE;
         t->popts.devices = &t->dev;
     }
+    /* No output may replace an input or a checkpoint: checked before any work. */
+    const gp_cli_path outs[] = {{"--report", o->report, GP_CLI_PATH_READ},
+                                {"--trace", o->trace, GP_CLI_PATH_READ},
+                                {"--timeline", o->timeline, GP_CLI_PATH_READ}};
+    const gp_cli_path ins[] = {
+        {"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ},
+        {"--data", o->data ? o->data : lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR, GP_CLI_PATH_READ},
+        {"--checkpoint-dir", o->ckpt_dir, GP_CLI_PATH_CKPT_DIR}};
+    int rc1 = gp_cli_check_outputs("train", outs, 3, ins, 3);
+    if (rc1 != GP_CLI_EXIT_OK) return rc1;
 #undef SEEN
 #undef USED
     return GP_CLI_EXIT_OK;

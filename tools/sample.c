@@ -56,7 +56,7 @@ int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbyt
         for (int p = 0; p < T; p++) xi[p] = p < len ? ctx[p] : '\n';
         if (gp_pipeline_predict(t->pipeline, &x, &logits) != GP_OK) {
             if (f) fflush(f);
-            rc = gp_cli_fail(cmd, "sampling: the forward pass failed");
+            rc = gp_cli_fail(cmd, "sampling: cannot run the model");
             goto done;
         }
         gp_rng_stream s = {.seed = t->seed, .purpose = GP_RNG_SAMPLE, .a = (uint32_t)i};

@@ -15,13 +15,16 @@ static gp_status fill_test(void *ctx, int64_t first, int64_t nb, int64_t *idx, g
 /* Evaluates, prints the line and appends it to the history. */
 int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t count,
                            double *loss, double *accuracy) {
+    char what[4200]; /* the data named, for a failure in the middle of it */
+    snprintf(what, sizeof what, "evaluation on the t10k split of --data %s",
+             t->data ? t->data : GP_CLI_FASHION_DIR);
     gp_cli_eval_pass pass = {.count = count,
                              .fill = fill_test,
                              .ctx = (void *)test,
                              .name = "evaluation",
                              .units = "test examples",
                              .alloc_what = "evaluation: cannot allocate a test batch",
-                             .eval_what = "evaluation on the t10k split"};
+                             .eval_what = what};
     return gp_cli_evaluate(t, &pass, loss, accuracy);
 }
 

@@ -27,13 +27,15 @@ static gp_status fill_valid(void *ctx, int64_t first, int64_t nb, int64_t *start
 
 int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss) {
     valid_windows v = {c, t->eval_size};
+    char what[4200]; /* the data named, for a failure in the middle of it */
+    snprintf(what, sizeof what, "validation on --data %s", t->data ? t->data : GP_FORTUNES_DIR);
     gp_cli_eval_pass pass = {.count = t->eval_size,
                              .fill = fill_valid,
                              .ctx = &v,
                              .name = "validation",
                              .units = "tokens",
                              .alloc_what = "validation: cannot allocate a batch",
-                             .eval_what = "validation"};
+                             .eval_what = what};
     return gp_cli_evaluate(t, &pass, loss, NULL);
 }
 

@@ -104,6 +104,7 @@ int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_te
 }
 
 int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy) {
+    const char *cmd = t->cmd ? t->cmd : "train"; /* gpipe eval runs it too */
     const int64_t count = e->count;
     const int64_t B = t->batch < count ? t->batch : count;
     int64_t *rows = malloc((size_t)B * sizeof *rows);
@@ -112,7 +113,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     if (!rows) {
-        fprintf(stderr, "gpipe train: %s: out of host memory\n", e->name);
+        fprintf(stderr, "gpipe %s: %s: out of host memory\n", cmd, e->name);
         return GP_CLI_EXIT_RUNTIME;
     }
     for (int64_t first = 0; first < count; first += B) {
@@ -121,7 +122,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
             gp_tensor_release(&x);
             gp_tensor_release(&y);
             if (gp_cli_alloc_batch(t, nb, &x, &y) != GP_OK) {
-                rc = gp_cli_fail("train", e->alloc_what);
+                rc = gp_cli_fail(cmd, e->alloc_what);
                 break;
             }
         }
@@ -129,7 +130,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
         int64_t nc = 0, nn = 0;
         if (e->fill(e->ctx, first, nb, rows, &x, &y) != GP_OK ||
             gp_pipeline_evaluate(t->pipeline, &x, &y, &ls, &nc, &nn) != GP_OK) {
-            rc = gp_cli_fail("train", e->eval_what);
+            rc = gp_cli_fail(cmd, e->eval_what);
             break;
         }
         loss_sum += ls;
@@ -140,7 +141,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
     gp_tensor_release(&y);
     free(rows);
     if (rc == GP_CLI_EXIT_OK && seen <= 0) {
-        fprintf(stderr, "gpipe train: %s counted no %s\n", e->name, e->units);
+        fprintf(stderr, "gpipe %s: %s counted no %s\n", cmd, e->name, e->units);
         rc = GP_CLI_EXIT_RUNTIME;
     }
     if (rc == GP_CLI_EXIT_OK) {

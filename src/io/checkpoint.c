@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/checkpoint_internal.h"
+#include "io/safetensors_internal.h"
 #include "model/model_internal.h"
 #include "optim/optim.h"
 
@@ -183,11 +184,14 @@ gp_status gp_checkpoint_step(const gp_safetensors *f, int *step) {
     return gp_ckpt_parse_step(gp_safetensors_meta(f, "step"), gp_safetensors_origin(f), step);
 }
 
-/* The model tensor a file name stands for: "layers.<li>.<param>[.<state suffix>]"; NULL if
- * none. *is_state: the name is an optimizer state. */
-static gp_tensor *lookup(gp_model *m, const gp_optim_opts *o, const char *name, bool *is_state,
-                         int *layer) {
-    *is_state = false;
+/* What lookup found a name to be besides the parameter itself (-1) or optimizer state k >= 0. */
+enum { STATE_NOT_LOADED = -2 }; /* an optimizer state, recognized but not loaded (no optimizer) */
+
+/* The model parameter a file name stands for, "layers.<li>.<param>[.<state suffix>]", or NULL;
+ * *state: -1 the parameter's value, k >= 0 the optimizer's state k, or STATE_NOT_LOADED. */
+static gp_param *lookup(const gp_model *m, const gp_optim_opts *o, const char *name, int *state,
+                        int *layer) {
+    *state = -1;
     if (strncmp(name, "layers.", 7) != 0 || name[7] < '0' || name[7] > '9') return NULL;
     char *end;
     errno = 0;
@@ -201,20 +205,27 @@ static gp_tensor *lookup(gp_model *m, const gp_optim_opts *o, const char *name, 
         gp_param *p = &l->params[j];
         size_t n = strlen(p->name);
         if (strncmp(rest, p->name, n) != 0) continue;
-        if (rest[n] == '\0') return &p->value;
+        if (rest[n] == '\0') return p;
         if (rest[n] != '.' || !p->trainable) continue;
         const char *suf = rest + n + 1;
         static const char *const all[] = {"adam_m", "adam_v", "momentum"};
         for (int k = 0; k < 3; k++)
             if (strcmp(suf, all[k]) == 0) {
-                *is_state = true;
-                if (!o) return &p->value; /* recognized, not loaded */
+                *state = STATE_NOT_LOADED;
+                if (!o) return p;
                 for (int q = 0; q < gp_optim_state_count(o); q++)
-                    if (strcmp(suf, state_suffix(o, q)) == 0) return &p->state[q];
+                    if (strcmp(suf, state_suffix(o, q)) == 0) {
+                        *state = q;
+                        return p;
+                    }
                 return NULL;
             }
     }
     return NULL;
+}
+
+static gp_tensor *target(gp_param *p, int state) {
+    return state < 0 ? &p->value : &p->state[state];
 }
 
 static gp_status check_meta(const gp_safetensors *f, const gp_model *m, const gp_optim_opts *o) {
@@ -286,20 +297,19 @@ gp_status gp_ckpt_part_range(const gp_safetensors *f, const gp_model *m, int *fi
     return GP_OK;
 }
 
-gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
-                        int hi) {
+/* Every tensor of f must be one of m's in the layers [pf, pl) the file says it holds; those of
+ * layers [lo, hi) must have their parameter's dtype (F32) and declared shape, so this works on
+ * a model not yet initialized. loading: only the tensors that will be copied are checked, and
+ * they must be allocated. */
+static gp_status check_tensors(const gp_safetensors *f, const gp_model *m, const gp_optim_opts *o,
+                               int pf, int pl, int lo, int hi, bool loading) {
     const char *path = gp_safetensors_origin(f);
-    char a[96], b[96], name[CKPT_NAME_MAX];
-    int pf, pl;
-    GP_TRY(check_meta(f, m, o));
-    GP_TRY(gp_ckpt_part_range(f, m, &pf, &pl));
-    /* Every tensor of the file must be one of the model's, in the layers the file says... */
+    char a[96], b[96];
     for (int i = 0; i < gp_safetensors_count(f); i++) {
         const gp_st_entry *e = gp_safetensors_entry(f, i);
-        bool is_state;
-        int li = -1;
-        gp_tensor *t = lookup(m, o, e->name, &is_state, &li);
-        if (!t)
+        int state, li = -1;
+        gp_param *p = lookup(m, o, e->name, &state, &li);
+        if (!p)
             return gp_error(GP_FORMAT, "%s: tensor \"%s\" is not a parameter%s of this model "
                                        "(expected layers.<0..%d>.<parameter>%s)",
                             path, e->name, o ? " or optimizer state" : "", m->nlayers - 1,
@@ -308,8 +318,8 @@ gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opt
             return gp_error(GP_FORMAT, "%s: tensor \"%s\" is outside the layers %d-%d the file "
                                        "holds (__metadata__ \"layers\")",
                             path, e->name, pf, pl - 1);
-        if ((is_state && !o) || li < lo || li >= hi) continue;
-        if (!t->data)
+        if (li < lo || li >= hi || (loading && state == STATE_NOT_LOADED)) continue;
+        if (loading && !target(p, state)->data)
             return gp_error(GP_INVALID_ARGUMENT, "%s: tensor \"%s\": the model's is not allocated "
                                                  "(initialize the model and create its pipeline "
                                                  "first)",
@@ -317,20 +327,26 @@ gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opt
         if (e->dtype != GP_F32)
             return gp_error(GP_FORMAT, "%s: tensor \"%s\" is %s, expected F32", path, e->name,
                             e->dtype == GP_I32 ? "I32" : "F32");
-        if (!gp_shape_equal(&e->shape, &t->shape))
+        if (!gp_shape_equal(&e->shape, &p->shape))
             return gp_error(GP_SHAPE, "%s: tensor \"%s\" has shape %s, the model's is %s", path,
                             e->name, gp_shape_str(&e->shape, a, sizeof a),
-                            gp_shape_str(&t->shape, b, sizeof b));
+                            gp_shape_str(&p->shape, b, sizeof b));
     }
-    /* ...and every one of the model's in [lo, hi) must be in the file. */
+    return GP_OK;
+}
+
+/* Every tensor of m's layers [lo, hi) (with o's states) must be in f, which holds [pf, pl). */
+static gp_status check_present(const gp_safetensors *f, const gp_model *m, const gp_optim_opts *o,
+                               int pf, int pl, int lo, int hi) {
+    char name[CKPT_NAME_MAX];
     for (int li = lo; li < hi; li++) {
-        gp_layer *l = m->layers[li];
+        const gp_layer *l = m->layers[li];
         for (int j = 0; j < l->nparams; j++)
             for (int k = -1; k < gp_ckpt_nstates(m, o, li, j); k++) {
                 GP_TRY(gp_ckpt_tensor_name(m, o, li, j, k, name, sizeof name));
                 if (!gp_safetensors_find(f, name))
                     return gp_error(GP_FORMAT, "%s: no tensor \"%s\" (layer %d, %s, %s %s)%s",
-                                    path, name, li, l->ops->kind,
+                                    gp_safetensors_origin(f), name, li, l->ops->kind,
                                     k >= 0 ? "optimizer state of" : "parameter",
                                     l->params[j].name,
                                     pf > 0 || pl < m->nlayers
@@ -356,15 +372,41 @@ static gp_status copy_into(const gp_safetensors *f, const char *name, gp_tensor 
     return s;
 }
 
+gp_status gp_ckpt_check_header(const gp_safetensors *f, const gp_model *m, int lo, int hi) {
+    int pf, pl;
+    GP_TRY(check_meta(f, m, NULL));
+    GP_TRY(gp_ckpt_part_range(f, m, &pf, &pl));
+    if (lo < pf || hi > pl)
+        return gp_error(GP_FORMAT, "%s: holds layers %d-%d only, layers %d-%d were asked for (one "
+                                   "part of a multi-part checkpoint? open its index)",
+                        gp_safetensors_origin(f), pf, pl - 1, lo, hi - 1);
+    GP_TRY(check_tensors(f, m, NULL, pf, pl, lo, hi, false));
+    return check_present(f, m, NULL, pf, pl, lo, hi);
+}
+
+gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
+                        int hi) {
+    int pf, pl;
+    GP_TRY(check_meta(f, m, o));
+    GP_TRY(gp_ckpt_part_range(f, m, &pf, &pl));
+    GP_TRY(check_tensors(f, m, o, pf, pl, lo, hi, true));
+    return check_present(f, m, o, pf, pl, lo, hi);
+}
+
+gp_status gp_ckpt_verify(const gp_safetensors *f) {
+    for (int i = 0; i < gp_safetensors_count(f); i++)
+        GP_TRY(gp_st_verify(f, gp_safetensors_entry(f, i)));
+    return GP_OK;
+}
+
 gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
                        int hi) {
     for (int i = 0; i < gp_safetensors_count(f); i++) {
         const gp_st_entry *e = gp_safetensors_entry(f, i);
-        bool is_state;
-        int li = -1;
-        gp_tensor *t = lookup(m, o, e->name, &is_state, &li);
-        if (!t || (is_state && !o) || li < lo || li >= hi) continue;
-        GP_TRY(copy_into(f, e->name, t));
+        int state, li = -1;
+        gp_param *p = lookup(m, o, e->name, &state, &li);
+        if (!p || state == STATE_NOT_LOADED || li < lo || li >= hi) continue;
+        GP_TRY(copy_into(f, e->name, target(p, state)));
     }
     return GP_OK;
 }
@@ -372,5 +414,6 @@ gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts
 gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o) {
     if (!f || !m) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_load: NULL argument");
     GP_TRY(gp_ckpt_check(f, m, o, 0, m->nlayers));
+    GP_TRY(gp_ckpt_verify(f));
     return gp_ckpt_copy(f, m, o, 0, m->nlayers); /* all checked: copy */
 }

@@ -21,10 +21,18 @@ gp_status gp_ckpt_meta(const gp_model *m, int first, int last, const gp_optim_op
 gp_status gp_ckpt_parse_step(const char *v, const char *origin, int *step);
 /* The layers a file holds, [*first, *last), from its "layers" metadata (a foreign file: all). */
 gp_status gp_ckpt_part_range(const gp_safetensors *f, const gp_model *m, int *first, int *last);
+/* Checks f's header against m, which need not be initialized (the layers' declared shapes):
+ * format and layer kinds, [lo, hi) within the file's layers, every name within them, and the
+ * dtype, shape and presence of every tensor of layers [lo, hi), optimizer states included.
+ * Reads no data. */
+gp_status gp_ckpt_check_header(const gp_safetensors *f, const gp_model *m, int lo, int hi);
 /* Checks f against m (format, layer kinds, optimizer, every name in the file's range, and the
  * dtype, shape and presence of every tensor of layers [lo, hi)); copies nothing. */
 gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
                         int hi);
+/* Reads every tensor of f (streamed, bounded memory) and checks its CRC-32: a damaged file is
+ * refused whatever part of it a load uses, before anything is copied. */
+gp_status gp_ckpt_verify(const gp_safetensors *f);
 /* Copies the tensors of layers [lo, hi) of a checked file into m. */
 gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
                        int hi);

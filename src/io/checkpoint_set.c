@@ -10,12 +10,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <zlib.h>
+#include <unistd.h>
 
-#include "model/model_internal.h"
+#include "core/read_file.h"
 #include "io/checkpoint_internal.h"
-#include "io/read_file.h"
+#include "io/safetensors_internal.h"
+#include "model/model_internal.h"
 
 #define INDEX_MAX_BYTES (16u << 20)
 #define MAX_PARTS 4096
@@ -37,27 +37,14 @@ struct gp_checkpoint {
     int nparts;
 };
 
-static uint32_t crc_of(const unsigned char *p, size_t n) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    while (n > 0) { /* zlib takes uInt lengths */
-        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = crc32(crc, p, chunk);
-        p += chunk;
-        n -= chunk;
-    }
-    return (uint32_t)crc;
-}
-
 gp_status gp_checkpoint_file_info(const char *path, uint64_t *bytes, uint32_t *crc32_out) {
     if (!path || !bytes || !crc32_out)
         return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_file_info: NULL argument");
-    unsigned char *buf;
-    size_t n;
-    GP_TRY(gp_read_file(path, UINT64_MAX, &buf, &n));
-    *bytes = n;
-    *crc32_out = crc_of(buf, n);
-    free(buf);
-    return GP_OK;
+    int fd;
+    GP_TRY(gp_open_regular(path, &fd, bytes));
+    gp_status s = gp_crc32_file_range(fd, path, 0, *bytes, crc32_out);
+    close(fd);
+    return s;
 }
 
 /* ------------------------------------------------------------------ commit */
@@ -275,35 +262,58 @@ gp_status gp_checkpoint_saved_step(const gp_checkpoint *c, int *step) {
 
 /* -------------------------------------------------------------------- load */
 
-/* Reads part i, checking it against the index: size, CRC-32 of the whole file, its layers and
- * its step; then against the model for layers [lo, hi). */
-static gp_status read_part(const gp_checkpoint *c, int i, gp_model *m, const gp_optim_opts *o,
-                           int lo, int hi, gp_safetensors **f) {
+/* Opens part i and reads its header, checking first that it is a regular file of the size the
+ * index committed, so a damaged or replaced part costs no more than its header. */
+static gp_status open_part(const gp_checkpoint *c, int i, const gp_model *m,
+                           gp_safetensors **f) {
     const ckpt_part *p = &c->parts[i];
-    unsigned char *buf;
-    size_t n;
+    int fd;
+    uint64_t n;
     *f = NULL;
-    gp_status s = gp_read_file(p->path, UINT64_MAX, &buf, &n);
+    gp_status s = gp_open_regular(p->path, &fd, &n);
     if (s != GP_OK)
         return gp_error_context(s, "%s: part %d of %d (layers %d-%d) of the set", c->path, i + 1,
                                 c->nparts, p->first, p->last - 1);
-    uint32_t crc = crc_of(buf, n);
-    if (n != p->bytes || crc != p->crc) {
-        free(buf);
-        return gp_error(GP_FORMAT, "%s: part %d of %d is %zu bytes with CRC-32 %08x, the index "
-                                   "committed %llu bytes with CRC-32 %08x: the part was damaged "
-                                   "or replaced after the set was saved",
-                        p->path, i + 1, c->nparts, n, (unsigned)crc, (unsigned long long)p->bytes,
-                        (unsigned)p->crc);
+    if (n != p->bytes) {
+        close(fd);
+        return gp_error(GP_FORMAT, "%s: part %d of %d is %llu bytes, the index committed %llu "
+                                   "bytes: the part was damaged or replaced after the set was "
+                                   "saved",
+                        p->path, i + 1, c->nparts, (unsigned long long)n,
+                        (unsigned long long)p->bytes);
     }
-    s = gp_safetensors_parse(buf, n, p->path, f);
-    free(buf);
-    GP_TRY(s);
-    int pf, pl, step = -1, pstep = -1;
+    s = gp_st_read_fd(fd, n, p->path, f);
+    if (s != GP_OK)
+        return gp_error_context(s, "%s: part %d of %d (layers %d-%d) of the set", c->path, i + 1,
+                                c->nparts, p->first, p->last - 1);
+    int pf = 0, pl = 0;
     s = gp_ckpt_part_range(*f, m, &pf, &pl);
     if (s == GP_OK && (pf != p->first || pl != p->last))
         s = gp_error(GP_FORMAT, "%s: holds layers %d-%d, the index %s says %d-%d", p->path, pf,
                      pl - 1, c->path, p->first, p->last - 1);
+    if (s != GP_OK) {
+        gp_safetensors_free(*f);
+        *f = NULL;
+    }
+    return s;
+}
+
+/* Reads part i, checking it against the index: size, its layers, the CRC-32 of the whole file
+ * (streamed: it covers every tensor's bytes, so they need no second pass) and its step; then
+ * against the model for layers [lo, hi). */
+static gp_status read_part(const gp_checkpoint *c, int i, gp_model *m, const gp_optim_opts *o,
+                           int lo, int hi, gp_safetensors **f) {
+    const ckpt_part *p = &c->parts[i];
+    GP_TRY(open_part(c, i, m, f));
+    uint32_t crc = 0;
+    int step = -1, pstep = -1;
+    gp_status s = gp_st_file_crc(*f, &crc);
+    if (s == GP_OK && crc != p->crc)
+        s = gp_error(GP_FORMAT, "%s: part %d of %d is %llu bytes with CRC-32 %08x, the index "
+                                "committed %llu bytes with CRC-32 %08x: the part was damaged "
+                                "or replaced after the set was saved",
+                     p->path, i + 1, c->nparts, (unsigned long long)p->bytes, (unsigned)crc,
+                     (unsigned long long)p->bytes, (unsigned)p->crc);
     if (s == GP_OK) s = gp_checkpoint_step(*f, &pstep);
     if (s == GP_OK) s = gp_checkpoint_saved_step(c, &step);
     if (s == GP_OK && pstep != step)
@@ -331,6 +341,7 @@ gp_status gp_checkpoint_load_layers(gp_checkpoint *c, gp_model *m, int first, in
                                        "(one part of a multi-part checkpoint? open its index)",
                             c->path, pf, pl - 1, first, last - 1);
         GP_TRY(gp_ckpt_check(c->single, m, o, first, last));
+        GP_TRY(gp_ckpt_verify(c->single));
         return gp_ckpt_copy(c->single, m, o, first, last);
     }
     if (c->parts[c->nparts - 1].last != m->nlayers)
@@ -350,4 +361,28 @@ gp_status gp_checkpoint_load_layers(gp_checkpoint *c, gp_model *m, int first, in
     for (int i = 0; i < c->nparts; i++) gp_safetensors_free(f[i]);
     free(f);
     return s;
+}
+
+/* ------------------------------------------------------------------- check */
+
+const char *gp_checkpoint_part_path(const gp_checkpoint *c, int i) {
+    if (!c || i < 0 || i >= gp_checkpoint_nparts(c)) return NULL;
+    return c->single ? c->path : c->parts[i].path;
+}
+
+gp_status gp_checkpoint_check_model(gp_checkpoint *c, const gp_model *m) {
+    if (!c || !m) return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_check_model: NULL argument");
+    if (c->single) return gp_ckpt_check_header(c->single, m, 0, m->nlayers);
+    if (c->parts[c->nparts - 1].last != m->nlayers)
+        return gp_error(GP_FORMAT, "%s: the parts hold layers 0-%d, the model has %d layers",
+                        c->path, c->parts[c->nparts - 1].last - 1, m->nlayers);
+    /* Each part's header only: the data is checked (CRC-32s) when it is loaded. */
+    for (int i = 0; i < c->nparts; i++) {
+        gp_safetensors *f;
+        GP_TRY(open_part(c, i, m, &f));
+        gp_status s = gp_ckpt_check_header(f, m, c->parts[i].first, c->parts[i].last);
+        gp_safetensors_free(f);
+        GP_TRY(s);
+    }
+    return GP_OK;
 }

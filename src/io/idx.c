@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u /* unsigned bytes, 3 dimensions */
 #define IDX_MAGIC_LABELS 0x00000801u /* unsigned bytes, 1 dimension */
@@ -29,10 +31,14 @@ static gp_status idx_open(idx_file *f, const char *path) {
     f->gz = NULL;
     struct stat st;
     if (stat(path, &st) != 0) return gp_error(GP_IO, "%s: cannot open: no such file", path);
-    if (!S_ISREG(st.st_mode))
-        return gp_error(GP_IO, "%s: cannot open: not a regular file", path);
-    f->gz = gzopen(path, "rb");
-    if (!f->gz) return gp_error(GP_IO, "%s: cannot open for reading", path);
+    int fd; /* checked on the descriptor: a file swapped for a FIFO is refused, not waited on */
+    uint64_t nbytes;
+    GP_TRY(gp_open_regular(path, &fd, &nbytes));
+    f->gz = gzdopen(fd, "rb");
+    if (!f->gz) {
+        close(fd);
+        return gp_error(GP_IO, "%s: cannot open for reading", path);
+    }
     return GP_OK;
 }
 

@@ -2,17 +2,21 @@
  * little-endian header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets"},
  * "__metadata__": {string: string}}, then the raw little-endian tensor data. The reader trusts
  * nothing: every size, offset, name and type is checked before any byte is used, and a tensor
- * whose CRC-32 is in the metadata ("crc32:<name>") must match it. The writer goes through
- * gp_file_out, so a file is complete under its name or absent. */
+ * whose CRC-32 is in the metadata ("crc32:<name>") must match it. A file is read header first:
+ * the length is checked against the file's size before the header is read, and the header
+ * before any tensor, whose bytes are read only when asked for (gp_safetensors_get), so a
+ * hostile length or a sparse file of gigabytes costs neither memory nor time. The writer goes
+ * through gp_file_out, so a file is complete under its name or absent. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/error.h"
-#include "io/read_file.h"
+#include "core/read_file.h"
+#include "io/safetensors_internal.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 << 20) /* the reference implementation's limit */
 #define ST_MAX_TENSORS (1 << 20)
@@ -22,13 +26,16 @@
 
 struct gp_safetensors {
     char *origin;
-    unsigned char *buf;  /* the whole file, owned */
-    uint64_t data_first; /* offset of the data section in buf */
+    unsigned char *buf;  /* parsed from memory: the whole file, owned; else NULL */
+    int fd;              /* read from a file: its descriptor, owned; else -1 */
+    uint64_t data_first; /* offset of the data section in the file */
     uint64_t ndata;      /* bytes of data */
     cJSON *header;
     const cJSON *meta; /* inside header; NULL if absent */
     int n;
-    gp_st_entry *entries; /* (n), names point into header */
+    gp_st_entry *entries; /* (n), sorted by name; names point into header */
+    uint32_t *crc;        /* (n) beside entries: the metadata's CRC-32 of each tensor */
+    unsigned char *has_crc; /* (n) whether the metadata has one */
 };
 
 static uint64_t le64(const unsigned char *b) {
@@ -41,7 +48,10 @@ void gp_safetensors_free(gp_safetensors *f) {
     if (!f) return;
     cJSON_Delete(f->header);
     free(f->entries);
+    free(f->crc);
+    free(f->has_crc);
     free(f->buf);
+    if (f->fd >= 0) close(f->fd);
     free(f->origin);
     free(f);
 }
@@ -56,7 +66,6 @@ static bool json_u64(const cJSON *j, double max, uint64_t *out) {
     *out = (uint64_t)v;
     return true;
 }
-
 static gp_status parse_entry(gp_safetensors *f, const cJSON *e, gp_st_entry *t) {
     const char *o = f->origin, *name = e->string;
     if (!name[0] || strlen(name) > ST_MAX_NAME)
@@ -182,34 +191,14 @@ static int by_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static const unsigned char *entry_data(const gp_safetensors *f, const gp_st_entry *e) {
-    return f->buf + f->data_first + e->begin;
-}
-
-/* Metadata: strings only; "crc32:<name>" must name a tensor and match its bytes. */
-static gp_status check_meta(gp_safetensors *f) {
-    if (!f->meta) return GP_OK;
-    if (!cJSON_IsObject(f->meta))
-        return gp_error(GP_FORMAT, "%s: __metadata__ must be an object of strings", f->origin);
-    int nkeys = cJSON_GetArraySize(f->meta);
-    if (nkeys > 2 * ST_MAX_TENSORS)
-        return gp_error(GP_FORMAT, "%s: __metadata__ has %d keys, at most %d", f->origin, nkeys,
-                        2 * ST_MAX_TENSORS);
-    const char **keys = malloc(((size_t)nkeys + 1) * sizeof *keys);
-    if (!keys) return gp_error(GP_OUT_OF_MEMORY, "%s: %d metadata keys", f->origin, nkeys);
-    int k = 0;
-    for (const cJSON *c = f->meta->child; c; c = c->next) keys[k++] = c->string;
-    qsort(keys, (size_t)nkeys, sizeof *keys, by_str);
-    for (k = 1; k < nkeys && strcmp(keys[k], keys[k - 1]) != 0; k++) {}
-    gp_status dup = k < nkeys ? gp_error(GP_FORMAT, "%s: __metadata__ \"%.64s\" appears twice",
-                                         f->origin, keys[k])
-                              : GP_OK;
-    free(keys);
-    if (dup != GP_OK) return dup;
-    for (const cJSON *c = f->meta->child; c; c = c->next) {
-        if (!cJSON_IsString(c))
-            return gp_error(GP_FORMAT, "%s: __metadata__ \"%.64s\": expected a string value",
-                            f->origin, c->string);
+/* The checksums of the metadata, "crc32:<name>" = 8 hex digits naming a tensor of the file,
+ * kept beside the entries; whether the bytes match is checked where they are read. */
+static gp_status read_checksums(gp_safetensors *f) {
+    f->crc = calloc((size_t)f->n + 1, sizeof *f->crc);
+    f->has_crc = calloc((size_t)f->n + 1, 1);
+    if (!f->crc || !f->has_crc)
+        return gp_error(GP_OUT_OF_MEMORY, "%s: %d checksums", f->origin, f->n);
+    for (const cJSON *c = f->meta ? f->meta->child : NULL; c; c = c->next) {
         if (strncmp(c->string, ST_CRC_PREFIX, strlen(ST_CRC_PREFIX)) != 0) continue;
         const char *name = c->string + strlen(ST_CRC_PREFIX);
         const gp_st_entry *e = gp_safetensors_find(f, name);
@@ -224,111 +213,164 @@ static gp_status check_meta(gp_safetensors *f) {
             return gp_error(GP_FORMAT, "%s: __metadata__ \"%.64s\": expected 8 hex digits, got "
                                        "\"%.32s\"",
                             f->origin, c->string, c->valuestring);
-        uLong crc = crc32(0L, Z_NULL, 0);
-        const unsigned char *p = entry_data(f, e);
-        for (uint64_t left = e->end - e->begin; left > 0;) {
-            uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
-            crc = crc32(crc, p, chunk);
-            p += chunk;
-            left -= chunk;
-        }
-        if ((unsigned long)crc != want)
-            return gp_error(GP_FORMAT, "%s: tensor \"%s\" (data bytes %llu..%llu): CRC-32 %08lx, "
-                                       "expected %08lx from the metadata (the file is corrupt)",
-                            f->origin, e->name, (unsigned long long)e->begin,
-                            (unsigned long long)e->end, (unsigned long)crc, want);
+        f->crc[e - f->entries] = (uint32_t)want;
+        f->has_crc[e - f->entries] = 1;
     }
     return GP_OK;
 }
 
-/* Takes buf (malloc'd) in every case. */
+/* Metadata: an object of strings, each key once; then the checksums. */
+static gp_status check_meta(gp_safetensors *f) {
+    if (f->meta) {
+        if (!cJSON_IsObject(f->meta))
+            return gp_error(GP_FORMAT, "%s: __metadata__ must be an object of strings", f->origin);
+        int nkeys = cJSON_GetArraySize(f->meta);
+        if (nkeys > 2 * ST_MAX_TENSORS)
+            return gp_error(GP_FORMAT, "%s: __metadata__ has %d keys, at most %d", f->origin,
+                            nkeys, 2 * ST_MAX_TENSORS);
+        const char **keys = malloc(((size_t)nkeys + 1) * sizeof *keys);
+        if (!keys) return gp_error(GP_OUT_OF_MEMORY, "%s: %d metadata keys", f->origin, nkeys);
+        int k = 0;
+        for (const cJSON *c = f->meta->child; c; c = c->next) keys[k++] = c->string;
+        qsort(keys, (size_t)nkeys, sizeof *keys, by_str);
+        for (k = 1; k < nkeys && strcmp(keys[k], keys[k - 1]) != 0; k++) {}
+        gp_status dup = k < nkeys ? gp_error(GP_FORMAT, "%s: __metadata__ \"%.64s\" appears twice",
+                                             f->origin, keys[k])
+                                  : GP_OK;
+        free(keys);
+        if (dup != GP_OK) return dup;
+        for (const cJSON *c = f->meta->child; c; c = c->next)
+            if (!cJSON_IsString(c))
+                return gp_error(GP_FORMAT, "%s: __metadata__ \"%.64s\": expected a string value",
+                                f->origin, c->string);
+    }
+    return read_checksums(f);
+}
+
+static gp_status crc_mismatch(const gp_safetensors *f, const gp_st_entry *e, uint32_t got) {
+    return gp_error(GP_FORMAT, "%s: tensor \"%s\" (data bytes %llu..%llu): CRC-32 %08lx, "
+                               "expected %08lx from the metadata (the file is corrupt)",
+                    f->origin, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                    (unsigned long)got, (unsigned long)f->crc[e - f->entries]);
+}
+
+gp_status gp_st_verify(const gp_safetensors *f, const gp_st_entry *e) {
+    if (!f->has_crc[e - f->entries]) return GP_OK;
+    uint32_t crc;
+    if (f->buf)
+        crc = gp_crc32_bytes((uint32_t)crc32(0L, Z_NULL, 0), f->buf + f->data_first + e->begin,
+                             e->end - e->begin);
+    else
+        GP_TRY(gp_crc32_file_range(f->fd, f->origin, f->data_first + e->begin, e->end - e->begin,
+                                   &crc));
+    return crc == f->crc[e - f->entries] ? GP_OK : crc_mismatch(f, e, crc);
+}
+
+gp_status gp_st_file_crc(const gp_safetensors *f, uint32_t *crc) {
+    if (f->fd < 0) return gp_error(GP_INTERNAL, "%s: not read from a file", f->origin);
+    return gp_crc32_file_range(f->fd, f->origin, 0, f->data_first + f->ndata, crc);
+}
+
+static gp_safetensors *st_new(const char *origin) {
+    gp_safetensors *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->fd = -1;
+    f->origin = strdup(origin ? origin : "safetensors");
+    if (!f->origin) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* The header length (bytes 0..7) against the file's nbytes, before the header is read. */
+static gp_status check_length(const char *o, uint64_t nheader, uint64_t nbytes) {
+    if (nheader > ST_MAX_HEADER)
+        return gp_error(GP_FORMAT, "%s: header length %llu (bytes 0..7) is over the %llu-byte "
+                                   "limit",
+                        o, (unsigned long long)nheader, (unsigned long long)ST_MAX_HEADER);
+    if (nheader > nbytes - 8)
+        return gp_error(GP_FORMAT, "%s: header length %llu (bytes 0..7) runs past the end of the "
+                                   "file: only %llu bytes follow (truncated?)",
+                        o, (unsigned long long)nheader, (unsigned long long)(nbytes - 8));
+    if (nheader < 2)
+        return gp_error(GP_FORMAT, "%s: header length %llu (bytes 0..7) is too short for the "
+                                   "JSON header (at least 2 bytes, \"{}\"): not a safetensors file",
+                        o, (unsigned long long)nheader);
+    return GP_OK;
+}
+
+static gp_status not_an_object(const char *o, uint64_t nheader) {
+    return gp_error(GP_FORMAT, "%s: the header (bytes 8..%llu) must be a JSON object starting "
+                               "with '{'",
+                    o, (unsigned long long)(8 + nheader));
+}
+
+/* Parses and checks the header text (nheader bytes, from byte 8 of a file of nbytes): the JSON,
+ * every entry against the data size, the tiling of the data, the metadata. */
+static gp_status parse_header(gp_safetensors *f, const char *text, uint64_t nheader,
+                              uint64_t nbytes) {
+    const char *o = f->origin;
+    if (text[0] != '{') return not_an_object(o, nheader);
+    f->data_first = 8 + nheader;
+    f->ndata = nbytes - 8 - nheader;
+    const char *end = NULL;
+    f->header = cJSON_ParseWithLengthOpts(text, (size_t)nheader, &end, false);
+    if (!f->header || !cJSON_IsObject(f->header)) {
+        size_t at = end ? 8 + (size_t)(end - text) : 8;
+        return gp_error(GP_FORMAT, "%s: the header is not a well-formed JSON object (error near "
+                                   "byte %zu)",
+                        o, f->header ? (size_t)8 : at);
+    }
+    /* Only padding may follow the object. */
+    for (const char *p = end; p < text + nheader; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0')
+            return gp_error(GP_FORMAT, "%s: stray byte 0x%02x after the header's JSON object at "
+                                       "byte %zu",
+                            o, (unsigned)(unsigned char)*p, 8 + (size_t)(p - text));
+    int n = cJSON_GetArraySize(f->header);
+    if (n > ST_MAX_TENSORS)
+        return gp_error(GP_FORMAT, "%s: %d header entries, at most %d", o, n, ST_MAX_TENSORS);
+    f->entries = calloc((size_t)n + 1, sizeof *f->entries);
+    if (!f->entries) return gp_error(GP_OUT_OF_MEMORY, "%s: %d tensors", o, n);
+    for (const cJSON *e = f->header->child; e; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0) {
+            if (f->meta) return gp_error(GP_FORMAT, "%s: __metadata__ appears twice", o);
+            f->meta = e;
+            continue;
+        }
+        GP_TRY(parse_entry(f, e, &f->entries[f->n]));
+        f->n++;
+    }
+    GP_TRY(check_layout(f));
+    return check_meta(f);
+}
+
+/* Takes buf (malloc'd) in every case. In memory every checksum is verified at once. */
 static gp_status parse_owned(unsigned char *buf, size_t nbytes, const char *origin,
                              gp_safetensors **out) {
     *out = NULL;
-    gp_safetensors *f = calloc(1, sizeof *f);
-    char *o = strdup(origin ? origin : "safetensors");
-    if (!f || !o) {
-        free(f);
-        free(o);
+    gp_safetensors *f = st_new(origin);
+    if (!f) {
         free(buf);
         return gp_error(GP_OUT_OF_MEMORY, "%s: out of host memory", origin);
     }
     f->buf = buf;
-    f->origin = o;
     gp_status s = GP_OK;
-    if (nbytes < 8) {
-        s = gp_error(GP_FORMAT, "%s: %zu bytes, shorter than the 8-byte header length (truncated?)",
-                     o, nbytes);
-        goto fail;
+    if (nbytes < 8)
+        s = gp_error(GP_FORMAT, "%s: %zu bytes, shorter than the 8-byte header length "
+                                "(truncated?)",
+                     f->origin, nbytes);
+    uint64_t nheader = s == GP_OK ? le64(buf) : 0;
+    if (s == GP_OK) s = check_length(f->origin, nheader, nbytes);
+    if (s == GP_OK) s = parse_header(f, (const char *)buf + 8, nheader, nbytes);
+    for (int i = 0; i < f->n && s == GP_OK; i++) s = gp_st_verify(f, &f->entries[i]);
+    if (s != GP_OK) {
+        gp_safetensors_free(f);
+        return s;
     }
-    uint64_t nheader = le64(buf);
-    if (nheader > ST_MAX_HEADER) {
-        s = gp_error(GP_FORMAT, "%s: header length %llu (bytes 0..7) is over the %llu-byte limit",
-                     o, (unsigned long long)nheader, (unsigned long long)ST_MAX_HEADER);
-        goto fail;
-    }
-    if (nheader > nbytes - 8) {
-        s = gp_error(GP_FORMAT, "%s: header length %llu (bytes 0..7) runs past the end of the "
-                                "file: only %zu bytes follow (truncated?)",
-                     o, (unsigned long long)nheader, nbytes - 8);
-        goto fail;
-    }
-    if (nheader < 2 || buf[8] != '{') {
-        s = gp_error(GP_FORMAT, "%s: the header (bytes 8..%llu) must be a JSON object starting "
-                                "with '{'",
-                     o, (unsigned long long)(8 + nheader));
-        goto fail;
-    }
-    f->data_first = 8 + nheader;
-    f->ndata = nbytes - 8 - nheader;
-    const char *end = NULL;
-    f->header = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)nheader, &end, false);
-    if (!f->header || !cJSON_IsObject(f->header)) {
-        size_t at = end ? (size_t)(end - (const char *)buf) : 8;
-        s = gp_error(GP_FORMAT, "%s: the header is not a well-formed JSON object (error near byte "
-                                "%zu)",
-                     o, f->header ? (size_t)8 : at);
-        goto fail;
-    }
-    /* Only padding may follow the object. */
-    for (const char *p = end; p < (const char *)buf + 8 + nheader; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
-            s = gp_error(GP_FORMAT, "%s: stray byte 0x%02x after the header's JSON object at byte "
-                                    "%zu",
-                         o, (unsigned)(unsigned char)*p, (size_t)(p - (const char *)buf));
-            goto fail;
-        }
-    int n = cJSON_GetArraySize(f->header);
-    if (n > ST_MAX_TENSORS) {
-        s = gp_error(GP_FORMAT, "%s: %d header entries, at most %d", o, n, ST_MAX_TENSORS);
-        goto fail;
-    }
-    f->entries = calloc((size_t)n + 1, sizeof *f->entries);
-    if (!f->entries) {
-        s = gp_error(GP_OUT_OF_MEMORY, "%s: %d tensors", o, n);
-        goto fail;
-    }
-    for (const cJSON *e = f->header->child; e; e = e->next) {
-        if (strcmp(e->string, "__metadata__") == 0) {
-            if (f->meta) {
-                s = gp_error(GP_FORMAT, "%s: __metadata__ appears twice", o);
-                goto fail;
-            }
-            f->meta = e;
-            continue;
-        }
-        s = parse_entry(f, e, &f->entries[f->n]);
-        if (s != GP_OK) goto fail;
-        f->n++;
-    }
-    s = check_layout(f);
-    if (s == GP_OK) s = check_meta(f);
-    if (s != GP_OK) goto fail;
     *out = f;
     return GP_OK;
-fail:
-    gp_safetensors_free(f);
-    return s;
 }
 
 gp_status gp_safetensors_parse(const void *bytes, size_t nbytes, const char *origin,
@@ -341,13 +383,52 @@ gp_status gp_safetensors_parse(const void *bytes, size_t nbytes, const char *ori
     return parse_owned(buf, nbytes, origin, out);
 }
 
+/* The length, then its first byte, then the header: each checked before the next is read. */
+static gp_status read_header(gp_safetensors *f, uint64_t nbytes) {
+    const char *o = f->origin;
+    unsigned char len[9];
+    if (nbytes < 8)
+        return gp_error(GP_FORMAT, "%s: %llu bytes, shorter than the 8-byte header length "
+                                   "(truncated?)",
+                        o, (unsigned long long)nbytes);
+    GP_TRY(gp_pread_all(f->fd, o, 0, len, 8));
+    uint64_t nheader = le64(len);
+    GP_TRY(check_length(o, nheader, nbytes));
+    GP_TRY(gp_pread_all(f->fd, o, 8, len + 8, 1));
+    if (len[8] != '{') return not_an_object(o, nheader);
+    char *text = malloc((size_t)nheader + 1);
+    if (!text) return gp_error(GP_OUT_OF_MEMORY, "%s: a %llu-byte header", o,
+                               (unsigned long long)nheader);
+    gp_status s = gp_pread_all(f->fd, o, 8, text, (size_t)nheader);
+    if (s == GP_OK) s = parse_header(f, text, nheader, nbytes);
+    free(text); /* cJSON copied what it keeps */
+    return s;
+}
+
+gp_status gp_st_read_fd(int fd, uint64_t nbytes, const char *path, gp_safetensors **out) {
+    *out = NULL;
+    gp_safetensors *f = st_new(path);
+    if (!f) {
+        close(fd);
+        return gp_error(GP_OUT_OF_MEMORY, "%s: out of host memory", path);
+    }
+    f->fd = fd;
+    gp_status s = read_header(f, nbytes);
+    if (s != GP_OK) {
+        gp_safetensors_free(f);
+        return s;
+    }
+    *out = f;
+    return GP_OK;
+}
+
 gp_status gp_safetensors_read(const char *path, gp_safetensors **out) {
     if (!path || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_safetensors_read: NULL argument");
     *out = NULL;
-    unsigned char *buf;
-    size_t n;
-    GP_TRY(gp_read_file(path, UINT64_MAX, &buf, &n));
-    return parse_owned(buf, n, path, out);
+    int fd;
+    uint64_t nbytes;
+    GP_TRY(gp_open_regular(path, &fd, &nbytes));
+    return gp_st_read_fd(fd, nbytes, path, out);
 }
 
 const char *gp_safetensors_origin(const gp_safetensors *f) { return f ? f->origin : ""; }
@@ -382,14 +463,22 @@ gp_status gp_safetensors_get(const gp_safetensors *f, const char *name, gp_dtype
     if (shape && !gp_shape_equal(&e->shape, shape))
         return gp_error(GP_SHAPE, "%s: tensor \"%s\" has shape %s, expected %s", f->origin, name,
                         gp_shape_str(&e->shape, a, sizeof a), gp_shape_str(shape, b, sizeof b));
-    const unsigned char *p = entry_data(f, e);
-    uint64_t n = (e->end - e->begin) / 4;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(dst, p, (size_t)n * 4);
-#else
-    uint32_t *w = dst; /* float and int32 both as their 32-bit patterns */
-    for (uint64_t i = 0; i < n; i++, p += 4)
+    const uint64_t nbytes = e->end - e->begin;
+    if (f->buf)
+        memcpy(dst, f->buf + f->data_first + e->begin, (size_t)nbytes);
+    else
+        GP_TRY(gp_pread_all(f->fd, f->origin, f->data_first + e->begin, dst, (size_t)nbytes));
+    /* The bytes as read, so a file changed since it was opened is caught too. */
+    if (f->has_crc[e - f->entries]) {
+        uint32_t crc = gp_crc32_bytes((uint32_t)crc32(0L, Z_NULL, 0), dst, nbytes);
+        if (crc != f->crc[e - f->entries]) return crc_mismatch(f, e, crc);
+    }
+#if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+    uint32_t *w = dst; /* float and int32 as their 32-bit patterns, little-endian in the file */
+    for (uint64_t i = 0; i < nbytes / 4; i++) {
+        const unsigned char *p = (const unsigned char *)&w[i];
         w[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    }
 #endif
     return GP_OK;
 }
@@ -488,14 +577,7 @@ static char *build_header(const gp_safetensors_writer *w) {
     for (int i = 0; i < w->n; i++) {
         const st_item *it = &w->items[i];
         char key[ST_MAX_NAME + 16], hex[16];
-        uLong crc = crc32(0L, Z_NULL, 0);
-        const unsigned char *p = it->data;
-        for (uint64_t left = it->nbytes; left > 0;) {
-            uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
-            crc = crc32(crc, p, chunk);
-            p += chunk;
-            left -= chunk;
-        }
+        uint32_t crc = gp_crc32_bytes((uint32_t)crc32(0L, Z_NULL, 0), it->data, it->nbytes);
         snprintf(key, sizeof key, ST_CRC_PREFIX "%s", it->name);
         snprintf(hex, sizeof hex, "%08lx", (unsigned long)crc);
         cJSON *e = cJSON_CreateObject(), *shape = cJSON_CreateArray(),

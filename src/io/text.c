@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 #define TEXT_MAX_DEPTH 64
 
@@ -104,8 +106,14 @@ static gp_status parse_entries(text_loader *L, const uint8_t *p, size_t n) {
 }
 
 static gp_status read_file(text_loader *L, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return gp_error(GP_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd; /* checked on the descriptor: a file swapped for a FIFO is refused, not waited on */
+    uint64_t nbytes;
+    GP_TRY(gp_open_regular(path, &fd, &nbytes));
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return gp_error(GP_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
     text_buf b = {0};
     gp_status s = GP_OK;
     uint8_t chunk[1 << 15];

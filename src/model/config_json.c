@@ -8,8 +8,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 #define CFG_MAX_DIM (1 << 24)        /* any size or count in a config */
 #define CFG_MAX_FILE_BYTES (16 << 20) /* a config is text; refuse a stray binary */
@@ -441,8 +443,14 @@ gp_status gp_model_from_json_file(const char *path, gp_model **out) {
     if (!path || !out)
         return gp_error(GP_INVALID_ARGUMENT, "gp_model_from_json_file: NULL %s",
                         path ? "out" : "path");
-    FILE *f = fopen(path, "rb");
-    if (!f) return gp_error(GP_IO, "%s: cannot open the config: %s", path, strerror(errno));
+    int fd; /* a FIFO or device is refused, never waited on */
+    uint64_t nbytes;
+    GP_TRY(gp_open_regular(path, &fd, &nbytes));
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return gp_error(GP_IO, "%s: cannot open the config: %s", path, strerror(errno));
+    }
     char *buf = NULL;
     size_t n = 0, cap = 0;
     gp_status s = GP_OK;
