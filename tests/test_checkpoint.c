@@ -202,7 +202,7 @@ static void check_bad_loads(void) {
     remove(path);
 }
 
-/* A multi-part set of s's model as the MPI backend writes it: one part per stage of a K-stage
+/* A multi-part set of s's model as the MPI launcher writes it: one part per stage of a K-stage
  * split (the pipeline's own on K stages), each written alone, then the index. */
 static void session_save_parts(session *s, int K, const char *base, const char **index) {
     int L = gp_model_nlayers(s->m), step = session_step(s);

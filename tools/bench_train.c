@@ -39,7 +39,7 @@ static int model_flops(gp_model *m, int64_t batch, double *out) {
     double f = 0;
     for (int i = 0; i < gp_model_nlayers(m); i++) {
         gp_cost c;
-        if (gp_model_cost(m, i, batch, &c) != GP_OK) return gp_cli_fail("bench", "gp_model_cost");
+        if (gp_model_cost(m, i, batch, &c) != GP_OK) return gp_cli_fail("bench", "the model's cost estimate");
         f += c.fwd_flops + c.bwd_flops;
     }
     *out = f;

@@ -313,9 +313,10 @@ void gp_cli_report_memory(cJSON *root, const gp_mem_stats *st);
 /* Adds an exact unsigned integer (cJSON numbers are doubles). */
 void gp_cli_report_u64(cJSON *obj, const char *key, uint64_t v);
 /* Writes the JSON to path.tmp.<pid> and renames it over path, checking every
- * write; on failure prints why (naming `option` and the file) and returns
+ * write; on failure prints why ("gpipe <cmd>: <option>", and the file) and returns
  * false. */
-bool gp_cli_report_write(const cJSON *root, const char *path, const char *option);
+bool gp_cli_report_write(const char *cmd, const cJSON *root, const char *path,
+                         const char *option);
 /* 16 lowercase hex digits and a NUL. */
 void gp_cli_hex64(uint64_t v, char out[17]);
 

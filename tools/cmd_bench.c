@@ -381,7 +381,7 @@ int gp_cli_bench_main(int argc, char **argv) {
     rc = strcmp(o.workload, "G1") == 0 ? run_g1(&o, r) : run_training(&o, r);
     cJSON_AddNumberToObject(r, "elapsed_s", gp_cli_now() - t0);
     if (rc == GP_CLI_EXIT_OK && o.report && o.place.rank == 0) {
-        if (!gp_cli_report_write(r, o.report, "--report"))
+        if (!gp_cli_report_write("bench", r, o.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;
         else
             printf("report written to %s\n", o.report);

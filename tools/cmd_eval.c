@@ -245,7 +245,7 @@ int gp_cli_eval_main(int argc, char **argv) {
         char hex[17];
         gp_cli_hex64(hash, hex);
         cJSON_AddStringToObject(r, "params_fnv1a64", hex);
-        if (o.report && !gp_cli_report_write(r, o.report, "--report")) rc = GP_CLI_EXIT_RUNTIME;
+        if (o.report && !gp_cli_report_write("eval", r, o.report, "--report")) rc = GP_CLI_EXIT_RUNTIME;
     }
     cJSON_Delete(r);
     free_model(&t);

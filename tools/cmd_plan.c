@@ -259,7 +259,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     fflush(stdout);
     if (o.report) {
         r = build_report(&o, m, &p, measure);
-        if (!gp_cli_report_write(r, o.report, "--report"))
+        if (!gp_cli_report_write("plan", r, o.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;
         else
             printf("report written to %s\n", o.report);

@@ -494,7 +494,7 @@ int gp_cli_train_main(int argc, char **argv) {
     }
     if (t.report && t.place.rank == 0) {
         cJSON *r = build_report(&t, gp_cli_now() - t0);
-        if (!gp_cli_report_write(r, t.report, "--report"))
+        if (!gp_cli_report_write("train", r, t.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;
         else
             printf("report written to %s\n", t.report);

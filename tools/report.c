@@ -25,11 +25,12 @@ void gp_cli_report_memory(cJSON *root, const gp_mem_stats *st) {
     gp_cli_report_u64(mem, "allocations", st->nallocs);
 }
 
-bool gp_cli_report_write(const cJSON *root, const char *path, const char *option) {
+bool gp_cli_report_write(const char *cmd, const cJSON *root, const char *path,
+                         const char *option) {
     char *text = cJSON_Print(root);
     if (!text) {
-        fprintf(stderr, "gpipe: %s %s: cannot render the JSON report (out of memory)\n", option,
-                path);
+        fprintf(stderr, "gpipe %s: %s %s: cannot render the JSON report (out of memory)\n", cmd,
+                option, path);
         return false;
     }
     gp_file_out o;
@@ -40,6 +41,6 @@ bool gp_cli_report_write(const cJSON *root, const char *path, const char *option
         s = gp_file_out_close(&o, true);
     }
     cJSON_free(text);
-    if (s != GP_OK) fprintf(stderr, "gpipe: %s: %s\n", option, gp_last_error());
+    if (s != GP_OK) fprintf(stderr, "gpipe %s: %s: %s\n", cmd, option, gp_last_error());
     return s == GP_OK;
 }

@@ -1,4 +1,4 @@
-/* The MPI backend's process grid (see mpi_grid.h) and the public gp_mpi_* functions; the failure
+/* The MPI launcher's process grid (see mpi_grid.h) and the public gp_mpi_* functions; the failure
  * state that every wait polls is in mpi_shared.c. MPI itself is process-wide (one MPI_Init per
  * process), so whether this process initialized it is the only process-wide state here. Built
  * without MPI, every entry point says so. */
@@ -46,7 +46,7 @@ void gp_mpi_abort_job(int code) { (void)code; }
 gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out) {
     (void)D, (void)K, (void)timeout_s;
     *out = NULL;
-    return not_built("the MPI backend");
+    return not_built("the MPI launcher");
 }
 void gp_grid_free(gp_grid *g) { (void)g; }
 int gp_grid_world_rank(const gp_grid *g) { return (void)g, 0; }
@@ -60,10 +60,6 @@ gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
     return not_built("gradient all-reduce");
 }
 gp_status gp_grid_grads_wait(gp_grid *g) { return (void)g, not_built("gradient all-reduce"); }
-gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes) {
-    (void)g, (void)root, (void)buf, (void)nbytes;
-    return not_built("broadcast");
-}
 gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void **all,
                              size_t *offsets) {
     (void)g, (void)mine, (void)nbytes, (void)offsets;
@@ -267,17 +263,6 @@ gp_status gp_grid_grads_wait(gp_grid *g) {
     }
     g->nbuckets = 0;
     return s;
-}
-
-gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes) {
-    char w[96], doing[96];
-    who(g, w, sizeof w);
-    snprintf(doing, sizeof doing, "waiting for stage %d's parameters (broadcast)", root);
-    if (gp_mpi_shared_poll(&g->sh)) return gp_mpi_aborted_error(&g->sh, w, doing);
-    MPI_Request req;
-    GP_TRY(mpi_check(MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, g->pipe_comm, &req),
-                     "MPI_Ibcast"));
-    return gp_mpi_wait(&g->sh, &req, gp_mpi_deadline(&g->sh), w, doing);
 }
 
 gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void **all,

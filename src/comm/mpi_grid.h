@@ -1,8 +1,8 @@
-/* The process grid of the MPI backend: D data-parallel replicas x K pipeline stages, one MPI
+/* The process grid of the MPI launcher: D data-parallel replicas x K pipeline stages, one MPI
  * process per (replica, stage), world rank = replica * K + stage, so each replica's stages are
  * consecutive ranks (neighbours on one node under mpirun's default mapping). Gives the pipeline
  * runtime its transports (the replica's K stages; every rank), the data-parallel gradient
- * all-reduce in buckets, and a broadcast within a replica. Without MPI every constructor fails
+ * all-reduce in buckets, and the gathers over every rank. Without MPI every constructor fails
  * with "MPI support was not built". Private to the library; no MPI type appears here. */
 #ifndef GP_COMM_MPI_GRID_H
 #define GP_COMM_MPI_GRID_H
@@ -36,9 +36,6 @@ gp_transport *gp_grid_world(gp_grid *g);
  * the same bits in either order, so both replicas hold identical sums, run after run. */
 gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n);
 gp_status gp_grid_grads_wait(gp_grid *g);
-
-/* Copies nbytes at buf from stage `root` of this replica to its other stages. */
-gp_status gp_grid_bcast(gp_grid *g, int root, void *buf, size_t nbytes);
 
 /* Gathers every world rank's nbytes at mine (sizes may differ) into one malloc'ed block,
  * world order, on every rank: *all (the caller frees it) and offsets[W + 1] (caller-owned,

@@ -1,4 +1,4 @@
-/* The MPI backend's failure state and its waits, shared by the transport (mpi_transport.c) and
+/* The MPI failure state and its waits, shared by the transport (mpi_transport.c) and
  * the process grid (mpi_grid.c), which both call in here and never the other way: one rank's
  * failure reaches every other rank as a note that every wait polls, so all stop within the
  * timeout. Whether a run failed is process-wide, as MPI is (gp_mpi_finalize asks). */

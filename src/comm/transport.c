@@ -1,4 +1,4 @@
-/* The transport's public wrappers: argument checks shared by every backend, so that a backend
+/* The transport's public wrappers: argument checks shared by every implementation, so that one
  * only sees valid ranks, tags and tensors, and the one ownership rule (send takes the tensor). */
 #include "comm/transport.h"
 

@@ -1,6 +1,7 @@
 /* The transport between pipeline stages: point-to-point activations and gradients with checked
  * headers and bounded mailboxes, a fixed-order all-reduce, a barrier and an abort that wakes
- * everyone. One interface ({iface, context}) for every backend: threads (threads.c), later MPI. */
+ * everyone. One interface ({iface, context}) for every implementation: threads (threads.c) and MPI
+ * (mpi_transport.c). */
 #ifndef GP_COMM_TRANSPORT_H
 #define GP_COMM_TRANSPORT_H
 
@@ -22,7 +23,7 @@ typedef struct gp_msg_tag {
 /* "ACT(mb 3)"; returns buf. */
 char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n);
 
-/* The backend's functions. Every member is required unless marked optional. `rank` is the caller
+/* An implementation's functions. Every member is required unless marked optional. `rank` is the caller
  * (a stage); each rank's calls come from one thread at a time, different ranks' calls run
  * concurrently. The public wrappers below check the arguments before calling these. */
 typedef struct gp_transport_iface {
@@ -43,14 +44,14 @@ typedef struct gp_transport {
     int nranks; /* K */
 } gp_transport;
 
-/* Options for every backend; zeroed fields take the defaults. */
+/* Options for every implementation; zeroed fields take the defaults. */
 typedef struct gp_transport_opts {
     int nranks;       /* K >= 1 */
     int capacity;     /* messages per directed link before a send blocks; default 2 */
     double timeout_s; /* longest any one blocking wait may last; default 60 s */
 } gp_transport_opts;
 
-/* The in-process backend: K ranks are K threads of this process. The caller frees it with
+/* The in-process implementation: K ranks are K threads of this process. The caller frees it with
  * gp_transport_free, after every rank's thread has stopped and before the devices that
  * allocated the tensors still in flight are freed. */
 gp_status gp_transport_threads_new(const gp_transport_opts *o, gp_transport **out);
@@ -59,7 +60,7 @@ gp_status gp_transport_threads_new(const gp_transport_opts *o, gp_transport **ou
  * NULL is ignored. */
 void gp_transport_free(gp_transport *tr);
 
-/* Ownership of a message (the rule every backend follows, so that memory stays counted on the
+/* Ownership of a message (the rule every implementation follows, so that memory stays counted on the
  * device that holds it and each device is only touched by its own thread):
  * - send TAKES an owned tensor (from gp_tensor_alloc on the sender's device): *t is zeroed on
  *   return, whatever the status. The tensor stays counted on the sender's device until the

@@ -65,7 +65,6 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
 static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flops, int L,
                                const int *first, int K, int M, const gp_pipeline_opts *po,
                                double sec_per_unit, gp_plan *out) {
-    const double sec_per_flop = sec_per_unit;
     gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
     gp_sim_stage *st = calloc((size_t)K, sizeof *st);
     gp_schedule s = {0};
@@ -77,8 +76,8 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
         sc[k] = gp_sim_cell_from_layers(est, first[k], e);
-        sc[k].fwd_time *= sec_per_flop;
-        sc[k].bwd_time *= sec_per_flop;
+        sc[k].fwd_time *= sec_per_unit;
+        sc[k].bwd_time *= sec_per_unit;
     }
     status = po->schedule == GP_SCHEDULE_1F1B ? gp_schedule_1f1b(K, M, &s)
                                               : gp_schedule_gpipe(K, M, &s);

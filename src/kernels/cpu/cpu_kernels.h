@@ -1,4 +1,4 @@
-/* The CPU backend's functions behind its op table (cpu_device.c puts them in the table), for the
+/* The CPU device's kernel functions behind its op table (cpu_device.c puts them in the table), for the
  * files of this folder and for tests of the CPU math. Each takes the table's arguments; dev is
  * unused on the CPU (there is no queue). */
 #ifndef GP_KERNELS_CPU_CPU_KERNELS_H
