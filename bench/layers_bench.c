@@ -74,10 +74,9 @@ int main(int argc, char **argv) {
         printf("glibc: large blocks kept in the heap\n");
     }
 #endif
-    gp_blas_set_threads(1);
     if (gp_device_cpu_new("bench", &dev) != GP_OK) return 1;
     kt = gp_kernels_of(dev);
-    printf("OpenBLAS core %s, %d thread(s)\n", gp_blas_corename(), gp_blas_threads());
+    printf("OpenBLAS core %s, one thread\n", gp_blas_corename());
     const double ceiling = gemm_rate(2048, 2048, 2048, 3);
     printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling)\n", ceiling);
     printf("sgemm 4096x512x1536 %.1f, 4096x2048x512 %.1f, 4096x512x2048 %.1f GFLOP/s\n",

@@ -151,8 +151,21 @@ typedef struct gp_mem_stats {
 /* A device is where tensors live and kernels run: the CPU (host memory; kernels through CBLAS
  * and vectorized C) or, later, a GPU. Every device counts its bytes by category and may be
  * given a limit. The caller frees a device with gp_device_free after everything allocated on
- * it has been released. A device is used by one thread at a time. */
+ * it has been released. A device is used by one thread at a time.
+ *
+ * A CPU device runs its kernels on its own threads (threads - 1 workers beside the calling
+ * thread; 1 to 1024): every kernel splits its work over them, GEMMs included, each part one
+ * single-threaded BLAS call, so the process runs OpenBLAS on one thread (set when the first CPU
+ * device is made). The splits are over outputs (rows or columns of a GEMM's C, rows, channels,
+ * examples, columns of a gradient sum), never over a sum, so the same thread count gives the
+ * same bits run after run. Across thread counts everything but the GEMMs of linear layers
+ * agrees bit for bit too; those may differ in the last bit of some elements (OpenBLAS rounds an
+ * element by where its call's block starts). Idle workers spin for a few tens of microseconds,
+ * then sleep. gp_device_cpu_new is gp_device_cpu_new_threads with 1 thread. */
 gp_status gp_device_cpu_new(const char *name, gp_device **out);
+gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **out);
+/* A CPU device's threads; 1 for other kinds and NULL. */
+int gp_device_threads(const gp_device *dev);
 void gp_device_free(gp_device *dev);
 const char *gp_device_name(const gp_device *dev);
 const char *gp_device_kind(const gp_device *dev); /* "cpu"; "host" for NULL (host memory) */
@@ -432,9 +445,7 @@ gp_status gp_shuffle(uint64_t seed, uint32_t epoch, int64_t n, int64_t *perm);
 
 /* ---------------------------------------------------------------- BLAS */
 
-/* Threads OpenBLAS may use in this process (1 for pipeline stages). */
-void gp_blas_set_threads(int n);
-int gp_blas_threads(void);
+/* Which kernels OpenBLAS chose for this CPU ("Zen", "Haswell", ...; another CBLAS: "unknown"). */
 const char *gp_blas_corename(void);
 /* An output file written atomically: text goes to a temporary file beside
  * `path`; gp_file_out_close(o, true) checks every write, fsyncs, renames it
@@ -504,9 +515,12 @@ typedef struct gp_pipeline_opts {
      * NULL: gp_pipeline_new profiles the layers itself (gp_plan_make, which
      * allocates nothing, needs them given). */
     const double *layer_times;
-    /* Runtime: stage k's thread runs on the k-th core the process may use
-     * when there are at least K of them; true keeps the scheduler's choice. */
+    /* Runtime: stage k's thread runs on core k x stage_threads of those the process may use
+     * when there are at least K x stage_threads of them; true keeps the scheduler's choice. */
     bool no_pinning;
+    /* Threads of each CPU stage device the pipeline makes (0 means 1). Bit-identical results
+     * across K hold for the same threads per device (gp_device_cpu_new_threads). */
+    int stage_threads;
     /* Processes (see "MPI launcher" below); zeroed: this process runs every stage. */
     gp_launcher launcher;
     int data_parallel;     /* D >= 1 replicas (0 means 1); MPI only */
@@ -515,7 +529,7 @@ typedef struct gp_pipeline_opts {
     double comm_timeout_s;
     /* Optional: the device of each stage (K entries; under MPI only this rank's stage's entry
      * is used), borrowed: the caller frees them after the pipeline. NULL: the pipeline makes a
-     * CPU device per stage ("stage<k>", with memory_limit), except that with K = 1 and a model
+     * CPU device per stage ("stage<k>", with memory_limit and stage_threads), except that with K = 1 and a model
      * already initialized on one device, that device is used. memory_limit is not applied to
      * the caller's devices: they keep their own limits. */
     gp_device **devices;
@@ -524,8 +538,8 @@ typedef struct gp_pipeline_opts {
 /* Measures each layer of m alone, as a pipeline stage would run it: the layer
  * is initialized on a scratch device (so m need not fit on one), then its
  * training-mode forward and its backward on one micro-batch of `micro_batch`
- * examples (stand-in inputs and output gradients) are timed on the calling
- * thread with single-threaded BLAS, and the layer is released again. Each
+ * examples (stand-in inputs and output gradients) are timed on a one-thread
+ * CPU device, and the layer is released again. Each
  * figure is the median of `reps` runs after one warm-up run (reps 0: 3).
  * times: 2L entries, forward seconds of layers 0..L-1 then backward seconds.
  * m must not be initialized (no trainer or pipeline holds it). */
@@ -582,9 +596,7 @@ void gp_plan_free(gp_plan *p);
 /* A model trained as K cells on K stage devices over M micro-batches, one synchronous update
  * per step: the one training handle, whatever K (K = 1 is single-device training, run inline).
  * Same seed and M: losses and parameters are bit-identical for every K, schedule and
- * re-materialization mode, and across launchers (stages on one BLAS thread each: a K = 1
- * reference must run with gp_blas_set_threads(1) to compare bits; K > 1 sets one BLAS thread
- * for the duration of each step and restores the caller's count after it). */
+ * re-materialization mode, and across launchers, with devices of the same thread count. */
 typedef struct gp_pipeline gp_pipeline;
 
 /* Partitions m (po->partition, or the balance of the layers' cost estimates or times), validates

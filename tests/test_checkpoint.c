@@ -477,7 +477,11 @@ static void check_pipeline_save_threads(void) {
  * convnet_before_flat_step3.safetensors: the test ConvNet after 3 steps of session_run on one
  * device, seed 91, SGD with momentum, batch-norm buffers) still loads with every value exactly as
  * stored, and resumes: 3 more steps on one device and on 2 stages give the same bits, and where
- * the old version recorded its own continuation (OpenBLAS core Zen, one thread), those bits. */
+ * the old version recorded its own continuation (OpenBLAS core Zen, one thread), the same first
+ * loss (the forward pass from the loaded values). Its later bits differ by design: since issue
+ * 10 a convolution's weight gradient adds its examples in groups (kernels/cpu/conv_kernels.c),
+ * which rounds differently from the old example-by-example sum (the old continuation's hash was
+ * 932a68b5d563ee46). */
 static void check_before_flat(void) {
     const char *path = "tests/data/convnet_before_flat_step3.safetensors";
     gp_safetensors *f;
@@ -514,10 +518,10 @@ static void check_before_flat(void) {
     CHECK(memcmp(losses[0] + NSTEPS, losses[1] + NSTEPS, NSTEPS * sizeof(float)) == 0);
     const float old_losses[NSTEPS] = {0x1.475d9cp+1f, 0x1.5d60bep+1f, 0x1.494582p+1f};
     if (strcmp(gp_blas_corename(), "Zen") == 0) {
-        CHECK(hash[0] == 0x932a68b5d563ee46ULL);
-        CHECK(memcmp(losses[0] + NSTEPS, old_losses, sizeof old_losses) == 0);
-        printf("before-flat checkpoint: resumed to the old version's bits (%016llx)\n",
-               (unsigned long long)hash[0]);
+        CHECK(memcmp(losses[0] + NSTEPS, old_losses, sizeof old_losses[0]) == 0);
+        printf("before-flat checkpoint: resumed to the old version's first loss (%a); parameters "
+               "after 3 steps %016llx\n",
+               (double)losses[0][NSTEPS], (unsigned long long)hash[0]);
     } else {
         printf("before-flat checkpoint: resumed alike on 1 and 2 stages; the old version's bits "
                "were recorded on OpenBLAS core Zen, this is %s\n",
@@ -528,7 +532,6 @@ static void check_before_flat(void) {
 int main(void) {
     gp_scratch_init("test_checkpoint");
     check_before_flat();
-    gp_blas_set_threads(1); /* pipelines run one BLAS thread per stage: compare like with like */
     for (int net = 0; net < 2; net++) {
         check_resume((gp_test_net)net, 0, 0, 0); /* one device */
         check_resume((gp_test_net)net, 2, 2, 2); /* a pipeline */

@@ -19,7 +19,6 @@ int main(void) {
     const char *dir = getenv("GP_FASHION_DIR") ? getenv("GP_FASHION_DIR") : "/usr/share/datasets/fashion-mnist";
     REQUIRE_OK(gp_idx_load_dir(dir, "train", &train));
     REQUIRE_OK(gp_idx_load_dir(dir, "t10k", &test));
-    gp_blas_set_threads(1);
     gp_device *d;
     REQUIRE_OK(gp_device_cpu_new("cpu", &d));
     gp_convnet_config cc = gp_convnet_defaults();

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "testutil.h"
 
@@ -35,11 +36,37 @@
 typedef struct test_device {
     const char *name;
     gp_status (*make)(const char *name, gp_device **out);
+    /* -1, or the index in devices[] of a device whose results this one must equal bit for bit
+     * (the CPU on any number of threads: its splits never change a sum's order), except in the
+     * ops of gemm_split_ops */
+    int same_bits_as;
 } test_device;
 
+/* Three threads that split every op however small (the thresholds for waking threads are
+ * ignored), so that the cases below, sized for the reference, run the threaded paths. */
+static gp_status cpu_three_eager(const char *name, gp_device **out) {
+    GP_TRY(gp_device_cpu_new_threads(name, 3, out));
+    gp_cpu_pool_set_eager(gp_cpu_pool_of(*out), true);
+    return GP_OK;
+}
+
 static const test_device devices[] = {
-    {"cpu", gp_device_cpu_new},
+    {"cpu", gp_device_cpu_new, -1},
+    {"cpu-3-threads", cpu_three_eager, 0},
 };
+#define NDEV ((int)(sizeof devices / sizeof devices[0]))
+
+/* Ops that cut a GEMM into one OpenBLAS call per thread: OpenBLAS rounds some elements
+ * differently by where a call's block starts, so these give the same bits for the same thread
+ * count only (gemm.c). */
+static const char *const gemm_split_ops[] = {"gemm", "gemm_batched", "linear_forward",
+                                             "linear_backward"};
+
+static bool splits_gemms(const char *op) {
+    for (size_t i = 0; i < sizeof gemm_split_ops / sizeof gemm_split_ops[0]; i++)
+        if (strcmp(op, gemm_split_ops[i]) == 0) return true;
+    return false;
+}
 
 /* ------------------------------------------------------------------- settings */
 
@@ -200,9 +227,17 @@ static void rec_add(int rep, const void *p, size_t nbytes) {
     g_len[rep] += nbytes;
 }
 
+/* FNV-1a of everything each op's cases copied back, per device, to compare devices that must
+ * agree bit for bit. */
+static uint64_t g_hash[8][MAX_OPS];
+static int g_devi; /* index in devices[] of the device under test */
+
 static void det_check(void) {
     if (g_len[0] != g_len[1] || memcmp(g_rec[0], g_rec[1], g_len[0]) != 0)
         fail("two runs on the same inputs gave different bits (not deterministic)");
+    uint64_t h = g_hash[g_devi][g_op];
+    for (size_t i = 0; i < g_len[0]; i++) h = (h ^ g_rec[0][i]) * 0x100000001b3ULL;
+    g_hash[g_devi][g_op] = h;
 }
 
 static void kt_begin(kt *t, gp_device *dev, int rep) {
@@ -1175,9 +1210,9 @@ static void test_attention_backward_ws(gp_device *dev, const gp_kernels *K) {
     for (int ci = 0; ci < NATTN; ci++) {
         const gp_attn_dims d = attn_dims(ci);
         set_case("B %lld T %lld C %lld H %lld", LL(d.batch), LL(d.seq), LL(d.dim), LL(d.heads));
-        const int64_t w = K->attention_backward_ws(&d);
+        const int64_t w = K->attention_backward_ws(dev, &d);
         if (w < 0) fail("workspace of %lld floats", LL(w));
-        if (K->attention_backward_ws(&d) != w) fail("workspace size changes between calls");
+        if (K->attention_backward_ws(dev, &d) != w) fail("workspace size changes between calls");
         g_st[g_op].exact++;
     }
 }
@@ -1251,7 +1286,7 @@ static void test_attention_backward(gp_device *dev, const gp_kernels *K) {
                 for (int64_t r = 0; r < B * T; r++)
                     rb[c] += rq[r * ld + c], mb[c] += mq[r * ld + c];
             }
-            const int64_t ws = K->attention_backward_ws(&d);
+            const int64_t ws = K->attention_backward_ws(dev, &d);
             float *dqkv = fa(nq), *dbias = fa(3 * C);
             for (int rep = 0; rep < 2; rep++) {
                 kt t;
@@ -1553,118 +1588,144 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
 
 /* ----------------------------------------------------------- convolutions */
 
-static const int64_t conv_geoms[][6] = {/* C, H, W, k, stride, pad */
-                                        {1, 1, 1, 1, 1, 0}, {1, 5, 5, 3, 1, 1},
-                                        {3, 7, 6, 3, 2, 1}, {2, 8, 8, 5, 2, 2},
-                                        {2, 9, 7, 4, 3, 0}, {1, 6, 5, 2, 2, 0},
-                                        {3, 4, 5, 3, 1, 2}, {1, 17, 16, 3, 2, 1}};
-#define NCONV ((int)(sizeof conv_geoms / sizeof conv_geoms[0]))
+/* C, H, W, k, stride, pad, batch, OC: 1x1 direct, 3x3 "same" (stride 1, pad 1: the fast
+ * im2col and dx as a convolution), pad > what "same" needs, strides 2 and 3 (dx through
+ * col2im), kernels wider than the stride (overlaps), a batch above the 16 gradient groups, and
+ * an image large enough that its columns go in bands of rows. */
+static const int64_t conv_cases[][8] = {
+    {1, 1, 1, 1, 1, 0, 1, 1},   {4, 3, 5, 1, 1, 0, 3, 2},   {1, 5, 5, 3, 1, 1, 2, 3},
+    {3, 7, 6, 3, 2, 1, 3, 2},   {2, 8, 8, 5, 2, 2, 1, 4},   {2, 9, 7, 4, 3, 0, 2, 1},
+    {1, 6, 5, 2, 2, 0, 4, 2},   {3, 4, 5, 3, 1, 2, 2, 3},   {1, 17, 16, 3, 2, 1, 1, 2},
+    {3, 6, 7, 3, 1, 1, 19, 5},  {2, 5, 4, 1, 2, 0, 3, 3},   {64, 48, 48, 3, 1, 1, 1, 4}};
+#define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
-static gp_conv_geom conv_geom(int gi) {
-    const int64_t *c = conv_geoms[gi];
+static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {
+    const int64_t *c = conv_cases[ci];
     gp_conv_geom g = {.channels = c[0], .height = c[1], .width = c[2], .kernel = c[3],
                       .stride = c[4], .pad = c[5]};
     g.out_h = (g.height + 2 * g.pad - g.kernel) / g.stride + 1;
     g.out_w = (g.width + 2 * g.pad - g.kernel) / g.stride + 1;
+    *batch = c[6], *oc = c[7];
     return g;
 }
 
-/* Output row ranges: all, all but the first, one in the middle. */
-static int conv_ranges(const gp_conv_geom *g, int64_t r[3][2]) {
-    int nr = 0;
-    r[nr][0] = 0, r[nr][1] = g->out_h, nr++;
-    if (g->out_h > 1) r[nr][0] = 1, r[nr][1] = g->out_h, nr++;
-    r[nr][0] = g->out_h / 2, r[nr][1] = g->out_h / 2 + 1, nr++;
-    return nr;
+static void conv_set_case(const gp_conv_geom *g, int64_t B, int64_t OC, const char *extra) {
+    set_case("B %lld, C %lld H %lld W %lld -> OC %lld, k %lld stride %lld pad %lld -> %lldx%lld%s",
+             LL(B), LL(g->channels), LL(g->height), LL(g->width), LL(OC), LL(g->kernel),
+             LL(g->stride), LL(g->pad), LL(g->out_h), LL(g->out_w), extra);
 }
 
-/* Index in x of row (c, ki, kj), column (oh - oh0, ow) of col, or -1 for a padding tap. */
-static int64_t col_src(const gp_conv_geom *g, int64_t c, int64_t ki, int64_t kj, int64_t oh,
-                       int64_t ow) {
+/* Index in one example's x of tap (c, ki, kj) of output pixel (oh, ow), or -1 for padding. */
+static int64_t tap(const gp_conv_geom *g, int64_t c, int64_t ki, int64_t kj, int64_t oh,
+                   int64_t ow) {
     const int64_t ih = oh * g->stride - g->pad + ki, iw = ow * g->stride - g->pad + kj;
     if (ih < 0 || ih >= g->height || iw < 0 || iw >= g->width) return -1;
     return (c * g->height + ih) * g->width + iw;
 }
 
-static void test_im2col(gp_device *dev, const gp_kernels *K) {
-    for (int gi = 0; gi < NCONV; gi++) {
-        const gp_conv_geom g = conv_geom(gi);
-        int64_t ranges[3][2];
-        const int nr = conv_ranges(&g, ranges);
-        for (int ri = 0; ri < nr; ri++) {
-            const int64_t oh0 = ranges[ri][0], oh1 = ranges[ri][1], k = g.kernel;
-            const int64_t ncols = (oh1 - oh0) * g.out_w, ncol = g.channels * k * k * ncols;
-            const int64_t nx = g.channels * g.height * g.width;
-            set_case("C %lld H %lld W %lld, k %lld stride %lld pad %lld -> %lldx%lld, rows "
-                     "[%lld, %lld)",
-                     LL(g.channels), LL(g.height), LL(g.width), LL(k), LL(g.stride), LL(g.pad),
-                     LL(g.out_h), LL(g.out_w), LL(oh0), LL(oh1));
-            const float *x = rnd(nx, 1.0f, 0.0f);
-            float *col = fa(ncol), *want = fa(ncol);
-            for (int64_t c = 0; c < g.channels; c++)
-                for (int64_t ki = 0; ki < k; ki++)
-                    for (int64_t kj = 0; kj < k; kj++)
-                        for (int64_t oh = oh0; oh < oh1; oh++)
-                            for (int64_t ow = 0; ow < g.out_w; ow++) {
-                                const int64_t src = col_src(&g, c, ki, kj, oh, ow);
-                                want[((c * k + ki) * k + kj) * ncols + (oh - oh0) * g.out_w + ow] =
-                                    src < 0 ? 0.0f : x[src];
-                            }
-            for (int rep = 0; rep < 2; rep++) {
-                kt t;
-                kt_begin(&t, dev, rep);
-                const float *d_x = kt_in(&t, x, nx);
-                float *d_col = kt_out(&t, ncol);
-                CHECK_OK(K->im2col(dev, &g, d_x, oh0, oh1, d_col));
-                kt_get(&t, d_col, col, ncol);
-                kt_end(&t);
-            }
-            det_check();
-            check_exact("col", col, want, ncol);
+static void test_conv2d_ws(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NCONV; ci++) {
+        int64_t B, OC;
+        const gp_conv_geom g = conv_geom(ci, &B, &OC);
+        conv_set_case(&g, B, OC, "");
+        for (int mode = 0; mode < 3; mode++) {
+            const int64_t w = K->conv2d_ws(dev, &g, B, OC, mode > 0, mode == 2);
+            if (w < 0) fail("workspace of %lld floats (mode %d)", LL(w), mode);
+            if (K->conv2d_ws(dev, &g, B, OC, mode > 0, mode == 2) != w)
+                fail("workspace size changes between calls (mode %d)", mode);
         }
+        if (K->conv2d_ws(dev, &g, B, OC, true, false) > K->conv2d_ws(dev, &g, B, OC, true, true))
+            fail("backward without dx asks for more workspace than with it");
+        g_st[g_op].exact++;
     }
 }
 
-static void test_col2im_add(gp_device *dev, const gp_kernels *K) {
-    for (int gi = 0; gi < NCONV; gi++) {
-        const gp_conv_geom g = conv_geom(gi);
-        int64_t ranges[3][2];
-        const int nr = conv_ranges(&g, ranges);
-        for (int ri = 0; ri < nr; ri++) {
-            const int64_t oh0 = ranges[ri][0], oh1 = ranges[ri][1], k = g.kernel;
-            const int64_t ncols = (oh1 - oh0) * g.out_w, ncol = g.channels * k * k * ncols;
-            const int64_t nx = g.channels * g.height * g.width;
-            set_case("C %lld H %lld W %lld, k %lld stride %lld pad %lld -> %lldx%lld, rows "
-                     "[%lld, %lld)",
-                     LL(g.channels), LL(g.height), LL(g.width), LL(k), LL(g.stride), LL(g.pad),
-                     LL(g.out_h), LL(g.out_w), LL(oh0), LL(oh1));
-            const float *col = rnd(ncol, 1.0f, 0.0f), *x0 = rnd(nx, 1.0f, 0.0f);
-            float *x = fa(nx);
-            double *ref = da(nx), *mag = da(nx);
-            for (int64_t i = 0; i < nx; i++) ref[i] = x0[i], mag[i] = fabs(x0[i]);
-            for (int64_t c = 0; c < g.channels; c++)
-                for (int64_t ki = 0; ki < k; ki++)
-                    for (int64_t kj = 0; kj < k; kj++)
-                        for (int64_t oh = oh0; oh < oh1; oh++)
-                            for (int64_t ow = 0; ow < g.out_w; ow++) {
-                                const int64_t src = col_src(&g, c, ki, kj, oh, ow);
-                                const float v = col[((c * k + ki) * k + kj) * ncols +
-                                                    (oh - oh0) * g.out_w + ow];
-                                if (src >= 0) ref[src] += v, mag[src] += fabs(v);
+static void test_conv2d_forward(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NCONV; ci++) {
+        int64_t B, OC;
+        const gp_conv_geom g = conv_geom(ci, &B, &OC);
+        const int64_t C = g.channels, k = g.kernel, P = g.out_h * g.out_w;
+        const int64_t nx = B * C * g.height * g.width, nw = OC * C * k * k, ny = B * OC * P;
+        conv_set_case(&g, B, OC, "");
+        const float *x = rnd(nx, 1.0f, 0.0f), *w = rnd(nw, 0.5f, 0.0f);
+        float *y = fa(ny);
+        double *ref = da(ny), *mag = da(ny);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t o = 0; o < OC; o++)
+                for (int64_t p = 0; p < P; p++) {
+                    double r = 0, m = 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t ki = 0; ki < k; ki++)
+                            for (int64_t kj = 0; kj < k; kj++) {
+                                const int64_t i = tap(&g, c, ki, kj, p / g.out_w, p % g.out_w);
+                                if (i < 0) continue;
+                                const double t = (double)w[((o * C + c) * k + ki) * k + kj] *
+                                                 x[b * C * g.height * g.width + i];
+                                r += t, m += fabs(t);
                             }
+                    ref[(b * OC + o) * P + p] = r, mag[(b * OC + o) * P + p] = m;
+                }
+        const int64_t nws = K->conv2d_ws(dev, &g, B, OC, false, false);
+        for (int rep = 0; rep < 2; rep++) {
+            kt t;
+            kt_begin(&t, dev, rep);
+            const float *d_x = kt_in(&t, x, nx), *d_w = kt_in(&t, w, nw);
+            float *d_y = kt_out(&t, ny), *d_ws = nws ? kt_out(&t, nws) : NULL;
+            CHECK_OK(K->conv2d_forward(dev, &g, B, OC, d_x, d_w, d_y, d_ws));
+            kt_get(&t, d_y, y, ny);
+            kt_end(&t);
+        }
+        det_check();
+        check_close("y", y, ref, mag, ny, TOL);
+    }
+}
+
+static void test_conv2d_backward(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NCONV; ci++)
+        for (int want_dx = 0; want_dx < 2; want_dx++) {
+            int64_t B, OC;
+            const gp_conv_geom g = conv_geom(ci, &B, &OC);
+            const int64_t C = g.channels, k = g.kernel, P = g.out_h * g.out_w;
+            const int64_t HW = g.height * g.width, nx = B * C * HW, nw = OC * C * k * k;
+            const int64_t ny = B * OC * P;
+            conv_set_case(&g, B, OC, want_dx ? ", dx" : ", no dx");
+            const float *x = rnd(nx, 1.0f, 0.0f), *w = rnd(nw, 0.5f, 0.0f);
+            const float *dy = rnd(ny, 1.0f, 0.0f), *dw0 = rnd(nw, 1.0f, 0.0f);
+            float *dx = fa(nx), *dw = fa(nw);
+            double *rx = da(nx), *mx = da(nx), *rw = da(nw), *mw = da(nw);
+            for (int64_t i = 0; i < nw; i++) rw[i] = dw0[i], mw[i] = fabs(dw0[i]);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t o = 0; o < OC; o++)
+                    for (int64_t p = 0; p < P; p++) {
+                        const double d = dy[(b * OC + o) * P + p];
+                        for (int64_t c = 0; c < C; c++)
+                            for (int64_t ki = 0; ki < k; ki++)
+                                for (int64_t kj = 0; kj < k; kj++) {
+                                    const int64_t i = tap(&g, c, ki, kj, p / g.out_w, p % g.out_w);
+                                    if (i < 0) continue;
+                                    const int64_t wi = ((o * C + c) * k + ki) * k + kj;
+                                    const double tw = d * x[b * C * HW + i], tx = d * w[wi];
+                                    rw[wi] += tw, mw[wi] += fabs(tw);
+                                    rx[b * C * HW + i] += tx, mx[b * C * HW + i] += fabs(tx);
+                                }
+                    }
+            const int64_t nws = K->conv2d_ws(dev, &g, B, OC, true, want_dx);
             for (int rep = 0; rep < 2; rep++) {
                 kt t;
                 kt_begin(&t, dev, rep);
-                const float *d_col = kt_in(&t, col, ncol);
-                float *d_x = kt_io(&t, x0, nx);
-                CHECK_OK(K->col2im_add(dev, &g, d_col, oh0, oh1, d_x));
-                kt_get(&t, d_x, x, nx);
+                const float *d_x = kt_in(&t, x, nx), *d_w = kt_in(&t, w, nw);
+                const float *d_dy = kt_in(&t, dy, ny);
+                float *d_dw = kt_io(&t, dw0, nw), *d_dx = want_dx ? kt_out(&t, nx) : NULL;
+                float *d_ws = nws ? kt_out(&t, nws) : NULL;
+                CHECK_OK(K->conv2d_backward(dev, &g, B, OC, d_x, d_w, d_dy, d_dx, d_dw, d_ws));
+                kt_get(&t, d_dw, dw, nw);
+                if (want_dx) kt_get(&t, d_dx, dx, nx);
                 kt_end(&t);
             }
             det_check();
-            check_close("x", x, ref, mag, nx, TOL);
+            check_close("dw", dw, rw, mw, nw, TOL);
+            if (want_dx) check_close("dx", dx, rx, mx, nx, TOL);
         }
-    }
 }
 
 static const int64_t cb_cases[][3] = {{1, 1, 1}, {2, 3, 7}, {4, 5, 49}, {1, 16, 1}, {3, 2, 1000}};
@@ -2237,8 +2298,9 @@ static const op_test ops[] = {
     OP(pos_embedding_forward),
     OP(pos_embedding_backward),
     OP(softmax_xent),
-    OP(im2col),
-    OP(col2im_add),
+    OP(conv2d_ws),
+    OP(conv2d_forward),
+    OP(conv2d_backward),
     OP(channel_bias_add),
     OP(channel_bias_grad),
     OP(batchnorm_forward),
@@ -2277,7 +2339,9 @@ static void check_op_list(void) {
     }
 }
 
-static void run_device(const test_device *td) {
+static void run_device(int di) {
+    const test_device *td = &devices[di];
+    g_devi = di;
     gp_device *dev = NULL;
     REQUIRE_OK(td->make(td->name, &dev));
     g_dev = td->name;
@@ -2322,7 +2386,27 @@ static void run_device(const test_device *td) {
 
 int main(void) {
     check_op_list();
-    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++) run_device(&devices[i]);
+    _Static_assert(NDEV <= (int)(sizeof g_hash / sizeof g_hash[0]), "raise g_hash's devices");
+    for (int i = 0; i < NDEV; i++) run_device(i);
+    /* Devices that must agree bit for bit: every op's results, case by case. */
+    for (int i = 0; i < NDEV; i++) {
+        const int j = devices[i].same_bits_as;
+        if (j < 0) continue;
+        int same = 0, checked = 0;
+        for (size_t op = 0; op < NOPS; op++) {
+            if (splits_gemms(ops[op].name)) continue;
+            checked++;
+            if (g_hash[i][op] == g_hash[j][op]) {
+                same++;
+                continue;
+            }
+            fprintf(stderr, "[%s] %s: results differ from [%s]'s in some bit\n",
+                    devices[i].name, ops[op].name, devices[j].name);
+            gp_test_failures++;
+        }
+        printf("[%s] bit-identical to [%s] in %d of the %d ops that split no GEMM\n",
+               devices[i].name, devices[j].name, same, checked);
+    }
     free(g_rec[0]);
     free(g_rec[1]);
     return gp_test_finish("test_kernels");

@@ -336,7 +336,6 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
 
 int main(void) {
     int quick = getenv("GP_TEST_QUICK") != NULL;
-    gp_blas_set_threads(1); /* the reference trainer too: equal bits need the same GEMM path */
     errors();
     stage_failure();
     exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4);

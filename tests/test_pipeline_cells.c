@@ -220,7 +220,6 @@ static void pinning(void) {
 }
 
 int main(void) {
-    gp_blas_set_threads(1);
     profile();
     balance_by_time();
     runtime_matches_plan();

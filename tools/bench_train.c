@@ -153,7 +153,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         goto done;
     }
     gp_shape in;
-    if (gp_device_cpu_new("cpu0", &dev) != GP_OK ||
+    if (gp_device_cpu_new_threads("cpu0", b->stages > 0 ? 1 : b->threads, &dev) != GP_OK ||
         gp_model_shape(m, -1, b->batch, &in) != GP_OK) {
         rc = gp_cli_fail("bench", "setting up the model");
         goto done;
@@ -163,6 +163,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
      * forward then its backward, nothing recomputed: single-device training. */
     const bool pipelined = b->stages > 0;
     b->popts.batch = b->batch;
+    b->popts.stage_threads = b->threads;
     if (!pipelined)
         b->popts = (gp_pipeline_opts){.stages = 1, .micro_batches = M,
                                       .schedule = GP_SCHEDULE_1F1B, .remat = GP_REMAT_NONE,
@@ -221,7 +222,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
             /* The ceiling next to each step: a shared machine's speed drifts
              * over a run, and a ratio of neighbours cancels most of it. */
             char why[256];
-            if (!gp_cli_bench_sgemm(2048, 2048, 2048, 1, &b->step_ceiling[i], why, sizeof why)) {
+            if (!gp_cli_bench_sgemm(2048, 2048, 2048, b->threads, false, 1, &b->step_ceiling[i], why,
+                                    sizeof why)) {
                 fprintf(stderr, "gpipe bench: %s\n", why);
                 rc = GP_CLI_EXIT_RUNTIME;
                 goto done;

@@ -272,8 +272,9 @@ typedef struct gp_cli_bench {
     uint64_t seed;
     bool quiet;
     /* T2 only: stages 0 trains one stage on one device with popts.micro_batches;
-     * stages K >= 1 through gp_pipeline with popts (one BLAS thread per stage) */
+     * stages K >= 1 through gp_pipeline with popts */
     int stages;
+    int threads; /* of the device, or of each stage device */
     gp_pipeline_opts popts;
     /* results */
     double *step_seconds; /* the `steps` timed steps, owned */

@@ -43,6 +43,13 @@ int gp_cli_max_threads(void) {
     return n > 0 && n < INT_MAX ? (int)n : 1;
 }
 
+int gp_cli_device_threads(int requested, int stages, bool mpi) {
+    if (requested > 0) return requested;
+    if (mpi) return 1;
+    const int cores = gp_cli_max_threads(), k = stages > 1 ? stages : 1;
+    return cores / k > 1 ? cores / k : 1;
+}
+
 /* The whole string must be a base-10 integer; leading spaces and signs that
  * strtoll would forgive are refused by the callers' checks. */
 static bool parse_i64(const char *s, long long *out) {

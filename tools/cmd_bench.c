@@ -31,8 +31,10 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
          "G1 sgemm GFLOP/s, T1/T2 Transformer LM step, C1 convnet step (required)", NULL, 0,
          false, "G1|T1|T2|C1", false},
         {"--threads", GP_CLI_THREADS, &o->threads, "N",
-         "BLAS threads, at most the cores this process may use",
-         "OpenBLAS's own (OPENBLAS_NUM_THREADS or all cores)", 1, false, NULL, false},
+         "threads of the device (of each stage with --stages), at most the cores this process "
+         "may use",
+         "the cores this process may use, shared among the stages; 1 per MPI rank", 1, false,
+         NULL, false},
         {"--steps", GP_CLI_INT, &o->steps, "N", "timed steps (G1: timed calls per shape)", "10", 1,
          false, NULL, false},
         {"--warmup", GP_CLI_INT, &o->warmup, "N", "untimed steps (or calls) first", "3", 0, false,
@@ -64,7 +66,7 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
         if (strcmp(pipe[i].name, "--partition") != 0) {
             t[n] = pipe[i];
             t[n].help = strcmp(pipe[i].name, "--stages") == 0
-                            ? "T2: pipeline stages, one BLAS thread each (gp_pipeline)"
+                            ? "T2: pipeline stages, --threads threads each (gp_pipeline)"
                             : pipe[i].help;
             n++;
         }
@@ -77,23 +79,26 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
 static void print_help(const gp_cli_opt *tab, int n) {
     printf("Usage: gpipe bench --workload G1|T1|T2|C1 [options]\n\n"
            "Measures a workload of WORKLOADS.md on the CPU:\n"
-           "  G1  OpenBLAS sgemm GFLOP/s: 2048^3 and the T1 shapes 4096x512 by 512x1536,\n"
-           "      512x512 and 512x2048, and 4096x2048 by 2048x512\n"
+           "  G1  sgemm GFLOP/s on --threads threads: 2048^3 and the T1 shapes 4096x512 by\n"
+           "      512x1536, 512x512 and 512x2048, and 4096x2048 by 2048x512, as a CPU device\n"
+           "      runs them (rows of C split over its threads, one single-threaded OpenBLAS\n"
+           "      call each), then on OpenBLAS's own threads for comparison\n"
            "  T1  Transformer LM (gp_transformer_defaults), AdamW(3e-4, 0.01), random bytes:\n"
            "      tokens/s and GFLOP/s counted as 6 x matmul params x tokens\n"
            "      + 12 x layers x seq_len x d_model x tokens\n"
            "  T2  T1 with d_model 256, 4 heads, d_ff 1024, 32 layers (25,436,672 parameters),\n"
-           "      batch 32; --stages K trains through the pipeline runtime (one BLAS thread\n"
-           "      per stage: --threads must be absent or 1), without it on one device;\n"
+           "      batch 32; --stages K trains through the pipeline runtime (--threads\n"
+           "      threads per stage), without it on one device;\n"
            "      the report's pipeline object has the measured, theoretical and simulated\n"
            "      bubble (medians over the timed steps)\n"
            "  C1  Fashion-MNIST convnet, SGD(0.05, momentum 0.9), random images: images/s and\n"
            "      GFLOP/s from the model's cost table\n"
            "T1, T2 and C1 report the median step time over --steps after --warmup steps, its\n"
            "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
-           "process on the same threads (with K stages: K times the one-thread ceiling).\n"
+           "process right after each step, split over as many threads as a device splits\n"
+           "it (with K stages of T threads: K times the T-thread ceiling).\n"
            "Under mpirun, T2 runs over MPI: one stage per rank, D x K ranks with\n"
-           "--data-parallel D (ceiling: ranks times the one-thread sgemm); rank 0 reports,\n"
+           "--data-parallel D (ceiling: ranks times the T-thread sgemm); rank 0 reports,\n"
            "with the bytes each rank sent in the last step.\n\n"
            "Options:\n");
     gp_cli_print_options(tab, n, stdout);
@@ -101,11 +106,12 @@ static void print_help(const gp_cli_opt *tab, int n) {
 }
 
 /* GFLOP/s of `reps` separately timed sgemm calls (after `warmup` calls). */
-static int time_sgemm(int64_t m, int64_t n, int64_t k, int warmup, int reps, double *out) {
+static int time_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openblas_threads,
+                      int warmup, int reps, double *out) {
     for (int i = 0; i < warmup + reps; i++) {
         double g;
         char why[256];
-        if (!gp_cli_bench_sgemm(m, n, k, 1, &g, why, sizeof why)) {
+        if (!gp_cli_bench_sgemm(m, n, k, threads, openblas_threads, 1, &g, why, sizeof why)) {
             fprintf(stderr, "gpipe bench: %s\n", why);
             return GP_CLI_EXIT_RUNTIME;
         }
@@ -135,26 +141,34 @@ static int run_g1(const bench_opts *o, cJSON *r) {
     double *g = malloc((size_t)o->steps * sizeof *g);
     if (!g) return GP_CLI_EXIT_RUNTIME;
     cJSON *arr = cJSON_AddArrayToObject(r, "sgemm");
-    printf("%-30s %10s %10s %10s\n", "sgemm (m x k by k x n)", "GFLOP/s", "min", "max");
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int rc = time_sgemm(shapes[i].m, shapes[i].n, shapes[i].k, o->warmup, o->steps, g);
-        if (rc != GP_CLI_EXIT_OK) {
-            free(g);
-            return rc;
+    printf("%-30s %-22s %10s %10s %10s\n", "sgemm (m x k by k x n)", "threads", "GFLOP/s", "min",
+           "max");
+    /* Each shape as a CPU device splits it (rows of C over its threads, one single-threaded
+     * sgemm each: the ceiling), then as OpenBLAS's own threads run it, for comparison. */
+    for (int way = 0; way < (o->threads > 1 ? 2 : 1); way++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            int rc = time_sgemm(shapes[i].m, shapes[i].n, shapes[i].k, o->threads, way == 1,
+                                o->warmup, o->steps, g);
+            if (rc != GP_CLI_EXIT_OK) {
+                free(g);
+                return rc;
+            }
+            double lo = g[0], hi = g[0], med = gp_cli_median(g, o->steps);
+            for (int j = 1; j < o->steps; j++) lo = fmin(lo, g[j]), hi = fmax(hi, g[j]);
+            char how[48];
+            snprintf(how, sizeof how, "%d, %s", o->threads, way ? "OpenBLAS's" : "rows split");
+            printf("%-30s %-22s %10.1f %10.1f %10.1f\n", shapes[i].name, how, med, lo, hi);
+            fflush(stdout);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", shapes[i].name);
+            cJSON_AddStringToObject(e, "threads", way ? "openblas" : "rows_split");
+            cJSON_AddNumberToObject(e, "m", (double)shapes[i].m);
+            cJSON_AddNumberToObject(e, "n", (double)shapes[i].n);
+            cJSON_AddNumberToObject(e, "k", (double)shapes[i].k);
+            add_spread(e, "gflops", g, o->steps);
+            cJSON_AddItemToArray(arr, e);
+            if (i == 0 && way == 0) cJSON_AddNumberToObject(r, "ceiling_gflops", med);
         }
-        double lo = g[0], hi = g[0], med = gp_cli_median(g, o->steps);
-        for (int j = 1; j < o->steps; j++) lo = fmin(lo, g[j]), hi = fmax(hi, g[j]);
-        printf("%-30s %10.1f %10.1f %10.1f\n", shapes[i].name, med, lo, hi);
-        fflush(stdout);
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", shapes[i].name);
-        cJSON_AddNumberToObject(e, "m", (double)shapes[i].m);
-        cJSON_AddNumberToObject(e, "n", (double)shapes[i].n);
-        cJSON_AddNumberToObject(e, "k", (double)shapes[i].k);
-        add_spread(e, "gflops", g, o->steps);
-        cJSON_AddItemToArray(arr, e);
-        if (i == 0) cJSON_AddNumberToObject(r, "ceiling_gflops", med);
-    }
     free(g);
     return GP_CLI_EXIT_OK;
 }
@@ -233,6 +247,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
                       .seed = o->seed,
                       .quiet = o->quiet || o->place.rank != 0,
                       .stages = o->pa.stages,
+                      .threads = o->threads,
                       .layers = o->layers};
     int *first = NULL;
     /* The batch (the workload's own when 0) is set into popts by gp_cli_bench_train. */
@@ -253,8 +268,8 @@ static int run_training(const bench_opts *o, cJSON *r) {
         free_bench(&b);
         return rc;
     }
-    /* K stages run K one-thread BLAS instances: their ceiling is K times the
-     * one-thread sgemm measured after each step. */
+    /* K stages of T threads each: their ceiling is K times the T-thread sgemm measured after
+     * each step. */
     const double cores = b.stages > 0 ? b.stages * b.place.data_parallel : 1;
     for (int i = 0; i < b.steps; i++) {
         b.step_ceiling[i] *= cores;
@@ -290,8 +305,8 @@ static int run_training(const bench_opts *o, cJSON *r) {
     if (strcmp(o->workload, "T2") == 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",
-                                b.stages > 0 ? "stages x one-thread 2048^3 sgemm"
-                                             : "2048^3 sgemm on the BLAS threads");
+                                b.stages > 0 ? "stages x 2048^3 sgemm on a stage's threads"
+                                             : "2048^3 sgemm on the device's threads");
         if (b.stages > 0)
             report_pipeline(r, &b);
         else
@@ -349,13 +364,7 @@ int gp_cli_bench_main(int argc, char **argv) {
             if (gp_cli_seen(tab, n, name))
                 return gp_cli_usage_error("bench", "%s: only with --stages", name);
         }
-    } else if (gp_cli_seen(tab, n, "--threads") && o.threads != 1) {
-        return gp_cli_usage_error("bench",
-                                  "--threads %d: with --stages every stage runs one BLAS thread; "
-                                  "leave --threads out or give 1",
-                                  o.threads);
     }
-    if (o.pa.stages > 0) o.threads = 1;
     rc = gp_cli_mpi_resolve("bench", tab, n, &o.mpi, o.pa.stages > 0 ? o.pa.stages : 1, &o.place);
     if (rc != GP_CLI_EXIT_OK) return rc;
     if (o.place.launcher == GP_LAUNCHER_MPI && (!t2 || o.pa.stages < 1))
@@ -365,14 +374,16 @@ int gp_cli_bench_main(int argc, char **argv) {
                                   o.place.data_parallel);
     if (gp_cli_seen(tab, n, "--batch") && strcmp(o.workload, "G1") == 0)
         return gp_cli_usage_error("bench", "--batch: only for T1 and C1 (G1 has fixed shapes)");
-    if (o.threads > 0) gp_blas_set_threads(o.threads);
+    o.threads = gp_cli_device_threads(o.threads, o.pa.stages,
+                                      o.place.launcher == GP_LAUNCHER_MPI);
     double t0 = gp_cli_now();
-    printf("gpipe bench %s: %d BLAS thread(s), core %s, %d timed after %d warm-up\n", o.workload,
-           gp_blas_threads(), gp_blas_corename(), o.steps, o.warmup);
+    printf("gpipe bench %s: %d thread(s)%s, BLAS core %s, %d timed after %d warm-up\n",
+           o.workload, o.threads, o.pa.stages > 0 ? " per stage" : "", gp_blas_corename(),
+           o.steps, o.warmup);
     fflush(stdout);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "workload", o.workload);
-    cJSON_AddNumberToObject(r, "threads", gp_blas_threads());
+    cJSON_AddNumberToObject(r, "threads", o.threads); /* per device (stage) */
     cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
     cJSON_AddStringToObject(r, "gpipe_version", gp_version());
     cJSON_AddNumberToObject(r, "steps", o.steps);

@@ -39,7 +39,9 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_checkpoint *f, gp_
     }
     if (rc == GP_CLI_EXIT_OK && gp_checkpoint_check_model(f, t->model) != GP_OK)
         rc = gp_cli_fail(cmd, "--checkpoint");
-    if (rc == GP_CLI_EXIT_OK && gp_device_cpu_new("cpu0", &t->dev) != GP_OK)
+    if (rc == GP_CLI_EXIT_OK &&
+        gp_device_cpu_new_threads("cpu0", gp_cli_device_threads(o->threads, 1, false), &t->dev) !=
+            GP_OK)
         rc = gp_cli_fail(cmd, "cannot create the CPU device");
     gp_pipeline_opts po = {.devices = &t->dev};
     if (rc == GP_CLI_EXIT_OK && gp_pipeline_new(t->model, NULL, &po, 1, &t->pipeline) != GP_OK)
@@ -205,8 +207,8 @@ int gp_cli_eval_main(int argc, char **argv) {
         {"--batch", GP_CLI_INT, &o.batch, "N", "examples per evaluation batch", "128", 1, false,
          NULL, false},
         {"--threads", GP_CLI_THREADS, &o.threads, "N",
-         "BLAS threads, at most the cores this process may use", "OpenBLAS's own", 1, false,
-         NULL, false},
+         "threads of the device, at most the cores this process may use",
+         "the cores this process may use", 1, false, NULL, false},
         {"--report", GP_CLI_STRING, &o.report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
     };
@@ -229,7 +231,6 @@ int gp_cli_eval_main(int argc, char **argv) {
     gp_checkpoint *c;
     rc = open_checkpoint("eval", &o, outs, 1, &c);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    if (o.threads > 0) gp_blas_set_threads(o.threads);
     gp_cli_train t = {.cmd = "eval", .data = o.data};
     t.batch = o.batch ? o.batch : 128;
     rc = load_model("eval", &o, c, &t, stdout);
@@ -269,8 +270,8 @@ int gp_cli_sample_main(int argc, char **argv) {
         {"--seed", GP_CLI_U64, &o.seed, "S", "keys the draws: a seed always gives the same text",
          "1", 0, false, NULL, false},
         {"--threads", GP_CLI_THREADS, &o.threads, "N",
-         "BLAS threads, at most the cores this process may use", "OpenBLAS's own", 1, false,
-         NULL, false},
+         "threads of the device, at most the cores this process may use",
+         "the cores this process may use", 1, false, NULL, false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "sample");
@@ -289,7 +290,6 @@ int gp_cli_sample_main(int argc, char **argv) {
     gp_checkpoint *c; /* sample writes no file: stdout only */
     rc = open_checkpoint("sample", &o, NULL, 0, &c);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    if (o.threads > 0) gp_blas_set_threads(o.threads);
     gp_cli_train t = {.cmd = "sample"};
     t.batch = 1;
     t.seed = gp_cli_seen(tab, n, "--seed") ? o.seed : 1;

@@ -223,9 +223,8 @@ int gp_cli_plan_main(int argc, char **argv) {
     }
     const bool measure = !by_time && !gp_cli_seen(tab, n, "--gflops");
     if (measure) {
-        gp_blas_set_threads(1); /* one pipeline stage runs on one thread */
-        char why[256];
-        if (!gp_cli_bench_sgemm(2048, 2048, 2048, 2, &o.gflops, why, sizeof why)) {
+        char why[256]; /* a stage device's default: one thread */
+        if (!gp_cli_bench_sgemm(2048, 2048, 2048, 1, false, 2, &o.gflops, why, sizeof why)) {
             fprintf(stderr, "gpipe plan: %s (give --gflops)\n", why);
             rc = GP_CLI_EXIT_RUNTIME;
             goto done;

@@ -88,8 +88,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--seed", GP_CLI_U64, &o->seed, "S", "seed of initialization, data order and sampling",
          "1", 0, false, NULL, false},
         {"--threads", GP_CLI_THREADS, &o->threads, "N",
-         "BLAS threads, at most the cores this process may use",
-         "OpenBLAS's own (OPENBLAS_NUM_THREADS or all cores)", 1, false, NULL, false},
+         "threads of each device (each stage with --stages), at most the cores this process "
+         "may use; the same count gives the same bits",
+         "the cores this process may use, shared among the stages; 1 per MPI rank", 1, false,
+         NULL, false},
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "fail cleanly past this many bytes on any device (K M G, KiB MiB GiB)", "none", 0, false,
          NULL, false},
@@ -147,11 +149,12 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "each epoch, inputs standardized with mean %.4f and std %.4f; the last partial\n"
            "batch of an epoch is dropped.\n\n"
            "With --stages K the model is trained as a GPipe pipeline: K cells of\n"
-           "contiguous layers on K stage devices, one thread (and one BLAS thread) each,\n"
-           "over the --micro-batches M of every mini-batch, with one synchronous update\n"
-           "per step; the losses and parameters equal the single-device run's bit for bit\n"
-           "(at --threads 1). Evaluation and --sample run between steps on the stages'\n"
-           "parameters, with the same results as on one device. The summary and the\n"
+           "contiguous layers on K stage devices (--threads threads each), over the\n"
+           "--micro-batches M of every mini-batch, with one synchronous update per step;\n"
+           "the losses and parameters equal the single-device run's bit for bit (with\n"
+           "as many threads per stage as it had). Evaluation and --sample run between\n"
+           "steps on the stages' parameters, with the same results as on one device.\n"
+           "The summary and the\n"
            "report give the last step's bubble (idle share) measured, in theory\n"
            "(K-1)/(M+K-1) and simulated; --trace and --timeline draw that step.\n\n"
            "Several processes (MPI): started by mpirun or srun, gpipe runs one stage per\n"
@@ -289,7 +292,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     }
     t->seed = SEEN("--seed") ? o->seed : 1;
     if (!SEEN("--seed")) USED(" seed=1");
-    t->threads = SEEN("--threads") ? o->threads : 0;
     t->memory_limit = SEEN("--memory-limit") ? o->memory_limit : 0;
     t->eval_every = SEEN("--eval-every") ? o->eval_every : 0;
     t->eval_size = SEEN("--eval-size") ? o->eval_size : (lm ? GP_CLI_LM_DEFAULT_EVAL_WINDOWS : 0);
@@ -307,6 +309,10 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                      t->memory_limit, &t->popts, &t->partition);
     if (rc != GP_CLI_EXIT_OK) return rc;
     gp_cli_mpi_apply(&t->place, &t->popts);
+    t->threads = gp_cli_device_threads(SEEN("--threads") ? o->threads : 0, t->stages,
+                                       t->place.launcher == GP_LAUNCHER_MPI);
+    if (!SEEN("--threads")) USED(" threads=%d", t->threads);
+    t->popts.stage_threads = t->threads;
     if (t->stages > 0) {
         if (!SEEN("--schedule")) USED(" schedule=gpipe");
         if (!SEEN("--remat")) USED(" remat=cell");
@@ -345,7 +351,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "batch", t->batch);
     cJSON_AddNumberToObject(r, "micro_batches", t->micro_batches);
     if (t->is_lm) cJSON_AddNumberToObject(r, "seq_len", (double)t->in_shape.dim[1]);
-    cJSON_AddNumberToObject(r, "threads", gp_blas_threads());
+    cJSON_AddNumberToObject(r, "threads", t->threads); /* per device */
     cJSON_AddStringToObject(r, "optimizer", t->optimizer);
     cJSON_AddNumberToObject(r, "lr", t->lr);
     cJSON_AddNumberToObject(r, "min_lr", t->min_lr);
@@ -446,17 +452,17 @@ int gp_cli_train_main(int argc, char **argv) {
         rc = gp_cli_fail("train", "--model: cannot infer the model's shapes");
         goto done;
     }
-    if (t.threads > 0) gp_blas_set_threads(t.threads);
-    printf("gpipe train: model %s (%s, %lld parameters), %d BLAS thread(s), core %s\n", o.model,
-           t.is_lm ? "language model" : "classifier", (long long)gp_model_nparams(t.model),
-           gp_blas_threads(), gp_blas_corename());
+    printf("gpipe train: model %s (%s, %lld parameters), %d thread(s) per device, BLAS core "
+           "%s\n",
+           o.model, t.is_lm ? "language model" : "classifier",
+           (long long)gp_model_nparams(t.model), t.threads, gp_blas_corename());
     printf("defaults used:%s\n", used[0] ? used : " none");
     if (t.stages > 0)
         printf("pipeline: %d stage(s), %d micro-batch(es), schedule %s, remat %s, partition %s%s "
-               "(one BLAS thread per stage%s)\n",
+               "(%d thread(s) per stage%s)\n",
                t.popts.stages, t.popts.micro_batches, gp_schedule_kind_name(t.popts.schedule),
                gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced by ",
-               o.pipe.partition ? "" : gp_balance_name(t.popts.balance),
+               o.pipe.partition ? "" : gp_balance_name(t.popts.balance), t.threads,
                t.popts.no_pinning ? ", not pinned" : "");
     if (t.place.launcher == GP_LAUNCHER_MPI)
         printf("MPI: %d rank(s) = %d replica(s) x %d stage(s); comm timeout %g s\n",
@@ -465,7 +471,8 @@ int gp_cli_train_main(int argc, char **argv) {
         printf("profiling each layer's forward and backward for --balance time...\n");
     fflush(stdout);
 
-    if (gp_device_cpu_new("cpu0", &t.dev) != GP_OK) {
+    /* With stages, cpu0 only holds the batches: the stage devices compute. */
+    if (gp_device_cpu_new_threads("cpu0", t.stages > 0 ? 1 : t.threads, &t.dev) != GP_OK) {
         rc = gp_cli_fail("train", "cannot create the CPU device");
         goto done;
     }

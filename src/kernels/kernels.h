@@ -6,9 +6,11 @@
  * only on bad input they detect (a token id or label out of range), with a message that names
  * it, before writing any output. Shapes in comments: (rows, cols).
  *
- * Determinism: every reduction adds in an order fixed by the op's code, never by timing, so the
- * same inputs give the same bits on every run. The CPU's order is documented per op where the
- * rest of the library relies on it (a squared norm in element order, in double). */
+ * Determinism: every reduction adds in an order fixed by the op's code and the shapes, never by
+ * timing, so the same inputs give the same bits on every run. On the CPU the order does not
+ * depend on the number of threads either, except inside the GEMMs (gemm, gemm_batched and the
+ * linear ops), which the same thread count cuts the same way. The CPU's order is documented
+ * per op where the rest of the library relies on it. */
 #ifndef GP_KERNELS_KERNELS_H
 #define GP_KERNELS_KERNELS_H
 
@@ -75,7 +77,8 @@ typedef struct gp_kernels {
     /* out[j] += sum over rows i in order of x[i, j]; x (rows, cols): bias gradients. */
     gp_status (*sum_rows_add)(gp_device *dev, const float *x, int64_t rows, int64_t cols,
                               float *out);
-    /* *out (host) = sum of x[i]^2 in double (CPU: in element order from 0). */
+    /* *out (host) = sum of x[i]^2 in double (CPU: 64 contiguous blocks set by n, each summed
+     * in element order, then the blocks in order). */
     gp_status (*sumsq)(gp_device *dev, const float *x, int64_t n, double *out);
 
     /* ---- Transformer family */
@@ -109,8 +112,8 @@ typedef struct gp_kernels {
     /* probs (B, H, T, T): softmax(q k^T / sqrt(hd)), zero above the diagonal; att (B, T, C). */
     gp_status (*attention_forward)(gp_device *dev, const gp_attn_dims *d, const float *qkv,
                                    float *probs, float *att);
-    /* Floats of workspace attention_backward needs. */
-    int64_t (*attention_backward_ws)(const gp_attn_dims *d);
+    /* Floats of workspace attention_backward needs on dev (the CPU: T x T per thread). */
+    int64_t (*attention_backward_ws)(gp_device *dev, const gp_attn_dims *d);
     /* datt (B, T, C) -> dqkv (B, T, 3C) written; rows of dqkv summed into dbias (3C) when not
      * NULL; ws: attention_backward_ws floats. */
     gp_status (*attention_backward)(gp_device *dev, const gp_attn_dims *d, const float *qkv,
@@ -142,13 +145,19 @@ typedef struct gp_kernels {
                               float *dlogits);
 
     /* ---- convolutions, batch norm, pooling */
-    /* col (C*k*k, (oh1-oh0)*OW) = the patches of output rows [oh0, oh1) of x (C, H, W); row
-     * (c*k + ki)*k + kj matches the weight layout (OC, C, k, k); taps outside the image are 0. */
-    gp_status (*im2col)(gp_device *dev, const gp_conv_geom *g, const float *x, int64_t oh0,
-                        int64_t oh1, float *col);
-    /* x (C, H, W) += the patches in col: the adjoint of im2col. */
-    gp_status (*col2im_add)(gp_device *dev, const gp_conv_geom *g, const float *col,
-                            int64_t oh0, int64_t oh1, float *x);
+    /* Convolutions of x (B, C, H, W) with w (OC, C, k, k) into y (B, OC, OH, OW), g the
+     * geometry of one example: floats of workspace conv2d_forward (backward false) or
+     * conv2d_backward (with dx or not) needs on dev. */
+    int64_t (*conv2d_ws)(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                         bool backward, bool want_dx);
+    gp_status (*conv2d_forward)(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                                int64_t out_ch, const float *x, const float *w, float *y,
+                                float *ws);
+    /* dw (OC, C, k, k) added into; dx (may be NULL) written. The sum over the batch goes in an
+     * order set by the batch size alone (CPU: per group of examples, groups in order). */
+    gp_status (*conv2d_backward)(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                                 int64_t out_ch, const float *x, const float *w, const float *dy,
+                                 float *dx, float *dw, float *ws);
     /* y (B, OC, P) += bias[o] on every pixel of channel o. */
     gp_status (*channel_bias_add)(gp_device *dev, int64_t batch, int64_t channels, int64_t npix,
                                   const float *bias, float *y);

@@ -1,6 +1,6 @@
-/* 2-D convolution, NCHW float32, as PyTorch's Conv2d: per example, im2col into a
- * workspace (in bands of output rows for large images), then GEMM with the (OC, C*k*k)
- * weight; backward rebuilds the columns instead of saving them, and col2im's W^T dy. */
+/* 2-D convolution, NCHW float32, as PyTorch's Conv2d, through the device's conv2d kernels
+ * (on the CPU: im2col and GEMM per example; backward rebuilds the columns instead of saving
+ * them, and col2im's W^T dy). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,116 +84,25 @@ static gp_status check_call(const gp_layer *l, const gp_ctx *c, const gp_tensor 
     return gp_layer_check_params(l, c, false);
 }
 
-/* 1x1, stride 1, no padding: the input plane already is the column matrix. */
-static bool is_direct(const gp_conv_geom *g) {
-    return g->kernel == 1 && g->stride == 1 && g->pad == 0;
-}
-
-/* Output rows per im2col band: the whole image when its columns fit in
- * GP_CONV_COL_MAX floats (every C1 layer), fewer for large images so the
- * workspace stays bounded. Measured: banding C1's layers is no faster. */
-#define GP_CONV_COL_MAX ((int64_t)1 << 20)
-static int64_t band_rows(const gp_conv_geom *g) {
-    int64_t row = g->channels * g->kernel * g->kernel * g->out_w; /* floats per output row */
-    int64_t r = GP_CONV_COL_MAX / (row > 0 ? row : 1);
-    return r < 1 ? 1 : r > g->out_h ? g->out_h : r;
-}
-
-/* Forward with the im2col workspace col (NULL for a direct 1x1 convolution). */
-static gp_status conv_forward_ws(gp_layer *l, gp_ctx *ctx, const gp_conv_geom *g,
-                                 const gp_tensor *x, gp_tensor *y, float *col) {
-    const conv_cfg *cf = l->impl;
-    const gp_kernels *k = gp_ctx_kernels(ctx);
-    gp_device *dev = ctx->dev;
-    const int64_t batch = x->shape.dim[0], oc = cf->out_ch;
-    const int64_t npix = g->out_h * g->out_w;                 /* P */
-    const int64_t kdim = g->channels * g->kernel * g->kernel; /* K = C*k*k */
-    const int64_t in_elems = g->channels * g->height * g->width;
-    const int64_t band = band_rows(g);
-    const float *w = GP_PVAL(l, P_WEIGHT); /* (OC, K) */
-    for (int64_t b = 0; b < batch; b++) {
-        const float *xb = gp_f32(x) + b * in_elems; /* (C, H, W) */
-        float *yb = gp_f32(y) + b * oc * npix;      /* (OC, P) */
-        if (!col) {
-            GP_TRY(k->gemm(dev, false, false, oc, npix, kdim, 1.0f, w, kdim, xb, npix, 0.0f, yb,
-                           npix));
-            continue;
-        }
-        for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
-            int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h, n = (r1 - r0) * g->out_w;
-            GP_TRY(k->im2col(dev, g, xb, r0, r1, col));
-            /* y_b[:, rows r0..r1) (OC, n; row stride P) = W (OC, K) . col (K, n) */
-            GP_TRY(k->gemm(dev, false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f,
-                           yb + r0 * g->out_w, npix));
-        }
-    }
-    if (cf->bias)
-        GP_TRY(k->channel_bias_add(dev, batch, oc, npix, GP_PVAL(l, P_BIAS), gp_f32(y)));
-    return GP_OK;
-}
-
-/* Backward with the workspaces col and dcol (NULL: a direct 1x1 convolution; dcol also when no
- * dx is wanted). */
-static gp_status conv_backward_ws(gp_layer *l, gp_ctx *ctx, const gp_conv_geom *g,
-                                  const gp_tensor *dy, gp_tensor *dx, float *col, float *dcol) {
-    const conv_cfg *cf = l->impl;
-    const gp_kernels *k = gp_ctx_kernels(ctx);
-    gp_device *dev = ctx->dev;
-    const gp_tensor *x = ctx->x;
-    const int64_t batch = x->shape.dim[0], oc = cf->out_ch;
-    const int64_t npix = g->out_h * g->out_w;
-    const int64_t kdim = g->channels * g->kernel * g->kernel;
-    const int64_t in_elems = g->channels * g->height * g->width;
-    const int64_t band = band_rows(g);
-    if (cf->bias)
-        GP_TRY(k->channel_bias_grad(dev, batch, oc, npix, gp_f32(dy), GP_PGRAD(l, P_BIAS)));
-    const float *w = GP_PVAL(l, P_WEIGHT); /* (OC, K) */
-    float *dw = GP_PGRAD(l, P_WEIGHT);     /* (OC, K) */
-    for (int64_t b = 0; b < batch; b++) {
-        const float *xb = gp_f32(x) + b * in_elems;
-        const float *dyb = gp_f32(dy) + b * oc * npix; /* (OC, P) */
-        float *dxb = dx ? gp_f32(dx) + b * in_elems : NULL;
-        if (!col) {
-            /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C);  dx_b (C, P) = W^T . dy_b */
-            GP_TRY(k->gemm(dev, false, true, oc, kdim, npix, 1.0f, dyb, npix, xb, npix, 1.0f, dw,
-                           kdim));
-            if (dxb)
-                GP_TRY(k->gemm(dev, true, false, kdim, npix, oc, 1.0f, w, kdim, dyb, npix, 0.0f,
-                               dxb, npix));
-            continue;
-        }
-        if (dxb) GP_TRY(k->fill(dev, dxb, in_elems, 0.0f));
-        for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
-            int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h, n = (r1 - r0) * g->out_w;
-            const float *dyr = dyb + r0 * g->out_w; /* (OC, n), row stride P */
-            GP_TRY(k->im2col(dev, g, xb, r0, r1, col));
-            /* dW (OC, K) += dy (OC, n) . col^T (n, K), examples and bands in order */
-            GP_TRY(k->gemm(dev, false, true, oc, kdim, n, 1.0f, dyr, npix, col, n, 1.0f, dw,
-                           kdim));
-            if (dxb) {
-                /* dcol (K, n) = W^T (K, OC) . dy (OC, n), scattered back onto dx */
-                GP_TRY(k->gemm(dev, true, false, kdim, n, oc, 1.0f, w, kdim, dyr, npix, 0.0f,
-                               dcol, n));
-                GP_TRY(k->col2im_add(dev, g, dcol, r0, r1, dxb));
-            }
-        }
-    }
-    return GP_OK;
-}
-
 static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_tensor *y) {
     gp_conv_geom g = {0};
     GP_TRY(check_call(l, ctx, x, y, &g));
+    const conv_cfg *cf = l->impl;
+    const gp_kernels *k = gp_ctx_kernels(ctx);
     const int64_t batch = x->shape.dim[0];
     if (batch == 0) return GP_OK;
-    const bool direct = is_direct(&g);
-    const int64_t band = band_rows(&g), kdim = g.channels * g.kernel * g.kernel;
     gp_status st = GP_OK;
-    float *col = NULL; /* (K, band * OW) */
-    if (!direct && !(col = gp_ctx_workspace(l, ctx, kdim * band * g.out_w, &st))) return st;
-    st = conv_forward_ws(l, ctx, &g, x, y, col);
-    gp_ctx_workspace_release(ctx, col);
-    return st;
+    const int64_t nws = k->conv2d_ws(ctx->dev, &g, batch, cf->out_ch, false, false);
+    float *ws = NULL;
+    if (nws && !(ws = gp_ctx_workspace(l, ctx, nws, &st))) return st;
+    st = k->conv2d_forward(ctx->dev, &g, batch, cf->out_ch, gp_f32(x), GP_PVAL(l, P_WEIGHT),
+                           gp_f32(y), ws);
+    gp_ctx_workspace_release(ctx, ws);
+    GP_TRY(st);
+    if (cf->bias)
+        GP_TRY(k->channel_bias_add(ctx->dev, batch, cf->out_ch, g.out_h * g.out_w,
+                                   GP_PVAL(l, P_BIAS), gp_f32(y)));
+    return GP_OK;
 }
 
 static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
@@ -210,14 +119,19 @@ static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp
                         l->index, gp_shape_str(&dx->shape, a, sizeof a),
                         gp_shape_str(&x->shape, b, sizeof b));
     }
-    if (x->shape.dim[0] == 0) return GP_OK;
-    /* col (K, band*OW), then dcol (the same) when dx is wanted */
-    const int64_t ncol = is_direct(&g) ? 0 : g.channels * g.kernel * g.kernel * band_rows(&g) * g.out_w;
-    const int64_t nws = ncol * (dx ? 2 : 1);
+    const conv_cfg *cf = l->impl;
+    const gp_kernels *k = gp_ctx_kernels(ctx);
+    const int64_t batch = x->shape.dim[0];
+    if (batch == 0) return GP_OK;
+    if (cf->bias)
+        GP_TRY(k->channel_bias_grad(ctx->dev, batch, cf->out_ch, g.out_h * g.out_w, gp_f32(dy),
+                                    GP_PGRAD(l, P_BIAS)));
     gp_status st = GP_OK;
+    const int64_t nws = k->conv2d_ws(ctx->dev, &g, batch, cf->out_ch, true, dx != NULL);
     float *ws = NULL;
     if (nws && !(ws = gp_ctx_workspace(l, ctx, nws, &st))) return st;
-    st = conv_backward_ws(l, ctx, &g, dy, dx, ws, ncol && dx ? ws + ncol : NULL);
+    st = k->conv2d_backward(ctx->dev, &g, batch, cf->out_ch, gp_f32(x), GP_PVAL(l, P_WEIGHT),
+                            gp_f32(dy), dx ? gp_f32(dx) : NULL, GP_PGRAD(l, P_WEIGHT), ws);
     gp_ctx_workspace_release(ctx, ws);
     return st;
 }

@@ -52,7 +52,7 @@ gp_status gp_op_mha_forward(gp_device *dev, const gp_attn_dims *d, const gp_mha_
 int64_t gp_op_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, bool dropout) {
     const int64_t N = d->batch * d->seq, C = d->dim;
     /* datt (N, C) | dqkv (N, 3C) | the attention kernel's | da (N, C) with dropout */
-    return N * 4 * C + gp_kernels_of(dev)->attention_backward_ws(d) + (dropout ? N * C : 0);
+    return N * 4 * C + gp_kernels_of(dev)->attention_backward_ws(dev, d) + (dropout ? N * C : 0);
 }
 
 gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
@@ -65,7 +65,7 @@ gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha
     float *attn_ws = dqkv + 3 * N * C; // the attention kernel's workspace
     const float *da = dy;
     if (drop && p > 0.0f) {
-        float *buf = attn_ws + k->attention_backward_ws(d); // (N, C)
+        float *buf = attn_ws + k->attention_backward_ws(dev, d); // (N, C)
         GP_TRY(k->dropout(dev, drop, p, N * C, dy, NULL, buf));
         da = buf;
     }

@@ -1,7 +1,7 @@
 /* The launcher of a pipeline whose stages all run in this process. K = 1: the stage runs inline
  * on the caller's thread, with no stage thread and no transport (single-device training).
  * K > 1: one thread per stage per step over the threads transport, each pinned to a core of its
- * own when there are enough, on one BLAS thread each for the duration of the step. */
+ * own when there are enough; each stage's kernels run on its device's threads. */
 #define _GNU_SOURCE /* sched_getaffinity: the cores this process may use */
 #include <pthread.h>
 #include <sched.h>
@@ -44,8 +44,6 @@ static gp_status run_threads(gp_pipeline *p) {
     const local_launch *l = p->launch;
     gp_transport_opts to = {.nranks = p->K, .capacity = MAILBOX_CAPACITY, .timeout_s = l->timeout_s};
     GP_TRY(gp_transport_threads_new(&to, &p->tr));
-    const int threads = gp_blas_threads();
-    gp_blas_set_threads(1); /* one BLAS thread per stage: the stages are the parallelism */
     gp_status s = GP_OK;
     int started = 0;
     for (; started < p->K; started++) {
@@ -56,7 +54,6 @@ static gp_status run_threads(gp_pipeline *p) {
         }
     }
     for (int k = 0; k < started; k++) pthread_join(p->st[k].thread, NULL);
-    gp_blas_set_threads(threads);
     if (s == GP_OK) s = first_failure(p);
     gp_transport_free(p->tr);
     p->tr = NULL;
@@ -124,17 +121,19 @@ static const gp_launcher_iface local_iface = {
     .free = local_free,
 };
 
-/* Stage k gets the k-th core this process may run on, when there are at least K of them (with
- * fewer, pinned stages would share cores the scheduler could balance better). One stage runs on
- * the caller's thread, which is never pinned. */
-static void assign_cores(gp_pipeline *p, bool no_pinning) {
+/* Stage k's thread gets core k x T of those this process may run on (T: threads per stage
+ * device), when there are at least K x T of them (with fewer, pinned stages would share cores
+ * the scheduler could balance better); its device's other threads are left to the scheduler.
+ * With K = 1 the stage runs on the caller's thread, which is never pinned. */
+static void assign_cores(gp_pipeline *p, const gp_pipeline_opts *po) {
     cpu_set_t set;
     int cores[CPU_SETSIZE], n = 0;
+    const int T = po->stage_threads > 0 ? po->stage_threads : 1;
     CPU_ZERO(&set);
-    if (!no_pinning && p->K > 1 && sched_getaffinity(0, sizeof set, &set) == 0)
+    if (!po->no_pinning && p->K > 1 && sched_getaffinity(0, sizeof set, &set) == 0)
         for (int c = 0; c < CPU_SETSIZE; c++)
             if (CPU_ISSET(c, &set)) cores[n++] = c;
-    for (int k = 0; k < p->K; k++) p->st[k].cpu = n >= p->K ? cores[k] : -1;
+    for (int k = 0; k < p->K; k++) p->st[k].cpu = n >= p->K * T ? cores[k * T] : -1;
 }
 
 gp_status gp_launch_local_init(gp_pipeline *p, const gp_pipeline_opts *po) {
@@ -144,6 +143,6 @@ gp_status gp_launch_local_init(gp_pipeline *p, const gp_pipeline_opts *po) {
     p->launch = l;
     p->launcher = &local_iface;
     p->sync = (gp_stage_sync){.reduce_norms = reduce_norms};
-    assign_cores(p, po->no_pinning);
+    assign_cores(p, po);
     return GP_OK;
 }

@@ -64,6 +64,9 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: data_parallel %d must be >= 1 and comm_timeout_s %g >= 0",
                         po->data_parallel, po->comm_timeout_s);
+    if (po->stage_threads < 0 || po->stage_threads > 1024)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: stage_threads %d, expected 0 (one) to 1024", po->stage_threads);
     if (po->data_parallel > 1 && po->launcher != GP_LAUNCHER_MPI)
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: data_parallel %d needs the MPI launcher (one process per "
@@ -116,7 +119,7 @@ static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opt
     }
     char name[32];
     snprintf(name, sizeof name, "stage%d", s->k);
-    GP_TRY(gp_device_cpu_new(name, &s->dev));
+    GP_TRY(gp_device_cpu_new_threads(name, po->stage_threads > 0 ? po->stage_threads : 1, &s->dev));
     s->own_dev = true;
     return po->memory_limit ? gp_device_set_limit(s->dev, po->memory_limit) : GP_OK;
 }

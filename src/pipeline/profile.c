@@ -1,5 +1,5 @@
 /* The profiling pass behind balance-by-time: each layer timed alone, as a stage runs it (a
- * training-mode forward keeping its state, then its backward), on single-threaded BLAS. Layers
+ * training-mode forward keeping its state, then its backward), on a one-thread CPU device. Layers
  * are initialized one at a time on a scratch device and released again, so a model too big for
  * one device can still be profiled; only the layer's own figures matter to the partitioner. */
 #include <stdlib.h>
@@ -96,8 +96,6 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
                             "profile the model before initializing it or creating its pipeline",
                             li, gp_device_name(gp_model_layer_device(m, li)));
     const uint64_t seed = m->seed; /* initialization records its seed; keep the model's */
-    const int threads = gp_blas_threads();
-    gp_blas_set_threads(1);
     gp_device *dev = NULL;
     double *fs = calloc((size_t)reps, sizeof *fs), *bs = calloc((size_t)reps, sizeof *bs);
     gp_status s = fs && bs ? gp_device_cpu_new("profile", &dev)
@@ -107,7 +105,6 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
     if (dev) gp_device_free(dev);
     free(fs);
     free(bs);
-    gp_blas_set_threads(threads);
     m->seed = seed;
     return s;
 }

@@ -131,7 +131,7 @@ usage --schedule --workload G1 --schedule 1f1b
 usage --remat --workload T1 --remat none
 usage --schedule --workload T2 --schedule 1f1b
 usage --remat --workload T2 --remat none
-usage --threads --workload T2 --stages 2 --threads 2
+usage --threads --workload T2 --stages 2 --threads 0
 usage --micro-batches --workload T2 --stages 2 --micro-batches 3 --batch 4 --steps 1 --warmup 0
 usage --stages --workload T2 --stages 100000 --batch 2 --steps 1 --warmup 0
 usage --stages --workload T2 --stages 0

@@ -2,6 +2,7 @@
 #include "support.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,17 +12,65 @@
 #include <mpi.h>
 #endif
 
+/* OpenBLAS's own thread count; weak: another CBLAS lacks it (and then runs as it runs). */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+
 double gp_cli_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflops, char *why,
-                        size_t why_size) {
-    if (m <= 0 || n <= 0 || k <= 0 || reps < 1 || !gflops) {
-        snprintf(why, why_size, "sgemm ceiling: m, n, k and reps must be positive (got %lld, %lld, %lld, %d)",
-                 (long long)m, (long long)n, (long long)k, reps);
+typedef struct sgemm_part {
+    int64_t m, n, k;
+    const float *a, *b;
+    float *c;
+} sgemm_part;
+
+static void *sgemm_part_run(void *arg) {
+    const sgemm_part *p = arg;
+    if (p->m > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)p->m, (blasint)p->n,
+                    (blasint)p->k, 1.0f, p->a, (blasint)p->k, p->b, (blasint)p->n, 0.0f, p->c,
+                    (blasint)p->n);
+    return NULL;
+}
+
+/* One run: C's rows in `threads` blocks, each a single-threaded sgemm on a thread of its own
+ * (the caller's for block 0), as a gpipe CPU device splits a GEMM; or OpenBLAS's own threads. */
+static bool sgemm_once(int64_t m, int64_t n, int64_t k, int threads, bool openblas_threads,
+                       const float *a, const float *b, float *c) {
+    if (openblas_threads) {
+        if (openblas_set_num_threads) openblas_set_num_threads(threads);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n,
+                    (blasint)k, 1.0f, a, (blasint)k, b, (blasint)n, 0.0f, c, (blasint)n);
+        if (openblas_set_num_threads) openblas_set_num_threads(1); /* the library's setting */
+        return true;
+    }
+    sgemm_part parts[GP_CLI_SGEMM_MAX_THREADS] = {{0}};
+    pthread_t tid[GP_CLI_SGEMM_MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        const int64_t lo = m * t / threads, hi = m * (t + 1) / threads;
+        parts[t] = (sgemm_part){hi - lo, n, k, a + lo * k, b, c + lo * n};
+    }
+    int started = 1;
+    for (; started < threads; started++)
+        if (pthread_create(&tid[started], NULL, sgemm_part_run, &parts[started]) != 0) break;
+    sgemm_part_run(&parts[0]);
+    for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
+    for (int t = started; t < threads; t++) sgemm_part_run(&parts[t]); /* no thread: here */
+    return started == threads;
+}
+
+bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openblas_threads,
+                        int reps, double *gflops, char *why, size_t why_size) {
+    if (m <= 0 || n <= 0 || k <= 0 || reps < 1 || threads < 1 ||
+        threads > GP_CLI_SGEMM_MAX_THREADS || !gflops) {
+        snprintf(why, why_size,
+                 "sgemm ceiling: m, n, k and reps must be positive and threads 1 to %d (got "
+                 "%lld, %lld, %lld, %d, %d)",
+                 GP_CLI_SGEMM_MAX_THREADS, (long long)m, (long long)n, (long long)k, reps,
+                 threads);
         return false;
     }
     float *a = malloc((size_t)(m * k) * sizeof *a);
@@ -37,16 +86,17 @@ bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflop
     for (int64_t i = 0; i < k * n; i++) b[i] = (float)(i % 7) * 0.01f;
     const double ops = 2.0 * (double)m * (double)n * (double)k;
     double best = 1e300;
+    bool all_threads = true;
     for (int r = -1; r < reps; r++) { /* r = -1: the warm-up run */
         double t0 = gp_cli_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n,
-                    (blasint)k, 1.0f, a, (blasint)k, b, (blasint)n, 0.0f, c, (blasint)n);
+        all_threads &= sgemm_once(m, n, k, threads, openblas_threads, a, b, c);
         double dt = gp_cli_now() - t0;
         if (r >= 0 && dt < best) best = dt;
     }
     *gflops = ops / best / 1e9;
     free(a), free(b), free(c);
-    return true;
+    if (!all_threads) snprintf(why, why_size, "sgemm ceiling: cannot start %d threads", threads);
+    return all_threads;
 }
 
 bool gp_cli_parse_partition(const char *text, int *first, int cap, int *n, char *why,

@@ -12,11 +12,16 @@
 /* Monotonic wall-clock seconds. */
 double gp_cli_now(void);
 
-/* Measures row-major sgemm (m x k) by (k x n) on the current BLAS thread count: the best
- * GFLOP/s over `reps` timed runs after one warm-up. False (why says why) when the arguments are
- * not positive or the matrices cannot be allocated. */
-bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int reps, double *gflops, char *why,
-                        size_t why_size);
+/* Measures row-major sgemm (m x k) by (k x n) on `threads` threads: the best GFLOP/s over
+ * `reps` timed runs after one warm-up. As a gpipe CPU device runs a GEMM (the rows of C in
+ * `threads` blocks, each a single-threaded sgemm on a thread of its own), or with
+ * openblas_threads as OpenBLAS runs it on that many threads of its own pool (set back to one
+ * thread after: gpipe runs OpenBLAS single-threaded). The first is the ceiling a training
+ * figure on that many threads is divided by. False (why says why) when the arguments are not
+ * positive or a thread cannot start. */
+#define GP_CLI_SGEMM_MAX_THREADS 1024
+bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openblas_threads,
+                        int reps, double *gflops, char *why, size_t why_size);
 
 /* Parses "0,5,9" (the first layer of each cell; spaces allowed around the numbers) into
  * first[0..*n-1], at most cap entries. False with the reason in why (naming the position). */

@@ -1,6 +1,9 @@
-/* CPU kernels of the ConvNet layers: im2col / col2im (convolution as GEMM), channel biases,
- * batch norm with its statistics summed in double in a fixed lane order (the same bits on any
- * compiler), max and global average pooling. */
+/* CPU kernels of the ConvNet layers: convolutions as GEMMs over im2col columns, channel
+ * biases, batch norm with its statistics summed in double in a fixed lane order (the same bits
+ * on any compiler), max and global average pooling. The device's threads split the examples of
+ * a convolution (each with its own columns, its GEMMs single-threaded), and the channels or
+ * planes of everything else; a sum over examples goes through partial sums over groups of
+ * examples fixed by the batch alone, so the bits do not depend on the number of threads. */
 #include <math.h>
 #include <string.h>
 
@@ -18,11 +21,51 @@ static void valid_cols(const gp_conv_geom *g, int64_t kj, int64_t *lo, int64_t *
     *hi = b;
 }
 
-gp_status gp_cpu_im2col(gp_device *dev, const gp_conv_geom *g, const float *x, int64_t oh0,
-                        int64_t oh1, float *col) {
-    (void)dev;
+/* im2col for stride 1 and an output as wide as the input ("same" padding, every 3x3 pad-1
+ * layer): a row (c, ki, kj) of col is the input plane shifted by (ki - pad) rows and (kj - pad)
+ * columns, so its valid rows are one contiguous copy; the columns that wrapped around from the
+ * neighbouring rows are then zeroed, |kj - pad| per row. */
+static void im2col_same(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1,
+                        float *col) {
+    const int64_t k = g->kernel, pad = g->pad, H = g->height, W = g->width, rows = oh1 - oh0;
+    float *dst = col;
+    for (int64_t c = 0; c < g->channels; c++) {
+        const float *xc = x + c * H * W;
+        for (int64_t ki = 0; ki < k; ki++) {
+            /* output rows whose input row oh - pad + ki lies in [0, H) */
+            int64_t va = pad - ki > oh0 ? pad - ki : oh0, vb = H + pad - ki < oh1 ? H + pad - ki : oh1;
+            if (vb < va) vb = va;
+            for (int64_t kj = 0; kj < k; kj++, dst += rows * W) {
+                int64_t lo, hi;
+                valid_cols(g, kj, &lo, &hi);
+                if (hi <= lo || vb == va) {
+                    memset(dst, 0, (size_t)(rows * W) * sizeof *dst);
+                    continue;
+                }
+                memset(dst, 0, (size_t)((va - oh0) * W) * sizeof *dst);
+                float *d = dst + (va - oh0) * W;
+                const float *src = xc + (va - pad + ki) * W - pad + kj;
+                memcpy(d + lo, src + lo, (size_t)((vb - va - 1) * W + hi - lo) * sizeof *d);
+                for (int64_t r = 0; r < vb - va; r++) {
+                    float *dr = d + r * W;
+                    for (int64_t ow = 0; ow < lo; ow++) dr[ow] = 0.0f;
+                    for (int64_t ow = hi; ow < W; ow++) dr[ow] = 0.0f;
+                }
+                memset(dst + (vb - oh0) * W, 0, (size_t)((oh1 - vb) * W) * sizeof *dst);
+            }
+        }
+    }
+}
+
+/* col (C*k*k, (oh1-oh0)*OW) = the patches of output rows [oh0, oh1) of x (C, H, W); row
+ * (c*k + ki)*k + kj matches the weight layout (OC, C, k, k); taps outside the image are 0. */
+static void im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, float *col) {
     const int64_t k = g->kernel, s = g->stride, ow_n = g->out_w, H = g->height, W = g->width;
     float *dst = col;
+    if (s == 1 && ow_n == W) {
+        im2col_same(g, x, oh0, oh1, col);
+        return;
+    }
     for (int64_t c = 0; c < g->channels; c++) {
         const float *xc = x + c * H * W;
         for (int64_t ki = 0; ki < k; ki++) {
@@ -49,12 +92,11 @@ gp_status gp_cpu_im2col(gp_device *dev, const gp_conv_geom *g, const float *x, i
             }
         }
     }
-    return GP_OK;
 }
 
-gp_status gp_cpu_col2im_add(gp_device *dev, const gp_conv_geom *g, const float *col,
-                            int64_t oh0, int64_t oh1, float *x) {
-    (void)dev;
+/* x (C, H, W) += the patches in col: the adjoint of im2col. */
+static void col2im_add(const gp_conv_geom *g, const float *col, int64_t oh0, int64_t oh1,
+                       float *x) {
     const int64_t k = g->kernel, s = g->stride, ow_n = g->out_w, H = g->height, W = g->width;
     const float *src = col;
     for (int64_t c = 0; c < g->channels; c++) {
@@ -78,6 +120,230 @@ gp_status gp_cpu_col2im_add(gp_device *dev, const gp_conv_geom *g, const float *
             }
         }
     }
+}
+
+/* ------------------------------------------------------------ convolution */
+
+/* 1x1, stride 1, no padding: the input plane already is the column matrix. */
+static bool is_direct(const gp_conv_geom *g) {
+    return g->kernel == 1 && g->stride == 1 && g->pad == 0;
+}
+
+/* Output rows per im2col band: the whole image when its columns fit in CONV_COL_MAX floats
+ * (every C1 layer), fewer for large images so the workspace stays bounded. */
+#define CONV_COL_MAX ((int64_t)1 << 20)
+static int64_t band_rows(const gp_conv_geom *g) {
+    const int64_t row = g->channels * g->kernel * g->kernel * g->out_w; /* floats per row */
+    const int64_t r = CONV_COL_MAX / (row > 0 ? row : 1);
+    return r < 1 ? 1 : r > g->out_h ? g->out_h : r;
+}
+
+/* Floats of one thread's columns (0 for a direct convolution). */
+static int64_t col_floats(const gp_conv_geom *g) {
+    return is_direct(g) ? 0 : g->channels * g->kernel * g->kernel * band_rows(g) * g->out_w;
+}
+
+/* The input gradient of a stride-1 convolution is itself a stride-1 convolution: of dy with
+ * the weights flipped in space and with their channel axes swapped, padded by k - 1 - pad.
+ * Its GEMM is shaped as the forward one and writes dx once, instead of a K x P dcol that
+ * col2im adds back onto dx. *gt is that convolution's geometry. */
+static bool dx_by_conv(const gp_conv_geom *g, int64_t out_ch, gp_conv_geom *gt) {
+    if (is_direct(g) || g->stride != 1 || g->pad > g->kernel - 1) return false;
+    *gt = (gp_conv_geom){.channels = out_ch, .height = g->out_h, .width = g->out_w,
+                         .kernel = g->kernel, .stride = 1, .pad = g->kernel - 1 - g->pad,
+                         .out_h = g->height, .out_w = g->width};
+    return true;
+}
+
+/* Groups of examples whose weight gradients are summed apart, then added in group order: a
+ * number set by the batch alone, so the sums are the same on any number of threads. */
+#define CONV_GROUPS 16
+static int64_t conv_groups(int64_t batch) { return batch < CONV_GROUPS ? batch : CONV_GROUPS; }
+
+static int conv_threads(gp_device *dev, int64_t parts) {
+    const int threads = gp_cpu_pool_threads(gp_cpu_pool_of(dev));
+    return parts < threads ? (int)(parts > 0 ? parts : 1) : threads;
+}
+
+/* The backward workspace: the groups' partial weight gradients, the flipped weights (dx by
+ * convolution), then each thread's columns of x and of dy (or dcol). */
+typedef struct conv_bwd_layout {
+    int64_t partials, flipped, per_thread, col_x;
+} conv_bwd_layout;
+
+static conv_bwd_layout bwd_layout(const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                                  bool want_dx) {
+    const int64_t kdim = g->channels * g->kernel * g->kernel;
+    conv_bwd_layout L = {.partials = conv_groups(batch) * out_ch * kdim, .col_x = col_floats(g)};
+    gp_conv_geom gt;
+    L.per_thread = L.col_x;
+    if (want_dx && dx_by_conv(g, out_ch, &gt)) {
+        L.flipped = out_ch * kdim;
+        L.per_thread += col_floats(&gt);
+    } else if (want_dx) {
+        L.per_thread += L.col_x;
+    }
+    return L;
+}
+
+int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                         bool backward, bool want_dx) {
+    if (!backward) return conv_threads(dev, batch) * col_floats(g);
+    const conv_bwd_layout L = bwd_layout(g, batch, out_ch, want_dx);
+    return L.partials + L.flipped + conv_threads(dev, conv_groups(batch)) * L.per_thread;
+}
+
+typedef struct conv_args {
+    const gp_conv_geom *g;
+    int64_t batch, oc, groups;
+    const float *x, *w, *dy, *wflip;
+    float *y, *dx, *dw, *ws, *partial;
+    conv_bwd_layout L;
+} conv_args;
+
+/* y (OC, P) = w (OC, K) x the columns of x (C, H, W), in bands of output rows. */
+static void conv_one(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
+                     float *y, float *col) {
+    const int64_t npix = g->out_h * g->out_w, kdim = g->channels * g->kernel * g->kernel;
+    if (is_direct(g)) {
+        gp_cpu_sgemm(false, false, oc, npix, kdim, 1.0f, w, kdim, x, npix, 0.0f, y, npix);
+        return;
+    }
+    const int64_t band = band_rows(g);
+    for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
+        const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
+        const int64_t n = (r1 - r0) * g->out_w;
+        im2col(g, x, r0, r1, col);
+        /* y[:, rows r0..r1) (OC, n; row stride P) = W (OC, K) . col (K, n) */
+        gp_cpu_sgemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f, y + r0 * g->out_w,
+                     npix);
+    }
+}
+
+/* Examples of part t, each with the part's own columns. */
+static void conv_forward_part(void *ctx, int t, int nt) {
+    const conv_args *a = ctx;
+    const gp_conv_geom *g = a->g;
+    const int64_t npix = g->out_h * g->out_w, in_elems = g->channels * g->height * g->width;
+    int64_t lo, hi;
+    gp_cpu_split(a->batch, t, nt, 1, &lo, &hi);
+    for (int64_t b = lo; b < hi; b++)
+        conv_one(g, a->oc, a->w, a->x + b * in_elems, a->y + b * a->oc * npix,
+                 a->ws + t * col_floats(g));
+}
+
+gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                                int64_t out_ch, const float *x, const float *w, float *y,
+                                float *ws) {
+    conv_args a = {.g = g, .batch = batch, .oc = out_ch, .x = x, .w = w, .y = y, .ws = ws};
+    if (batch > 0)
+        gp_cpu_pool_run(gp_cpu_pool_of(dev), conv_threads(dev, batch), conv_forward_part, &a);
+    return GP_OK;
+}
+
+/* dx_b (C, H, W) from dy_b (OC, P) through dcol = W^T dy scattered back by col2im. */
+static void conv_dx_col2im(const gp_conv_geom *g, int64_t oc, const float *w, const float *dyb,
+                           float *dxb, float *dcol) {
+    const int64_t npix = g->out_h * g->out_w, kdim = g->channels * g->kernel * g->kernel;
+    if (is_direct(g)) { /* dx_b (C, P) = W^T . dy_b */
+        gp_cpu_sgemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dyb, npix, 0.0f, dxb, npix);
+        return;
+    }
+    memset(dxb, 0, (size_t)(g->channels * g->height * g->width) * sizeof *dxb);
+    const int64_t band = band_rows(g);
+    for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
+        const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
+        const int64_t n = (r1 - r0) * g->out_w;
+        /* dcol (K, n) = W^T (K, OC) . dy (OC, n) */
+        gp_cpu_sgemm(true, false, kdim, n, oc, 1.0f, w, kdim, dyb + r0 * g->out_w, npix, 0.0f,
+                     dcol, n);
+        col2im_add(g, dcol, r0, r1, dxb);
+    }
+}
+
+/* Groups of part t: each group's weight gradient into its partial (the group's examples in
+ * order, then bands in order), and each example's input gradient. */
+static void conv_backward_part(void *ctx, int t, int nt) {
+    const conv_args *a = ctx;
+    const gp_conv_geom *g = a->g;
+    const int64_t oc = a->oc, npix = g->out_h * g->out_w;
+    const int64_t kdim = g->channels * g->kernel * g->kernel;
+    const int64_t in_elems = g->channels * g->height * g->width, band = band_rows(g);
+    float *col = a->ws + a->L.partials + a->L.flipped + t * a->L.per_thread;
+    float *col2 = col + a->L.col_x; /* columns of dy, or dcol */
+    gp_conv_geom gt;
+    const bool by_conv = a->dx && dx_by_conv(g, oc, &gt);
+    int64_t g0, g1;
+    gp_cpu_split(a->groups, t, nt, 1, &g0, &g1);
+    for (int64_t gi = g0; gi < g1; gi++) {
+        float *pw = a->partial + gi * oc * kdim; /* (OC, K) */
+        int64_t lo, hi;
+        gp_cpu_split(a->batch, (int)gi, (int)a->groups, 1, &lo, &hi);
+        for (int64_t b = lo; b < hi; b++) {
+            const float *xb = a->x + b * in_elems;
+            const float *dyb = a->dy + b * oc * npix; /* (OC, P) */
+            const float beta = b == lo ? 0.0f : 1.0f;
+            if (is_direct(g)) { /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C) */
+                gp_cpu_sgemm(false, true, oc, kdim, npix, 1.0f, dyb, npix, xb, npix, beta, pw,
+                             kdim);
+            } else {
+                for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
+                    const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
+                    const int64_t n = (r1 - r0) * g->out_w;
+                    im2col(g, xb, r0, r1, col);
+                    /* dW (OC, K) += dy (OC, n) . col^T (n, K) */
+                    gp_cpu_sgemm(false, true, oc, kdim, n, 1.0f, dyb + r0 * g->out_w, npix, col,
+                                 n, r0 == 0 ? beta : 1.0f, pw, kdim);
+                }
+            }
+            if (!a->dx) continue;
+            float *dxb = a->dx + b * in_elems;
+            if (by_conv)
+                conv_one(&gt, g->channels, a->wflip, dyb, dxb, col2);
+            else
+                conv_dx_col2im(g, oc, a->w, dyb, dxb, col2);
+        }
+    }
+}
+
+/* wflip (C, OC, k, k) [c][o][ki][kj] = w (OC, C, k, k) [o][c][k-1-ki][k-1-kj]. */
+static void flip_weights(const gp_conv_geom *g, int64_t oc, const float *w, float *wflip) {
+    const int64_t C = g->channels, k = g->kernel, kk = k * k;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t o = 0; o < oc; o++)
+            for (int64_t i = 0; i < kk; i++)
+                wflip[(c * oc + o) * kk + i] = w[(o * C + c) * kk + (kk - 1 - i)];
+}
+
+/* dw[i] += the group partials' sum, groups in order. */
+static void conv_reduce_range(void *ctx, int64_t lo, int64_t hi) {
+    const conv_args *a = ctx;
+    const int64_t n = a->oc * a->g->channels * a->g->kernel * a->g->kernel;
+    const float *p = a->partial;
+    float *dw = a->dw;
+    for (int64_t i = lo; i < hi; i++) {
+        float s = p[i];
+        for (int64_t gi = 1; gi < a->groups; gi++) s += p[gi * n + i];
+        dw[i] += s;
+    }
+}
+
+gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                                 int64_t out_ch, const float *x, const float *w, const float *dy,
+                                 float *dx, float *dw, float *ws) {
+    if (batch <= 0) return GP_OK;
+    const int64_t groups = conv_groups(batch);
+    conv_args a = {.g = g, .batch = batch, .oc = out_ch, .groups = groups, .x = x, .w = w,
+                   .dy = dy, .dx = dx, .dw = dw, .ws = ws, .partial = ws,
+                   .L = bwd_layout(g, batch, out_ch, dx != NULL)};
+    if (a.L.flipped) {
+        flip_weights(g, out_ch, w, ws + a.L.partials);
+        a.wflip = ws + a.L.partials;
+    }
+    gp_cpu_pool *pool = gp_cpu_pool_of(dev);
+    gp_cpu_pool_run(pool, conv_threads(dev, groups), conv_backward_part, &a);
+    gp_cpu_parallel_for(pool, out_ch * g->channels * g->kernel * g->kernel, 16, 4096,
+                        conv_reduce_range, &a);
     return GP_OK;
 }
 
@@ -124,41 +390,70 @@ static double dot_dev_f64(const float *a, const float *b, int64_t n, double mean
 
 /* ------------------------------------------------------------ channel bias */
 
+typedef struct plane_args {
+    int64_t batch, channels, hw, planes;
+    const gp_bn_dims *bn;
+    const gp_pool_dims *pd;
+    const float *x, *dy, *gamma, *beta, *stats, *bias;
+    float *y, *dx, *dgamma, *dbeta, *running_mean, *running_var, *out_stats, *db;
+    const int32_t *argmax_in;
+    int32_t *argmax;
+    bool batch_stats, update_running;
+} plane_args;
+
+/* Work per thread below which a plane-wise op stays on one thread (floats touched). */
+#define PLANE_GRAIN 16384
+static int64_t plane_grain(int64_t floats_per_item) {
+    return floats_per_item >= PLANE_GRAIN ? 1 : PLANE_GRAIN / (floats_per_item > 0 ? floats_per_item : 1);
+}
+
+static void bias_add_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    const int64_t npix = a->hw;
+    for (int64_t bo = lo; bo < hi; bo++) { /* plane bo = b * channels + o */
+        const float bv = a->bias[bo % a->channels];
+        float *row = a->y + bo * npix;
+        for (int64_t p = 0; p < npix; p++) row[p] += bv;
+    }
+}
+
 gp_status gp_cpu_channel_bias_add(gp_device *dev, int64_t batch, int64_t channels, int64_t npix,
                                   const float *bias, float *y) {
-    (void)dev;
-    for (int64_t b = 0; b < batch; b++)
-        for (int64_t o = 0; o < channels; o++) {
-            const float bv = bias[o];
-            float *row = y + (b * channels + o) * npix;
-            for (int64_t p = 0; p < npix; p++) row[p] += bv;
-        }
+    plane_args a = {.channels = channels, .hw = npix, .bias = bias, .y = y};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), batch * channels, 1, plane_grain(npix),
+                        bias_add_range, &a);
     return GP_OK;
+}
+
+static void bias_grad_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    const int64_t channels = a->channels, npix = a->hw;
+    for (int64_t o = lo; o < hi; o++) {
+        double acc = 0; /* examples in order: the same sum whichever order channels go in */
+        for (int64_t b = 0; b < a->batch; b++) acc += sum_f64(a->dy + (b * channels + o) * npix, npix);
+        a->db[o] += (float)acc;
+    }
 }
 
 gp_status gp_cpu_channel_bias_grad(gp_device *dev, int64_t batch, int64_t channels,
                                    int64_t npix, const float *dy, float *db) {
-    (void)dev;
-    for (int64_t o = 0; o < channels; o++) {
-        double acc = 0; /* examples in order: the same sum whichever order channels go in */
-        for (int64_t b = 0; b < batch; b++) acc += sum_f64(dy + (b * channels + o) * npix, npix);
-        db[o] += (float)acc;
-    }
+    plane_args a = {.batch = batch, .channels = channels, .hw = npix, .dy = dy, .db = db};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), channels, 1, plane_grain(batch * npix),
+                        bias_grad_range, &a);
     return GP_OK;
 }
 
 /* -------------------------------------------------------------- batch norm */
 
-gp_status gp_cpu_batchnorm_forward(gp_device *dev, const gp_bn_dims *d, const float *x,
-                                   const float *gamma, const float *beta, float *running_mean,
-                                   float *running_var, bool batch_stats, bool update_running,
-                                   float *stats, float *y) {
-    (void)dev;
+static void bn_forward_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    const gp_bn_dims *d = a->bn;
     const int64_t batch = d->batch, nch = d->channels, hw = d->hw, count = batch * hw;
-    float *mean_out = stats, *invstd_out = stats + nch; /* (C), (C) */
-    for (int64_t c = 0; c < nch; c++) {
+    const float *x = a->x;
+    float *mean_out = a->out_stats, *invstd_out = a->out_stats + nch; /* (C), (C) */
+    for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
-        if (batch_stats) {
+        if (a->batch_stats) {
             double sum = 0, ss = 0;
             for (int64_t b = 0; b < batch; b++) sum += sum_f64(x + (b * nch + c) * hw, hw);
             mean = sum / (double)count;
@@ -166,38 +461,49 @@ gp_status gp_cpu_batchnorm_forward(gp_device *dev, const gp_bn_dims *d, const fl
                 ss += sumsq_dev_f64(x + (b * nch + c) * hw, hw, mean);
             double var = ss / (double)count; /* biased: normalizes */
             invstd = 1.0 / sqrt(var + d->eps);
-            if (update_running) {
+            if (a->update_running) {
                 double unbiased = ss / (double)(count - 1);
-                running_mean[c] =
-                    (float)((1.0 - d->momentum) * running_mean[c] + d->momentum * mean);
-                running_var[c] =
-                    (float)((1.0 - d->momentum) * running_var[c] + d->momentum * unbiased);
+                a->running_mean[c] =
+                    (float)((1.0 - d->momentum) * a->running_mean[c] + d->momentum * mean);
+                a->running_var[c] =
+                    (float)((1.0 - d->momentum) * a->running_var[c] + d->momentum * unbiased);
             }
         } else {
-            mean = running_mean[c];
-            invstd = 1.0 / sqrt((double)running_var[c] + d->eps);
+            mean = a->running_mean[c];
+            invstd = 1.0 / sqrt((double)a->running_var[c] + d->eps);
         }
         const float m = (float)mean, is = (float)invstd;
-        const float scale = gamma[c] * is, shift = beta[c];
+        const float scale = a->gamma[c] * is, shift = a->beta[c];
         mean_out[c] = m;
         invstd_out[c] = is;
         for (int64_t b = 0; b < batch; b++) {
             const float *xp = x + (b * nch + c) * hw;
-            float *yp = y + (b * nch + c) * hw;
+            float *yp = a->y + (b * nch + c) * hw;
             for (int64_t i = 0; i < hw; i++) yp[i] = (xp[i] - m) * scale + shift;
         }
     }
+}
+
+gp_status gp_cpu_batchnorm_forward(gp_device *dev, const gp_bn_dims *d, const float *x,
+                                   const float *gamma, const float *beta, float *running_mean,
+                                   float *running_var, bool batch_stats, bool update_running,
+                                   float *stats, float *y) {
+    plane_args a = {.bn = d, .x = x, .gamma = gamma, .beta = beta, .running_mean = running_mean,
+                    .running_var = running_var, .batch_stats = batch_stats,
+                    .update_running = update_running, .out_stats = stats, .y = y};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), d->channels, 1, plane_grain(3 * d->batch * d->hw),
+                        bn_forward_range, &a);
     return GP_OK;
 }
 
-gp_status gp_cpu_batchnorm_backward(gp_device *dev, const gp_bn_dims *d, const float *x,
-                                    const float *dy, const float *stats, const float *gamma,
-                                    bool batch_stats, float *dx, float *dgamma, float *dbeta) {
-    (void)dev;
+static void bn_backward_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    const gp_bn_dims *d = a->bn;
     const int64_t batch = d->batch, nch = d->channels, hw = d->hw;
     const double count = (double)(batch * hw);
-    const float *mean_in = stats, *invstd_in = stats + nch;
-    for (int64_t c = 0; c < nch; c++) {
+    const float *mean_in = a->stats, *invstd_in = a->stats + nch;
+    const float *x = a->x, *dy = a->dy;
+    for (int64_t c = lo; c < hi; c++) {
         const float m = mean_in[c], is = invstd_in[c];
         double sdy = 0, sdy_xc = 0; /* sum dy, sum dy * (x - mean) */
         for (int64_t b = 0; b < batch; b++) {
@@ -206,82 +512,147 @@ gp_status gp_cpu_batchnorm_backward(gp_device *dev, const gp_bn_dims *d, const f
             sdy_xc += dot_dev_f64(dyp, xp, hw, (double)m);
         }
         const double sdy_xhat = sdy_xc * is; /* sum dy * xhat */
-        dgamma[c] += (float)sdy_xhat;
-        dbeta[c] += (float)sdy;
-        if (!dx) continue;
-        const float k1 = gamma[c] * is;
+        a->dgamma[c] += (float)sdy_xhat;
+        a->dbeta[c] += (float)sdy;
+        if (!a->dx) continue;
+        const float k1 = a->gamma[c] * is;
         /* batch statistics: dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat));
          * running statistics are constants: dx = gamma*invstd * dy. */
-        const float a = batch_stats ? (float)(sdy / count) : 0.0f;
-        const float bc = batch_stats ? (float)(sdy_xhat / count * is) : 0.0f;
+        const float ma = a->batch_stats ? (float)(sdy / count) : 0.0f;
+        const float bc = a->batch_stats ? (float)(sdy_xhat / count * is) : 0.0f;
         for (int64_t b = 0; b < batch; b++) {
             const float *xp = x + (b * nch + c) * hw, *dyp = dy + (b * nch + c) * hw;
-            float *dxp = dx + (b * nch + c) * hw;
-            for (int64_t i = 0; i < hw; i++) dxp[i] = k1 * (dyp[i] - a - (xp[i] - m) * bc);
+            float *dxp = a->dx + (b * nch + c) * hw;
+            for (int64_t i = 0; i < hw; i++) dxp[i] = k1 * (dyp[i] - ma - (xp[i] - m) * bc);
         }
     }
+}
+
+gp_status gp_cpu_batchnorm_backward(gp_device *dev, const gp_bn_dims *d, const float *x,
+                                    const float *dy, const float *stats, const float *gamma,
+                                    bool batch_stats, float *dx, float *dgamma, float *dbeta) {
+    plane_args a = {.bn = d, .x = x, .dy = dy, .stats = stats, .gamma = gamma,
+                    .batch_stats = batch_stats, .dx = dx, .dgamma = dgamma, .dbeta = dbeta};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), d->channels, 1, plane_grain(4 * d->batch * d->hw),
+                        bn_backward_range, &a);
     return GP_OK;
 }
 
 /* ----------------------------------------------------------------- pooling */
 
-gp_status gp_cpu_maxpool_forward(gp_device *dev, const gp_pool_dims *d, const float *x, float *y,
-                                 int32_t *argmax) {
-    (void)dev;
+/* The first maximum in window order, except that a NaN wins (the last NaN): branch-free, since
+ * random data mispredicts an if. */
+#define POOL_TAKE(v, i)                                  \
+    do {                                                 \
+        const bool take_ = ((v) > best) | ((v) != (v));  \
+        best = take_ ? (v) : best;                       \
+        idx = take_ ? (i) : idx;                         \
+    } while (0)
+
+/* 2x2 windows at stride 2, every ConvNet's pooling: the window loops unrolled. */
+static void maxpool2_forward(const float *xp, int64_t w, int64_t oh_n, int64_t ow_n, float *yp,
+                             int32_t *ap) {
+    for (int64_t oh = 0; oh < oh_n; oh++) {
+        const float *r0 = xp + 2 * oh * w, *r1 = r0 + w;
+        const int32_t base = (int32_t)(2 * oh * w);
+        for (int64_t ow = 0; ow < ow_n; ow++) {
+            const int32_t i = base + (int32_t)(2 * ow);
+            float best = -INFINITY;
+            int32_t idx = i;
+            POOL_TAKE(r0[2 * ow], i);
+            POOL_TAKE(r0[2 * ow + 1], i + 1);
+            POOL_TAKE(r1[2 * ow], i + (int32_t)w);
+            POOL_TAKE(r1[2 * ow + 1], i + (int32_t)w + 1);
+            yp[oh * ow_n + ow] = best;
+            ap[oh * ow_n + ow] = idx;
+        }
+    }
+}
+
+static void maxpool_forward_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    const gp_pool_dims *d = a->pd;
     const int64_t h = d->height, w = d->width, oh_n = d->out_h, ow_n = d->out_w;
     const int64_t k = d->kernel, s = d->stride;
-    for (int64_t p = 0; p < d->planes; p++) {
-        const float *xp = x + p * h * w;
-        float *yp = y + p * oh_n * ow_n;
-        int32_t *ap = argmax + p * oh_n * ow_n;
+    if (k == 2 && s == 2) {
+        for (int64_t p = lo; p < hi; p++)
+            maxpool2_forward(a->x + p * h * w, w, oh_n, ow_n, a->y + p * oh_n * ow_n,
+                             a->argmax + p * oh_n * ow_n);
+        return;
+    }
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = a->x + p * h * w;
+        float *yp = a->y + p * oh_n * ow_n;
+        int32_t *ap = a->argmax + p * oh_n * ow_n;
         for (int64_t oh = 0; oh < oh_n; oh++)
             for (int64_t ow = 0; ow < ow_n; ow++) {
                 int64_t first = oh * s * w + ow * s, idx = first;
                 float best = -INFINITY;
                 for (int64_t ki = 0; ki < k; ki++)
-                    for (int64_t kj = 0; kj < k; kj++) {
-                        int64_t i = first + ki * w + kj;
-                        float v = xp[i];
-                        /* branch-free select: random data mispredicts an if */
-                        bool take = (v > best) | (v != v); /* NaN propagates, as PyTorch */
-                        best = take ? v : best;
-                        idx = take ? i : idx;
-                    }
+                    for (int64_t kj = 0; kj < k; kj++) POOL_TAKE(xp[first + ki * w + kj], first + ki * w + kj);
                 yp[oh * ow_n + ow] = best;
                 ap[oh * ow_n + ow] = (int32_t)idx;
             }
     }
+}
+
+gp_status gp_cpu_maxpool_forward(gp_device *dev, const gp_pool_dims *d, const float *x, float *y,
+                                 int32_t *argmax) {
+    plane_args a = {.pd = d, .x = x, .y = y, .argmax = argmax};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), d->planes, 1, plane_grain(d->height * d->width),
+                        maxpool_forward_range, &a);
     return GP_OK;
+}
+
+static void maxpool_backward_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    const gp_pool_dims *d = a->pd;
+    const int64_t hw = d->height * d->width, ohw = d->out_h * d->out_w;
+    memset(a->dx + lo * hw, 0, (size_t)((hi - lo) * hw) * sizeof *a->dx);
+    for (int64_t p = lo; p < hi; p++) {
+        float *dxp = a->dx + p * hw;
+        const float *dyp = a->dy + p * ohw;
+        const int32_t *ap = a->argmax_in + p * ohw;
+        /* overlapping windows (stride < kernel) add in output order */
+        for (int64_t i = 0; i < ohw; i++) dxp[ap[i]] += dyp[i];
+    }
 }
 
 gp_status gp_cpu_maxpool_backward(gp_device *dev, const gp_pool_dims *d, const int32_t *argmax,
                                   const float *dy, float *dx) {
-    (void)dev;
-    const int64_t hw = d->height * d->width, ohw = d->out_h * d->out_w;
-    memset(dx, 0, (size_t)(d->planes * hw) * sizeof *dx);
-    for (int64_t p = 0; p < d->planes; p++) {
-        float *dxp = dx + p * hw;
-        const float *dyp = dy + p * ohw;
-        const int32_t *ap = argmax + p * ohw;
-        /* overlapping windows (stride < kernel) add in output order */
-        for (int64_t i = 0; i < ohw; i++) dxp[ap[i]] += dyp[i];
-    }
+    plane_args a = {.pd = d, .argmax_in = argmax, .dy = dy, .dx = dx};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), d->planes, 1, plane_grain(d->height * d->width),
+                        maxpool_backward_range, &a);
     return GP_OK;
+}
+
+static void avgpool_forward_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    for (int64_t p = lo; p < hi; p++)
+        a->y[p] = (float)(sum_f64(a->x + p * a->hw, a->hw) / (double)a->hw);
 }
 
 gp_status gp_cpu_avgpool_forward(gp_device *dev, int64_t planes, int64_t hw, const float *x,
                                  float *y) {
-    (void)dev;
-    for (int64_t p = 0; p < planes; p++) y[p] = (float)(sum_f64(x + p * hw, hw) / (double)hw);
+    plane_args a = {.hw = hw, .x = x, .y = y};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), planes, 1, plane_grain(hw), avgpool_forward_range,
+                        &a);
     return GP_OK;
+}
+
+static void avgpool_backward_range(void *ctx, int64_t lo, int64_t hi) {
+    const plane_args *a = ctx;
+    const int64_t hw = a->hw;
+    for (int64_t p = lo; p < hi; p++) {
+        float g = a->dy[p] / (float)hw, *dxp = a->dx + p * hw;
+        for (int64_t i = 0; i < hw; i++) dxp[i] = g;
+    }
 }
 
 gp_status gp_cpu_avgpool_backward(gp_device *dev, int64_t planes, int64_t hw, const float *dy,
                                   float *dx) {
-    (void)dev;
-    for (int64_t p = 0; p < planes; p++) {
-        float g = dy[p] / (float)hw, *dxp = dx + p * hw;
-        for (int64_t i = 0; i < hw; i++) dxp[i] = g;
-    }
+    plane_args a = {.hw = hw, .dy = dy, .dx = dx};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), planes, 1, plane_grain(hw), avgpool_backward_range,
+                        &a);
     return GP_OK;
 }

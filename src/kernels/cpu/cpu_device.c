@@ -1,12 +1,14 @@
 /* The CPU device: host memory behind the device interface (aligned allocations, memcpy,
- * memset; nothing is queued, so sync has nothing to wait for) and its kernel table, the
- * functions of this folder. */
+ * memset; nothing is queued, so sync has nothing to wait for), its thread pool (the device's
+ * context) and its kernel table, the functions of this folder. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/pool.h"
 
 static gp_status cpu_alloc(void *ctx, size_t nbytes, void **ptr) {
     (void)ctx;
@@ -38,6 +40,8 @@ static gp_status cpu_sync(void *ctx) {
     return GP_OK;
 }
 
+static void cpu_destroy(void *ctx) { gp_cpu_pool_free(ctx); }
+
 static const gp_device_iface cpu_iface = {
     .kind = "cpu",
     .host_memory = true,
@@ -46,6 +50,7 @@ static const gp_device_iface cpu_iface = {
     .copy = cpu_copy,
     .fill = cpu_fill,
     .sync = cpu_sync,
+    .destroy = cpu_destroy,
 };
 
 static const gp_kernels cpu_kernels = {
@@ -72,8 +77,9 @@ static const gp_kernels cpu_kernels = {
     .pos_embedding_forward = gp_cpu_pos_embedding_forward,
     .pos_embedding_backward = gp_cpu_pos_embedding_backward,
     .softmax_xent = gp_cpu_softmax_xent,
-    .im2col = gp_cpu_im2col,
-    .col2im_add = gp_cpu_col2im_add,
+    .conv2d_ws = gp_cpu_conv2d_ws,
+    .conv2d_forward = gp_cpu_conv2d_forward,
+    .conv2d_backward = gp_cpu_conv2d_backward,
     .channel_bias_add = gp_cpu_channel_bias_add,
     .channel_bias_grad = gp_cpu_channel_bias_grad,
     .batchnorm_forward = gp_cpu_batchnorm_forward,
@@ -90,7 +96,30 @@ static const gp_kernels cpu_kernels = {
 
 const gp_kernels *gp_cpu_kernels(void) { return &cpu_kernels; }
 
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_single_thread(void) { gp_cpu_blas_set_threads(1); }
+
+gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **out) {
+    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_device_cpu_new_threads: out is NULL");
+    *out = NULL;
+    if (threads < 1 || threads > GP_CPU_MAX_THREADS)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "CPU device %s: %d threads, expected 1 to %d", name ? name : "cpu",
+                        threads, GP_CPU_MAX_THREADS);
+    /* The device's own threads run every kernel, GEMMs included (each part one BLAS call):
+     * OpenBLAS's pool would only spin against them. */
+    pthread_once(&blas_once, blas_single_thread);
+    gp_cpu_pool *pool;
+    GP_TRY(gp_cpu_pool_new(threads, &pool));
+    gp_status s = gp_device_new(name ? name : "cpu", &cpu_iface, pool, &cpu_kernels, out);
+    if (s != GP_OK) gp_cpu_pool_free(pool);
+    return s;
+}
+
 gp_status gp_device_cpu_new(const char *name, gp_device **out) {
-    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_device_cpu_new: out is NULL");
-    return gp_device_new(name ? name : "cpu", &cpu_iface, NULL, &cpu_kernels, out);
+    return gp_device_cpu_new_threads(name, 1, out);
+}
+
+int gp_device_threads(const gp_device *dev) {
+    return gp_cpu_pool_threads(gp_cpu_pool_of((gp_device *)dev));
 }

@@ -4,12 +4,19 @@
 #ifndef GP_KERNELS_CPU_CPU_KERNELS_H
 #define GP_KERNELS_CPU_CPU_KERNELS_H
 
+#include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
+
+/* Threads one CPU device may have. */
+#define GP_CPU_MAX_THREADS 1024
 
 /* The CPU's op table (the one for host memory). */
 const gp_kernels *gp_cpu_kernels(void);
+/* OpenBLAS's own thread count (a CPU device sets it to 1 once: the device's threads split the
+ * GEMMs); a no-op under another CBLAS. For the ceiling measurements of the benchmarks. */
+void gp_cpu_blas_set_threads(int n);
 
-/* CBLAS sgemm, row-major; m or n of 0 does nothing. */
+/* CBLAS sgemm, row-major, on the calling thread alone; m or n of 0 does nothing. */
 void gp_cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                   int64_t ldc);
@@ -76,7 +83,7 @@ gp_status gp_cpu_pos_embedding_backward(gp_device *dev, int64_t batch, int64_t s
 /* attention_kernels.c */
 gp_status gp_cpu_attention_forward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
                                    float *probs, float *att);
-int64_t gp_cpu_attention_backward_ws(const gp_attn_dims *d);
+int64_t gp_cpu_attention_backward_ws(gp_device *dev, const gp_attn_dims *d);
 gp_status gp_cpu_attention_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
                                     const float *probs, const float *datt, float *dqkv,
                                     float *dbias, float *ws);
@@ -87,10 +94,14 @@ gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, con
                               float *dlogits);
 
 /* conv_kernels.c */
-gp_status gp_cpu_im2col(gp_device *dev, const gp_conv_geom *g, const float *x, int64_t oh0,
-                        int64_t oh1, float *col);
-gp_status gp_cpu_col2im_add(gp_device *dev, const gp_conv_geom *g, const float *col,
-                            int64_t oh0, int64_t oh1, float *x);
+int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                         bool backward, bool want_dx);
+gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                                int64_t out_ch, const float *x, const float *w, float *y,
+                                float *ws);
+gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                                 int64_t out_ch, const float *x, const float *w, const float *dy,
+                                 float *dx, float *dw, float *ws);
 gp_status gp_cpu_channel_bias_add(gp_device *dev, int64_t batch, int64_t channels, int64_t npix,
                                   const float *bias, float *y);
 gp_status gp_cpu_channel_bias_grad(gp_device *dev, int64_t batch, int64_t channels,

@@ -1,4 +1,10 @@
-/* GEMM through CBLAS (OpenBLAS by default; any CBLAS links), and BLAS thread control. */
+/* GEMM through CBLAS (OpenBLAS by default; any CBLAS links), split over the device's threads:
+ * the larger side of C is cut into one block of rows or columns per thread, each block one
+ * single-threaded BLAS call. The same thread count gives the same cut, hence the same bits;
+ * another thread count may round some elements differently (OpenBLAS's result for an element
+ * depends on where its call's block starts). A cut fixed by the shape alone would make GEMMs
+ * thread-count invariant too, but measured, 8 to 16 blocks cost 5-30% of a single call's
+ * speed on T1's shapes (each block re-packs the whole other operand). */
 #include <cblas.h>
 #include <stdlib.h>
 
@@ -7,8 +13,13 @@
 
 /* OpenBLAS extensions; other CBLAS libraries lack them, so they are weak. */
 extern void openblas_set_num_threads(int) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
 extern char *openblas_get_corename(void) __attribute__((weak));
+
+/* Below this many multiply-adds a GEMM runs on one thread: waking the others costs more. */
+#define SPLIT_MIN_MACS ((int64_t)1 << 19)
+/* Blocks start at multiples of 16 rows or columns: whole register tiles of the sgemm kernels,
+ * and whole 64-byte lines of C. */
+#define SPLIT_ALIGN 16
 
 void gp_cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
@@ -19,11 +30,81 @@ void gp_cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
 
+typedef struct gemm_args {
+    bool trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int64_t lda, ldb, ldc;
+    int64_t stride_a, stride_b, stride_c, count;
+    bool split_rows; /* one GEMM: blocks of C's rows (else of its columns) */
+    int64_t blocks;
+} gemm_args;
+
+/* The cut of one GEMM: the larger side (each block re-packs the whole of the other operand),
+ * in one block per thread, at most one per 16 rows or columns. */
+static void gemm_cut(gemm_args *g, int threads) {
+    g->split_rows = g->m >= g->n;
+    const int64_t side = g->split_rows ? g->m : g->n;
+    const int64_t units = (side + SPLIT_ALIGN - 1) / SPLIT_ALIGN;
+    g->blocks = units < threads ? units : threads;
+}
+
+/* Block i of one GEMM. */
+static void gemm_block(const gemm_args *g, int64_t i) {
+    int64_t lo, hi;
+    if (g->split_rows) {
+        gp_cpu_split(g->m, (int)i, (int)g->blocks, SPLIT_ALIGN, &lo, &hi);
+        const float *a = g->trans_a ? g->a + lo : g->a + lo * g->lda;
+        gp_cpu_sgemm(g->trans_a, g->trans_b, hi - lo, g->n, g->k, g->alpha, a, g->lda, g->b,
+                     g->ldb, g->beta, g->c + lo * g->ldc, g->ldc);
+    } else {
+        gp_cpu_split(g->n, (int)i, (int)g->blocks, SPLIT_ALIGN, &lo, &hi);
+        const float *b = g->trans_b ? g->b + lo * g->ldb : g->b + lo;
+        gp_cpu_sgemm(g->trans_a, g->trans_b, g->m, hi - lo, g->k, g->alpha, g->a, g->lda, b,
+                     g->ldb, g->beta, g->c + lo, g->ldc);
+    }
+}
+
+/* Part t: a run of blocks. */
+static void gemm_part(void *ctx, int t, int nt) {
+    const gemm_args *g = ctx;
+    int64_t lo, hi;
+    gp_cpu_split(g->blocks, t, nt, 1, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) gemm_block(g, i);
+}
+
+/* Part t of a batch: whole GEMMs, a contiguous run of them per thread. */
+static void batch_part(void *ctx, int t, int nt) {
+    const gemm_args *g = ctx;
+    int64_t lo, hi;
+    gp_cpu_split(g->count, t, nt, 1, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        gp_cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a + i * g->stride_a,
+                     g->lda, g->b + i * g->stride_b, g->ldb, g->beta, g->c + i * g->stride_c,
+                     g->ldc);
+}
+
+static void gemm_on(gp_cpu_pool *pool, gemm_args *g) {
+    if (g->m <= 0 || g->n <= 0) return;
+    const int threads = gp_cpu_pool_threads(pool);
+    if (threads == 1 || (g->m * g->n * g->k < SPLIT_MIN_MACS && !gp_cpu_pool_eager(pool))) {
+        g->split_rows = true, g->blocks = 1;
+        gemm_block(g, 0);
+        return;
+    }
+    gemm_cut(g, threads);
+    gp_cpu_pool_run(pool, (int)g->blocks, gemm_part, g);
+}
+
 gp_status gp_cpu_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float beta, float *c, int64_t ldc) {
-    (void)dev;
-    gp_cpu_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_args g = {.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
+                   .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
+                   .lda = lda, .ldb = ldb, .ldc = ldc};
+    gemm_on(gp_cpu_pool_of(dev), &g);
     return GP_OK;
 }
 
@@ -32,19 +113,30 @@ gp_status gp_cpu_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_
                               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
                               float beta, float *c, int64_t ldc, int64_t stride_c,
                               int64_t count) {
-    (void)dev;
-    for (int64_t i = 0; i < count; i++)
-        gp_cpu_sgemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                     ldb, beta, c + i * stride_c, ldc);
+    gp_cpu_pool *pool = gp_cpu_pool_of(dev);
+    const int threads = gp_cpu_pool_threads(pool);
+    gemm_args g = {.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
+                   .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
+                   .lda = lda, .ldb = ldb, .ldc = ldc, .stride_a = stride_a,
+                   .stride_b = stride_b, .stride_c = stride_c, .count = count};
+    if (count <= 0 || m <= 0 || n <= 0) return GP_OK;
+    if (threads == 1 || (m * n * k * count < SPLIT_MIN_MACS && !gp_cpu_pool_eager(pool))) {
+        batch_part(&g, 0, 1);
+    } else if (count >= threads) {
+        gp_cpu_pool_run(pool, threads, batch_part, &g);
+    } else {
+        for (int64_t i = 0; i < count; i++) { /* fewer matrices than threads: split each */
+            gemm_args one = g;
+            one.a = a + i * stride_a, one.b = b + i * stride_b, one.c = c + i * stride_c;
+            gemm_on(pool, &one);
+        }
+    }
     return GP_OK;
 }
 
-void gp_blas_set_threads(int n) {
-    if (n < 1) n = 1;
-    if (openblas_set_num_threads) openblas_set_num_threads(n);
+void gp_cpu_blas_set_threads(int n) {
+    if (openblas_set_num_threads) openblas_set_num_threads(n < 1 ? 1 : n);
 }
-
-int gp_blas_threads(void) { return openblas_get_num_threads ? openblas_get_num_threads() : 1; }
 
 const char *gp_blas_corename(void) {
     return openblas_get_corename ? openblas_get_corename() : "unknown (not OpenBLAS)";

@@ -1,32 +1,31 @@
-/* CPU softmax cross-entropy: a stable log-sum-exp per row, the loss summed in double, rows in
- * order, so micro-batch losses add up to the mini-batch mean bit for bit. */
+/* CPU softmax cross-entropy: a stable log-sum-exp per row (rows split over the device's
+ * threads), the loss summed in double, rows in order, so micro-batch losses add up to the
+ * mini-batch mean bit for bit. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, const float *logits,
-                              const int32_t *labels, double normalizer, double *loss,
-                              float *dlogits) {
-    (void)dev;
-    int64_t counted = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        if (labels[r] < -1 || labels[r] >= classes)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "label %d at row %lld is outside [-1, %lld) (-1: ignored)",
-                            (int)labels[r], (long long)r, (long long)classes);
-        counted += labels[r] != -1;
-    }
-    if (counted > 0 && !(normalizer > 0))
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "normalizer %g with %lld labelled rows, expected > 0 (the mini-batch's "
-                        "count of non-ignored labels)",
-                        normalizer, (long long)counted);
-    double total = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits + r * classes; /* (classes) */
-        float *d = dlogits ? dlogits + r * classes : NULL;
-        const int32_t y = labels[r];
+typedef struct xent_args {
+    int64_t classes;
+    const float *logits;
+    const int32_t *labels;
+    double normalizer;
+    float *dlogits;
+    double *row_loss;
+} xent_args;
+
+/* Rows [lo, hi): each row's loss (0 when ignored) and its gradient. */
+static void xent_range(void *ctx, int64_t lo, int64_t hi) {
+    const xent_args *a = ctx;
+    const int64_t classes = a->classes;
+    const double normalizer = a->normalizer;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = a->logits + r * classes; /* (classes) */
+        float *d = a->dlogits ? a->dlogits + r * classes : NULL;
+        const int32_t y = a->labels[r];
+        a->row_loss[r] = 0;
         if (y == -1) {
             if (d)
                 for (int64_t j = 0; j < classes; j++) d[j] = 0.0f;
@@ -44,7 +43,7 @@ gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, con
         } else {
             for (int64_t j = 0; j < classes; j++) sum += expf(x[j] - mx);
         }
-        total += (double)mx + log(sum) - (double)xy;
+        a->row_loss[r] = (double)mx + log(sum) - (double)xy;
         if (d) {
             /* (softmax - onehot) / normalizer */
             const double inv = 1.0 / (sum * normalizer);
@@ -53,6 +52,35 @@ gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, con
             d[y] = (float)((ey / sum - 1.0) / normalizer);
         }
     }
+}
+
+gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, const float *logits,
+                              const int32_t *labels, double normalizer, double *loss,
+                              float *dlogits) {
+    int64_t counted = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (labels[r] < -1 || labels[r] >= classes)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "label %d at row %lld is outside [-1, %lld) (-1: ignored)",
+                            (int)labels[r], (long long)r, (long long)classes);
+        counted += labels[r] != -1;
+    }
+    if (counted > 0 && !(normalizer > 0))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "normalizer %g with %lld labelled rows, expected > 0 (the mini-batch's "
+                        "count of non-ignored labels)",
+                        normalizer, (long long)counted);
+    double *row_loss = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *row_loss);
+    if (!row_loss)
+        return gp_error(GP_OUT_OF_MEMORY, "softmax cross-entropy: %lld row losses",
+                        (long long)rows);
+    xent_args a = {.classes = classes, .logits = logits, .labels = labels,
+                   .normalizer = normalizer, .dlogits = dlogits, .row_loss = row_loss};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows, 1,
+                        classes >= 4096 ? 1 : 4096 / (classes > 0 ? classes : 1), xent_range, &a);
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) total += row_loss[r]; /* rows in order */
+    free(row_loss);
     *loss = counted ? total / normalizer : 0.0;
     return GP_OK;
 }

@@ -1,6 +1,8 @@
 /* CPU kernels of the Transformer family: linear, layer norm, GELU, dropout and the token and
  * positional embeddings. Loops are written so that gcc/clang vectorize them without -ffast-math:
- * reductions keep GP_LANES independent partial sums, combined in a fixed order. */
+ * reductions keep GP_LANES independent partial sums, combined in a fixed order. Work is split
+ * over the device's threads by rows, and by columns where rows are summed (the gradients of
+ * weights and biases), so every output is computed by one thread in the serial order. */
 #include <string.h>
 
 #include "core/error.h"
@@ -16,51 +18,72 @@ void gp_cpu_tanh(int64_t n, const float *x, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = gp_tanh(x[i]);
 }
 
+/* Rows per thread below which a row-wise op stays on one thread: ~16K floats of work. */
+static int64_t row_grain(int64_t cols) { return cols >= 16384 ? 1 : 16384 / (cols > 0 ? cols : 1); }
+#define COL_ALIGN 16
+
+typedef struct tf_args {
+    int64_t rows, cols, out, vocab, row_len, batch, seq;
+    const float *x, *w, *b, *res, *dy, *dres, *stats;
+    const int32_t *ids;
+    float *y, *dx, *dw, *db, *out_stats;
+    const gp_rng_stream *rng;
+    float p;
+} tf_args;
+
 /* ---------------------------------------------------------------- linear */
+
+static void linear_prefill_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t out = a->out;
+    const float *b = a->b;
+    for (int64_t i = lo; i < hi; i++) {
+        float *yr = a->y + i * out;
+        const float *rr = a->res ? a->res + i * out : NULL;
+        if (b && rr) {
+            for (int64_t j = 0; j < out; j++) yr[j] = rr[j] + b[j];
+        } else if (b) {
+            memcpy(yr, b, (size_t)out * sizeof *yr);
+        } else if (rr != yr) {
+            memcpy(yr, rr, (size_t)out * sizeof *yr);
+        }
+    }
+}
 
 gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
                                 const float *x, const float *w, const float *b, const float *res,
                                 float *y) {
-    (void)dev;
     /* OpenBLAS clears C in a separate pass when beta = 0, so writing the bias
      * (and residual) there first and accumulating with beta = 1 costs nothing. */
     float beta = 0.0f;
     if (b || res) {
         beta = 1.0f;
-        for (int64_t i = 0; i < rows; i++) {
-            float *yr = y + i * out;
-            const float *rr = res ? res + i * out : NULL;
-            if (b && rr) {
-                for (int64_t j = 0; j < out; j++) yr[j] = rr[j] + b[j];
-            } else if (b) {
-                memcpy(yr, b, (size_t)out * sizeof *yr);
-            } else if (rr != yr) {
-                memcpy(yr, rr, (size_t)out * sizeof *yr);
-            }
-        }
+        tf_args a = {.out = out, .b = b, .res = res, .y = y};
+        gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows, 1, row_grain(out), linear_prefill_range,
+                            &a);
     }
-    gp_cpu_sgemm(false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
-    return GP_OK;
+    return gp_cpu_gemm(dev, false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
 }
 
 gp_status gp_cpu_linear_backward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
                                  const float *x, const float *w, const float *dy, float *dx,
                                  float *dw, float *db) {
-    if (dx) gp_cpu_sgemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
-    gp_cpu_sgemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-    if (db) gp_cpu_sum_rows_add(dev, dy, rows, out, db);
+    if (dx) GP_TRY(gp_cpu_gemm(dev, false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in));
+    GP_TRY(gp_cpu_gemm(dev, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in));
+    if (db) GP_TRY(gp_cpu_sum_rows_add(dev, dy, rows, out, db));
     return GP_OK;
 }
 
 /* ------------------------------------------------------------ layer norm */
 
-gp_status gp_cpu_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
-                                   const float *w, const float *b, float *y, float *stats) {
-    (void)dev;
+static void layernorm_forward_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t dim = a->cols, rows = a->rows;
     const int64_t body = dim - dim % GP_LANES;
-    for (int64_t i = 0; i < rows; i++) {
-        const float *xr = x + i * dim; // (dim)
-        float *yr = y + i * dim;
+    const float *w = a->w, *b = a->b;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = a->x + i * dim; // (dim)
+        float *yr = a->y + i * dim;
         float acc[GP_LANES] = {0};
         for (int64_t j = 0; j < body; j += GP_LANES)
             for (int l = 0; l < GP_LANES; l++) acc[l] += xr[j + l];
@@ -78,20 +101,28 @@ gp_status gp_cpu_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim, co
         for (int64_t j = body; j < dim; j++) v += (xr[j] - mean) * (xr[j] - mean);
         const float rstd = 1.0f / sqrtf(v / (float)dim + LAYERNORM_EPS);
         for (int64_t j = 0; j < dim; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
-        stats[i] = mean;
-        stats[rows + i] = rstd;
+        a->out_stats[i] = mean;
+        a->out_stats[rows + i] = rstd;
     }
+}
+
+gp_status gp_cpu_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
+                                   const float *w, const float *b, float *y, float *stats) {
+    tf_args a = {.rows = rows, .cols = dim, .x = x, .w = w, .b = b, .y = y, .out_stats = stats};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows, 1, row_grain(dim), layernorm_forward_range,
+                        &a);
     return GP_OK;
 }
 
-gp_status gp_cpu_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
-                                    const float *w, const float *stats, const float *dy,
-                                    const float *dres, float *dx, float *dw, float *db) {
-    (void)dev;
+/* dx of rows [lo, hi): each row's two sums, then its gradient. */
+static void layernorm_dx_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t dim = a->cols, rows = a->rows;
     const int64_t body = dim - dim % GP_LANES;
-    for (int64_t i = 0; i < rows; i++) {
-        const float *xr = x + i * dim, *dyr = dy + i * dim; // (dim)
-        const float mean = stats[i], rstd = stats[rows + i];
+    const float *w = a->w;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = a->x + i * dim, *dyr = a->dy + i * dim; // (dim)
+        const float mean = a->stats[i], rstd = a->stats[rows + i];
         /* dxhat = dy * w;  dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) */
         float a1[GP_LANES] = {0}, a2[GP_LANES] = {0};
         for (int64_t j = 0; j < body; j += GP_LANES)
@@ -100,8 +131,6 @@ gp_status gp_cpu_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim, c
                 float g = dyr[j + l] * w[j + l];
                 a1[l] += g;
                 a2[l] += g * xh;
-                dw[j + l] += dyr[j + l] * xh;
-                db[j + l] += dyr[j + l];
             }
         float s1 = gp_lanes_total(a1), s2 = gp_lanes_total(a2);
         for (int64_t j = body; j < dim; j++) {
@@ -109,14 +138,11 @@ gp_status gp_cpu_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim, c
             float g = dyr[j] * w[j];
             s1 += g;
             s2 += g * xh;
-            dw[j] += dyr[j] * xh;
-            db[j] += dyr[j];
         }
-        if (!dx) continue;
         const float m1 = s1 / (float)dim, m2 = s2 / (float)dim;
-        float *dxr = dx + i * dim;
-        if (dres) {
-            const float *rr = dres + i * dim;
+        float *dxr = a->dx + i * dim;
+        if (a->dres) {
+            const float *rr = a->dres + i * dim;
             for (int64_t j = 0; j < dim; j++) {
                 float xh = (xr[j] - mean) * rstd;
                 dxr[j] = rr[j] + rstd * (dyr[j] * w[j] - m1 - xh * m2);
@@ -128,6 +154,35 @@ gp_status gp_cpu_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim, c
             }
         }
     }
+}
+
+/* dw and db of columns [lo, hi): rows in order. */
+static void layernorm_dw_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t dim = a->cols, rows = a->rows;
+    float *dw = a->dw, *db = a->db;
+    for (int64_t i = 0; i < rows; i++) {
+        const float *xr = a->x + i * dim, *dyr = a->dy + i * dim;
+        const float mean = a->stats[i], rstd = a->stats[rows + i];
+        for (int64_t j = lo; j < hi; j++) {
+            float xh = (xr[j] - mean) * rstd;
+            dw[j] += dyr[j] * xh;
+            db[j] += dyr[j];
+        }
+    }
+}
+
+gp_status gp_cpu_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
+                                    const float *w, const float *stats, const float *dy,
+                                    const float *dres, float *dx, float *dw, float *db) {
+    gp_cpu_pool *pool = gp_cpu_pool_of(dev);
+    tf_args a = {.rows = rows, .cols = dim, .x = x, .w = w, .stats = stats, .dy = dy,
+                 .dres = dres, .dx = dx, .dw = dw, .db = db};
+    /* The parameter gradients first: dx may alias dres, never dy or x. */
+    const int64_t per_col = rows > 0 ? rows : 1;
+    gp_cpu_parallel_for(pool, dim, COL_ALIGN, (16384 + per_col - 1) / per_col,
+                        layernorm_dw_range, &a);
+    if (dx) gp_cpu_parallel_for(pool, rows, 1, row_grain(dim), layernorm_dx_range, &a);
     return GP_OK;
 }
 
@@ -164,52 +219,64 @@ static inline float gelu_grad1(float x) {
     return GP_FMA(x, du2 * (s * (e * s)), s);
 }
 
+static void gelu_forward_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const float *x = a->x;
+    float *y = a->y;
+    for (int64_t i = lo; i < hi; i++) y[i] = gelu1(x[i]);
+}
+
 gp_status gp_cpu_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y) {
-    (void)dev;
-    for (int64_t i = 0; i < n; i++) y[i] = gelu1(x[i]);
+    tf_args a = {.x = x, .y = y};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), n, COL_ALIGN, 4096, gelu_forward_range, &a);
     return GP_OK;
+}
+
+static void gelu_backward_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const float *x = a->x, *dy = a->dy;
+    float *dx = a->dx;
+    for (int64_t i = lo; i < hi; i++) dx[i] = dy[i] * gelu_grad1(x[i]);
 }
 
 gp_status gp_cpu_gelu_backward(gp_device *dev, int64_t rows, int64_t cols, const float *x,
                                const float *dy, float *dx, float *db) {
-    (void)dev;
-    for (int64_t i = 0; i < rows; i++) {
-        const float *xr = x + i * cols, *dyr = dy + i * cols; // (cols)
-        float *dxr = dx + i * cols;
-        if (db)
-            for (int64_t j = 0; j < cols; j++) {
-                float d = dyr[j] * gelu_grad1(xr[j]);
-                dxr[j] = d;
-                db[j] += d;
-            }
-        else
-            for (int64_t j = 0; j < cols; j++) dxr[j] = dyr[j] * gelu_grad1(xr[j]);
-    }
-    return GP_OK;
+    tf_args a = {.x = x, .dy = dy, .dx = dx};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows * cols, COL_ALIGN, 4096, gelu_backward_range,
+                        &a);
+    /* The bias gradient sums the rows of dx in order, as a fused loop would. */
+    return db ? gp_cpu_sum_rows_add(dev, dx, rows, cols, db) : GP_OK;
 }
 
 /* --------------------------------------------------------------- dropout */
 
-gp_status gp_cpu_dropout(gp_device *dev, const gp_rng_stream *s, float p, int64_t n,
-                         const float *x, const float *res, float *y) {
-    (void)dev;
-    /* The uniforms are made a chunk at a time on the stack: the mask is a
-     * pure function of (stream, index), so nothing needs to be kept. */
-    enum { CHUNK = 1024 };
-    float u[CHUNK];
-    const float scale = 1.0f / (1.0f - p);
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t len = n - i0 < CHUNK ? n - i0 : CHUNK;
-        gp_rng_uniform(s, (uint64_t)i0, u, len);
-        const float *xc = x + i0;
-        float *yc = y + i0;
-        if (res) {
-            const float *rc = res + i0;
+/* The uniforms are made a chunk at a time on the stack: the mask is a pure function of
+ * (stream, index), so nothing needs to be kept, and parts start on chunk boundaries. */
+enum { DROPOUT_CHUNK = 1024 };
+
+static void dropout_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    float u[DROPOUT_CHUNK];
+    const float p = a->p, scale = 1.0f / (1.0f - p);
+    for (int64_t i0 = lo; i0 < hi; i0 += DROPOUT_CHUNK) {
+        int64_t len = hi - i0 < DROPOUT_CHUNK ? hi - i0 : DROPOUT_CHUNK;
+        gp_rng_uniform(a->rng, (uint64_t)i0, u, len);
+        const float *xc = a->x + i0;
+        float *yc = a->y + i0;
+        if (a->res) {
+            const float *rc = a->res + i0;
             for (int64_t j = 0; j < len; j++) yc[j] = rc[j] + xc[j] * (u[j] >= p ? scale : 0.0f);
         } else {
             for (int64_t j = 0; j < len; j++) yc[j] = xc[j] * (u[j] >= p ? scale : 0.0f);
         }
     }
+}
+
+gp_status gp_cpu_dropout(gp_device *dev, const gp_rng_stream *s, float p, int64_t n,
+                         const float *x, const float *res, float *y) {
+    tf_args a = {.rng = s, .p = p, .x = x, .res = res, .y = y};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), n, DROPOUT_CHUNK, 4 * DROPOUT_CHUNK, dropout_range,
+                        &a);
     return GP_OK;
 }
 
@@ -227,50 +294,80 @@ static gp_status check_ids(int64_t n, int64_t row_len, int64_t vocab, const int3
     return GP_OK;
 }
 
+static void embedding_forward_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t dim = a->cols;
+    for (int64_t i = lo; i < hi; i++)
+        memcpy(a->y + i * dim, a->w + (int64_t)a->ids[i] * dim, (size_t)dim * sizeof *a->y);
+}
+
 gp_status gp_cpu_embedding_forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
                                    int64_t vocab, const int32_t *ids, const float *w, float *y) {
-    (void)dev;
     GP_TRY(check_ids(n, row_len, vocab, ids));
-    for (int64_t i = 0; i < n; i++)
-        memcpy(y + i * dim, w + (int64_t)ids[i] * dim, (size_t)dim * sizeof *y);
+    tf_args a = {.cols = dim, .ids = ids, .w = w, .y = y};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), n, 1, row_grain(dim), embedding_forward_range, &a);
     return GP_OK;
+}
+
+/* Columns [lo, hi) of every position, in position order: each element's sum is the serial
+ * scatter-add's. */
+static void embedding_backward_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t dim = a->cols;
+    for (int64_t i = 0; i < a->rows; i++) {
+        float *row = a->dw + (int64_t)a->ids[i] * dim;
+        const float *g = a->dy + i * dim;
+        for (int64_t j = lo; j < hi; j++) row[j] += g[j];
+    }
 }
 
 gp_status gp_cpu_embedding_backward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
                                     int64_t vocab, const int32_t *ids, const float *dy,
                                     float *dw) {
-    (void)dev;
     GP_TRY(check_ids(n, row_len, vocab, ids));
-    /* Scatter-add in position order: a fixed order, so the sums are deterministic. */
-    for (int64_t i = 0; i < n; i++) {
-        float *row = dw + (int64_t)ids[i] * dim;
-        const float *g = dy + i * dim;
-        for (int64_t j = 0; j < dim; j++) row[j] += g[j];
-    }
+    tf_args a = {.rows = n, .cols = dim, .ids = ids, .dy = dy, .dw = dw};
+    const int64_t per_col = n > 0 ? n : 1;
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), dim, COL_ALIGN, (16384 + per_col - 1) / per_col,
+                        embedding_backward_range, &a);
     return GP_OK;
+}
+
+static void pos_forward_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t seq = a->seq, dim = a->cols;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = a->x + r * dim, *wr = a->w + (r % seq) * dim;
+        float *yr = a->y + r * dim;
+        for (int64_t j = 0; j < dim; j++) yr[j] = xr[j] + wr[j];
+    }
 }
 
 gp_status gp_cpu_pos_embedding_forward(gp_device *dev, int64_t batch, int64_t seq, int64_t dim,
                                        const float *x, const float *w, float *y) {
-    (void)dev;
-    for (int64_t b = 0; b < batch; b++)
-        for (int64_t t = 0; t < seq; t++) {
-            const float *xr = x + (b * seq + t) * dim, *wr = w + t * dim;
-            float *yr = y + (b * seq + t) * dim;
-            for (int64_t j = 0; j < dim; j++) yr[j] = xr[j] + wr[j];
-        }
+    tf_args a = {.seq = seq, .cols = dim, .x = x, .w = w, .y = y};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), batch * seq, 1, row_grain(dim), pos_forward_range,
+                        &a);
     return GP_OK;
+}
+
+/* Positions [lo, hi): row t of dw receives the batch in order b = 0, 1, ... */
+static void pos_backward_range(void *ctx, int64_t lo, int64_t hi) {
+    const tf_args *a = ctx;
+    const int64_t seq = a->seq, dim = a->cols;
+    for (int64_t b = 0; b < a->batch; b++)
+        for (int64_t t = lo; t < hi; t++) {
+            const float *g = a->dy + (b * seq + t) * dim;
+            float *wr = a->dw + t * dim;
+            for (int64_t j = 0; j < dim; j++) wr[j] += g[j];
+        }
 }
 
 gp_status gp_cpu_pos_embedding_backward(gp_device *dev, int64_t batch, int64_t seq, int64_t dim,
                                         const float *dy, float *dw) {
-    (void)dev;
-    /* Rows of dw receive the batch in order b = 0, 1, ...: deterministic. */
-    for (int64_t b = 0; b < batch; b++)
-        for (int64_t t = 0; t < seq; t++) {
-            const float *g = dy + (b * seq + t) * dim;
-            float *wr = dw + t * dim;
-            for (int64_t j = 0; j < dim; j++) wr[j] += g[j];
-        }
+    tf_args a = {.batch = batch, .seq = seq, .cols = dim, .dy = dy, .dw = dw};
+    const int64_t per_pos = batch > 0 ? batch : 1;
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), seq, 1,
+                        row_grain(dim) / per_pos > 0 ? row_grain(dim) / per_pos : 1,
+                        pos_backward_range, &a);
     return GP_OK;
 }

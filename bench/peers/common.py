@@ -1,0 +1,111 @@
+"""Shared parts of the PyTorch peers of gpipe's benchmark workloads (docs/WORKLOADS.md).
+
+Each peer script trains the same model, batch and optimizer in PyTorch on random data, times
+steps the way `gpipe bench` does (median of --steps after --warmup, forward + backward +
+update), runs `gpipe bench` on the same workload and thread count right beside it, alternating
+the two for --rounds rounds, and prints both sides and the ratio gpipe / PyTorch.
+
+PyTorch runs with OMP_WAIT_POLICY=PASSIVE (its OpenMP workers sleep between parallel regions
+instead of spinning against gpipe's, and against each other on a small machine), one inter-op
+thread and torch.set_num_threads(N).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse_args(doc, default_threads="1,2"):
+    p = argparse.ArgumentParser(description=doc)
+    p.add_argument("--gpipe", default=os.path.join(ROOT, "build", "gpipe"),
+                   help="the gpipe binary (default: build/gpipe)")
+    p.add_argument("--threads", default=default_threads,
+                   help="comma-separated thread counts (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--rounds", type=int, default=int(os.environ.get("GP_PEER_ROUNDS", "1")),
+                   help="gpipe and PyTorch alternate this many times; medians over the rounds "
+                        "(default: GP_PEER_ROUNDS or 1)")
+    p.add_argument("--json", help="also write the figures to this JSON file")
+    a = p.parse_args()
+    a.threads = [int(t) for t in a.threads.split(",")]
+    return a
+
+
+def import_torch():
+    """torch with passive OpenMP waits; None (and a message) when it is not installed."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("PyTorch is not installed for %s (Debian: apt-get install python3-torch); "
+              "nothing to compare" % sys.executable)
+        return None
+    import torch
+    torch.set_num_interop_threads(1)
+    return torch
+
+
+def time_steps(step, steps, warmup):
+    """Median seconds of `steps` calls of step() after `warmup` calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_gpipe(gpipe, args, steps, warmup):
+    """`gpipe bench ARGS` with a report; returns the report's dict."""
+    if not os.access(gpipe, os.X_OK):
+        sys.exit("%s is not an executable gpipe: build it first (make build) or give --gpipe"
+                 % gpipe)
+    with tempfile.TemporaryDirectory() as d:
+        report = os.path.join(d, "report.json")
+        cmd = [gpipe, "bench"] + args + ["--steps", str(steps), "--warmup", str(warmup),
+                                         "--quiet", "--report", report]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            sys.exit("gpipe failed (%s):\n%s" % (" ".join(cmd), r.stdout))
+        with open(report) as f:
+            return json.load(f)
+
+
+def compare(rows, unit, json_path=None, extra=None):
+    """rows: [(label, gpipe per s, torch per s, gpipe fraction of ceiling or None)]."""
+    print()
+    print("| workload | gpipe %s | PyTorch %s | gpipe / PyTorch | gpipe of its sgemm ceiling |"
+          % (unit, unit))
+    print("|---|---|---|---|---|")
+    out = []
+    for label, g, t, frac in rows:
+        ratio = g / t
+        print("| %s | %.0f | %.0f | %.2fx | %s |"
+              % (label, g, t, ratio, "%.3f" % frac if frac is not None else "-"))
+        out.append({"workload": label, "gpipe": g, "torch": t, "ratio": ratio,
+                    "gpipe_fraction_of_ceiling": frac})
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"unit": unit, "rows": out, **(extra or {})}, f, indent=1)
+    sys.stdout.flush()
+
+
+def alternate(rounds, run_gpipe_once, run_torch_once):
+    """Medians of (gpipe per s, fraction, torch per s) over rounds, the two alternating."""
+    g, fr, t = [], [], []
+    for _ in range(rounds):
+        rep = run_gpipe_once()
+        g.append(rep[0])
+        fr.append(rep[1])
+        t.append(run_torch_once())
+    return statistics.median(g), statistics.median(fr), statistics.median(t)
