@@ -20,7 +20,7 @@ GPIPE      := $(BUILD)/gpipe
 PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
 
-.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-fashion bench install clean
+.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-fashion bench bench-peers install clean
 
 all: build
 
@@ -67,7 +67,8 @@ test-asan: deps pydeps
 	cd $(ASAN_BUILD) && GP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
-# The threaded tests (transport, trace recorder, pipeline runtime) under ThreadSanitizer.
+# The threaded tests (transport, trace recorder, pipeline runtime, the CPU device's thread pool
+# under every kernel) under ThreadSanitizer.
 # setarch -R turns off address randomization where it can: some kernels randomize more than
 # the TSan runtime of older clangs accepts ("unexpected memory mapping").
 test-tsan: deps
@@ -76,7 +77,7 @@ test-tsan: deps
 	cd $(TSAN_BUILD) && NORAND=""; \
 	  if setarch $$(uname -m) -R true 2>/dev/null; then NORAND="setarch $$(uname -m) -R"; fi; \
 	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint'
+	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint|test_kernels'
 
 # libFuzzer (clang, ASan + UBSan) on the checkpoint, checkpoint-index (multi-part sets), JSON
 # config, IDX and text readers, each for FUZZ_SECONDS from its committed seed corpus in
@@ -108,6 +109,16 @@ demo: build
 
 demo-fashion: build
 	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json
+
+# gpipe beside PyTorch (Debian's python3-torch, not a test dependency: installed here if missing)
+# on C1, T1 and T2, each printing both sides and the ratio (bench/peers/).
+bench-peers: build
+	@dpkg-query -W -f='$${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || { \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q python3-torch; }
+	/usr/bin/python3 bench/peers/c1.py --gpipe $(GPIPE) --rounds 3
+	/usr/bin/python3 bench/peers/t1.py --gpipe $(GPIPE) --rounds 3
+	/usr/bin/python3 bench/peers/t2.py --gpipe $(GPIPE)
 
 bench: build
 	bash bench/run.sh $(GPIPE)

@@ -227,9 +227,9 @@ static void conv_forward_part(void *ctx, int t, int nt) {
     const int64_t npix = g->out_h * g->out_w, in_elems = g->channels * g->height * g->width;
     int64_t lo, hi;
     gp_cpu_split(a->batch, t, nt, 1, &lo, &hi);
+    float *col = a->ws ? a->ws + t * col_floats(g) : NULL; /* NULL: a direct convolution */
     for (int64_t b = lo; b < hi; b++)
-        conv_one(g, a->oc, a->w, a->x + b * in_elems, a->y + b * a->oc * npix,
-                 a->ws + t * col_floats(g));
+        conv_one(g, a->oc, a->w, a->x + b * in_elems, a->y + b * a->oc * npix, col);
 }
 
 gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
