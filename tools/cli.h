@@ -57,6 +57,20 @@ typedef struct gp_cli_mpi_place {
     double timeout_s;
 } gp_cli_mpi_place;
 
+/* The prompts of --prompts FILE: text[i] points into buffer (owned). */
+#define GP_CLI_MAX_PROMPTS 32
+typedef struct gp_cli_prompts {
+    char *buffer;
+    const char *text[GP_CLI_MAX_PROMPTS];
+    int n;
+} gp_cli_prompts;
+
+/* Reads FILE of --prompts for subcommand cmd: one prompt per line (UTF-8 text of at most
+ * 64 KiB, at most 32 prompts; empty lines and lines starting with '#' skipped). A file that is
+ * not a regular readable text file with a prompt in it is a usage error naming it. */
+int gp_cli_read_prompts(const char *cmd, const char *path, gp_cli_prompts *out);
+void gp_cli_prompts_free(gp_cli_prompts *p);
+
 typedef struct gp_cli_train {
     const char *cmd; /* the subcommand, for messages: "eval", "sample"; NULL: "train" */
     /* options, with the defaults resolved */
@@ -65,6 +79,7 @@ typedef struct gp_cli_train {
     int epochs, steps; /* one of them is 0 before the data is loaded */
     int batch, micro_batches, threads, warmup, eval_every, eval_size, log_every, sample;
     double lr, min_lr, weight_decay, clip, momentum, temperature;
+    gp_cli_prompts prompts; /* --prompts: one sample after each (n 0: one after a newline) */
     uint64_t seed, memory_limit;
     const char *optimizer, *schedule, *report;
     bool quiet;

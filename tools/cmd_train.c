@@ -16,7 +16,7 @@ int gp_cli_fail(const char *cmd, const char *what) {
 
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
-    const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline;
+    const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline, *prompts;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
     double lr, min_lr, weight_decay, clip, momentum, temperature;
@@ -105,6 +105,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          false},
         {"--temperature", GP_CLI_FLOAT, &o->temperature, "X",
          "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false},
+        {"--prompts", GP_CLI_STRING, &o->prompts, "FILE",
+         "with --sample: one sample after each line of FILE (a UTF-8 text file; empty lines and "
+         "lines starting with # skipped; at most 32 prompts)",
+         "one sample after a newline", 0, false, NULL, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
         {"--log-every", GP_CLI_INT, &o->log_every, "N",
@@ -221,6 +225,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   t->stages, gp_model_nlayers(t->model), o->model);
     if (!lm && SEEN("--temperature"))
         return gp_cli_usage_error("train", "--temperature: only with --sample (language models)");
+    if (SEEN("--prompts") && !SEEN("--sample"))
+        return gp_cli_usage_error("train", "--prompts: only with --sample N (language models)");
     if (!SEEN("--checkpoint-dir"))
         for (int i = 0; i < 3; i++) {
             const char *name = (const char *[]){"--checkpoint-every", "--keep", "--resume"}[i];
@@ -331,9 +337,15 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     const gp_cli_path ins[] = {
         {"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ},
         {"--data", o->data ? o->data : lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR, GP_CLI_PATH_READ},
-        {"--checkpoint-dir", o->ckpt_dir, GP_CLI_PATH_CKPT_DIR}};
-    int rc1 = gp_cli_check_outputs("train", outs, 3, ins, 3);
+        {"--checkpoint-dir", o->ckpt_dir, GP_CLI_PATH_CKPT_DIR},
+        {"--prompts", o->prompts, GP_CLI_PATH_READ}};
+    int rc1 = gp_cli_check_outputs("train", outs, 3, ins, 4);
     if (rc1 != GP_CLI_EXIT_OK) return rc1;
+    /* Read now: a bad prompts file fails before the training it would follow. */
+    if (o->prompts) {
+        rc1 = gp_cli_read_prompts("train", o->prompts, &t->prompts);
+        if (rc1 != GP_CLI_EXIT_OK) return rc1;
+    }
 #undef SEEN
 #undef USED
     return GP_CLI_EXIT_OK;
@@ -493,10 +505,19 @@ int gp_cli_train_main(int argc, char **argv) {
     rc = gp_cli_pipeline_write_files(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
     if (t.sample > 0) {
-        printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
-               (unsigned long long)t.seed);
-        fflush(stdout);
-        rc = gp_cli_sample(&t, "train", NULL, t.sample, t.place.rank == 0 ? stdout : NULL);
+        FILE *f = t.place.rank == 0 ? stdout : NULL;
+        const int nprompts = t.prompts.n ? t.prompts.n : 1;
+        for (int i = 0; i < nprompts && rc == GP_CLI_EXIT_OK; i++) {
+            const char *prompt = t.prompts.n ? t.prompts.text[i] : NULL;
+            if (f && prompt)
+                printf("sample %d of %d (%d bytes, temperature %g, seed %llu) after the prompt:\n%s",
+                       i + 1, nprompts, t.sample, t.temperature, (unsigned long long)t.seed, prompt);
+            else if (f)
+                printf("sample (%d bytes, temperature %g, seed %llu):\n", t.sample, t.temperature,
+                       (unsigned long long)t.seed);
+            fflush(stdout);
+            rc = gp_cli_sample(&t, "train", prompt, t.sample, f);
+        }
         if (rc != GP_CLI_EXIT_OK) goto done;
     }
     if (t.report && t.place.rank == 0) {
@@ -508,6 +529,7 @@ int gp_cli_train_main(int argc, char **argv) {
         cJSON_Delete(r);
     }
 done:
+    gp_cli_prompts_free(&t.prompts);
     cJSON_Delete(t.eval_history);
     free(t.step_losses);
     free(t.model_config);

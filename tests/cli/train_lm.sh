@@ -69,6 +69,44 @@ need(sa != sc, "different seeds, same sample")
 finish()
 PY
 
+# --prompts: one sample after each line (empty lines and # comments skipped), each the prompt
+# then --sample bytes; the sampled bytes after a prompt equal `gpipe sample`'s from a checkpoint of
+# the same parameters; a file that is not a regular text file, or --prompts without --sample, is
+# a usage error before any training.
+printf 'Der Hund \n\n# not a prompt\nЖизнь \n' >"$TMP/prompts.txt"
+run p --model "$TMP/tiny.json" --data "$TMP/corpus" --steps 6 --batch 4 --eval-size 6 --threads 1 \
+    --quiet --seed 3 --sample 40 --prompts "$TMP/prompts.txt" --checkpoint-dir "$TMP/pck"
+python3 - "$TMP/p.out" <<'PY' || fail=$((fail + 1))
+import re, sys
+from clicheck import errors, finish, need
+out = open(sys.argv[1], "rb").read()
+heads = list(re.finditer(rb"^sample (\d) of 2 \(40 bytes, temperature 0.8, seed 3\) after the prompt:\n", out, re.M))
+need(len(heads) == 2, f"expected 2 prompt headers, got {len(heads)}")
+for h, prompt in zip(heads, ["Der Hund ".encode(), "Жизнь ".encode()]):
+    body = out[h.end():]
+    need(body.startswith(prompt), f"sample {h.group(1)} does not start with its prompt")
+    need(len(body) >= len(prompt) + 41 and body[len(prompt) + 40:len(prompt) + 41] == b"\n",
+         f"sample {h.group(1)}: expected 40 bytes and a newline after the prompt")
+open(sys.argv[1] + ".second", "wb").write(out[heads[1].end():][:len("Жизнь ".encode()) + 40])
+finish()
+PY
+CK=$(ls "$TMP"/pck/ckpt-*.safetensors | tail -1)
+"$GPIPE" sample --checkpoint "$CK" --prompt "Жизнь " --bytes 40 --seed 3 --threads 1 >"$TMP/ps.out" 2>"$TMP/ps.err"
+head -c $(wc -c <"$TMP/p.out.second") "$TMP/ps.out" | cmp -s - "$TMP/p.out.second" ||
+    bad "--prompts: the second sample differs from gpipe sample's with that prompt"
+for case in "--sample 5 --prompts /nonexistent/prompts.txt|/nonexistent/prompts.txt" \
+            "--prompts $TMP/prompts.txt|only with --sample" \
+            "--sample 5 --prompts $TMP|not a regular file"; do
+    args=${case%|*}; want=${case#*|}
+    # shellcheck disable=SC2086
+    "$GPIPE" train --model "$TMP/tiny.json" --data "$TMP/corpus" --steps 1 $args >/dev/null 2>"$TMP/pe.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$want" "$TMP/pe.err" || bad "--prompts case '$args': exit $rc, $(cat "$TMP/pe.err")"
+done
+printf '\n# only a comment\n' >"$TMP/empty_prompts.txt"
+"$GPIPE" train --model "$TMP/tiny.json" --data "$TMP/corpus" --steps 1 --sample 5 --prompts "$TMP/empty_prompts.txt" >/dev/null 2>"$TMP/pe.err"
+[ $? -eq 2 ] && grep -q "no prompt" "$TMP/pe.err" || bad "--prompts with no prompt: $(cat "$TMP/pe.err")"
+
 # Micro-batches: the summed gradients equal the whole batch's up to rounding,
 # and the validation windows are fixed, so the losses agree closely.
 run m1 --model "$TMP/tiny.json" --data "$TMP/corpus" --steps 3 --batch 4 --eval-size 4 --quiet --report "$TMP/m1.json"
