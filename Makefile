@@ -20,7 +20,7 @@ GPIPE      := $(BUILD)/gpipe
 PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
 
-.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-fashion bench bench-peers install clean
+.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers install clean
 
 all: build
 
@@ -99,13 +99,24 @@ test-fuzz: deps
 	  echo "fuzz_$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' $(FUZZ_BUILD)/fuzz_$$t.log), no failure"; \
 	done
 
-# The main job: a byte-level Transformer LM on the multilingual fortunes.
+# The main job: a byte-level Transformer LM on the multilingual fortunes, as a 2-stage pipeline
+# (about 5 minutes on 2 cores), then a sample after a prompt in each of the seven languages.
 demo: build
-	$(GPIPE) train --model examples/demo_lm.json --stages 2 --micro-batches 8 --steps 600 \
-	  --batch 32 --lr 3e-3 --eval-every 100 --sample 400 --report $(BUILD)/demo_report.json \
+	$(GPIPE) train --model examples/demo_lm.json --stages 2 --micro-batches 8 --remat none \
+	  --steps 1600 --batch 32 --lr 3e-3 --eval-every 200 --sample 160 \
+	  --prompts examples/demo_prompts.txt --report $(BUILD)/demo_report.json \
 	  --timeline $(BUILD)/demo_timeline.svg --trace $(BUILD)/demo_trace.json
 	@echo "last step's pipeline timeline: $(BUILD)/demo_timeline.svg (open in a browser);" \
 	  "Chrome trace: $(BUILD)/demo_trace.json (https://ui.perfetto.dev); report: $(BUILD)/demo_report.json"
+
+# The longer run (about 25 minutes on 2 cores): a wider, deeper model, ending with samples after
+# a prompt in each of the seven languages.
+demo-long: build
+	$(GPIPE) train --model examples/demo_lm_long.json --stages 2 --micro-batches 8 --remat none \
+	  --steps 4000 --batch 32 --lr 2e-3 --eval-every 500 --sample 300 \
+	  --prompts examples/demo_prompts.txt --report $(BUILD)/demo_long_report.json \
+	  --timeline $(BUILD)/demo_long_timeline.svg --trace $(BUILD)/demo_long_trace.json
+	@echo "last step's pipeline timeline: $(BUILD)/demo_long_timeline.svg; report: $(BUILD)/demo_long_report.json"
 
 demo-fashion: build
 	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json
