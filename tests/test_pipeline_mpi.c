@@ -174,7 +174,7 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
  * the parent reads them. */
 static int child_header(void) {
     gp_grid *g = NULL;
-    REQUIRE_OK(gp_grid_new(1, 2, 20, &g));
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 20, &g));
     gp_transport *tr = gp_grid_pipe(g);
     int k = gp_grid_stage(g);
     gp_device *dev;
@@ -209,7 +209,7 @@ static int child_header(void) {
     CHECK_EQ_INT(ms.live_total, 0);
     gp_device_free(dev);
     /* A fresh grid has a clean failure state: everyone reports, then the run ends. */
-    REQUIRE_OK(gp_grid_new(1, 2, 20, &g));
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 20, &g));
     CHECK_OK(gp_transport_barrier(gp_grid_world(g), k));
     printf("header rank %d: %s\n", k, gp_test_failures ? "FAILED" : "checks passed");
     fflush(stdout);

@@ -330,7 +330,7 @@ gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
     p->launch = l;
     p->launcher = &mpi_iface;
     p->D = po->data_parallel ? po->data_parallel : 1;
-    GP_TRY(gp_grid_new(p->D, p->K, po->comm_timeout_s, &l->grid));
+    GP_TRY(gp_grid_new(p->D, p->K, 1, po->comm_timeout_s, &l->grid));
     p->tr = gp_grid_pipe(l->grid);
     p->rank = gp_grid_world_rank(l->grid);
     p->nranks = gp_grid_world_size(l->grid);
