@@ -254,6 +254,9 @@ typedef struct gp_cost {
     uint64_t param_bytes;  /* parameters and buffers */
     uint64_t out_bytes;    /* the output activation */
     uint64_t saved_bytes;  /* saved for backward beyond its input and output */
+    /* A tensor-parallel shard's bytes given to its group's collectives (the all-reduces of its
+     * layout) in one forward and one backward; 0 for a whole layer. */
+    uint64_t tp_fwd_bytes, tp_bwd_bytes;
 } gp_cost;
 
 /* Constructors: the returned layer is owned by the caller until handed to
