@@ -105,6 +105,7 @@ static void attn_layout(const gp_layer *l, gp_layout *out) {
 }
 
 static gp_layer *attn_shard(const gp_layer *l, int nshards) {
+    if (nshards == 1) return gp_layer_copy(l, sizeof(attention_impl)); /* replicated */
     const attention_impl *p = l->impl;
     return gp_causal_attention_shard(p->dim, p->heads, p->dropout, nshards);
 }

@@ -144,6 +144,7 @@ static const gp_layer_ops embedding_shard_ops = {
 };
 
 static gp_layer *emb_shard(const gp_layer *l, int nshards) {
+    if (nshards == 1) return gp_layer_copy(l, sizeof(embed_impl)); /* replicated */
     const embed_impl *w = l->impl;
     if (nshards < 1 || w->n % nshards) {
         gp_error(GP_CONFIG, "embedding: vocab = %d must divide by %d shards", w->n, nshards);
@@ -211,12 +212,19 @@ static gp_status pos_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_te
     return dx ? gp_tensor_copy(dx, dy) : GP_OK;
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *pos_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, sizeof(embed_impl));
+}
+
 static const gp_layer_ops pos_embedding_ops = {
     .kind = "pos_embedding",
     .out_shape = pos_out_shape,
     .cost = pos_cost,
     .forward = pos_forward,
     .backward = pos_backward,
+    .shard = pos_shard,
 };
 
 gp_layer *gp_pos_embedding(int max_len, int dim) {

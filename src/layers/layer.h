@@ -113,10 +113,13 @@ typedef struct gp_layer_ops {
      * gradient) and ADDS parameter gradients into params[i].grad. */
     gp_status (*backward)(gp_layer *, gp_ctx *, const gp_tensor *dy, gp_tensor *dx);
     void (*destroy)(gp_layer *); /* optional: frees impl */
-    /* Optional, for kinds that split over the tensor axis (none: replicated). layout: the
-     * whole layer's layout. shard: a new layer of the same kind that computes one of `nshards`
-     * parts of this one (parameters declared at their shard shapes, in the same order and with
-     * the same names; which part comes from its call's run.tp), or NULL with the message set. */
+    /* The tensor axis. layout (optional; none: replicated): the whole layer's layout. shard: a
+     * new layer of the same kind that computes one of `nshards` parts of this one (parameters
+     * declared at their shard shapes, in the same order and with the same names; which part
+     * comes from its call's run.tp); with nshards 1, or for a kind without a layout, a copy of the
+     * whole layer (gp_layer_copy: every shard holds it, replicated). NULL with the message set
+     * on failure. A kind
+     * without shard cannot be placed on a mesh with T > 1 (a named error). */
     void (*layout)(const gp_layer *, gp_layout *out);
     gp_layer *(*shard)(const gp_layer *, int nshards);
 } gp_layer_ops;
@@ -132,6 +135,10 @@ struct gp_layer {
 /* For constructors: a zeroed layer with the given ops and impl (takes impl;
  * frees it and returns NULL on failure). */
 gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl);
+/* A new layer like l: the same ops and parameter declarations (no values), a copy of its impl
+ * (impl_nbytes bytes of plain configuration; 0: none). What a replicated kind's shard op
+ * returns. */
+gp_layer *gp_layer_copy(const gp_layer *l, size_t impl_nbytes);
 /* Declares parameter params[nparams++]. */
 gp_param *gp_layer_add_param(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init,
                              float scale, bool decay);

@@ -108,6 +108,7 @@ static const gp_layer_ops linear_shard_ops = {
 };
 
 static gp_layer *linear_shard(const gp_layer *l, int nshards) {
+    if (nshards == 1) return gp_layer_copy(l, sizeof(linear_impl)); /* replicated */
     const linear_impl *w = l->impl;
     if (nshards < 1 || w->out % nshards) {
         gp_error(GP_CONFIG, "linear: out_features = %d must divide by %d shards", w->out, nshards);

@@ -206,6 +206,7 @@ static void block_layout(const gp_layer *l, gp_layout *out) {
 }
 
 static gp_layer *block_shard(const gp_layer *l, int nshards) {
+    if (nshards == 1) return gp_layer_copy(l, sizeof(block_impl)); /* replicated */
     const block_impl *p = l->impl;
     return gp_transformer_block_shard(p->dim, p->heads, p->d_ff, p->dropout, nshards);
 }
