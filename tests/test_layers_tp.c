@@ -245,6 +245,7 @@ static double compare(const char *name, gp_layer *whole, int T, gp_shape in, gp_
 /* ------------------------------------------------------ split cross-entropy */
 
 typedef struct xent_run {
+    gp_device *dev; /* its own: a device is used by one thread at a time */
     gp_tensor logits, dl;
     const gp_tensor *labels;
     tgroup tg;
@@ -282,8 +283,9 @@ static void split_xent(int T) {
     for (int t = 0; t < T; t++) {
         xent_run *r = &runs[t];
         memset(r, 0, sizeof *r);
-        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(rows, lc), GP_F32, &r->logits));
-        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(rows, lc), GP_F32, &r->dl));
+        REQUIRE_OK(gp_device_cpu_new("shard", &r->dev));
+        REQUIRE_OK(gp_tensor_alloc(r->dev, GP_MEM_ACTIVATIONS, gp_shape2(rows, lc), GP_F32, &r->logits));
+        REQUIRE_OK(gp_tensor_alloc(r->dev, GP_MEM_ACTIVATIONS, gp_shape2(rows, lc), GP_F32, &r->dl));
         for (int64_t i = 0; i < rows; i++)
             memcpy(F32(r->logits) + i * lc, F32(lg) + i * V + t * lc, (size_t)lc * sizeof(float));
         r->labels = &lab;
@@ -306,6 +308,7 @@ static void split_xent(int T) {
         free(want_dl);
         gp_tensor_release(&runs[t].logits);
         gp_tensor_release(&runs[t].dl);
+        gp_device_free(runs[t].dev);
     }
     const double lerr = fabs(runs[0].loss - want) / fabs(want);
     printf("split cross-entropy, T = %d: loss %.9g vs %.9g (relative %.3g), dlogits %.3g\n", T,
