@@ -114,6 +114,7 @@ bench: build
 	bash bench/run_t2.sh $(GPIPE)
 	bash bench/run_table1.sh $(GPIPE)
 	bash bench/run_mpi.sh $(GPIPE)
+	bash bench/run_mesh.sh $(GPIPE)
 
 # A separate tree without -march=native: what is installed may run on another CPU than this one.
 install: deps

@@ -94,7 +94,7 @@ static int build(gp_cli_bench *b, gp_model **m, gp_optim_opts *oo, int *classes)
         b->flops_per_step = transformer_flops(&c, b->batch);
         b->tokens_per_example = c.seq_len;
         snprintf(b->model_desc, sizeof b->model_desc,
-                 "transformer d%d h%d ff%d L%d seq%d V%d, batch %d, AdamW(3e-4, 0.01)", c.dim,
+                 "transformer d%d h%d ff%d L%d T%d V%d, batch %d, AdamW(3e-4, 0.01)", c.dim,
                  c.heads, c.d_ff, c.layers, c.seq_len, c.vocab, b->batch);
         *oo = gp_adamw_defaults(3e-4f, 0.01f);
     } else {
