@@ -369,6 +369,37 @@ static void errors(void) {
     gp_model_free(m);
 }
 
+/* A shard that runs out of memory stops every worker of the step (the others waiting in a
+ * collective or for a message are woken by the abort of every transport): the step fails with
+ * the limit's status, no worker holds an activation after it, and the next step fails the same
+ * way. */
+static void shard_failure(void) {
+    gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
+    gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
+    /* Enough for the plan at one example per micro-batch (the batch is not given), too little
+     * for the step's micro-batches of 4. */
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .tensor_parallel = 2,
+                           .memory_limit = 220 * 1024, .comm_timeout_s = 30};
+    gp_pipeline *p;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
+    for (int rep = 0; rep < 2; rep++) {
+        gp_test_batch b;
+        batch_of(rep, &b);
+        float loss = -1;
+        CHECK_EQ_INT(gp_pipeline_step(p, &b.x, &b.y_t, &loss), GP_MEMORY_LIMIT);
+        CHECK(strstr(gp_last_error(), "shard") != NULL);
+        CHECK(loss == -1);
+        for (int k = 0; k < 2; k++)
+            for (int t = 0; t < 2; t++) {
+                gp_mem_stats ms;
+                CHECK_OK(gp_pipeline_mem_stats_shard(p, k, t, &ms));
+                CHECK_EQ_INT(ms.live[GP_MEM_ACTIVATIONS], 0);
+            }
+    }
+    gp_pipeline_free(p);
+    gp_model_free(m);
+}
+
 /* The ConvNet over T = 2 (its head split, the rest replicated) against T = 1. */
 static void convnet(void) {
     gp_optim_opts o = gp_test_net_optim(GP_TEST_CONVNET);
@@ -400,6 +431,7 @@ int main(void) {
     if (!quick) fixed_t(4, 2, quick);
     memory();
     resume_across_t();
+    shard_failure();
     convnet();
     gp_scratch_cleanup();
     return gp_test_finish("test_pipeline_tp");
