@@ -11,11 +11,13 @@
 #    trains (one real step) under a per-device limit with T = 1, 2, 4 (K = 1) beside K = 2, 4
 #    (T = 1): the planner's largest (`gpipe plan --tensor-parallel T --memory-limit`) first, then
 #    real steps up or down until the largest that trains.
-# 3. T2 (32 blocks) on the 2 cores: tokens/s of T = 2 (threads) against K = 2 (threads) and
-#    D = 2 (2 MPI ranks), all without re-materialization, with the planner's prediction beside
-#    each (its FLOP rate measured now on one thread, collectives at --bandwidth 10 GB/s).
+# 3. T2 (32 blocks) on the 2 cores: tokens/s of T = 2 against K = 2 and D = 2 (2 MPI ranks; T = 2
+#    and K = 2 also on threads), all without re-materialization, in rounds (the machine drifts),
+#    with the planner's prediction beside each (at G1's one-thread FLOP rate, collectives at
+#    --bandwidth 10 GB/s).
 # Usage: bash bench/run_mesh.sh [path/to/gpipe] (reports in ${GP_BENCH_OUT:-out/mesh});
-# GP_BENCH_STEPS (3), GP_BENCH_WARMUP (1), GP_MESH_LIMIT (256MiB), GP_MESH_PARTS ("1 2 3").
+# GP_BENCH_STEPS (3), GP_BENCH_WARMUP (1), GP_MESH_ROUNDS (3), GP_MESH_LIMIT (256MiB),
+# GP_MESH_PARTS ("1 2 3").
 set -eu
 GPIPE=${1:-build/gpipe}
 OUT=${GP_BENCH_OUT:-out/mesh}
@@ -93,35 +95,45 @@ if [[ " $PARTS " == *" 2 "* ]]; then
 fi
 
 # ------------------------------------------------------------------ 3. T2: T = 2 vs K = 2 vs D = 2
+# The machine is shared and its speed drifts: the configurations run in ROUNDS rounds, one after
+# another in each, and each row is the median over the rounds of its median step; the planner
+# gets one FLOP rate, the median of G1's 2048^3 sgemm on one thread measured first.
+ROUNDS=${GP_MESH_ROUNDS:-3}
 if [[ " $PARTS " == *" 3 "* ]]; then
     T2=$(model 32 1024)
-    one() { # one NAME NP ARGS...: bench (NP = 0: threads) and the matching plan
+    "$GPIPE" bench --workload G1 --threads 1 --steps 5 --warmup 1 --quiet --report "$OUT/g1.json" >&2
+    GFLOPS=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ceiling_gflops'])" "$OUT/g1.json")
+    one() { # one NAME NP ARGS...: bench (NP = 0: threads), report $OUT/NAME.rROUND.json
         local name=$1 np=$2
         shift 2
         local cmd=("$GPIPE" bench --workload T2 --remat none "$@" --steps "$STEPS" --warmup "$WARMUP"
-            --quiet --report "$OUT/$name.json")
+            --quiet --report "$OUT/$name.r$round.json")
         [ "$np" = 0 ] || cmd=(mpirun --bind-to core -np "$np" "${cmd[@]}")
-        echo "== ${cmd[*]}" >&2
+        echo "== round $round: ${cmd[*]}" >&2
         "${cmd[@]}" >&2
     }
     plan() { # plan NAME ARGS...: the planner's prediction for the same configuration
         local name=$1
         shift
-        echo "== gpipe plan --model $T2 --remat none $*" >&2
-        "$GPIPE" plan --model "$T2" --batch 32 --remat none --bandwidth 10 "$@" \
+        echo "== gpipe plan --model $T2 --remat none $* --gflops $GFLOPS" >&2
+        "$GPIPE" plan --model "$T2" --batch 32 --remat none --bandwidth 10 --gflops "$GFLOPS" "$@" \
             --report "$OUT/$name.plan.json" >"$OUT/$name.plan.out"
     }
-    one t2_k1 0 --stages 1 --micro-batches 1
     plan t2_k1 --stages 1 --micro-batches 1
-    one t2_k2 0 --stages 2 --micro-batches 8
     plan t2_k2 --stages 2 --micro-batches 8
-    one t2_t2 0 --tensor-parallel 2 --micro-batches 1
     plan t2_t2 --tensor-parallel 2 --micro-batches 1
-    if [ "$MPI" = 1 ]; then
-        one t2_d2 2 --stages 1 --data-parallel 2 --micro-batches 1
-        plan t2_d2 --data-parallel 2 --micro-batches 1
-        one t2_t2_mpi 2 --tensor-parallel 2 --micro-batches 1
-    fi
+    plan t2_d2 --data-parallel 2 --micro-batches 1
+    for round in $(seq 1 "$ROUNDS"); do
+        one t2_k1 0 --stages 1 --micro-batches 1
+        one t2_k2 0 --stages 2 --micro-batches 8
+        one t2_t2 0 --tensor-parallel 2 --micro-batches 1
+        if [ "$MPI" = 1 ]; then
+            one t2_d2 2 --stages 1 --data-parallel 2 --micro-batches 1
+            one t2_t2_mpi 2 --tensor-parallel 2 --micro-batches 1
+            one t2_k2_mpi 2 --stages 2 --micro-batches 8
+        fi
+    done
+    echo "$ROUNDS" >"$OUT/rounds.txt"
 fi
 
 python3 - "$OUT" "$PARTS" "$LIMIT" <<'PY'
@@ -181,24 +193,32 @@ if "2" in parts and os.path.exists(os.path.join(d, "width.txt")):
               f"{peak / 2**20:.1f} MiB |")
     print()
 
-if "3" in parts and load("t2_k1"):
-    print("T2 (32 blocks, batch 32, remat none) on the 2 cores: measured tokens/s beside the planner's prediction\n")
-    print("| configuration | launcher | M | tokens/s measured | step s (median) | planner's tokens/s | planner's step s | bytes per step per device (tensor / pipeline / data) |")
-    print("|---|---|---|---|---|---|---|---|")
+if "3" in parts and os.path.exists(os.path.join(d, "rounds.txt")):
+    rounds = int(open(os.path.join(d, "rounds.txt")).read())
+    g1 = load("g1")
+    print(f"T2 (32 blocks, batch 32, remat none) on the 2 cores, {rounds} rounds of every configuration "
+          f"one after another: the median over the rounds of each round's median step; the planner at "
+          f"{g1['ceiling_gflops']:.1f} GFLOP/s (G1's one-thread 2048^3 sgemm, measured first) and 10 GB/s\n")
+    print("| configuration | launcher | M | tokens/s measured | step s (median of rounds) | each round's step s | planner's tokens/s | planner's step s | bytes per step per device (tensor / pipeline / data) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     rows = [("one device (K = 1)", "t2_k1", "t2_k1"), ("K = 2", "t2_k2", "t2_k2"),
-            ("T = 2", "t2_t2", "t2_t2"), ("D = 2", "t2_d2", "t2_d2"), ("T = 2", "t2_t2_mpi", "t2_t2")]
+            ("T = 2", "t2_t2", "t2_t2"), ("D = 2", "t2_d2", "t2_d2"),
+            ("K = 2", "t2_k2_mpi", "t2_k2"), ("T = 2", "t2_t2_mpi", "t2_t2")]
     for label, name, plan in rows:
-        r = load(name)
-        if not r:
+        runs = [load(f"{name}.r{i}") for i in range(1, rounds + 1)]
+        if not all(runs):
             continue
+        steps = sorted(r["step_seconds"]["median"] for r in runs)
+        med = steps[len(steps) // 2] if len(steps) % 2 else 0.5 * (steps[len(steps) // 2 - 1] + steps[len(steps) // 2])
+        r = runs[0]
         pl = json.load(open(os.path.join(d, plan + ".plan.json")))["pipeline"]
         p = r.get("pipeline") or {}
-        launcher = p.get("launcher", "threads")
-        tok = r["throughput"]["tokens_per_s"]
+        tok = r["batch"] * 128 / med
         ptok = r["batch"] * 128 / pl["step_s"]
         c = max(pl["cells"], key=lambda c: c["bytes_per_step"]["tensor"] + c["bytes_per_step"]["pipeline"])
         by = c["bytes_per_step"]
-        print(f"| {label} | {launcher} | {p.get('micro_batches', r.get('micro_batches', 1))} | {tok:.0f} | "
-              f"{r['step_seconds']['median']:.3f} | {ptok:.0f} | {pl['step_s']:.3f} | "
+        each = ", ".join(f"{x['step_seconds']['median']:.2f}" for x in runs)
+        print(f"| {label} | {p.get('launcher', 'threads')} | {p.get('micro_batches', 1)} | {tok:.0f} | "
+              f"{med:.3f} | {each} | {ptok:.0f} | {pl['step_s']:.3f} | "
               f"{by['tensor']:,} / {by['pipeline']:,} / {by['data']:,} |")
 PY

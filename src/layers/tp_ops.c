@@ -1,9 +1,9 @@
-/* The attention sublayer on a shard's heads, the group's checked all-reduce, and the cost of
- * the shard's sublayer (see tp_ops.h). Collectives sit where Megatron puts them: the output
- * projection's partial products are added over the shards before its bias, dropout and
- * residual; the qkv backward's partial input gradients are added after it. Dropout runs on the
- * whole width after the all-reduce with the same keyed stream as the whole layer, so the masks
- * do not depend on the number of shards. */
+/* The attention sublayer on a shard's heads, the group's checked all-reduce, the row-parallel
+ * output, and the cost of the shard's sublayer (see tp_ops.h). Collectives sit where Megatron
+ * puts them: the output projection's partial products are added over the shards (shard 0's
+ * carrying the bias, so that no shard adds it after), then dropout; the qkv backward's partial
+ * input gradients are added after it. Dropout runs on the whole width after the all-reduce with
+ * the same keyed stream as the whole layer, so the masks do not depend on the number of shards. */
 #include "layers/tp_ops.h"
 
 gp_status gp_tp_group(const gp_layer *l, const gp_ctx *c, int nshards, const gp_coll_group **out) {
@@ -27,14 +27,19 @@ gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *
     return GP_OK;
 }
 
-/* After the all-reduce of the projection: y = [res +] drop(y + b). */
-static gp_status bias_dropout_residual(gp_device *dev, int64_t N, int64_t C, const float *b,
-                                       const float *res, const gp_rng_stream *drop, float p,
-                                       float *y) {
+/* The row-parallel output y = [res +] drop(all-reduce(partial) + b): shard 0 adds the bias to
+ * its partial product (and, without dropout, the residual), so the all-reduce's sum is already
+ * the whole output; dropout, on the whole width with the whole layer's mask, comes after it. */
+gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                           int64_t N, int64_t in, int64_t C, const float *x, const float *w,
+                           const float *b, const float *res, const gp_rng_stream *drop, float p,
+                           float *y) {
     const gp_kernels *k = gp_kernels_of(dev);
-    if (b) GP_TRY(k->channel_bias_add(dev, N, C, 1, b, y));
-    if (drop && p > 0.0f) return k->dropout(dev, drop, p, N * C, y, res, y);
-    return res ? k->axpy(dev, N * C, 1.0f, res, y) : GP_OK;
+    const bool lead = g->rank == 0, dropping = drop && p > 0.0f;
+    GP_TRY(k->linear_forward(dev, N, in, C, x, w, lead ? b : NULL, lead && !dropping ? res : NULL,
+                             y));
+    GP_TRY(gp_tp_allreduce(l, g, dev, y, N * C, GP_REDUCE_SUM));
+    return dropping ? k->dropout(dev, drop, p, N * C, y, res, y) : GP_OK;
 }
 
 gp_status gp_tp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
@@ -45,9 +50,7 @@ gp_status gp_tp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device
     const int64_t N = d->batch * d->seq, Cl = d->dim;
     GP_TRY(k->linear_forward(dev, N, C, 3 * Cl, x, w->wqkv, w->bqkv, NULL, sv->qkv));
     GP_TRY(k->attention_forward(dev, d, sv->qkv, sv->probs, sv->att));
-    GP_TRY(k->linear_forward(dev, N, Cl, C, sv->att, w->wproj, NULL, NULL, y));
-    GP_TRY(gp_tp_allreduce(l, g, dev, y, N * C, GP_REDUCE_SUM));
-    return bias_dropout_residual(dev, N, C, w->bproj, res, drop, p, y);
+    return gp_tp_row_output(l, g, dev, N, Cl, C, sv->att, w->wproj, w->bproj, res, drop, p, y);
 }
 
 int64_t gp_tp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout) {

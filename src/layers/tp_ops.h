@@ -15,9 +15,16 @@ gp_status gp_tp_group(const gp_layer *l, const gp_ctx *c, int nshards, const gp_
 gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *dev, float *x,
                           int64_t n, gp_reduce_op op);
 
+/* A row-parallel projection's output on shard g->rank: y (N, C) = [res +] drop(all-reduce(x W^T)
+ * + b), x (N, in) the shard's part of the input features, w (C, in) its columns, b (C) whole;
+ * the same bits on every shard. res must not alias y. */
+gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                           int64_t N, int64_t in, int64_t C, const float *x, const float *w,
+                           const float *b, const float *res, const gp_rng_stream *drop, float p,
+                           float *y);
 /* The attention sublayer on one shard: d holds the shard's heads (dim = C / T, heads = H / T)
  * and C the whole width; w: wqkv (3 C/T, C) and bqkv (3 C/T) the shard's rows of q, k and v,
- * wproj (C, C/T) its columns, bproj (C) whole (replicated, added once after the all-reduce).
+ * wproj (C, C/T) its columns, bproj (C) whole (replicated; added once, see gp_tp_row_output).
  * y (B, T, C) = [res +] drop(all-reduce(att Wproj^T) + bproj), every shard the same bits; res
  * must not alias y. */
 gp_status gp_tp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,

@@ -128,11 +128,8 @@ static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_te
     GP_TRY(k->linear_forward(dev, N, C, F, gp_f32(ln2), VAL(P_FC_W), VAL(P_FC_B), NULL,
                              gp_f32(u)));
     GP_TRY(k->gelu_forward(dev, N * F, gp_f32(u), gp_f32(gl)));
-    GP_TRY(k->linear_forward(dev, N, F, C, gp_f32(gl), VAL(P_MLP_W), NULL, NULL, gp_f32(y)));
-    GP_TRY(gp_tp_allreduce(l, g, dev, gp_f32(y), N * C, GP_REDUCE_SUM));
-    GP_TRY(k->channel_bias_add(dev, N, C, 1, VAL(P_MLP_B), gp_f32(y)));
-    if (drop1) return k->dropout(dev, drop1, p->dropout, N * C, gp_f32(y), gp_f32(h), gp_f32(y));
-    return k->axpy(dev, N * C, 1.0f, gp_f32(h), gp_f32(y));
+    return gp_tp_row_output(l, g, dev, N, F, C, gp_f32(gl), VAL(P_MLP_W), VAL(P_MLP_B), gp_f32(h),
+                            drop1, p->dropout, gp_f32(y));
 }
 
 /* ws: dh (N, C) | small (N, C) | big: the MLP's (N, F/T) gradient, then the attention's. */
