@@ -267,6 +267,9 @@ typedef struct gp_cost {
     uint64_t param_bytes;  /* parameters and buffers */
     uint64_t out_bytes;    /* the output activation */
     uint64_t saved_bytes;  /* saved for backward beyond its input and output */
+    /* A tensor-parallel shard's bytes given to its group's collectives (the all-reduces of its
+     * layout) in one forward and one backward; 0 for a whole layer. */
+    uint64_t tp_fwd_bytes, tp_bwd_bytes;
 } gp_cost;
 
 /* Constructors: the returned layer is owned by the caller until handed to
@@ -527,12 +530,27 @@ typedef struct gp_pipeline_opts {
     /* Longest wait on another stage (a thread or a rank) before the step fails naming it;
      * 0: 60 s. */
     double comm_timeout_s;
-    /* Optional: the device of each stage (K entries; under MPI only this rank's stage's entry
-     * is used), borrowed: the caller frees them after the pipeline. NULL: the pipeline makes a
-     * CPU device per stage ("stage<k>", with memory_limit and stage_threads), except that with K = 1 and a model
-     * already initialized on one device, that device is used. memory_limit is not applied to
-     * the caller's devices: they keep their own limits. */
+    /* Optional: the device of each stage (K entries; with tensor_parallel T > 1, K x T: stage
+     * k's shard t at k T + t; under MPI only this rank's entry is used), borrowed: the caller
+     * frees them after the pipeline. NULL: the pipeline makes a CPU device per stage
+     * ("stage<k>", or "stage<k>.<t>" per shard, with memory_limit and stage_threads threads each), except that with K = 1, T = 1
+     * and a model already initialized on one device, that device is used. memory_limit is not
+     * applied to the caller's devices: they keep their own limits. */
     gp_device **devices;
+    /* T >= 1 tensor-parallel shards per stage (0 means 1): the mesh is D x K x T devices. Each
+     * layer whose kind has a layout is split over the T shards of its stage (the Transformer
+     * block by heads and d_ff, the token embedding and a last linear layer, the vocabulary
+     * head, by vocabulary; the rest replicated), each shard holding its part of the parameters,
+     * gradients and optimizer state on its own device. Threads: K x T stage threads; MPI: D x K x T
+     * ranks. A layout that does not divide by T is an error naming the layer, the dimension and
+     * the mesh axis. Same seed: fixed T gives bit-identical parameters for every K and schedule;
+     * across T they agree to rounding (a row-split product adds its partial sums in another
+     * order). */
+    int tensor_parallel;
+    /* Planning only (gp_plan_make): bandwidth in GB/s of the links the collectives cross, to
+     * time the tensor axis's all-reduces and the data axis's gradient all-reduce; 0: their
+     * bytes are counted, not timed. */
+    double link_gbytes_per_s;
 } gp_pipeline_opts;
 
 /* Measures each layer of m alone, as a pipeline stage would run it: the layer
@@ -550,6 +568,11 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
  * schedule holds at its peak). */
 typedef struct gp_plan_cell {
     int first, last;             /* layers first..last, inclusive */
+    /* Bytes per step one device of the cell gives to collectives and links: its tensor axis's
+     * all-reduces (forward, recomputation and backward of every micro-batch), its activations
+     * and gradients to the neighbouring stages, and (data parallel) its gradients to the
+     * replicas' all-reduce. */
+    uint64_t tensor_bytes, pipe_bytes, data_bytes;
     int64_t nparams;             /* trainable elements */
     double fwd_flops, bwd_flops; /* one micro-batch */
     double time_s;               /* one micro-batch forward + backward (what is balanced) */
@@ -562,12 +585,16 @@ typedef struct gp_plan_cell {
 
 typedef struct gp_plan {
     int stages, micro_batches;
+    int tensor_parallel, data_parallel; /* T and D: every figure per device is one shard's */
     int64_t batch, micro_batch_size;
     gp_schedule_kind schedule;
     gp_remat remat;
     uint64_t memory_limit;
     gp_plan_cell *cells;     /* (stages), owned; freed by gp_plan_free */
-    double step_s;           /* simulated step time (the optimizer step is not modelled) */
+    double step_s;           /* simulated step time (the optimizer step is not modelled), with
+                              * the collectives' time at po->link_gbytes_per_s */
+    double comm_s;           /* of it, the tensor axis's all-reduces on the slowest stage and the
+                              * data axis's gradient all-reduce (not overlapped) */
     double bubble_simulated; /* idle / (K * step) from the simulated schedule */
     double bubble_theory;    /* (K-1)/(M+K-1) */
     double gflops_assumed;   /* the rate every FLOP figure was turned into seconds at */
@@ -622,6 +649,11 @@ gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *
 void gp_pipeline_free(gp_pipeline *p);
 int gp_pipeline_stages(const gp_pipeline *p);
 int gp_pipeline_micro_batches(const gp_pipeline *p);
+int gp_pipeline_tensor_parallel(const gp_pipeline *p); /* T */
+/* Memory counters of stage `stage`'s shard `shard` (0 <= shard < T); gp_pipeline_mem_stats gives
+ * shard 0's. Under MPI another rank's: after gp_pipeline_gather (replica 0's). */
+gp_status gp_pipeline_mem_stats_shard(const gp_pipeline *p, int stage, int shard,
+                                      gp_mem_stats *out);
 /* The first layer of cell k (the partition in use), or -1 when k is out of range. */
 int gp_pipeline_cell_first(const gp_pipeline *p, int k);
 /* The device of stage k, or NULL when k is out of range (under MPI: another rank's stage). */
@@ -697,6 +729,9 @@ void gp_mpi_finalize(void);
 /* This process's place: world rank and size (0 and 1 on threads), the stage it runs (-1: all
  * K, on threads) and its replica. Any pointer may be NULL. */
 void gp_pipeline_place(const gp_pipeline *p, int *rank, int *nranks, int *stage, int *replica);
+/* This process's tensor-parallel shard (-1: all T, on threads). The MPI mesh: world rank
+ * r = (d K + k) T + t runs shard t of stage k of replica d. */
+int gp_pipeline_shard(const gp_pipeline *p);
 /* Collective over every rank: gathers the last step's timeline of every rank (track r = world
  * rank r = stage r % K of replica r / K; on one host on a common clock, across hosts each track
  * from its own step start) and every rank's stage memory counters, so that on every rank
@@ -713,6 +748,10 @@ gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes,
  * gradients with their headers) and gradients given to the data-parallel all-reduce. Fills
  * n entries of each array (n >= the number of ranks); zeros on threads. */
 gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *allreduce, int n);
+/* Bytes each device gave to its tensor axis's collectives in the last step (the shard layers'
+ * all-reduces and the split cross-entropy's), in mesh order: under MPI world rank r's, on threads
+ * stage k's shard t at k T + t (D = 1). Fills n entries (n >= the devices); zeros with T = 1. */
+gp_status gp_pipeline_bytes_tensor(const gp_pipeline *p, uint64_t *tensor, int n);
 /* ------------------------------------------------------------ safetensors */
 
 /* A safetensors file (the format of the Python `safetensors` package, which

@@ -555,6 +555,156 @@ static void test_allreduce(bool quick) {
     }
 }
 
+/* ------------------------------------------------------- float collectives */
+
+/* Values whose sums in different orders differ, and a NaN now and then for the max. */
+static float fvalue(int r, int64_t i, int round) {
+    const float base = (float)((i * 7 + round * 3) % 11) - 5.0f;
+    return base * (r % 2 ? 1e-7f : 1.0f) + (float)(r + 1) * 0.1f * (float)(i % 3);
+}
+
+static const int64_t fsizes[] = {0, 1, 7, 1000};
+#define NFSIZES ((int)(sizeof fsizes / sizeof fsizes[0]))
+#define FMAX 1000
+
+typedef struct fc_run {
+    gp_transport *tr;
+    int rank, K, rounds;
+    uint64_t seed;
+    tcheck chk;
+} fc_run;
+
+static void *fc_main(void *arg) {
+    fc_run *r = arg;
+    static float x[MAXK][FMAX * MAXK], out[MAXK][FMAX * MAXK];
+    float *mx = x[r->rank], *mo = out[r->rank];
+    jitter(&r->seed, 300);
+    for (int round = 0; round < r->rounds; round++) {
+        const int64_t n = fsizes[round % NFSIZES];
+        const int kind = round / NFSIZES % 3;
+        jitter(&r->seed, 50);
+        gp_status st;
+        if (kind == 0) { /* all-reduce, sum then max */
+            for (int64_t i = 0; i < n; i++) mx[i] = fvalue(r->rank, i, round);
+            st = gp_transport_allreduce_f32(r->tr, r->rank, mx, n, GP_REDUCE_SUM);
+            for (int64_t i = 0; st == GP_OK && i < n; i++) {
+                float want = fvalue(0, i, round);
+                for (int q = 1; q < r->K; q++) want += fvalue(q, i, round);
+                if (memcmp(&mx[i], &want, sizeof want) != 0) {
+                    tfail(&r->chk, "%s: rank %d round %d", "sum bits differ", r->rank, round);
+                    break;
+                }
+            }
+            for (int64_t i = 0; st == GP_OK && i < n; i++)
+                mx[i] = i == 3 && r->rank == r->K - 1 ? NAN : fvalue(r->rank, i, round);
+            if (st == GP_OK) st = gp_transport_allreduce_f32(r->tr, r->rank, mx, n, GP_REDUCE_MAX);
+            for (int64_t i = 0; st == GP_OK && i < n; i++) {
+                float want = fvalue(0, i, round);
+                for (int q = 1; q < r->K; q++) want = fmaxf(want, fvalue(q, i, round));
+                if (i == 3 ? !isnan(mx[i]) : mx[i] != want) {
+                    tfail(&r->chk, "%s: rank %d round %d", "max differs", r->rank, round);
+                    break;
+                }
+            }
+        } else if (kind == 1) { /* all-gather */
+            for (int64_t i = 0; i < n; i++) mx[i] = fvalue(r->rank, i, round);
+            st = gp_transport_allgather_f32(r->tr, r->rank, mx, n, mo);
+            for (int q = 0; st == GP_OK && q < r->K; q++)
+                for (int64_t i = 0; i < n; i++)
+                    if (mo[q * n + i] != fvalue(q, i, round)) {
+                        tfail(&r->chk, "%s: rank %d round %d", "gathered block differs", r->rank,
+                              round);
+                        q = r->K;
+                        break;
+                    }
+        } else { /* reduce-scatter: block q of rank r's x is fvalue(r, q * n + i) */
+            for (int64_t i = 0; i < r->K * n; i++) mx[i] = fvalue(r->rank, i, round);
+            st = gp_transport_reduce_scatter_f32(r->tr, r->rank, mx, n, mo);
+            for (int64_t i = 0; st == GP_OK && i < n; i++) {
+                float want = fvalue(0, r->rank * n + i, round);
+                for (int q = 1; q < r->K; q++) want += fvalue(q, r->rank * n + i, round);
+                if (memcmp(&mo[i], &want, sizeof want) != 0) {
+                    tfail(&r->chk, "%s: rank %d round %d", "scattered sum differs", r->rank, round);
+                    break;
+                }
+            }
+        }
+        if (st != GP_OK) {
+            tfail(&r->chk, "%s (rank %d round %d)", gp_last_error(), r->rank, round);
+            return NULL;
+        }
+        /* Interleaved with the double all-reduce: the two kinds of collective share a transport. */
+        double d = r->rank;
+        if (round % 5 == 0 && gp_transport_allreduce_sum(r->tr, r->rank, &d, 1) != GP_OK) {
+            tfail(&r->chk, "%s (rank %d round %d)", gp_last_error(), r->rank, round);
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+typedef struct fc_bad {
+    gp_transport *tr;
+    int rank;
+    int64_t n;
+    gp_status st;
+    char msg[600];
+} fc_bad;
+
+static void *fc_bad_main(void *arg) {
+    fc_bad *b = arg;
+    float x[8] = {0};
+    b->st = gp_transport_allreduce_f32(b->tr, b->rank, x, b->n, GP_REDUCE_SUM);
+    snprintf(b->msg, sizeof b->msg, "%s", gp_last_error());
+    return NULL;
+}
+
+static void test_float_collectives(bool quick) {
+    /* the values must tell the summation orders apart, or the bit checks could not fail */
+    int differ = 0;
+    for (int64_t i = 0; i < 50; i++) {
+        float fwd = fvalue(0, i, 0), rev = fvalue(3, i, 0);
+        for (int q = 1; q < 4; q++) fwd += fvalue(q, i, 0);
+        for (int q = 2; q >= 0; q--) rev += fvalue(q, i, 0);
+        differ += fwd != rev;
+    }
+    CHECK(differ > 0);
+    uint64_t seed = 1234;
+    for (int K = 1; K <= MAXK; K++) {
+        gp_transport *tr = make(K, 1, 20);
+        fc_run runs[MAXK];
+        pthread_t th[MAXK];
+        for (int k = 0; k < K; k++) {
+            runs[k] = (fc_run){.tr = tr, .rank = k, .K = K, .rounds = quick ? 24 : 60,
+                               .seed = xorshift(&seed) | 1};
+            CHECK(pthread_create(&th[k], NULL, fc_main, &runs[k]) == 0);
+        }
+        for (int k = 0; k < K; k++) pthread_join(th[k], NULL);
+        for (int k = 0; k < K; k++) merge(&runs[k].chk, "float collectives");
+        gp_transport_free(tr);
+    }
+    /* Ranks that disagree on the size: both fail, the message names both calls. */
+    gp_transport *tr = make(2, 1, 20);
+    fc_bad b[2] = {{.tr = tr, .rank = 0, .n = 4}, {.tr = tr, .rank = 1, .n = 5}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) CHECK(pthread_create(&th[k], NULL, fc_bad_main, &b[k]) == 0);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) CHECK(b[k].st != GP_OK);
+    CHECK(strstr(b[0].msg, "float all-reduce (sum) of 5 values, but rank 0 called float all-reduce "
+                           "(sum) of 4 values") ||
+          strstr(b[1].msg, "float all-reduce (sum) of 4 values, but rank 1 called float all-reduce "
+                           "(sum) of 5 values"));
+    gp_transport_free(tr);
+    /* A rank that never comes: the wait ends at the timeout, naming the collective. */
+    tr = make(2, 1, 0.2);
+    float x[2] = {1, 2};
+    CHECK_FAILS(gp_transport_allreduce_f32(tr, 0, x, 2, GP_REDUCE_SUM), GP_IO,
+                "timed out after 0.2 s waiting in float all-reduce (sum) #0 (1 of 2 ranks there)");
+    CHECK_FAILS(gp_transport_allreduce_f32(tr, 0, x, 2, (gp_reduce_op)7), GP_INVALID_ARGUMENT,
+                "op 7");
+    gp_transport_free(tr);
+}
+
 int main(void) {
     bool quick = getenv("GP_TEST_QUICK") != NULL;
     gp_device *d0, *d1;
@@ -565,6 +715,7 @@ int main(void) {
     test_timeouts(d0);
     test_abort();
     test_allreduce(quick);
+    test_float_collectives(quick);
     test_schedules(quick);
     gp_device_free(d0);
     gp_device_free(d1);

@@ -2266,6 +2266,317 @@ static void test_adamw_update(gp_device *dev, const gp_kernels *K) {
         }
 }
 
+/* ------------------------------------------------- tensor-parallel shards */
+
+/* Shard s of S over n: [first, first + rows), as the mesh splits a dimension. */
+static void shard_of(int64_t n, int S, int s, int64_t *first, int64_t *rows) {
+    *first = n * s / S;
+    *rows = n * (s + 1) / S - *first;
+}
+
+static void test_embedding_shard_forward(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NEMB; ci++)
+        for (int S = 1; S <= 3; S++)
+            for (int sh = 0; sh < S; sh++) {
+                const int64_t rows = emb_cases[ci][0], row_len = emb_cases[ci][1],
+                              dim = emb_cases[ci][2], vocab = emb_cases[ci][3], n = rows * row_len;
+                int64_t first, nrows;
+                shard_of(vocab, S, sh, &first, &nrows);
+                if (nrows < 1) continue;
+                set_case("rows %lld row_len %lld dim %lld vocab %lld, shard %d of %d [%lld, %lld)",
+                         LL(rows), LL(row_len), LL(dim), LL(vocab), sh, S, LL(first),
+                         LL(first + nrows));
+                const int32_t *ids = emb_ids(n, vocab);
+                const float *w = rnd(nrows * dim, 1.0f, 0.0f);
+                float *y = fa(n * dim), *want = fa(n * dim);
+                for (int64_t i = 0; i < n; i++)
+                    for (int64_t j = 0; j < dim; j++) {
+                        const int64_t r = ids[i] - first;
+                        want[i * dim + j] = r >= 0 && r < nrows ? w[r * dim + j] : 0.0f;
+                    }
+                for (int rep = 0; rep < 2; rep++) {
+                    kt t;
+                    kt_begin(&t, dev, rep);
+                    const int32_t *d_ids = kt_in_i(&t, ids, n);
+                    const float *d_w = kt_in(&t, w, nrows * dim);
+                    float *d_y = kt_out(&t, n * dim);
+                    CHECK_OK(K->embedding_shard_forward(dev, n, row_len, dim, vocab, first, nrows,
+                                                        d_ids, d_w, d_y));
+                    kt_get(&t, d_y, y, n * dim);
+                    kt_end(&t);
+                }
+                det_check();
+                check_exact("y", y, want, n * dim);
+            }
+    /* an id outside the whole vocabulary, and a shard outside it */
+    set_case("id 11 at position 4, vocab 11, shard [5, 11)");
+    int32_t *ids = rndi(6, 11);
+    ids[4] = 11;
+    const float *w = rnd(6 * 3, 1.0f, 0.0f);
+    kt t;
+    kt_begin(&t, dev, 0);
+    const int32_t *d_ids = kt_in_i(&t, ids, 6);
+    const float *d_w = kt_in(&t, w, 6 * 3);
+    float *d_y = kt_out(&t, 6 * 3);
+    CHECK_FAILS(K->embedding_shard_forward(dev, 6, 3, 3, 11, 5, 6, d_ids, d_w, d_y),
+                GP_INVALID_ARGUMENT, "position 4 (row 1, column 1)");
+    ids[4] = 0;
+    CHECK_FAILS(K->embedding_shard_forward(dev, 6, 3, 3, 11, 6, 6, d_ids, d_w, d_y),
+                GP_INVALID_ARGUMENT, "shard [6, 12) is not within [0, 11)");
+    kt_end(&t);
+    g_st[g_op].exact += 2;
+}
+
+static void test_embedding_shard_backward(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NEMB; ci++)
+        for (int S = 1; S <= 3; S++)
+            for (int sh = 0; sh < S; sh++) {
+                const int64_t rows = emb_cases[ci][0], row_len = emb_cases[ci][1],
+                              dim = emb_cases[ci][2], vocab = emb_cases[ci][3], n = rows * row_len;
+                int64_t first, nrows;
+                shard_of(vocab, S, sh, &first, &nrows);
+                if (nrows < 1) continue;
+                set_case("rows %lld row_len %lld dim %lld vocab %lld, shard %d of %d", LL(rows),
+                         LL(row_len), LL(dim), LL(vocab), sh, S);
+                const int32_t *ids = emb_ids(n, vocab);
+                const float *dy = rnd(n * dim, 1.0f, 0.0f), *dw0 = rnd(nrows * dim, 1.0f, 0.0f);
+                float *dw = fa(nrows * dim);
+                double *ref = da(nrows * dim), *mag = da(nrows * dim);
+                for (int64_t i = 0; i < nrows * dim; i++) ref[i] = dw0[i], mag[i] = fabs(dw0[i]);
+                for (int64_t i = 0; i < n; i++) {
+                    const int64_t r = ids[i] - first;
+                    if (r < 0 || r >= nrows) continue;
+                    for (int64_t j = 0; j < dim; j++) {
+                        ref[r * dim + j] += dy[i * dim + j];
+                        mag[r * dim + j] += fabs(dy[i * dim + j]);
+                    }
+                }
+                for (int rep = 0; rep < 2; rep++) {
+                    kt t;
+                    kt_begin(&t, dev, rep);
+                    const int32_t *d_ids = kt_in_i(&t, ids, n);
+                    const float *d_dy = kt_in(&t, dy, n * dim);
+                    float *d_dw = kt_io(&t, dw0, nrows * dim);
+                    CHECK_OK(K->embedding_shard_backward(dev, n, row_len, dim, vocab, first, nrows,
+                                                         d_ids, d_dy, d_dw));
+                    kt_get(&t, d_dw, dw, nrows * dim);
+                    kt_end(&t);
+                }
+                det_check();
+                check_close("dw", dw, ref, mag, nrows * dim, TOL);
+            }
+    set_case("id -1 at position 2, vocab 11");
+    int32_t *ids = rndi(6, 11);
+    ids[2] = -1;
+    const float *dy = rnd(6 * 3, 1.0f, 0.0f), *dw0 = rnd(6 * 3, 1.0f, 0.0f);
+    kt t;
+    kt_begin(&t, dev, 0);
+    const int32_t *d_ids = kt_in_i(&t, ids, 6);
+    const float *d_dy = kt_in(&t, dy, 6 * 3);
+    float *d_dw = kt_io(&t, dw0, 6 * 3);
+    CHECK_FAILS(K->embedding_shard_backward(dev, 6, 3, 3, 11, 5, 6, d_ids, d_dy, d_dw),
+                GP_INVALID_ARGUMENT, "position 2");
+    kt_end(&t);
+    g_st[g_op].exact++;
+}
+
+static void test_row_max(gp_device *dev, const gp_kernels *K) {
+    static const int64_t cases[][2] = {{1, 1}, {3, 7}, {17, 33}, {2, 1000}};
+    for (int ci = 0; ci < 4; ci++)
+        for (int nan = 0; nan < 2; nan++) {
+            const int64_t rows = cases[ci][0], cols = cases[ci][1];
+            set_case("rows %lld cols %lld%s", LL(rows), LL(cols), nan ? ", a NaN in row 0" : "");
+            float *x = rnd(rows * cols, 3.0f, -1.0f), *got = fa(rows), *want = fa(rows);
+            if (rows > 1) x[cols + cols / 2] = x[cols]; /* a tie */
+            if (nan) x[cols / 2] = NAN;
+            for (int64_t r = 0; r < rows; r++) {
+                float m = x[r * cols];
+                for (int64_t j = 1; j < cols; j++) m = fmaxf(m, x[r * cols + j]);
+                want[r] = m;
+            }
+            if (nan) want[0] = NAN;
+            for (int rep = 0; rep < 2; rep++) {
+                kt t;
+                kt_begin(&t, dev, rep);
+                const float *d_x = kt_in(&t, x, rows * cols);
+                float *d_o = kt_out(&t, rows);
+                CHECK_OK(K->row_max(dev, rows, cols, d_x, d_o));
+                kt_get(&t, d_o, got, rows);
+                kt_end(&t);
+            }
+            det_check();
+            check_exact("max", got, want, rows);
+        }
+}
+
+/* The shards' pieces of a softmax cross-entropy against the whole-row formulas in double. */
+typedef struct xent_case {
+    int64_t rows, vocab;
+    int S;
+    float sd;
+} xent_case;
+static const xent_case xent_cases[] = {{1, 2, 2, 1.0f},   {5, 7, 3, 2.0f},   {17, 33, 2, 1.0f},
+                                       {8, 100, 4, 30.0f}, {3, 256, 2, 5.0f}, {4, 6, 1, 1.0f}};
+#define NXENT ((int)(sizeof xent_cases / sizeof xent_cases[0]))
+
+static int32_t *xent_labels(int64_t rows, int64_t vocab) {
+    int32_t *lab = rndi(rows, vocab);
+    for (int64_t r = 0; r < rows; r++) {
+        if (r % 3 == 1) lab[r] = -1;
+        if (r == 0) lab[r] = 0;
+        if (r == rows - 1 && r > 0) lab[r] = (int32_t)(vocab - 1);
+    }
+    return lab;
+}
+
+static void test_xent_shard_sums(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NXENT; ci++)
+        for (int sh = 0; sh < xent_cases[ci].S; sh++) {
+            const xent_case *c = &xent_cases[ci];
+            int64_t first, ncl;
+            shard_of(c->vocab, c->S, sh, &first, &ncl);
+            set_case("rows %lld vocab %lld, shard %d of %d: classes [%lld, %lld)", LL(c->rows),
+                     LL(c->vocab), sh, c->S, LL(first), LL(first + ncl));
+            const float *x = rnd(c->rows * ncl, c->sd, 0.0f);
+            const int32_t *lab = xent_labels(c->rows, c->vocab);
+            float *mx = rnd(c->rows, 0.5f, c->sd), *got = fa(2 * c->rows);
+            double *ref = da(2 * c->rows), *mag = da(2 * c->rows);
+            for (int64_t r = 0; r < c->rows; r++) {
+                if (lab[r] == -1) continue; /* exact zeros */
+                for (int64_t j = 0; j < ncl; j++) {
+                    const double e = exp((double)x[r * ncl + j] - mx[r]);
+                    ref[r] += e;
+                    mag[r] += e * (1.0 + fabs((double)x[r * ncl + j] - mx[r]));
+                }
+                const int64_t y = lab[r];
+                if (y >= first && y < first + ncl) {
+                    ref[c->rows + r] = (double)x[r * ncl + y - first] - mx[r];
+                    mag[c->rows + r] = fabs(x[r * ncl + y - first]) + fabs(mx[r]);
+                }
+            }
+            for (int rep = 0; rep < 2; rep++) {
+                kt t;
+                kt_begin(&t, dev, rep);
+                const float *d_x = kt_in(&t, x, c->rows * ncl), *d_mx = kt_in(&t, mx, c->rows);
+                const int32_t *d_lab = kt_in_i(&t, lab, c->rows);
+                float *d_s = kt_out(&t, 2 * c->rows);
+                CHECK_OK(K->xent_shard_sums(dev, c->rows, ncl, c->vocab, first, d_x, d_lab, d_mx,
+                                            d_s));
+                kt_get(&t, d_s, got, 2 * c->rows);
+                kt_end(&t);
+            }
+            det_check();
+            check_close("sums", got, ref, mag, 2 * c->rows, TOL);
+        }
+    set_case("label 7 at row 1, vocab 7");
+    int32_t *lab = rndi(3, 7);
+    lab[1] = 7;
+    const float *x = rnd(3 * 4, 1.0f, 0.0f), *mx = rnd(3, 1.0f, 2.0f);
+    kt t;
+    kt_begin(&t, dev, 0);
+    const float *d_x = kt_in(&t, x, 12), *d_mx = kt_in(&t, mx, 3);
+    const int32_t *d_lab = kt_in_i(&t, lab, 3);
+    float *d_s = kt_out(&t, 6);
+    CHECK_FAILS(K->xent_shard_sums(dev, 3, 4, 7, 3, d_x, d_lab, d_mx, d_s), GP_INVALID_ARGUMENT,
+                "row 1");
+    kt_end(&t);
+    g_st[g_op].exact++;
+}
+
+static void test_xent_shard_finish(gp_device *dev, const gp_kernels *K) {
+    static const char *const modes[] = {"dlogits separate", "dlogits NULL",
+                                        "dlogits aliasing logits"};
+    for (int ci = 0; ci < NXENT; ci++)
+        for (int mode = 0; mode < 3; mode++) {
+            const xent_case *c = &xent_cases[ci];
+            const int64_t rows = c->rows, V = c->vocab;
+            set_case("rows %lld vocab %lld, %s", LL(rows), LL(V), modes[mode]);
+            /* The whole logits; each shard's part is a column block of them. */
+            const float *xall = rnd(rows * V, c->sd, 0.0f);
+            const int32_t *lab = xent_labels(rows, V);
+            float *mx = fa(rows), *sums = fa(2 * rows);
+            double *rd = da(rows * V), *md = da(rows * V), rl = 0, ml = 0;
+            int64_t counted = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                counted += lab[r] != -1;
+                float m = xall[r * V];
+                for (int64_t j = 1; j < V; j++) m = fmaxf(m, xall[r * V + j]);
+                mx[r] = m;
+                if (lab[r] == -1) continue;
+                double z = 0;
+                for (int64_t j = 0; j < V; j++) z += exp((double)xall[r * V + j] - m);
+                sums[r] = (float)z;
+                sums[rows + r] = xall[r * V + lab[r]] - m;
+            }
+            const double norm = (double)counted * 1.5;
+            for (int64_t r = 0; r < rows; r++) {
+                const int32_t y = lab[r];
+                if (y == -1) continue;
+                const double z = sums[r];
+                rl += log(z) - (double)sums[rows + r];
+                ml += fabs(log(z)) + fabs(sums[rows + r]) + 1.0;
+                for (int64_t j = 0; j < V; j++) {
+                    const double p = exp((double)xall[r * V + j] - mx[r]) / z,
+                                 oh = j == y ? 1.0 : 0.0;
+                    rd[r * V + j] = (p - oh) / norm;
+                    md[r * V + j] = (p * (1.0 + fabs((double)xall[r * V + j] - mx[r])) + oh) / norm;
+                }
+            }
+            if (counted) rl /= norm, ml /= norm;
+            for (int sh = 0; sh < c->S; sh++) {
+                int64_t first, ncl;
+                shard_of(V, c->S, sh, &first, &ncl);
+                snprintf(g_case, sizeof g_case, "rows %lld vocab %lld, shard %d of %d, %s",
+                         LL(rows), LL(V), sh, c->S, modes[mode]);
+                float *x = fa(rows * ncl), *dl = fa(rows * ncl);
+                double *rds = da(rows * ncl), *mds = da(rows * ncl);
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t j = 0; j < ncl; j++) {
+                        x[r * ncl + j] = xall[r * V + first + j];
+                        rds[r * ncl + j] = rd[r * V + first + j];
+                        mds[r * ncl + j] = md[r * V + first + j];
+                    }
+                double loss = NAN;
+                for (int rep = 0; rep < 2; rep++) {
+                    kt t;
+                    kt_begin(&t, dev, rep);
+                    const int32_t *d_lab = kt_in_i(&t, lab, rows);
+                    const float *d_mx = kt_in(&t, mx, rows), *d_s = kt_in(&t, sums, 2 * rows);
+                    float *d_dl = NULL;
+                    loss = NAN;
+                    if (mode == 2) {
+                        d_dl = kt_io(&t, x, rows * ncl);
+                        CHECK_OK(K->xent_shard_finish(dev, rows, ncl, V, first, d_dl, d_lab, d_mx,
+                                                      d_s, norm, &loss, d_dl));
+                    } else {
+                        const float *d_x = kt_in(&t, x, rows * ncl);
+                        if (mode == 0) d_dl = kt_out(&t, rows * ncl);
+                        CHECK_OK(K->xent_shard_finish(dev, rows, ncl, V, first, d_x, d_lab, d_mx,
+                                                      d_s, norm, &loss, d_dl));
+                    }
+                    kt_host(&t, &loss, sizeof loss);
+                    if (d_dl) kt_get(&t, d_dl, dl, rows * ncl);
+                    kt_end(&t);
+                }
+                det_check();
+                check_close1("loss", loss, rl, ml, TOL);
+                if (mode != 1) check_close("dlogits", dl, rds, mds, rows * ncl, TOL);
+            }
+        }
+    set_case("normalizer 0 with labelled rows");
+    const float *x = rnd(2 * 3, 1.0f, 0.0f), *mx = rnd(2, 1.0f, 2.0f), *sums = rndu(4, 1, 2);
+    int32_t *lab = rndi(2, 3);
+    kt t;
+    kt_begin(&t, dev, 0);
+    const float *d_x = kt_in(&t, x, 6), *d_mx = kt_in(&t, mx, 2), *d_s = kt_in(&t, sums, 4);
+    const int32_t *d_lab = kt_in_i(&t, lab, 2);
+    double loss = 0;
+    CHECK_FAILS(K->xent_shard_finish(dev, 2, 3, 3, 0, d_x, d_lab, d_mx, d_s, 0.0, &loss, NULL),
+                GP_INVALID_ARGUMENT, "normalizer 0");
+    kt_end(&t);
+    g_st[g_op].exact++;
+}
+
 /* ============================================================ the op list */
 
 typedef struct op_test {
@@ -2313,6 +2624,11 @@ static const op_test ops[] = {
     OP(avgpool_backward),
     OP(sgd_update),
     OP(adamw_update),
+    OP(embedding_shard_forward),
+    OP(embedding_shard_backward),
+    OP(row_max),
+    OP(xent_shard_sums),
+    OP(xent_shard_finish),
 };
 #undef OP
 #define NOPS (sizeof ops / sizeof ops[0])

@@ -1,12 +1,14 @@
 /* The pipeline over MPI against the in-process references. The test starts itself under
  * mpirun (oversubscribed, so it runs on 2 cores) once per case; in each child every rank trains
- * its stage, the ranks sync the parameters, and rank 0 compares with a reference it computes
- * itself: D = 1 must give bit-identical losses and params_fnv1a64 to the threads pipeline with
- * the same K, M and seed; D = 2 must match the single-device trainer on the same global batch
- * (M = D x M' micro-batches) within 1e-6 relative error; a launch of the wrong size must fail in
- * gp_pipeline_new with a message naming both sizes; the MPI transport hands a message over
- * bit-exact, refuses one of the wrong shape naming both ranks, and the other rank stops with
- * that rank's message. Skipped (exit 77) without MPI or mpirun. */
+ * its stage (shard), the ranks sync the parameters, and rank 0 compares with a reference it
+ * computes itself: D = 1 must give bit-identical losses and params_fnv1a64 to the threads
+ * pipeline with the same K, M, T and seed (T = 1 and T = 2); D = 2 must match the single-device
+ * trainer on the same global batch (M = D x M' micro-batches) within 1e-6 relative error, and
+ * the mesh D x K x T = 2 x 2 x 2 (8 ranks) within 1e-5, read back from the set of whole tensors
+ * its shards saved; a launch of the wrong size must fail in gp_pipeline_new with a message
+ * naming both sizes; the MPI transport hands a message over bit-exact, refuses one of the wrong
+ * shape naming both ranks, and the other rank stops with that rank's message. Skipped (exit 77)
+ * without MPI or mpirun. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,7 @@
 #include "comm/mpi_grid.h"
 #include "testutil.h"
 
-enum { STEPS = 3, SKIP = 77 };
+enum { STEPS = 5, SKIP = 77 };
 static const uint64_t SEED = 77;
 
 typedef struct outcome {
@@ -35,10 +37,10 @@ static gp_optim_opts optim(gp_test_net net, int D) {
     return o;
 }
 
-static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, outcome *r,
-                     gp_model **keep) {
+static int reference(gp_test_net net, bool use_sgd, int K, int M, int T, gp_schedule_kind sk,
+                     outcome *r, gp_model **keep) {
     gp_model *m = gp_test_net_build(net);
-    gp_optim_opts o = optim(net, D);
+    gp_optim_opts o = optim(net, use_sgd ? 2 : 1);
     gp_device *dev = NULL;
     gp_pipeline *p = NULL;
     if (K == 0) {
@@ -46,7 +48,8 @@ static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, 
         REQUIRE_OK(gp_model_init(m, dev, SEED));
         p = gp_test_single(m, &o, M);
     } else {
-        gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk};
+        gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk,
+                               .tensor_parallel = T};
         REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     }
     for (int s = 0; s < STEPS; s++) {
@@ -54,7 +57,7 @@ static int reference(gp_test_net net, int D, int K, int M, gp_schedule_kind sk, 
         gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
         REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
     }
-    r->hash = gp_test_hash(m);
+    REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &r->hash)); /* with shards: the whole tensors' */
     if (keep) { /* the caller compares the values, then frees model and device */
         gp_pipeline_free(p); /* on the caller's device: the parameters stay */
         *keep = m;
@@ -88,30 +91,63 @@ static double max_rel_error(gp_model *a, gp_model *b) {
     return worst;
 }
 
-/* One case in an MPI child: D x K ranks train STEPS steps; rank 0 checks. */
-static int child(const char *name, gp_test_net net, int D, int K, int M, gp_schedule_kind sk) {
+/* A fresh whole model holding the values of checkpoint set `index`, on its own device. */
+static gp_model *whole_from(gp_test_net net, const char *index) {
     gp_model *m = gp_test_net_build(net);
-    gp_optim_opts o = optim(net, D);
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("whole", &dev));
+    REQUIRE_OK(gp_model_init(m, dev, 1));
+    gp_checkpoint *c;
+    REQUIRE_OK(gp_checkpoint_open(index, &c));
+    CHECK_EQ_INT(gp_checkpoint_nparts(c), 2);
+    REQUIRE_OK(gp_checkpoint_load_layers(c, m, 0, gp_model_nlayers(m), NULL));
+    gp_checkpoint_close(c);
+    return m;
+}
+
+static void free_with_device(gp_model *m) {
+    gp_param_info pi;
+    REQUIRE_OK(gp_model_param(m, 0, &pi));
+    gp_device *dev = pi.value->dev;
+    gp_model_free(m);
+    gp_device_free(dev);
+}
+
+/* One case in an MPI child: D x K x T ranks train STEPS steps; rank 0 checks. */
+static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
+                 gp_schedule_kind sk) {
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = optim(net, D > 1 || T > 1 ? 2 : 1);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk,
-                           .launcher = GP_LAUNCHER_MPI, .data_parallel = D, .comm_timeout_s = 60};
+                           .launcher = GP_LAUNCHER_MPI, .data_parallel = D, .comm_timeout_s = 60,
+                           .tensor_parallel = T};
     gp_pipeline *p = NULL;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     int rank, nranks, stage, replica;
     gp_pipeline_place(p, &rank, &nranks, &stage, &replica);
-    CHECK_EQ_INT(nranks, D * K);
-    CHECK_EQ_INT(stage, rank % K);
-    CHECK_EQ_INT(replica, rank / K);
+    CHECK_EQ_INT(nranks, D * K * T);
+    CHECK_EQ_INT(stage, rank / T % K);
+    CHECK_EQ_INT(replica, rank / (K * T));
+    CHECK_EQ_INT(gp_pipeline_shard(p), T > 1 ? rank % T : 0);
     outcome got;
     for (int s = 0; s < STEPS; s++) {
         gp_test_batch b;
         gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
         REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &got.loss[s]));
     }
-    uint64_t p2p[16], ar[16];
+    uint64_t p2p[16], ar[16], tb[16];
     REQUIRE_OK(gp_pipeline_bytes_sent(p, p2p, ar, 16));
+    REQUIRE_OK(gp_pipeline_bytes_tensor(p, tb, 16));
     REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &got.hash)); /* through every rank's stage */
-    /* A rank holds its own stage and nothing more. */
-    for (int li = 0; li < gp_model_nlayers(m); li++) {
+    char index[512] = "";
+    if (T > 1) {
+        /* A set of whole tensors from the shards, in a folder every rank shares. */
+        char base[512];
+        snprintf(base, sizeof base, "%s/tp-%s", getenv("GP_TEST_MPI_DIR"), name);
+        REQUIRE_OK(gp_pipeline_checkpoint_save(p, base, STEPS, NULL, 0, index, sizeof index));
+    }
+    /* A rank holds its own stage and nothing more (with shards: its own part, in them). */
+    for (int li = 0; li < gp_model_nlayers(m) && T == 1; li++) {
         const int first = gp_pipeline_cell_first(p, stage);
         const int last = stage + 1 < K ? gp_pipeline_cell_first(p, stage + 1) : gp_model_nlayers(m);
         gp_param_info pi;
@@ -119,11 +155,30 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
             if (gp_model_param(m, i, &pi) == GP_OK && pi.layer == li)
                 CHECK((pi.value->data != NULL) == (li >= first && li < last));
     }
-    if (D > 1) {
+    if (T > 1 && rank == 0) {
+        /* Against the single-device run (D x M micro-batches), through the saved set. */
+        outcome want;
+        gp_model *ref = NULL;
+        reference(net, true, 0, D * M, 1, sk, &want, &ref);
+        gp_model *whole = whole_from(net, index);
+        double err = max_rel_error(whole, ref), lerr = 0;
+        for (int s = 0; s < STEPS; s++)
+            lerr = fmax(lerr, fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]));
+        printf("%s: D=%d K=%d T=%d M=%d vs one device M=%d: max relative error params %.3g, "
+               "loss %.3g (limit 1e-5); tensor-axis bytes of rank 0 %llu\n",
+               name, D, K, T, M, D * M, err, lerr, (unsigned long long)tb[0]);
+        CHECK(err <= 1e-5);
+        CHECK(lerr <= 1e-5);
+        CHECK(err > 0); /* the row-split sums reorder: not bitwise */
+        for (int r = 0; r < nranks; r++) CHECK(tb[r] > 0);
+        free_with_device(whole);
+        free_with_device(ref);
+    }
+    if (D > 1 && T == 1) {
         /* Each rank against the single-device run, on the layers it holds. */
         outcome want;
         gp_model *ref = NULL;
-        reference(net, D, 0, D * M, sk, &want, &ref);
+        reference(net, true, 0, D * M, 1, sk, &want, &ref);
         double err = max_rel_error(m, ref), lerr = 0;
         for (int s = 0; s < STEPS; s++) {
             double e = fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]);
@@ -150,12 +205,12 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
         }
         outcome want;
         if (D == 1) {
-            reference(net, 1, K, M, sk, &want, NULL);
+            reference(net, T > 1, K, M, T, sk, &want, NULL);
             bool same = memcmp(got.loss, want.loss, sizeof want.loss) == 0 && got.hash == want.hash;
             if (!same) gp_test_failures++;
-            printf("%s: D=1 K=%d M=%d over MPI vs threads: loss %.9g/%.9g, params %016llx vs "
-                   "%016llx: %s\n",
-                   name, K, M, got.loss[STEPS - 1], want.loss[STEPS - 1],
+            printf("%s: D=1 K=%d T=%d M=%d over MPI vs threads: loss %.9g/%.9g, params %016llx "
+                   "vs %016llx: %s\n",
+                   name, K, T, M, got.loss[STEPS - 1], want.loss[STEPS - 1],
                    (unsigned long long)got.hash, (unsigned long long)want.hash,
                    same ? "bit-identical" : "DIFFERENT");
         }
@@ -174,7 +229,7 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, gp_sche
  * the parent reads them. */
 static int child_header(void) {
     gp_grid *g = NULL;
-    REQUIRE_OK(gp_grid_new(1, 2, 20, &g));
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 20, &g));
     gp_transport *tr = gp_grid_pipe(g);
     int k = gp_grid_stage(g);
     gp_device *dev;
@@ -209,7 +264,7 @@ static int child_header(void) {
     CHECK_EQ_INT(ms.live_total, 0);
     gp_device_free(dev);
     /* A fresh grid has a clean failure state: everyone reports, then the run ends. */
-    REQUIRE_OK(gp_grid_new(1, 2, 20, &g));
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 20, &g));
     CHECK_OK(gp_transport_barrier(gp_grid_world(g), k));
     printf("header rank %d: %s\n", k, gp_test_failures ? "FAILED" : "checks passed");
     fflush(stdout);
@@ -241,10 +296,12 @@ static int child_mismatch(void) {
 }
 
 static int run_child(const char *c) {
-    if (!strcmp(c, "transformer-d1")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, GP_SCHEDULE_1F1B);
-    if (!strcmp(c, "convnet-d1")) return child(c, GP_TEST_CONVNET, 1, 2, 4, GP_SCHEDULE_GPIPE);
-    if (!strcmp(c, "transformer-d2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, GP_SCHEDULE_GPIPE);
-    if (!strcmp(c, "convnet-d2")) return child(c, GP_TEST_CONVNET, 2, 2, 2, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "transformer-d1")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 1, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "convnet-d1")) return child(c, GP_TEST_CONVNET, 1, 2, 4, 1, GP_SCHEDULE_GPIPE);
+    if (!strcmp(c, "transformer-d2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 1, GP_SCHEDULE_GPIPE);
+    if (!strcmp(c, "convnet-d2")) return child(c, GP_TEST_CONVNET, 2, 2, 2, 1, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "transformer-k2t2")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 2, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "transformer-d2k2t2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 2, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "mismatch")) return child_mismatch();
     if (!strcmp(c, "header")) return child_header();
     fprintf(stderr, "unknown case %s\n", c);
@@ -272,11 +329,25 @@ int main(int argc, char **argv) {
     /* Open MPI refuses root unless told; tests in containers run as root. */
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    /* The tensor-parallel cases save a set of whole tensors here (the ranks share the folder). */
+    gp_scratch_init("test_pipeline_mpi");
+    setenv("GP_TEST_MPI_DIR", gp_scratch_dir(), 1);
+    static const char *const tp_cases[] = {"transformer-k2t2", "transformer-d2k2t2"};
+    for (int i = 0; i < 2; i++) {
+        char f[256];
+        snprintf(f, sizeof f, "tp-%s.safetensors.index.json", tp_cases[i]);
+        gp_scratch_remember(gp_scratch_path(f));
+        for (int k = 1; k <= 2; k++) {
+            snprintf(f, sizeof f, "tp-%s-%05d-of-00002.safetensors", tp_cases[i], k);
+            gp_scratch_remember(gp_scratch_path(f));
+        }
+    }
     static const struct {
         const char *name;
         int np;
-    } cases[] = {{"transformer-d1", 2}, {"convnet-d1", 2}, {"transformer-d2", 4},
-                 {"convnet-d2", 4},     {"mismatch", 3}};
+    } cases[] = {{"transformer-d1", 2}, {"convnet-d1", 2},        {"transformer-d2", 4},
+                 {"convnet-d2", 4},     {"transformer-k2t2", 4}, {"transformer-d2k2t2", 8},
+                 {"mismatch", 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char cmd[8192];
         snprintf(cmd, sizeof cmd,
@@ -303,5 +374,6 @@ int main(int argc, char **argv) {
     if (f) pclose(f);
     printf("case header (2 ranks): %d of 2 ranks passed\n", passed);
     CHECK_EQ_INT(passed, 2);
+    gp_scratch_cleanup();
     return gp_test_finish("test_pipeline_mpi");
 }

@@ -87,6 +87,7 @@ static int build(gp_cli_bench *b, gp_model **m, gp_optim_opts *oo, int *classes)
         const bool t2 = strcmp(b->workload, "T2") == 0;
         gp_transformer_config c = t2 ? t2_config() : gp_transformer_defaults();
         if (t2 && b->layers > 0) c.layers = b->layers;
+        if (t2 && b->d_ff > 0) c.d_ff = b->d_ff;
         if (b->batch == 0) b->batch = 32;
         if (gp_model_transformer(&c, m) != GP_OK)
             return gp_cli_fail("bench", t2 ? "T2 model" : "T1 model");
@@ -118,15 +119,16 @@ static int build(gp_cli_bench *b, gp_model **m, gp_optim_opts *oo, int *classes)
  * upper bound of what the K devices held at once together). */
 static int pipeline_memory(gp_cli_bench *b, const gp_pipeline *p) {
     memset(&b->mem, 0, sizeof b->mem);
-    for (int k = 0; k < b->stages; k++) {
+    const int T = gp_pipeline_tensor_parallel(p);
+    for (int w = 0; w < b->stages * T; w++) {
         gp_mem_stats st;
-        if (gp_pipeline_mem_stats(p, k, &st) != GP_OK)
+        if (gp_pipeline_mem_stats_shard(p, w / T, w % T, &st) != GP_OK)
             return gp_cli_fail("bench", "stage memory counters");
         for (int c = 0; c < GP_MEM_NCATEGORIES; c++) b->mem.peak[c] += st.peak[c];
         b->mem.peak_total += st.peak_total;
         b->mem.nallocs += st.nallocs;
         b->mem.limit = st.limit;
-        b->stage_mem[k] = st;
+        b->stage_mem[w] = st;
     }
     return GP_CLI_EXIT_OK;
 }
@@ -184,7 +186,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         b->step_bubble = calloc((size_t)b->steps, sizeof *b->step_bubble);
         b->step_bubble_sim = calloc((size_t)b->steps, sizeof *b->step_bubble_sim);
         b->step_bubble_replay = calloc((size_t)b->steps, sizeof *b->step_bubble_replay);
-        b->stage_mem = calloc((size_t)b->stages, sizeof *b->stage_mem);
+        b->ndevices = b->stages * (b->popts.tensor_parallel > 0 ? b->popts.tensor_parallel : 1);
+        b->stage_mem = calloc((size_t)b->ndevices, sizeof *b->stage_mem);
         b->last_stages = calloc((size_t)b->stages, sizeof *b->last_stages);
     }
     if (!b->step_seconds || !b->step_ceiling ||
@@ -241,6 +244,14 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         if (!b->bytes_p2p || !b->bytes_allreduce ||
             gp_pipeline_bytes_sent(pl, b->bytes_p2p, b->bytes_allreduce, W) != GP_OK) {
             rc = gp_cli_fail("bench", "bytes sent");
+            goto done;
+        }
+    }
+    if (pipelined && (b->place.launcher == GP_LAUNCHER_MPI || b->popts.tensor_parallel > 1)) {
+        const int W = b->place.launcher == GP_LAUNCHER_MPI ? b->place.nranks : b->ndevices;
+        b->bytes_tensor = calloc((size_t)W, sizeof *b->bytes_tensor);
+        if (!b->bytes_tensor || gp_pipeline_bytes_tensor(pl, b->bytes_tensor, W) != GP_OK) {
+            rc = gp_cli_fail("bench", "bytes given to the tensor axis");
             goto done;
         }
     }

@@ -224,13 +224,14 @@ int gp_cli_check_outputs(const char *cmd, const gp_cli_path *outs, int nout,
 
 /* ------------------------------------------------------------- pipeline */
 
-/* --stages, --schedule, --remat, --partition, --balance, --pin, shared by plan,
- * train and bench. */
+/* --stages, --schedule, --remat, --partition, --balance, --pin, --tensor-parallel, shared by
+ * plan, train and bench. */
 typedef struct gp_cli_pipeline_args {
     int stages;
     const char *schedule, *remat, *partition, *balance, *pin;
+    int tensor_parallel;
 } gp_cli_pipeline_args;
-enum { GP_CLI_PIPELINE_NOPTS = 6 };
+enum { GP_CLI_PIPELINE_NOPTS = 7 };
 /* The table entries, in that order, writing into a; --stages shows
  * stages_default. */
 void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipeline_args *a,
@@ -242,8 +243,8 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
                             int64_t batch, uint64_t memory_limit, gp_pipeline_opts *po,
                             int **first);
-/* Adds "pipeline": {stages, micro_batches, schedule, remat, partition,
- * partition_source, stage_peak_bytes: [{stage, <category>: n, total}],
+/* Adds "pipeline": {stages, tensor_parallel, micro_batches, schedule, remat, partition,
+ * partition_source, stage_peak_bytes: [{stage, shard, <category>: n, total}],
  * busy_fraction, bubble_measured, bubble_theory, bubble_simulated, step_s}
  * to a train report; the last five are of the last step. */
 void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t);
@@ -266,14 +267,17 @@ enum { GP_CLI_MPI_NOPTS = 3 };
 void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a);
 /* Chooses the launcher (MPI when mpirun or srun started the process and MPI was built, or
  * --launcher), checks the combination, and for MPI initializes it and checks that the launch
- * has D x K ranks (a usage error, printed by rank 0, before any work); ranks other than 0 then
- * write nothing to stdout. Returns an exit status. */
+ * has D x K x T ranks (a usage error, printed by rank 0, before any work); ranks other than 0
+ * then write nothing to stdout. Returns an exit status. */
 int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi_args *a, int K,
-                       gp_cli_mpi_place *out);
+                       int T, gp_cli_mpi_place *out);
 /* Copies the launcher, D and the timeout into po. */
 void gp_cli_mpi_apply(const gp_cli_mpi_place *pl, gp_pipeline_opts *po);
-/* Adds "bytes_sent_last_step": [{rank, stage, replica, p2p, allreduce}] (empty on threads):
- * what each rank handed to MPI in the last step (gp_pipeline_bytes_sent). */
+/* Adds "bytes_sent_last_step": [{rank, stage, shard, replica, p2p, allreduce, tensor}]: what
+ * each rank handed to MPI in the last step on each mesh axis (gp_pipeline_bytes_sent and
+ * gp_pipeline_bytes_tensor: point-to-point along the pipeline, the data-parallel all-reduce, the
+ * tensor axis's collectives); on threads one entry per stage shard with its tensor bytes only
+ * (the others are not counted there), empty with T = 1. */
 void gp_cli_comm_report(cJSON *obj, const gp_pipeline *p, const gp_cli_mpi_place *pl);
 
 /* ---------------------------------------------------------------- bench */
@@ -284,6 +288,7 @@ typedef struct gp_cli_bench {
     const char *workload;
     int steps, warmup, batch; /* batch 0: the workload's own */
     int layers;               /* T2: Transformer blocks, 0: the workload's 32 */
+    int d_ff;                 /* T2: the MLP's width, 0: the workload's 1024 */
     uint64_t seed;
     bool quiet;
     /* T2 only: stages 0 trains one stage on one device with popts.micro_batches;
@@ -306,9 +311,11 @@ typedef struct gp_cli_bench {
     double *step_bubble_replay; /* the simulator replaying each timed step's actions, owned */
     gp_pipeline_stats last;  /* of the last timed step */
     gp_stage_stats *last_stages; /* (stages) of the last timed step, owned */
-    gp_mem_stats *stage_mem; /* (stages) each stage device's counters, owned */
+    gp_mem_stats *stage_mem; /* (stages x T) each stage shard device's counters, owned */
     gp_cli_mpi_place place;  /* MPI: where this rank runs */
     uint64_t *bytes_p2p, *bytes_allreduce; /* (ranks) sent in the last step, owned (MPI) */
+    uint64_t *bytes_tensor; /* (devices, mesh order) given to the tensor axis, owned (T > 1) */
+    int ndevices;           /* entries of bytes_tensor and stage_mem: K x T */
     uint64_t *rss_peak;  /* (ranks) each process's peak resident set (getrusage), owned */
     int nranks;          /* entries of rss_peak */
 } gp_cli_bench;

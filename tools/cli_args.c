@@ -43,10 +43,10 @@ int gp_cli_max_threads(void) {
     return n > 0 && n < INT_MAX ? (int)n : 1;
 }
 
-int gp_cli_device_threads(int requested, int stages, bool mpi) {
+int gp_cli_device_threads(int requested, int devices, bool mpi) {
     if (requested > 0) return requested;
     if (mpi) return 1;
-    const int cores = gp_cli_max_threads(), k = stages > 1 ? stages : 1;
+    const int cores = gp_cli_max_threads(), k = devices > 1 ? devices : 1;
     return cores / k > 1 ? cores / k : 1;
 }
 

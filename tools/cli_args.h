@@ -63,9 +63,9 @@ int gp_cli_usage_error(const char *cmd, const char *fmt, ...)
  * affinity, as nproc counts them). More would only contend for them. */
 int gp_cli_max_threads(void);
 /* Threads of each CPU device: `requested` (--threads) when > 0, else the cores this process may
- * use for one device (K = 1 on threads), their share for K stage devices (at least 1 each), and
- * 1 for an MPI rank (ranks are bound one per core as a rule). */
-int gp_cli_device_threads(int requested, int stages, bool mpi);
+ * use for one device, their share for `devices` devices (K stages x T shards; at least 1 each),
+ * and 1 for an MPI rank (ranks are bound one per core as a rule). */
+int gp_cli_device_threads(int requested, int devices, bool mpi);
 
 /* Parses a byte count such as "512M", "1.5GiB" or "1000000"; the suffixes
  * are binary (K = KiB = 1024). Returns false on anything else. */

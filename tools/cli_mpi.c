@@ -1,6 +1,6 @@
 /* The launcher options shared by `gpipe train` and `gpipe bench` (--launcher, --data-parallel,
  * --comm-timeout): the stages run as MPI processes when an MPI launcher (mpirun, srun) started
- * the process, as threads otherwise; the launch is checked against D x K before any work; ranks
+ * the process, as threads otherwise; the launch is checked against D x K x T before any work; ranks
  * other than 0 stay silent on stdout (their errors still reach stderr). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +25,7 @@ void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a) {
 }
 
 int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi_args *a, int K,
-                       gp_cli_mpi_place *out) {
+                       int T, gp_cli_mpi_place *out) {
     int launched_size = 1;
     bool launched = gp_mpi_launched(&launched_size);
     bool seen_launcher = gp_cli_seen(tab, n, "--launcher");
@@ -53,8 +53,15 @@ int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi
     out->data_parallel = gp_cli_seen(tab, n, "--data-parallel") ? a->data_parallel : 1;
     if (gp_mpi_init(&out->rank, &out->nranks) != GP_OK)
         return gp_cli_fail(cmd, "--launcher mpi: cannot initialize MPI");
-    int need = out->data_parallel * K;
+    int need = out->data_parallel * K * T;
     if (out->nranks != need && out->rank != 0) return GP_CLI_EXIT_USAGE; /* rank 0 says why */
+    if (out->nranks != need && T > 1)
+        return gp_cli_usage_error(cmd,
+                                  "launched with %d MPI rank%s, but --data-parallel %d x --stages "
+                                  "%d x --tensor-parallel %d needs D x K x T = %d ranks (one per "
+                                  "replica, stage and shard): start mpirun -np %d",
+                                  out->nranks, out->nranks == 1 ? "" : "s", out->data_parallel, K,
+                                  T, need, need);
     if (out->nranks != need)
         return gp_cli_usage_error(cmd,
                                   "launched with %d MPI rank%s, but --data-parallel %d x --stages "
@@ -76,20 +83,29 @@ void gp_cli_mpi_apply(const gp_cli_mpi_place *pl, gp_pipeline_opts *po) {
 
 void gp_cli_comm_report(cJSON *obj, const gp_pipeline *p, const gp_cli_mpi_place *pl) {
     cJSON *arr = cJSON_AddArrayToObject(obj, "bytes_sent_last_step");
-    int W = pl->nranks;
+    const int K = gp_pipeline_stages(p), T = gp_pipeline_tensor_parallel(p);
+    const bool mpi = pl->launcher == GP_LAUNCHER_MPI;
+    const int W = mpi ? pl->nranks : K * T; /* devices, mesh order */
     uint64_t *p2p = calloc((size_t)W, sizeof *p2p), *ar = calloc((size_t)W, sizeof *ar);
-    if (p2p && ar && gp_pipeline_bytes_sent(p, p2p, ar, W) == GP_OK && pl->launcher == GP_LAUNCHER_MPI) {
-        int K = gp_pipeline_stages(p);
+    uint64_t *tb = calloc((size_t)W, sizeof *tb);
+    if (p2p && ar && tb && (mpi || T > 1) &&
+        gp_pipeline_bytes_sent(p, p2p, ar, W) == GP_OK &&
+        gp_pipeline_bytes_tensor(p, tb, W) == GP_OK) {
         for (int r = 0; r < W; r++) {
             cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "rank", r);
-            cJSON_AddNumberToObject(e, "stage", r % K);
-            cJSON_AddNumberToObject(e, "replica", r / K);
-            gp_cli_report_u64(e, "p2p", p2p[r]);
-            gp_cli_report_u64(e, "allreduce", ar[r]);
+            if (mpi) cJSON_AddNumberToObject(e, "rank", r);
+            cJSON_AddNumberToObject(e, "stage", r / T % K);
+            cJSON_AddNumberToObject(e, "shard", r % T);
+            cJSON_AddNumberToObject(e, "replica", r / (K * T));
+            if (mpi) {
+                gp_cli_report_u64(e, "p2p", p2p[r]);
+                gp_cli_report_u64(e, "allreduce", ar[r]);
+            }
+            gp_cli_report_u64(e, "tensor", tb[r]);
             cJSON_AddItemToArray(arr, e);
         }
     }
     free(p2p);
     free(ar);
+    free(tb);
 }

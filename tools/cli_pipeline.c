@@ -1,5 +1,5 @@
 /* Pipeline options shared by `gpipe plan` and `gpipe train` (--stages,
- * --schedule, --remat, --partition): one set of table entries and one
+ * --schedule, --remat, --partition, --tensor-parallel): one set of table entries and one
  * translation into gp_pipeline_opts, so the two commands agree; and, for
  * train, the report's `pipeline` object, the summary lines and the last step's
  * --trace / --timeline files. */
@@ -30,6 +30,9 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
         {"--pin", GP_CLI_CHOICE, &a->pin, "auto|off",
          "auto: stage k's thread on core k when there are >= K cores", "auto", 0, false,
          "auto|off", false},
+        {"--tensor-parallel", GP_CLI_INT, &a->tensor_parallel, "T",
+         "split each stage's layers over T devices (heads, d_ff, vocabulary)", "1", 1, false,
+         NULL, false},
     };
     memcpy(out, tab, sizeof tab);
 }
@@ -72,6 +75,7 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
         .batch = batch,
         .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST,
         .no_pinning = a->pin && strcmp(a->pin, "off") == 0,
+        .tensor_parallel = a->tensor_parallel > 0 ? a->tensor_parallel : 1,
     };
     return GP_CLI_EXIT_OK;
 }
@@ -80,6 +84,7 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON *pl = cJSON_AddObjectToObject(root, "pipeline");
     const gp_pipeline_opts *po = &t->popts;
     cJSON_AddNumberToObject(pl, "stages", po->stages);
+    cJSON_AddNumberToObject(pl, "tensor_parallel", po->tensor_parallel > 0 ? po->tensor_parallel : 1);
     cJSON_AddNumberToObject(pl, "micro_batches", po->micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(po->schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(po->remat));
@@ -108,17 +113,20 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     if (have) cJSON_AddBoolToObject(pl, "pinned", ps.pinned);
     else cJSON_AddNullToObject(pl, "pinned");
     cJSON *stages = cJSON_AddArrayToObject(pl, "stage_peak_bytes");
-    for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++) {
-        gp_mem_stats st;
-        cJSON *s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "stage", k);
-        if (gp_pipeline_mem_stats(t->pipeline, k, &st) == GP_OK) {
-            for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
-                gp_cli_report_u64(s, gp_mem_category_name((gp_mem_category)c), st.peak[c]);
-            gp_cli_report_u64(s, "total", st.peak_total);
+    const int T = t->pipeline ? gp_pipeline_tensor_parallel(t->pipeline) : 1;
+    for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++)
+        for (int sh = 0; sh < T; sh++) {
+            gp_mem_stats st;
+            cJSON *s = cJSON_CreateObject();
+            cJSON_AddNumberToObject(s, "stage", k);
+            cJSON_AddNumberToObject(s, "shard", sh);
+            if (gp_pipeline_mem_stats_shard(t->pipeline, k, sh, &st) == GP_OK) {
+                for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
+                    gp_cli_report_u64(s, gp_mem_category_name((gp_mem_category)c), st.peak[c]);
+                gp_cli_report_u64(s, "total", st.peak_total);
+            }
+            cJSON_AddItemToArray(stages, s);
         }
-        cJSON_AddItemToArray(stages, s);
-    }
     if (!have) {
         const char *keys[] = {"busy_fraction", "bubble_measured", "bubble_theory",
                               "bubble_simulated", "step_s", "bubble_replayed"};
@@ -141,15 +149,21 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
 void gp_cli_pipeline_summary(const gp_cli_train *t) {
     char mem[32];
     if (t->stages == 0) return; /* one device: its memory is the summary's */
-    for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++) {
-        gp_mem_stats st;
-        if (gp_pipeline_mem_stats(t->pipeline, k, &st) != GP_OK) continue;
-        printf("stage %d peak %s (", k, gp_cli_fmt_bytes(st.peak_total, mem, sizeof mem));
-        for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
-            printf("%s%s %s", c ? ", " : "", gp_mem_category_name((gp_mem_category)c),
-                   gp_cli_fmt_bytes(st.peak[c], mem, sizeof mem));
-        printf(")\n");
-    }
+    const int T = t->pipeline ? gp_pipeline_tensor_parallel(t->pipeline) : 1;
+    for (int k = 0; t->pipeline && k < gp_pipeline_stages(t->pipeline); k++)
+        for (int sh = 0; sh < T; sh++) {
+            gp_mem_stats st;
+            if (gp_pipeline_mem_stats_shard(t->pipeline, k, sh, &st) != GP_OK) continue;
+            if (T > 1)
+                printf("stage %d shard %d peak %s (", k, sh,
+                       gp_cli_fmt_bytes(st.peak_total, mem, sizeof mem));
+            else
+                printf("stage %d peak %s (", k, gp_cli_fmt_bytes(st.peak_total, mem, sizeof mem));
+            for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
+                printf("%s%s %s", c ? ", " : "", gp_mem_category_name((gp_mem_category)c),
+                       gp_cli_fmt_bytes(st.peak[c], mem, sizeof mem));
+            printf(")\n");
+        }
     gp_pipeline_stats ps;
     if (t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps, NULL) == GP_OK)
         printf("bubble of the last step (%.3fs): measured %.1f%%, theory (K-1)/(M+K-1) %.1f%%, "

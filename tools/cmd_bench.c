@@ -10,7 +10,7 @@
 
 typedef struct bench_opts {
     const char *workload, *report;
-    int threads, steps, warmup, batch, micro_batches, layers;
+    int threads, steps, warmup, batch, micro_batches, layers, d_ff;
     uint64_t memory_limit;
     uint64_t seed;
     bool quiet;
@@ -19,11 +19,12 @@ typedef struct bench_opts {
     gp_cli_mpi_place place;
 } bench_opts;
 
-enum { NOPTS = 20 };
+enum { NOPTS = 22 };
 /* The options only T2 takes. */
-static const char *const t2_only[] = {"--stages", "--micro-batches", "--schedule", "--remat",
-                                      "--balance",  "--pin",           "--layers",   "--memory-limit",
-                                      "--data-parallel", "--comm-timeout"};
+static const char *const t2_only[] = {"--stages",          "--micro-batches", "--schedule",
+                                      "--remat",           "--balance",       "--pin",
+                                      "--layers",          "--d-ff",          "--memory-limit",
+                                      "--data-parallel",   "--comm-timeout",  "--tensor-parallel"};
 
 static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     gp_cli_opt tab[] = {
@@ -58,6 +59,9 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     t[n++] = (gp_cli_opt){"--layers", GP_CLI_INT, &o->layers, "N",
                           "T2: Transformer blocks (the memory table varies them)", "32", 1, false,
                           NULL, false};
+    t[n++] = (gp_cli_opt){"--d-ff", GP_CLI_INT, &o->d_ff, "N",
+                          "T2: the MLP's width (the width table grows it)", "1024", 1, false, NULL,
+                          false};
     t[n++] = (gp_cli_opt){"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
                           "T2 with --stages: each stage device's limit (K M G, KiB MiB GiB)",
                           "none", 0, false, NULL, false};
@@ -99,7 +103,9 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "it (with K stages of T threads: K times the T-thread ceiling).\n"
            "Under mpirun, T2 runs over MPI: one stage per rank, D x K ranks with\n"
            "--data-parallel D (ceiling: ranks times the T-thread sgemm); rank 0 reports,\n"
-           "with the bytes each rank sent in the last step.\n\n"
+           "with the bytes each rank sent in the last step on each mesh axis.\n"
+           "T2 with --tensor-parallel T splits each stage's layers over T devices (threads or\n"
+           "ranks: D x K x T), --threads threads each.\n\n"
            "Options:\n");
     gp_cli_print_options(tab, n, stdout);
     printf("\nExit status: 0 success, 1 runtime failure, 2 bad usage.\n");
@@ -184,6 +190,7 @@ static void free_bench(gp_cli_bench *b) {
     free(b->rss_peak);
     free(b->bytes_p2p);
     free(b->bytes_allreduce);
+    free(b->bytes_tensor);
 }
 
 /* "pipeline": {stages, micro_batches, schedule, remat, partition,
@@ -193,21 +200,30 @@ static void free_bench(gp_cli_bench *b) {
 static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
     cJSON *pl = cJSON_AddObjectToObject(r, "pipeline");
     const int K = b->stages;
+    const int T = b->popts.tensor_parallel > 0 ? b->popts.tensor_parallel : 1;
     cJSON_AddNumberToObject(pl, "stages", K);
+    cJSON_AddNumberToObject(pl, "tensor_parallel", T);
     cJSON_AddNumberToObject(pl, "micro_batches", b->popts.micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(b->popts.schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(b->popts.remat));
     cJSON_AddStringToObject(pl, "launcher", gp_launcher_name(b->place.launcher));
     cJSON_AddNumberToObject(pl, "data_parallel", b->place.data_parallel);
     cJSON_AddNumberToObject(pl, "ranks", b->place.nranks);
+    /* Per device in mesh order: under MPI every rank's bytes on each axis; on threads the
+     * tensor axis's only (the others are not counted there). */
     cJSON *bytes = cJSON_AddArrayToObject(pl, "bytes_sent_last_step");
-    for (int r = 0; b->bytes_p2p && r < b->place.nranks; r++) {
+    const int W = b->bytes_p2p ? b->place.nranks : b->bytes_tensor ? b->ndevices : 0;
+    for (int r = 0; r < W; r++) {
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "rank", r);
-        cJSON_AddNumberToObject(e, "stage", r % K);
-        cJSON_AddNumberToObject(e, "replica", r / K);
-        gp_cli_report_u64(e, "p2p", b->bytes_p2p[r]);
-        gp_cli_report_u64(e, "allreduce", b->bytes_allreduce[r]);
+        if (b->bytes_p2p) cJSON_AddNumberToObject(e, "rank", r);
+        cJSON_AddNumberToObject(e, "stage", r / T % K);
+        cJSON_AddNumberToObject(e, "shard", r % T);
+        cJSON_AddNumberToObject(e, "replica", r / (K * T));
+        if (b->bytes_p2p) {
+            gp_cli_report_u64(e, "p2p", b->bytes_p2p[r]);
+            gp_cli_report_u64(e, "allreduce", b->bytes_allreduce[r]);
+        }
+        gp_cli_report_u64(e, "tensor", b->bytes_tensor ? b->bytes_tensor[r] : 0);
         cJSON_AddItemToArray(bytes, e);
     }
     cJSON *part = cJSON_AddArrayToObject(pl, "partition");
@@ -217,12 +233,13 @@ static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
         cJSON_AddItemToArray(part, cJSON_CreateNumber(b->last_stages[k].first_layer));
         cJSON_AddItemToArray(busy, cJSON_CreateNumber(b->last_stages[k].busy_fraction));
     }
-    for (int k = 0; k < K; k++) {
+    for (int w = 0; w < K * T; w++) {
         cJSON *s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "stage", k);
+        cJSON_AddNumberToObject(s, "stage", w / T);
+        cJSON_AddNumberToObject(s, "shard", w % T);
         for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
-            gp_cli_report_u64(s, gp_mem_category_name((gp_mem_category)c), b->stage_mem[k].peak[c]);
-        gp_cli_report_u64(s, "total", b->stage_mem[k].peak_total);
+            gp_cli_report_u64(s, gp_mem_category_name((gp_mem_category)c), b->stage_mem[w].peak[c]);
+        gp_cli_report_u64(s, "total", b->stage_mem[w].peak_total);
         cJSON_AddItemToArray(peak, s);
     }
     cJSON_AddBoolToObject(pl, "pinned", b->last.pinned);
@@ -248,7 +265,8 @@ static int run_training(const bench_opts *o, cJSON *r) {
                       .quiet = o->quiet || o->place.rank != 0,
                       .stages = o->pa.stages,
                       .threads = o->threads,
-                      .layers = o->layers};
+                      .layers = o->layers,
+                      .d_ff = o->d_ff};
     int *first = NULL;
     /* The batch (the workload's own when 0) is set into popts by gp_cli_bench_train. */
     int rc = gp_cli_pipeline_resolve("bench", &o->pa, o->micro_batches > 0 ? o->micro_batches : 1,
@@ -268,9 +286,10 @@ static int run_training(const bench_opts *o, cJSON *r) {
         free_bench(&b);
         return rc;
     }
-    /* K stages of T threads each: their ceiling is K times the T-thread sgemm measured after
-     * each step. */
-    const double cores = b.stages > 0 ? b.stages * b.place.data_parallel : 1;
+    /* K x T stage shards (x D replicas), each a device of T threads: their ceiling is that many
+     * times the T-thread sgemm measured after each step. */
+    const double cores =
+        b.stages > 0 ? (double)b.stages * b.place.data_parallel * b.popts.tensor_parallel : 1;
     for (int i = 0; i < b.steps; i++) {
         b.step_ceiling[i] *= cores;
         ratio[i] = b.flops_per_step / b.step_seconds[i] / 1e9 / b.step_ceiling[i];
@@ -305,7 +324,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
     if (strcmp(o->workload, "T2") == 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",
-                                b.stages > 0 ? "stages x 2048^3 sgemm on a stage's threads"
+                                b.stages > 0 ? "devices (D x K x T) x 2048^3 sgemm on a device's threads"
                                              : "2048^3 sgemm on the device's threads");
         if (b.stages > 0)
             report_pipeline(r, &b);
@@ -328,9 +347,10 @@ static int run_training(const bench_opts *o, cJSON *r) {
     printf("  peak memory %s%s\n", gp_cli_fmt_bytes(b.mem.peak_total, mem, sizeof mem),
            b.stages > 0 ? " (stage peaks summed)" : "");
     if (b.stages > 0)
-        printf("  pipeline K=%d M=%d %s remat %s: bubble measured %.3f, theory %.3f, simulated "
-               "%.3f, replayed %.3f (medians)\n",
-               b.stages, b.popts.micro_batches, gp_schedule_kind_name(b.popts.schedule),
+        printf("  pipeline K=%d T=%d M=%d %s remat %s: bubble measured %.3f, theory %.3f, "
+               "simulated %.3f, replayed %.3f (medians)\n",
+               b.stages, b.popts.tensor_parallel, b.popts.micro_batches,
+               gp_schedule_kind_name(b.popts.schedule),
                gp_remat_name(b.popts.remat), gp_cli_median(b.step_bubble, b.steps),
                b.last.bubble_theory, gp_cli_median(b.step_bubble_sim, b.steps),
                gp_cli_median(b.step_bubble_replay, b.steps));
@@ -355,7 +375,9 @@ int gp_cli_bench_main(int argc, char **argv) {
         if (!t2 && gp_cli_seen(tab, n, t2_only[i]))
             return gp_cli_usage_error("bench", "%s: only for --workload T2 (got %s)", t2_only[i],
                                       o.workload);
-    if (!gp_cli_seen(tab, n, "--stages")) {
+    const int T = gp_cli_seen(tab, n, "--tensor-parallel") ? o.pa.tensor_parallel : 1;
+    if (T > 1 && !gp_cli_seen(tab, n, "--stages")) o.pa.stages = 1; /* T devices: a pipeline */
+    if (!gp_cli_seen(tab, n, "--stages") && T == 1) {
         if (gp_cli_seen(tab, n, "--schedule"))
             return gp_cli_usage_error("bench", "--schedule: only with --stages (one device runs "
                                                "its micro-batches one after another)");
@@ -365,7 +387,8 @@ int gp_cli_bench_main(int argc, char **argv) {
                 return gp_cli_usage_error("bench", "%s: only with --stages", name);
         }
     }
-    rc = gp_cli_mpi_resolve("bench", tab, n, &o.mpi, o.pa.stages > 0 ? o.pa.stages : 1, &o.place);
+    rc = gp_cli_mpi_resolve("bench", tab, n, &o.mpi, o.pa.stages > 0 ? o.pa.stages : 1, T,
+                            &o.place);
     if (rc != GP_CLI_EXIT_OK) return rc;
     if (o.place.launcher == GP_LAUNCHER_MPI && (!t2 || o.pa.stages < 1))
         return gp_cli_usage_error("bench", "the MPI launcher: only for --workload T2 with --stages K");
@@ -374,7 +397,7 @@ int gp_cli_bench_main(int argc, char **argv) {
                                   o.place.data_parallel);
     if (gp_cli_seen(tab, n, "--batch") && strcmp(o.workload, "G1") == 0)
         return gp_cli_usage_error("bench", "--batch: only for T1 and C1 (G1 has fixed shapes)");
-    o.threads = gp_cli_device_threads(o.threads, o.pa.stages,
+    o.threads = gp_cli_device_threads(o.threads, (o.pa.stages > 0 ? o.pa.stages : 1) * T,
                                       o.place.launcher == GP_LAUNCHER_MPI);
     double t0 = gp_cli_now();
     printf("gpipe bench %s: %d thread(s)%s, BLAS core %s, %d timed after %d warm-up\n",

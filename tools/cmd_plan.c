@@ -10,13 +10,13 @@
 
 typedef struct plan_opts {
     const char *model, *optimizer, *report;
-    gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
-    int micro_batches, batch;
+    gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition --tensor-parallel */
+    int micro_batches, batch, data_parallel;
     uint64_t memory_limit;
-    double gflops;
+    double gflops, bandwidth;
 } plan_opts;
 
-enum { NOPTS = 12 };
+enum { NOPTS = 15 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -35,6 +35,13 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
         pipe[2], /* --remat */
         pipe[3], /* --partition */
         pipe[4], /* --balance */
+        pipe[6], /* --tensor-parallel */
+        {"--data-parallel", GP_CLI_INT, &o->data_parallel, "D",
+         "replicas, each on its slice of the batch (a gradient all-reduce)", "1", 1, false, NULL,
+         false},
+        {"--bandwidth", GP_CLI_FLOAT, &o->bandwidth, "GB/S",
+         "links the collectives cross, to time them (0: count bytes only)", "10", 0, false, NULL,
+         false},
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "per-device bytes no cell may exceed (512M, 2GiB...)", "none", 0, false,
          NULL, false},
@@ -63,7 +70,15 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "busy time per step (with recomputation), and bytes of parameters, gradients,\n"
            "optimizer state, peak activations and their total; then the predicted step time\n"
            "and the bubble beside (K-1)/(M+K-1). Times assume the --gflops rate; transient\n"
-           "buffers and the optimizer step are not modelled.\n\nOptions:\n");
+           "buffers and the optimizer step are not modelled.\n\n"
+           "On a mesh of D x K x T devices (--data-parallel D, --tensor-parallel T) every row is\n"
+           "one device's: its shard of the stage's layers (split Transformer blocks, embedding\n"
+           "and vocabulary head; the rest replicated) on its replica's slice of the batch, with\n"
+           "the bytes it gives per step to each mesh axis: the tensor axis's all-reduces (two\n"
+           "per block forward, two backward, two more per recomputed forward), the activations\n"
+           "and gradients to the neighbouring stages, and its gradients to the replicas'\n"
+           "all-reduce; at --bandwidth their ring all-reduce time, 2 (n - 1) / n of the bytes\n"
+           "each way, joins the step time.\n\nOptions:\n");
     gp_cli_print_options(tab, n, stdout);
     printf("\nExit status: 0 success, 1 impossible plan or runtime failure, 2 bad usage.\n");
 }
@@ -79,7 +94,7 @@ static const char *fmt_time(double s, char *buf, size_t n) {
     return buf;
 }
 
-static void print_plan(const gp_plan *p) {
+static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_example) {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
     printf("%5s  %-9s %11s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers", "parameters",
            "time/mb", "busy/step", "params", "grads", "optimizer", "peak act", "total");
@@ -98,8 +113,25 @@ static void print_plan(const gp_plan *p) {
     uint64_t worst = 0;
     for (int k = 0; k < p->stages; k++)
         if (p->cells[k].total_bytes > worst) worst = p->cells[k].total_bytes;
+    if (p->tensor_parallel > 1 || p->data_parallel > 1 || p->stages > 1) {
+        printf("bytes per step per device on each mesh axis:\n%5s  %14s %14s %14s\n", "stage",
+               "tensor", "pipeline", "data");
+        for (int k = 0; k < p->stages; k++)
+            printf("%5d  %14llu %14llu %14llu\n", k,
+                   (unsigned long long)p->cells[k].tensor_bytes,
+                   (unsigned long long)p->cells[k].pipe_bytes,
+                   (unsigned long long)p->cells[k].data_bytes);
+    }
     printf("predicted step %s; bubble %.4f simulated, (K-1)/(M+K-1) = %.4f\n",
            fmt_time(p->step_s, a, sizeof a), p->bubble_simulated, p->bubble_theory);
+    const double ex_s = p->step_s > 0 ? (double)p->batch / p->step_s : 0.0;
+    if (p->tensor_parallel > 1 || p->data_parallel > 1)
+        printf("of it collectives %s at %g GB/s\n", fmt_time(p->comm_s, b, sizeof b), bandwidth);
+    if (tokens_per_example > 0)
+        printf("predicted %.0f tokens/s (%.2f sequences/s)\n", ex_s * (double)tokens_per_example,
+               ex_s);
+    else
+        printf("predicted %.1f examples/s\n", ex_s);
     printf("largest cell %s", gp_cli_fmt_bytes(worst, b, sizeof b));
     if (p->memory_limit)
         printf(" of the %s per-device limit\n", gp_cli_fmt_bytes(p->memory_limit, c, sizeof c));
@@ -123,6 +155,9 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
     if (measured) cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
     cJSON *pl = cJSON_AddObjectToObject(r, "pipeline");
     cJSON_AddNumberToObject(pl, "stages", p->stages);
+    cJSON_AddNumberToObject(pl, "tensor_parallel", p->tensor_parallel);
+    cJSON_AddNumberToObject(pl, "data_parallel", p->data_parallel);
+    cJSON_AddNumberToObject(pl, "link_gbytes_per_s", o->bandwidth);
     cJSON_AddNumberToObject(pl, "micro_batches", p->micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(p->schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(p->remat));
@@ -152,16 +187,21 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
         gp_cli_report_u64(bytes, "optimizer_state", x->optim_bytes);
         gp_cli_report_u64(bytes, "activations", x->peak_act_bytes);
         gp_cli_report_u64(bytes, "total", x->total_bytes);
+        cJSON *axis = cJSON_AddObjectToObject(c, "bytes_per_step");
+        gp_cli_report_u64(axis, "tensor", x->tensor_bytes);
+        gp_cli_report_u64(axis, "pipeline", x->pipe_bytes);
+        gp_cli_report_u64(axis, "data", x->data_bytes);
         cJSON_AddItemToArray(cells, c);
     }
     cJSON_AddNumberToObject(pl, "step_s", p->step_s);
+    cJSON_AddNumberToObject(pl, "comm_s", p->comm_s);
     cJSON_AddNumberToObject(pl, "bubble_simulated", p->bubble_simulated);
     cJSON_AddNumberToObject(pl, "bubble_theory", p->bubble_theory);
     return r;
 }
 
 int gp_cli_plan_main(int argc, char **argv) {
-    plan_opts o = {.pipe.stages = 1, .micro_batches = 1};
+    plan_opts o = {.pipe.stages = 1, .micro_batches = 1, .data_parallel = 1, .bandwidth = 10};
     gp_cli_opt tab[NOPTS];
     int n = make_table(tab, &o);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "plan");
@@ -199,6 +239,14 @@ int gp_cli_plan_main(int argc, char **argv) {
         goto done;
     }
     if (!o.optimizer) o.optimizer = lm ? "adamw" : "sgd";
+    po.data_parallel = o.data_parallel;
+    po.link_gbytes_per_s = o.bandwidth;
+    if (o.batch % (o.micro_batches * o.data_parallel) != 0) {
+        rc = gp_cli_usage_error("plan", "--batch %d: must divide by --data-parallel %d x "
+                                        "--micro-batches %d",
+                                o.batch, o.data_parallel, o.micro_batches);
+        goto done;
+    }
     gp_optim_opts oo = strcmp(o.optimizer, "adamw") == 0 ? gp_adamw_defaults(3e-4f, 0.01f)
                                                           : gp_sgd_defaults(0.05f, 0.9f);
     const bool by_time = po.balance == GP_BALANCE_TIME;
@@ -211,10 +259,10 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (by_time) {
         const int L = gp_model_nlayers(m);
         printf("profiling each of the %d layers' forward and backward (micro-batch %d, one "
-               "thread)...\n", L, o.batch / o.micro_batches);
+               "thread)...\n", L, o.batch / (o.micro_batches * o.data_parallel));
         fflush(stdout);
         times = calloc(2 * (size_t)L, sizeof *times);
-        if (!times || gp_model_profile_layers(m, o.batch / o.micro_batches, 0, times) != GP_OK) {
+        if (!times || gp_model_profile_layers(m, o.batch / (o.micro_batches * o.data_parallel), 0, times) != GP_OK) {
             rc = times ? gp_cli_fail("plan", "--balance time") : gp_cli_fail("plan", "out of memory");
             free(times);
             goto done;
@@ -246,6 +294,10 @@ int gp_cli_plan_main(int argc, char **argv) {
            "%lld\n",
            o.model, gp_model_nlayers(m), (long long)gp_model_nparams(m), o.batch,
            o.micro_batches, o.micro_batches == 1 ? "" : "es", (long long)p.micro_batch_size);
+    if (p.tensor_parallel > 1 || p.data_parallel > 1)
+        printf("mesh D x K x T = %d x %d x %d devices: every row is one device's (a shard's "
+               "layers on its replica's slice)\n",
+               p.data_parallel, p.stages, p.tensor_parallel);
     printf("K = %d stages, schedule %s, remat %s, optimizer %s; %s\n", p.stages,
            gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
            first ? "partition given" : by_time ? "cells balanced by measured time" : "cells balanced by FLOPs");
@@ -254,7 +306,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     else
         printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
                measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");
-    print_plan(&p);
+    print_plan(&p, o.bandwidth, lm ? gp_model_example_shape(m).dim[0] : 0);
     fflush(stdout);
     if (o.report) {
         r = build_report(&o, m, &p, measure);

@@ -30,7 +30,7 @@ typedef struct train_opts {
     bool resume;
 } train_opts;
 
-enum { NOPTS = 56 }; /* room for the table below; table_len counts it */
+enum { NOPTS = 58 }; /* room for the table below; table_len counts it */
 
 static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS], mpi[GP_CLI_MPI_NOPTS];
@@ -58,6 +58,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         pipe[3], /* --partition */
         pipe[4], /* --balance */
         pipe[5], /* --pin */
+        pipe[6], /* --tensor-parallel */
         mpi[0],  /* --launcher */
         mpi[1],  /* --data-parallel */
         mpi[2],  /* --comm-timeout */
@@ -170,6 +171,12 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "rank. D = 1 gives the threads launcher's parameters bit for bit. A rank that fails\n"
            "or stops answering for --comm-timeout seconds stops every rank with a message\n"
            "naming it, the action waited on and the peer.\n\n"
+           "With --tensor-parallel T each stage's layers are split over T devices (threads,\n"
+           "or ranks: D x K x T under MPI, world rank r = shard r %% T of stage r / T %% K of\n"
+           "replica r / (K T)): Transformer blocks by heads and d_ff, the embedding and the\n"
+           "vocabulary head by vocabulary (a softmax cross-entropy that never gathers the\n"
+           "logits), the rest replicated; two all-reduces per block forward, two backward.\n"
+           "Same bits for every K at a fixed T; across T equal to rounding.\n\n"
            "With --checkpoint-dir the run writes safetensors checkpoints (parameters,\n"
            "optimizer state, step, model config and options); --resume continues from the\n"
            "newest with the same model and options, on any number of --stages, to the same\n"
@@ -208,16 +215,18 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   "but --model %s is a classifier",
                                   o->model);
     const int K = SEEN("--stages") ? o->pipe.stages : 1;
-    int rc0 = gp_cli_mpi_resolve("train", tab, n, &o->mpi, K, &t->place);
+    const int T = SEEN("--tensor-parallel") ? o->pipe.tensor_parallel : 1;
+    int rc0 = gp_cli_mpi_resolve("train", tab, n, &o->mpi, K, T, &t->place);
     if (rc0 != GP_CLI_EXIT_OK) return rc0;
     const bool mpi = t->place.launcher == GP_LAUNCHER_MPI;
-    if (!SEEN("--stages") && !mpi)
+    const bool mesh = mpi || T > 1; /* more than one device: always a pipeline */
+    if (!SEEN("--stages") && !mesh)
         for (int i = 0; i < 7; i++) {
             const char *name = (const char *[]){"--schedule", "--remat",  "--partition", "--balance",
                                                 "--pin",      "--trace", "--timeline"}[i];
             if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --stages K", name);
         }
-    t->stages = SEEN("--stages") ? o->pipe.stages : mpi ? 1 : 0; /* MPI: always a pipeline */
+    t->stages = SEEN("--stages") ? o->pipe.stages : mesh ? 1 : 0;
     if (t->stages > gp_model_nlayers(t->model))
         return gp_cli_usage_error("train",
                                   "--stages %d: more than the %d layers of --model %s (each stage "
@@ -315,7 +324,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                      t->memory_limit, &t->popts, &t->partition);
     if (rc != GP_CLI_EXIT_OK) return rc;
     gp_cli_mpi_apply(&t->place, &t->popts);
-    t->threads = gp_cli_device_threads(SEEN("--threads") ? o->threads : 0, t->stages,
+    t->threads = gp_cli_device_threads(SEEN("--threads") ? o->threads : 0,
+                                       (t->stages > 0 ? t->stages : 1) * T,
                                        t->place.launcher == GP_LAUNCHER_MPI);
     if (!SEEN("--threads")) USED(" threads=%d", t->threads);
     t->popts.stage_threads = t->threads;
@@ -476,7 +486,15 @@ int gp_cli_train_main(int argc, char **argv) {
                gp_remat_name(t.popts.remat), o.pipe.partition ? o.pipe.partition : "balanced by ",
                o.pipe.partition ? "" : gp_balance_name(t.popts.balance), t.threads,
                t.popts.no_pinning ? ", not pinned" : "");
-    if (t.place.launcher == GP_LAUNCHER_MPI)
+    if (t.popts.tensor_parallel > 1)
+        printf("tensor parallel: each stage's layers split over %d shards (%d devices in all)\n",
+               t.popts.tensor_parallel,
+               t.place.data_parallel * t.popts.stages * t.popts.tensor_parallel);
+    if (t.place.launcher == GP_LAUNCHER_MPI && t.popts.tensor_parallel > 1)
+        printf("MPI: %d rank(s) = %d replica(s) x %d stage(s) x %d shard(s); comm timeout %g s\n",
+               t.place.nranks, t.place.data_parallel, t.popts.stages, t.popts.tensor_parallel,
+               t.place.timeout_s);
+    else if (t.place.launcher == GP_LAUNCHER_MPI)
         printf("MPI: %d rank(s) = %d replica(s) x %d stage(s); comm timeout %g s\n",
                t.place.nranks, t.place.data_parallel, t.popts.stages, t.place.timeout_s);
     if (t.stages > 0 && t.popts.balance == GP_BALANCE_TIME)

@@ -43,8 +43,8 @@ gp_status gp_mpi_init(int *rank, int *size) {
 }
 void gp_mpi_finalize(void) {}
 void gp_mpi_abort_job(int code) { (void)code; }
-gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out) {
-    (void)D, (void)K, (void)timeout_s;
+gp_status gp_grid_new(int D, int K, int T, double timeout_s, gp_grid **out) {
+    (void)D, (void)K, (void)T, (void)timeout_s;
     *out = NULL;
     return not_built("the MPI launcher");
 }
@@ -53,7 +53,9 @@ int gp_grid_world_rank(const gp_grid *g) { return (void)g, 0; }
 int gp_grid_world_size(const gp_grid *g) { return (void)g, 1; }
 int gp_grid_stage(const gp_grid *g) { return (void)g, 0; }
 int gp_grid_replica(const gp_grid *g) { return (void)g, 0; }
+int gp_grid_shard(const gp_grid *g) { return (void)g, 0; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return (void)g, NULL; }
+gp_transport *gp_grid_tensor(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_world(gp_grid *g) { return (void)g, NULL; }
 gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
     (void)g, (void)x, (void)n;
@@ -127,9 +129,9 @@ void gp_mpi_abort_job(int code) {
 
 struct gp_grid {
     gp_mpi_shared sh;
-    int D, K, stage, replica;
-    MPI_Comm pipe_comm, dp_comm;
-    gp_transport *pipe, *world;
+    int D, K, T, stage, replica, shard;
+    MPI_Comm pipe_comm, dp_comm, tp_comm;
+    gp_transport *pipe, *world, *tensor;
     MPI_Request *bucket_req; /* (cap_buckets) the buckets in flight */
     int nbuckets, cap_buckets;
 };
@@ -142,25 +144,34 @@ static gp_status mpi_check(int rc, const char *what) {
     return gp_error(GP_IO, "%s failed: %s", what, es);
 }
 
-gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out) {
+gp_status gp_grid_new(int D, int K, int T, double timeout_s, gp_grid **out) {
     *out = NULL;
-    if (D < 1 || K < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "MPI grid: needs D >= 1 replicas and K >= 1 stages "
-                                             "(got %d, %d)", D, K);
+    if (D < 1 || K < 1 || T < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "MPI grid: needs D >= 1 replicas, K >= 1 stages and "
+                                             "T >= 1 shards (got %d, %d, %d)", D, K, T);
     int rank, size;
     GP_TRY(gp_mpi_init(&rank, &size));
-    if (size != D * K)
+    if (size != D * K * T && T == 1)
         return gp_error(GP_INVALID_ARGUMENT,
                         "launched with %d MPI rank%s, but --data-parallel %d x --stages %d needs "
                         "D x K = %d ranks (one per replica and stage): start mpirun -np %d",
                         size, size == 1 ? "" : "s", D, K, D * K, D * K);
+    if (size != D * K * T)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "launched with %d MPI rank%s, but --data-parallel %d x --stages %d x "
+                        "--tensor-parallel %d needs D x K x T = %d ranks (one per replica, stage "
+                        "and shard): start mpirun -np %d",
+                        size, size == 1 ? "" : "s", D, K, T, D * K * T, D * K * T);
     gp_grid *g = calloc(1, sizeof *g);
     if (!g) return gp_error(GP_OUT_OF_MEMORY, "MPI grid: cannot allocate it");
     g->D = D;
     g->K = K;
-    g->stage = rank % K;
-    g->replica = rank / K;
-    g->pipe_comm = g->dp_comm = MPI_COMM_NULL;
+    g->T = T;
+    /* World rank r = (d K + k) T + t: a stage's shards are neighbours, then a replica's stages. */
+    g->shard = rank % T;
+    g->stage = rank / T % K;
+    g->replica = rank / (K * T);
+    g->pipe_comm = g->dp_comm = g->tp_comm = MPI_COMM_NULL;
     gp_mpi_shared *sh = &g->sh;
     sh->world = MPI_COMM_NULL;
     sh->world_rank = rank;
@@ -176,19 +187,26 @@ gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out) {
     if (s == GP_OK) s = mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &sh->world), "MPI_Comm_dup");
     /* Errors come back as codes, so that a dead peer is a named failure, not MPI's abort. */
     if (s == GP_OK) MPI_Comm_set_errhandler(sh->world, MPI_ERRORS_RETURN);
+    /* One communicator per mesh axis: the ranks that differ in that coordinate alone. */
     if (s == GP_OK)
-        s = mpi_check(MPI_Comm_split(sh->world, g->replica, g->stage, &g->pipe_comm),
+        s = mpi_check(MPI_Comm_split(sh->world, g->replica * T + g->shard, g->stage, &g->pipe_comm),
                       "MPI_Comm_split (pipeline)");
     if (s == GP_OK)
-        s = mpi_check(MPI_Comm_split(sh->world, g->stage, g->replica, &g->dp_comm),
+        s = mpi_check(MPI_Comm_split(sh->world, g->stage * T + g->shard, g->replica, &g->dp_comm),
                       "MPI_Comm_split (data-parallel)");
+    if (s == GP_OK)
+        s = mpi_check(MPI_Comm_split(sh->world, g->replica * K + g->stage, g->shard, &g->tp_comm),
+                      "MPI_Comm_split (tensor-parallel)");
     gp_transport_opts o = {.nranks = K, .capacity = 2, .timeout_s = sh->timeout_s};
     if (s == GP_OK) s = gp_transport_mpi_new(sh, g->pipe_comm, "stage", &o, &g->pipe);
+    o.nranks = T;
+    if (s == GP_OK) s = gp_transport_mpi_new(sh, g->tp_comm, "shard", &o, &g->tensor);
     o.nranks = size;
     if (s == GP_OK) s = gp_transport_mpi_new(sh, sh->world, "rank", &o, &g->world);
     if (s != GP_OK) {
         gp_grid_free(g);
-        return gp_error_context(s, "MPI grid of %d x %d", D, K);
+        return T == 1 ? gp_error_context(s, "MPI grid of %d x %d", D, K)
+                      : gp_error_context(s, "MPI grid of %d x %d x %d", D, K, T);
     }
     *out = g;
     return GP_OK;
@@ -197,12 +215,14 @@ gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out) {
 void gp_grid_free(gp_grid *g) {
     if (!g) return;
     gp_transport_free(g->pipe);
+    gp_transport_free(g->tensor);
     gp_transport_free(g->world);
     if (g->sh.note_req)
         for (int r = 0; r < g->sh.world_size; r++)
             if (g->sh.note_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&g->sh.note_req[r]);
     if (g->pipe_comm != MPI_COMM_NULL) MPI_Comm_free(&g->pipe_comm);
     if (g->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->dp_comm);
+    if (g->tp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->tp_comm);
     if (g->sh.world != MPI_COMM_NULL) MPI_Comm_free(&g->sh.world);
     free(g->sh.note_req);
     free(g->sh.note_buf);
@@ -214,11 +234,18 @@ int gp_grid_world_rank(const gp_grid *g) { return g->sh.world_rank; }
 int gp_grid_world_size(const gp_grid *g) { return g->sh.world_size; }
 int gp_grid_stage(const gp_grid *g) { return g->stage; }
 int gp_grid_replica(const gp_grid *g) { return g->replica; }
+int gp_grid_shard(const gp_grid *g) { return g->shard; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return g->pipe; }
+gp_transport *gp_grid_tensor(gp_grid *g) { return g->tensor; }
 gp_transport *gp_grid_world(gp_grid *g) { return g->world; }
 
 static void who(const gp_grid *g, char *buf, size_t n) {
-    snprintf(buf, n, "rank %d (stage %d of replica %d)", g->sh.world_rank, g->stage, g->replica);
+    if (g->T > 1)
+        snprintf(buf, n, "rank %d (stage %d shard %d of replica %d)", g->sh.world_rank, g->stage,
+                 g->shard, g->replica);
+    else
+        snprintf(buf, n, "rank %d (stage %d of replica %d)", g->sh.world_rank, g->stage,
+                 g->replica);
 }
 
 gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
@@ -257,8 +284,8 @@ gp_status gp_grid_grads_wait(gp_grid *g) {
     for (int b = 0; b < g->nbuckets && s == GP_OK; b++) {
         snprintf(doing, sizeof doing,
                  "waiting in the gradient all-reduce (bucket %d of %d) over the %d replicas of "
-                 "stage %d",
-                 b + 1, g->nbuckets, g->D, g->stage);
+                 "stage %d%s",
+                 b + 1, g->nbuckets, g->D, g->stage, g->T > 1 ? " (this shard)" : "");
         s = gp_mpi_wait(&g->sh, &g->bucket_req[b], deadline, w, doing);
     }
     g->nbuckets = 0;

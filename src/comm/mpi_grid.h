@@ -1,9 +1,13 @@
-/* The process grid of the MPI launcher: D data-parallel replicas x K pipeline stages, one MPI
- * process per (replica, stage), world rank = replica * K + stage, so each replica's stages are
- * consecutive ranks (neighbours on one node under mpirun's default mapping). Gives the pipeline
- * runtime its transports (the replica's K stages; every rank), the data-parallel gradient
- * all-reduce in buckets, and the gathers over every rank. Without MPI every constructor fails
- * with "MPI support was not built". Private to the library; no MPI type appears here. */
+/* The process grid of the MPI launcher: a mesh of D data-parallel replicas x K pipeline stages x
+ * T tensor-parallel shards, one MPI process per (replica, stage, shard), world rank
+ * r = (replica * K + stage) * T + shard, so a stage's shards are consecutive ranks (they talk
+ * most: two all-reduces per block forward and two backward), then a replica's stages
+ * (neighbours on one node under mpirun's default mapping). One communicator per mesh axis
+ * (MPI_Comm_split): the pipeline transport (the K stages of this replica and shard), the tensor
+ * transport (the T shards of this stage and replica), the data-parallel gradient all-reduce in
+ * buckets (the D replicas of this stage and shard), and every rank for the fixed-order norms
+ * and the gathers. Without MPI every constructor fails with "MPI support was not built".
+ * Private to the library; no MPI type appears here. */
 #ifndef GP_COMM_MPI_GRID_H
 #define GP_COMM_MPI_GRID_H
 
@@ -14,23 +18,26 @@ typedef struct gp_grid gp_grid;
 /* Flushes stdout/stderr and ends every rank (MPI_Abort): gp_mpi_finalize after a failed run. */
 void gp_mpi_abort_job(int code);
 
-/* Initializes MPI if needed and splits the world into D x K. The world size must be D * K:
- * otherwise GP_INVALID_ARGUMENT naming both, before anything else happens. timeout_s bounds
- * every wait (0: 60 s). The caller frees the grid with gp_grid_free. */
-gp_status gp_grid_new(int D, int K, double timeout_s, gp_grid **out);
+/* Initializes MPI if needed and splits the world into D x K x T. The world size must be
+ * D * K * T: otherwise GP_INVALID_ARGUMENT naming both, before anything else happens. timeout_s
+ * bounds every wait (0: 60 s). The caller frees the grid with gp_grid_free. */
+gp_status gp_grid_new(int D, int K, int T, double timeout_s, gp_grid **out);
 void gp_grid_free(gp_grid *g);
 
 int gp_grid_world_rank(const gp_grid *g);
 int gp_grid_world_size(const gp_grid *g);
 int gp_grid_stage(const gp_grid *g);   /* k in 0..K-1 */
 int gp_grid_replica(const gp_grid *g); /* d in 0..D-1 */
+int gp_grid_shard(const gp_grid *g);   /* t in 0..T-1 */
 
-/* The K stages of this replica: rank k is stage k. Owned by the grid. */
+/* The K stages of this replica and shard: rank k is stage k. Owned by the grid. */
 gp_transport *gp_grid_pipe(gp_grid *g);
+/* The T shards of this stage and replica: rank t is shard t (the float collectives). */
+gp_transport *gp_grid_tensor(gp_grid *g);
 /* Every rank (world order), for the fixed-order all-reduce of norms and losses. */
 gp_transport *gp_grid_world(gp_grid *g);
 
-/* Starts summing one bucket, x (n floats), over this stage's D replicas in place
+/* Starts summing one bucket, x (n floats), over this stage's (and shard's) D replicas in place
  * (MPI_Iallreduce) and returns at once; every replica starts the same buckets in the same
  * order. gp_grid_grads_wait completes every bucket started. With D = 2 a sum of two values has
  * the same bits in either order, so both replicas hold identical sums, run after run. */

@@ -4,6 +4,7 @@
  * into the caller's tensor. Every wait is a test loop with a deadline that also polls for peers'
  * abort notes, so no call outlives the timeout and one rank's failure stops them all. */
 #ifdef GP_HAVE_MPI
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,9 @@ typedef struct mpi_ctx {
     int npend, cap_pend;
     double *gather; /* (size * n) scratch of the ordered all-reduce */
     size_t gather_cap;
+    float *fscratch; /* the float collectives' blocks from every rank */
+    size_t fscratch_cap;
+    int *counts, *displs; /* (4 * size) alltoallv / allgatherv arguments */
 } mpi_ctx;
 
 static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
@@ -243,6 +247,108 @@ static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
     return GP_OK;
 }
 
+/* ---------------------------------------------------------- float collectives */
+
+/* Starts an MPI collective (rc), then waits for it within the timeout, naming `doing`. */
+static gp_status run_coll(mpi_ctx *c, int rc, MPI_Request *req, const char *who,
+                          const char *doing, const char *fn) {
+    if (rc != MPI_SUCCESS) {
+        gp_status s = gp_error(GP_IO, "%s: %s failed %s", who, fn, doing);
+        gp_mpi_shared_abort(c->sh, c->world_of[c->rank], s, gp_last_error());
+        return s;
+    }
+    return gp_mpi_wait(c->sh, req, gp_mpi_deadline(c->sh), who, doing);
+}
+
+static gp_status fscratch(mpi_ctx *c, const char *who, size_t need) {
+    if (need <= c->fscratch_cap) return GP_OK;
+    float *f = realloc(c->fscratch, need * sizeof *f);
+    if (!f) return gp_error(GP_OUT_OF_MEMORY, "%s: cannot hold %zu floats", who, need);
+    c->fscratch = f;
+    c->fscratch_cap = need;
+    return GP_OK;
+}
+
+static gp_status float_begin(mpi_ctx *c, int rank, int64_t n, char *who, size_t nwho,
+                             char *doing, size_t ndoing, const char *what) {
+    who_str(c, rank, who, nwho);
+    snprintf(doing, ndoing, "waiting in the %s of %lld floats over %d %ss", what, (long long)n,
+             c->size, c->role);
+    if (rank != c->rank)
+        return gp_error(GP_INTERNAL, "%s: MPI transport called as %s %d", who, c->role, rank);
+    if (n > INT_MAX / (c->size > 0 ? c->size : 1))
+        return gp_error(GP_INVALID_ARGUMENT, "%s: %s of %lld floats (at most %d)", who, what,
+                        (long long)n, INT_MAX / c->size);
+    GP_TRY(reclaim(c));
+    if (gp_mpi_shared_poll(c->sh)) return gp_mpi_aborted_error(c->sh, who, doing);
+    return GP_OK;
+}
+
+/* Reduce-scatter then all-gather: rank r reduces chunk r of every rank's x (MPI_Ialltoallv
+ * brings them), in rank order, and every rank gathers every chunk (MPI_Iallgatherv): the
+ * threads transport's arithmetic, so both give the same bits; 2 (size - 1) / size of the
+ * buffer crosses the wire each way, as a ring all-reduce's does. */
+static gp_status mpi_allreduce_f32(void *ctx, int rank, float *x, int64_t n, gp_reduce_op op) {
+    mpi_ctx *c = ctx;
+    char who[64], doing[128];
+    GP_TRY(float_begin(c, rank, n, who, sizeof who, doing, sizeof doing,
+                       op == GP_REDUCE_MAX ? "float all-reduce (max)" : "float all-reduce (sum)"));
+    const int P = c->size;
+    int *scount = c->counts, *sdisp = scount + P, *rcount = sdisp + P, *rdisp = rcount + P;
+    for (int r = 0; r < P; r++) {
+        const int64_t lo = n * r / P, hi = n * (r + 1) / P;
+        scount[r] = (int)(hi - lo);
+        sdisp[r] = (int)lo;
+    }
+    const int mine = scount[c->rank];
+    for (int r = 0; r < P; r++) rcount[r] = mine, rdisp[r] = r * mine;
+    GP_TRY(fscratch(c, who, (size_t)P * (size_t)(mine ? mine : 1)));
+    MPI_Request req;
+    GP_TRY(run_coll(c, MPI_Ialltoallv(x, scount, sdisp, MPI_FLOAT, c->fscratch, rcount, rdisp,
+                                      MPI_FLOAT, c->comm, &req),
+                    &req, who, doing, "MPI_Ialltoallv"));
+    float *dst = x + sdisp[c->rank];
+    for (int i = 0; i < mine; i++) {
+        float acc = c->fscratch[i];
+        for (int r = 1; r < P; r++) {
+            const float v = c->fscratch[(size_t)r * (size_t)mine + (size_t)i];
+            acc = op == GP_REDUCE_SUM ? acc + v : (v > acc || v != v ? v : acc);
+        }
+        dst[i] = acc;
+    }
+    return run_coll(c, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, scount, sdisp, MPI_FLOAT,
+                                       c->comm, &req),
+                    &req, who, doing, "MPI_Iallgatherv");
+}
+
+static gp_status mpi_allgather_f32(void *ctx, int rank, const float *x, int64_t n, float *out) {
+    mpi_ctx *c = ctx;
+    char who[64], doing[128];
+    GP_TRY(float_begin(c, rank, n, who, sizeof who, doing, sizeof doing, "all-gather"));
+    MPI_Request req;
+    return run_coll(c, MPI_Iallgather(x, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c->comm, &req),
+                    &req, who, doing, "MPI_Iallgather");
+}
+
+static gp_status mpi_reduce_scatter_f32(void *ctx, int rank, const float *x, int64_t n,
+                                        float *out) {
+    mpi_ctx *c = ctx;
+    char who[64], doing[128];
+    GP_TRY(float_begin(c, rank, n, who, sizeof who, doing, sizeof doing, "reduce-scatter"));
+    const int P = c->size;
+    GP_TRY(fscratch(c, who, (size_t)P * (size_t)(n ? n : 1)));
+    MPI_Request req;
+    GP_TRY(run_coll(c, MPI_Ialltoall(x, (int)n, MPI_FLOAT, c->fscratch, (int)n, MPI_FLOAT, c->comm,
+                                     &req),
+                    &req, who, doing, "MPI_Ialltoall"));
+    for (int64_t i = 0; i < n; i++) {
+        float acc = c->fscratch[i];
+        for (int r = 1; r < P; r++) acc += c->fscratch[(size_t)r * (size_t)n + (size_t)i];
+        out[i] = acc;
+    }
+    return GP_OK;
+}
+
 static void mpi_abort(void *ctx, int rank, gp_status s, const char *why) {
     mpi_ctx *c = ctx;
     gp_mpi_shared_abort(c->sh, rank >= 0 && rank < c->size ? c->world_of[rank] : -1, s, why);
@@ -276,6 +382,8 @@ static void mpi_free(void *ctx) {
     free(c->sent);
     free(c->got);
     free(c->gather);
+    free(c->fscratch);
+    free(c->counts);
     free(c);
 }
 
@@ -286,6 +394,9 @@ static const gp_transport_iface mpi_iface = {
     .flush = mpi_flush,
     .allreduce_sum = mpi_allreduce,
     .barrier = NULL,
+    .allreduce_f32 = mpi_allreduce_f32,
+    .allgather_f32 = mpi_allgather_f32,
+    .reduce_scatter_f32 = mpi_reduce_scatter_f32,
     .abort = mpi_abort,
     .aborted = mpi_aborted,
     .free = mpi_free,
@@ -310,10 +421,11 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
     c->world_of = calloc((size_t)c->size, sizeof *c->world_of);
     c->sent = calloc((size_t)c->size, sizeof *c->sent);
     c->got = calloc((size_t)c->size, sizeof *c->got);
+    c->counts = calloc(4 * (size_t)c->size, sizeof *c->counts);
     tr->iface = &mpi_iface;
     tr->context = c;
     tr->nranks = c->size;
-    if (!c->world_of || !c->sent || !c->got) {
+    if (!c->world_of || !c->sent || !c->got || !c->counts) {
         gp_transport_free(tr);
         return gp_error(GP_OUT_OF_MEMORY, "MPI transport: cannot allocate %d ranks", c->size);
     }

@@ -41,6 +41,13 @@ typedef struct threads_ctx {
     bool *coll_in;   /* (K) */
     double *sum;     /* the result of the last collective, coll_cap values */
     int sum_cap;
+    /* the float collective in progress: two rendezvous (everyone's buffers known; everyone done
+     * reading them), each counted by its own generation */
+    unsigned long long fc_gen[2];
+    int fc_arrived[2], fc_first, fc_kind;
+    int64_t fc_n;
+    const float **fc_x; /* (K) each rank's input */
+    float **fc_out;     /* (K) each rank's output (its input for an all-reduce) */
     /* the first failure */
     bool aborted;
     int abort_rank;
@@ -336,6 +343,117 @@ out:
     return s;
 }
 
+/* ------------------------------------------------------------ float collectives */
+
+enum { FC_ALLREDUCE_SUM, FC_ALLREDUCE_MAX, FC_ALLGATHER, FC_REDUCE_SCATTER };
+static const char *const fc_names[] = {"float all-reduce (sum)", "float all-reduce (max)",
+                                       "all-gather", "reduce-scatter"};
+
+/* Rendezvous `phase` of the float collective: 0 registers this rank's buffers and waits until
+ * every rank has; 1 waits until every rank is done with everyone's buffers. */
+static gp_status fc_meet(threads_ctx *c, int rank, int phase, int kind, int64_t n, const float *x,
+                         float *out) {
+    struct timespec deadline = deadline_after(c->timeout_s);
+    gp_status s = GP_OK;
+    char doing[96];
+    pthread_mutex_lock(&c->mu);
+    unsigned long long gen = c->fc_gen[phase];
+    snprintf(doing, sizeof doing, "waiting in %s #%llu%s", fc_names[kind], c->fc_gen[1],
+             phase ? " (done reading)" : "");
+    reclaim_locked(c, rank);
+    if (c->aborted) {
+        s = aborted_error(c, rank, doing);
+        goto out;
+    }
+    if (phase == 0) {
+        if (c->fc_arrived[0] == 0) {
+            c->fc_kind = kind;
+            c->fc_n = n;
+            c->fc_first = rank;
+        } else if (kind != c->fc_kind || n != c->fc_n) {
+            s = gp_error(GP_INTERNAL, "rank %d: %s of %lld values, but rank %d called %s of %lld "
+                                      "values",
+                         rank, fc_names[kind], (long long)n, c->fc_first, fc_names[c->fc_kind],
+                         (long long)c->fc_n);
+            fail_locked(c, rank, s);
+            goto out;
+        }
+        c->fc_x[rank] = x;
+        c->fc_out[rank] = out;
+    }
+    if (++c->fc_arrived[phase] == c->K) {
+        c->fc_arrived[phase] = 0;
+        c->fc_gen[phase]++;
+        for (int r = 0; r < c->K; r++) pthread_cond_broadcast(&c->cv[r]);
+    }
+    while (c->fc_gen[phase] == gen) {
+        if (c->aborted) {
+            s = aborted_error(c, rank, doing);
+            goto out;
+        }
+        if (wait_timed_out(c, rank, &deadline) && !c->aborted && c->fc_gen[phase] == gen) {
+            s = gp_error(GP_IO, "rank %d: timed out after %.3g s %s (%d of %d ranks there)", rank,
+                         c->timeout_s, doing, c->fc_arrived[phase], c->K);
+            fail_locked(c, rank, s);
+            goto out;
+        }
+    }
+out:
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+/* Elements [lo, hi) of n split into K nearly equal chunks: the ones rank r reduces. */
+static void chunk_of(int64_t n, int K, int r, int64_t *lo, int64_t *hi) {
+    *lo = n * r / K;
+    *hi = n * (r + 1) / K;
+}
+
+/* Between the two rendezvous every rank reads the others' buffers (registered, unchanged until
+ * the second) and writes only elements no other rank touches: its own chunk of every rank's
+ * all-reduce buffer, or its own output. */
+static gp_status float_collective(threads_ctx *c, int rank, int kind, const float *x, int64_t n,
+                                  float *out) {
+    GP_TRY(fc_meet(c, rank, 0, kind, n, x, out));
+    const int K = c->K;
+    if (kind == FC_ALLREDUCE_SUM || kind == FC_ALLREDUCE_MAX) {
+        int64_t lo, hi;
+        chunk_of(n, K, rank, &lo, &hi);
+        for (int64_t i = lo; i < hi; i++) {
+            float acc = c->fc_x[0][i];
+            for (int r = 1; r < K; r++) {
+                const float v = c->fc_x[r][i];
+                acc = kind == FC_ALLREDUCE_SUM ? acc + v : (v > acc || v != v ? v : acc);
+            }
+            for (int r = 0; r < K; r++) c->fc_out[r][i] = acc;
+        }
+    } else if (kind == FC_ALLGATHER) {
+        for (int r = 0; r < K; r++)
+            if (n) memcpy(out + (int64_t)r * n, c->fc_x[r], (size_t)n * sizeof *out);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float acc = c->fc_x[0][(int64_t)rank * n + i];
+            for (int r = 1; r < K; r++) acc += c->fc_x[r][(int64_t)rank * n + i];
+            out[i] = acc;
+        }
+    }
+    return fc_meet(c, rank, 1, kind, n, x, out);
+}
+
+static gp_status th_allreduce_f32(void *ctx, int rank, float *x, int64_t n, gp_reduce_op op) {
+    return float_collective(ctx, rank, op == GP_REDUCE_MAX ? FC_ALLREDUCE_MAX : FC_ALLREDUCE_SUM,
+                            x, n, x);
+}
+
+static gp_status th_allgather_f32(void *ctx, int rank, const float *x, int64_t n, float *out) {
+    return float_collective(ctx, rank, FC_ALLGATHER, x, n, out);
+}
+
+static gp_status th_reduce_scatter_f32(void *ctx, int rank, const float *x, int64_t n,
+                                       float *out) {
+    return float_collective(ctx, rank, FC_REDUCE_SCATTER, x, n, out);
+}
+
 static gp_status th_allreduce(void *ctx, int rank, double *x, int n) {
     return collective(ctx, rank, x, n, "all-reduce");
 }
@@ -376,6 +494,8 @@ static void th_free(void *ctx) {
     free(c->coll_x);
     free(c->coll_in);
     free(c->sum);
+    free(c->fc_x);
+    free(c->fc_out);
     free(c);
 }
 
@@ -386,6 +506,9 @@ static const gp_transport_iface threads_iface = {
     .flush = th_flush,
     .allreduce_sum = th_allreduce,
     .barrier = th_barrier,
+    .allreduce_f32 = th_allreduce_f32,
+    .allgather_f32 = th_allgather_f32,
+    .reduce_scatter_f32 = th_reduce_scatter_f32,
     .abort = th_abort,
     .aborted = th_aborted,
     .free = th_free,
@@ -418,7 +541,9 @@ gp_status gp_transport_threads_new(const gp_transport_opts *o, gp_transport **ou
     c->box = calloc((size_t)K * (size_t)K, sizeof *c->box);
     c->coll_x = calloc((size_t)K, sizeof *c->coll_x);
     c->coll_in = calloc((size_t)K, sizeof *c->coll_in);
-    bool ok = c->box && c->coll_x && c->coll_in;
+    c->fc_x = calloc((size_t)K, sizeof *c->fc_x);
+    c->fc_out = calloc((size_t)K, sizeof *c->fc_out);
+    bool ok = c->box && c->coll_x && c->coll_in && c->fc_x && c->fc_out;
     for (int i = 0; ok && i < K * K; i++)
         ok = (c->box[i].ring = calloc((size_t)c->capacity, sizeof(message))) != NULL;
     pthread_condattr_t attr;

@@ -85,6 +85,37 @@ gp_status gp_transport_barrier(gp_transport *tr, int rank) {
     return tr->iface->allreduce_sum(tr->context, rank, NULL, 0);
 }
 
+static gp_status check_floats(const gp_transport *tr, const char *what, int rank, const void *x,
+                              int64_t n, const void *out, bool need_out) {
+    GP_TRY(check_ranks(tr, what, rank, -1));
+    if (n < 0 || (n > 0 && (!x || (need_out && !out))))
+        return gp_error(GP_INVALID_ARGUMENT, "%s by rank %d: %lld floats at %p (output %p)", what,
+                        rank, (long long)n, x, out);
+    return GP_OK;
+}
+
+gp_status gp_transport_allreduce_f32(gp_transport *tr, int rank, float *x, int64_t n,
+                                     gp_reduce_op op) {
+    GP_TRY(check_floats(tr, "float all-reduce", rank, x, n, NULL, false));
+    if (op != GP_REDUCE_SUM && op != GP_REDUCE_MAX)
+        return gp_error(GP_INVALID_ARGUMENT, "float all-reduce by rank %d: op %d is neither sum "
+                                             "(%d) nor max (%d)",
+                        rank, (int)op, GP_REDUCE_SUM, GP_REDUCE_MAX);
+    return tr->iface->allreduce_f32(tr->context, rank, x, n, op);
+}
+
+gp_status gp_transport_allgather_f32(gp_transport *tr, int rank, const float *x, int64_t n,
+                                     float *out) {
+    GP_TRY(check_floats(tr, "all-gather", rank, x, n, out, true));
+    return tr->iface->allgather_f32(tr->context, rank, x, n, out);
+}
+
+gp_status gp_transport_reduce_scatter_f32(gp_transport *tr, int rank, const float *x, int64_t n,
+                                          float *out) {
+    GP_TRY(check_floats(tr, "reduce-scatter", rank, x, n, out, true));
+    return tr->iface->reduce_scatter_f32(tr->context, rank, x, n, out);
+}
+
 void gp_transport_abort(gp_transport *tr, int rank, gp_status s, const char *why) {
     if (!tr || !tr->iface) return;
     tr->iface->abort(tr->context, rank, s, why ? why : "");

@@ -1,10 +1,12 @@
-/* The transport between pipeline stages: point-to-point activations and gradients with checked
- * headers and bounded mailboxes, a fixed-order all-reduce, a barrier and an abort that wakes
- * everyone. One interface ({iface, context}) for every implementation: threads (threads.c) and MPI
- * (mpi_transport.c). */
+/* The transport between the devices of one mesh axis: point-to-point activations and gradients
+ * with checked headers and bounded mailboxes (the pipeline axis), a fixed-order all-reduce of
+ * doubles (norms and losses), the float collectives over one axis (the tensor axis: all-reduce,
+ * all-gather, reduce-scatter), a barrier and an abort that wakes everyone. One interface
+ * ({iface, context}) for every implementation: threads (threads.c) and MPI (mpi_transport.c). */
 #ifndef GP_COMM_TRANSPORT_H
 #define GP_COMM_TRANSPORT_H
 
+#include "core/collective.h"
 #include "core/error.h"
 #include "gpipe.h"
 
@@ -33,6 +35,10 @@ typedef struct gp_transport_iface {
     gp_status (*flush)(void *ctx, int rank);
     gp_status (*allreduce_sum)(void *ctx, int rank, double *x, int n);
     gp_status (*barrier)(void *ctx, int rank); /* optional: all-reduce of nothing */
+    /* The float collectives (see the wrappers below); host memory for threads and MPI. */
+    gp_status (*allreduce_f32)(void *ctx, int rank, float *x, int64_t n, gp_reduce_op op);
+    gp_status (*allgather_f32)(void *ctx, int rank, const float *x, int64_t n, float *out);
+    gp_status (*reduce_scatter_f32)(void *ctx, int rank, const float *x, int64_t n, float *out);
     void (*abort)(void *ctx, int rank, gp_status s, const char *why);
     bool (*aborted)(void *ctx, int *rank);
     void (*free)(void *ctx);
@@ -84,6 +90,23 @@ gp_status gp_transport_flush(gp_transport *tr, int rank);
  * every run and every rank. Every rank calls it with the same n (n = 0 is a barrier). */
 gp_status gp_transport_allreduce_sum(gp_transport *tr, int rank, double *x, int n);
 gp_status gp_transport_barrier(gp_transport *tr, int rank);
+
+/* The float collectives of one mesh axis, each called by every rank with the same n, in the
+ * same order. Every element's result is computed by one rank in a fixed order (a sum: rank 0's
+ * value, then + rank 1's, ..., whatever order the ranks arrive in) and handed to the others, so
+ * every rank gets the same bits on every run, and threads and MPI give the same bits. The buffers
+ * must be memory the implementation reaches: host memory for threads and MPI (a GPU transport,
+ * NCCL, would take device buffers in the same calls).
+ * - all-reduce: x (n floats) in place becomes the sum (or max) over the ranks;
+ * - all-gather: out (nranks * n) = rank 0's x, rank 1's x, ...;
+ * - reduce-scatter: x (nranks * n) on every rank; out (n) = the sum over the ranks of their
+ *   block `rank` of x, x[rank * n .. rank * n + n). */
+gp_status gp_transport_allreduce_f32(gp_transport *tr, int rank, float *x, int64_t n,
+                                     gp_reduce_op op);
+gp_status gp_transport_allgather_f32(gp_transport *tr, int rank, const float *x, int64_t n,
+                                     float *out);
+gp_status gp_transport_reduce_scatter_f32(gp_transport *tr, int rank, const float *x, int64_t n,
+                                          float *out);
 
 /* Marks the run failed by `rank` (callable from any thread, once or many times: the first wins).
  * Every rank blocked in the transport wakes, and every later blocking call fails at once, with

@@ -202,6 +202,39 @@ typedef struct gp_kernels {
     /* AdamW: w = w decay - step_size m / (sqrt(v) / bc2_sqrt + eps) after the moment updates. */
     gp_status (*adamw_update)(gp_device *dev, int64_t n, float *w, const float *g, float *m,
                               float *v, const gp_adamw_step *s);
+
+    /* ---- tensor-parallel shards: one shard's part of a layer whose vocabulary (or classes) is
+     * split over the tensor axis; the shard holds rows (classes) [first, first + rows) of the
+     * whole `vocab`. Ids and labels outside [0, vocab) (labels: [-1, vocab)) are errors naming
+     * their position, as in the whole-table ops. */
+    /* y (n, dim) = row ids[i] - first of w (rows, dim) for ids in the shard, zero rows for the
+     * others: the shards' outputs add up to embedding_forward's exactly (one of them non-zero). */
+    gp_status (*embedding_shard_forward)(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
+                                         int64_t vocab, int64_t first, int64_t rows,
+                                         const int32_t *ids, const float *w, float *y);
+    /* dw row ids[i] - first += dy row i for ids in the shard, in position order. */
+    gp_status (*embedding_shard_backward)(gp_device *dev, int64_t n, int64_t row_len,
+                                          int64_t dim, int64_t vocab, int64_t first, int64_t rows,
+                                          const int32_t *ids, const float *dy, float *dw);
+    /* out[r] = the largest value of row r of x (rows, cols); a NaN wins. */
+    gp_status (*row_max)(gp_device *dev, int64_t rows, int64_t cols, const float *x, float *out);
+    /* The shard's sums of a softmax cross-entropy over classes split by shard: logits (rows,
+     * classes) hold classes [first, first + classes) of `vocab`; mx (rows) is the row maximum over
+     * every shard (row_max, then an all-reduce max). sums (2, rows): [0][r] = sum of
+     * exp(x - mx[r]) over the shard's classes, in double, rounded once; [1][r] = x[label] - mx[r]
+     * when the label is the shard's, else 0 (both 0 for an ignored row). The shards' sums, added,
+     * are the whole row's. */
+    gp_status (*xent_shard_sums)(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
+                                 int64_t first, const float *logits, const int32_t *labels,
+                                 const float *mx, float *sums);
+    /* With sums added over every shard: *loss (host) = the sum over counted rows of
+     * log(sums[0][r]) - sums[1][r], in double, rows in order, divided by normalizer: the same on
+     * every shard; dlogits (may be NULL, may alias logits) = (exp(x - mx) / sums[0] - onehot) /
+     * normalizer on the shard's classes, zero rows for ignored labels. */
+    gp_status (*xent_shard_finish)(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
+                                   int64_t first, const float *logits, const int32_t *labels,
+                                   const float *mx, const float *sums, double normalizer,
+                                   double *loss, float *dlogits);
 } gp_kernels;
 
 /* The table for memory on dev; NULL (a host view) gets the CPU's, which works on host memory. */

@@ -68,12 +68,19 @@ static gp_status gelu_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_t
                                             gp_f32(dy), gp_f32(dx), NULL);
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *gelu_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, 1);
+}
+
 static const gp_layer_ops gelu_ops = {
     .kind = "gelu",
     .out_shape = elementwise_out_shape,
     .cost = gelu_cost,
     .forward = gelu_forward,
     .backward = gelu_backward,
+    .shard = gelu_shard,
 };
 
 gp_layer *gp_gelu(void) { return simple_new(&gelu_ops, "gp_gelu", 1); }
@@ -96,12 +103,19 @@ static gp_status relu_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_t
                                             gp_f32(dy), gp_f32(dx));
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *relu_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, 1);
+}
+
 static const gp_layer_ops relu_ops = {
     .kind = "relu",
     .out_shape = elementwise_out_shape,
     .cost = relu_cost,
     .forward = relu_forward,
     .backward = relu_backward,
+    .shard = relu_shard,
 };
 
 gp_layer *gp_relu(void) { return simple_new(&relu_ops, "gp_relu", 1); }
@@ -146,12 +160,19 @@ static gp_status dropout_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, g
     return dropout_apply(l, c, dy, dx);
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *dropout_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, sizeof(dropout_impl));
+}
+
 static const gp_layer_ops dropout_ops = {
     .kind = "dropout",
     .out_shape = elementwise_out_shape,
     .cost = dropout_cost,
     .forward = dropout_forward,
     .backward = dropout_backward,
+    .shard = dropout_shard,
 };
 
 gp_layer *gp_dropout(float p) {

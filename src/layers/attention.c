@@ -3,11 +3,12 @@
  * (site 0). The math lives in transformer_ops (shared with the block). */
 #include <stdlib.h>
 
-#include "layers/transformer_ops.h"
+#include "layers/tp_ops.h"
 
 typedef struct attention_impl {
     int dim, heads;
     float dropout;
+    int nshards; /* 1: the whole layer; T: one of T shards (its heads; see tp_ops.h) */
 } attention_impl;
 
 enum { SLOT_QKV, SLOT_PROBS, SLOT_ATT }; /* saved tensors */
@@ -93,13 +94,125 @@ static gp_status attn_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_t
     return st;
 }
 
+/* By heads: qkv by rows (q, k and v alike), the output projection by columns, its bias
+ * replicated. */
+static void attn_layout(const gp_layer *l, gp_layout *out) {
+    const attention_impl *p = l->impl;
+    *out = (gp_layout){.ndims = 1,
+                       .dims = {{"heads", p->heads, "tensor"}},
+                       .nsplits = 3,
+                       .splits = {{0, 0, 3, 0}, {1, 0, 3, 0}, {2, 1, 1, 0}}};
+}
+
+static gp_layer *attn_shard(const gp_layer *l, int nshards) {
+    if (nshards == 1) return gp_layer_copy(l, sizeof(attention_impl)); /* replicated */
+    const attention_impl *p = l->impl;
+    return gp_causal_attention_shard(p->dim, p->heads, p->dropout, nshards);
+}
+
 static const gp_layer_ops attention_ops = {
     .kind = "causal_attention",
     .out_shape = attn_out_shape,
     .cost = attn_cost,
     .forward = attn_forward,
     .backward = attn_backward,
+    .layout = attn_layout,
+    .shard = attn_shard,
 };
+
+/* ------------------------------------------------------------------ shards */
+
+static gp_attn_dims shard_dims(const attention_impl *p, const gp_shape *in) {
+    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = p->dim / p->nshards,
+                          .heads = p->heads / p->nshards};
+}
+
+static gp_cost shard_cost(const gp_layer *l, const gp_shape *in) {
+    const attention_impl *p = l->impl;
+    gp_attn_dims d = shard_dims(p, in);
+    gp_cost c = {.param_bytes = gp_layer_param_bytes(l)};
+    gp_tp_mha_flops(&d, p->dim, p->dropout, &c.fwd_flops, &c.bwd_flops);
+    const uint64_t N = (uint64_t)(d.batch * d.seq), C = (uint64_t)p->dim, Cl = (uint64_t)d.dim;
+    c.out_bytes = N * C * sizeof(float);
+    c.saved_bytes = (N * 3 * Cl + (uint64_t)(d.batch * d.heads * d.seq * d.seq) + N * Cl) *
+                    sizeof(float);
+    c.tp_fwd_bytes = c.tp_bwd_bytes = N * C * sizeof(float);
+    return c;
+}
+
+static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
+    const attention_impl *p = l->impl;
+    gp_shape os;
+    const gp_coll_group *g;
+    GP_TRY(attn_out_shape(l, &x->shape, x->dtype, &os));
+    GP_TRY(gp_layer_check_params(l, c, false));
+    GP_TRY(gp_tp_group(l, c, p->nshards, &g));
+    gp_attn_dims d = shard_dims(p, &x->shape);
+    const int64_t B = d.batch, T = d.seq, Cl = d.dim, Hl = d.heads;
+    gp_tensor *qkv, *probs, *att;
+    GP_TRY(gp_ctx_save(c, SLOT_QKV, gp_shape3(B, T, 3 * Cl), GP_F32, &qkv));
+    GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape4(B, Hl, T, T), GP_F32, &probs));
+    GP_TRY(gp_ctx_save(c, SLOT_ATT, gp_shape3(B, T, Cl), GP_F32, &att));
+    gp_mha_weights w = attn_weights(l);
+    gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
+    gp_rng_stream s;
+    return gp_tp_mha_forward(l, g, c->dev, &d, p->dim, &w, gp_f32(x), NULL, attn_drop(l, c, &s),
+                             p->dropout, &sv, gp_f32(y));
+}
+
+static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    const attention_impl *p = l->impl;
+    const gp_coll_group *g;
+    GP_TRY(gp_layer_check_params(l, c, true));
+    GP_TRY(gp_tp_group(l, c, p->nshards, &g));
+    if (!c->saved[SLOT_ATT].data)
+        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
+                        l->index, l->ops->kind);
+    gp_attn_dims d = shard_dims(p, &c->x->shape);
+    gp_rng_stream s;
+    const gp_rng_stream *drop = attn_drop(l, c, &s);
+    gp_status st;
+    float *ws = gp_ctx_workspace(l, c, gp_tp_mha_backward_ws(c->dev, &d, p->dim, drop != NULL),
+                                 &st);
+    if (!ws) return st;
+    gp_mha_weights w = attn_weights(l);
+    gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]), .probs = gp_f32(&c->saved[SLOT_PROBS]),
+                       .att = gp_f32(&c->saved[SLOT_ATT])};
+    st = gp_tp_mha_backward(l, g, c->dev, &d, p->dim, &w, gp_f32(c->x), &sv, drop, p->dropout,
+                            gp_f32(dy), ws, dx ? gp_f32(dx) : NULL);
+    gp_ctx_workspace_release(c, ws);
+    return st;
+}
+
+static const gp_layer_ops attention_shard_ops = {
+    .kind = "causal_attention",
+    .out_shape = attn_out_shape,
+    .cost = shard_cost,
+    .forward = shard_forward,
+    .backward = shard_backward,
+};
+
+gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshards) {
+    if (nshards < 1 || heads % nshards || dim % heads) {
+        gp_error(GP_CONFIG, "causal_attention: heads = %d must divide by %d shards (dim %d)",
+                 heads, nshards, dim);
+        return NULL;
+    }
+    attention_impl *p = malloc(sizeof *p);
+    if (!p) {
+        gp_error(GP_OUT_OF_MEMORY, "causal_attention shard: cannot allocate the layer");
+        return NULL;
+    }
+    *p = (attention_impl){.dim = dim, .heads = heads, .dropout = dropout, .nshards = nshards};
+    gp_layer *l = gp_layer_new(&attention_shard_ops, p);
+    if (!l) return NULL;
+    const int Cl = dim / nshards;
+    gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "qkv.bias", gp_shape1(3 * Cl), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "proj.weight", gp_shape2(dim, Cl), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    return l;
+}
 
 gp_layer *gp_causal_attention(int dim, int heads, float dropout) {
     if (dim < 1 || heads < 1 || dim % heads != 0) {
@@ -118,7 +231,7 @@ gp_layer *gp_causal_attention(int dim, int heads, float dropout) {
         gp_error(GP_OUT_OF_MEMORY, "gp_causal_attention: cannot allocate the layer");
         return NULL;
     }
-    *p = (attention_impl){.dim = dim, .heads = heads, .dropout = dropout};
+    *p = (attention_impl){.dim = dim, .heads = heads, .dropout = dropout, .nshards = 1};
     gp_layer *l = gp_layer_new(&attention_ops, p);
     if (!l) return NULL;
     gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * dim, dim), GP_INIT_NORMAL, 0.02f, true);

@@ -92,12 +92,19 @@ static gp_status bn_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_t
         GP_PGRAD(l, P_BIAS));
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *bn_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, sizeof(bn_cfg));
+}
+
 static const gp_layer_ops bn_ops = {
     .kind = "batchnorm2d",
     .out_shape = bn_out_shape,
     .cost = bn_cost,
     .forward = bn_forward,
     .backward = bn_backward,
+    .shard = bn_shard,
 };
 
 gp_layer *gp_batchnorm2d(int channels) {

@@ -136,12 +136,19 @@ static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp
     return st;
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *conv_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, sizeof(conv_cfg));
+}
+
 static const gp_layer_ops conv_ops = {
     .kind = "conv2d",
     .out_shape = conv_out_shape,
     .cost = conv_cost,
     .forward = conv_forward,
     .backward = conv_backward,
+    .shard = conv_shard,
 };
 
 gp_layer *gp_conv2d(int in_ch, int out_ch, int kernel, int stride, int pad, bool bias) {

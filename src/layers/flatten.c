@@ -52,12 +52,19 @@ static gp_status flatten_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy,
     return gp_tensor_copy(dx, dy);
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *flatten_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, 0);
+}
+
 static const gp_layer_ops flatten_ops = {
     .kind = "flatten",
     .out_shape = flatten_out_shape,
     .cost = flatten_cost,
     .forward = flatten_forward,
     .backward = flatten_backward,
+    .shard = flatten_shard,
 };
 
 gp_layer *gp_flatten(void) { return gp_layer_new(&flatten_ops, NULL); }

@@ -19,6 +19,29 @@ gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl) {
     return l;
 }
 
+gp_layer *gp_layer_copy(const gp_layer *l, size_t impl_nbytes) {
+    void *impl = NULL;
+    if (impl_nbytes) {
+        impl = malloc(impl_nbytes);
+        if (!impl) {
+            gp_error(GP_OUT_OF_MEMORY, "%s: cannot copy the layer", l->ops->kind);
+            return NULL;
+        }
+        memcpy(impl, l->impl, impl_nbytes);
+    }
+    gp_layer *c = gp_layer_new(l->ops, impl);
+    if (!c) return NULL;
+    c->index = l->index;
+    c->nparams = l->nparams;
+    for (int j = 0; j < l->nparams; j++) {
+        const gp_param *p = &l->params[j];
+        c->params[j] = (gp_param){.name = p->name, .shape = p->shape, .init = p->init,
+                                  .init_scale = p->init_scale, .trainable = p->trainable,
+                                  .decay = p->decay};
+    }
+    return c;
+}
+
 gp_param *gp_layer_add_param(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init,
                              float scale, bool decay) {
     GP_ASSERT(l->nparams < GP_LAYER_MAX_PARAMS);

@@ -5,6 +5,7 @@
 #ifndef GP_LAYERS_LAYER_H
 #define GP_LAYERS_LAYER_H
 
+#include "core/collective.h"
 #include "core/error.h"
 #include "gpipe.h"
 #include "kernels/kernels.h"
@@ -41,6 +42,10 @@ typedef struct gp_run {
     uint64_t seed;
     uint32_t step;
     uint32_t micro_batch;
+    /* The tensor-parallel group a shard layer (built by ops->shard) computes its part with, and
+     * whose collectives it calls where its layout needs them; NULL for whole layers (T = 1).
+     * Borrowed: it outlives the call and every backward of it. */
+    const gp_coll_group *tp;
 } gp_run;
 
 typedef struct gp_ctx gp_ctx;
@@ -69,6 +74,33 @@ void gp_ctx_release(gp_ctx *c);
 /* Bytes held by the saved tensors of c and its children. */
 uint64_t gp_ctx_saved_bytes(const gp_ctx *c);
 
+/* A layer's layout over the tensor axis of the mesh, as data: the model dimensions it splits,
+ * each over a named mesh axis, and for every split parameter which of its tensor dimensions
+ * follows which model dimension. Parameters not listed are replicated: every shard holds all of
+ * them and computes their gradients itself, the same bits on every shard (their inputs are the
+ * same there). Checked before anything runs (layers/layout.c): each model dimension must divide
+ * by its axis's size. */
+#define GP_LAYOUT_MAX_DIMS 2
+typedef struct gp_layout_dim {
+    const char *name;  /* "heads", "d_ff", "vocab" */
+    int64_t size;      /* the whole layer's */
+    const char *axis;  /* the mesh axis it is split over: "tensor" */
+} gp_layout_dim;
+typedef struct gp_layout_split {
+    int param;  /* index in the layer's params */
+    int dim;    /* the tensor dimension split */
+    int groups; /* that dimension is `groups` equal blocks, each split alike (qkv: q, k and v) */
+    int of;     /* the model dimension (index in dims) it follows */
+} gp_layout_split;
+typedef struct gp_layout {
+    int ndims, nsplits; /* 0, 0: replicated */
+    gp_layout_dim dims[GP_LAYOUT_MAX_DIMS];
+    gp_layout_split splits[GP_LAYER_MAX_PARAMS];
+    /* The output's last dimension is split too (a vocabulary head, column-parallel, whose
+     * logits the split cross-entropy takes as they are): only a model's last layer. */
+    bool output_split;
+} gp_layout;
+
 typedef struct gp_layer_ops {
     const char *kind;
     /* in: full shape, batch first. Fails with a message naming the layer,
@@ -81,6 +113,15 @@ typedef struct gp_layer_ops {
      * gradient) and ADDS parameter gradients into params[i].grad. */
     gp_status (*backward)(gp_layer *, gp_ctx *, const gp_tensor *dy, gp_tensor *dx);
     void (*destroy)(gp_layer *); /* optional: frees impl */
+    /* The tensor axis. layout (optional; none: replicated): the whole layer's layout. shard: a
+     * new layer of the same kind that computes one of `nshards` parts of this one (parameters
+     * declared at their shard shapes, in the same order and with the same names; which part
+     * comes from its call's run.tp); with nshards 1, or for a kind without a layout, a copy of the
+     * whole layer (gp_layer_copy: every shard holds it, replicated). NULL with the message set
+     * on failure. A kind
+     * without shard cannot be placed on a mesh with T > 1 (a named error). */
+    void (*layout)(const gp_layer *, gp_layout *out);
+    gp_layer *(*shard)(const gp_layer *, int nshards);
 } gp_layer_ops;
 
 struct gp_layer {
@@ -94,6 +135,10 @@ struct gp_layer {
 /* For constructors: a zeroed layer with the given ops and impl (takes impl;
  * frees it and returns NULL on failure). */
 gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl);
+/* A new layer like l: the same ops and parameter declarations (no values), a copy of its impl
+ * (impl_nbytes bytes of plain configuration; 0: none). What a replicated kind's shard op
+ * returns. */
+gp_layer *gp_layer_copy(const gp_layer *l, size_t impl_nbytes);
 /* Declares parameter params[nparams++]. */
 gp_param *gp_layer_add_param(gp_layer *l, const char *name, gp_shape shape, gp_init_kind init,
                              float scale, bool decay);

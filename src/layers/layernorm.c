@@ -57,12 +57,19 @@ static gp_status ln_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_ten
                                                  GP_PGRAD(l, 1));
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *ln_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, sizeof(layernorm_impl));
+}
+
 static const gp_layer_ops layernorm_ops = {
     .kind = "layernorm",
     .out_shape = ln_out_shape,
     .cost = ln_cost,
     .forward = ln_forward,
     .backward = ln_backward,
+    .shard = ln_shard,
 };
 
 gp_layer *gp_layernorm(int dim) {

@@ -1,13 +1,17 @@
 /* gp_linear: y = x W^T + b on the last dimension of a 2-4 dimensional input,
- * PyTorch layout (W is (out, in)) and PyTorch's default initialization. */
+ * PyTorch layout (W is (out, in)) and PyTorch's default initialization. As a model's last layer
+ * (the vocabulary head) it splits over the tensor axis by output features, column-parallel:
+ * each shard computes its block of the logits (the split cross-entropy takes them as they are)
+ * and its part of the input gradient, added over the shards by one all-reduce. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "layers/transformer_ops.h"
+#include "layers/tp_ops.h"
 
 typedef struct linear_impl {
-    int in, out;
+    int in, out; /* a shard's out: its block of out_features */
     bool bias;
+    int nshards; /* 1: the whole layer */
 } linear_impl;
 
 static gp_status linear_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
@@ -53,13 +57,76 @@ static gp_status linear_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp
                                               GP_PGRAD(l, 0), p->bias ? GP_PGRAD(l, 1) : NULL);
 }
 
+static void linear_layout(const gp_layer *l, gp_layout *out) {
+    const linear_impl *p = l->impl;
+    *out = (gp_layout){.ndims = 1, .dims = {{"out_features", p->out, "tensor"}},
+                       .nsplits = p->bias ? 2 : 1, .splits = {{0, 0, 1, 0}, {1, 0, 1, 0}},
+                       .output_split = true};
+}
+
+static gp_layer *linear_shard(const gp_layer *l, int nshards);
+
 static const gp_layer_ops linear_ops = {
     .kind = "linear",
     .out_shape = linear_out_shape,
     .cost = linear_cost,
     .forward = linear_forward,
     .backward = linear_backward,
+    .layout = linear_layout,
+    .shard = linear_shard,
 };
+
+static gp_cost shard_cost(const gp_layer *l, const gp_shape *in) {
+    const linear_impl *p = l->impl;
+    gp_cost c = linear_cost(l, in);
+    c.tp_bwd_bytes = (uint64_t)(gp_shape_nelem(in) / p->in) * (uint64_t)p->in * sizeof(float);
+    return c;
+}
+
+static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
+    const linear_impl *p = l->impl;
+    const gp_coll_group *g;
+    GP_TRY(gp_tp_group(l, c, p->nshards, &g));
+    return linear_forward(l, c, x, y);
+}
+
+static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    const linear_impl *p = l->impl;
+    const gp_coll_group *g;
+    GP_TRY(gp_tp_group(l, c, p->nshards, &g));
+    GP_TRY(linear_backward(l, c, dy, dx));
+    return dx ? gp_tp_allreduce(l, g, c->dev, gp_f32(dx), gp_tensor_nelem(dx), GP_REDUCE_SUM)
+              : GP_OK;
+}
+
+static const gp_layer_ops linear_shard_ops = {
+    .kind = "linear",
+    .out_shape = linear_out_shape,
+    .cost = shard_cost,
+    .forward = shard_forward,
+    .backward = shard_backward,
+};
+
+static gp_layer *linear_shard(const gp_layer *l, int nshards) {
+    if (nshards == 1) return gp_layer_copy(l, sizeof(linear_impl)); /* replicated */
+    const linear_impl *w = l->impl;
+    if (nshards < 1 || w->out % nshards) {
+        gp_error(GP_CONFIG, "linear: out_features = %d must divide by %d shards", w->out, nshards);
+        return NULL;
+    }
+    linear_impl *p = malloc(sizeof *p);
+    if (!p) {
+        gp_error(GP_OUT_OF_MEMORY, "linear shard: cannot allocate the layer");
+        return NULL;
+    }
+    *p = (linear_impl){.in = w->in, .out = w->out / nshards, .bias = w->bias, .nshards = nshards};
+    gp_layer *s = gp_layer_new(&linear_shard_ops, p);
+    if (!s) return NULL;
+    const float bound = 1.0f / sqrtf((float)w->in);
+    gp_layer_add_param(s, "weight", gp_shape2(p->out, w->in), GP_INIT_UNIFORM, bound, true);
+    if (w->bias) gp_layer_add_param(s, "bias", gp_shape1(p->out), GP_INIT_UNIFORM, bound, false);
+    return s;
+}
 
 gp_layer *gp_linear(int in_features, int out_features, bool bias) {
     if (in_features < 1 || out_features < 1) {
@@ -73,7 +140,7 @@ gp_layer *gp_linear(int in_features, int out_features, bool bias) {
         gp_error(GP_OUT_OF_MEMORY, "gp_linear: cannot allocate the layer");
         return NULL;
     }
-    *p = (linear_impl){.in = in_features, .out = out_features, .bias = bias};
+    *p = (linear_impl){.in = in_features, .out = out_features, .bias = bias, .nshards = 1};
     gp_layer *l = gp_layer_new(&linear_ops, p);
     if (!l) return NULL;
     const float bound = 1.0f / sqrtf((float)in_features); /* PyTorch: U(-1/sqrt(in), 1/sqrt(in)) */

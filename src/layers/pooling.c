@@ -88,12 +88,19 @@ static gp_status maxpool_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy,
                                                  gp_f32(dx));
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *maxpool_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, sizeof(maxpool_cfg));
+}
+
 static const gp_layer_ops maxpool_ops = {
     .kind = "maxpool2d",
     .out_shape = maxpool_out_shape,
     .cost = maxpool_cost,
     .forward = maxpool_forward,
     .backward = maxpool_backward,
+    .shard = maxpool_shard,
 };
 
 gp_layer *gp_maxpool2d(int kernel, int stride) {
@@ -156,12 +163,19 @@ static gp_status gap_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_
     return gp_ctx_kernels(ctx)->avgpool_backward(ctx->dev, planes, hw, gp_f32(dy), gp_f32(dx));
 }
 
+/* Replicated over the tensor axis: every shard holds the whole layer. */
+static gp_layer *gap_shard(const gp_layer *l, int nshards) {
+    (void)nshards;
+    return gp_layer_copy(l, 0);
+}
+
 static const gp_layer_ops gap_ops = {
     .kind = "global_avgpool",
     .out_shape = gap_out_shape,
     .cost = gap_cost,
     .forward = gap_forward,
     .backward = gap_backward,
+    .shard = gap_shard,
 };
 
 gp_layer *gp_global_avgpool(void) { return gp_layer_new(&gap_ops, NULL); }

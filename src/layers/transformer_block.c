@@ -3,7 +3,7 @@
  * residuals inside, built from the shared kernels of transformer_ops.h. */
 #include <stdlib.h>
 
-#include "layers/transformer_ops.h"
+#include "layers/tp_ops.h"
 
 #define LN_FWD_FLOPS 8.0
 #define LN_BWD_FLOPS 14.0
@@ -189,12 +189,36 @@ static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
     return st;
 }
 
+/* Megatron's layout: attention by heads (qkv by rows, q, k and v alike; the output projection
+ * by columns), the MLP by d_ff (fc by rows, its bias too; the output projection by columns);
+ * layer norms and the output biases replicated. */
+static void block_layout(const gp_layer *l, gp_layout *out) {
+    const block_impl *p = l->impl;
+    *out = (gp_layout){.ndims = 2,
+                       .dims = {{"heads", p->heads, "tensor"}, {"d_ff", p->d_ff, "tensor"}},
+                       .nsplits = 6,
+                       .splits = {{P_QKV_W, 0, 3, 0},
+                                  {P_QKV_B, 0, 3, 0},
+                                  {P_PROJ_W, 1, 1, 0},
+                                  {P_FC_W, 0, 1, 1},
+                                  {P_FC_B, 0, 1, 1},
+                                  {P_MLP_W, 1, 1, 1}}};
+}
+
+static gp_layer *block_shard(const gp_layer *l, int nshards) {
+    if (nshards == 1) return gp_layer_copy(l, sizeof(block_impl)); /* replicated */
+    const block_impl *p = l->impl;
+    return gp_transformer_block_shard(p->dim, p->heads, p->d_ff, p->dropout, nshards);
+}
+
 static const gp_layer_ops block_ops = {
     .kind = "transformer_block",
     .out_shape = block_out_shape,
     .cost = block_cost,
     .forward = block_forward,
     .backward = block_backward,
+    .layout = block_layout,
+    .shard = block_shard,
 };
 
 gp_layer *gp_transformer_block(int dim, int heads, int d_ff, float dropout) {

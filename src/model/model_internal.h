@@ -15,6 +15,7 @@ struct gp_model {
     int nlayers, cap;
     gp_shape out_example; /* output shape of the last layer at batch 1 (input if none) */
     uint64_t seed;        /* the init seed */
+    bool held;            /* a pipeline holds it (with tensor-parallel shards, its values too) */
 };
 
 /* The device holding layer li's parameters (NULL: not initialized). */

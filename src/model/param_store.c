@@ -147,8 +147,7 @@ gp_status gp_store_place(gp_model *m, int first, int last, gp_device *dev, bool 
     return GP_OK;
 }
 
-/* Fills p's host copy per its init rule, keyed by (seed, layer, parameter). */
-static void init_host(const gp_param *p, uint64_t seed, int layer, int index, float *v) {
+void gp_param_init_host(const gp_param *p, uint64_t seed, int layer, int index, float *v) {
     const int64_t n = gp_shape_nelem(&p->shape);
     gp_rng_stream s = {.seed = seed, .purpose = GP_RNG_INIT, .a = (uint32_t)layer,
                        .b = (uint32_t)index};
@@ -184,7 +183,7 @@ gp_status gp_store_init_values(gp_model *m, gp_store *s, uint64_t seed) {
     for (int li = s->first; li < s->last && st == GP_OK; li++)
         for (int j = 0; j < m->layers[li]->nparams && st == GP_OK; j++) {
             gp_param *p = &m->layers[li]->params[j];
-            init_host(p, seed, li, j, host);
+            gp_param_init_host(p, seed, li, j, host);
             st = gp_tensor_from_host(&p->value, host, gp_tensor_nbytes(&p->value));
         }
     free(host);

@@ -35,6 +35,9 @@ struct gp_store {
  * store is training (has gradients) cannot move: an error naming it. */
 gp_status gp_store_place(gp_model *m, int first, int last, gp_device *dev, bool copy,
                          gp_store **out);
+/* Fills v (host, the parameter's elements) per p's init rule, keyed by (seed, layer, parameter
+ * index): the values every device gets, whatever holds them. */
+void gp_param_init_host(const gp_param *p, uint64_t seed, int layer, int index, float *v);
 /* Initializes every parameter of the store from (seed, layer index, parameter index). */
 gp_status gp_store_init_values(gp_model *m, gp_store *s, uint64_t seed);
 /* Takes layers [first, last) out of their stores (their views are cleared, the layers are

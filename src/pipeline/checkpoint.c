@@ -2,7 +2,10 @@
  * 0's; the other replicas hold the same values), every rank told every part's outcome, and the
  * set committed by rank 0's index only when all parts are durable. Every rank ends with the
  * same status, so no rank trains on while another has failed. Loading is the mirror image:
- * each rank reads only the parts that hold its stage's layers. */
+ * each rank reads only the parts that hold its stage's layers. With tensor-parallel shards the
+ * files keep whole tensors under their names: a stage's shards put its layers together (shard 0
+ * writes them) and on loading each cuts its part out, so a set saved with any T resumes with
+ * any other T and K. The whole layers of a stage are held in host memory for the while. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +46,11 @@ static gp_status agree(gp_pipeline *p, const outcome *mine, outcome *all, const 
                               ? (gp_status)all[r].status
                               : GP_INTERNAL;
             if (W == 1) return gp_error(s, "%.*s", (int)sizeof all[r].msg, all[r].msg);
+            const int T = p->T;
+            if (T > 1)
+                return gp_error(s, "%s: rank %d (stage %d shard %d of replica %d) failed: %.*s",
+                                what, r, r / T % K, r % T, r / (K * T), (int)sizeof all[r].msg,
+                                all[r].msg);
             return gp_error(s, "%s: rank %d (stage %d of replica %d) failed: %.*s", what, r,
                             r % K, r / K, (int)sizeof all[r].msg, all[r].msg);
         }
@@ -68,9 +76,12 @@ gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step
         return gp_error(GP_OUT_OF_MEMORY, "checkpoint %s: %d ranks", base, W);
     }
     gp_status s;
+    const int T = p->T, L = gp_model_nlayers(m);
     if (k < 0) { /* threads: this process holds every stage, so one file */
         snprintf(path, n, "%s.safetensors", base);
-        s = gp_checkpoint_save(path, m, 0, gp_model_nlayers(m), o, step, extra, nextra);
+        s = T > 1 ? gp_mesh_whole_begin(p, 0, L, true, true) : GP_OK;
+        if (s == GP_OK) s = gp_checkpoint_save(path, m, 0, L, o, step, extra, nextra);
+        if (T > 1) gp_mesh_whole_end(p, 0, L);
         if (s == GP_OK && written) snprintf(written, written_size, "%s", path);
         goto done;
     }
@@ -78,9 +89,14 @@ gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step
     if (d == 0) {
         stage_range(p, k, &mine.first, &mine.last);
         snprintf(path, n, "%s-%05d-of-%05d.safetensors", base, k + 1, K);
-        s = gp_checkpoint_save(path, m, mine.first, mine.last, o, step, extra, nextra);
-        mine.wrote = s == GP_OK;
-        if (s == GP_OK) s = gp_checkpoint_file_info(path, &mine.bytes, &mine.crc32);
+        /* The stage's shards put its layers together; shard 0 writes them. */
+        s = T > 1 ? gp_mesh_whole_begin(p, mine.first, mine.last, true, true) : GP_OK;
+        if (s == GP_OK && p->my_shard <= 0) {
+            s = gp_checkpoint_save(path, m, mine.first, mine.last, o, step, extra, nextra);
+            mine.wrote = s == GP_OK;
+            if (s == GP_OK) s = gp_checkpoint_file_info(path, &mine.bytes, &mine.crc32);
+        }
+        if (T > 1) gp_mesh_whole_end(p, mine.first, mine.last);
         if (s != GP_OK) note(&mine, s);
     }
     char what[256];
@@ -98,10 +114,11 @@ gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step
             char *files = malloc((size_t)K * n);
             gp_status c = parts && files ? GP_OK
                                          : gp_error(GP_OUT_OF_MEMORY, "checkpoint %s", index);
-            for (int r = 0; r < K && c == GP_OK; r++) { /* replica 0's ranks are 0..K-1 */
+            for (int r = 0; r < K && c == GP_OK; r++) { /* replica 0's shard 0 of stage r */
+                const outcome *o_r = &all[r * T];
                 snprintf(files + (size_t)r * n, n, "%s-%05d-of-%05d.safetensors", name, r + 1, K);
-                parts[r] = (gp_checkpoint_part){files + (size_t)r * n, all[r].first, all[r].last,
-                                                all[r].bytes, all[r].crc32};
+                parts[r] = (gp_checkpoint_part){files + (size_t)r * n, o_r->first, o_r->last,
+                                                o_r->bytes, o_r->crc32};
             }
             if (c == GP_OK)
                 c = gp_checkpoint_commit(index, m, parts, K, o, step, extra, nextra);
@@ -129,7 +146,11 @@ gp_status gp_pipeline_checkpoint_load(gp_pipeline *p, gp_checkpoint *c) {
     int first = 0, last = gp_model_nlayers(m);
     if (k >= 0) stage_range(p, k, &first, &last);
     outcome mine = {.status = GP_OK, .first = first, .last = last};
-    gp_status s = gp_checkpoint_load_layers(c, m, first, last, gp_pipeline_optim(p));
+    /* With shards: the whole layers are loaded, then each shard here cuts its part out. */
+    gp_status s = p->T > 1 ? gp_mesh_whole_begin(p, first, last, true, false) : GP_OK;
+    if (s == GP_OK) s = gp_checkpoint_load_layers(c, m, first, last, gp_pipeline_optim(p));
+    if (s == GP_OK && p->T > 1) s = gp_mesh_whole_scatter(p, first, last, true);
+    if (p->T > 1) gp_mesh_whole_end(p, first, last);
     if (s != GP_OK) note(&mine, s);
     outcome *all = calloc((size_t)W, sizeof *all);
     if (!all) return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_checkpoint_load: %d ranks", W);

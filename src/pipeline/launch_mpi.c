@@ -1,9 +1,10 @@
-/* The launcher of one stage per MPI process: D data-parallel replicas x K stages, each replica
- * on its slice of the mini-batch. A rank holds its own stage and nothing more. Its hooks sum the
- * stage's gradients over the replicas in buckets that are slices of the stage's gradient block,
- * started during the last backward as their layers finish; the norms and losses meet in one
- * fixed-order all-reduce. Evaluation and the parameter hash stream through the stages of
- * replica 0, and every rank gets the result. Without MPI support the grid cannot be made. */
+/* The launcher of one stage shard per MPI process: the mesh of D data-parallel replicas x K
+ * stages x T tensor-parallel shards, each replica on its slice of the mini-batch. A rank holds
+ * its own stage's shard and nothing more. Its hooks sum the shard's gradients over the replicas
+ * in buckets that are slices of its gradient block, started during the last backward as their
+ * layers finish; the norms and losses meet in one fixed-order all-reduce. Evaluation and the
+ * parameter hash stream through the stages of replica 0 (each stage's shards together), and
+ * every rank gets the result. Without MPI support the grid cannot be made. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h> /* gethostname: whether the ranks share a clock */
@@ -25,7 +26,7 @@ typedef struct mpi_launch {
     int64_t dp_bucket; /* floats that make a bucket */
 } mpi_launch;
 
-static gp_stage *my_stage(gp_pipeline *p) { return &p->st[p->my_stage]; }
+static gp_stage *my_stage(gp_pipeline *p) { return gp_worker(p, p->my_stage, p->my_shard); }
 
 /* -------------------------------------------------------------- gradient hooks */
 
@@ -48,30 +49,37 @@ static gp_status grads_wait(void *ctx, gp_stage *s) {
     return gp_grid_grads_wait(((mpi_launch *)ctx)->grid);
 }
 
-/* v[0..L-1]: this stage's layers' squared gradient norms (zero elsewhere), v[L]: the last
- * stage's loss over its replica's rows. One all-reduce over every rank, in world order, of
- * L norms (replica 0's only: the replicas' reduced gradients are identical), D losses and each
- * rank's byte counts. Every entry has one contributor, so the sums are exact and identical
- * everywhere; the loss is then the replicas' losses added in replica order. */
+/* v[0..L-1]: this stage shard's parts of its layers' squared gradient norms (zero elsewhere),
+ * v[L]: the last stage's loss over its replica's rows (shard 0's). One all-reduce over every
+ * rank, in world order, of L norms (replica 0's only: the replicas' reduced gradients are
+ * identical), D losses and each rank's byte counts. A layer's entry has the T shards of its
+ * stage as contributors, added in shard order (consecutive ranks), as the threads launcher adds
+ * them; every other entry has one, so the sums are identical everywhere; the loss is then the
+ * replicas' losses added in replica order. */
 static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
     mpi_launch *l = ctx;
     gp_pipeline *p = s->p;
-    const int W = p->nranks, d = p->replica, n = L + p->D + 2 * W;
+    const int W = p->nranks, d = p->replica, n = L + p->D + 3 * W;
     double *w = calloc((size_t)n, sizeof *w);
     if (!w) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d reduction values", n);
     if (d == 0) memcpy(w, v, (size_t)L * sizeof *w);
     w[L + d] = v[L];
     uint64_t p2p, ar;
     gp_grid_bytes(l->grid, &p2p, &ar);
-    w[L + p->D + 2 * p->rank] = (double)p2p;
-    w[L + p->D + 2 * p->rank + 1] = (double)ar;
+    w[L + p->D + 3 * p->rank] = (double)p2p;
+    w[L + p->D + 3 * p->rank + 1] = (double)ar;
+    w[L + p->D + 3 * p->rank + 2] = (double)s->tp_bytes;
     gp_status st = gp_transport_allreduce_sum(gp_grid_world(l->grid), p->rank, w, n);
     if (st == GP_OK) {
         memcpy(v, w, (size_t)L * sizeof *v);
         double loss = w[L];
         for (int r = 1; r < p->D; r++) loss += w[L + r];
         v[L] = loss;
-        for (int i = 0; i < 2 * W; i++) p->bytes[i] = (uint64_t)w[L + p->D + i];
+        for (int r = 0; r < W; r++) {
+            p->bytes[2 * r] = (uint64_t)w[L + p->D + 3 * r];
+            p->bytes[2 * r + 1] = (uint64_t)w[L + p->D + 3 * r + 1];
+            p->tp_bytes[r] = (uint64_t)w[L + p->D + 3 * r + 2];
+        }
     }
     free(w);
     return st;
@@ -92,11 +100,11 @@ static gp_status trace_calls(gp_stage *s) {
         for (int j = 0; j < GP_MSG_NKINDS; j++) {
             const comm_times *c = &s->ct[mb];
             if (sends[j])
-                GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, c->send_b[j], c->send_e[j],
-                                    names[0][j]));
+                GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->send_b[j],
+                                    c->send_e[j], names[0][j]));
             if (recvs[j])
-                GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, c->recv_b[j], c->recv_e[j],
-                                    names[1][j]));
+                GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->recv_b[j],
+                                    c->recv_e[j], names[1][j]));
         }
     return GP_OK;
 }
@@ -153,7 +161,34 @@ static gp_status recv_from_prev(gp_pipeline *p, gp_stage *s, gp_shape shape, gp_
     return st;
 }
 
-/* Replica 0's stages pass x forward in eval mode; the last one's logits reach every rank. */
+/* The stage shard's eval forward: its layers, with its tensor-parallel group. */
+static gp_status eval_range(gp_pipeline *p, gp_stage *s, const gp_tensor *in, gp_tensor *out) {
+    if (p->T == 1) return gp_model_forward_eval(p->m, s->first, s->last, in, out);
+    const gp_run run = {.training = false, .seed = s->m->seed, .tp = &s->tp};
+    return gp_seq_forward_output(s->m, s->first, s->last, s->dev, &run, in, out);
+}
+
+/* The last stage's logits into host (the whole (B, ..., V)): its own, or with a split head every
+ * shard's columns (an all-gather over the stage's shards, put side by side). */
+static gp_status last_logits(gp_pipeline *p, gp_stage *s, const gp_tensor *out, float *host,
+                             size_t nbytes) {
+    if (!p->vocab_split) return gp_tensor_to_host(out, host, nbytes);
+    const int64_t lc = out->shape.dim[out->shape.ndim - 1], n = gp_tensor_nelem(out);
+    const int64_t rows = n / lc, V = lc * p->T;
+    float *mine = malloc((size_t)n * sizeof *mine), *all = malloc((size_t)(n * p->T) * sizeof *all);
+    gp_status st = mine && all ? gp_tensor_to_host(out, mine, (size_t)n * sizeof *mine)
+                               : gp_error(GP_OUT_OF_MEMORY, "logits of %d shards", p->T);
+    if (st == GP_OK) st = gp_transport_allgather_f32(s->tensor, s->t, mine, n, all);
+    for (int t = 0; t < p->T && st == GP_OK; t++)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(host + r * V + t * lc, all + t * n + r * lc, (size_t)lc * sizeof *host);
+    free(mine);
+    free(all);
+    return st;
+}
+
+/* Replica 0's stages pass x forward in eval mode (each stage's shards together, shard t to
+ * shard t); the last one's logits reach every rank. */
 static gp_status mpi_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *logits) {
     mpi_launch *l = p->launch;
     gp_stage *s = my_stage(p);
@@ -169,23 +204,34 @@ static gp_status mpi_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *logi
         if (st == GP_OK)
             st = s->k == 0 ? gp_stage_input_rows(s, x, 0, B, &in)
                            : recv_from_prev(p, s, in_shape, GP_F32, &in);
-        if (st == GP_OK) st = gp_model_forward_eval(p->m, s->first, s->last, &in, &out);
+        if (st == GP_OK) st = eval_range(p, s, &in, &out);
         gp_tensor_release(&in);
         if (st == GP_OK && s->k < p->K - 1)
             st = gp_transport_send(p->tr, s->k, s->k + 1, (gp_msg_tag){GP_MSG_ACT, 0}, &out);
         else if (st == GP_OK)
-            st = gp_tensor_to_host(&out, host, nbytes);
+            st = last_logits(p, s, &out, host, nbytes);
         gp_tensor_release(&out);
         if (st == GP_OK) st = gp_transport_flush(p->tr, s->k);
         if (st != GP_OK) gp_grid_abort(l->grid, st, gp_last_error());
     }
-    if (st == GP_OK) st = share_from(l, p->K - 1, p->rank, host, nbytes, host);
+    if (st == GP_OK) st = share_from(l, (p->K - 1) * p->T, p->rank, host, nbytes, host);
     if (st == GP_OK) st = gp_tensor_from_host(logits, host, nbytes);
     free(host);
     return st == GP_OK ? GP_OK : gp_error_context(st, "gp_pipeline_predict (rank %d)", p->rank);
 }
 
-/* The FNV-1a state travels from stage to stage as two int32 words. */
+/* Continues the hash over the stage's layers: its own values, or with shards the whole layers
+ * put together (collective over the stage's shards; shard 0 hashes them). */
+static gp_status hash_stage(gp_pipeline *p, gp_stage *s, uint64_t *state) {
+    if (p->T == 1) return gp_model_params_fnv1a64_range(p->m, s->first, s->last, state);
+    GP_TRY(gp_mesh_whole_begin(p, s->first, s->last, false, true));
+    gp_status st = s->t == 0 ? gp_model_params_fnv1a64_range(p->m, s->first, s->last, state)
+                             : GP_OK;
+    gp_mesh_whole_end(p, s->first, s->last);
+    return st;
+}
+
+/* The FNV-1a state travels from stage to stage (shard 0 to shard 0) as two int32 words. */
 static gp_status mpi_params_hash(gp_pipeline *p, uint64_t *h) {
     mpi_launch *l = p->launch;
     gp_stage *s = my_stage(p);
@@ -193,13 +239,14 @@ static gp_status mpi_params_hash(gp_pipeline *p, uint64_t *h) {
     gp_status st = GP_OK;
     if (p->replica == 0) {
         gp_tensor t = {0};
-        if (s->k > 0) {
+        const bool chain = s->t == 0;
+        if (s->k > 0 && chain) {
             st = recv_from_prev(p, s, gp_shape1(2), GP_I32, &t);
             if (st == GP_OK) st = gp_tensor_to_host(&t, &state, sizeof state);
             gp_tensor_release(&t);
         }
-        if (st == GP_OK) st = gp_model_params_fnv1a64_range(p->m, s->first, s->last, &state);
-        if (st == GP_OK && s->k < p->K - 1) {
+        if (st == GP_OK) st = hash_stage(p, s, &state);
+        if (st == GP_OK && s->k < p->K - 1 && chain) {
             st = gp_tensor_alloc(s->dev, GP_MEM_WORKSPACE, gp_shape1(2), GP_I32, &t);
             if (st == GP_OK) st = gp_tensor_from_host(&t, &state, sizeof state);
             if (st == GP_OK)
@@ -209,7 +256,8 @@ static gp_status mpi_params_hash(gp_pipeline *p, uint64_t *h) {
         if (st == GP_OK) st = gp_transport_flush(p->tr, s->k);
         if (st != GP_OK) gp_grid_abort(l->grid, st, gp_last_error());
     }
-    if (st == GP_OK) st = share_from(l, p->K - 1, p->rank, &state, sizeof state, &state);
+    if (st == GP_OK)
+        st = share_from(l, (p->K - 1) * p->T, p->rank, &state, sizeof state, &state);
     if (st == GP_OK) *h = state;
     return st == GP_OK ? GP_OK : gp_error_context(st, "gp_pipeline_params_fnv1a64 (rank %d)", p->rank);
 }
@@ -273,7 +321,7 @@ static gp_status add_gathered(gp_pipeline *p, const char *all, const size_t *off
 
 static gp_status mpi_gather(gp_pipeline *p) {
     mpi_launch *l = p->launch;
-    const int W = p->nranks, k = p->my_stage;
+    const int W = p->nranks, k = my_stage(p)->w;
     int n = 0;
     const gp_trace_event *ev = gp_trace_events(&p->trace, k, &n);
     size_t nbytes = sizeof(gather_head) + (size_t)n * sizeof *ev;
@@ -330,20 +378,27 @@ gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
     p->launch = l;
     p->launcher = &mpi_iface;
     p->D = po->data_parallel ? po->data_parallel : 1;
-    GP_TRY(gp_grid_new(p->D, p->K, po->comm_timeout_s, &l->grid));
+    GP_TRY(gp_grid_new(p->D, p->K, p->T, po->comm_timeout_s, &l->grid));
     p->tr = gp_grid_pipe(l->grid);
     p->rank = gp_grid_world_rank(l->grid);
     p->nranks = gp_grid_world_size(l->grid);
     p->my_stage = gp_grid_stage(l->grid);
+    p->my_shard = gp_grid_shard(l->grid);
     p->replica = gp_grid_replica(l->grid);
+    for (int w = 0; w < p->K * p->T; w++) {
+        p->st[w].pipe = p->tr;
+        p->st[w].tensor = gp_grid_tensor(l->grid);
+    }
     p->bytes = calloc(2 * (size_t)p->nranks, sizeof *p->bytes);
-    if (!p->bytes) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate byte counters");
+    p->tp_bytes = calloc((size_t)p->nranks, sizeof *p->tp_bytes);
+    if (!p->bytes || !p->tp_bytes)
+        return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate byte counters");
     p->sync = (gp_stage_sync){.reduce_norms = reduce_norms, .ctx = l};
     if (p->D > 1) {
         p->sync.layer_grads_final = layer_grads_final;
         p->sync.grads_wait = grads_wait;
     }
-    for (int k = 0; k < p->K; k++) p->st[k].cpu = -1;
+    for (int w = 0; w < p->K * p->T; w++) p->st[w].cpu = -1;
     return GP_OK;
 }
 
@@ -360,11 +415,12 @@ gp_status gp_launch_mpi_agree_cells(gp_pipeline *p, int *first) {
     free(v);
     if (s != GP_OK) return gp_error_context(s, "pipeline: agreeing on rank 0's cells");
     const int k = p->my_stage, last = k + 1 < p->K ? first[k + 1] : p->m->nlayers;
+    const gp_model *sm = p->T > 1 ? p->shard[p->my_shard] : p->m; /* this rank's shapes */
     int64_t n = 0;
     for (int li = first[k]; li < last; li++)
-        for (int j = 0; j < p->m->layers[li]->nparams; j++)
-            if (p->m->layers[li]->params[j].trainable)
-                n += gp_shape_nelem(&p->m->layers[li]->params[j].shape);
+        for (int j = 0; j < sm->layers[li]->nparams; j++)
+            if (sm->layers[li]->params[j].trainable)
+                n += gp_shape_nelem(&sm->layers[li]->params[j].shape);
     l->dp_bucket = n / 4 < DP_BUCKET_FLOATS ? n / 4 : DP_BUCKET_FLOATS;
     return GP_OK;
 }

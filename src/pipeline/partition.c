@@ -124,6 +124,8 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
         e->in_bytes = (uint64_t)gp_shape_nelem(&in) * gp_dtype_nbytes(dt);
         e->out_bytes = c.out_bytes;
         e->saved_bytes = c.saved_bytes;
+        e->tp_fwd_bytes = c.tp_fwd_bytes;
+        e->tp_bwd_bytes = c.tp_bwd_bytes;
     }
     return GP_OK;
 }

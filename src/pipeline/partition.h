@@ -18,6 +18,8 @@ typedef struct gp_layer_est {
     uint64_t in_bytes;    /* the layer's input activation, one micro-batch */
     uint64_t out_bytes;   /* its output activation, one micro-batch */
     uint64_t saved_bytes; /* saved for backward beyond input and output, one micro-batch */
+    uint64_t tp_fwd_bytes, tp_bwd_bytes; /* a shard layer's tensor-axis collectives, one
+                                          * micro-batch (gp_cost) */
 } gp_layer_est;
 
 /* What the partitioner balances: forward + backward time of one layer. */

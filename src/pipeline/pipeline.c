@@ -18,6 +18,8 @@ const char *gp_launcher_name(gp_launcher l) {
  * cost grows with the batch alike) and within the per-device memory limit. */
 static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po, int *first) {
     const int L = p->m->nlayers;
+    /* With T shards, a cell's figures are one shard's: its device holds and computes that. */
+    const gp_model *est_model = p->T > 1 ? p->shard[0] : p->m;
     /* po->batch is the global mini-batch: each of the D replicas takes 1/D of it. */
     const int64_t b = po->batch > 0 ? po->batch / ((int64_t)p->D * p->M) : 1;
     gp_layer_est *est = calloc((size_t)L, sizeof *est);
@@ -32,16 +34,25 @@ static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po, in
         o.layer_times = times;
     }
     if (s == GP_OK)
-        s = gp_cells_choose(p->m, b, gp_optim_state_count(&p->o), &o, p->K, p->M, est, first);
+        s = gp_cells_choose(est_model, b, gp_optim_state_count(&p->o), &o, p->K, p->M, est, first);
     free(times);
     free(est);
     return s;
 }
 
-static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *K, int *M) {
+static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *K, int *M,
+                            int *T) {
     *K = po->stages ? po->stages : 1;
     *M = po->micro_batches ? po->micro_batches : 1;
+    *T = po->tensor_parallel ? po->tensor_parallel : 1;
     if (*K < 1) return gp_error(GP_INVALID_ARGUMENT, "pipeline: stages %d must be >= 1", *K);
+    if (*T < 1 || *T > 4096)
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: tensor_parallel %d must be 1 to 4096", *T);
+    if (*T > 1 && po->balance == GP_BALANCE_TIME)
+        return gp_error(GP_UNSUPPORTED,
+                        "pipeline: balance by measured time with tensor_parallel %d: a shard layer "
+                        "cannot be timed alone (it needs its group); balance by cost",
+                        *T);
     if (*M < 1) return gp_error(GP_INVALID_ARGUMENT, "pipeline: micro-batches %d must be >= 1", *M);
     if (*K > m->nlayers)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -107,18 +118,23 @@ static gp_store *exact_store(const gp_model *m, int first, int last, const gp_de
 static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opts *po,
                               bool initialized) {
     if (po->devices) {
-        if (!po->devices[s->k])
-            return gp_error(GP_INVALID_ARGUMENT, "pipeline: devices[%d] is NULL", s->k);
-        s->dev = po->devices[s->k];
+        if (!po->devices[s->w])
+            return gp_error(GP_INVALID_ARGUMENT, "pipeline: devices[%d] is NULL", s->w);
+        s->dev = po->devices[s->w];
         return GP_OK;
     }
-    gp_device *one = p->K == 1 && initialized ? gp_model_range_device(p->m, 0, p->m->nlayers) : NULL;
+    gp_device *one = p->K == 1 && p->T == 1 && initialized
+                         ? gp_model_range_device(p->m, 0, p->m->nlayers)
+                         : NULL;
     if (one) { /* single-device training where the model already is */
         s->dev = one;
         return GP_OK;
     }
     char name[32];
-    snprintf(name, sizeof name, "stage%d", s->k);
+    if (p->T > 1)
+        snprintf(name, sizeof name, "stage%d.%d", s->k, s->t);
+    else
+        snprintf(name, sizeof name, "stage%d", s->k);
     GP_TRY(gp_device_cpu_new_threads(name, po->stage_threads > 0 ? po->stage_threads : 1, &s->dev));
     s->own_dev = true;
     return po->memory_limit ? gp_device_set_limit(s->dev, po->memory_limit) : GP_OK;
@@ -130,8 +146,13 @@ static gp_status init_stage(gp_pipeline *p, gp_stage *s, const gp_pipeline_opts 
                             bool initialized, uint64_t seed) {
     GP_TRY(stage_device(p, s, po, initialized));
     GP_TRY(gp_stage_alloc_state(s, p->M));
-    gp_model *m = p->m;
-    s->store = initialized ? exact_store(m, s->first, s->last, s->dev) : NULL;
+    gp_model *m = s->m;
+    if (p->T > 1) { /* the shard's values: cut from the model's, or initialized as its */
+        GP_TRY(gp_store_place(m, s->first, s->last, s->dev, false, &s->store));
+        GP_TRY(gp_mesh_init_values(p, s, initialized, seed));
+    } else {
+        s->store = initialized ? exact_store(m, s->first, s->last, s->dev) : NULL;
+    }
     if (!s->store) {
         GP_TRY(gp_store_place(m, s->first, s->last, s->dev, initialized, &s->store));
         if (!initialized) GP_TRY(gp_store_init_values(m, s->store, seed));
@@ -143,26 +164,41 @@ static gp_status init_stages(gp_pipeline *p, const gp_pipeline_opts *po, uint64_
     gp_model *m = p->m;
     bool initialized;
     GP_TRY(model_state(m, &initialized));
-    for (int k = 0; k < p->K; k++) {
-        gp_stage *s = &p->st[k];
+    for (int w = 0; w < p->K * p->T; w++) {
+        gp_stage *s = &p->st[w];
+        const int k = w / p->T;
         s->p = p;
         s->k = k;
+        s->t = w % p->T;
+        s->w = w;
+        s->m = p->T > 1 ? p->shard[s->t] : m;
         s->first = p->first[k];
         s->last = k + 1 < p->K ? p->first[k + 1] : m->nlayers;
-        s->run_here = p->my_stage < 0 || p->my_stage == k;
+        s->run_here = (p->my_stage < 0 || p->my_stage == k) &&
+                      (p->my_shard < 0 || p->my_shard == s->t);
+        if (p->T > 1) gp_mesh_group(s);
     }
     /* A process holds the stages it runs and nothing more. */
     for (int k = 0; k < p->K; k++)
-        if (!p->st[k].run_here) gp_store_release_layers(m, p->st[k].first, p->st[k].last);
-    for (int k = 0; k < p->K; k++) {
-        gp_stage *s = &p->st[k];
+        if (!gp_worker(p, k, p->my_shard < 0 ? 0 : p->my_shard)->run_here)
+            gp_store_release_layers(m, p->first[k], k + 1 < p->K ? p->first[k + 1] : m->nlayers);
+    for (int w = 0; w < p->K * p->T; w++) {
+        gp_stage *s = &p->st[w];
         if (!s->run_here) continue;
         gp_status st = init_stage(p, s, po, initialized, seed);
-        if (st != GP_OK)
-            return gp_error_context(st, "pipeline stage %d (layers %d..%d) on %s", k, s->first,
-                                    s->last - 1, gp_device_name(s->dev));
+        if (st != GP_OK) {
+            if (p->T > 1)
+                return gp_error_context(st, "pipeline stage %d shard %d (layers %d..%d) on %s",
+                                        s->k, s->t, s->first, s->last - 1,
+                                        gp_device_name(s->dev));
+            return gp_error_context(st, "pipeline stage %d (layers %d..%d) on %s", s->k,
+                                    s->first, s->last - 1, gp_device_name(s->dev));
+        }
     }
+    /* With shards the values live in them: the model keeps its names and shapes only. */
+    if (p->T > 1) gp_store_release_layers(m, 0, m->nlayers);
     if (!initialized) m->seed = seed;
+    for (int t = 0; p->T > 1 && t < p->T; t++) p->shard[t]->seed = m->seed;
     return GP_OK;
 }
 
@@ -173,17 +209,21 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     if (o) GP_TRY(gp_optim_check(o));
     gp_pipeline_opts dflt = {0};
     if (!po) po = &dflt;
-    int K, M;
-    GP_TRY(check_opts(m, po, &K, &M));
+    int K, M, T;
+    GP_TRY(check_opts(m, po, &K, &M, &T));
     for (int li = 0; li < m->nlayers; li++)
         if (m->store_of[li] && m->store_of[li]->grads.data)
             return gp_error(GP_INVALID_ARGUMENT,
                             "gp_pipeline_new: the model already has a pipeline (layer %d has "
                             "gradients); free it first",
                             li);
+    if (m->held)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_pipeline_new: the model already has a pipeline (its values are in "
+                        "that pipeline's tensor-parallel shards); free it first");
     gp_pipeline *p = calloc(1, sizeof *p);
     if (p) p->first = calloc((size_t)K, sizeof *p->first);
-    if (p && p->first) p->st = calloc((size_t)K, sizeof *p->st);
+    if (p && p->first) p->st = calloc((size_t)K * (size_t)T, sizeof *p->st);
     if (!p || !p->first || !p->st) {
         if (p) free(p->first);
         free(p);
@@ -194,40 +234,55 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     if (o) p->o = *o;
     p->K = K;
     p->M = M;
+    p->T = T;
     p->remat = po->remat;
     p->D = 1;
     p->nranks = 1;
     p->my_stage = -1;
+    p->my_shard = -1;
     /* The launcher first: a mismatched MPI launch fails before any work. */
     gp_status s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po)
                                                   : gp_launch_local_init(p, po);
+    if (s == GP_OK) s = gp_mesh_setup(p);
     if (s == GP_OK) s = choose_partition(p, po, p->first);
     if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_agree_cells(p, p->first);
     if (s == GP_OK) s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), K, M, &p->sched);
     if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
     if (s == GP_OK) s = init_stages(p, po, seed);
     p->seed = seed ? seed : m->seed; /* dropout keys: the init seed unless given */
-    /* With processes, one track per rank once gathered (gp_pipeline_gather). */
-    if (s == GP_OK) s = gp_trace_init(&p->trace, p->my_stage >= 0 ? p->nranks : K, M);
+    /* One track per stage shard; with processes, one per rank once gathered
+     * (gp_pipeline_gather). */
+    if (s == GP_OK) s = gp_trace_init(&p->trace, p->my_stage >= 0 ? p->nranks : K * T, M);
     if (s == GP_OK) gp_trace_set_info(&p->trace, p->sched.name, gp_remat_name(p->remat));
     p->trace.stages_per_replica = K;
+    p->trace.shards_per_stage = T;
+    if (s == GP_OK && !p->tp_bytes) {
+        const int n = p->my_stage >= 0 ? p->nranks : K * T;
+        if (!(p->tp_bytes = calloc((size_t)n, sizeof *p->tp_bytes)))
+            s = gp_error(GP_OUT_OF_MEMORY, "pipeline: byte counters of %d devices", n);
+    }
     if (s != GP_OK) {
-        gp_error_context(s, "gp_pipeline_new (K = %d, M = %d)", K, M);
+        if (T > 1)
+            gp_error_context(s, "gp_pipeline_new (K = %d, M = %d, T = %d)", K, M, T);
+        else
+            gp_error_context(s, "gp_pipeline_new (K = %d, M = %d)", K, M);
         gp_pipeline_free(p);
         return s;
     }
+    m->held = true;
     *out = p;
     return GP_OK;
 }
 
 void gp_pipeline_free(gp_pipeline *p) {
     if (!p) return;
+    if (p->m) p->m->held = false;
     if (p->launcher) p->launcher->free(p);
-    for (int k = 0; p->st && k < p->K; k++) {
-        gp_stage *s = &p->st[k];
-        if (s->store) gp_store_train_end(p->m, s->store);
+    for (int w = 0; p->st && w < p->K * p->T; w++) {
+        gp_stage *s = &p->st[w];
+        if (s->store) gp_store_train_end(s->m, s->store);
         if (s->own_dev) {
-            if (s->store) gp_store_release_layers(p->m, s->first, s->last);
+            if (s->store) gp_store_release_layers(s->m, s->first, s->last);
             gp_mem_stats ms;
             gp_device_mem_stats(s->dev, &ms);
             GP_ASSERT(ms.live_total == 0); /* every byte a stage held was released */
@@ -235,10 +290,12 @@ void gp_pipeline_free(gp_pipeline *p) {
         }
         gp_stage_free_state(s);
     }
+    gp_mesh_free(p); /* the shard models' values on the caller's devices go with them */
     free(p->st);
     gp_trace_free(&p->trace);
     free(p->first);
     free(p->bytes);
+    free(p->tp_bytes);
     free(p->rank_mem);
     gp_schedule_free(&p->sched);
     free(p);
@@ -246,32 +303,43 @@ void gp_pipeline_free(gp_pipeline *p) {
 
 int gp_pipeline_stages(const gp_pipeline *p) { return p ? p->K : 0; }
 int gp_pipeline_micro_batches(const gp_pipeline *p) { return p ? p->M : 0; }
+int gp_pipeline_tensor_parallel(const gp_pipeline *p) { return p ? p->T : 0; }
+int gp_pipeline_shard(const gp_pipeline *p) { return p ? p->my_shard : -1; }
 
 int gp_pipeline_cell_first(const gp_pipeline *p, int k) {
     return p && k >= 0 && k < p->K ? p->first[k] : -1;
 }
 
 gp_device *gp_pipeline_device(const gp_pipeline *p, int k) {
-    return p && k >= 0 && k < p->K && p->st[k].run_here ? p->st[k].dev : NULL;
+    return p && k >= 0 && k < p->K && p->st[k * p->T].run_here ? p->st[k * p->T].dev : NULL;
 }
 
-gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out) {
+gp_status gp_pipeline_mem_stats_shard(const gp_pipeline *p, int stage, int shard,
+                                      gp_mem_stats *out) {
     if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: NULL argument");
     if (stage < 0 || stage >= p->K)
         return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: stage %d outside 0..%d", stage,
                         p->K - 1);
-    if (p->st[stage].run_here) {
-        gp_device_mem_stats(p->st[stage].dev, out);
+    if (shard < 0 || shard >= p->T)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: shard %d outside 0..%d", shard,
+                        p->T - 1);
+    const int w = stage * p->T + shard;
+    if (p->st[w].run_here) {
+        gp_device_mem_stats(p->st[w].dev, out);
         return GP_OK;
     }
-    if (p->rank_mem) { /* replica 0's stage `stage` is world rank `stage` */
-        *out = p->rank_mem[stage];
+    if (p->rank_mem) { /* replica 0's stage `stage` shard `shard` is world rank w */
+        *out = p->rank_mem[w];
         return GP_OK;
     }
     return gp_error(GP_INVALID_ARGUMENT,
                     "gp_pipeline_mem_stats: stage %d runs in another process (this is rank %d, "
                     "stage %d): gather first (gp_pipeline_gather)",
                     stage, p->rank, p->my_stage);
+}
+
+gp_status gp_pipeline_mem_stats(const gp_pipeline *p, int stage, gp_mem_stats *out) {
+    return gp_pipeline_mem_stats_shard(p, stage, 0, out);
 }
 
 void gp_pipeline_place(const gp_pipeline *p, int *rank, int *nranks, int *stage, int *replica) {
@@ -339,8 +407,8 @@ static gp_status run_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y
     gp_status s = p->launcher->step(p, x, y, &l);
     if (s != GP_OK) {
         /* No gradients left behind, so the next step can succeed. */
-        for (int k = 0; k < p->K; k++)
-            if (p->st[k].store) gp_store_zero_grads(p->st[k].store);
+        for (int w = 0; w < p->K * p->T; w++)
+            if (p->st[w].store) gp_store_zero_grads(p->st[w].store);
         return s;
     }
     if (loss) *loss = l;
@@ -426,6 +494,17 @@ gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes,
     if (!p || !mine || !all)
         return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_allgather: NULL argument");
     return p->launcher->allgather(p, mine, nbytes, all);
+}
+
+gp_status gp_pipeline_bytes_tensor(const gp_pipeline *p, uint64_t *tensor, int n) {
+    if (!p || !tensor)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_bytes_tensor: NULL argument");
+    const int devices = p->my_stage >= 0 ? p->nranks : p->K * p->T;
+    if (n < devices)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_pipeline_bytes_tensor: room for %d devices, %d needed", n, devices);
+    for (int r = 0; r < n; r++) tensor[r] = r < devices && p->tp_bytes ? p->tp_bytes[r] : 0;
+    return GP_OK;
 }
 
 gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *allreduce, int n) {

@@ -1,6 +1,8 @@
 /* The pipeline's private state, shared by its files:
  *   pipeline.c     set-up (cells, schedule, stage stores and devices), the public accessors, and
  *                  the step's checks before it goes to the launcher;
+ *   mesh.c         the tensor axis: shard models, their values against the whole model's, the
+ *                  stages' tensor-parallel groups over a transport;
  *   stage.c        the stage interpreter: one stage's action list for one step, talking only to
  *                  a transport and the launcher's gradient-sync hooks (gp_stage_sync);
  *   launch_local.c the launcher of this process's stages: K = 1 inline on the caller's thread
@@ -42,15 +44,25 @@ typedef struct gp_stage_sync {
     /* Optional: before the norms, every gradient sum started must be complete. */
     gp_status (*grads_wait)(void *ctx, gp_stage *s);
     /* v[0..L-1]: each layer's squared gradient norm (this stage's layers filled, zero
-     * elsewhere); v[L]: this stage's loss (the last stage's, zero elsewhere). In place: the sums
-     * over every stage (and replica), with the same bits on every stage. */
+     * elsewhere; with T shards each shard's part); v[L]: this stage's loss (the last stage's
+     * shard 0's, zero elsewhere). In place: the sums over every stage, shard (and replica), in
+     * mesh order, with the same bits on every stage. */
     gp_status (*reduce_norms)(void *ctx, gp_stage *s, double *v, int L);
+    /* Optional: a stage failed; stop every other (default: abort its pipeline transport). */
+    void (*abort)(void *ctx, gp_stage *s, gp_status st, const char *why);
     void *ctx;
 } gp_stage_sync;
 
 struct gp_stage {
     struct gp_pipeline *p;
     int k, first, last;  /* stage k: layers [first, last) */
+    int t, w;            /* its tensor-parallel shard t of T; w = k T + t, its place in p->st and
+                          * its trace track */
+    gp_model *m;         /* the layers it runs: the model (T = 1) or shard t's model */
+    gp_transport *pipe;  /* to the neighbouring stages (same shard): rank k */
+    gp_transport *tensor; /* to its stage's T shards: rank t (T > 1) */
+    gp_coll_group tp;    /* the layers' view of `tensor` (T > 1) */
+    uint64_t tp_bytes;   /* given to the tensor axis's collectives this step */
     gp_device *dev;      /* where its layers, activations and messages live */
     bool own_dev;        /* the pipeline made the device (and frees it) */
     gp_store *store;     /* its parameters, gradients and optimizer state */
@@ -96,13 +108,22 @@ struct gp_pipeline {
     gp_model *m;
     gp_optim_opts o;
     bool inference; /* made without optimizer options: no gradients, no steps */
-    int K, M;
+    int K, M, T;
     gp_remat remat;
     gp_schedule sched;
     uint64_t seed; /* dropout keys */
     int step;
-    gp_stage *st;  /* (K) */
+    gp_stage *st;  /* (K x T) stage k's shard t at k T + t */
     int *first;    /* (K) first layer of each cell */
+    /* The tensor axis (T > 1; mesh.c): the models of the T shards (no values where another
+     * process runs them), each layer's split parameters (bit j: parameter j), the vocabulary
+     * head's whole width when the last layer splits its output, and a device of host memory
+     * where whole layers are put together for checkpoints and the parameter hash. */
+    gp_model **shard;
+    uint32_t *split_mask; /* (L) */
+    bool vocab_split;
+    int64_t vocab;
+    gp_device *scratch;
     /* The launcher and what it gives the stages. */
     const gp_launcher_iface *launcher;
     void *launch;             /* the launcher's own state */
@@ -114,14 +135,16 @@ struct gp_pipeline {
     int64_t b;                /* micro-batch size */
     int mb0;                  /* global index of the first micro-batch (RNG keys) */
     double normalizer;
-    /* Where this process stands: world rank and size, the stage it runs (-1: all K), replica. */
-    int rank, nranks, my_stage, replica, D;
+    /* Where this process stands: world rank and size, the stage and shard it runs (-1: all),
+     * replica. */
+    int rank, nranks, my_stage, my_shard, replica, D;
     /* The timeline of the last step; see gp_pipeline_last_stats. */
     gp_trace trace;
     bool have_trace;        /* the last step succeeded and its timeline is complete */
     double bubble_replayed; /* the simulator replaying the last step's measured actions */
     double step_s;
     uint64_t *bytes;        /* (2 x nranks) p2p and all-reduce bytes of each rank, last step */
+    uint64_t *tp_bytes;     /* (devices: nranks under MPI, K x T on threads) tensor-axis bytes */
     gp_mem_stats *rank_mem; /* (nranks) each rank's stage counters, at the last gather */
 };
 
@@ -137,6 +160,33 @@ gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, in
                               gp_tensor *out);
 /* Before a step: the stage's micro-batch shapes at p->b, its status cleared. */
 gp_status gp_stage_begin_step(gp_stage *s);
+
+/* Stage k's shard t. */
+static inline gp_stage *gp_worker(struct gp_pipeline *p, int k, int t) { return &p->st[k * p->T + t]; }
+
+/* mesh.c: the tensor axis. */
+/* With T > 1: the layouts checked (named errors), the T shard models, the split masks and the
+ * vocabulary head; nothing with T = 1. */
+gp_status gp_mesh_setup(struct gp_pipeline *p);
+void gp_mesh_free(struct gp_pipeline *p);
+/* s->tp: the layers' collective group over s->tensor (counting s->tp_bytes). */
+void gp_mesh_group(gp_stage *s);
+/* Stage worker s's shard values: cut from the whole model's (whole: every layer of the range
+ * holds values) or initialized from seed as the whole model would be, then cut. */
+gp_status gp_mesh_init_values(struct gp_pipeline *p, gp_stage *s, bool whole, uint64_t seed);
+/* Layer li's squared gradient norm as stage worker s holds it: the split parameters' parts and
+ * (shard 0 only) the replicated ones, so that the shards' values add up to the layer's. T = 1:
+ * gp_store_layer_sumsq. */
+gp_status gp_mesh_layer_sumsq(const struct gp_pipeline *p, const gp_stage *s, int li,
+                              double *out);
+/* The whole model's layers [first, last) put together on p->scratch (with the optimizer state
+ * when optim): collective over the T shards of the stage holding them (MPI: over its tensor
+ * transport; threads: from the shard models). gp_mesh_whole_scatter cuts them back into the
+ * shards this process holds; gp_mesh_whole_end releases them. */
+gp_status gp_mesh_whole_begin(struct gp_pipeline *p, int first, int last, bool optim,
+                              bool gather);
+gp_status gp_mesh_whole_scatter(struct gp_pipeline *p, int first, int last, bool optim);
+void gp_mesh_whole_end(struct gp_pipeline *p, int first, int last);
 
 /* timeline.c: after a successful step, the WAIT/hand-over split of every threads-transport call
  * and the simulator's bubbles (mean times and replay). */

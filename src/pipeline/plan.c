@@ -1,14 +1,19 @@
 /* The public planning entry point: checks the pipeline options against the model and the batch,
  * partitions the layers (or checks the given partition) with the shared memory model, and runs
  * the schedule simulator to predict per-cell busy/idle time, peak bytes, the step time and the
- * bubble. */
+ * bubble. On a mesh (T tensor-parallel shards, D replicas) every figure is one device's: a
+ * shard's layers (the shard model's costs and bytes) on its replica's slice of the batch, with
+ * the bytes each device gives to each mesh axis, and their time at a link bandwidth. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/shard.h"
 #include "optim/optim.h"
 #include "pipeline/partition.h"
 #include "pipeline/schedule.h"
+
+#define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
 
 const char *gp_schedule_kind_name(gp_schedule_kind s) {
     return s == GP_SCHEDULE_GPIPE ? "gpipe" : s == GP_SCHEDULE_1F1B ? "1f1b" : "?";
@@ -22,11 +27,24 @@ void gp_plan_free(gp_plan *p) {
 
 
 static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opts *o,
-                            const gp_pipeline_opts *po, double gflops, int *K, int *M) {
+                            const gp_pipeline_opts *po, double gflops, int *K, int *M, int *T,
+                            int *D) {
     if (!m || !po)
         return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL model or pipeline options");
     *K = po->stages ? po->stages : 1;
     *M = po->micro_batches ? po->micro_batches : 1;
+    *T = po->tensor_parallel ? po->tensor_parallel : 1;
+    *D = po->data_parallel ? po->data_parallel : 1;
+    if (*T < 1 || *D < 1)
+        return gp_error(GP_INVALID_ARGUMENT, "T = %d shards and D = %d replicas; expected >= 1",
+                        *T, *D);
+    if (!(po->link_gbytes_per_s >= 0) || !isfinite(po->link_gbytes_per_s))
+        return gp_error(GP_INVALID_ARGUMENT, "link bandwidth %g GB/s; expected >= 0",
+                        po->link_gbytes_per_s);
+    if (*T > 1 && po->balance == GP_BALANCE_TIME)
+        return gp_error(GP_UNSUPPORTED, "balance by measured time with T = %d shards: a shard "
+                                        "layer cannot be timed alone; balance by cost",
+                        *T);
     int L = gp_model_nlayers(m);
     if (*K < 1)
         return gp_error(GP_INVALID_ARGUMENT, "K = %d stages; expected at least 1", *K);
@@ -42,9 +60,13 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
     if (batch < 1)
         return gp_error(GP_INVALID_ARGUMENT, "batch %lld; expected at least 1 example",
                         (long long)batch);
-    if (batch % *M != 0)
-        return gp_error(GP_INVALID_ARGUMENT, "batch %lld is not divisible by %d micro-batches",
-                        (long long)batch, *M);
+    if (batch % ((int64_t)*M * *D) != 0)
+        return *D > 1 ? gp_error(GP_INVALID_ARGUMENT,
+                                 "batch %lld is not divisible by %d replicas x %d micro-batches",
+                                 (long long)batch, *D, *M)
+                      : gp_error(GP_INVALID_ARGUMENT,
+                                 "batch %lld is not divisible by %d micro-batches",
+                                 (long long)batch, *M);
     if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B)
         return gp_error(GP_INVALID_ARGUMENT, "unknown schedule %d (expected gpipe or 1f1b)",
                         (int)po->schedule);
@@ -59,12 +81,44 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
     return GP_OK;
 }
 
+/* Seconds a ring all-reduce of n bytes over T devices takes at bw bytes/s: 2 (T - 1) / T of
+ * the buffer crosses each link each way. 0 without a bandwidth. */
+static double allreduce_s(double n, int T, double bw) {
+    return bw > 0 && T > 1 ? 2.0 * (T - 1) / T * n / bw : 0.0;
+}
+
+/* Each cell's bytes per step on each mesh axis (one device's: cells[k].grad_bytes set), and the
+ * tensor axis's all-reduces added to its simulated forward and backward (sc, seconds). */
+static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, int M,
+                       const gp_pipeline_opts *po, bool vocab_split, int64_t rows,
+                       gp_sim_cell *sc, gp_plan *out) {
+    const int T = out->tensor_parallel, D = out->data_parallel;
+    const double bw = po->link_gbytes_per_s * 1e9;
+    for (int k = 0; k < K; k++) {
+        gp_plan_cell *c = &out->cells[k];
+        const int e = k + 1 < K ? first[k + 1] : L;
+        uint64_t fwd = 0, bwd = 0;
+        for (int i = first[k]; i < e; i++) fwd += est[i].tp_fwd_bytes, bwd += est[i].tp_bwd_bytes;
+        /* The split cross-entropy: the row maximum, then the sums, 3 floats a row. */
+        if (k == K - 1 && vocab_split) bwd += 3 * (uint64_t)rows * sizeof(float);
+        const uint64_t recompute = po->remat == GP_REMAT_CELL ? fwd : 0;
+        c->tensor_bytes = T > 1 ? (uint64_t)M * (fwd + recompute + bwd) : 0;
+        c->pipe_bytes = 0;
+        if (k < K - 1) c->pipe_bytes += (uint64_t)M * (est[e - 1].out_bytes + MSG_HEADER_BYTES);
+        if (k > 0) c->pipe_bytes += (uint64_t)M * (est[first[k]].in_bytes + MSG_HEADER_BYTES);
+        c->data_bytes = D > 1 ? c->grad_bytes : 0;
+        sc[k].fwd_time += allreduce_s((double)fwd, T, bw);
+        sc[k].bwd_time += allreduce_s((double)bwd, T, bw);
+    }
+}
+
 /* Boundaries into cells, simulation into the plan. est: L layers, times in units of
  * sec_per_unit seconds (FLOPs, or measured seconds); flops: the same layers' FLOP figures;
  * first: K cell starts. */
 static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flops, int L,
                                const int *first, int K, int M, const gp_pipeline_opts *po,
-                               double sec_per_unit, gp_plan *out) {
+                               double sec_per_unit, bool vocab_split, int64_t rows,
+                               gp_plan *out) {
     gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
     gp_sim_stage *st = calloc((size_t)K, sizeof *st);
     gp_schedule s = {0};
@@ -73,12 +127,18 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         status = gp_error(GP_OUT_OF_MEMORY, "gp_plan_make: no memory for %d cells", K);
         goto done;
     }
+    double worst_comm = 0; /* the tensor axis's time per step on the stage where it is most */
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
         sc[k] = gp_sim_cell_from_layers(est, first[k], e);
         sc[k].fwd_time *= sec_per_unit;
         sc[k].bwd_time *= sec_per_unit;
+        out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, 1, po->remat).grads;
+        out->cells[k].time_s = sc[k].fwd_time + sc[k].bwd_time; /* compute alone, for now */
     }
+    mesh_bytes(est, L, first, K, M, po, vocab_split, rows, sc, out);
+    for (int k = 0; k < K; k++)
+        worst_comm = fmax(worst_comm, M * (sc[k].fwd_time + sc[k].bwd_time - out->cells[k].time_s));
     status = po->schedule == GP_SCHEDULE_1F1B ? gp_schedule_1f1b(K, M, &s)
                                               : gp_schedule_gpipe(K, M, &s);
     if (status != GP_OK) goto done;
@@ -86,7 +146,13 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     gp_sim_result res;
     status = gp_schedule_simulate(&s, sc, &so, st, &res);
     if (status != GP_OK) goto done;
-    out->step_s = res.step_time;
+    /* The replicas' gradient all-reduce after the last backward (not overlapped here: an upper
+     * bound of what the bucketed all-reduce costs). */
+    uint64_t grads = 0;
+    for (int k = 0; k < K; k++) grads = out->cells[k].grad_bytes > grads ? out->cells[k].grad_bytes : grads;
+    const double data_s = allreduce_s((double)grads, out->data_parallel, po->link_gbytes_per_s * 1e9);
+    out->step_s = res.step_time + data_s;
+    out->comm_s = worst_comm + data_s;
     out->bubble_simulated = res.bubble;
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
@@ -123,9 +189,22 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out) {
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL output");
     memset(out, 0, sizeof *out);
-    int K = 1, M = 1;
-    GP_TRY(check_opts(m, batch, o, po, gflops, &K, &M));
+    int K = 1, M = 1, T = 1, D = 1;
+    GP_TRY(check_opts(m, batch, o, po, gflops, &K, &M, &T, &D));
     int L = gp_model_nlayers(m);
+    /* On a mesh a device holds and computes one shard: plan the shard model. */
+    gp_model *shard = NULL;
+    if (T > 1) GP_TRY(gp_model_shard_new(m, T, &shard));
+    const gp_model *pm = shard ? shard : m;
+    const int64_t mb = batch / ((int64_t)D * M); /* one replica's micro-batch */
+    gp_shape out_shape;
+    gp_status so = gp_model_shape(pm, L - 1, mb, &out_shape);
+    if (so != GP_OK) {
+        gp_model_free(shard);
+        return so;
+    }
+    const int64_t rows = gp_shape_nelem(&out_shape) / out_shape.dim[out_shape.ndim - 1];
+    const bool vocab_split = T > 1 && gp_model_output_split(m);
     const bool measured = po->balance == GP_BALANCE_TIME;
     gp_layer_est *est = calloc((size_t)L, sizeof *est);
     gp_layer_est *flops = measured ? calloc((size_t)L, sizeof *flops) : est;
@@ -137,14 +216,16 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                           L, K);
         goto done;
     }
-    status = gp_cells_choose(m, batch / M, gp_optim_state_count(o), po, K, M, est, first);
+    status = gp_cells_choose(pm, mb, gp_optim_state_count(o), po, K, M, est, first);
     if (status == GP_OK && measured)
-        status = gp_layer_est_from_model(m, batch / M, gp_optim_state_count(o), flops);
+        status = gp_layer_est_from_model(pm, mb, gp_optim_state_count(o), flops);
     if (status != GP_OK) goto done;
     out->stages = K;
     out->micro_batches = M;
+    out->tensor_parallel = T;
+    out->data_parallel = D;
     out->batch = batch;
-    out->micro_batch_size = batch / M;
+    out->micro_batch_size = mb;
     out->schedule = po->schedule;
     out->remat = po->remat;
     out->memory_limit = po->memory_limit;
@@ -152,8 +233,9 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     out->balance = po->balance;
     out->bubble_theory = (double)(K - 1) / (double)(M + K - 1);
     status = simulate_into(est, flops, L, first, K, M, po,
-                           measured ? 1.0 : 1.0 / (gflops * 1e9), out);
+                           measured ? 1.0 : 1.0 / (gflops * 1e9), vocab_split, rows, out);
 done:
+    gp_model_free(shard);
     if (flops != est) free(flops);
     free(est);
     free(first);

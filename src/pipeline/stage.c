@@ -10,15 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers/tp_ops.h"
 #include "pipeline/pipeline_internal.h"
 
 /* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
  * event is closed whatever call returns, so a failed action leaves no open event behind. */
 #define TRACED(s, kind, mb, label, call)                                                        \
     do {                                                                                       \
-        GP_TRY(gp_trace_begin(&(s)->p->trace, (s)->k, (kind), (mb), (label)));                  \
+        GP_TRY(gp_trace_begin(&(s)->p->trace, (s)->w, (kind), (mb), (label)));                  \
         gp_status st_ = (call);                                                                 \
-        gp_status se_ = gp_trace_end(&(s)->p->trace, (s)->k);                                    \
+        gp_status se_ = gp_trace_end(&(s)->p->trace, (s)->w);                                    \
         if (st_ != GP_OK) return st_;                                                           \
         if (se_ != GP_OK) return se_;                                                           \
     } while (0)
@@ -48,9 +49,10 @@ void gp_stage_free_state(gp_stage *s) {
 }
 
 gp_status gp_stage_begin_step(gp_stage *s) {
-    GP_TRY(gp_model_shape(s->p->m, s->first - 1, s->p->b, &s->in_shape));
-    GP_TRY(gp_model_shape(s->p->m, s->last - 1, s->p->b, &s->out_shape));
+    GP_TRY(gp_model_shape(s->m, s->first - 1, s->p->b, &s->in_shape));
+    GP_TRY(gp_model_shape(s->m, s->last - 1, s->p->b, &s->out_shape));
     s->status = GP_OK;
+    s->tp_bytes = 0;
     s->msg[0] = '\0';
     return GP_OK;
 }
@@ -78,9 +80,13 @@ gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, in
     return st;
 }
 
-static gp_run run_for(const gp_pipeline *p, int mb, bool recompute) {
+/* Keys of the micro-batch's dropout are global (mb0: the replica's first), whatever K, T or D;
+ * a shard's layers get its stage's tensor-parallel group. */
+static gp_run run_for(const gp_stage *s, int mb, bool recompute) {
+    const gp_pipeline *p = s->p;
     gp_run r = {.training = true, .recompute = recompute, .seed = p->seed,
-                .step = (uint32_t)p->step, .micro_batch = (uint32_t)(p->mb0 + mb)};
+                .step = (uint32_t)p->step, .micro_batch = (uint32_t)(p->mb0 + mb),
+                .tp = p->T > 1 ? &s->tp : NULL};
     return r;
 }
 
@@ -91,9 +97,9 @@ static gp_status do_forward(gp_stage *s, int mb) {
     if (s->k == 0) GP_TRY(gp_stage_input_rows(s, p->x, mb * p->b, p->b, &s->in[mb]));
     if (!s->in[mb].data)
         return gp_error(GP_INTERNAL, "FORWARD(%d) before its input arrived", mb);
-    gp_run run = run_for(p, mb, false);
+    gp_run run = run_for(s, mb, false);
     if (p->remat == GP_REMAT_NONE) {
-        GP_TRY(gp_seq_forward(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
+        GP_TRY(gp_seq_forward(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
         if (is_last(s)) return GP_OK;
         /* The pass keeps its output for backward: what is sent is a copy. */
         const gp_tensor *y = gp_seq_output(&s->pass[mb]);
@@ -103,7 +109,7 @@ static gp_status do_forward(gp_stage *s, int mb) {
     /* CELL: a training-mode run (batch-norm statistics update here, once) that keeps nothing
      * but the input; backward recomputes from it. */
     gp_tensor y;
-    GP_TRY(gp_seq_forward_output(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &y));
+    GP_TRY(gp_seq_forward_output(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &y));
     if (is_last(s))
         gp_tensor_release(&y);
     else
@@ -118,7 +124,13 @@ static gp_status last_stage_loss(gp_stage *s, int mb, const gp_tensor *logits,
     double l = 0;
     GP_TRY(gp_stage_input_rows(s, p->y, mb * p->b, p->b, &yv));
     gp_status st = gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, logits->shape, GP_F32, dlogits);
-    if (st == GP_OK) st = gp_softmax_xent(logits, &yv, p->normalizer, &l, dlogits);
+    /* A vocabulary head split over the shards: each has its columns of the logits. */
+    const int64_t cols = logits->shape.dim[logits->shape.ndim - 1];
+    if (st == GP_OK && p->vocab_split)
+        st = gp_softmax_xent_shard(logits, &yv, p->vocab, (int64_t)s->t * cols, &s->tp,
+                                   p->normalizer, &l, dlogits);
+    else if (st == GP_OK)
+        st = gp_softmax_xent(logits, &yv, p->normalizer, &l, dlogits);
     gp_tensor_release(&yv);
     if (st != GP_OK) return gp_error_context(st, "micro-batch %d loss", mb);
     s->loss += l;
@@ -155,7 +167,7 @@ static gp_status backward_proper(gp_stage *s, int mb) {
     /* The last micro-batch's backward makes each layer's gradients final as it goes. */
     const bool hook = p->sync.layer_grads_final && mb == p->M - 1 && !p->no_update;
     if (st == GP_OK)
-        st = gp_seq_backward_each(p->m, &s->pass[mb], dy, dx, hook ? layer_done : NULL, s);
+        st = gp_seq_backward_each(s->m, &s->pass[mb], dy, dx, hook ? layer_done : NULL, s);
     else
         gp_seq_release(&s->pass[mb]);
     gp_tensor_release(&dlogits);
@@ -168,9 +180,9 @@ static gp_status backward_proper(gp_stage *s, int mb) {
 static gp_status do_backward(gp_stage *s, int mb) {
     gp_pipeline *p = s->p;
     if (p->remat == GP_REMAT_CELL) {
-        gp_run run = run_for(p, mb, true);
+        gp_run run = run_for(s, mb, true);
         TRACED(s, GP_TRACE_RECOMPUTE, mb, NULL,
-               gp_seq_forward(p->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
+               gp_seq_forward(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
     }
     TRACED(s, GP_TRACE_BACKWARD, mb, NULL, backward_proper(s, mb));
     return GP_OK;
@@ -178,8 +190,7 @@ static gp_status do_backward(gp_stage *s, int mb) {
 
 /* v[li] for the stage's layers: their squared gradient norms. */
 static gp_status stage_norms(gp_stage *s, double *v) {
-    for (int li = s->first; li < s->last; li++)
-        GP_TRY(gp_store_layer_sumsq(s->p->m, s->store, li, &v[li]));
+    for (int li = s->first; li < s->last; li++) GP_TRY(gp_mesh_layer_sumsq(s->p, s, li, &v[li]));
     return GP_OK;
 }
 
@@ -190,7 +201,7 @@ static gp_status stage_update(gp_stage *s, double total) {
     if (!isfinite(norm))
         return gp_error(GP_NUMERIC, "step %d: the gradient norm is not finite; no update made",
                         p->step);
-    GP_TRY(gp_store_apply(p->m, s->store, &p->o, norm, p->step));
+    GP_TRY(gp_store_apply(s->m, s->store, &p->o, norm, p->step));
     return gp_store_zero_grads(s->store);
 }
 
@@ -212,15 +223,15 @@ static gp_status do_optimizer_step(gp_stage *s) {
     if (p->sync.grads_wait) TRACED(s, GP_TRACE_WAIT, -1, "GRAD_ALLREDUCE", p->sync.grads_wait(p->sync.ctx, s));
     double *v = calloc((size_t)L + 1, sizeof *v);
     if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
-    gp_status st = gp_trace_begin(t, s->k, GP_TRACE_OPTIMIZER, -1, "NORMS");
+    gp_status st = gp_trace_begin(t, s->w, GP_TRACE_OPTIMIZER, -1, "NORMS");
     if (st == GP_OK) {
         st = stage_norms(s, v);
-        if (is_last(s)) v[L] = s->loss;
-        gp_trace_end(t, s->k);
+        if (is_last(s) && s->t == 0) v[L] = s->loss; /* every shard has the loss: one adds it */
+        gp_trace_end(t, s->w);
     }
-    if (st == GP_OK && (st = gp_trace_begin(t, s->k, GP_TRACE_WAIT, -1, "ALLREDUCE")) == GP_OK) {
+    if (st == GP_OK && (st = gp_trace_begin(t, s->w, GP_TRACE_WAIT, -1, "ALLREDUCE")) == GP_OK) {
         st = p->sync.reduce_norms(p->sync.ctx, s, v, L);
-        gp_trace_end(t, s->k);
+        gp_trace_end(t, s->w);
     }
     const double total = layer_order_sum(v, L), loss = v[L];
     free(v);
@@ -240,11 +251,19 @@ gp_status gp_pipeline_apply(gp_pipeline *p) {
     double *v = calloc((size_t)L + 1, sizeof *v);
     if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
     gp_status st = GP_OK;
-    for (int k = 0; k < p->K && st == GP_OK; k++) st = stage_norms(&p->st[k], v);
+    /* The workers' partials in mesh order, as the all-reduce of a step adds them. */
+    double *part = calloc((size_t)L, sizeof *part);
+    if (!part) st = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L);
+    for (int w = 0; w < p->K * p->T && st == GP_OK; w++) {
+        memset(part, 0, (size_t)L * sizeof *part);
+        st = stage_norms(&p->st[w], part);
+        for (int li = 0; li < L; li++) v[li] = w ? v[li] + part[li] : part[li];
+    }
+    free(part);
     const double total = layer_order_sum(v, L);
     free(v);
-    for (int k = 0; k < p->K && st == GP_OK; k++) st = stage_update(&p->st[k], total);
-    for (int k = 0; k < p->K; k++) gp_store_zero_grads(p->st[k].store); /* also after a failure */
+    for (int w = 0; w < p->K * p->T && st == GP_OK; w++) st = stage_update(&p->st[w], total);
+    for (int w = 0; w < p->K * p->T; w++) gp_store_zero_grads(p->st[w].store); /* also after a failure */
     if (st == GP_OK) p->step++;
     return st;
 }
@@ -255,7 +274,7 @@ static gp_status timed_send(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_
     c->send_seq[kind] = s->nsent[kind];
     s->sent_mb[kind][s->nsent[kind]++] = mb;
     c->send_b[kind] = gp_trace_time(&s->p->trace);
-    gp_status st = gp_transport_send(s->p->tr, s->k, peer, (gp_msg_tag){kind, mb}, t);
+    gp_status st = gp_transport_send(s->pipe, s->k, peer, (gp_msg_tag){kind, mb}, t);
     c->send_e[kind] = gp_trace_time(&s->p->trace);
     return st;
 }
@@ -263,7 +282,7 @@ static gp_status timed_send(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_
 static gp_status timed_recv(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_tensor *out) {
     comm_times *c = &s->ct[mb];
     c->recv_b[kind] = gp_trace_time(&s->p->trace);
-    gp_status st = gp_transport_recv(s->p->tr, s->k, peer, (gp_msg_tag){kind, mb}, out);
+    gp_status st = gp_transport_recv(s->pipe, s->k, peer, (gp_msg_tag){kind, mb}, out);
     c->recv_e[kind] = gp_trace_time(&s->p->trace);
     return st;
 }
@@ -307,20 +326,28 @@ void gp_stage_run(gp_stage *s) {
         st = do_action(s, list->a[i]);
         if (st != GP_OK) {
             char what[48];
-            gp_error_context(st, "stage %d (layers %d..%d), action %d %s", s->k, s->first,
-                             s->last - 1, i, gp_action_str(list->a[i], what, sizeof what));
+            if (p->T > 1)
+                gp_error_context(st, "stage %d shard %d (layers %d..%d), action %d %s", s->k, s->t,
+                                 s->first, s->last - 1, i,
+                                 gp_action_str(list->a[i], what, sizeof what));
+            else
+                gp_error_context(st, "stage %d (layers %d..%d), action %d %s", s->k, s->first,
+                                 s->last - 1, i, gp_action_str(list->a[i], what, sizeof what));
         }
     }
-    if (st == GP_OK && p->tr) {
-        st = gp_trace_begin(&p->trace, s->k, GP_TRACE_WAIT, -1, "FLUSH");
+    if (st == GP_OK && s->pipe) {
+        st = gp_trace_begin(&p->trace, s->w, GP_TRACE_WAIT, -1, "FLUSH");
         if (st == GP_OK) {
-            st = gp_transport_flush(p->tr, s->k);
-            gp_trace_end(&p->trace, s->k);
+            st = gp_transport_flush(s->pipe, s->k);
+            gp_trace_end(&p->trace, s->w);
         }
     }
     if (st != GP_OK) {
         snprintf(s->msg, sizeof s->msg, "%s", gp_last_error());
-        if (p->tr) gp_transport_abort(p->tr, s->k, st, s->msg);
+        if (p->sync.abort)
+            p->sync.abort(p->sync.ctx, s, st, s->msg);
+        else if (s->pipe)
+            gp_transport_abort(s->pipe, s->k, st, s->msg);
     }
     release_mb_state(s, p->M); /* on this stage's own thread: its device is touched by it alone */
     s->status = st;

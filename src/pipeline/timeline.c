@@ -24,8 +24,9 @@ static gp_status add_comm(gp_pipeline *p, int k, gp_trace_kind kind, int mb, dou
 gp_status gp_timeline_trace_comm(gp_pipeline *p) {
     static const char *const names[2][GP_MSG_NKINDS] = {{"SEND_ACT", "SEND_GRAD"},
                                                         {"RECV_ACT", "RECV_GRAD"}};
-    for (int k = 0; k < p->K; k++) {
-        gp_stage *s = &p->st[k];
+    for (int w = 0; w < p->K * p->T; w++) {
+        gp_stage *s = &p->st[w];
+        const int k = s->k;
         for (int mb = 0; mb < p->M; mb++) {
             const comm_times *c = &s->ct[mb];
             for (int j = 0; j < GP_MSG_NKINDS; j++) {
@@ -35,13 +36,15 @@ gp_status gp_timeline_trace_comm(gp_pipeline *p) {
                     int n = c->send_seq[j];
                     double ready = c->send_b[j];
                     if (n >= MAILBOX_CAPACITY)
-                        ready = p->st[to].ct[s->sent_mb[j][n - MAILBOX_CAPACITY]].recv_e[j];
-                    GP_TRY(add_comm(p, k, GP_TRACE_SEND, mb, c->send_b[j], c->send_e[j], ready,
+                        ready = gp_worker(p, to, s->t)
+                                    ->ct[s->sent_mb[j][n - MAILBOX_CAPACITY]]
+                                    .recv_e[j];
+                    GP_TRY(add_comm(p, w, GP_TRACE_SEND, mb, c->send_b[j], c->send_e[j], ready,
                                     names[0][j]));
                 }
                 if (from >= 0 && from < p->K)
-                    GP_TRY(add_comm(p, k, GP_TRACE_RECV, mb, c->recv_b[j], c->recv_e[j],
-                                    p->st[from].ct[mb].send_e[j], names[1][j]));
+                    GP_TRY(add_comm(p, w, GP_TRACE_RECV, mb, c->recv_b[j], c->recv_e[j],
+                                    gp_worker(p, from, s->t)->ct[mb].send_e[j], names[1][j]));
             }
         }
     }
@@ -65,7 +68,8 @@ gp_status gp_timeline_simulate(gp_pipeline *p) {
     for (int k = 0; k < K && s == GP_OK; k++) {
         int n, nf = 0, nb = 0;
         double *f = per_mb + (size_t)3 * k * M, *b = f + M, *re = b + M;
-        const gp_trace_event *ev = gp_trace_events(&p->trace, k, &n);
+        /* Stage k's shard 0 (with processes: replica 0's, world rank k T) stands for it. */
+        const gp_trace_event *ev = gp_trace_events(&p->trace, k * p->T, &n);
         for (int i = 0; i < n; i++) {
             double d = ev[i].t_end - ev[i].t_begin;
             int mb = ev[i].micro_batch;
@@ -115,10 +119,11 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out,
         out->bubble_simulated = p->trace.bubble_simulated;
         out->bubble_replayed = p->bubble_replayed;
         out->pinned = true;
-        for (int k = 0; k < p->K; k++) out->pinned = out->pinned && p->st[k].pinned;
+        for (int w = 0; w < p->K * p->T; w++) out->pinned = out->pinned && p->st[w].pinned;
         for (int k = 0; stages && k < p->K; k++)
-            stages[k] = (gp_stage_stats){.busy_fraction = ts.span > 0 ? ss[k].busy / ts.span : 0,
-                                         .first_layer = p->first[k]};
+            stages[k] = (gp_stage_stats){
+                .busy_fraction = ts.span > 0 ? ss[k * p->T].busy / ts.span : 0,
+                .first_layer = p->first[k]};
     }
     free(ss);
     return s;

@@ -39,11 +39,14 @@ void gp_trace_free(gp_trace *t) {
 }
 
 void gp_trace_track_name(const gp_trace *t, int k, char *buf, size_t n) {
-    int K = t->stages_per_replica;
-    if (K > 0 && K < t->stages)
-        snprintf(buf, n, "d%d stage %d", k / K, k % K);
+    const int K = t->stages_per_replica, T = t->shards_per_stage > 1 ? t->shards_per_stage : 1;
+    char shard[24] = "";
+    if (T > 1) snprintf(shard, sizeof shard, " t%d", k % T);
+    const int ks = k / T; /* the stage's index among every replica's stages */
+    if (K > 0 && K * T < t->stages)
+        snprintf(buf, n, "d%d stage %d%s", ks / K, ks % K, shard);
     else
-        snprintf(buf, n, "stage %d", k);
+        snprintf(buf, n, "stage %d%s", ks, shard);
 }
 
 void gp_trace_reset(gp_trace *t) {

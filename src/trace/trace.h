@@ -62,6 +62,7 @@ typedef struct gp_trace {
     char remat[16];    /* "cell", "none", "" if unknown */
     double bubble_simulated; /* the simulator's prediction, shown beside the measure; < 0: none */
     int stages_per_replica;  /* > 0: track k is stage k % this of replica k / this (MPI ranks) */
+    int shards_per_stage;    /* > 1: T tracks per stage, track k shard k % T of stage k / T */
     gp_trace_stage *stage;   /* (K) */
 } gp_trace;
 
@@ -91,7 +92,8 @@ gp_status gp_trace_add(gp_trace *t, int k, gp_trace_kind kind, int micro_batch, 
 /* Stage k's events in recording order (open ones have t_end < t_begin); *n gets their count. */
 const gp_trace_event *gp_trace_events(const gp_trace *t, int k, int *n);
 
-/* The name of track k: "stage 1", or with several replicas "d1 stage 0" (replica 1). */
+/* The name of track k: "stage 1", with several replicas "d1 stage 0" (replica 1), with T
+ * tensor-parallel shards "stage 1 t0". */
 void gp_trace_track_name(const gp_trace *t, int k, char *buf, size_t n);
 /* "forward", "backward", "recompute", "send", "recv", "wait", "optimizer". */
 const char *gp_trace_kind_name(gp_trace_kind kind);

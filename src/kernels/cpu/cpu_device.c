@@ -92,6 +92,11 @@ static const gp_kernels cpu_kernels = {
     .avgpool_backward = gp_cpu_avgpool_backward,
     .sgd_update = gp_cpu_sgd_update,
     .adamw_update = gp_cpu_adamw_update,
+    .embedding_shard_forward = gp_cpu_embedding_shard_forward,
+    .embedding_shard_backward = gp_cpu_embedding_shard_backward,
+    .row_max = gp_cpu_row_max,
+    .xent_shard_sums = gp_cpu_xent_shard_sums,
+    .xent_shard_finish = gp_cpu_xent_shard_finish,
 };
 
 const gp_kernels *gp_cpu_kernels(void) { return &cpu_kernels; }

@@ -122,4 +122,20 @@ gp_status gp_cpu_avgpool_forward(gp_device *dev, int64_t planes, int64_t hw, con
 gp_status gp_cpu_avgpool_backward(gp_device *dev, int64_t planes, int64_t hw, const float *dy,
                                   float *dx);
 
+/* shard_kernels.c: the tensor-parallel shards' ops */
+gp_status gp_cpu_embedding_shard_forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
+                                         int64_t vocab, int64_t first, int64_t rows,
+                                         const int32_t *ids, const float *w, float *y);
+gp_status gp_cpu_embedding_shard_backward(gp_device *dev, int64_t n, int64_t row_len,
+                                          int64_t dim, int64_t vocab, int64_t first, int64_t rows,
+                                          const int32_t *ids, const float *dy, float *dw);
+gp_status gp_cpu_row_max(gp_device *dev, int64_t rows, int64_t cols, const float *x, float *out);
+gp_status gp_cpu_xent_shard_sums(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
+                                 int64_t first, const float *logits, const int32_t *labels,
+                                 const float *mx, float *sums);
+gp_status gp_cpu_xent_shard_finish(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
+                                   int64_t first, const float *logits, const int32_t *labels,
+                                   const float *mx, const float *sums, double normalizer,
+                                   double *loss, float *dlogits);
+
 #endif

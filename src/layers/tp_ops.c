@@ -1,0 +1,91 @@
+/* The attention sublayer on a shard's heads, the group's checked all-reduce, the row-parallel
+ * output, and the cost of the shard's sublayer (see tp_ops.h). Collectives sit where Megatron
+ * puts them: the output projection's partial products are added over the shards (shard 0's
+ * carrying the bias, so that no shard adds it after), then dropout; the qkv backward's partial
+ * input gradients are added after it. Dropout runs on the whole width after the all-reduce with
+ * the same keyed stream as the whole layer, so the masks do not depend on the number of shards. */
+#include "layers/tp_ops.h"
+
+gp_status gp_tp_group(const gp_layer *l, const gp_ctx *c, int nshards, const gp_coll_group **out) {
+    const gp_coll_group *g = c->run.tp;
+    if (!g || g->size != nshards || g->rank < 0 || g->rank >= nshards || !g->allreduce)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "layer %d (%s): a shard of %d runs with its tensor-parallel group of %d "
+                        "(the pipeline gives it), got %s of %d",
+                        l->index, l->ops->kind, nshards, nshards, g ? "a group" : "none",
+                        g ? g->size : 0);
+    *out = g;
+    return GP_OK;
+}
+
+gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *dev, float *x,
+                          int64_t n, gp_reduce_op op) {
+    gp_status s = g->allreduce(g->ctx, dev, x, n, op);
+    if (s != GP_OK)
+        return gp_error_context(s, "layer %d (%s), shard %d of %d: all-reduce of %lld floats",
+                                l->index, l->ops->kind, g->rank, g->size, (long long)n);
+    return GP_OK;
+}
+
+/* The row-parallel output y = [res +] drop(all-reduce(partial) + b): shard 0 adds the bias to
+ * its partial product (and, without dropout, the residual), so the all-reduce's sum is already
+ * the whole output; dropout, on the whole width with the whole layer's mask, comes after it. */
+gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                           int64_t N, int64_t in, int64_t C, const float *x, const float *w,
+                           const float *b, const float *res, const gp_rng_stream *drop, float p,
+                           float *y) {
+    const gp_kernels *k = gp_kernels_of(dev);
+    const bool lead = g->rank == 0, dropping = drop && p > 0.0f;
+    GP_TRY(k->linear_forward(dev, N, in, C, x, w, lead ? b : NULL, lead && !dropping ? res : NULL,
+                             y));
+    GP_TRY(gp_tp_allreduce(l, g, dev, y, N * C, GP_REDUCE_SUM));
+    return dropping ? k->dropout(dev, drop, p, N * C, y, res, y) : GP_OK;
+}
+
+gp_status gp_tp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                            const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                            const float *x, const float *res, const gp_rng_stream *drop, float p,
+                            const gp_mha_saved *sv, float *y) {
+    const gp_kernels *k = gp_kernels_of(dev);
+    const int64_t N = d->batch * d->seq, Cl = d->dim;
+    GP_TRY(k->linear_forward(dev, N, C, 3 * Cl, x, w->wqkv, w->bqkv, NULL, sv->qkv));
+    GP_TRY(k->attention_forward(dev, d, sv->qkv, sv->probs, sv->att));
+    return gp_tp_row_output(l, g, dev, N, Cl, C, sv->att, w->wproj, w->bproj, res, drop, p, y);
+}
+
+int64_t gp_tp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout) {
+    const int64_t N = d->batch * d->seq, Cl = d->dim;
+    /* datt (N, Cl) | dqkv (N, 3 Cl) | the attention kernel's | da (N, C) with dropout */
+    return N * 4 * Cl + gp_kernels_of(dev)->attention_backward_ws(d) + (dropout ? N * C : 0);
+}
+
+gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                             const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                             float p, const float *dy, float *ws, float *dx) {
+    const gp_kernels *k = gp_kernels_of(dev);
+    const int64_t N = d->batch * d->seq, Cl = d->dim;
+    float *datt = ws, *dqkv = datt + N * Cl, *attn_ws = dqkv + 3 * N * Cl;
+    const float *da = dy;
+    if (drop && p > 0.0f) {
+        float *buf = attn_ws + k->attention_backward_ws(d);
+        GP_TRY(k->dropout(dev, drop, p, N * C, dy, NULL, buf));
+        da = buf;
+    }
+    GP_TRY(k->sum_rows_add(dev, da, N, C, w->gbproj));
+    GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, w->wproj, da, datt, w->gwproj, NULL));
+    GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, datt, dqkv, w->gbqkv, attn_ws));
+    GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, w->wqkv, dqkv, dx, w->gwqkv, NULL));
+    return dx ? gp_tp_allreduce(l, g, dev, dx, N * C, GP_REDUCE_SUM) : GP_OK;
+}
+
+void gp_tp_mha_flops(const gp_attn_dims *d, int64_t C, float p, double *fwd, double *bwd) {
+    const double N = (double)(d->batch * d->seq), Cl = (double)d->dim, Cw = (double)C;
+    const double lin = 2.0 * N * Cw * 3.0 * Cl + 2.0 * N * Cl * Cw;
+    const double core = gp_op_attention_gemm_flops(d);
+    const double scores =
+        (double)(d->batch * d->heads) * (double)d->seq * (double)(d->seq + 1) / 2.0;
+    const double drop = p > 0.0f ? 16.0 * N * Cw : 0.0;
+    *fwd = lin + core + 8.0 * scores + 4.0 * N * Cw + drop;
+    *bwd = 2.0 * lin + 2.0 * core + 4.0 * scores + 4.0 * N * Cw + drop;
+}

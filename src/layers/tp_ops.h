@@ -1,0 +1,62 @@
+/* What the tensor-parallel shard layers share (Megatron's split of a Transformer): the group
+ * check and its all-reduce, the attention sublayer on a shard's heads (qkv column-parallel: no
+ * communication forward; output projection row-parallel: an all-reduce of its output forward,
+ * and the all-reduce of the input's gradient after the qkv backward), and the softmax
+ * cross-entropy over a vocabulary split by shard, which never gathers the logits. */
+#ifndef GP_LAYERS_TP_OPS_H
+#define GP_LAYERS_TP_OPS_H
+
+#include "layers/transformer_ops.h"
+
+/* The call's tensor-parallel group, which a shard of nshards needs: GP_INVALID_ARGUMENT naming
+ * the layer when it has none or one of another size. */
+gp_status gp_tp_group(const gp_layer *l, const gp_ctx *c, int nshards, const gp_coll_group **out);
+/* g's all-reduce of x (n floats on dev), the error naming the layer. */
+gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *dev, float *x,
+                          int64_t n, gp_reduce_op op);
+
+/* A row-parallel projection's output on shard g->rank: y (N, C) = [res +] drop(all-reduce(x W^T)
+ * + b), x (N, in) the shard's part of the input features, w (C, in) its columns, b (C) whole;
+ * the same bits on every shard. res must not alias y. */
+gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                           int64_t N, int64_t in, int64_t C, const float *x, const float *w,
+                           const float *b, const float *res, const gp_rng_stream *drop, float p,
+                           float *y);
+/* The attention sublayer on one shard: d holds the shard's heads (dim = C / T, heads = H / T)
+ * and C the whole width; w: wqkv (3 C/T, C) and bqkv (3 C/T) the shard's rows of q, k and v,
+ * wproj (C, C/T) its columns, bproj (C) whole (replicated; added once, see gp_tp_row_output).
+ * y (B, T, C) = [res +] drop(all-reduce(att Wproj^T) + bproj), every shard the same bits; res
+ * must not alias y. */
+gp_status gp_tp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                            const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                            const float *x, const float *res, const gp_rng_stream *drop, float p,
+                            const gp_mha_saved *sv, float *y);
+int64_t gp_tp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout);
+/* dy (B, T, C), the same on every shard -> dx (B, T, C) written when not NULL (all-reduced over
+ * the shards: the whole input gradient); the shard's weight gradients and the replicated bproj's
+ * (every shard the same) added. */
+gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                             const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                             float p, const float *dy, float *ws, float *dx);
+/* Forward and backward FLOPs of the shard's attention sublayer (the whole one's over T, the
+ * output bias and dropout on the whole width). */
+void gp_tp_mha_flops(const gp_attn_dims *d, int64_t C, float p, double *fwd, double *bwd);
+
+/* The shard block of gp_transformer_block(dim, heads, d_ff, dropout) for nshards (heads and
+ * d_ff divisible by it; transformer_block_tp.c). */
+gp_layer *gp_transformer_block_shard(int dim, int heads, int d_ff, float dropout, int nshards);
+/* The shard attention layer of gp_causal_attention(dim, heads, dropout) for nshards. */
+gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshards);
+
+/* Softmax cross-entropy of logits (rows, classes) that hold classes [first, first + classes)
+ * of `vocab`, the rest on the other members of g (labels global, -1 ignored): the row maximum
+ * and the sums of exponentials and target logits are all-reduced over g (2 + 1 floats a row),
+ * so the whole logits are never gathered. *loss is the same on every member (the whole loss,
+ * as gp_softmax_xent's within float rounding); dlogits (may be NULL) gets this shard's columns
+ * of the gradient. Workspace on the logits' device. */
+gp_status gp_softmax_xent_shard(const gp_tensor *logits, const gp_tensor *labels, int64_t vocab,
+                                int64_t first, const gp_coll_group *g, double normalizer,
+                                double *loss, gp_tensor *dlogits);
+
+#endif
