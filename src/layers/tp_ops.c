@@ -56,7 +56,7 @@ gp_status gp_tp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device
 int64_t gp_tp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout) {
     const int64_t N = d->batch * d->seq, Cl = d->dim;
     /* datt (N, Cl) | dqkv (N, 3 Cl) | the attention kernel's | da (N, C) with dropout */
-    return N * 4 * Cl + gp_kernels_of(dev)->attention_backward_ws(d) + (dropout ? N * C : 0);
+    return N * 4 * Cl + gp_kernels_of(dev)->attention_backward_ws(dev, d) + (dropout ? N * C : 0);
 }
 
 gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
@@ -68,7 +68,7 @@ gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_devic
     float *datt = ws, *dqkv = datt + N * Cl, *attn_ws = dqkv + 3 * N * Cl;
     const float *da = dy;
     if (drop && p > 0.0f) {
-        float *buf = attn_ws + k->attention_backward_ws(d);
+        float *buf = attn_ws + k->attention_backward_ws(dev, d);
         GP_TRY(k->dropout(dev, drop, p, N * C, dy, NULL, buf));
         da = buf;
     }
