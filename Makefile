@@ -105,9 +105,11 @@ demo: build
 	$(GPIPE) train --model examples/demo_lm.json --stages 2 --micro-batches 8 --remat none \
 	  --steps 1600 --batch 32 --lr 3e-3 --eval-every 200 --sample 160 \
 	  --prompts examples/demo_prompts.txt --report $(BUILD)/demo_report.json \
+	  --metrics $(BUILD)/demo_metrics.jsonl --curve $(BUILD)/demo_curve.svg \
 	  --timeline $(BUILD)/demo_timeline.svg --trace $(BUILD)/demo_trace.json
-	@echo "last step's pipeline timeline: $(BUILD)/demo_timeline.svg (open in a browser);" \
-	  "Chrome trace: $(BUILD)/demo_trace.json (https://ui.perfetto.dev); report: $(BUILD)/demo_report.json"
+	@echo "learning curve: $(BUILD)/demo_curve.svg; last step's pipeline timeline:" \
+	  "$(BUILD)/demo_timeline.svg (open both in a browser); Chrome trace: $(BUILD)/demo_trace.json" \
+	  "(https://ui.perfetto.dev); metrics: $(BUILD)/demo_metrics.jsonl; report: $(BUILD)/demo_report.json"
 
 # The longer run (about 25 minutes on 2 cores): a wider, deeper model, ending with samples after
 # a prompt in each of the seven languages.
@@ -115,11 +117,15 @@ demo-long: build
 	$(GPIPE) train --model examples/demo_lm_long.json --stages 2 --micro-batches 8 --remat none \
 	  --steps 4000 --batch 32 --lr 2e-3 --eval-every 500 --sample 300 \
 	  --prompts examples/demo_prompts.txt --report $(BUILD)/demo_long_report.json \
+	  --metrics $(BUILD)/demo_long_metrics.jsonl --curve $(BUILD)/demo_long_curve.svg \
 	  --timeline $(BUILD)/demo_long_timeline.svg --trace $(BUILD)/demo_long_trace.json
-	@echo "last step's pipeline timeline: $(BUILD)/demo_long_timeline.svg; report: $(BUILD)/demo_long_report.json"
+	@echo "learning curve: $(BUILD)/demo_long_curve.svg; last step's pipeline timeline:" \
+	  "$(BUILD)/demo_long_timeline.svg; metrics: $(BUILD)/demo_long_metrics.jsonl; report: $(BUILD)/demo_long_report.json"
 
 demo-fashion: build
-	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json
+	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json \
+	  --metrics $(BUILD)/fashion_metrics.jsonl --curve $(BUILD)/fashion_curve.svg
+	@echo "learning curve: $(BUILD)/fashion_curve.svg; metrics: $(BUILD)/fashion_metrics.jsonl"
 
 # gpipe beside PyTorch (Debian's python3-torch, not a test dependency: installed here if missing)
 # on C1, T1 and T2, each printing both sides and the ratio (bench/peers/).

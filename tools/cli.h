@@ -80,6 +80,11 @@ typedef struct gp_cli_train {
     int batch, micro_batches, threads, warmup, eval_every, eval_size, log_every, sample;
     double lr, min_lr, weight_decay, clip, momentum, temperature;
     gp_cli_prompts prompts; /* --prompts: one sample after each (n 0: one after a newline) */
+    const char *metrics, *curve; /* --metrics FILE.jsonl, --curve FILE.svg, or NULL */
+    FILE *metrics_f;             /* open on rank 0 while training (learning_log.c) */
+    double run_t0;               /* gp_cli_now() when training began */
+    double log_loss_sum;         /* losses since the last metrics line */
+    int log_loss_n;
     uint64_t seed, memory_limit;
     const char *optimizer, *schedule, *report;
     bool quiet;
@@ -170,6 +175,17 @@ int gp_cli_fail(const char *cmd, const char *what);
 int gp_cli_load_model(const char *cmd, const char *name, gp_model **out);
 /* The file --model name reads: name, or NULL for a built-in family. */
 const char *gp_cli_model_path(const char *name);
+
+/* --metrics and --curve (learning_log.c). gp_cli_log_open: once the step to start from is
+ * known (a resumed run appends to its metrics file); gp_cli_log_step: after every step (a line at
+ * the progress log's cadence); gp_cli_log_eval: after every evaluation, with its record (a line,
+ * and the curve rewritten); gp_cli_log_finish: the final curve, the file closed;
+ * gp_cli_log_close: on failure paths. */
+int gp_cli_log_open(gp_cli_train *t);
+int gp_cli_log_step(gp_cli_train *t, const gp_cli_progress *p, int done, double loss);
+int gp_cli_log_eval(gp_cli_train *t, const cJSON *e);
+int gp_cli_log_finish(gp_cli_train *t);
+void gp_cli_log_close(gp_cli_train *t);
 
 /* Generates nbytes bytes after the context `prompt` (NULL: one newline) and
  * writes them raw to f (NULL: nowhere, as ranks other than 0 do), drawn with t->temperature and

@@ -17,6 +17,7 @@ int gp_cli_fail(const char *cmd, const char *what) {
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
     const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline, *prompts;
+    const char *metrics, *curve;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
     double lr, min_lr, weight_decay, clip, momentum, temperature;
@@ -112,8 +113,18 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "one sample after a newline", 0, false, NULL, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
+        {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
+         "one JSON object per line: {\"type\":\"train\", step, loss, loss_mean, lr, "
+         "tokens_per_s or images_per_s, train_s, elapsed_s, ...} at each logged step (--log-every) "
+         "and {\"type\":\"eval\", step, loss, bits_per_byte or accuracy, ...} at each "
+         "evaluation; flushed line by line, appended to on --resume",
+         "none", 0, false, NULL, false},
+        {"--curve", GP_CLI_STRING, &o->curve, "FILE.svg",
+         "SVG learning curve: training loss and evaluation figures against steps, rewritten "
+         "after each evaluation (atomically)",
+         "none", 0, false, NULL, false},
         {"--log-every", GP_CLI_INT, &o->log_every, "N",
-         "log line every N steps when stderr is not a terminal", "about 20 lines per run", 1, false,
+         "log line every N steps when stderr is not a terminal, and --metrics line every N steps", "about 20 lines per run", 1, false,
          NULL, false},
         {"--quiet", GP_CLI_FLAG, &o->quiet, NULL, "no progress bar or step log lines", NULL, 0,
          false, NULL, false},
@@ -249,6 +260,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->model_name = o->model;
     t->data = o->data;
     t->report = o->report;
+    t->metrics = o->metrics;
+    t->curve = o->curve;
     t->trace = o->trace;
     t->timeline = o->timeline;
     t->quiet = o->quiet || t->place.rank != 0; /* rank 0 alone shows progress */
@@ -343,13 +356,15 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     /* No output may replace an input or a checkpoint: checked before any work. */
     const gp_cli_path outs[] = {{"--report", o->report, GP_CLI_PATH_READ},
                                 {"--trace", o->trace, GP_CLI_PATH_READ},
-                                {"--timeline", o->timeline, GP_CLI_PATH_READ}};
+                                {"--timeline", o->timeline, GP_CLI_PATH_READ},
+                                {"--metrics", o->metrics, GP_CLI_PATH_READ},
+                                {"--curve", o->curve, GP_CLI_PATH_READ}};
     const gp_cli_path ins[] = {
         {"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ},
         {"--data", o->data ? o->data : lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR, GP_CLI_PATH_READ},
         {"--checkpoint-dir", o->ckpt_dir, GP_CLI_PATH_CKPT_DIR},
         {"--prompts", o->prompts, GP_CLI_PATH_READ}};
-    int rc1 = gp_cli_check_outputs("train", outs, 3, ins, 4);
+    int rc1 = gp_cli_check_outputs("train", outs, 5, ins, 4);
     if (rc1 != GP_CLI_EXIT_OK) return rc1;
     /* Read now: a bad prompts file fails before the training it would follow. */
     if (o->prompts) {
@@ -512,6 +527,7 @@ int gp_cli_train_main(int argc, char **argv) {
     }
     /* The pipeline initializes the layers on its stage devices itself. */
     rc = t.is_lm ? gp_cli_train_lm(&t) : gp_cli_train_classifier(&t);
+    if (rc == GP_CLI_EXIT_OK) rc = gp_cli_log_finish(&t);
     if (rc != GP_CLI_EXIT_OK) goto done;
     /* Every rank: the parameter hash through every stage, the ranks' timelines. */
     if (gp_pipeline_params_fnv1a64(t.pipeline, &t.params_hash) != GP_OK ||
@@ -547,6 +563,7 @@ int gp_cli_train_main(int argc, char **argv) {
         cJSON_Delete(r);
     }
 done:
+    gp_cli_log_close(&t);
     gp_cli_prompts_free(&t.prompts);
     cJSON_Delete(t.eval_history);
     free(t.step_losses);

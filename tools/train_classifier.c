@@ -54,7 +54,7 @@ static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_prog
     cJSON_AddNumberToObject(e, "accuracy", acc);
     cJSON_AddNumberToObject(e, "seconds", secs);
     cJSON_AddItemToArray(t->eval_history, e);
-    return GP_CLI_EXIT_OK;
+    return gp_cli_log_eval(t, e);
 }
 
 /* The data and the model must agree on image size and label range. */

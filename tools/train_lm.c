@@ -57,7 +57,7 @@ static int eval_and_log(gp_cli_train *t, const gp_text_corpus *c, gp_cli_progres
     cJSON_AddNumberToObject(e, "bits_per_byte", bpb);
     cJSON_AddNumberToObject(e, "seconds", secs);
     cJSON_AddItemToArray(t->eval_history, e);
-    return GP_CLI_EXIT_OK;
+    return gp_cli_log_eval(t, e);
 }
 
 static int check_shapes(gp_cli_train *t, const gp_text_corpus *c, const char *path) {

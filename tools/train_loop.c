@@ -76,7 +76,7 @@ int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const ch
     }
     if (gp_cli_alloc_batch(t, t->batch, x, y) != GP_OK)
         return gp_cli_fail("train", "cannot allocate the input batch");
-    return GP_CLI_EXIT_OK;
+    return gp_cli_log_open(t);
 }
 
 int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_tensor *x,
@@ -100,7 +100,8 @@ int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_te
     }
     t->step_losses[step] = loss;
     gp_cli_progress_step(p, step + 1, loss, t->train_seconds);
-    return gp_cli_ckpt_after_step(t, p, step + 1);
+    int rc = gp_cli_log_step(t, p, step + 1, loss);
+    return rc == GP_CLI_EXIT_OK ? gp_cli_ckpt_after_step(t, p, step + 1) : rc;
 }
 
 int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy) {
