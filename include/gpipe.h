@@ -286,6 +286,11 @@ gp_layer *gp_causal_attention(int dim, int heads, float dropout); /* qkv + softm
 gp_layer *gp_transformer_block(int dim, int heads, int d_ff, float dropout);
 gp_layer *gp_conv2d(int in_ch, int out_ch, int kernel, int stride, int pad, bool bias); /* NCHW */
 gp_layer *gp_batchnorm2d(int channels); /* momentum 0.1, eps 1e-5, as PyTorch */
+/* ResNet's basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), conv1 3x3 with the
+ * stride, conv2 3x3 (no biases); shortcut x, or bn(conv 1x1, stride)(x) when the stride is not 1
+ * or the channels change. Parameters conv1.weight, bn1.{weight,bias,running_mean,running_var},
+ * conv2.weight, bn2.*, shortcut.conv.weight, shortcut.bn.* (torchvision's BasicBlock). */
+gp_layer *gp_residual_block(int in_ch, int out_ch, int stride);
 gp_layer *gp_maxpool2d(int kernel, int stride);
 gp_layer *gp_global_avgpool(void); /* (B, C, H, W) -> (B, C) */
 gp_layer *gp_flatten(void);        /* (B, ...) -> (B, prod(...)) */

@@ -226,6 +226,9 @@ static void run_fixture(const char *path) {
                                    .layers = meta_int(&f, "layers"),
                                    .seq_len = meta_int(&f, "seq_len"), .dropout = 0.0f};
         REQUIRE_OK(gp_model_transformer(&c, &m));
+    } else if (strcmp(family, "resnet") == 0) {
+        /* A model written as a JSON layer list: the stem, residual blocks, pooling, a head. */
+        REQUIRE_OK(gp_model_from_json_string(st_meta(&f, "model_json"), path, &m));
     } else {
         CHECK(strcmp(family, "convnet") == 0);
         gp_convnet_config c = {.in_ch = meta_int(&f, "in_ch"), .height = meta_int(&f, "height"),
@@ -259,7 +262,7 @@ static void run_fixture(const char *path) {
     if (transformer) compare_predict(m, dev, &f, &x, "logits", &w);
 
     /* Gradients at the initial point; then with 2 micro-batches, which must sum to the same
-     * (the transformer has no batch statistics; the convnet's differ per micro-batch). */
+     * (the transformer has no batch statistics; the convnets' differ per micro-batch). */
     for (int M = 1; M <= (transformer ? 2 : 1); M++) {
         gp_pipeline *t = gp_test_single(m, &oo, M);
         float loss = NAN;
@@ -295,5 +298,6 @@ static void run_fixture(const char *path) {
 int main(void) {
     run_fixture("tests/reference/fixtures/transformer.safetensors");
     run_fixture("tests/reference/fixtures/convnet.safetensors");
+    run_fixture("tests/reference/fixtures/resnet.safetensors");
     return gp_test_finish("test_reference");
 }

@@ -64,6 +64,9 @@ static gp_layer *build_conv2d(const double *v) {
     return gp_conv2d((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], v[5] != 0);
 }
 static gp_layer *build_batchnorm2d(const double *v) { return gp_batchnorm2d((int)v[0]); }
+static gp_layer *build_residual_block(const double *v) {
+    return gp_residual_block((int)v[0], (int)v[1], (int)v[2]);
+}
 /* stride 0 stands for "omitted": pooling windows then tile the input, as in PyTorch */
 static gp_layer *build_maxpool2d(const double *v) {
     return gp_maxpool2d((int)v[0], v[1] == 0 ? (int)v[0] : (int)v[1]);
@@ -89,6 +92,8 @@ static const kind_spec kinds[] = {
       INT_OPT("pad", 0, 0), BOOL_OPT("bias", 1)},
      build_conv2d},
     {"batchnorm2d", {INT_REQ("channels")}, build_batchnorm2d},
+    {"residual_block", {INT_REQ("in"), INT_REQ("out"), INT_OPT("stride", 1, 1)},
+     build_residual_block},
     {"maxpool2d", {INT_REQ("kernel"), INT_OPT("stride", 0, 1)}, build_maxpool2d},
     {"global_avgpool", {{0}}, build_global_avgpool},
     {"flatten", {{0}}, build_flatten},

@@ -34,6 +34,9 @@ TRANSFORMER = dict(vocab=64, dim=32, heads=4, d_ff=64, layers=2, seq_len=16, bat
 ADAMW = dict(lr=1e-3, weight_decay=0.1, beta1=0.9, beta2=0.999, eps=1e-5)
 
 CONVNET = dict(in_ch=1, height=28, width=28, classes=10, ch1=4, ch2=8, hidden=16, batch=8)
+# A small ResNet: a stem, one identity block, one block with a projection shortcut (stride 2 and
+# more channels), global average pooling, a linear head; written out as gpipe's JSON layer list.
+RESNET = dict(in_ch=1, height=12, width=12, classes=5, ch1=4, ch2=8, batch=8)
 SGD = dict(lr=0.05, momentum=0.9, weight_decay=5e-4)
 
 
@@ -203,6 +206,66 @@ def convnet_c_names(net):
     return out
 
 
+# ------------------------------------------------------------------ the residual network
+
+class BasicBlock(nn.Module):
+    """gp_residual_block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.ModuleDict({"conv": nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                           "bn": nn.BatchNorm2d(cout)})
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        s = x if self.shortcut is None else self.shortcut["bn"](self.shortcut["conv"](x))
+        return F.relu(h + s)
+
+
+class Pool(nn.Module):
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+def make_resnet(c):
+    """Layer i of the Sequential is gpipe's layer i of resnet_json(c)."""
+    return nn.Sequential(
+        nn.Conv2d(c["in_ch"], c["ch1"], 3, padding=1, bias=False), nn.BatchNorm2d(c["ch1"]), nn.ReLU(),
+        BasicBlock(c["ch1"], c["ch1"], 1), BasicBlock(c["ch1"], c["ch2"], 2),
+        Pool(), nn.Linear(c["ch2"], c["classes"]))
+
+
+def resnet_json(c):
+    layers = [
+        {"kind": "conv2d", "in": c["in_ch"], "out": c["ch1"], "kernel": 3, "stride": 1, "pad": 1, "bias": False},
+        {"kind": "batchnorm2d", "channels": c["ch1"]},
+        {"kind": "relu"},
+        {"kind": "residual_block", "in": c["ch1"], "out": c["ch1"]},
+        {"kind": "residual_block", "in": c["ch1"], "out": c["ch2"], "stride": 2},
+        {"kind": "global_avgpool"},
+        {"kind": "linear", "in": c["ch2"], "out": c["classes"]}]
+    return json.dumps({"input": {"shape": [c["in_ch"], c["height"], c["width"]], "dtype": "float32"},
+                       "layers": layers})
+
+
+def module_c_names(net):
+    """gpipe's names: layers.<i>.<the module's own parameter and buffer names>."""
+    out = []
+    for i, mod in enumerate(net):
+        for pname, t in list(mod.named_parameters()) + list(mod.named_buffers()):
+            if pname.endswith("num_batches_tracked"):
+                continue
+            out.append((f"layers.{i}.{pname}", t))
+    return out
+
+
 # ------------------------------------------------------------------ one run of either family
 
 def set_initial(named, fill, embedding_layers):
@@ -234,9 +297,9 @@ def run_family(family, dtype, fill_seed=2024):
         x_np, y_np = seq[:, :T].copy(), seq[:, 1:].copy()
         init = set_initial(named, fill, (0, 1))
     else:
-        c = CONVNET
-        model = make_convnet(c)
-        named = convnet_c_names(model)
+        c = CONVNET if family == "convnet" else RESNET
+        model = make_convnet(c) if family == "convnet" else make_resnet(c)
+        named = convnet_c_names(model) if family == "convnet" else module_c_names(model)
         init = set_initial(named, fill, ())
         B = c["batch"]
         x_np = fill.signed((B, c["in_ch"], c["height"], c["width"]), 0.0, 2.0)
@@ -244,7 +307,8 @@ def run_family(family, dtype, fill_seed=2024):
 
     model = model.to(dtype)
     model.train()
-    named = model.c_names(c) if family == "transformer" else convnet_c_names(model)
+    named = (model.c_names(c) if family == "transformer" else
+             convnet_c_names(model) if family == "convnet" else module_c_names(model))
     x = torch.from_numpy(x_np) if family == "transformer" else torch.from_numpy(x_np).to(dtype)
     y = torch.from_numpy(y_np).long()
 
@@ -314,6 +378,8 @@ def run_family(family, dtype, fill_seed=2024):
     meta.update(c)
     meta.update({("opt." + k): repr(v) for k, v in o.items()})
     meta["opt.kind"] = "adamw" if family == "transformer" else "sgd"
+    if family == "resnet":
+        meta["model_json"] = resnet_json(c)
     meta["generator"] = f"tests/reference/make_fixtures.py, torch {torch.__version__}, float64"
     return tensors, meta, {k: v.to(torch.float64).numpy() for k, v in out.items()}
 
@@ -335,7 +401,7 @@ def main():
     torch.set_num_threads(1)
     os.makedirs(FIXTURES, exist_ok=True)
     total = 0
-    for family in ("transformer", "convnet"):
+    for family in ("transformer", "convnet", "resnet"):
         torch.manual_seed(0)  # modules draw their own init first; every value is then overwritten
         tensors, meta, ref = run_family(family, torch.float64)
         path = os.path.join(FIXTURES, family + ".safetensors")
