@@ -244,7 +244,8 @@ enum {
     GP_RNG_DATA = 3,    /* a = epoch (shuffling), b = split */
     GP_RNG_SAMPLE = 4,  /* a = position (text generation) */
     GP_RNG_TEST = 5,    /* test fixtures */
-    GP_RNG_PROFILE = 6  /* stand-in inputs of a profiling pass: a = layer index */
+    GP_RNG_PROFILE = 6, /* stand-in inputs of a profiling pass: a = layer index */
+    GP_RNG_AUGMENT = 7  /* data augmentation of training images: a = step */
 };
 /* Four 32-bit words of block `block` of the stream. */
 void gp_rng_block(const gp_rng_stream *s, uint64_t block, uint32_t out[4]);

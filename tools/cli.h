@@ -57,6 +57,18 @@ typedef struct gp_cli_mpi_place {
     double timeout_s;
 } gp_cli_mpi_place;
 
+/* --augment of image classifiers (augment.c). */
+typedef enum gp_cli_augment {
+    GP_CLI_AUGMENT_NONE = 0,
+    GP_CLI_AUGMENT_CROP,      /* shifted by -2..2 pixels each way, background filling */
+    GP_CLI_AUGMENT_CROP_FLIP  /* and mirrored left-right with probability 1/2 */
+} gp_cli_augment;
+const char *gp_cli_augment_name(gp_cli_augment a);
+bool gp_cli_augment_parse(const char *s, gp_cli_augment *out);
+/* Augments the (B, C, H, W) batch x in place (host memory), keyed by (seed, step, example). */
+int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, int step,
+                         gp_tensor *x);
+
 /* The prompts of --prompts FILE: text[i] points into buffer (owned). */
 #define GP_CLI_MAX_PROMPTS 32
 typedef struct gp_cli_prompts {
@@ -81,6 +93,7 @@ typedef struct gp_cli_train {
     double lr, min_lr, weight_decay, clip, momentum, temperature;
     gp_cli_prompts prompts; /* --prompts: one sample after each (n 0: one after a newline) */
     const char *metrics, *curve; /* --metrics FILE.jsonl, --curve FILE.svg, or NULL */
+    gp_cli_augment augment;      /* --augment (classifiers) */
     FILE *metrics_f;             /* open on rank 0 while training (learning_log.c) */
     double run_t0;               /* gp_cli_now() when training began */
     double log_loss_sum;         /* losses since the last metrics line */

@@ -238,6 +238,9 @@ static cJSON *train_options(const gp_cli_train *t) {
     cJSON_AddNumberToObject(o, "warmup", t->warmup);
     cJSON_AddStringToObject(o, "lr_schedule", t->schedule);
     cJSON_AddNumberToObject(o, "clip", t->clip);
+    /* Only when on: checkpoints written before --augment existed resume without it. */
+    if (t->augment != GP_CLI_AUGMENT_NONE)
+        cJSON_AddStringToObject(o, "augment", gp_cli_augment_name(t->augment));
     char seed[32]; /* a string: exact for every 64-bit seed */
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
     cJSON_AddStringToObject(o, "seed", seed);
@@ -253,7 +256,8 @@ static const char *option_of(const char *key) {
         {"lr", "--lr"},          {"min_lr", "--min-lr"},
         {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"},
         {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
-        {"clip", "--clip"},      {"seed", "--seed"}};
+        {"clip", "--clip"},      {"seed", "--seed"},
+        {"augment", "--augment"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i][0], key) == 0) return map[i][1];
     return key;
@@ -295,6 +299,13 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
                 option_of(c->string), nv ? nv : "?", sv ? sv : "(none)", path);
         cJSON_free(sv);
         cJSON_free(nv);
+        rc = GP_CLI_EXIT_RUNTIME;
+    }
+    const cJSON *aug = cJSON_GetObjectItemCaseSensitive(saved, "augment");
+    if (rc == GP_CLI_EXIT_OK && aug && !cJSON_GetObjectItemCaseSensitive(now, "augment")) {
+        fprintf(stderr, "gpipe train: --resume: --augment none differs from the checkpoint's %s "
+                        "(%s): resume with the options of the run that saved it\n",
+                cJSON_IsString(aug) ? aug->valuestring : "?", path);
         rc = GP_CLI_EXIT_RUNTIME;
     }
     cJSON_Delete(saved);

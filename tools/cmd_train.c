@@ -17,7 +17,7 @@ int gp_cli_fail(const char *cmd, const char *what) {
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
     const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline, *prompts;
-    const char *metrics, *curve;
+    const char *metrics, *curve, *augment;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
     double lr, min_lr, weight_decay, clip, momentum, temperature;
@@ -112,6 +112,11 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "lines starting with # skipped; at most 32 prompts)",
          "one sample after a newline", 0, false, NULL, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
+         "none", 0, false, NULL, false},
+        {"--augment", GP_CLI_STRING, &o->augment, "none|crop|crop-flip",
+         "classifier: crop: each training image shifted by -2..2 pixels each way (a random crop of "
+         "it padded by 2 background pixels); crop-flip: also mirrored left-right with probability "
+         "1/2; drawn per (seed, step, image)",
          "none", 0, false, NULL, false},
         {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
          "one JSON object per line: {\"type\":\"train\", step, loss, loss_mean, lr, "
@@ -245,6 +250,13 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   t->stages, gp_model_nlayers(t->model), o->model);
     if (!lm && SEEN("--temperature"))
         return gp_cli_usage_error("train", "--temperature: only with --sample (language models)");
+    if (SEEN("--augment") && lm)
+        return gp_cli_usage_error("train", "--augment: only for image classifiers (float input), "
+                                           "but --model %s is a language model",
+                                  o->model);
+    if (o->augment && !gp_cli_augment_parse(o->augment, &t->augment))
+        return gp_cli_usage_error("train", "--augment %s: expected none, crop or crop-flip",
+                                  o->augment);
     if (SEEN("--prompts") && !SEEN("--sample"))
         return gp_cli_usage_error("train", "--prompts: only with --sample N (language models)");
     if (!SEEN("--checkpoint-dir"))
@@ -395,6 +407,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "weight_decay", t->weight_decay);
     cJSON_AddNumberToObject(r, "warmup", t->warmup);
     cJSON_AddStringToObject(r, "lr_schedule", t->schedule);
+    if (!t->is_lm) cJSON_AddStringToObject(r, "augment", gp_cli_augment_name(t->augment));
     cJSON_AddNumberToObject(r, "clip", t->clip);
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
     cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
