@@ -93,4 +93,34 @@ run r --model convnet --data "$TMP/syn" --steps 1 --batch 16 --quiet --report "$
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/r.json" || bad "replaced report is not JSON"
 ls "$TMP" | grep -q '\.tmp\.' && bad "temporary report files left: $(ls "$TMP")"
 
+# --augment: same seed same parameters; crop and crop-flip each change them against none (the
+# images differ); a 2-stage pipeline trains on the same augmented images as one device (same
+# hash at one thread per device); a checkpoint of an augmented run refuses a resume without it.
+AUG=(--model convnet --data "$TMP/syn" --steps 4 --batch 16 --threads 1 --quiet)
+run g0 "${AUG[@]}" --report "$TMP/g0.json"
+run g1 "${AUG[@]}" --augment crop --report "$TMP/g1.json"
+run g2 "${AUG[@]}" --augment crop-flip --report "$TMP/g2.json"
+run g3 "${AUG[@]}" --augment crop-flip --report "$TMP/g3.json"
+run g4 "${AUG[@]}" --augment crop-flip --stages 2 --micro-batches 2 --report "$TMP/g4.json"
+run g5 "${AUG[@]}" --augment crop-flip --micro-batches 2 --report "$TMP/g5.json"
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d = sys.argv[1]
+h = {n: json.load(open(f"{d}/{n}.json")) for n in ("g0", "g1", "g2", "g3", "g4")}
+hx = {n: r["params_fnv1a64"] for n, r in h.items()}
+need(len({hx["g0"], hx["g1"], hx["g2"]}) == 3, f"augmentation does not change training: {hx}")
+need(hx["g2"] == hx["g3"], "crop-flip: same seed, different parameters")
+need(h["g2"]["augment"] == "crop-flip" and h["g0"]["augment"] == "none", "report's augment")
+finish()
+PY
+python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); sys.exit(a["train"]["step_losses"]!=b["train"]["step_losses"])' \
+    "$TMP/g5.json" "$TMP/g4.json" || bad "--augment: 2 stages trained on other images than one device (losses differ)"
+run ga "${AUG[@]}" --augment crop --checkpoint-dir "$TMP/gck" --stop-after 2
+"$GPIPE" train "${AUG[@]}" --checkpoint-dir "$TMP/gck" --resume >/dev/null 2>"$TMP/ga.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q -- "--augment none differs" "$TMP/ga.err" || bad "resume without --augment: exit $rc, $(cat "$TMP/ga.err")"
+"$GPIPE" train "${AUG[@]}" --augment flip >/dev/null 2>"$TMP/gb.err"
+[ $? -eq 2 ] && grep -q "expected none, crop or crop-flip" "$TMP/gb.err" || bad "--augment flip: $(cat "$TMP/gb.err")"
+
 cli_finish train_convnet
