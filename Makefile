@@ -103,7 +103,7 @@ test-fuzz: deps
 # (about 5 minutes on 2 cores), then a sample after a prompt in each of the seven languages.
 demo: build
 	$(GPIPE) train --model examples/demo_lm.json --stages 2 --micro-batches 8 --remat none \
-	  --steps 1600 --batch 32 --lr 3e-3 --eval-every 200 --sample 160 \
+	  --steps 1500 --batch 32 --lr 3e-3 --eval-every 250 --sample 160 \
 	  --prompts examples/demo_prompts.txt --report $(BUILD)/demo_report.json \
 	  --metrics $(BUILD)/demo_metrics.jsonl --curve $(BUILD)/demo_curve.svg \
 	  --timeline $(BUILD)/demo_timeline.svg --trace $(BUILD)/demo_trace.json
@@ -123,9 +123,12 @@ demo-long: build
 	  "$(BUILD)/demo_long_timeline.svg; metrics: $(BUILD)/demo_long_metrics.jsonl; report: $(BUILD)/demo_long_report.json"
 
 demo-fashion: build
-	$(GPIPE) train --model convnet --epochs 5 --report $(BUILD)/fashion_report.json \
-	  --metrics $(BUILD)/fashion_metrics.jsonl --curve $(BUILD)/fashion_curve.svg
-	@echo "learning curve: $(BUILD)/fashion_curve.svg; metrics: $(BUILD)/fashion_metrics.jsonl"
+	$(GPIPE) train --model examples/resnet_fashion.json --stages 2 --micro-batches 8 --remat none \
+	  --epochs 6 --lr 0.1 --lr-schedule cosine --warmup 200 --weight-decay 5e-4 --augment crop \
+	  --report $(BUILD)/fashion_report.json --metrics $(BUILD)/fashion_metrics.jsonl \
+	  --curve $(BUILD)/fashion_curve.svg --timeline $(BUILD)/fashion_timeline.svg
+	@echo "learning curve: $(BUILD)/fashion_curve.svg; last step's pipeline timeline:" \
+	  "$(BUILD)/fashion_timeline.svg; metrics: $(BUILD)/fashion_metrics.jsonl; report: $(BUILD)/fashion_report.json"
 
 # gpipe beside PyTorch (Debian's python3-torch, not a test dependency: installed here if missing)
 # on C1, T1 and T2, each printing both sides and the ratio (bench/peers/).
