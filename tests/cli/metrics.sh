@@ -10,15 +10,7 @@ set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
 
-printf '{"family": "transformer", "vocab": 256, "dim": 32, "heads": 4, "d_ff": 64, "layers": 2, "seq_len": 32}\n' \
-    >"$TMP/tiny.json"
-python3 - "$TMP/corpus" <<'PY' || { echo "FAIL: cannot write the corpus"; exit 1; }
-import sys
-words = "the pipeline splits every mini-batch into micro-batches über café ложка".split()
-with open(sys.argv[1], "w", encoding="utf-8") as f:
-    for i in range(300):
-        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(8 + i % 5)) + ".\n%\n")
-PY
+cli_write_corpus "$TMP/corpus"
 COMMON=(--model "$TMP/tiny.json" --data "$TMP/corpus" --steps 12 --batch 4 --eval-every 4
         --eval-size 4 --threads 1 --log-every 3 --quiet)
 run a "${COMMON[@]}" --metrics "$TMP/a.jsonl" --curve "$TMP/a.svg" --report "$TMP/a.json"

@@ -8,17 +8,7 @@ set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
 
-printf '{"family": "transformer", "vocab": 256, "dim": 32, "heads": 4, "d_ff": 64, "layers": 2, "seq_len": 32}\n' \
-    >"$TMP/tiny.json"
-# A fortune-style corpus: 300 entries separated by "%" lines (every 20th
-# entry goes to validation), with some multi-byte UTF-8.
-python3 - "$TMP/corpus" <<'PY' || { echo "FAIL: cannot write the corpus"; exit 1; }
-import sys
-words = "the pipeline splits every mini-batch into micro-batches über café ложка".split()
-with open(sys.argv[1], "w", encoding="utf-8") as f:
-    for i in range(300):
-        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(8 + i % 5)) + ".\n%\n")
-PY
+cli_write_corpus "$TMP/corpus"
 
 COMMON=(--model "$TMP/tiny.json" --data "$TMP/corpus" --steps 6 --batch 4 --eval-every 3
         --eval-size 6 --threads 1 --quiet --sample 64)

@@ -54,6 +54,21 @@ PY
 # cli_write_idx DIR [NTRAIN NTEST]: a synthetic IDX data set in DIR (created, plain files):
 # NTRAIN (48) train and NTEST (16) t10k images of 28x28, labels (i * 7) % 10, pixel values that
 # depend on the label so that a model can learn.
+# cli_write_corpus FILE: a fortune-style text corpus, 300 entries separated by "%" lines (every
+# 20th entry goes to validation), with some multi-byte UTF-8; and a tiny LM config beside it,
+# $(dirname FILE)/tiny.json (dim 32, 2 blocks, 32-byte windows).
+cli_write_corpus() {
+    printf '{"family": "transformer", "vocab": 256, "dim": 32, "heads": 4, "d_ff": 64, "layers": 2, "seq_len": 32}\n' \
+        >"$(dirname "$1")/tiny.json"
+    python3 - "$1" <<'PY' || { echo "FAIL: cannot write the corpus $1"; exit 1; }
+import sys
+words = "the pipeline splits every mini-batch into micro-batches über café ложка".split()
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    for i in range(300):
+        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(8 + i % 5)) + ".\n%\n")
+PY
+}
+
 cli_write_idx() {
     python3 - "$1" "${2:-48}" "${3:-16}" <<'PY' || { echo "FAIL: cannot write the IDX files in $1"; exit 1; }
 import os, struct, sys
