@@ -12,7 +12,8 @@ def main():
         return 0
     rows = []
     for n in a.threads:
-        torch.set_num_threads(n)
+        note = common.set_threads(torch, n)
+        print(note, flush=True)
         torch.manual_seed(1)
         model = models.convnet(torch)
         step = models.classifier_step(torch, model, 128)

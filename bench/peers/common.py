@@ -7,7 +7,9 @@ the two for --rounds rounds, and prints both sides and the ratio gpipe / PyTorch
 
 PyTorch runs with OMP_WAIT_POLICY=PASSIVE (its OpenMP workers sleep between parallel regions
 instead of spinning against gpipe's, and against each other on a small machine), one inter-op
-thread and torch.set_num_threads(N).
+thread and N threads: torch.set_num_threads(N) and, because Debian's torch calls OpenBLAS's
+pthreads build, whose own pool set_num_threads does not reach (a "1-thread" PyTorch would run
+its GEMMs on every core), openblas_set_num_threads(N) on the OpenBLAS loaded in the process.
 """
 import argparse
 import json
@@ -51,6 +53,34 @@ def import_torch():
     import torch
     torch.set_num_interop_threads(1)
     return torch
+
+
+def _loaded_openblas():
+    """The OpenBLAS library mapped into this process (torch's), or None."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libopenblas" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_set_num_threads  # noqa: B018 (present in every OpenBLAS)
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def set_threads(torch, n):
+    """PyTorch on n threads, its BLAS included; returns a note saying how BLAS threads were set."""
+    torch.set_num_threads(n)
+    lib = _loaded_openblas()
+    if lib is None:
+        return "BLAS threads: torch.set_num_threads only (no OpenBLAS found in the process)"
+    lib.openblas_set_num_threads(n)
+    return "BLAS threads: openblas_set_num_threads(%d) on torch's OpenBLAS" % n
 
 
 def time_steps(step, steps, warmup):

@@ -14,7 +14,8 @@ def main():
         return 0
     rows = []
     for n in a.threads:
-        torch.set_num_threads(n)
+        note = common.set_threads(torch, n)
+        print(note, flush=True)
         torch.manual_seed(1)
         model = models.transformer(torch, dim=256, heads=4, d_ff=1024, layers=32)
         step = models.lm_step(torch, model, 32, 128, 256)
