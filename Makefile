@@ -137,7 +137,7 @@ bench-peers: build
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q python3-torch; }
 	/usr/bin/python3 bench/peers/c1.py --gpipe $(GPIPE) --rounds 3
-	/usr/bin/python3 bench/peers/t1.py --gpipe $(GPIPE) --rounds 3
+	/usr/bin/python3 bench/peers/t1.py --gpipe $(GPIPE) --rounds 2 --steps 5 --warmup 2
 	/usr/bin/python3 bench/peers/t2.py --gpipe $(GPIPE)
 
 bench: build
