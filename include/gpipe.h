@@ -584,7 +584,10 @@ typedef struct gp_plan_cell {
     double time_s;               /* one micro-batch forward + backward (what is balanced) */
     uint64_t param_bytes, grad_bytes, optim_bytes;
     uint64_t peak_act_bytes;     /* at the peak: stashed micro-batches + one rebuilt in backward */
-    uint64_t total_bytes;        /* params + grads + optimizer state + peak activations */
+    /* Beside those at the peak: the backward's gradients and kernel workspace, and the messages
+     * sent and not yet reclaimed (the memory model of the partitioner, an upper bound). */
+    uint64_t transient_bytes;
+    uint64_t total_bytes;        /* params + grads + optimizer state + peak activations + transient */
     int peak_in_flight;          /* most micro-batches forwarded and not yet backwarded */
     double busy_s, idle_s;       /* per step, simulated (busy includes recomputation) */
 } gp_plan_cell;

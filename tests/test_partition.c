@@ -31,7 +31,7 @@ static void brute_rec(brute *b, int c, int start) {
         for (int k = 0; k < K; k++) {
             int e = k + 1 < K ? b->cur[k + 1] : L;
             double t = gp_cell_time(r->layers, b->cur[k], e);
-            gp_cell_mem m = gp_cell_memory(r->layers, b->cur[k], e, r->micro_batches, r->remat);
+            gp_cell_mem m = gp_cell_memory(r->layers, b->cur[k], e, L, r->micro_batches, r->remat);
             if (r->mem_limit && m.total > r->mem_limit) return;
             if (t > worst) worst = t;
         }
@@ -152,23 +152,35 @@ static void test_memory_model(void) {
          .saved_bytes = 4},
         {.in_bytes = 2, .out_bytes = 100},
     };
-    gp_cell_mem c = gp_cell_memory(ly, 0, 2, 8, GP_REMAT_CELL);
+    gp_cell_mem c = gp_cell_memory(ly, 0, 2, 3, 8, GP_REMAT_CELL);
     CHECK_EQ_INT(c.params, 11);
     CHECK_EQ_INT(c.grads, 10);
     CHECK_EQ_INT(c.optim, 20);
     CHECK_EQ_INT(c.stash, 8 * 7);        /* only the cell's input, per micro-batch */
     CHECK_EQ_INT(c.work, 3 + 5 + 2 + 4); /* one micro-batch rebuilt */
-    CHECK_EQ_INT(c.total, 41 + 56 + 14);
-    c = gp_cell_memory(ly, 0, 2, 8, GP_REMAT_NONE);
+    /* layer 1's backward: its output and input gradients (2 + 3) beside the whole state; layer
+     * 0's (3, no input gradient of the model's input) comes after layer 1's 6 are released */
+    CHECK_EQ_INT(c.transient, 5);
+    CHECK_EQ_INT(c.messages, 2 * 2); /* two sent outputs of layer 1; no gradients from stage 0 */
+    CHECK_EQ_INT(c.total, 41 + 56 + 14 + 5 + 4);
+    c = gp_cell_memory(ly, 0, 2, 3, 8, GP_REMAT_NONE);
     CHECK_EQ_INT(c.stash, 8 * (7 + 14));
     CHECK_EQ_INT(c.work, 0);
-    CHECK_EQ_INT(c.total, 41 + 8 * 21);
-    c = gp_cell_memory(ly, 1, 3, 2, GP_REMAT_CELL);
+    CHECK_EQ_INT(c.total, 41 + 8 * 21 + 5 + 4);
+    c = gp_cell_memory(ly, 1, 3, 3, 2, GP_REMAT_CELL);
     CHECK_EQ_INT(c.stash, 2 * 3);
-    CHECK_EQ_INT(c.total, 1 + 6 + 106);
+    /* the last layer's gradients, and the cell's input gradient, allocated before its backward */
+    CHECK_EQ_INT(c.transient, 100 + 2 + 3);
+    CHECK_EQ_INT(c.messages, 2 * 3); /* two input gradients; the last cell sends no output */
+    CHECK_EQ_INT(c.total, 1 + 6 + 106 + 105 + 6);
+    /* a workspace counts where its layer's backward runs: layer 0's 50 beside its output
+     * gradient 3 and the cell's output gradient 2, after layer 1's state of 6 is released */
+    ly[0].ws_bytes = 50;
+    CHECK_EQ_INT(gp_cell_memory(ly, 0, 2, 3, 8, GP_REMAT_CELL).transient, 53 - 6 + 2);
+    ly[0].ws_bytes = 0;
     /* saturates instead of wrapping */
     gp_layer_est huge = {.in_bytes = UINT64_MAX / 2, .param_bytes = UINT64_MAX / 2};
-    CHECK(gp_cell_memory(&huge, 0, 1, 4, GP_REMAT_NONE).total == UINT64_MAX);
+    CHECK(gp_cell_memory(&huge, 0, 1, 1, 4, GP_REMAT_NONE).total == UINT64_MAX);
     char buf[32];
     CHECK(strcmp(gp_plan_bytes_str(300 * MIB, buf, sizeof buf), "300 MiB") == 0);
     CHECK(strcmp(gp_plan_bytes_str(512, buf, sizeof buf), "512 bytes") == 0);
@@ -188,17 +200,19 @@ static void test_memory_limit(void) {
     gp_partition_req r = {.layers = ly, .nlayers = 10, .stages = 4, .micro_batches = 8,
                           .remat = GP_REMAT_CELL, .mem_limit = 256 * MIB};
     int first[10];
-    /* Alone it needs 300 MiB, but behind layer 6 only its 1 MiB input is
-     * stashed: 20 + 8 + 1 + 200 + 68 = 297 MiB, the least any cell holding it needs. */
+    /* Alone it needs 372 MiB, but behind layer 6 only its 1 MiB input is stashed: 20 + 8 + 1 +
+     * 200 + 68 = 297 MiB, its backward's 20 + 4 MiB gradients beside the cell's 1 MiB input
+     * gradient, two 20 MiB outputs and two 1 MiB input gradients sent: 364 MiB, the least any
+     * cell holding it needs. */
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_MEMORY_LIMIT,
                 "layer 7 (big) fits in no cell: the smallest cell holding it (layers 6-7) needs "
-                "297 MiB with M = 8 (remat cell), over the 256 MiB per-device limit by 41 MiB");
-    /* As the first layer it has nothing to start behind. */
+                "364 MiB with M = 8 (remat cell), over the 256 MiB per-device limit by 108 MiB");
+    /* As the first layer it has nothing to start behind (and no input gradient to send). */
     gp_layer_est swap = ly[0];
     ly[0] = ly[7], ly[7] = swap;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_MEMORY_LIMIT,
-                "layer 0 (big) alone needs 300 MiB with M = 8 (remat cell), over the 256 MiB "
-                "per-device limit by 44 MiB");
+                "layer 0 (big) alone needs 360 MiB with M = 8 (remat cell), over the 256 MiB "
+                "per-device limit by 104 MiB");
     ly[7] = ly[0], ly[0] = swap;
     /* Every layer fits alone, but two cells cannot hold four 100 MiB layers under 150 MiB. */
     gp_layer_est fat[4];
@@ -222,15 +236,17 @@ static void test_memory_limit(void) {
     double bott;
     REQUIRE_OK(gp_partition_balance(&r, first, &bott));
     CHECK_EQ_INT(first[1], 3);
-    /* stage 0 with 3 layers: 30 static + 2 x 50 stash + 30 state = 160 */
-    CHECK_EQ_INT(gp_cell_memory(six, 0, 3, 2, GP_REMAT_CELL).total, 160);
-    r.mem_limit = 150;
+    /* stage 0 with 3 layers: 30 static + 2 x 50 stash + 30 state + 10 output gradient + 2 x 10
+     * sent outputs = 190 */
+    CHECK_EQ_INT(gp_cell_memory(six, 0, 3, 6, 2, GP_REMAT_CELL).total, 190);
+    r.mem_limit = 170;
     REQUIRE_OK(gp_partition_balance(&r, first, &bott));
     CHECK_EQ_INT(first[1], 2);
     CHECK(bott == 4);
-    CHECK(gp_cell_memory(six, 0, 2, 2, GP_REMAT_CELL).total <= 150);
-    CHECK(gp_cell_memory(six, 2, 6, 2, GP_REMAT_CELL).total <= 150);
-    /* remat none keeps every micro-batch's state: 2 x (50 + 20) + 20 = 160 for 2 layers */
+    CHECK(gp_cell_memory(six, 0, 2, 6, 2, GP_REMAT_CELL).total <= 170);
+    CHECK(gp_cell_memory(six, 2, 6, 6, 2, GP_REMAT_CELL).total <= 170);
+    /* remat none keeps every micro-batch's state: 20 + 2 x (50 + 20) + 10 + 20 = 190 for 2
+     * layers */
     r.remat = GP_REMAT_NONE;
     REQUIRE_OK(gp_partition_balance(&r, first, &bott));
     CHECK_EQ_INT(first[1], 1);
@@ -292,7 +308,7 @@ static void test_from_model(void) {
     REQUIRE_OK(gp_model_transformer(&c, &m));
     int L = gp_model_nlayers(m);
     gp_layer_est *e = calloc((size_t)L, sizeof *e);
-    REQUIRE_OK(gp_layer_est_from_model(m, 4, 2, e));
+    REQUIRE_OK(gp_layer_est_from_model(m, 4, 2, NULL, e));
     uint64_t grads = 0;
     for (int i = 0; i < L; i++) {
         gp_cost cost;
@@ -308,8 +324,8 @@ static void test_from_model(void) {
     }
     CHECK_EQ_INT(e[0].in_bytes, 4 * 8 * 4); /* (4, 8) int32 tokens */
     CHECK_EQ_INT(grads, (uint64_t)gp_model_nparams(m) * 4);
-    CHECK_FAILS(gp_layer_est_from_model(m, 4, 3, e), GP_INVALID_ARGUMENT, "got 3");
-    CHECK_FAILS(gp_layer_est_from_model(m, 0, 0, e), GP_INVALID_ARGUMENT, "micro-batch size 0");
+    CHECK_FAILS(gp_layer_est_from_model(m, 4, 3, NULL, e), GP_INVALID_ARGUMENT, "got 3");
+    CHECK_FAILS(gp_layer_est_from_model(m, 0, 0, NULL, e), GP_INVALID_ARGUMENT, "micro-batch size 0");
     /* balanced over the real cost model: every stage gets at least one layer */
     gp_partition_req r = {.layers = e, .nlayers = L, .stages = 3, .micro_batches = 4,
                           .remat = GP_REMAT_CELL};

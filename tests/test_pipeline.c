@@ -175,10 +175,14 @@ static void errors(void) {
 static void stage_failure(void) {
     gp_model *m = gp_test_net_build(GP_TEST_CONVNET);
     gp_optim_opts o = gp_test_net_optim(GP_TEST_CONVNET);
-    /* Enough for each stage's static state (about 100 KiB for the whole net), far too little
-     * for the activations of a (2, 4, 28, 28) conv cell. */
-    gp_pipeline_opts po = {.stages = 3, .micro_batches = 4, .memory_limit = 120 * 1024,
-                           .schedule = GP_SCHEDULE_1F1B};
+    /* What the plan needs at one example per micro-batch (the batch is not given): too little
+     * for the step's micro-batches of 2. */
+    gp_pipeline_opts po = {.stages = 3, .micro_batches = 4, .schedule = GP_SCHEDULE_1F1B};
+    gp_plan plan;
+    REQUIRE_OK(gp_plan_make(m, po.micro_batches, &o, &po, 1, &plan));
+    for (int k = 0; k < plan.stages; k++)
+        if (plan.cells[k].total_bytes > po.memory_limit) po.memory_limit = plan.cells[k].total_bytes;
+    gp_plan_free(&plan);
     gp_pipeline *p;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     gp_test_batch b;

@@ -199,6 +199,89 @@ static void runtime_matches_plan(void) {
     gp_model_free(m);
 }
 
+/* The memory model is an upper bound that is tight: a pipeline under a limit of exactly the
+ * plan's largest cell trains (steps of the planned batch, two steps so that reused buffers and
+ * the second step's messages count), every stage's device counts at most its planned bytes,
+ * and the fullest stage at least 75% of the largest plan (the slack: sent messages counted at
+ * the mailboxes' capacity, which the peak seldom meets). For the Transformer (dropout on, attention
+ * workspace), the ConvNet (convolution workspace, int32-free input) and a residual network,
+ * each schedule, remat mode and K = 1..3. */
+static void plans_that_fit_run(void) {
+    const int nets = 3;
+    double worst_fill = 1.0;
+    for (int net = 0; net < nets; net++)
+        for (int K = 1; K <= 3; K++)
+            for (int sk = 0; sk < 2; sk++)
+                for (int rm = 0; rm < 2; rm++) {
+                    gp_model *m = NULL;
+                    gp_optim_opts o;
+                    if (net == 0) {
+                        m = transformer(4);
+                        o = gp_adamw_defaults(3e-3f, 0.01f);
+                    } else if (net == 1) {
+                        m = gp_test_net_build(GP_TEST_CONVNET);
+                        o = gp_test_net_optim(GP_TEST_CONVNET);
+                    } else {
+                        REQUIRE_OK(gp_model_from_json_file("examples/resnet_fashion.json", &m));
+                        o = gp_sgd_defaults(0.1f, 0.9f);
+                    }
+                    gp_pipeline_opts po = {.stages = K, .micro_batches = 4, .schedule = sk,
+                                           .remat = rm, .batch = BATCH};
+                    gp_plan plan;
+                    REQUIRE_OK(gp_plan_make(m, BATCH, &o, &po, 10, &plan));
+                    for (int k = 0; k < K; k++)
+                        if (plan.cells[k].total_bytes > po.memory_limit)
+                            po.memory_limit = plan.cells[k].total_bytes;
+                    gp_plan_free(&plan);
+                    /* 1F1B's later stages stash fewer micro-batches than the partitioner
+                     * assumes for every stage (min(K, M)): grow the limit until it agrees */
+                    for (int tries = 0; gp_plan_make(m, BATCH, &o, &po, 10, &plan) != GP_OK;
+                         tries++) {
+                        if (tries >= 100) break;
+                        po.memory_limit += po.memory_limit / 200;
+                    }
+                    gp_pipeline *p;
+                    REQUIRE_OK(gp_pipeline_new(m, &o, &po, 5, &p));
+                    for (int s = 0; s < 2; s++) {
+                        float loss;
+                        if (net == 0) {
+                            tokens b;
+                            make_tokens(s, &b);
+                            CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &loss));
+                        } else {
+                            gp_test_batch b;
+                            gp_test_net_batch(GP_TEST_CONVNET, BATCH, 50 + (uint64_t)s, &b);
+                            CHECK_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
+                        }
+                    }
+                    uint64_t fullest = 0, planned = 0;
+                    for (int k = 0; k < K; k++) {
+                        if (plan.cells[k].total_bytes > planned) planned = plan.cells[k].total_bytes;
+                        gp_mem_stats ms;
+                        CHECK_OK(gp_pipeline_mem_stats(p, k, &ms));
+                        if (ms.peak_total > plan.cells[k].total_bytes)
+                            printf("net %d K %d schedule %d remat %d stage %d: peak %llu over "
+                                   "the plan's %llu\n", net, K, sk, rm, k,
+                                   (unsigned long long)ms.peak_total,
+                                   (unsigned long long)plan.cells[k].total_bytes);
+                        CHECK(ms.peak_total <= plan.cells[k].total_bytes);
+                        if (ms.peak_total > fullest) fullest = ms.peak_total;
+                    }
+                    const double fill = (double)fullest / (double)planned;
+                    if (fill < worst_fill) worst_fill = fill;
+                    if (fill < 0.75)
+                        printf("net %d K %d schedule %d remat %d: fullest stage %llu of %llu\n",
+                               net, K, sk, rm, (unsigned long long)fullest,
+                               (unsigned long long)planned);
+                    CHECK(fill >= 0.75);
+                    gp_pipeline_free(p);
+                    gp_plan_free(&plan);
+                    gp_model_free(m);
+                }
+    printf("plans that fit run: the fullest stage used at least %.4f of the planned bytes\n",
+           worst_fill);
+}
+
 static void pinning(void) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -223,6 +306,7 @@ int main(void) {
     profile();
     balance_by_time();
     runtime_matches_plan();
+    plans_that_fit_run();
     pinning();
     return gp_test_finish("test_pipeline_cells");
 }

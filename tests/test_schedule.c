@@ -256,7 +256,7 @@ static void test_bubble_and_memory(void) {
                     CHECK(st[k].recompute == (o.remat == GP_REMAT_CELL ? M : 0));
                     /* fill-drain holds all M: the memory model's figure with in_flight = M */
                     gp_layer_est one = {.in_bytes = 100, .out_bytes = 1000};
-                    gp_cell_mem cm = gp_cell_memory(&one, 0, 1, M, o.remat);
+                    gp_cell_mem cm = gp_cell_memory(&one, 0, 1, 1, M, o.remat);
                     CHECK_EQ_INT(st[k].peak_act_bytes, cm.stash + cm.work);
                 }
                 REQUIRE_OK(gp_schedule_simulate(&f, cells, &o, st, &res));
@@ -265,7 +265,7 @@ static void test_bubble_and_memory(void) {
                     int want = M < K - k ? M : K - k;
                     CHECK_EQ_INT(st[k].peak_in_flight, want);
                     gp_layer_est one = {.in_bytes = 100, .out_bytes = 1000};
-                    gp_cell_mem cm = gp_cell_memory(&one, 0, 1, want, o.remat);
+                    gp_cell_mem cm = gp_cell_memory(&one, 0, 1, 1, want, o.remat);
                     CHECK_EQ_INT(st[k].peak_act_bytes, cm.stash + cm.work);
                 }
                 /* balanced 1F1B has the same bubble as fill-drain */
@@ -362,7 +362,7 @@ static void test_hand_computed(void) {
     CHECK(c.fwd_time == 4 && c.bwd_time == 7);
     CHECK_EQ_INT(c.in_bytes, 8);
     CHECK_EQ_INT(c.state_bytes, 7);
-    CHECK_EQ_INT(c.state_bytes, gp_cell_memory(ly, 0, 2, 1, GP_REMAT_CELL).work);
+    CHECK_EQ_INT(c.state_bytes, gp_cell_memory(ly, 0, 2, 2, 1, GP_REMAT_CELL).work);
 }
 
 int main(void) {

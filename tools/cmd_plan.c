@@ -11,12 +11,12 @@
 typedef struct plan_opts {
     const char *model, *optimizer, *report;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition --tensor-parallel */
-    int micro_batches, batch, data_parallel;
+    int micro_batches, batch, data_parallel, threads;
     uint64_t memory_limit;
     double gflops, bandwidth;
 } plan_opts;
 
-enum { NOPTS = 15 };
+enum { NOPTS = 16 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -45,6 +45,10 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "per-device bytes no cell may exceed (512M, 2GiB...)", "none", 0, false,
          NULL, false},
+        {"--threads", GP_CLI_INT, &o->threads, "N",
+         "threads of each stage's device, which size its kernels' workspace (as train's "
+         "--threads per stage)",
+         "1", 1, false, NULL, false},
         {"--optimizer", GP_CLI_CHOICE, &o->optimizer, "sgd|adamw",
          "state counted: sgd momentum 1, adamw 2 per param",
          "sgd classifier, adamw language model", 0, false, "sgd|adamw", false},
@@ -68,9 +72,11 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "`gpipe train` picks for the same options. Prints one row per cell:\n"
            "its layers, trainable parameters, the forward+backward time of one micro-batch,\n"
            "busy time per step (with recomputation), and bytes of parameters, gradients,\n"
-           "optimizer state, peak activations and their total; then the predicted step time\n"
-           "and the bubble beside (K-1)/(M+K-1). Times assume the --gflops rate; transient\n"
-           "buffers and the optimizer step are not modelled.\n\n"
+           "optimizer state, peak activations, transient buffers (the backward's gradients\n"
+           "and kernel workspace at its peak, and messages sent but not yet taken) and their\n"
+           "total, an upper bound on what the stage's device will count; then the predicted\n"
+           "step time and the bubble beside (K-1)/(M+K-1). Times assume the --gflops rate; the\n"
+           "optimizer step's time is not modelled.\n\n"
            "On a mesh of D x K x T devices (--data-parallel D, --tensor-parallel T) every row is\n"
            "one device's: its shard of the stage's layers (split Transformer blocks, embedding\n"
            "and vocabulary head; the rest replicated) on its replica's slice of the batch, with\n"
@@ -95,19 +101,21 @@ static const char *fmt_time(double s, char *buf, size_t n) {
 }
 
 static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_example) {
-    char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
-    printf("%5s  %-9s %11s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers", "parameters",
-           "time/mb", "busy/step", "params", "grads", "optimizer", "peak act", "total");
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
+    printf("%5s  %-9s %11s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers",
+           "parameters", "time/mb", "busy/step", "params", "grads", "optimizer", "peak act",
+           "transient", "total");
     for (int k = 0; k < p->stages; k++) {
         const gp_plan_cell *x = &p->cells[k];
         char layers[24];
         snprintf(layers, sizeof layers, "%d-%d", x->first, x->last);
-        printf("%5d  %-9s %11lld %10s %10s %10s %10s %10s %10s %10s\n", k, layers,
+        printf("%5d  %-9s %11lld %10s %10s %10s %10s %10s %10s %10s %10s\n", k, layers,
                (long long)x->nparams, fmt_time(x->time_s, a, sizeof a),
                fmt_time(x->busy_s, b, sizeof b), gp_cli_fmt_bytes(x->param_bytes, c, sizeof c),
                gp_cli_fmt_bytes(x->grad_bytes, d, sizeof d),
                gp_cli_fmt_bytes(x->optim_bytes, e, sizeof e),
                gp_cli_fmt_bytes(x->peak_act_bytes, f, sizeof f),
+               gp_cli_fmt_bytes(x->transient_bytes, h, sizeof h),
                gp_cli_fmt_bytes(x->total_bytes, g, sizeof g));
     }
     uint64_t worst = 0;
@@ -186,6 +194,7 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
         gp_cli_report_u64(bytes, "gradients", x->grad_bytes);
         gp_cli_report_u64(bytes, "optimizer_state", x->optim_bytes);
         gp_cli_report_u64(bytes, "activations", x->peak_act_bytes);
+        gp_cli_report_u64(bytes, "transient", x->transient_bytes);
         gp_cli_report_u64(bytes, "total", x->total_bytes);
         cJSON *axis = cJSON_AddObjectToObject(c, "bytes_per_step");
         gp_cli_report_u64(axis, "tensor", x->tensor_bytes);
@@ -201,7 +210,8 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
 }
 
 int gp_cli_plan_main(int argc, char **argv) {
-    plan_opts o = {.pipe.stages = 1, .micro_batches = 1, .data_parallel = 1, .bandwidth = 10};
+    plan_opts o = {.pipe.stages = 1, .micro_batches = 1, .data_parallel = 1, .threads = 1,
+                   .bandwidth = 10};
     gp_cli_opt tab[NOPTS];
     int n = make_table(tab, &o);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "plan");
@@ -241,6 +251,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (!o.optimizer) o.optimizer = lm ? "adamw" : "sgd";
     po.data_parallel = o.data_parallel;
     po.link_gbytes_per_s = o.bandwidth;
+    po.stage_threads = o.threads;
     if (o.batch % (o.micro_batches * o.data_parallel) != 0) {
         rc = gp_cli_usage_error("plan", "--batch %d: must divide by --data-parallel %d x "
                                         "--micro-batches %d",

@@ -40,6 +40,13 @@ static gp_cost attn_cost(const gp_layer *l, const gp_shape *in) {
     return c;
 }
 
+static uint64_t attn_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                               bool input_grad) {
+    const attention_impl *p = l->impl;
+    const gp_attn_dims d = attn_dims(p, in);
+    return (uint64_t)gp_op_mha_backward_ws(dev, &d, p->dropout > 0.0f) * sizeof(float);
+}
+
 static gp_mha_weights attn_weights(gp_layer *l) {
     return (gp_mha_weights){.wqkv = GP_PVAL(l, 0), .bqkv = GP_PVAL(l, 1),
                             .wproj = GP_PVAL(l, 2), .bproj = GP_PVAL(l, 3),
@@ -114,6 +121,7 @@ static const gp_layer_ops attention_ops = {
     .kind = "causal_attention",
     .out_shape = attn_out_shape,
     .cost = attn_cost,
+    .workspace_bytes = attn_workspace,
     .forward = attn_forward,
     .backward = attn_backward,
     .layout = attn_layout,
@@ -138,6 +146,13 @@ static gp_cost shard_cost(const gp_layer *l, const gp_shape *in) {
                     sizeof(float);
     c.tp_fwd_bytes = c.tp_bwd_bytes = N * C * sizeof(float);
     return c;
+}
+
+static uint64_t shard_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                               bool input_grad) {
+    const attention_impl *p = l->impl;
+    const gp_attn_dims d = shard_dims(p, in);
+    return (uint64_t)gp_tp_mha_backward_ws(dev, &d, p->dim, p->dropout > 0.0f) * sizeof(float);
 }
 
 static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
@@ -188,6 +203,7 @@ static const gp_layer_ops attention_shard_ops = {
     .kind = "causal_attention",
     .out_shape = attn_out_shape,
     .cost = shard_cost,
+    .workspace_bytes = shard_workspace,
     .forward = shard_forward,
     .backward = shard_backward,
 };

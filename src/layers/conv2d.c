@@ -69,6 +69,18 @@ static gp_cost conv_cost(const gp_layer *l, const gp_shape *in) {
     return c;
 }
 
+/* The larger of the forward's and the backward's kernel workspace. */
+static uint64_t conv_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                               bool input_grad) {
+    gp_conv_geom g = {0};
+    if (in->ndim != 4 || conv_geom(l, in, GP_F32, &g) != GP_OK) return 0;
+    const conv_cfg *cf = l->impl;
+    const gp_kernels *k = gp_kernels_of(dev);
+    const int64_t f = k->conv2d_ws(dev, &g, in->dim[0], cf->out_ch, false, false);
+    const int64_t b = k->conv2d_ws(dev, &g, in->dim[0], cf->out_ch, true, input_grad);
+    return (uint64_t)(f > b ? f : b) * sizeof(float);
+}
+
 /* The checks every call makes: shapes agree with out_shape, parameters exist on the call's
  * device. */
 static gp_status check_call(const gp_layer *l, const gp_ctx *c, const gp_tensor *x,
@@ -146,6 +158,7 @@ static const gp_layer_ops conv_ops = {
     .kind = "conv2d",
     .out_shape = conv_out_shape,
     .cost = conv_cost,
+    .workspace_bytes = conv_workspace,
     .forward = conv_forward,
     .backward = conv_backward,
     .shard = conv_shard,

@@ -107,6 +107,12 @@ typedef struct gp_layer_ops {
      * the shape it got and the shape it expected. */
     gp_status (*out_shape)(const gp_layer *, const gp_shape *in, gp_dtype in_dtype, gp_shape *out);
     gp_cost (*cost)(const gp_layer *, const gp_shape *in);
+    /* Optional (none: 0): the most workspace bytes one training forward or one backward (with
+     * an input gradient when input_grad) holds at once on dev (gp_ctx_workspace), for the input
+     * shape in. The memory model counts it; it depends on the device (a CPU device's threads
+     * each have their own). */
+    uint64_t (*workspace_bytes)(const gp_layer *, gp_device *dev, const gp_shape *in,
+                                bool input_grad);
     /* y is allocated by the caller with out_shape; ctx->x and ctx->y are set. */
     gp_status (*forward)(gp_layer *, gp_ctx *, const gp_tensor *x, gp_tensor *y);
     /* Writes dx (allocated by the caller; NULL when the input needs no

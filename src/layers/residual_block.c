@@ -101,6 +101,27 @@ static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
     return c;
 }
 
+/* The backward's own workspace (the larger: the forward's is one of its three planes) plus the
+ * most any part's convolution holds inside it. */
+static uint64_t block_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                               bool input_grad) {
+    const block_impl *b = l->impl;
+    gp_shape mid;
+    if (in->ndim != 4 || block_geom(l, in, GP_F32, &mid) != GP_OK) return 0;
+    const gp_shape *ins[NPARTS] = {in, &mid, &mid, &mid, in, &mid};
+    uint64_t parts = 0;
+    for (int p = 0; p < NPARTS; p++) {
+        const gp_layer *part = b->part[p];
+        if (!part || !part->ops->workspace_bytes) continue;
+        /* the parts on the block's input get its input gradient; the others always do */
+        const bool part_dx = input_grad || (p != CONV1 && p != SC_CONV);
+        const uint64_t w = part->ops->workspace_bytes(part, dev, ins[p], part_dx);
+        if (w > parts) parts = w;
+    }
+    const uint64_t n = (uint64_t)gp_shape_nelem(&mid), nx = (uint64_t)gp_shape_nelem(in);
+    return (3 * n + (b->part[SC_CONV] && input_grad ? nx : 0)) * sizeof(float) + parts;
+}
+
 /* A float tensor at p on the call's device (part of the layer's workspace). */
 static gp_tensor ws_tensor(const gp_ctx *c, float *p, gp_shape s) {
     return (gp_tensor){.data = p, .shape = s, .dtype = GP_F32, .dev = c->dev,
@@ -232,6 +253,7 @@ static const gp_layer_ops block_ops = {
     .kind = "residual_block",
     .out_shape = block_out_shape,
     .cost = block_cost,
+    .workspace_bytes = block_workspace,
     .forward = block_forward,
     .backward = block_backward,
     .destroy = block_destroy,

@@ -169,6 +169,21 @@ static gp_status block_backward_ws(gp_layer *l, gp_ctx *c, const gp_tensor *dy, 
                                  GRAD(P_LN1_W), GRAD(P_LN1_B));
 }
 
+/* Floats of block_backward_ws's workspace. */
+static int64_t backward_ws(const block_impl *p, gp_device *dev, const gp_attn_dims *d,
+                           bool dropout) {
+    const int64_t C = d->dim, F = p->d_ff, N = d->batch * d->seq;
+    const int64_t attn_ws = gp_op_mha_backward_ws(dev, d, dropout);
+    return 2 * N * C + (attn_ws > N * F ? attn_ws : N * F);
+}
+
+static uint64_t block_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                               bool input_grad) {
+    const block_impl *p = l->impl;
+    const gp_attn_dims d = block_dims(p, in);
+    return (uint64_t)backward_ws(p, dev, &d, p->dropout > 0.0f) * sizeof(float);
+}
+
 static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     const block_impl *p = l->impl;
     GP_TRY(gp_layer_check_params(l, c, true));
@@ -176,13 +191,10 @@ static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
         return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
                         l->index, l->ops->kind);
     gp_attn_dims d = block_dims(p, &c->x->shape);
-    const int64_t C = d.dim, F = p->d_ff, N = d.batch * d.seq;
     gp_rng_stream s0, s1;
     const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
-    const int64_t attn_ws = gp_op_mha_backward_ws(c->dev, &d, drop0 != NULL);
-    const int64_t big_n = attn_ws > N * F ? attn_ws : N * F;
     gp_status st;
-    float *ws = gp_ctx_workspace(l, c, 2 * N * C + big_n, &st);
+    float *ws = gp_ctx_workspace(l, c, backward_ws(p, c->dev, &d, drop0 != NULL), &st);
     if (!ws) return st;
     st = block_backward_ws(l, c, dy, dx, ws, drop0, drop1);
     gp_ctx_workspace_release(c, ws);
@@ -215,6 +227,7 @@ static const gp_layer_ops block_ops = {
     .kind = "transformer_block",
     .out_shape = block_out_shape,
     .cost = block_cost,
+    .workspace_bytes = block_workspace,
     .forward = block_forward,
     .backward = block_backward,
     .layout = block_layout,

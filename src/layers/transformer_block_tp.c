@@ -168,6 +168,21 @@ static gp_status shard_backward_ws(gp_layer *l, gp_ctx *c, const gp_coll_group *
                                  GRAD(P_LN1_W), GRAD(P_LN1_B));
 }
 
+/* Floats of shard_backward_ws's workspace. */
+static int64_t backward_ws(const shard_impl *p, gp_device *dev, const gp_attn_dims *d,
+                           bool dropout) {
+    const int64_t C = p->dim, F = p->d_ff / p->nshards, N = d->batch * d->seq;
+    const int64_t attn_ws = gp_tp_mha_backward_ws(dev, d, C, dropout);
+    return 2 * N * C + (attn_ws > N * F ? attn_ws : N * F);
+}
+
+static uint64_t shard_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                               bool input_grad) {
+    const shard_impl *p = l->impl;
+    const gp_attn_dims d = local_dims(p, in);
+    return (uint64_t)backward_ws(p, dev, &d, p->dropout > 0.0f) * sizeof(float);
+}
+
 static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     const shard_impl *p = l->impl;
     const gp_coll_group *g;
@@ -177,13 +192,10 @@ static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
         return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
                         l->index, l->ops->kind);
     const gp_attn_dims d = local_dims(p, &c->x->shape);
-    const int64_t C = p->dim, F = p->d_ff / p->nshards, N = d.batch * d.seq;
     gp_rng_stream s0, s1;
     const gp_rng_stream *drop0 = shard_drop(l, c, 0, &s0), *drop1 = shard_drop(l, c, 1, &s1);
-    const int64_t attn_ws = gp_tp_mha_backward_ws(c->dev, &d, C, drop0 != NULL);
-    const int64_t big_n = attn_ws > N * F ? attn_ws : N * F;
     gp_status st;
-    float *ws = gp_ctx_workspace(l, c, 2 * N * C + big_n, &st);
+    float *ws = gp_ctx_workspace(l, c, backward_ws(p, c->dev, &d, drop0 != NULL), &st);
     if (!ws) return st;
     st = shard_backward_ws(l, c, g, dy, dx, ws, drop0, drop1);
     gp_ctx_workspace_release(c, ws);
@@ -194,6 +206,7 @@ static const gp_layer_ops shard_ops = {
     .kind = "transformer_block",
     .out_shape = shard_out_shape,
     .cost = shard_cost,
+    .workspace_bytes = shard_workspace,
     .forward = shard_forward,
     .backward = shard_backward,
 };

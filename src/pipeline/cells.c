@@ -22,7 +22,12 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first) {
     const int L = gp_model_nlayers(m);
-    GP_TRY(gp_layer_est_from_model(m, micro_batch_size, optim_states, est));
+    /* The kernels' workspace sizes are those of a stage's device: a scratch one like it. */
+    gp_device *dev = NULL;
+    GP_TRY(gp_device_cpu_new_threads("plan", po->stage_threads > 0 ? po->stage_threads : 1, &dev));
+    gp_status se = gp_layer_est_from_model(m, micro_batch_size, optim_states, dev, est);
+    gp_device_free(dev);
+    GP_TRY(se);
     if (po->balance == GP_BALANCE_TIME) {
         if (!po->layer_times)
             return gp_error(GP_INVALID_ARGUMENT,

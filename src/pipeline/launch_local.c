@@ -29,15 +29,17 @@ static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
     return p->K * p->T == 1 ? GP_OK : gp_transport_allreduce_sum(l->all, s->w, v, L + 1);
 }
 
-/* One worker failed: every transport of the step stops, so no other waits for it. */
+/* One worker failed: every transport of the step stops, so no other waits for it. The one
+ * spanning all workers first: it records who failed first, and a worker woken by the others
+ * (which then fails too, waiting for a message) must not get there before the culprit. */
 static void abort_all(void *ctx, gp_stage *s, gp_status st, const char *why) {
     const local_launch *l = ctx;
     const gp_pipeline *p = s->p;
+    if (l->all) gp_transport_abort(l->all, s->w, st, why);
     for (int t = 0; l->pipes && t < p->T; t++)
         if (l->pipes[t]) gp_transport_abort(l->pipes[t], s->k, st, why);
     for (int k = 0; l->tensors && k < p->K; k++)
         if (l->tensors[k]) gp_transport_abort(l->tensors[k], s->t, st, why);
-    if (l->all) gp_transport_abort(l->all, s->w, st, why);
 }
 
 static void *stage_thread(void *arg) {

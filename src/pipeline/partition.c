@@ -42,9 +42,9 @@ char *gp_plan_bytes_str(uint64_t nbytes, char *buf, size_t n) {
 
 /* ------------------------------------------------------------ memory model */
 
-/* The model is affine in the cell's layers: total = head(first) + sum over its layers of
- * per_layer(l). The partitioner relies on this split to grow a cell one layer at a time in O(1);
- * gp_cell_memory spells out the same terms by category. Keep the three together. */
+/* The model grows a cell one layer at a time in O(1) (cell_acc below, which the partitioner uses):
+ * base = head(first) + sum over its layers of per_layer(l), plus the backward's transient peak
+ * and the messages; gp_cell_memory spells out the same terms by category. Keep them together. */
 static uint64_t mem_state(const gp_layer_est *l) { return sat_add(l->out_bytes, l->saved_bytes); }
 
 static uint64_t mem_head(const gp_layer_est *first, int in_flight) {
@@ -58,24 +58,126 @@ static uint64_t mem_per_layer(const gp_layer_est *l, int in_flight, gp_remat rem
     return sat_add(s, sat_mul(w, mem_state(l)));
 }
 
-gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int in_flight,
-                           gp_remat remat) {
+/* The backward's transient bytes, grown one layer at a time. Backward through layer i of a
+ * cell holds, beside the state of layers first..i (those above are released by then), the
+ * gradients of layer i's output and input and its workspace: g_i = out + in + ws (no input
+ * gradient for the model's first layer); and for the whole backward the cell's output gradient
+ * D = out[last] and its input gradient X = in[first] (first > 0), which are layer last's output
+ * and layer first's input gradients themselves. So with above_i the state of layers i+1..last:
+ *   peak_i = g_i - above_i + (i < last ? D : 0) + (i > first ? X : 0).
+ * Signed, clamped to 2^60: the differences may be negative; a model near 2^60 bytes is not
+ * planned here (the other terms saturate and say so). */
+#define TRANSIENT_CAP ((int64_t)1 << 60)
+static int64_t clamp_bytes(uint64_t b) { return b > (uint64_t)TRANSIENT_CAP ? TRANSIENT_CAP : (int64_t)b; }
+
+typedef struct transient_acc {
+    int first, last;         /* layers so far, first..last (last < first: none) */
+    int64_t g_last;          /* g of layer last */
+    int64_t m_first;         /* g_first - above_first */
+    int64_t m_mid;           /* max over first < i < last of g_i - above_i */
+    bool has_mid;
+    int64_t d, x;            /* D and X */
+} transient_acc;
+
+static int64_t mem_g(const gp_layer_est *l, int i, int first) {
+    const uint64_t dx = (i > first || first > 0) ? l->in_bytes : 0;
+    return clamp_bytes(l->out_bytes) + clamp_bytes(dx) + clamp_bytes(l->ws_bytes);
+}
+
+static transient_acc transient_start(const gp_layer_est *ly, int first) {
+    return (transient_acc){.first = first, .last = first - 1,
+                           .x = first > 0 ? clamp_bytes(ly[first].in_bytes) : 0};
+}
+
+static void transient_grow(transient_acc *t, const gp_layer_est *l) {
+    const int i = t->last + 1;
+    const int64_t state = clamp_bytes(mem_state(l)), g = mem_g(l, i, t->first);
+    if (i == t->first) {
+        t->m_first = g;
+    } else {
+        t->m_first -= state;
+        if (t->last > t->first) { /* the previous last joins the middle */
+            const int64_t prev = t->g_last - state;
+            t->m_mid = t->has_mid ? (t->m_mid - state > prev ? t->m_mid - state : prev) : prev;
+            t->has_mid = true;
+        }
+    }
+    t->g_last = g;
+    t->last = i;
+    t->d = clamp_bytes(l->out_bytes);
+}
+
+static uint64_t transient_bytes(const transient_acc *t) {
+    if (t->last < t->first) return 0;
+    if (t->last == t->first) return (uint64_t)t->g_last;
+    int64_t v = t->g_last + t->x;
+    if (t->m_first + t->d > v) v = t->m_first + t->d;
+    if (t->has_mid && t->m_mid + t->d + t->x > v) v = t->m_mid + t->d + t->x;
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+/* Sent messages a sender holds until it reclaims them (GP_MAILBOX_CAPACITY per link): outputs to
+ * the next stage unless the cell ends the model, input gradients to the previous one unless it
+ * starts it. */
+static uint64_t mem_messages(const gp_layer_est *ly, int first, int end, int nlayers) {
+    uint64_t m = 0;
+    if (end < nlayers) m = sat_mul(GP_MAILBOX_CAPACITY, ly[end - 1].out_bytes);
+    if (first > 0) m = sat_add(m, sat_mul(GP_MAILBOX_CAPACITY, ly[first].in_bytes));
+    return m;
+}
+
+/* A cell [first, end) grown one layer at a time. Only the base never shrinks as the cell grows
+ * (the transient may: a layer with a smaller output gradient on top), so a partitioner may stop
+ * growing a cell once its base is over the limit; the total adds the transient and the
+ * messages. */
+typedef struct cell_acc {
+    const gp_layer_est *ly;
+    int end, in_flight;
+    gp_remat remat;
+    uint64_t base;
+    transient_acc t;
+} cell_acc;
+
+static cell_acc acc_start(const gp_layer_est *ly, int first, int in_flight, gp_remat remat) {
+    return (cell_acc){.ly = ly, .end = first, .in_flight = in_flight, .remat = remat,
+                      .base = mem_head(&ly[first], in_flight), .t = transient_start(ly, first)};
+}
+
+static void acc_grow(cell_acc *a) {
+    const gp_layer_est *l = &a->ly[a->end];
+    a->base = sat_add(a->base, mem_per_layer(l, a->in_flight, a->remat));
+    transient_grow(&a->t, l);
+    a->end++;
+}
+
+static uint64_t acc_total(const cell_acc *a, int nlayers) {
+    return sat_add(sat_add(a->base, transient_bytes(&a->t)),
+                   mem_messages(a->ly, a->t.first, a->end, nlayers));
+}
+
+gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int nlayers,
+                           int in_flight, gp_remat remat) {
     gp_cell_mem c = {0};
-    if (!layers || first < 0 || end <= first) return c;
+    if (!layers || first < 0 || end <= first || end > nlayers) return c;
     if (in_flight < 0) in_flight = 0;
     uint64_t state = 0;
+    transient_acc t = transient_start(layers, first);
     for (int i = first; i < end; i++) {
         c.params = sat_add(c.params, layers[i].param_bytes);
         c.grads = sat_add(c.grads, layers[i].grad_bytes);
         c.optim = sat_add(c.optim, layers[i].optim_bytes);
         state = sat_add(state, mem_state(&layers[i]));
+        transient_grow(&t, &layers[i]);
     }
+    c.transient = transient_bytes(&t);
     c.stash = mem_head(&layers[first], in_flight);
     if (remat == GP_REMAT_NONE)
         c.stash = sat_add(c.stash, sat_mul((uint64_t)in_flight, state));
     else
         c.work = state;
+    c.messages = mem_messages(layers, first, end, nlayers);
     c.total = sat_add(sat_add(sat_add(c.params, c.grads), sat_add(c.optim, c.stash)), c.work);
+    c.total = sat_add(c.total, sat_add(c.transient, c.messages));
     return c;
 }
 
@@ -88,7 +190,7 @@ double gp_cell_time(const gp_layer_est *layers, int first, int end) {
 /* ------------------------------------------------------------ per-layer figures */
 
 gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, int optim_states,
-                                  gp_layer_est *out) {
+                                  gp_device *dev, gp_layer_est *out) {
     if (!m || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_layer_est_from_model: NULL argument");
     if (micro_batch_size < 1)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -126,6 +228,9 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
         e->saved_bytes = c.saved_bytes;
         e->tp_fwd_bytes = c.tp_fwd_bytes;
         e->tp_bwd_bytes = c.tp_bwd_bytes;
+        /* the model's first layer never computes an input gradient */
+        if (dev && l->ops->workspace_bytes)
+            e->ws_bytes = l->ops->workspace_bytes(l, dev, &in, i > 0);
     }
     return GP_OK;
 }
@@ -179,7 +284,7 @@ static gp_status explain_no_fit(const gp_partition_req *r) {
         uint64_t b = UINT64_MAX;
         int from = i;
         for (int j = i; j >= 0; j--) {
-            uint64_t bj = gp_cell_memory(ly, j, i + 1, M, r->remat).total;
+            uint64_t bj = gp_cell_memory(ly, j, i + 1, L, M, r->remat).total;
             if (bj < b) b = bj, from = j;
         }
         if (b <= r->mem_limit) continue;
@@ -205,10 +310,11 @@ static gp_status explain_no_fit(const gp_partition_req *r) {
     suf[0 * w + (size_t)L] = 0;
     for (int c = 1; c <= K; c++)
         for (int j = 0; j <= L - c; j++) {
-            uint64_t acc = mem_head(&ly[j], M), best = UINT64_MAX;
+            cell_acc a = acc_start(ly, j, M, r->remat);
+            uint64_t best = UINT64_MAX;
             for (int i = j + 1; i <= L - c + 1; i++) {
-                acc = sat_add(acc, mem_per_layer(&ly[i - 1], M, r->remat));
-                uint64_t rest = suf[(size_t)(c - 1) * w + (size_t)i];
+                acc_grow(&a);
+                const uint64_t acc = acc_total(&a, L), rest = suf[(size_t)(c - 1) * w + (size_t)i];
                 uint64_t v = acc > rest ? acc : rest;
                 if (v < best) best = v;
             }
@@ -223,10 +329,10 @@ static gp_status explain_no_fit(const gp_partition_req *r) {
     for (int c = K; c >= 1; c--) {
         int e = L;
         if (c > 1) {
-            uint64_t acc = mem_head(&ly[j], M);
+            cell_acc a = acc_start(ly, j, M, r->remat);
             for (int i = j + 1; i <= L - c + 1; i++) {
-                acc = sat_add(acc, mem_per_layer(&ly[i - 1], M, r->remat));
-                uint64_t rest = suf[(size_t)(c - 1) * w + (size_t)i];
+                acc_grow(&a);
+                const uint64_t acc = acc_total(&a, L), rest = suf[(size_t)(c - 1) * w + (size_t)i];
                 if ((acc > rest ? acc : rest) <= opt) {
                     e = i;
                     break;
@@ -235,7 +341,7 @@ static gp_status explain_no_fit(const gp_partition_req *r) {
         }
         if (len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", c == K ? "" : ",", j);
-        if (wf < 0 && gp_cell_memory(ly, j, e, M, r->remat).total == opt) wf = j, we = e;
+        if (wf < 0 && gp_cell_memory(ly, j, e, L, M, r->remat).total == opt) wf = j, we = e;
         j = e;
     }
     free(suf);
@@ -266,11 +372,12 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     for (int c = 1; c <= K; c++)
         for (int j = 0; j <= L - c; j++) {
             double t = 0, best = INFINITY;
-            uint64_t mem = mem_head(&ly[j], M);
+            cell_acc a = acc_start(ly, j, M, r->remat);
             for (int i = j + 1; i <= L - c + 1; i++) {
                 t += gp_layer_est_time(&ly[i - 1]);
-                mem = sat_add(mem, mem_per_layer(&ly[i - 1], M, r->remat));
-                if (mem > limit) break; /* growing the cell only adds bytes */
+                acc_grow(&a);
+                if (a.base > limit) break; /* growing the cell only adds to its base */
+                if (acc_total(&a, L) > limit) continue;
                 double rest = suf[(size_t)(c - 1) * w + (size_t)i];
                 double v = t > rest ? t : rest;
                 if (v < best) best = v;
@@ -288,12 +395,13 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
         first[K - c] = j;
         if (c == 1) break;
         double t = 0;
-        uint64_t mem = mem_head(&ly[j], M);
+        cell_acc a = acc_start(ly, j, M, r->remat);
         int e = -1;
         for (int i = j + 1; i <= L - c + 1; i++) {
             t += gp_layer_est_time(&ly[i - 1]);
-            mem = sat_add(mem, mem_per_layer(&ly[i - 1], M, r->remat));
-            if (mem > limit) break;
+            acc_grow(&a);
+            if (a.base > limit) break;
+            if (acc_total(&a, L) > limit) continue;
             double rest = suf[(size_t)(c - 1) * w + (size_t)i];
             if ((t > rest ? t : rest) <= opt) {
                 e = i;
@@ -334,7 +442,7 @@ gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nf
     if (!r->mem_limit) return GP_OK;
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
-        uint64_t b = gp_cell_memory(r->layers, first[k], e, r->micro_batches, r->remat).total;
+        uint64_t b = gp_cell_memory(r->layers, first[k], e, L, r->micro_batches, r->remat).total;
         if (b > r->mem_limit) {
             char need[48], lim[48], over[48];
             return gp_error(GP_MEMORY_LIMIT,

@@ -20,6 +20,7 @@ typedef struct gp_layer_est {
     uint64_t saved_bytes; /* saved for backward beyond input and output, one micro-batch */
     uint64_t tp_fwd_bytes, tp_bwd_bytes; /* a shard layer's tensor-axis collectives, one
                                           * micro-batch (gp_cost) */
+    uint64_t ws_bytes;    /* the most workspace one forward or backward holds, one micro-batch */
 } gp_layer_est;
 
 /* What the partitioner balances: forward + backward time of one layer. */
@@ -27,31 +28,46 @@ double gp_layer_est_time(const gp_layer_est *l);
 
 /* Figures for every layer of m with micro-batches of `micro_batch_size` examples.
  * optim_states: optimizer state tensors per trainable parameter (0 plain SGD, 1 SGD with
- * momentum, 2 AdamW). out: gp_model_nlayers(m) entries, caller-owned. */
+ * momentum, 2 AdamW). dev: a device like the stages' (kind and threads), whose kernels' workspace
+ * sizes go into ws_bytes; NULL leaves them 0. out: gp_model_nlayers(m) entries, caller-owned. */
 gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, int optim_states,
-                                  gp_layer_est *out);
+                                  gp_device *dev, gp_layer_est *out);
+
+/* Messages a sender keeps per link until the receiver has taken them (the transports'
+ * capacity, which every pipeline uses). */
+#define GP_MAILBOX_CAPACITY 2
 
 /* Memory of one cell, bytes. */
 typedef struct gp_cell_mem {
     uint64_t params, grads, optim; /* static: held for the whole run */
     uint64_t stash;                /* activations kept between forward and backward */
     uint64_t work;                 /* one micro-batch's saved state rebuilt during backward */
+    uint64_t transient;            /* the backward's gradients and workspace at its peak */
+    uint64_t messages;             /* sent messages not yet reclaimed */
     uint64_t total;                /* all of the above: the cell's peak */
 } gp_cell_mem;
 
 /* The memory model, shared by the partitioner, the simulator and the plan, for the cell of
- * layers [first, end) with `in_flight` micro-batches stashed at once (M for fill-drain GPipe,
- * fewer for 1F1B):
+ * layers [first, end) of nlayers with `in_flight` micro-batches stashed at once (M for
+ * fill-drain GPipe, fewer for 1F1B). It is the runtime's allocations at their peak, an upper
+ * bound on what a stage's device counts:
  *   static = sum of params + grads + optimizer state;
  *   state  = sum over the cell's layers of out_bytes + saved_bytes (one micro-batch's full
  *            saved state, the cell's input excluded);
  *   remat CELL: stash = in_flight * in_bytes[first]; work = state (one micro-batch
  *            recomputed during its backward);
- *   remat NONE: stash = in_flight * (in_bytes[first] + state); work = 0.
- * Transient buffers (gradient flowing through the cell, mailboxes, kernel workspaces) are not
- * modelled. Sums saturate at UINT64_MAX instead of wrapping. */
-gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int in_flight,
-                           gp_remat remat);
+ *   remat NONE: stash = in_flight * (in_bytes[first] + state); work = 0;
+ *   transient = the most, over the cell's layers i, that backward through layer i holds beside
+ *            the state of layers first..i (those above i are released by then): the gradients
+ *            of its output and input (out_bytes + in_bytes; no input gradient for the model's
+ *            first layer) and its workspace ws_bytes, less the state of the layers above i;
+ *   messages = GP_MAILBOX_CAPACITY sent outputs (out_bytes[end-1], unless the cell ends the
+ *            model) and input gradients (in_bytes[first], unless first is 0) held until the
+ *            sender reclaims them.
+ * Not counted: the labels a last stage reads (a few KiB of int32 per micro-batch) and the
+ * vocabulary-split loss's workspace. Sums saturate at UINT64_MAX instead of wrapping. */
+gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int nlayers,
+                           int in_flight, gp_remat remat);
 
 /* A partition request. */
 typedef struct gp_partition_req {

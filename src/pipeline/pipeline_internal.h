@@ -23,7 +23,7 @@
 #include "pipeline/schedule.h"
 #include "trace/trace.h"
 
-#define MAILBOX_CAPACITY 2
+#define MAILBOX_CAPACITY GP_MAILBOX_CAPACITY
 
 /* When a stage's transport call began and returned, per micro-batch and message kind. The
  * transport does not say how much of a call was spent blocked, so the split into WAIT and the

@@ -133,7 +133,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         sc[k] = gp_sim_cell_from_layers(est, first[k], e);
         sc[k].fwd_time *= sec_per_unit;
         sc[k].bwd_time *= sec_per_unit;
-        out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, 1, po->remat).grads;
+        out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, L, 1, po->remat).grads;
         out->cells[k].time_s = sc[k].fwd_time + sc[k].bwd_time; /* compute alone, for now */
     }
     mesh_bytes(est, L, first, K, M, po, vocab_split, rows, sc, out);
@@ -164,13 +164,14 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
             c->bwd_flops += flops[i].bwd_time;
         }
         c->time_s = sc[k].fwd_time + sc[k].bwd_time;
-        gp_cell_mem cm = gp_cell_memory(est, first[k], e, st[k].peak_in_flight, po->remat);
+        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, st[k].peak_in_flight, po->remat);
         c->param_bytes = cm.params;
         c->grad_bytes = cm.grads;
         c->optim_bytes = cm.optim;
         c->nparams = (int64_t)(cm.grads / gp_dtype_nbytes(GP_F32));
         c->peak_act_bytes = st[k].peak_act_bytes;
-        c->total_bytes = cm.params + cm.grads + cm.optim + st[k].peak_act_bytes;
+        c->transient_bytes = cm.transient + cm.messages;
+        c->total_bytes = cm.params + cm.grads + cm.optim + st[k].peak_act_bytes + c->transient_bytes;
         c->peak_in_flight = st[k].peak_in_flight;
         c->busy_s = st[k].busy;
         c->idle_s = st[k].idle;
@@ -218,7 +219,7 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     }
     status = gp_cells_choose(pm, mb, gp_optim_state_count(o), po, K, M, est, first);
     if (status == GP_OK && measured)
-        status = gp_layer_est_from_model(pm, mb, gp_optim_state_count(o), flops);
+        status = gp_layer_est_from_model(pm, mb, gp_optim_state_count(o), NULL, flops);
     if (status != GP_OK) goto done;
     out->stages = K;
     out->micro_batches = M;

@@ -23,7 +23,7 @@ expect() {
 # --help lists every option; gpipe --help lists the command
 "$GPIPE" plan --help >"$TMP/help" 2>&1 || bad "gpipe plan --help exited non-zero"
 for opt in --model --stages --micro-batches --batch --memory-limit --remat --schedule \
-    --partition --optimizer --gflops --report --help "default:"; do
+    --partition --optimizer --gflops --threads --report --help "default:"; do
     grep -qF -- "$opt" "$TMP/help" || bad "gpipe plan --help does not document $opt"
 done
 "$GPIPE" --help | grep -q '^  plan ' || bad "gpipe --help does not list plan"
@@ -37,6 +37,7 @@ for opt in --stages --micro-batches --batch; do
 done
 for v in 0 -1 nan inf abc; do expect 2 "--gflops" --model transformer --gflops "$v"; done
 for v in 0 -5 12Q abc; do expect 2 "--memory-limit" $T --memory-limit "$v"; done
+for v in 0 -1 two; do expect 2 "--threads" $T --threads "$v"; done
 expect 2 "--remat" $T --remat all
 expect 2 "--schedule" $T --schedule interleaved
 expect 2 "--optimizer" $T --optimizer rmsprop
@@ -86,7 +87,9 @@ need(cells[0]["last"] == 5 and cells[1]["last"] == 11, "last layers")
 need(sum(c["nparams"] for c in cells) == r["nparams"] == 25547776, "parameters add up")
 for c in cells:
     b = c["peak_bytes"]
-    need(b["total"] == b["parameters"] + b["gradients"] + b["optimizer_state"] + b["activations"],
+    need(b["transient"] > 0, "cell %d transient bytes: %r" % (c["stage"], b))
+    need(b["total"] == b["parameters"] + b["gradients"] + b["optimizer_state"] + b["activations"]
+         + b["transient"],
          "cell %d bytes add up: %r" % (c["stage"], b))
     need(b["optimizer_state"] == 2 * b["gradients"], "adamw keeps 2 states")
     need(abs(c["busy_s"] + c["idle_s"] - p["step_s"]) < 1e-9 * p["step_s"], "busy + idle = step")
@@ -114,6 +117,18 @@ PY
 else
     bad "1f1b plan failed: $(cat "$TMP/f.err")"
 fi
+
+# Each stage device's threads size its kernels' workspace (attention keeps a T x T score block
+# per thread): more threads, more transient bytes, the rest unchanged.
+transient() { # transient THREADS: stage 0's transient bytes in the report
+    "$GPIPE" plan $T --stages 2 --micro-batches 8 --threads "$1" --report "$TMP/th$1.json" \
+        >/dev/null 2>"$TMP/th.err" || bad "plan --threads $1: $(cat "$TMP/th.err")"
+    python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pipeline']['cells'][0]['peak_bytes']['transient'])" "$TMP/th$1.json"
+}
+t1=$(transient 1)
+t2=$(transient 2)
+[ -n "$t1" ] && [ -n "$t2" ] && [ "$t2" -gt "$t1" ] ||
+    bad "plan --threads 2 transient bytes $t2, expected more than --threads 1's $t1"
 
 # The default rate is measured (a 2048^3 sgemm on one thread); convnet defaults
 if "$GPIPE" plan --model convnet --stages 3 --micro-batches 4 >"$TMP/c.out" 2>"$TMP/c.err"; then
