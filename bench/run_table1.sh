@@ -27,11 +27,17 @@ model() { # model L: a T2-style model file with L blocks
     echo "$f"
 }
 
+# Threads per stage device: the training steps' default (the cores shared among the K stages),
+# given to the planner too, since each thread has its own attention workspace.
+CORES=$(nproc)
+per_stage() { local t=$((CORES / $1)); echo $((t > 0 ? t : 1)); }
+
 # planned K REMAT: the most blocks the planner fits under the limit (0: none).
 planned() {
     local k=$1 r=$2 L=$1 best=0
     while "$GPIPE" plan --model "$(model "$L")" --stages "$k" --micro-batches "$M" --batch 32 \
-        --remat "$r" --memory-limit "$LIMIT" --gflops 50 >/dev/null 2>&1; do
+        --remat "$r" --memory-limit "$LIMIT" --threads "$(per_stage "$k")" --gflops 50 \
+        >/dev/null 2>&1; do
         best=$L
         L=$((L + 1))
     done
@@ -42,9 +48,10 @@ planned() {
 trains() {
     local k=$1 r=$2 L=$3 name="k$1_$2_L$3"
     [ "$L" -ge "$k" ] || return 1
-    echo "== gpipe bench --workload T2 --layers $L --stages $k --micro-batches $M --remat $r --memory-limit $LIMIT" >&2
+    echo "== gpipe bench --workload T2 --layers $L --stages $k --micro-batches $M --remat $r --memory-limit $LIMIT --threads $(per_stage "$k")" >&2
     if "$GPIPE" bench --workload T2 --layers "$L" --stages "$k" --micro-batches "$M" --remat "$r" \
-        --memory-limit "$LIMIT" --steps 1 --warmup 0 --quiet --report "$OUT/$name.json" \
+        --memory-limit "$LIMIT" --threads "$(per_stage "$k")" --steps 1 --warmup 0 --quiet \
+        --report "$OUT/$name.json" \
         >"$OUT/$name.out" 2>"$OUT/$name.err"; then
         echo "   trains" >&2
         return 0

@@ -309,6 +309,9 @@ static void test_errors(void) {
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "unknown schedule 7");
     po = (gp_pipeline_opts){.remat = (gp_remat)5};
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "unknown remat mode 5");
+    po = (gp_pipeline_opts){.stage_threads = 1025};
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "stage_threads 1025; expected 0 (one) to 1024");
     CHECK_FAILS(gp_plan_make(NULL, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "NULL");
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, NULL), GP_INVALID_ARGUMENT, "NULL");
     /* zeroed options: one stage, one micro-batch */

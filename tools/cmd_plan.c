@@ -243,6 +243,11 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (rc != GP_CLI_EXIT_OK) goto done;
     const bool lm = gp_model_input_dtype(m) == GP_I32;
     if (!gp_cli_seen(tab, n, "--batch")) o.batch = lm ? 32 : 128;
+    if (o.threads > 1024) {
+        rc = gp_cli_usage_error("plan", "--threads %d: expected at most 1024 per device",
+                                o.threads);
+        goto done;
+    }
     if (o.batch % o.micro_batches != 0) {
         rc = gp_cli_usage_error("plan", "--micro-batches %d: must divide --batch %d",
                                 o.micro_batches, o.batch);

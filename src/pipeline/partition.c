@@ -96,9 +96,10 @@ static void transient_grow(transient_acc *t, const gp_layer_est *l) {
         t->m_first = g;
     } else {
         t->m_first -= state;
+        if (t->has_mid) t->m_mid -= state;
         if (t->last > t->first) { /* the previous last joins the middle */
             const int64_t prev = t->g_last - state;
-            t->m_mid = t->has_mid ? (t->m_mid - state > prev ? t->m_mid - state : prev) : prev;
+            if (!t->has_mid || prev > t->m_mid) t->m_mid = prev;
             t->has_mid = true;
         }
     }

@@ -60,7 +60,9 @@ typedef struct gp_cell_mem {
  *   transient = the most, over the cell's layers i, that backward through layer i holds beside
  *            the state of layers first..i (those above i are released by then): the gradients
  *            of its output and input (out_bytes + in_bytes; no input gradient for the model's
- *            first layer) and its workspace ws_bytes, less the state of the layers above i;
+ *            first layer) and its workspace ws_bytes, less the state of the layers above i,
+ *            plus the cell's output gradient (out_bytes[end-1]) and input gradient
+ *            (in_bytes[first], first > 0), alive for the whole backward;
  *   messages = GP_MAILBOX_CAPACITY sent outputs (out_bytes[end-1], unless the cell ends the
  *            model) and input gradients (in_bytes[first], unless first is 0) held until the
  *            sender reclaims them.

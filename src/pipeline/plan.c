@@ -67,6 +67,9 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
                       : gp_error(GP_INVALID_ARGUMENT,
                                  "batch %lld is not divisible by %d micro-batches",
                                  (long long)batch, *M);
+    if (po->stage_threads < 0 || po->stage_threads > 1024)
+        return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to 1024",
+                        po->stage_threads);
     if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B)
         return gp_error(GP_INVALID_ARGUMENT, "unknown schedule %d (expected gpipe or 1f1b)",
                         (int)po->schedule);
