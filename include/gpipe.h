@@ -490,8 +490,16 @@ gp_status gp_file_out_close(gp_file_out *o, bool commit);
 typedef enum gp_schedule_kind { GP_SCHEDULE_GPIPE = 0, GP_SCHEDULE_1F1B = 1 } gp_schedule_kind;
 /* CELL (GPipe, the default): keep only each cell's input per micro-batch and
  * recompute the cell's forward during backward. NONE: keep every layer's
- * saved state for each micro-batch in flight. */
-typedef enum gp_remat { GP_REMAT_CELL = 0, GP_REMAT_NONE = 1 } gp_remat;
+ * saved state for each micro-batch in flight. SELECTIVE: per cell, NONE where
+ * the cell fits the memory limit that way and CELL where only recomputing
+ * fits (no limit: every cell NONE); the partitioner balances the cells'
+ * time with the recomputation counted, so it may move layers to spare a
+ * cell its recomputation. */
+typedef enum gp_remat {
+    GP_REMAT_CELL = 0,
+    GP_REMAT_NONE = 1,
+    GP_REMAT_SELECTIVE = 2
+} gp_remat;
 /* How the stages are started: THREADS, in this process (K = 1: on the caller's thread, with no
  * stage thread and no transport; K > 1: one thread per stage); MPI, one process per stage and
  * replica, started by mpirun or srun (needs a build with MPI, see gp_mpi_built). Where a stage's
@@ -574,6 +582,7 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
  * schedule holds at its peak). */
 typedef struct gp_plan_cell {
     int first, last;             /* layers first..last, inclusive */
+    gp_remat remat;              /* the cell's own: CELL or NONE (plan remat SELECTIVE: each) */
     /* Bytes per step one device of the cell gives to collectives and links: its tensor axis's
      * all-reduces (forward, recomputation and backward of every micro-batch), its activations
      * and gradients to the neighbouring stages, and (data parallel) its gradients to the
@@ -698,6 +707,7 @@ typedef struct gp_pipeline_stats {
 typedef struct gp_stage_stats {
     double busy_fraction;
     int first_layer;
+    gp_remat remat; /* the cell's own: CELL or NONE */
 } gp_stage_stats;
 /* Fails when no step has run or the last one failed. stages (may be NULL) gets K entries. */
 gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out,

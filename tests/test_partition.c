@@ -18,6 +18,7 @@ static uint64_t rnd(uint64_t seed, uint64_t *i, uint64_t n) {
 typedef struct brute {
     const gp_partition_req *r;
     int cur[16], best[16];
+    gp_remat cur_remat[16], best_remat[16];
     double best_t;
     bool found;
 } brute;
@@ -31,14 +32,28 @@ static void brute_rec(brute *b, int c, int start) {
         for (int k = 0; k < K; k++) {
             int e = k + 1 < K ? b->cur[k + 1] : L;
             double t = gp_cell_time(r->layers, b->cur[k], e);
-            gp_cell_mem m = gp_cell_memory(r->layers, b->cur[k], e, L, r->micro_batches, r->remat);
-            if (r->mem_limit && m.total > r->mem_limit) return;
+            const uint64_t lim = r->mem_limit ? r->mem_limit : UINT64_MAX;
+            gp_remat how = r->remat;
+            if (how == GP_REMAT_SELECTIVE) {
+                /* keep the state where it fits; recomputing costs the cell's forward again */
+                how = gp_cell_memory(r->layers, b->cur[k], e, L, r->micro_batches, GP_REMAT_NONE)
+                                  .total <= lim
+                          ? GP_REMAT_NONE
+                          : GP_REMAT_CELL;
+                double f = 0; /* summed apart, then added: the partitioner's rounding */
+                for (int i = b->cur[k]; i < e; i++) f += r->layers[i].fwd_time;
+                if (how == GP_REMAT_CELL) t += f;
+            }
+            b->cur_remat[k] = how;
+            gp_cell_mem m = gp_cell_memory(r->layers, b->cur[k], e, L, r->micro_batches, how);
+            if (m.total > lim) return;
             if (t > worst) worst = t;
         }
         if (!b->found || worst < b->best_t) {
             b->found = true;
             b->best_t = worst;
             memcpy(b->best, b->cur, sizeof b->best);
+            memcpy(b->best_remat, b->cur_remat, sizeof b->best_remat);
         }
         return;
     }
@@ -47,7 +62,7 @@ static void brute_rec(brute *b, int c, int start) {
 
 static void test_random_against_brute_force(void) {
     int ncases = getenv("GP_TEST_QUICK") ? 400 : 3000;
-    int infeasible = 0, limited = 0;
+    int infeasible = 0, limited = 0, selective_mixed = 0;
     for (int seed = 0; seed < ncases; seed++) {
         uint64_t i = 0, sd = (uint64_t)seed;
         gp_layer_est ly[10];
@@ -72,10 +87,12 @@ static void test_random_against_brute_force(void) {
         }
         gp_partition_req r = {.layers = ly, .nlayers = L, .stages = K,
                               .micro_batches = 1 + (int)rnd(sd, &i, 8),
-                              .remat = (gp_remat)rnd(sd, &i, 2),
+                              .remat = (gp_remat)rnd(sd, &i, 3),
                               .mem_limit = rnd(sd, &i, 2) ? 200 + rnd(sd, &i, 1500) : 0};
         brute b = {.r = &r};
         brute_rec(&b, 0, 0);
+        gp_remat cell_remat[16];
+        r.cell_remat = cell_remat;
         int first[16];
         double bott = -1;
         gp_status st = gp_partition_balance(&r, first, &bott);
@@ -93,14 +110,26 @@ static void test_random_against_brute_force(void) {
         }
         CHECK(bott == b.best_t);
         bool same = true;
-        for (int k = 0; k < K; k++) same = same && first[k] == b.best[k];
+        for (int k = 0; k < K; k++)
+            same = same && first[k] == b.best[k] && cell_remat[k] == b.best_remat[k];
+        if (r.remat == GP_REMAT_SELECTIVE) {
+            bool some_none = false, some_cell = false;
+            for (int k = 0; k < K; k++)
+                some_none |= cell_remat[k] == GP_REMAT_NONE,
+                    some_cell |= cell_remat[k] == GP_REMAT_CELL;
+            selective_mixed += some_none && some_cell;
+        }
         if (!same) {
             fprintf(stderr, "seed %d: L %d K %d: partition differs from brute force\n", seed, L,
                     K);
             gp_test_failures++;
         }
+        gp_remat checked[16];
+        r.cell_remat = checked;
         CHECK_OK(gp_partition_check(&r, first, K));
+        CHECK(memcmp(checked, cell_remat, (size_t)K * sizeof *checked) == 0);
     }
+    CHECK(selective_mixed > 10);
     /* the random instances must exercise both outcomes of the limit */
     CHECK(infeasible > 10);
     CHECK(limited > ncases / 3);
@@ -265,9 +294,9 @@ static void test_errors_and_explicit(void) {
     r.micro_batches = 0;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT, "M = 0");
     r.micro_batches = 1;
-    r.remat = (gp_remat)2;
+    r.remat = (gp_remat)3;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT,
-                "unknown remat mode 2 (expected 0 cell or 1 none)");
+                "unknown remat mode 3 (expected 0 cell, 1 none or 2 selective)");
     r.remat = GP_REMAT_CELL;
     ly[2].bwd_time = -1;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT, "layer 2");

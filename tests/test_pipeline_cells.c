@@ -205,14 +205,29 @@ static void runtime_matches_plan(void) {
  * and the fullest stage at least 75% of the largest plan (the slack: sent messages counted at
  * the mailboxes' capacity, which the peak seldom meets). For the Transformer (dropout on, attention
  * workspace), the ConvNet (convolution workspace, int32-free input) and a residual network,
- * each schedule, remat mode and K = 1..3. */
+ * each schedule, remat mode and K = 1..3. Selective remat runs under a limit halfway between
+ * the cell and none plans', where some cells recompute and others keep their state. Every run
+ * of a network ends with the same parameters, bit for bit. */
+static uint64_t worst_planned(const gp_model *m, const gp_optim_opts *o,
+                              const gp_pipeline_opts *po) {
+    gp_plan plan;
+    uint64_t worst = 0;
+    REQUIRE_OK(gp_plan_make(m, BATCH, o, po, 10, &plan));
+    for (int k = 0; k < plan.stages; k++)
+        if (plan.cells[k].total_bytes > worst) worst = plan.cells[k].total_bytes;
+    gp_plan_free(&plan);
+    return worst;
+}
+
 static void plans_that_fit_run(void) {
     const int nets = 3;
     double worst_fill = 1.0;
-    for (int net = 0; net < nets; net++)
+    int mixed = 0;
+    for (int net = 0; net < nets; net++) {
+        uint64_t first_hash = 0;
         for (int K = 1; K <= 3; K++)
             for (int sk = 0; sk < 2; sk++)
-                for (int rm = 0; rm < 2; rm++) {
+                for (int rm = 0; rm < 3; rm++) {
                     gp_model *m = NULL;
                     gp_optim_opts o;
                     if (net == 0) {
@@ -228,17 +243,26 @@ static void plans_that_fit_run(void) {
                     gp_pipeline_opts po = {.stages = K, .micro_batches = 4, .schedule = sk,
                                            .remat = rm, .batch = BATCH};
                     gp_plan plan;
-                    REQUIRE_OK(gp_plan_make(m, BATCH, &o, &po, 10, &plan));
-                    for (int k = 0; k < K; k++)
-                        if (plan.cells[k].total_bytes > po.memory_limit)
-                            po.memory_limit = plan.cells[k].total_bytes;
-                    gp_plan_free(&plan);
+                    if (rm == GP_REMAT_SELECTIVE) {
+                        gp_pipeline_opts pc = po, pn = po;
+                        pc.remat = GP_REMAT_CELL;
+                        pn.remat = GP_REMAT_NONE;
+                        po.memory_limit =
+                            (worst_planned(m, &o, &pc) + worst_planned(m, &o, &pn)) / 2;
+                    } else {
+                        po.memory_limit = worst_planned(m, &o, &po);
+                    }
                     /* 1F1B's later stages stash fewer micro-batches than the partitioner
                      * assumes for every stage (min(K, M)): grow the limit until it agrees */
                     for (int tries = 0; gp_plan_make(m, BATCH, &o, &po, 10, &plan) != GP_OK;
                          tries++) {
                         if (tries >= 100) break;
                         po.memory_limit += po.memory_limit / 200;
+                    }
+                    if (rm == GP_REMAT_SELECTIVE) {
+                        int none = 0;
+                        for (int k = 0; k < K; k++) none += plan.cells[k].remat == GP_REMAT_NONE;
+                        mixed += none > 0 && none < K;
                     }
                     gp_pipeline *p;
                     REQUIRE_OK(gp_pipeline_new(m, &o, &po, 5, &p));
@@ -274,12 +298,21 @@ static void plans_that_fit_run(void) {
                                net, K, sk, rm, (unsigned long long)fullest,
                                (unsigned long long)planned);
                     CHECK(fill >= 0.75);
+                    const uint64_t h = gp_test_hash(m);
+                    if (!first_hash) first_hash = h;
+                    if (h != first_hash)
+                        printf("net %d K %d schedule %d remat %d: parameters differ from the "
+                               "first run's\n", net, K, sk, rm);
+                    CHECK(h == first_hash);
                     gp_pipeline_free(p);
                     gp_plan_free(&plan);
                     gp_model_free(m);
                 }
-    printf("plans that fit run: the fullest stage used at least %.4f of the planned bytes\n",
-           worst_fill);
+    }
+    printf("plans that fit run: the fullest stage used at least %.4f of the planned bytes; "
+           "%d selective plans mixed cells that recompute and cells that keep their state\n",
+           worst_fill, mixed);
+    CHECK(mixed >= 3);
 }
 
 static void pinning(void) {

@@ -308,6 +308,23 @@ static void test_hand_computed(void) {
     REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
     CHECK(res.step_time == 21);
     CHECK(st[0].recompute == 2 && st[1].recompute == 4);
+    /* per stage (selective remat): stage 1 as above, stage 0 keeps its state: B0 [11,14], B1
+     * waits for SG1 at 17: [17,20] */
+    const gp_remat mixed[2] = {GP_REMAT_NONE, GP_REMAT_CELL};
+    gp_sim_cell sized[2] = {cells[0], cells[1]};
+    sized[0].in_bytes = 10, sized[0].state_bytes = 100;
+    sized[1].in_bytes = 20, sized[1].state_bytes = 300;
+    o = (gp_sim_opts){.capacity = 1, .cell_remat = mixed};
+    REQUIRE_OK(gp_schedule_simulate(&s, sized, &o, st, &res));
+    CHECK(res.step_time == 20);
+    CHECK(st[0].recompute == 0 && st[1].recompute == 4);
+    CHECK_EQ_INT(st[0].peak_act_bytes, 2 * (10 + 100)); /* both micro-batches' input and state */
+    CHECK_EQ_INT(st[1].peak_act_bytes, 2 * 20 + 300);   /* both inputs, one state rebuilt */
+    const gp_remat bad_stage[2] = {GP_REMAT_NONE, GP_REMAT_SELECTIVE};
+    o.cell_remat = bad_stage;
+    CHECK_FAILS(gp_schedule_simulate(&s, cells, &o, st, &res), GP_INVALID_ARGUMENT,
+                "unknown remat mode 2 of a stage");
+    o = (gp_sim_opts){.capacity = 1};
     gp_schedule_free(&s);
     /* 1F1B, same cells: stage 1 runs F0 [1,3] B0 [3,7] F1 [7,9] B1 [9,13]; stage 0 B0 [7,10],
      * B1 [13,16]: the same 16, with one micro-batch in flight on stage 1. */

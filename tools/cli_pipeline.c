@@ -18,9 +18,10 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
         {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b",
          "fill-drain (all forwards, then backwards) or 1F1B", "gpipe", 0, false, "gpipe|1f1b",
          false},
-        {"--remat", GP_CLI_CHOICE, &a->remat, "none|cell",
-         "cell: stash inputs, recompute; none: keep all state", "cell", 0, false, "none|cell",
-         false},
+        {"--remat", GP_CLI_CHOICE, &a->remat, "cell|none|selective",
+         "cell: stash inputs, recompute; none: keep all state; selective: none in the cells "
+         "that fit the memory limit so, cell in the others",
+         "cell", 0, false, "cell|none|selective", false},
         {"--partition", GP_CLI_STRING, &a->partition, "LIST",
          "first layer of each cell, e.g. 0,5,9 (no balancing)", "balanced (see --balance)", 0,
          false, NULL, false},
@@ -69,7 +70,10 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
         .micro_batches = micro_batches,
         .schedule = a->schedule && strcmp(a->schedule, "1f1b") == 0 ? GP_SCHEDULE_1F1B
                                                                     : GP_SCHEDULE_GPIPE,
-        .remat = a->remat && strcmp(a->remat, "none") == 0 ? GP_REMAT_NONE : GP_REMAT_CELL,
+        .remat = !a->remat                          ? GP_REMAT_CELL
+                 : strcmp(a->remat, "none") == 0      ? GP_REMAT_NONE
+                 : strcmp(a->remat, "selective") == 0 ? GP_REMAT_SELECTIVE
+                                                      : GP_REMAT_CELL,
         .partition = *first,
         .memory_limit = memory_limit,
         .batch = batch,
@@ -101,6 +105,9 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
         cJSON *part = cJSON_AddArrayToObject(pl, "partition");
         for (int k = 0; k < nk; k++)
             cJSON_AddItemToArray(part, cJSON_CreateNumber(ss[k].first_layer));
+        cJSON *rm = cJSON_AddArrayToObject(pl, "cell_remat");
+        for (int k = 0; k < nk; k++)
+            cJSON_AddItemToArray(rm, cJSON_CreateString(gp_remat_name(ss[k].remat)));
     } else if (po->partition) {
         cJSON *part = cJSON_AddArrayToObject(pl, "partition");
         for (int k = 0; k < po->stages; k++)

@@ -102,15 +102,15 @@ static const char *fmt_time(double s, char *buf, size_t n) {
 
 static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_example) {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
-    printf("%5s  %-9s %11s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers",
-           "parameters", "time/mb", "busy/step", "params", "grads", "optimizer", "peak act",
+    printf("%5s  %-9s %5s %11s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers",
+           "remat", "parameters", "time/mb", "busy/step", "params", "grads", "optimizer", "peak act",
            "transient", "total");
     for (int k = 0; k < p->stages; k++) {
         const gp_plan_cell *x = &p->cells[k];
         char layers[24];
         snprintf(layers, sizeof layers, "%d-%d", x->first, x->last);
-        printf("%5d  %-9s %11lld %10s %10s %10s %10s %10s %10s %10s %10s\n", k, layers,
-               (long long)x->nparams, fmt_time(x->time_s, a, sizeof a),
+        printf("%5d  %-9s %5s %11lld %10s %10s %10s %10s %10s %10s %10s %10s\n", k, layers,
+               gp_remat_name(x->remat), (long long)x->nparams, fmt_time(x->time_s, a, sizeof a),
                fmt_time(x->busy_s, b, sizeof b), gp_cli_fmt_bytes(x->param_bytes, c, sizeof c),
                gp_cli_fmt_bytes(x->grad_bytes, d, sizeof d),
                gp_cli_fmt_bytes(x->optim_bytes, e, sizeof e),
@@ -181,6 +181,7 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
         cJSON_AddNumberToObject(c, "stage", k);
         cJSON_AddNumberToObject(c, "first", x->first);
         cJSON_AddNumberToObject(c, "last", x->last);
+        cJSON_AddStringToObject(c, "remat", gp_remat_name(x->remat));
         cJSON_AddNumberToObject(c, "nparams", (double)x->nparams);
         cJSON_AddNumberToObject(c, "fwd_flops", x->fwd_flops);
         cJSON_AddNumberToObject(c, "bwd_flops", x->bwd_flops);

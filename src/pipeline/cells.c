@@ -20,7 +20,7 @@ int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
 
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
-                          int *first) {
+                          int *first, gp_remat *cell_remat) {
     const int L = gp_model_nlayers(m);
     /* The kernels' workspace sizes are those of a stage's device: a scratch one like it. */
     gp_device *dev = NULL;
@@ -53,7 +53,8 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                             .stages = K,
                             .micro_batches = in_flight,
                             .remat = po->remat,
-                            .mem_limit = po->memory_limit};
+                            .mem_limit = po->memory_limit,
+                            .cell_remat = cell_remat};
     gp_status s;
     if (po->partition) {
         memcpy(first, po->partition, (size_t)K * sizeof *first);

@@ -14,7 +14,10 @@
 /* Here rather than in plan.c: the partitioner's messages name the mode, and plan.c calls into
  * this file. */
 const char *gp_remat_name(gp_remat r) {
-    return r == GP_REMAT_CELL ? "cell" : r == GP_REMAT_NONE ? "none" : "?";
+    return r == GP_REMAT_CELL        ? "cell"
+           : r == GP_REMAT_NONE      ? "none"
+           : r == GP_REMAT_SELECTIVE ? "selective"
+                                     : "?";
 }
 
 double gp_layer_est_time(const gp_layer_est *l) { return l->fwd_time + l->bwd_time; }
@@ -156,6 +159,52 @@ static uint64_t acc_total(const cell_acc *a, int nlayers) {
                    mem_messages(a->ly, a->t.first, a->end, nlayers));
 }
 
+/* A candidate cell under a request's remat mode, grown one layer at a time: its time and, for
+ * SELECTIVE, both ways of keeping its activations, to take NONE (no recomputation) whenever it
+ * fits and CELL otherwise. A recomputing cell's time counts its second forward, so the balance
+ * sees what the recomputation costs; CELL and NONE modes balance forward + backward as before
+ * (every cell pays alike). */
+typedef struct cell_fit {
+    gp_remat mode;
+    cell_acc cell, none; /* the one(s) the mode uses */
+    double t, f;         /* forward + backward, and forward alone, summed left to right */
+} cell_fit;
+
+static cell_fit fit_start(const gp_layer_est *ly, int first, int in_flight, gp_remat mode) {
+    return (cell_fit){.mode = mode, .cell = acc_start(ly, first, in_flight, GP_REMAT_CELL),
+                      .none = acc_start(ly, first, in_flight, GP_REMAT_NONE)};
+}
+
+static void fit_grow(cell_fit *x) {
+    /* both accumulators start alike; only the mode's ones grow */
+    const cell_acc *a = x->mode == GP_REMAT_NONE ? &x->none : &x->cell;
+    const gp_layer_est *l = &a->ly[a->end];
+    x->t += gp_layer_est_time(l);
+    x->f += l->fwd_time;
+    if (x->mode != GP_REMAT_NONE) acc_grow(&x->cell);
+    if (x->mode != GP_REMAT_CELL) acc_grow(&x->none);
+}
+
+/* Once over the limit, every larger cell is too: the base never shrinks, and CELL's is the
+ * smaller of the two (one micro-batch's state against in_flight of them). */
+static bool fit_hopeless(const cell_fit *x, uint64_t limit) {
+    return (x->mode == GP_REMAT_NONE ? x->none.base : x->cell.base) > limit;
+}
+
+/* The cell's time under the limit and the mode it takes (*how), or INFINITY when it fits no
+ * way the mode allows. */
+static double fit_cost(const cell_fit *x, int nlayers, uint64_t limit, gp_remat *how) {
+    if (x->mode != GP_REMAT_CELL && acc_total(&x->none, nlayers) <= limit) {
+        *how = GP_REMAT_NONE;
+        return x->t;
+    }
+    if (x->mode != GP_REMAT_NONE && acc_total(&x->cell, nlayers) <= limit) {
+        *how = GP_REMAT_CELL;
+        return x->mode == GP_REMAT_SELECTIVE ? x->t + x->f : x->t;
+    }
+    return INFINITY;
+}
+
 gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int nlayers,
                            int in_flight, gp_remat remat) {
     gp_cell_mem c = {0};
@@ -253,10 +302,12 @@ static gp_status check_req(const gp_partition_req *r) {
     if (r->micro_batches < 1)
         return gp_error(GP_INVALID_ARGUMENT, "partition: M = %d micro-batches, expected >= 1",
                         r->micro_batches);
-    if (r->remat != GP_REMAT_CELL && r->remat != GP_REMAT_NONE)
+    if (r->remat != GP_REMAT_CELL && r->remat != GP_REMAT_NONE &&
+        r->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,
-                        "partition: unknown remat mode %d (expected %d cell or %d none)",
-                        (int)r->remat, GP_REMAT_CELL, GP_REMAT_NONE);
+                        "partition: unknown remat mode %d (expected %d cell, %d none or %d "
+                        "selective)",
+                        (int)r->remat, GP_REMAT_CELL, GP_REMAT_NONE, GP_REMAT_SELECTIVE);
     for (int i = 0; i < r->nlayers; i++) {
         double t = gp_layer_est_time(&r->layers[i]);
         if (!isfinite(t) || r->layers[i].fwd_time < 0 || r->layers[i].bwd_time < 0)
@@ -273,7 +324,11 @@ static const char *kind_of(const gp_layer_est *l) { return l->kind ? l->kind : "
 /* When no partition fits the limit: the error names the layer that alone cannot fit, or else the
  * partition needing the least memory in its largest cell (a min-max DP on bytes) and by how much
  * that cell is over. */
-static gp_status explain_no_fit(const gp_partition_req *r) {
+static gp_status explain_no_fit(const gp_partition_req *req) {
+    /* SELECTIVE fits wherever CELL does: the explanation is CELL's. */
+    gp_partition_req loosest = *req;
+    if (loosest.remat == GP_REMAT_SELECTIVE) loosest.remat = GP_REMAT_CELL;
+    const gp_partition_req *r = &loosest;
     const gp_layer_est *ly = r->layers;
     int L = r->nlayers, K = r->stages, M = r->micro_batches;
     char need[48], lim[48], over[48];
@@ -372,13 +427,14 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     uint64_t limit = r->mem_limit ? r->mem_limit : UINT64_MAX;
     for (int c = 1; c <= K; c++)
         for (int j = 0; j <= L - c; j++) {
-            double t = 0, best = INFINITY;
-            cell_acc a = acc_start(ly, j, M, r->remat);
+            double best = INFINITY;
+            cell_fit x = fit_start(ly, j, M, r->remat);
             for (int i = j + 1; i <= L - c + 1; i++) {
-                t += gp_layer_est_time(&ly[i - 1]);
-                acc_grow(&a);
-                if (a.base > limit) break; /* growing the cell only adds to its base */
-                if (acc_total(&a, L) > limit) continue;
+                fit_grow(&x);
+                if (fit_hopeless(&x, limit)) break;
+                gp_remat how;
+                const double t = fit_cost(&x, L, limit, &how);
+                if (isinf(t)) continue;
                 double rest = suf[(size_t)(c - 1) * w + (size_t)i];
                 double v = t > rest ? t : rest;
                 if (v < best) best = v;
@@ -394,22 +450,22 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     int j = 0;
     for (int c = K; c >= 1; c--) {
         first[K - c] = j;
-        if (c == 1) break;
-        double t = 0;
-        cell_acc a = acc_start(ly, j, M, r->remat);
+        cell_fit x = fit_start(ly, j, M, r->remat);
         int e = -1;
+        gp_remat how = r->remat;
         for (int i = j + 1; i <= L - c + 1; i++) {
-            t += gp_layer_est_time(&ly[i - 1]);
-            acc_grow(&a);
-            if (a.base > limit) break;
-            if (acc_total(&a, L) > limit) continue;
+            fit_grow(&x);
+            if (fit_hopeless(&x, limit)) break;
+            const double t = fit_cost(&x, L, limit, &how);
+            if (isinf(t)) continue;
             double rest = suf[(size_t)(c - 1) * w + (size_t)i];
-            if ((t > rest ? t : rest) <= opt) {
+            if ((t > rest ? t : rest) <= opt && (c > 1 || i == L)) {
                 e = i;
                 break;
             }
         }
         GP_ASSERT(e > j);
+        if (r->cell_remat) r->cell_remat[K - c] = how;
         j = e;
     }
     free(suf);
@@ -440,17 +496,24 @@ gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nf
                             "partition: entry %d is layer %d but the model has %d layers (0..%d)",
                             k, first[k], L, L - 1);
     }
-    if (!r->mem_limit) return GP_OK;
+    const uint64_t limit = r->mem_limit ? r->mem_limit : UINT64_MAX;
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
-        uint64_t b = gp_cell_memory(r->layers, first[k], e, L, r->micro_batches, r->remat).total;
-        if (b > r->mem_limit) {
+        gp_remat how = r->remat;
+        if (how == GP_REMAT_SELECTIVE)
+            how = gp_cell_memory(r->layers, first[k], e, L, r->micro_batches, GP_REMAT_NONE)
+                              .total <= limit
+                      ? GP_REMAT_NONE
+                      : GP_REMAT_CELL;
+        if (r->cell_remat) r->cell_remat[k] = how;
+        uint64_t b = gp_cell_memory(r->layers, first[k], e, L, r->micro_batches, how).total;
+        if (b > limit) {
             char need[48], lim[48], over[48];
             return gp_error(GP_MEMORY_LIMIT,
                             "partition: cell %d (layers %d-%d) needs %s with M = %d (remat %s), "
                             "over the %s per-device limit by %s",
                             k, first[k], e - 1, gp_plan_bytes_str(b, need, sizeof need),
-                            r->micro_batches, gp_remat_name(r->remat),
+                            r->micro_batches, gp_remat_name(how),
                             gp_plan_bytes_str(r->mem_limit, lim, sizeof lim),
                             gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
         }

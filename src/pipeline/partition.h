@@ -79,11 +79,14 @@ typedef struct gp_partition_req {
     int micro_batches;    /* M >= 1: micro-batches stashed at once by the memory model */
     gp_remat remat;       /* what a stage keeps per micro-batch (gpipe.h) */
     uint64_t mem_limit;   /* per-device bytes; 0: no limit */
+    /* Optional output, K entries: each cell's own mode, CELL or NONE (SELECTIVE: NONE where
+     * the cell fits keeping every micro-batch's state, else CELL). */
+    gp_remat *cell_remat;
 } gp_partition_req;
 
 /* Exact balanced partition: first[0..K-1] (first[0] = 0, strictly increasing) minimizing the
- * slowest cell's time (sum of gp_layer_est_time, added left to right), every cell within the
- * memory limit. Among optimal partitions, the lexicographically smallest first[] is returned,
+ * slowest cell's time (sum of gp_layer_est_time, added left to right; under SELECTIVE a cell
+ * that recomputes adds its forward again), every cell within the memory limit. Among optimal partitions, the lexicographically smallest first[] is returned,
  * so the answer is the same on every machine. *bottleneck (may be NULL): the slowest cell's
  * time. Errors name the numbers: K < 1, K > L, a layer that alone exceeds the limit, or the
  * least memory any K-cell partition needs when no partition fits. */
@@ -99,10 +102,11 @@ int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M);
 /* The K cells for pipeline options po (partition given or balanced, balance by cost or by
  * po->layer_times, memory limit checked with the schedule's micro-batches in flight): what
  * gp_plan_make and gp_pipeline_new both use. est (L entries) receives the layers' figures at
- * micro_batch_size, times in FLOPs or (balance TIME) measured seconds; first: K entries. */
+ * micro_batch_size, times in FLOPs or (balance TIME) measured seconds; first and cell_remat
+ * (each cell's own mode, CELL or NONE): K entries. */
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
-                          int *first);
+                          int *first, gp_remat *cell_remat);
 
 
 /* The time of the cell of layers [first, end): the partitioner's objective for one cell. */

@@ -16,7 +16,7 @@ const char *gp_launcher_name(gp_launcher l) {
  * given partition (checked) or the exact balance of the layers' cost estimates or measured
  * times, at the micro-batch size of po->batch (one example when it is not given: every layer's
  * cost grows with the batch alike) and within the per-device memory limit. */
-static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po, int *first) {
+static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po) {
     const int L = p->m->nlayers;
     /* With T shards, a cell's figures are one shard's: its device holds and computes that. */
     const gp_model *est_model = p->T > 1 ? p->shard[0] : p->m;
@@ -34,7 +34,8 @@ static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po, in
         o.layer_times = times;
     }
     if (s == GP_OK)
-        s = gp_cells_choose(est_model, b, gp_optim_state_count(&p->o), &o, p->K, p->M, est, first);
+        s = gp_cells_choose(est_model, b, gp_optim_state_count(&p->o), &o, p->K, p->M, est,
+                            p->first, p->cell_remat);
     free(times);
     free(est);
     return s;
@@ -61,9 +62,11 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
     if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B)
         return gp_error(GP_INVALID_ARGUMENT, "pipeline: schedule %d is neither gpipe (%d) nor 1f1b (%d)",
                         (int)po->schedule, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B);
-    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE)
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: remat %d is neither cell (%d) nor none (%d)",
-                        (int)po->remat, GP_REMAT_CELL, GP_REMAT_NONE);
+    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
+        po->remat != GP_REMAT_SELECTIVE)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: remat %d is neither cell (%d), none (%d) nor selective (%d)",
+                        (int)po->remat, GP_REMAT_CELL, GP_REMAT_NONE, GP_REMAT_SELECTIVE);
     if (po->balance != GP_BALANCE_COST && po->balance != GP_BALANCE_TIME)
         return gp_error(GP_INVALID_ARGUMENT, "pipeline: balance %d is neither cost (%d) nor time (%d)",
                         (int)po->balance, GP_BALANCE_COST, GP_BALANCE_TIME);
@@ -223,9 +226,10 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
                         "that pipeline's tensor-parallel shards); free it first");
     gp_pipeline *p = calloc(1, sizeof *p);
     if (p) p->first = calloc((size_t)K, sizeof *p->first);
-    if (p && p->first) p->st = calloc((size_t)K * (size_t)T, sizeof *p->st);
-    if (!p || !p->first || !p->st) {
-        if (p) free(p->first);
+    if (p) p->cell_remat = calloc((size_t)K, sizeof *p->cell_remat);
+    if (p && p->first && p->cell_remat) p->st = calloc((size_t)K * (size_t)T, sizeof *p->st);
+    if (!p || !p->first || !p->cell_remat || !p->st) {
+        if (p) free(p->first), free(p->cell_remat);
         free(p);
         return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_new: cannot allocate the pipeline");
     }
@@ -244,7 +248,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     gp_status s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po)
                                                   : gp_launch_local_init(p, po);
     if (s == GP_OK) s = gp_mesh_setup(p);
-    if (s == GP_OK) s = choose_partition(p, po, p->first);
+    if (s == GP_OK) s = choose_partition(p, po);
     if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_agree_cells(p, p->first);
     if (s == GP_OK) s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), K, M, &p->sched);
     if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
@@ -294,6 +298,7 @@ void gp_pipeline_free(gp_pipeline *p) {
     free(p->st);
     gp_trace_free(&p->trace);
     free(p->first);
+    free(p->cell_remat);
     free(p->bytes);
     free(p->tp_bytes);
     free(p->rank_mem);

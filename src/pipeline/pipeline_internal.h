@@ -115,6 +115,7 @@ struct gp_pipeline {
     int step;
     gp_stage *st;  /* (K x T) stage k's shard t at k T + t */
     int *first;    /* (K) first layer of each cell */
+    gp_remat *cell_remat; /* (K) each cell's own mode, CELL or NONE (remat: the one asked for) */
     /* The tensor axis (T > 1; mesh.c): the models of the T shards (no values where another
      * process runs them), each layer's split parameters (bit j: parameter j), the vocabulary
      * head's whole width when the last layer splits its output, and a device of host memory

@@ -73,8 +73,10 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
     if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B)
         return gp_error(GP_INVALID_ARGUMENT, "unknown schedule %d (expected gpipe or 1f1b)",
                         (int)po->schedule);
-    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE)
-        return gp_error(GP_INVALID_ARGUMENT, "unknown remat mode %d (expected cell or none)",
+    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
+        po->remat != GP_REMAT_SELECTIVE)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "unknown remat mode %d (expected cell, none or selective)",
                         (int)po->remat);
     if (o && o->kind != GP_OPTIM_SGD && o->kind != GP_OPTIM_ADAMW)
         return gp_error(GP_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)o->kind);
@@ -93,8 +95,8 @@ static double allreduce_s(double n, int T, double bw) {
 /* Each cell's bytes per step on each mesh axis (one device's: cells[k].grad_bytes set), and the
  * tensor axis's all-reduces added to its simulated forward and backward (sc, seconds). */
 static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, int M,
-                       const gp_pipeline_opts *po, bool vocab_split, int64_t rows,
-                       gp_sim_cell *sc, gp_plan *out) {
+                       const gp_pipeline_opts *po, const gp_remat *cell_remat, bool vocab_split,
+                       int64_t rows, gp_sim_cell *sc, gp_plan *out) {
     const int T = out->tensor_parallel, D = out->data_parallel;
     const double bw = po->link_gbytes_per_s * 1e9;
     for (int k = 0; k < K; k++) {
@@ -104,7 +106,7 @@ static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, 
         for (int i = first[k]; i < e; i++) fwd += est[i].tp_fwd_bytes, bwd += est[i].tp_bwd_bytes;
         /* The split cross-entropy: the row maximum, then the sums, 3 floats a row. */
         if (k == K - 1 && vocab_split) bwd += 3 * (uint64_t)rows * sizeof(float);
-        const uint64_t recompute = po->remat == GP_REMAT_CELL ? fwd : 0;
+        const uint64_t recompute = cell_remat[k] == GP_REMAT_CELL ? fwd : 0;
         c->tensor_bytes = T > 1 ? (uint64_t)M * (fwd + recompute + bwd) : 0;
         c->pipe_bytes = 0;
         if (k < K - 1) c->pipe_bytes += (uint64_t)M * (est[e - 1].out_bytes + MSG_HEADER_BYTES);
@@ -119,9 +121,9 @@ static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, 
  * sec_per_unit seconds (FLOPs, or measured seconds); flops: the same layers' FLOP figures;
  * first: K cell starts. */
 static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flops, int L,
-                               const int *first, int K, int M, const gp_pipeline_opts *po,
-                               double sec_per_unit, bool vocab_split, int64_t rows,
-                               gp_plan *out) {
+                               const int *first, const gp_remat *cell_remat, int K, int M,
+                               const gp_pipeline_opts *po, double sec_per_unit, bool vocab_split,
+                               int64_t rows, gp_plan *out) {
     gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
     gp_sim_stage *st = calloc((size_t)K, sizeof *st);
     gp_schedule s = {0};
@@ -136,16 +138,16 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         sc[k] = gp_sim_cell_from_layers(est, first[k], e);
         sc[k].fwd_time *= sec_per_unit;
         sc[k].bwd_time *= sec_per_unit;
-        out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, L, 1, po->remat).grads;
+        out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, L, 1, cell_remat[k]).grads;
         out->cells[k].time_s = sc[k].fwd_time + sc[k].bwd_time; /* compute alone, for now */
     }
-    mesh_bytes(est, L, first, K, M, po, vocab_split, rows, sc, out);
+    mesh_bytes(est, L, first, K, M, po, cell_remat, vocab_split, rows, sc, out);
     for (int k = 0; k < K; k++)
         worst_comm = fmax(worst_comm, M * (sc[k].fwd_time + sc[k].bwd_time - out->cells[k].time_s));
     status = po->schedule == GP_SCHEDULE_1F1B ? gp_schedule_1f1b(K, M, &s)
                                               : gp_schedule_gpipe(K, M, &s);
     if (status != GP_OK) goto done;
-    gp_sim_opts so = {.capacity = 1, .remat = po->remat};
+    gp_sim_opts so = {.capacity = 1, .cell_remat = cell_remat};
     gp_sim_result res;
     status = gp_schedule_simulate(&s, sc, &so, st, &res);
     if (status != GP_OK) goto done;
@@ -162,12 +164,13 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         gp_plan_cell *c = &out->cells[k];
         c->first = first[k];
         c->last = e - 1;
+        c->remat = cell_remat[k];
         for (int i = first[k]; i < e; i++) {
             c->fwd_flops += flops[i].fwd_time;
             c->bwd_flops += flops[i].bwd_time;
         }
         c->time_s = sc[k].fwd_time + sc[k].bwd_time;
-        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, st[k].peak_in_flight, po->remat);
+        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, st[k].peak_in_flight, cell_remat[k]);
         c->param_bytes = cm.params;
         c->grad_bytes = cm.grads;
         c->optim_bytes = cm.optim;
@@ -213,14 +216,15 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     gp_layer_est *est = calloc((size_t)L, sizeof *est);
     gp_layer_est *flops = measured ? calloc((size_t)L, sizeof *flops) : est;
     int *first = calloc((size_t)K, sizeof *first);
+    gp_remat *cell_remat = calloc((size_t)K, sizeof *cell_remat);
     out->cells = calloc((size_t)K, sizeof *out->cells);
     gp_status status = GP_OK;
-    if (!est || !flops || !first || !out->cells) {
+    if (!est || !flops || !first || !cell_remat || !out->cells) {
         status = gp_error(GP_OUT_OF_MEMORY, "gp_plan_make: no memory for %d layers and %d cells",
                           L, K);
         goto done;
     }
-    status = gp_cells_choose(pm, mb, gp_optim_state_count(o), po, K, M, est, first);
+    status = gp_cells_choose(pm, mb, gp_optim_state_count(o), po, K, M, est, first, cell_remat);
     if (status == GP_OK && measured)
         status = gp_layer_est_from_model(pm, mb, gp_optim_state_count(o), NULL, flops);
     if (status != GP_OK) goto done;
@@ -236,13 +240,14 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     out->gflops_assumed = measured ? 0 : gflops;
     out->balance = po->balance;
     out->bubble_theory = (double)(K - 1) / (double)(M + K - 1);
-    status = simulate_into(est, flops, L, first, K, M, po,
+    status = simulate_into(est, flops, L, first, cell_remat, K, M, po,
                            measured ? 1.0 : 1.0 / (gflops * 1e9), vocab_split, rows, out);
 done:
     gp_model_free(shard);
     if (flops != est) free(flops);
     free(est);
     free(first);
+    free(cell_remat);
     if (status != GP_OK) gp_plan_free(out);
     return status;
 }

@@ -78,7 +78,6 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
     int K = s->stages, M = s->micro_batches;
     int nch = 2 * (K - 1);
     double latency = o ? o->latency : 0;
-    gp_remat remat = o ? o->remat : GP_REMAT_CELL;
     channel *chans = calloc((size_t)(nch > 0 ? nch : 1), sizeof *chans);
     stage_state *st = calloc((size_t)K, sizeof *st);
     int *mbs = malloc((size_t)(nch > 0 ? nch : 1) * (size_t)M * sizeof *mbs);
@@ -108,6 +107,7 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                 channel *ch = chan_of(chans, K, a->kind, k);
                 if (!can_run(a, ch, capacity)) break;
                 const gp_sim_cell *c = cells ? &cells[k] : NULL;
+                const gp_remat remat = !o ? GP_REMAT_CELL : o->cell_remat ? o->cell_remat[k] : o->remat;
                 gp_sim_stage *r = stages ? &stages[k] : NULL;
                 double dur = 0;
                 switch (a->kind) {

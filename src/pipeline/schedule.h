@@ -112,7 +112,10 @@ gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int e
 typedef struct gp_sim_opts {
     int capacity;       /* mailbox capacity, messages per direction per link (0 means 1) */
     double latency;     /* from a send to its message being receivable (default 0) */
-    gp_remat remat;     /* CELL (the zero value): each BACKWARD first recomputes the forward */
+    gp_remat remat;     /* CELL (the zero value): each BACKWARD first recomputes the forward;
+                         * NONE: the stash keeps every layer's state */
+    const gp_remat *cell_remat; /* optional, K entries (CELL or NONE): each stage's own mode,
+                                 * replacing remat (a SELECTIVE pipeline's) */
 } gp_sim_opts;
 
 typedef struct gp_sim_stage {

@@ -23,10 +23,14 @@ gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
     if (!s || !cells || !o || !stages || !out)
         return gp_error(GP_INVALID_ARGUMENT, "simulate: NULL argument");
     int capacity = o->capacity ? o->capacity : 1;
-    if (o->remat != GP_REMAT_CELL && o->remat != GP_REMAT_NONE)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "simulate: unknown remat mode %d (expected %d cell or %d none)",
-                        (int)o->remat, GP_REMAT_CELL, GP_REMAT_NONE);
+    for (int k = 0; k < (o->cell_remat ? s->stages : 1); k++) {
+        const gp_remat r = o->cell_remat ? o->cell_remat[k] : o->remat;
+        if (r != GP_REMAT_CELL && r != GP_REMAT_NONE)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "simulate: unknown remat mode %d%s (expected %d cell or %d none)",
+                            (int)r, o->cell_remat ? " of a stage" : "", GP_REMAT_CELL,
+                            GP_REMAT_NONE);
+    }
     if (!isfinite(o->latency) || o->latency < 0)
         return gp_error(GP_INVALID_ARGUMENT, "simulate: latency %g; expected a finite value >= 0",
                         o->latency);

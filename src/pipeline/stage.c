@@ -98,7 +98,7 @@ static gp_status do_forward(gp_stage *s, int mb) {
     if (!s->in[mb].data)
         return gp_error(GP_INTERNAL, "FORWARD(%d) before its input arrived", mb);
     gp_run run = run_for(s, mb, false);
-    if (p->remat == GP_REMAT_NONE) {
+    if (p->cell_remat[s->k] == GP_REMAT_NONE) {
         GP_TRY(gp_seq_forward(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
         if (is_last(s)) return GP_OK;
         /* The pass keeps its output for backward: what is sent is a copy. */
@@ -179,7 +179,7 @@ static gp_status backward_proper(gp_stage *s, int mb) {
 /* The rebuild of a remat cell is its own RECOMPUTE event, apart from the BACKWARD proper. */
 static gp_status do_backward(gp_stage *s, int mb) {
     gp_pipeline *p = s->p;
-    if (p->remat == GP_REMAT_CELL) {
+    if (p->cell_remat[s->k] == GP_REMAT_CELL) {
         gp_run run = run_for(s, mb, true);
         TRACED(s, GP_TRACE_RECOMPUTE, mb, NULL,
                gp_seq_forward(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));

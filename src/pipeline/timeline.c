@@ -82,7 +82,7 @@ gp_status gp_timeline_simulate(gp_pipeline *p) {
         if (nf) cells[k].fwd_time /= nf;
         if (nb) cells[k].bwd_time /= nb;
     }
-    gp_sim_opts o = {.capacity = MAILBOX_CAPACITY, .remat = p->remat};
+    gp_sim_opts o = {.capacity = MAILBOX_CAPACITY, .cell_remat = p->cell_remat};
     gp_sim_result r = {0};
     if (s == GP_OK) s = gp_schedule_simulate(&p->sched, cells, &o, st, &r);
     p->trace.bubble_simulated = s == GP_OK ? r.bubble : -1.0;
@@ -123,7 +123,8 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out,
         for (int k = 0; stages && k < p->K; k++)
             stages[k] = (gp_stage_stats){
                 .busy_fraction = ts.span > 0 ? ss[k * p->T].busy / ts.span : 0,
-                .first_layer = p->first[k]};
+                .first_layer = p->first[k],
+                .remat = p->cell_remat[k]};
     }
     free(ss);
     return s;

@@ -118,6 +118,30 @@ else
     bad "1f1b plan failed: $(cat "$TMP/f.err")"
 fi
 
+# Selective re-materialization under a limit just below the keep-all plan's largest cell:
+# the cells that still fit keep their state, the others recompute, all within the limit.
+worst() { # worst REMAT [LIMIT]: the largest cell's total bytes of a K = 4 plan
+    "$GPIPE" plan $T --stages 4 --micro-batches 8 --remat "$1" ${2:+--memory-limit "$2"} \
+        --report "$TMP/sel_$1.json" >"$TMP/sel_$1.out" 2>"$TMP/sel.err" ||
+        bad "plan --remat $1 ${2:-}: $(cat "$TMP/sel.err")"
+    python3 -c "import json,sys; print(max(c['peak_bytes']['total'] for c in json.load(open(sys.argv[1]))['pipeline']['cells']))" "$TMP/sel_$1.json"
+}
+wn=$(worst none)
+if [ -n "$wn" ]; then
+    worst selective $((wn - 1)) >/dev/null
+    python3 - "$TMP/sel_selective.json" "$((wn - 1))" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+p, limit = json.load(open(sys.argv[1]))["pipeline"], int(sys.argv[2])
+modes = [c["remat"] for c in p["cells"]]
+need(p["remat"] == "selective" and "none" in modes and "cell" in modes, f"selective cells {modes}")
+need(all(c["peak_bytes"]["total"] <= limit for c in p["cells"]), "a selective cell over the limit")
+finish()
+PY
+    grep -Eq "^ +[0-9]+ +[0-9]+-[0-9]+ +(cell|none) " "$TMP/sel_selective.out" ||
+        bad "plan --remat selective: no remat column in the table: $(head -c 600 "$TMP/sel_selective.out")"
+fi
+
 # Each stage device's threads size its kernels' workspace (attention keeps a T x T score block
 # per thread): more threads, more transient bytes, the rest unchanged.
 transient() { # transient THREADS: stage 0's transient bytes in the report

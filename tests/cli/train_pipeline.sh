@@ -4,7 +4,8 @@
 # every K, schedule and re-materialization mode; the report's pipeline object
 # (per-stage peak bytes, partition, busy fractions, the last step's bubbles
 # with theory (K-1)/(M+K-1)), evaluation equal to the single-device run's for
-# every K; --trace / --timeline files of a K = 2 run; bad pipeline options exit
+# every K (selective re-materialization too, each cell's mode reported);
+# --trace / --timeline files of a K = 2 run; bad pipeline options exit
 # 2 naming the option.
 # Run from the repository root: bash tests/cli/train_pipeline.sh /path/to/gpipe
 set -u
@@ -18,13 +19,14 @@ cli_write_idx "$TMP/syn"
 
 # K:schedule:remat combinations; under GP_TEST_QUICK a cross-section of them.
 if [ "${GP_TEST_QUICK:-0}" = 1 ]; then
-    LM_COMBOS="1:gpipe:cell 2:1f1b:none 3:gpipe:none 3:1f1b:cell"
+    LM_COMBOS="1:gpipe:cell 2:1f1b:none 3:gpipe:none 3:1f1b:cell 2:gpipe:selective"
     CN_COMBOS="2:gpipe:cell 3:1f1b:none"
 else
     LM_COMBOS=""
     for k in 1 2 3; do for s in gpipe 1f1b; do for r in none cell; do
         LM_COMBOS="$LM_COMBOS $k:$s:$r"
     done; done; done
+    LM_COMBOS="$LM_COMBOS 2:gpipe:selective 3:1f1b:selective"
     CN_COMBOS="1:gpipe:none 2:gpipe:cell 3:1f1b:none 4:1f1b:cell"
 fi
 
@@ -83,6 +85,9 @@ def check(prefix, combos, extra=()):
         p = r.get("pipeline", {})
         need(p.get("stages") == k and p.get("micro_batches") == 4 and p.get("schedule") == s
              and p.get("remat") == m, f"{name}: pipeline {p}")
+        # each cell's own mode: selective without a memory limit keeps every cell's state
+        need(p.get("cell_remat") == [m if m != "selective" else "none"] * k,
+             f"{name}: cell_remat {p.get('cell_remat')}")
         st = p.get("stage_peak_bytes", [])
         need(len(st) == k and all(x.get("parameters", 0) > 0 and x.get("total", 0) > 0 for x in st),
              f"{name}: stage_peak_bytes {st}")
@@ -140,7 +145,7 @@ expect2 "--stages: expected an integer >= 1, got '0'" "${LM[@]}" --stages 0
 expect2 "--stages 9: more than the" "${LM[@]}" --stages 9
 expect2 "--micro-batches 3: must divide --batch 8" "${LM[@]:0:8}" --micro-batches 3 --stages 2
 expect2 "--schedule: expected one of gpipe|1f1b, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
-expect2 "--remat: expected one of none|cell" "${LM[@]}" --stages 2 --remat all
+expect2 "--remat: expected one of cell|none|selective" "${LM[@]}" --stages 2 --remat all
 expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --partition 0,1
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 0,x
