@@ -507,7 +507,7 @@ typedef enum gp_remat {
 typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
 const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
 const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b" */
-const char *gp_remat_name(gp_remat r);                 /* "cell", "none" */
+const char *gp_remat_name(gp_remat r);                 /* "cell", "none", "selective" */
 
 /* What the cells are balanced on: the layers' FLOP estimates (COST), or their
  * forward + backward times measured by gp_model_profile_layers (TIME). */
@@ -636,6 +636,43 @@ typedef struct gp_plan {
 gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out);
 void gp_plan_free(gp_plan *p);
+
+/* What gp_plan_search may choose. Zero fields are searched; others fixed. */
+typedef struct gp_plan_search_opts {
+    int devices;          /* N >= 1: every plan uses D x K x T = N of them */
+    int stages;           /* K; 0: every K dividing N / T, up to the layers */
+    int micro_batches;    /* M; 0: every divisor of the replica's batch */
+    int data_parallel;    /* D; 0: N / (K T) */
+    unsigned schedules;   /* bit (1 << kind) per schedule allowed; 0: all */
+    unsigned remats;      /* bit (1 << mode) per remat mode allowed; 0: all (selective only
+                           * under a memory limit, where it differs from none) */
+    int max_plans;        /* how many of the fastest to keep (0 means 5) */
+    /* Optional: called after each plan tried, with how many are tried so far and in all. */
+    void (*progress)(void *ctx, int done, int total);
+    void *progress_ctx;
+} gp_plan_search_opts;
+
+typedef struct gp_plan_search_result {
+    gp_plan *plans;  /* n of them, the fastest first; owned */
+    int n;
+    int candidates;  /* plans tried */
+    int fitting;     /* of them, within the memory limit */
+} gp_plan_search_result;
+
+/* Searches K, D = N / (K T), M among the divisors of the batch, the schedule and the remat
+ * mode for the fastest simulated step (gp_plan_make's step_s) that fits base->memory_limit,
+ * with base's other settings (memory limit, threads per stage, T, link bandwidth, balance).
+ * Ties go to fewer micro-batches (FLOP estimates do not see that larger micro-batches run
+ * faster), then fewer bytes on the fullest device, fewer stages, the schedule and remat mode
+ * in enum order: the same inputs give the same choice. Balance TIME
+ * profiles the layers once per micro-batch size tried (m must then be uninitialized, as for
+ * gp_model_profile_layers); base->layer_times and base->partition must be NULL. When no plan
+ * fits, GP_MEMORY_LIMIT names the plan needing the least memory and its bytes. The caller
+ * frees *out with gp_plan_search_free; on failure it is left empty. */
+gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
+                         const gp_pipeline_opts *base, double gflops,
+                         const gp_plan_search_opts *so, gp_plan_search_result *out);
+void gp_plan_search_free(gp_plan_search_result *r);
 /* --------------------------------------------------------- training */
 
 /* A model trained as K cells on K stage devices over M micro-batches, one synchronous update

@@ -315,6 +315,72 @@ static void plans_that_fit_run(void) {
     CHECK(mixed >= 3);
 }
 
+/* The plans a search keeps under a memory limit all train within it: the Transformer on 1, 2
+ * and 3 stage devices (D = 1, the threads launcher), under a limit halfway between the leanest
+ * and the fattest plan of those devices, each kept plan two steps, every stage's peak within
+ * its planned bytes and the limit. */
+static void searched_plans_run(void) {
+    gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
+    int ran = 0, selective = 0;
+    for (int N = 1; N <= 3; N++) {
+        gp_model *m = transformer(4);
+        gp_pipeline_opts base = {.batch = BATCH};
+        gp_plan_search_opts so = {.devices = N, .data_parallel = 1, .max_plans = 64};
+        gp_plan_search_result all;
+        REQUIRE_OK(gp_plan_search(m, BATCH, &o, &base, 10, &so, &all));
+        uint64_t lean = UINT64_MAX, fat = 0;
+        for (int i = 0; i < all.n; i++) {
+            const uint64_t w = worst_planned(m, &o, &(gp_pipeline_opts){
+                                                        .stages = all.plans[i].stages,
+                                                        .micro_batches = all.plans[i].micro_batches,
+                                                        .schedule = all.plans[i].schedule,
+                                                        .remat = all.plans[i].remat});
+            if (w < lean) lean = w;
+            if (w > fat) fat = w;
+        }
+        CHECK_EQ_INT(all.n, all.fitting); /* no limit: every plan fits, all kept */
+        gp_plan_search_free(&all);
+        base.memory_limit = lean + (fat - lean) / 2;
+        so.max_plans = 4;
+        gp_plan_search_result r;
+        REQUIRE_OK(gp_plan_search(m, BATCH, &o, &base, 10, &so, &r));
+        CHECK(r.fitting < r.candidates); /* the limit ruled some out */
+        for (int i = 0; i < r.n; i++) {
+            const gp_plan *pl = &r.plans[i];
+            selective += pl->remat == GP_REMAT_SELECTIVE;
+            gp_pipeline_opts po = base;
+            po.stages = pl->stages;
+            po.micro_batches = pl->micro_batches;
+            po.schedule = pl->schedule;
+            po.remat = pl->remat;
+            gp_model *mm = transformer(4);
+            gp_pipeline *p;
+            REQUIRE_OK(gp_pipeline_new(mm, &o, &po, 5, &p));
+            for (int s = 0; s < 2; s++) {
+                tokens b;
+                make_tokens(s, &b);
+                float loss;
+                CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &loss));
+            }
+            for (int k = 0; k < pl->stages; k++) {
+                gp_mem_stats ms;
+                CHECK_OK(gp_pipeline_mem_stats(p, k, &ms));
+                CHECK_EQ_INT(gp_pipeline_cell_first(p, k), pl->cells[k].first);
+                CHECK(ms.peak_total <= pl->cells[k].total_bytes);
+                CHECK(ms.peak_total <= base.memory_limit);
+            }
+            ran++;
+            gp_pipeline_free(p);
+            gp_model_free(mm);
+        }
+        gp_plan_search_free(&r);
+        gp_model_free(m);
+    }
+    printf("searched plans run: %d kept plans trained within their limit (%d selective)\n", ran,
+           selective);
+    CHECK(ran >= 9);
+}
+
 static void pinning(void) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -340,6 +406,7 @@ int main(void) {
     balance_by_time();
     runtime_matches_plan();
     plans_that_fit_run();
+    searched_plans_run();
     pinning();
     return gp_test_finish("test_pipeline_cells");
 }

@@ -327,7 +327,141 @@ static void test_errors(void) {
     gp_model_free(m);
 }
 
+/* Every plan the search may consider, by gp_plan_make one at a time: the fastest that fits. */
+static double brute_fastest(gp_model *m, int64_t batch, const gp_optim_opts *o, int N,
+                            uint64_t limit, int *nfit, int *ntried) {
+    double best = INFINITY;
+    *nfit = *ntried = 0;
+    for (int K = 1; K <= N; K++) {
+        if (N % K || K > gp_model_nlayers(m)) continue;
+        const int D = N / K;
+        if (batch % D) continue;
+        for (int M = 1; M <= batch / D; M++) {
+            if ((batch / D) % M) continue;
+            for (int s = 0; s < 2; s++)
+                for (int r = 0; r < 3; r++) {
+                    if (r == GP_REMAT_SELECTIVE && !limit) continue;
+                    gp_pipeline_opts po = {.stages = K, .micro_batches = M, .data_parallel = D,
+                                           .schedule = s, .remat = r, .memory_limit = limit};
+                    gp_plan p;
+                    ++*ntried;
+                    if (gp_plan_make(m, batch, o, &po, 1, &p) != GP_OK) continue;
+                    ++*nfit;
+                    if (p.step_s < best) best = p.step_s;
+                    gp_plan_free(&p);
+                }
+        }
+    }
+    return best;
+}
+
+static bool same_plan(const gp_plan *a, const gp_plan *b) {
+    if (a->stages != b->stages || a->micro_batches != b->micro_batches ||
+        a->data_parallel != b->data_parallel || a->schedule != b->schedule ||
+        a->remat != b->remat || a->step_s != b->step_s)
+        return false;
+    for (int k = 0; k < a->stages; k++)
+        if (a->cells[k].first != b->cells[k].first || a->cells[k].remat != b->cells[k].remat)
+            return false;
+    return true;
+}
+
+/* The search against trying every plan by hand: the same fastest step, every plan it keeps
+ * fits and is sorted, the same answer twice; constraints hold; selective plans whose cells
+ * all took one mode are not listed twice. */
+static void test_search(void) {
+    gp_model *m = mlp();
+    gp_optim_opts sgd = gp_sgd_defaults(0.1f, 0.9f);
+    const int64_t batch = 24;
+    gp_pipeline_opts base = {0};
+    gp_plan_search_opts so = {.devices = 1, .max_plans = 4};
+    gp_plan_search_result r, again;
+    /* the limit: halfway between the leanest and the fattest plan of 2 devices */
+    uint64_t lean = UINT64_MAX, fat = 0;
+    for (int M = 1; M <= 12; M++) {
+        if (12 % M) continue;
+        for (int rm = 0; rm < 2; rm++) {
+            gp_pipeline_opts po = {.stages = 2, .micro_batches = 2 * M, .remat = rm};
+            gp_plan p;
+            REQUIRE_OK(gp_plan_make(m, batch, &sgd, &po, 1, &p));
+            if (worst_total(&p) < lean) lean = worst_total(&p);
+            if (worst_total(&p) > fat) fat = worst_total(&p);
+            gp_plan_free(&p);
+        }
+    }
+    const uint64_t limits[2] = {0, (lean + fat) / 2};
+    int partial = 0; /* searches where the limit ruled some plans out and others in */
+    for (int li = 0; li < 2; li++)
+        for (int N = 1; N <= 6; N++) {
+            base.memory_limit = limits[li];
+            so.devices = N;
+            int nfit, ntried;
+            const double best = brute_fastest(m, batch, &sgd, N, limits[li], &nfit, &ntried);
+            const gp_status st = gp_plan_search(m, batch, &sgd, &base, 1, &so, &r);
+            if (nfit == 0) {
+                CHECK_EQ_INT(st, GP_MEMORY_LIMIT);
+                CHECK(r.n == 0 && r.plans == NULL);
+                continue;
+            }
+            REQUIRE_OK(st);
+            partial += nfit < ntried;
+            CHECK_EQ_INT(r.candidates, ntried);
+            CHECK_EQ_INT(r.fitting, nfit);
+            CHECK(r.n >= 1 && r.n <= 4);
+            CHECK(fabs(r.plans[0].step_s - best) <= 1e-9 * best);
+            for (int i = 0; i < r.n; i++) {
+                const gp_plan *p = &r.plans[i];
+                CHECK_EQ_INT(p->stages * p->data_parallel, N);
+                CHECK(!limits[li] || worst_total(p) <= limits[li]);
+                if (i) CHECK(p->step_s >= r.plans[i - 1].step_s * (1 - 1e-9));
+                bool uniform = true;
+                for (int k = 1; k < p->stages; k++) uniform &= p->cells[k].remat == p->cells[0].remat;
+                CHECK(p->remat != GP_REMAT_SELECTIVE || !uniform);
+            }
+            REQUIRE_OK(gp_plan_search(m, batch, &sgd, &base, 1, &so, &again));
+            CHECK_EQ_INT(again.n, r.n);
+            for (int i = 0; i < r.n && i < again.n; i++) CHECK(same_plan(&r.plans[i], &again.plans[i]));
+            gp_plan_search_free(&again);
+            gp_plan_search_free(&r);
+        }
+    CHECK(partial >= 3);
+    /* constraints: K = 2, 1F1B, remat cell, M = 4 of 6 devices: D = 3 */
+    so = (gp_plan_search_opts){.devices = 6, .stages = 2, .micro_batches = 4,
+                               .schedules = 1u << GP_SCHEDULE_1F1B, .remats = 1u << GP_REMAT_CELL};
+    base.memory_limit = 0;
+    REQUIRE_OK(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r));
+    CHECK_EQ_INT(r.candidates, 1);
+    CHECK(r.n == 1 && r.plans[0].stages == 2 && r.plans[0].data_parallel == 3 &&
+          r.plans[0].micro_batches == 4 && r.plans[0].schedule == GP_SCHEDULE_1F1B &&
+          r.plans[0].remat == GP_REMAT_CELL);
+    gp_plan_search_free(&r);
+    /* errors */
+    so = (gp_plan_search_opts){.devices = 0};
+    CHECK_FAILS(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r), GP_INVALID_ARGUMENT,
+                "0 devices");
+    CHECK(r.n == 0 && r.plans == NULL);
+    so.devices = 3;
+    base.tensor_parallel = 2;
+    CHECK_FAILS(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r), GP_INVALID_ARGUMENT,
+                "3 devices do not divide into T = 2");
+    base.tensor_parallel = 0;
+    so.stages = 4;
+    CHECK_FAILS(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r), GP_INVALID_ARGUMENT,
+                "no plan of 3 devices meets the constraints");
+    so.stages = 0;
+    const int first[1] = {0};
+    base.partition = first;
+    CHECK_FAILS(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r), GP_INVALID_ARGUMENT,
+                "partition");
+    base.partition = NULL;
+    base.memory_limit = lean / 2;
+    CHECK_FAILS(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r), GP_MEMORY_LIMIT,
+                "the leanest balanced one");
+    gp_model_free(m);
+}
+
 int main(void) {
+    test_search();
     test_cells_match_partitioner();
     test_bubble_equal_cells();
     test_memory_columns();

@@ -16,6 +16,22 @@ int gp_cli_train_main(int argc, char **argv);
 int gp_cli_bench_main(int argc, char **argv);
 int gp_cli_plan_main(int argc, char **argv);
 
+/* ------------------------------------------------------------- plan search */
+
+/* gp_plan_search with a progress line on stderr (none when quiet); the library's message on
+ * failure. Returns an exit status; the caller frees *res (gp_plan_search_free). */
+int gp_cli_plan_search(const char *cmd, gp_model *m, int64_t batch, const gp_optim_opts *oo,
+                       const gp_pipeline_opts *base, double gflops, gp_plan_search_opts so,
+                       bool quiet, gp_plan_search_result *res);
+/* The table of the fastest plans: K, D, T, M, schedule, remat (each cell's when selective),
+ * predicted step, bubble, bytes on the fullest device, tokens or examples per second. */
+void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
+                              int64_t tokens_per_example);
+/* {devices, candidates, fitting, plans: [{stages, data_parallel, tensor_parallel,
+ * micro_batches, schedule, remat, partition, cell_remat, step_s, bubble_simulated,
+ * fullest_device_bytes}]} */
+cJSON *gp_cli_plan_search_json(const gp_plan_search_result *r, int devices);
+
 /* ------------------------------------------------------------- progress */
 
 typedef struct gp_cli_progress {
@@ -131,6 +147,7 @@ typedef struct gp_cli_train {
     int stop_step;      /* min(total_steps, --stop-after): this process stops there */
     int64_t per_epoch;  /* classifier: steps per epoch (the data position) */
     float *step_losses; /* owned: (total_steps), the loss of each step this process ran */
+    double *step_seconds; /* owned: (total_steps), each step's wall time with its batch */
 
     /* results, for the summary and the report */
     int steps_done, epochs_done;
@@ -142,6 +159,10 @@ typedef struct gp_cli_train {
     int64_t eval_count;              /* test examples or validation windows */
     cJSON *eval_history;             /* array of {step, loss, ...}, owned */
     uint64_t params_hash;            /* params_fnv1a64 at the end, over every stage */
+    /* --plan auto: the plans searched (plans[0] trained) and the devices searched for */
+    gp_plan_search_result plan_found;
+    int plan_devices;
+    char *plan_partition; /* owned: its cells as a --partition list */
 } gp_cli_train;
 
 /* The loops' common start: the pipeline for `total_steps` steps (the cosine

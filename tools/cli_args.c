@@ -35,6 +35,11 @@ bool gp_cli_seen(gp_cli_opt *opts, int nopts, const char *name) {
     return o && o->seen;
 }
 
+void gp_cli_set_seen(gp_cli_opt *opts, int nopts, const char *name) {
+    gp_cli_opt *o = gp_cli_find(opts, nopts, name);
+    if (o) o->seen = true;
+}
+
 int gp_cli_max_threads(void) {
     cpu_set_t set;
     CPU_ZERO(&set);

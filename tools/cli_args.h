@@ -50,6 +50,8 @@ void gp_cli_print_options(const gp_cli_opt *opts, int nopts, FILE *f);
 /* Finds an option of the table by name (NULL if absent). */
 gp_cli_opt *gp_cli_find(gp_cli_opt *opts, int nopts, const char *name);
 bool gp_cli_seen(gp_cli_opt *opts, int nopts, const char *name);
+/* Marks an option as given, for a value chosen on the user's behalf (train --plan auto). */
+void gp_cli_set_seen(gp_cli_opt *opts, int nopts, const char *name);
 
 /* Prints "gpipe <cmd>: <message>" and a hint to use --help; returns
  * GP_CLI_EXIT_USAGE, for checks that involve several options. */

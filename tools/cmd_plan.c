@@ -11,12 +11,12 @@
 typedef struct plan_opts {
     const char *model, *optimizer, *report;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition --tensor-parallel */
-    int micro_batches, batch, data_parallel, threads;
+    int micro_batches, batch, data_parallel, threads, devices, top;
     uint64_t memory_limit;
     double gflops, bandwidth;
 } plan_opts;
 
-enum { NOPTS = 16 };
+enum { NOPTS = 18 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -57,6 +57,12 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
          "measure a 2048^3 sgemm on 1 thread", 0, true, NULL, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
+        {"--devices", GP_CLI_INT, &o->devices, "N",
+         "search plans of D x K x T = N devices: every K, D, M (dividing --batch), schedule and "
+         "remat mode not given; list the fastest that fit, then show the fastest in full",
+         "no search: the plan of the options given", 1, false, NULL, false},
+        {"--top", GP_CLI_INT, &o->top, "N", "with --devices: how many of the fastest to list", "5",
+         1, false, NULL, false},
     };
     memcpy(t, tab, sizeof tab);
     return NOPTS;
@@ -84,7 +90,15 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "per block forward, two backward, two more per recomputed forward), the activations\n"
            "and gradients to the neighbouring stages, and its gradients to the replicas'\n"
            "all-reduce; at --bandwidth their ring all-reduce time, 2 (n - 1) / n of the bytes\n"
-           "each way, joins the step time.\n\nOptions:\n");
+           "each way, joins the step time.\n\n"
+           "With --devices N it searches instead: every number of stages K dividing N / T,\n"
+           "D = N / (K T) replicas, every M dividing the replica's batch, both schedules and\n"
+           "the remat modes (cell, none, and selective under --memory-limit), each planned as\n"
+           "above; options given among --stages, --micro-batches, --data-parallel, --schedule\n"
+           "and --remat are kept fixed. It lists the --top fastest predicted steps that fit\n"
+           "(ties: fewer micro-batches, then fewer bytes on the fullest device and stages) and\n"
+           "shows the fastest in full; `gpipe train --plan auto` trains with that choice.\n\n"
+           "Options:\n");
     gp_cli_print_options(tab, n, stdout);
     printf("\nExit status: 0 success, 1 impossible plan or runtime failure, 2 bad usage.\n");
 }
@@ -223,6 +237,12 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.model)
         return gp_cli_usage_error("plan", "--model: required (convnet, transformer or FILE.json)");
+    const bool search = gp_cli_seen(tab, n, "--devices");
+    if (!search && gp_cli_seen(tab, n, "--top"))
+        return gp_cli_usage_error("plan", "--top: only with --devices N (a search)");
+    if (search && gp_cli_seen(tab, n, "--partition"))
+        return gp_cli_usage_error("plan", "--partition: fits one plan only, not a search over "
+                                          "--devices (leave it out, or give --stages K alone)");
     const gp_cli_path report = {"--report", o.report, GP_CLI_PATH_READ};
     const gp_cli_path model = {"--model", gp_cli_model_path(o.model), GP_CLI_PATH_READ};
     rc = gp_cli_check_outputs("plan", &report, 1, &model, 1);
@@ -239,6 +259,8 @@ int gp_cli_plan_main(int argc, char **argv) {
 
     gp_model *m = NULL;
     gp_plan p = {0};
+    gp_plan_search_result found = {0};
+    cJSON *search_json = NULL;
     cJSON *r = NULL;
     rc = gp_cli_load_model("plan", o.model, &m);
     if (rc != GP_CLI_EXIT_OK) goto done;
@@ -273,7 +295,7 @@ int gp_cli_plan_main(int argc, char **argv) {
         goto done;
     }
     double *times = NULL;
-    if (by_time) {
+    if (by_time && !search) { /* a search times the layers at each micro-batch size itself */
         const int L = gp_model_nlayers(m);
         printf("profiling each of the %d layers' forward and backward (micro-batch %d, one "
                "thread)...\n", L, o.batch / (o.micro_batches * o.data_parallel));
@@ -295,7 +317,24 @@ int gp_cli_plan_main(int argc, char **argv) {
             goto done;
         }
     }
-    gp_status s = gp_plan_make(m, o.batch, &oo, &po, o.gflops, &p);
+    if (search) {
+        const gp_plan_search_opts so = {
+            .devices = o.devices,
+            .stages = gp_cli_seen(tab, n, "--stages") ? po.stages : 0,
+            .micro_batches = gp_cli_seen(tab, n, "--micro-batches") ? o.micro_batches : 0,
+            .data_parallel = gp_cli_seen(tab, n, "--data-parallel") ? o.data_parallel : 0,
+            .schedules = gp_cli_seen(tab, n, "--schedule") ? 1u << po.schedule : 0,
+            .remats = gp_cli_seen(tab, n, "--remat") ? 1u << po.remat : 0,
+            .max_plans = o.top ? o.top : 5};
+        rc = gp_cli_plan_search("plan", m, o.batch, &oo, &po, o.gflops, so, false, &found);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+        gp_cli_plan_search_print(&found, o.devices, lm ? gp_model_example_shape(m).dim[0] : 0);
+        search_json = gp_cli_plan_search_json(&found, o.devices);
+        printf("\nthe fastest in full:\n");
+        p = found.plans[0]; /* moved out: freed below as p */
+        memset(&found.plans[0], 0, sizeof found.plans[0]);
+    }
+    gp_status s = search ? GP_OK : gp_plan_make(m, o.batch, &oo, &po, o.gflops, &p);
     free(times);
     po.layer_times = NULL;
     if (s != GP_OK) {
@@ -310,7 +349,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     printf("gpipe plan: model %s (%d layers, %lld parameters), batch %d in %d micro-batch%s of "
            "%lld\n",
            o.model, gp_model_nlayers(m), (long long)gp_model_nparams(m), o.batch,
-           o.micro_batches, o.micro_batches == 1 ? "" : "es", (long long)p.micro_batch_size);
+           p.micro_batches, p.micro_batches == 1 ? "" : "es", (long long)p.micro_batch_size);
     if (p.tensor_parallel > 1 || p.data_parallel > 1)
         printf("mesh D x K x T = %d x %d x %d devices: every row is one device's (a shard's "
                "layers on its replica's slice)\n",
@@ -319,7 +358,8 @@ int gp_cli_plan_main(int argc, char **argv) {
            gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
            first ? "partition given" : by_time ? "cells balanced by measured time" : "cells balanced by FLOPs");
     if (by_time)
-        printf("times measured layer by layer now (median of 3 runs, one thread)\n");
+        printf("times measured layer by layer now (median of 3 runs, one thread%s)\n",
+               search ? ", at each micro-batch size" : "");
     else
         printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
                measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");
@@ -327,13 +367,16 @@ int gp_cli_plan_main(int argc, char **argv) {
     fflush(stdout);
     if (o.report) {
         r = build_report(&o, m, &p, measure);
+        if (search_json) cJSON_AddItemToObject(r, "search", search_json), search_json = NULL;
         if (!gp_cli_report_write("plan", r, o.report, "--report"))
             rc = GP_CLI_EXIT_RUNTIME;
         else
             printf("report written to %s\n", o.report);
     }
 done:
+    cJSON_Delete(search_json);
     cJSON_Delete(r);
+    gp_plan_search_free(&found);
     gp_plan_free(&p);
     gp_model_free(m);
     free(first);

@@ -17,7 +17,8 @@ int gp_cli_fail(const char *cmd, const char *what) {
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
     const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline, *prompts;
-    const char *metrics, *curve, *augment;
+    const char *metrics, *curve, *augment, *plan;
+    int devices;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
     double lr, min_lr, weight_decay, clip, momentum, temperature;
@@ -53,6 +54,13 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
          "split each mini-batch into M micro-batches (must divide --batch)", "1", 1, false, NULL,
          false},
+        {"--plan", GP_CLI_CHOICE, &o->plan, "auto",
+         "choose --stages, --micro-batches, --schedule and --remat (those not given) by the "
+         "fastest simulated step that fits --memory-limit on --devices (gpipe plan --devices)",
+         "none", 0, false, "auto", false},
+        {"--devices", GP_CLI_INT, &o->devices, "N",
+         "with --plan auto: stage devices to plan for (K x T = N)",
+         "the cores this process may use / --threads", 1, false, NULL, false},
         pipe[0], /* --stages */
         pipe[1], /* --schedule */
         pipe[2], /* --remat */
@@ -388,6 +396,12 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     return GP_CLI_EXIT_OK;
 }
 
+/* The median wall time of this run's steps (0: none ran). */
+static double median_step(const gp_cli_train *t) {
+    const int n = t->steps_done - t->start_step;
+    return n > 0 && t->step_seconds ? gp_cli_median(t->step_seconds + t->start_step, n) : 0;
+}
+
 static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON *r = cJSON_CreateObject();
     char hex[17];
@@ -444,6 +458,12 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     gp_device_mem_stats(t->dev, &st);
     gp_cli_report_memory(r, &st);
     if (t->stages > 0) gp_cli_pipeline_report(r, t);
+    if (t->plan_found.n) {
+        cJSON *pa = gp_cli_plan_search_json(&t->plan_found, t->plan_devices);
+        cJSON_AddNumberToObject(pa, "predicted_step_s", t->plan_found.plans[0].step_s);
+        cJSON_AddNumberToObject(pa, "measured_step_s", median_step(t)); /* median */
+        cJSON_AddItemToObject(r, "plan_auto", pa);
+    }
     gp_cli_hex64(t->params_hash, hex);
     cJSON_AddStringToObject(r, "params_fnv1a64", hex);
     return r;
@@ -467,7 +487,104 @@ static void print_summary(gp_cli_train *t) {
                gp_cli_fmt_bytes(st.peak[c], mem, sizeof mem));
     printf("); params fnv1a64 %s\n", hex);
     gp_cli_pipeline_summary(t);
+    const double measured = median_step(t);
+    if (t->plan_found.n && measured > 0)
+        printf("plan auto: predicted %.3f s per step, measured %.3f s (median of %d; %.3fx the "
+               "prediction)\n",
+               t->plan_found.plans[0].step_s, measured, t->steps_done - t->start_step,
+               measured / t->plan_found.plans[0].step_s);
     fflush(stdout);
+}
+
+/* --plan auto: searches the stage count, micro-batches, schedule and remat mode not given for
+ * the fastest simulated step that fits the memory limit on N stage devices (D = 1: the threads
+ * launcher has no replicas), prints the fastest plans, and fills the options in as if given. */
+static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
+#define SEEN(name) gp_cli_seen(tab, n, name)
+    if (SEEN("--partition"))
+        return gp_cli_usage_error("train", "--partition: fits one plan only; --plan auto "
+                                           "chooses the cells (leave one of them out)");
+    if (SEEN("--data-parallel") || (o->mpi.launcher && strcmp(o->mpi.launcher, "mpi") == 0))
+        return gp_cli_usage_error("train", "--plan auto: plans the threads launcher's stages; "
+                                           "under MPI give --stages and --data-parallel (see "
+                                           "gpipe plan --devices)");
+    const int cores = gp_cli_max_threads();
+    const int T = SEEN("--tensor-parallel") ? o->pipe.tensor_parallel : 1;
+    int N = SEEN("--devices") ? o->devices : cores / (SEEN("--threads") ? o->threads : 1);
+    if (N < T) N = T;
+    if (!SEEN("--threads")) {
+        o->threads = cores / N > 1 ? cores / N : 1;
+        gp_cli_set_seen(tab, n, "--threads");
+    }
+    const int64_t batch = SEEN("--batch") ? o->batch : (t->is_lm ? 32 : 128);
+    const char *opt = SEEN("--optimizer") ? o->optimizer : (t->is_lm ? "adamw" : "sgd");
+    const gp_optim_opts oo =
+        strcmp(opt, "adamw") == 0
+            ? gp_adamw_defaults(3e-4f, 0.01f)
+            : gp_sgd_defaults(0.05f, SEEN("--momentum") ? (float)o->momentum : 0.9f);
+    const bool by_time = o->pipe.balance && strcmp(o->pipe.balance, "time") == 0;
+    const gp_pipeline_opts base = {.memory_limit = SEEN("--memory-limit") ? o->memory_limit : 0,
+                                   .stage_threads = o->threads,
+                                   .tensor_parallel = T,
+                                   .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST};
+    const gp_plan_search_opts so = {
+        .devices = N,
+        .data_parallel = 1,
+        .stages = SEEN("--stages") ? o->pipe.stages : 0,
+        .micro_batches = SEEN("--micro-batches") ? o->micro_batches : 0,
+        .schedules = !SEEN("--schedule")                    ? 0
+                     : strcmp(o->pipe.schedule, "1f1b") == 0 ? 1u << GP_SCHEDULE_1F1B
+                                                             : 1u << GP_SCHEDULE_GPIPE,
+        .remats = !SEEN("--remat")                           ? 0
+                  : strcmp(o->pipe.remat, "none") == 0       ? 1u << GP_REMAT_NONE
+                  : strcmp(o->pipe.remat, "selective") == 0  ? 1u << GP_REMAT_SELECTIVE
+                                                             : 1u << GP_REMAT_CELL};
+    double gflops = 0;
+    if (!by_time) {
+        char why[256];
+        if (!gp_cli_bench_sgemm(2048, 2048, 2048, o->threads, false, 2, &gflops, why, sizeof why)) {
+            fprintf(stderr, "gpipe train: --plan auto: %s\n", why);
+            return GP_CLI_EXIT_RUNTIME;
+        }
+    }
+    printf("plan auto: searching plans of %d stage device%s (%d thread%s each), times %s\n", N,
+           N == 1 ? "" : "s", o->threads, o->threads == 1 ? "" : "s",
+           by_time ? "measured layer by layer at each micro-batch size" : "from FLOPs at the "
+                                                                          "sgemm rate measured now");
+    fflush(stdout);
+    int rc = gp_cli_plan_search("train", t->model, batch, &oo, &base, gflops, so, o->quiet,
+                                &t->plan_found);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    t->plan_devices = N;
+    const gp_plan *best = &t->plan_found.plans[0];
+    if (!o->quiet)
+        gp_cli_plan_search_print(&t->plan_found, N,
+                                 t->is_lm ? gp_model_example_shape(t->model).dim[0] : 0);
+    o->pipe.stages = best->stages;
+    o->micro_batches = best->micro_batches;
+    o->pipe.schedule = gp_schedule_kind_name(best->schedule);
+    o->pipe.remat = gp_remat_name(best->remat);
+    o->batch = (int)batch;
+    /* The plan's cells as given ones: the runtime would balance again (by time: on new, noisy
+     * measurements) and could pick others. */
+    const size_t cap = 12 * (size_t)best->stages + 1;
+    if (!(t->plan_partition = malloc(cap))) return gp_cli_fail("train", "--plan auto");
+    size_t len = 0;
+    for (int k = 0; k < best->stages; k++)
+        len += (size_t)snprintf(t->plan_partition + len, cap - len, "%s%d", k ? "," : "",
+                                best->cells[k].first);
+    o->pipe.partition = t->plan_partition;
+    o->pipe.balance = NULL;
+    static const char *const chosen[] = {"--stages", "--micro-batches", "--schedule", "--remat",
+                                         "--batch", "--optimizer", "--partition"};
+    o->optimizer = opt;
+    for (size_t i = 0; i < sizeof chosen / sizeof *chosen; i++) gp_cli_set_seen(tab, n, chosen[i]);
+    printf("plan auto: training the fastest, K = %d (cells from layers %s), M = %d, %s, remat "
+           "%s: predicted step %.3f s\n",
+           best->stages, t->plan_partition, best->micro_batches,
+           gp_schedule_kind_name(best->schedule), gp_remat_name(best->remat), best->step_s);
+    return GP_CLI_EXIT_OK;
+#undef SEEN
 }
 
 int gp_cli_train_main(int argc, char **argv) {
@@ -489,6 +606,13 @@ int gp_cli_train_main(int argc, char **argv) {
     rc = gp_cli_load_model("train", o.model, &t.model);
     if (rc != GP_CLI_EXIT_OK) return rc;
     t.is_lm = gp_model_input_dtype(t.model) == GP_I32; /* token ids: a language model */
+    if (o.plan) {
+        rc = plan_auto(&t, &o, tab, n);
+        if (rc != GP_CLI_EXIT_OK) goto done;
+    } else if (gp_cli_seen(tab, n, "--devices")) {
+        rc = gp_cli_usage_error("train", "--devices: only with --plan auto");
+        goto done;
+    }
     char used[1024] = "";
     rc = resolve(&t, &o, tab, n, used, sizeof used);
     if (rc != GP_CLI_EXIT_OK) goto done;
@@ -576,10 +700,13 @@ int gp_cli_train_main(int argc, char **argv) {
         cJSON_Delete(r);
     }
 done:
+    gp_plan_search_free(&t.plan_found);
+    free(t.plan_partition);
     gp_cli_log_close(&t);
     gp_cli_prompts_free(&t.prompts);
     cJSON_Delete(t.eval_history);
     free(t.step_losses);
+    free(t.step_seconds);
     free(t.model_config);
     gp_pipeline_free(t.pipeline); /* releases the stage devices and the parameters on them */
     free(t.partition);

@@ -64,7 +64,8 @@ int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const ch
     }
     t->steps_done = t->start_step;
     t->step_losses = calloc((size_t)total_steps + 1, sizeof *t->step_losses);
-    if (!t->step_losses) {
+    t->step_seconds = calloc((size_t)total_steps + 1, sizeof *t->step_seconds);
+    if (!t->step_losses || !t->step_seconds) {
         fprintf(stderr, "gpipe train: out of host memory for %d step losses\n", total_steps);
         return GP_CLI_EXIT_RUNTIME;
     }
@@ -88,7 +89,8 @@ int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_te
         snprintf(what, sizeof what, "training step %d", step + 1);
         return gp_cli_fail("train", what);
     }
-    t->train_seconds += gp_cli_now() - t0;
+    t->step_seconds[step] = gp_cli_now() - t0;
+    t->train_seconds += t->step_seconds[step];
     t->steps_done = step + 1;
     t->examples_seen += t->batch;
     t->final_loss = loss;
@@ -107,7 +109,11 @@ int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_te
 int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy) {
     const char *cmd = t->cmd ? t->cmd : "train"; /* gpipe eval runs it too */
     const int64_t count = e->count;
-    const int64_t B = t->batch < count ? t->batch : count;
+    /* Under a memory limit, planned for training's micro-batches, evaluation takes one
+     * micro-batch at a time: a whole mini-batch in one forward may not fit. */
+    const int64_t chunk = t->memory_limit && t->micro_batches > 1 ? t->batch / t->micro_batches
+                                                                  : t->batch;
+    const int64_t B = chunk < count ? chunk : count;
     int64_t *rows = malloc((size_t)B * sizeof *rows);
     gp_tensor x = {0}, y = {0};
     int rc = GP_CLI_EXIT_OK;

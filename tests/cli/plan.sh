@@ -23,7 +23,7 @@ expect() {
 # --help lists every option; gpipe --help lists the command
 "$GPIPE" plan --help >"$TMP/help" 2>&1 || bad "gpipe plan --help exited non-zero"
 for opt in --model --stages --micro-batches --batch --memory-limit --remat --schedule \
-    --partition --optimizer --gflops --threads --report --help "default:"; do
+    --partition --optimizer --gflops --threads --report --devices --top --help "default:"; do
     grep -qF -- "$opt" "$TMP/help" || bad "gpipe plan --help does not document $opt"
 done
 "$GPIPE" --help | grep -q '^  plan ' || bad "gpipe --help does not list plan"
@@ -141,6 +141,47 @@ PY
     grep -Eq "^ +[0-9]+ +[0-9]+-[0-9]+ +(cell|none) " "$TMP/sel_selective.out" ||
         bad "plan --remat selective: no remat column in the table: $(head -c 600 "$TMP/sel_selective.out")"
 fi
+
+# A search over 2 devices: the fastest plans, sorted, each of 2 devices (D x K), the fastest in
+# full after the table and in the report; given options stay fixed; bad combinations exit 2; a
+# limit nothing meets exits 1 naming the leanest plan.
+if "$GPIPE" plan $T --devices 2 --top 3 --memory-limit 400M --report "$TMP/search.json" \
+    >"$TMP/search.out" 2>"$TMP/search.err"; then
+    grep -q "^the fastest in full:" "$TMP/search.out" || bad "plan --devices: no full plan: $(head -c 600 "$TMP/search.out")"
+    grep -q "plans of 2 devices tried" "$TMP/search.out" || bad "plan --devices: no count line"
+    grep -q "planning: .* of .* plans tried" "$TMP/search.err" || bad "plan --devices: no progress on stderr"
+    python3 - "$TMP/search.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+r = json.load(open(sys.argv[1]))
+s, p = r["search"], r["pipeline"]
+plans = s["plans"]
+need(s["devices"] == 2 and len(plans) == 3 and s["fitting"] <= s["candidates"], f"search {s}")
+need(all(x["stages"] * x["data_parallel"] * x["tensor_parallel"] == 2 for x in plans), "devices")
+need([x["step_s"] for x in plans] == sorted(x["step_s"] for x in plans), "not sorted")
+need(all(x["fullest_device_bytes"] <= 400 * 2**20 for x in plans), "over the limit")
+b = plans[0]
+need((p["stages"], p["micro_batches"], p["data_parallel"], p["schedule"], p["remat"], p["partition"])
+     == (b["stages"], b["micro_batches"], b["data_parallel"], b["schedule"], b["remat"], b["partition"]),
+     f"the full plan {p} is not the fastest {b}")
+need(abs(p["step_s"] - b["step_s"]) <= 1e-12 * b["step_s"], "step")
+finish()
+PY
+else
+    bad "plan --devices 2: $(cat "$TMP/search.err")"
+fi
+"$GPIPE" plan $T --devices 4 --stages 2 --schedule 1f1b --remat cell --micro-batches 4 \
+    --report "$TMP/fixed.json" >/dev/null 2>"$TMP/fixed.err" || bad "fixed search: $(cat "$TMP/fixed.err")"
+python3 -c "
+import json, sys
+s = json.load(open(sys.argv[1]))['search']
+sys.exit(not (s['candidates'] == 1 and [(x['stages'], x['data_parallel'], x['micro_batches'], x['schedule'], x['remat']) for x in s['plans']] == [(2, 2, 4, '1f1b', 'cell')]))
+" "$TMP/fixed.json" || bad "a search with K, M, schedule and remat given: $(cat "$TMP/fixed.json")"
+expect 2 "--top: only with --devices" $T --top 3
+expect 2 "--partition: fits one plan only" $T --devices 2 --stages 2 --partition 0,6
+for v in 0 -1 two; do expect 2 "--devices" $T --devices "$v"; done
+expect 1 "the leanest balanced one" $T --devices 2 --memory-limit 20M
+expect 1 "no plan of 3 devices meets the constraints" $T --devices 3 --stages 2
 
 # Each stage device's threads size its kernels' workspace (attention keeps a T x T score block
 # per thread): more threads, more transient bytes, the rest unchanged.

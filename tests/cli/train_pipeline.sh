@@ -131,6 +131,37 @@ need({e.get("tid") for e in ev if e.get("ph") == "X"} == {0, 1}, "--trace: no ev
 finish()
 PY
 
+# --plan auto: the stages, micro-batches, schedule and remat of the fastest plan that fits the
+# limit on 2 devices, trained with the plan's cells (the report says which and what was
+# predicted and measured); with M given, that M.
+LM_NO_M=("${LM[@]:0:8}" "${LM[@]:10}") # LM without its --micro-batches 4
+run lm_auto "${LM_NO_M[@]}" --plan auto --devices 2 --memory-limit 200K --report "$TMP/lm_auto.json"
+run lm_auto_m "${LM[@]}" --plan auto --devices 2 --report "$TMP/lm_auto_m.json"
+grep -q "^plan auto: training the fastest, K = " "$TMP/lm_auto.out" || bad "--plan auto: no choice line"
+grep -q "^plan auto: predicted .* s per step, measured .* s (median of 3" "$TMP/lm_auto.out" ||
+    bad "--plan auto: no predicted/measured line: $(cat "$TMP/lm_auto.out")"
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+for name, m in (("lm_auto", None), ("lm_auto_m", 4)):
+    r = json.load(open(f"{sys.argv[1]}/{name}.json"))
+    pa, p = r.get("plan_auto", {}), r.get("pipeline", {})
+    best = (pa.get("plans") or [{}])[0]
+    need(pa.get("devices") == 2 and best.get("stages") == 2 and best.get("data_parallel") == 1,
+         f"{name}: plan_auto {pa}")
+    need((p.get("stages"), p.get("micro_batches"), p.get("schedule"), p.get("remat"),
+          p.get("partition"), p.get("cell_remat")) ==
+         (best.get("stages"), best.get("micro_batches"), best.get("schedule"), best.get("remat"),
+          best.get("partition"), best.get("cell_remat")), f"{name}: trained {p} != planned {best}")
+    need(m is None or best.get("micro_batches") == m, f"{name}: M {best.get('micro_batches')}")
+    need(pa.get("predicted_step_s", 0) > 0 and pa.get("measured_step_s", 0) > 0, f"{name}: times")
+    if name == "lm_auto":
+        peaks = [s["total"] for s in p.get("stage_peak_bytes", [])]
+        need(peaks and max(peaks) <= 200 * 1024, f"{name}: a stage over the 200K limit: {peaks}")
+        need(pa["fitting"] < pa["candidates"], f"{name}: the limit ruled nothing out")
+finish()
+PY
+
 # expect2 NEEDLE ARGS...: gpipe train ARGS exits 2 and stderr names NEEDLE.
 expect2() {
     local needle=$1 rc
@@ -155,6 +186,9 @@ expect2 "--pin: only with --stages K" "${LM[@]}" --pin off
 expect2 "--balance: expected one of cost|time" "${LM[@]}" --stages 2 --balance flops
 expect2 "--pin: expected one of auto|off" "${LM[@]}" --stages 2 --pin yes
 expect2 "--partition 0,2 with --balance time" "${LM[@]}" --stages 2 --partition 0,2 --balance time
+expect2 "--devices: only with --plan auto" "${LM[@]}" --devices 2
+expect2 "--partition: fits one plan only" "${LM[@]}" --plan auto --partition 0,2
+expect2 "--plan: expected one of auto" "${LM[@]}" --plan fastest
 expect2 "--trace: only with --stages K" "${LM[@]}" --trace "$TMP/t.json"
 expect2 "--timeline: only with --stages K" "${LM[@]}" --timeline "$TMP/t.svg"
 [ ! -e "$TMP/t.json" ] && [ ! -e "$TMP/t.svg" ] || bad "a usage error still wrote --trace/--timeline"

@@ -1,0 +1,105 @@
+/* The plan search as the command line shows it (`gpipe plan --devices N`, `gpipe train --plan
+ * auto`): a progress line while plans are tried, a table of the fastest, and their JSON. */
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct search_progress {
+    bool tty;
+    int next_line; /* not a terminal: the next count to log at (every quarter) */
+} search_progress;
+
+static void progress(void *ctx, int done, int total) {
+    search_progress *sp = ctx;
+    if (sp->tty) {
+        fprintf(stderr, "\rplanning: %d of %d plans tried", done, total);
+        if (done == total) fputc('\n', stderr);
+    } else if (done >= sp->next_line || done == total) {
+        fprintf(stderr, "planning: %d of %d plans tried\n", done, total);
+        sp->next_line = done + (total + 3) / 4;
+    }
+    fflush(stderr);
+}
+
+int gp_cli_plan_search(const char *cmd, gp_model *m, int64_t batch, const gp_optim_opts *oo,
+                       const gp_pipeline_opts *base, double gflops, gp_plan_search_opts so,
+                       bool quiet, gp_plan_search_result *res) {
+    search_progress sp = {.tty = isatty(STDERR_FILENO) != 0};
+    if (!quiet) so.progress = progress, so.progress_ctx = &sp;
+    if (gp_plan_search(m, batch, oo, base, gflops, &so, res) != GP_OK) {
+        fprintf(stderr, "gpipe %s: %s\n", cmd, gp_last_error());
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    return GP_CLI_EXIT_OK;
+}
+
+static uint64_t fullest(const gp_plan *p) {
+    uint64_t b = 0;
+    for (int k = 0; k < p->stages; k++)
+        if (p->cells[k].total_bytes > b) b = p->cells[k].total_bytes;
+    return b;
+}
+
+/* "cell", "none", or per cell "none,cell,cell" for a selective plan. */
+static const char *remat_text(const gp_plan *p, char *buf, size_t n) {
+    if (p->remat != GP_REMAT_SELECTIVE) return gp_remat_name(p->remat);
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < p->stages && len < n; k++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", k ? "," : "",
+                                gp_remat_name(p->cells[k].remat));
+    return buf;
+}
+
+void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
+                              int64_t tokens_per_example) {
+    printf("%d plan%s of %d device%s tried, %d within the memory limit; the fastest %d:\n",
+           r->candidates, r->candidates == 1 ? "" : "s", devices, devices == 1 ? "" : "s",
+           r->fitting, r->n);
+    printf("%4s %3s %3s %3s %5s  %-8s %-14s %10s %7s %11s %11s\n", "rank", "K", "D", "T", "M",
+           "schedule", "remat", "step", "bubble", "fullest",
+           tokens_per_example > 0 ? "tokens/s" : "examples/s");
+    for (int i = 0; i < r->n; i++) {
+        const gp_plan *p = &r->plans[i];
+        char rm[128], step[32], bytes[32];
+        if (p->step_s < 1.0)
+            snprintf(step, sizeof step, "%.2f ms", p->step_s * 1e3);
+        else
+            snprintf(step, sizeof step, "%.3f s", p->step_s);
+        const double ex_s = p->step_s > 0 ? (double)p->batch / p->step_s : 0;
+        printf("%4d %3d %3d %3d %5d  %-8s %-14s %10s %7.4f %11s %11.0f\n", i + 1, p->stages,
+               p->data_parallel, p->tensor_parallel, p->micro_batches,
+               gp_schedule_kind_name(p->schedule), remat_text(p, rm, sizeof rm), step,
+               p->bubble_simulated, gp_cli_fmt_bytes(fullest(p), bytes, sizeof bytes),
+               tokens_per_example > 0 ? ex_s * (double)tokens_per_example : ex_s);
+    }
+}
+
+cJSON *gp_cli_plan_search_json(const gp_plan_search_result *r, int devices) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddNumberToObject(s, "devices", devices);
+    cJSON_AddNumberToObject(s, "candidates", r->candidates);
+    cJSON_AddNumberToObject(s, "fitting", r->fitting);
+    cJSON *plans = cJSON_AddArrayToObject(s, "plans");
+    for (int i = 0; i < r->n; i++) {
+        const gp_plan *p = &r->plans[i];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "stages", p->stages);
+        cJSON_AddNumberToObject(x, "data_parallel", p->data_parallel);
+        cJSON_AddNumberToObject(x, "tensor_parallel", p->tensor_parallel);
+        cJSON_AddNumberToObject(x, "micro_batches", p->micro_batches);
+        cJSON_AddStringToObject(x, "schedule", gp_schedule_kind_name(p->schedule));
+        cJSON_AddStringToObject(x, "remat", gp_remat_name(p->remat));
+        cJSON *part = cJSON_AddArrayToObject(x, "partition");
+        cJSON *rm = cJSON_AddArrayToObject(x, "cell_remat");
+        for (int k = 0; k < p->stages; k++) {
+            cJSON_AddItemToArray(part, cJSON_CreateNumber(p->cells[k].first));
+            cJSON_AddItemToArray(rm, cJSON_CreateString(gp_remat_name(p->cells[k].remat)));
+        }
+        cJSON_AddNumberToObject(x, "step_s", p->step_s);
+        cJSON_AddNumberToObject(x, "bubble_simulated", p->bubble_simulated);
+        gp_cli_report_u64(x, "fullest_device_bytes", fullest(p));
+        cJSON_AddItemToArray(plans, x);
+    }
+    return s;
+}
