@@ -265,6 +265,7 @@ typedef struct gp_layer gp_layer;
 typedef struct gp_cost {
     double fwd_flops;
     double bwd_flops;
+    double wgt_flops;      /* of bwd_flops, the weight gradients' (a split backward's later part) */
     uint64_t param_bytes;  /* parameters and buffers */
     uint64_t out_bytes;    /* the output activation */
     uint64_t saved_bytes;  /* saved for backward beyond its input and output */
@@ -487,7 +488,14 @@ gp_status gp_file_out_close(gp_file_out *o, bool commit);
 
 /* How a mini-batch flows through K stages. Zero-initialized: one stage, one
  * micro-batch, the GPipe schedule with re-materialization, no memory limit. */
-typedef enum gp_schedule_kind { GP_SCHEDULE_GPIPE = 0, GP_SCHEDULE_1F1B = 1 } gp_schedule_kind;
+/* GPIPE: fill-drain; 1F1B: one forward, one backward; ZBH1: zero bubble H1, each backward
+ * split into its input gradient and its weight gradients, the latter run where 1F1B idles, at
+ * 1F1B's activation memory (plus the output gradients a weight part reads). */
+typedef enum gp_schedule_kind {
+    GP_SCHEDULE_GPIPE = 0,
+    GP_SCHEDULE_1F1B = 1,
+    GP_SCHEDULE_ZBH1 = 2
+} gp_schedule_kind;
 /* CELL (GPipe, the default): keep only each cell's input per micro-batch and
  * recompute the cell's forward during backward. NONE: keep every layer's
  * saved state for each micro-batch in flight. SELECTIVE: per cell, NONE where
@@ -506,7 +514,7 @@ typedef enum gp_remat {
  * tensors live and its kernels run is its device (gp_pipeline_opts.devices). */
 typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
 const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
-const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b" */
+const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b", "zbh1" */
 const char *gp_remat_name(gp_remat r);                 /* "cell", "none", "selective" */
 
 /* What the cells are balanced on: the layers' FLOP estimates (COST), or their

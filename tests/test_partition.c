@@ -294,9 +294,9 @@ static void test_errors_and_explicit(void) {
     r.micro_batches = 0;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT, "M = 0");
     r.micro_batches = 1;
-    r.remat = (gp_remat)3;
+    r.remat = (gp_remat)4;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT,
-                "unknown remat mode 3 (expected 0 cell, 1 none or 2 selective)");
+                "unknown remat mode 4 (expected 0 cell, 1 none or 2 selective)");
     r.remat = GP_REMAT_CELL;
     ly[2].bwd_time = -1;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_INVALID_ARGUMENT, "layer 2");

@@ -105,7 +105,7 @@ static void exactness(gp_test_net net, int steps, int maxk) {
     CHECK(ref.loss[0] > 0);
     CHECK(ref.loss[steps - 1] != ref.loss[0]); /* it trains: equal hashes below mean something */
     for (int K = 1; K <= maxk; K++)
-        for (int sk = 0; sk < 2; sk++)
+        for (int sk = 0; sk < 3; sk++) /* gpipe, 1f1b, zbh1 */
             for (int rm = 0; rm < 2; rm++) {
                 result r;
                 memset(&r, 0, sizeof r);
@@ -124,7 +124,7 @@ static void exactness(gp_test_net net, int steps, int maxk) {
                 }
                 CHECK_EQ_INT(r.static_bytes, ref.static_bytes);
             }
-    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b} x {cell, none}: loss %.6f -> %.6f, "
+    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b, zbh1} x {cell, none}: loss %.6f -> %.6f, "
            "params %016llx\n",
            name, steps, M_MICRO, maxk, ref.loss[0], ref.loss[steps - 1],
            (unsigned long long)ref.hash);
@@ -210,8 +210,9 @@ static int schedule_mbs(const gp_schedule *s, int k, gp_action_kind kind, int *m
 }
 
 /* Checks the Chrome trace of a K-stage step against the schedule: per stage, exactly M forward
- * and M backward events (and M recompute with remat cell) in the schedule's micro-batch order,
- * one send and one receive per message, and K "stage k" tracks. */
+ * and M backward events (and M recompute with remat cell, M weight events with a split backward)
+ * in the schedule's micro-batch order, one send and one receive per message, and K "stage k"
+ * tracks. */
 static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
     int K = s->stages, M = s->micro_batches;
     char *text = gp_test_read_file(path);
@@ -222,10 +223,10 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
     if (!root) return;
     cJSON *evs = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
     CHECK(cJSON_IsArray(evs));
-    enum { NK = 7 };
-    static const char *const cats[NK] = {"forward", "backward", "recompute", "send", "recv",
-                                         "wait",    "optimizer"};
-    int tracks = 0, count[8][NK] = {{0}}, seen[8][3][16];
+    enum { NK = 8 };
+    static const char *const cats[NK] = {"forward", "backward",  "recompute", "send",
+                                         "recv",    "wait",      "optimizer", "weight"};
+    int tracks = 0, count[8][NK] = {{0}}, seen[8][NK][16];
     const cJSON *e;
     cJSON_ArrayForEach(e, evs) {
         const char *ph = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "ph"));
@@ -250,7 +251,7 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
         CHECK(kind >= 0);
         if (kind < 0) continue;
         CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "dur")) >= 0);
-        if (kind <= 2) { /* forward, backward, recompute: remember the micro-batch order */
+        if (kind <= 2 || kind == 7) { /* computation: remember the micro-batch order */
             const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
             int mb = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(args, "micro_batch"));
             if (count[tid][kind] < 16) seen[tid][kind][count[tid][kind]] = mb;
@@ -263,11 +264,16 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
         CHECK_EQ_INT(schedule_mbs(s, k, GP_ACT_FORWARD, want), M);
         CHECK_EQ_INT(count[k][0], M);
         for (int i = 0; i < M && i < count[k][0]; i++) CHECK_EQ_INT(seen[k][0][i], want[i]);
-        CHECK_EQ_INT(schedule_mbs(s, k, GP_ACT_BACKWARD, want), M);
+        /* a split backward's input part is the backward event, its weight part its own */
+        const bool split = schedule_mbs(s, k, GP_ACT_BACKWARD_INPUT, want) > 0;
+        CHECK_EQ_INT(schedule_mbs(s, k, split ? GP_ACT_BACKWARD_INPUT : GP_ACT_BACKWARD, want), M);
         CHECK_EQ_INT(count[k][1], M);
         for (int i = 0; i < M && i < count[k][1]; i++) CHECK_EQ_INT(seen[k][1][i], want[i]);
         CHECK_EQ_INT(count[k][2], rm == GP_REMAT_CELL ? M : 0);
         for (int i = 0; i < count[k][2] && i < M; i++) CHECK_EQ_INT(seen[k][2][i], want[i]);
+        CHECK_EQ_INT(schedule_mbs(s, k, GP_ACT_BACKWARD_WEIGHT, want), split ? M : 0);
+        CHECK_EQ_INT(count[k][7], split ? M : 0);
+        for (int i = 0; i < count[k][7] && i < M; i++) CHECK_EQ_INT(seen[k][7][i], want[i]);
         int links = (k > 0) + (k < K - 1);
         CHECK_EQ_INT(count[k][3], links * M); /* SEND_ACT and SEND_GRAD */
         CHECK_EQ_INT(count[k][4], links * M); /* RECV_ACT and RECV_GRAD */
@@ -327,6 +333,8 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     char *text = gp_test_read_file(svg);
     CHECK(text && strstr(text, "stage 0") && strstr(text, "<svg"));
     CHECK(text && strstr(text, gp_schedule_kind_name(sk)));
+    /* split backwards: their weight parts drawn apart, in the legend */
+    CHECK(text && !strstr(text, "weight gradients") == !gp_schedule_kind_splits(sk));
     free(text);
     char missing[512];
     snprintf(missing, sizeof missing, "%s/no-such-folder/t.json", gp_scratch_dir());
@@ -349,6 +357,8 @@ int main(void) {
     static const int thirds[3] = {0, 2, 4};
     timeline(3, GP_SCHEDULE_1F1B, GP_REMAT_CELL, thirds);
     timeline(3, GP_SCHEDULE_GPIPE, GP_REMAT_CELL, NULL);
+    timeline(3, GP_SCHEDULE_ZBH1, GP_REMAT_CELL, NULL);
+    timeline(2, GP_SCHEDULE_ZBH1, GP_REMAT_NONE, NULL);
     gp_scratch_cleanup();
     return gp_test_finish("test_pipeline");
 }

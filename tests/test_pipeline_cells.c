@@ -160,7 +160,7 @@ static void balance_by_time(void) {
  * raised by 1% until a plan exists: a limit close enough to decide the cells. */
 static void runtime_matches_plan(void) {
     gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
-    for (int sk = 0; sk < 2; sk++)
+    for (int sk = 0; sk < 3; sk++)
         for (int rm = 0; rm < 2; rm++) {
             gp_model *m = transformer(4);
             gp_pipeline_opts po = {.stages = 3, .micro_batches = 4, .schedule = sk, .remat = rm,
@@ -221,12 +221,12 @@ static uint64_t worst_planned(const gp_model *m, const gp_optim_opts *o,
 
 static void plans_that_fit_run(void) {
     const int nets = 3;
-    double worst_fill = 1.0;
+    double worst_fill = 1.0, worst_fill_split = 1.0;
     int mixed = 0;
     for (int net = 0; net < nets; net++) {
         uint64_t first_hash = 0;
         for (int K = 1; K <= 3; K++)
-            for (int sk = 0; sk < 2; sk++)
+            for (int sk = 0; sk < 3; sk++)
                 for (int rm = 0; rm < 3; rm++) {
                     gp_model *m = NULL;
                     gp_optim_opts o;
@@ -253,11 +253,17 @@ static void plans_that_fit_run(void) {
                         po.memory_limit = worst_planned(m, &o, &po);
                     }
                     /* 1F1B's later stages stash fewer micro-batches than the partitioner
-                     * assumes for every stage (min(K, M)): grow the limit until it agrees */
+                     * assumes for every stage (min(K, M)), and a split backward's bound counts
+                     * as many micro-batches waiting for their weight parts: grow the limit
+                     * until it agrees */
+                    const bool split = sk == GP_SCHEDULE_ZBH1;
                     for (int tries = 0; gp_plan_make(m, BATCH, &o, &po, 10, &plan) != GP_OK;
                          tries++) {
-                        if (tries >= 100) break;
-                        po.memory_limit += po.memory_limit / 200;
+                        if (tries >= 100) {
+                            CHECK(!"no memory limit gave a plan");
+                            break;
+                        }
+                        po.memory_limit += po.memory_limit / (split ? 50 : 200);
                     }
                     if (rm == GP_REMAT_SELECTIVE) {
                         int none = 0;
@@ -291,13 +297,16 @@ static void plans_that_fit_run(void) {
                         CHECK(ms.peak_total <= plan.cells[k].total_bytes);
                         if (ms.peak_total > fullest) fullest = ms.peak_total;
                     }
+                    /* (a split backward's bound is looser: its micro-batches waiting for their
+                     * weight parts are counted with all their weight parts may read) */
                     const double fill = (double)fullest / (double)planned;
-                    if (fill < worst_fill) worst_fill = fill;
-                    if (fill < 0.75)
+                    double *worst = split ? &worst_fill_split : &worst_fill;
+                    if (fill < *worst) *worst = fill;
+                    if (fill < (split ? 0.5 : 0.75))
                         printf("net %d K %d schedule %d remat %d: fullest stage %llu of %llu\n",
                                net, K, sk, rm, (unsigned long long)fullest,
                                (unsigned long long)planned);
-                    CHECK(fill >= 0.75);
+                    CHECK(fill >= (split ? 0.5 : 0.75));
                     const uint64_t h = gp_test_hash(m);
                     if (!first_hash) first_hash = h;
                     if (h != first_hash)
@@ -309,9 +318,10 @@ static void plans_that_fit_run(void) {
                     gp_model_free(m);
                 }
     }
-    printf("plans that fit run: the fullest stage used at least %.4f of the planned bytes; "
-           "%d selective plans mixed cells that recompute and cells that keep their state\n",
-           worst_fill, mixed);
+    printf("plans that fit run: the fullest stage used at least %.4f of the planned bytes (%.4f "
+           "with split backwards); %d selective plans mixed cells that recompute and cells that "
+           "keep their state\n",
+           worst_fill, worst_fill_split, mixed);
     CHECK(mixed >= 3);
 }
 

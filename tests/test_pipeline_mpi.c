@@ -299,7 +299,7 @@ static int run_child(const char *c) {
     if (!strcmp(c, "transformer-d1")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 1, GP_SCHEDULE_1F1B);
     if (!strcmp(c, "convnet-d1")) return child(c, GP_TEST_CONVNET, 1, 2, 4, 1, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "transformer-d2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 1, GP_SCHEDULE_GPIPE);
-    if (!strcmp(c, "convnet-d2")) return child(c, GP_TEST_CONVNET, 2, 2, 2, 1, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "convnet-d2")) return child(c, GP_TEST_CONVNET, 2, 2, 2, 1, GP_SCHEDULE_ZBH1);
     if (!strcmp(c, "transformer-k2t2")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 2, GP_SCHEDULE_1F1B);
     if (!strcmp(c, "transformer-d2k2t2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 2, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "mismatch")) return child_mismatch();

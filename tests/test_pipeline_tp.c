@@ -142,7 +142,7 @@ static void fixed_t(int T, int maxk, bool quick) {
     train(T, 1, GP_SCHEDULE_GPIPE, GP_REMAT_CELL, &o, 3, NULL, &ref);
     int runs = 0;
     for (int K = 1; K <= maxk; K++)
-        for (int sk = 0; sk < 2; sk++)
+        for (int sk = 0; sk < 3; sk++)
             for (int rm = 0; rm < 2; rm++) {
                 if (quick && rm == 1 && K != 2) continue;
                 run r;

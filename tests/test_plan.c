@@ -338,7 +338,7 @@ static double brute_fastest(gp_model *m, int64_t batch, const gp_optim_opts *o, 
         if (batch % D) continue;
         for (int M = 1; M <= batch / D; M++) {
             if ((batch / D) % M) continue;
-            for (int s = 0; s < 2; s++)
+            for (int s = 0; s <= GP_SCHEDULE_ZBH1; s++)
                 for (int r = 0; r < 3; r++) {
                     if (r == GP_REMAT_SELECTIVE && !limit) continue;
                     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .data_parallel = D,

@@ -36,7 +36,8 @@ static void build(gp_schedule *s, int K, int M, const char *const *lines) {
         for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
             static const struct { const char *p; gp_action_kind k; } map[] = {
                 {"SA", GP_ACT_SEND_ACT}, {"RA", GP_ACT_RECV_ACT}, {"SG", GP_ACT_SEND_GRAD},
-                {"RG", GP_ACT_RECV_GRAD}, {"F", GP_ACT_FORWARD}, {"B", GP_ACT_BACKWARD}};
+                {"RG", GP_ACT_RECV_GRAD}, {"F", GP_ACT_FORWARD}, {"BI", GP_ACT_BACKWARD_INPUT},
+                {"B", GP_ACT_BACKWARD}, {"W", GP_ACT_BACKWARD_WEIGHT}};
             if (strcmp(tok, "STEP") == 0) {
                 REQUIRE_OK(gp_schedule_push(s, k, GP_ACT_OPTIMIZER_STEP, -1));
                 continue;
@@ -100,7 +101,7 @@ static void test_generators_valid(void) {
             }
     gp_schedule s = {0};
     CHECK_FAILS(gp_schedule_generate("zigzag", 2, 2, &s), GP_INVALID_ARGUMENT,
-                "expected gpipe or 1f1b");
+                "expected gpipe, 1f1b or zbh1");
     CHECK_FAILS(gp_schedule_gpipe(0, 2, &s), GP_INVALID_ARGUMENT, "K = 0");
     CHECK_FAILS(gp_schedule_1f1b(2, 0, &s), GP_INVALID_ARGUMENT, "M = 0");
     CHECK(s.stage == NULL);
@@ -382,7 +383,82 @@ static void test_hand_computed(void) {
     CHECK_EQ_INT(c.state_bytes, gp_cell_memory(ly, 0, 2, 2, 1, GP_REMAT_CELL).work);
 }
 
+/* ZB-H1: valid for K up to 8 with mailboxes of 1 and 2; on every stage each micro-batch's
+ * forward, input backward and weight part once, both backward parts in micro-batch order;
+ * 1F1B's bound on forwards not yet backwarded; at unit costs (F = B = W) a step of 3M + K - 1
+ * for M >= K: its idle time a third of 1F1B's (Qi et al.'s (K-1)(F+B-W) against
+ * (K-1)(F+B+W)). */
+static void test_zbh1(void) {
+    for (int K = 1; K <= 8; K++)
+        for (int M = 1; M <= 32; M += M < 8 ? 1 : 8) {
+            gp_schedule z = {0}, f = {0};
+            REQUIRE_OK(gp_schedule_zbh1(K, M, &z));
+            REQUIRE_OK(gp_schedule_1f1b(K, M, &f));
+            for (int cap = 1; cap <= 2; cap++)
+                if (gp_schedule_validate(&z, cap, NULL) != GP_OK) {
+                    fprintf(stderr, "zbh1 K %d M %d cap %d: %s\n", K, M, cap, gp_last_error());
+                    gp_test_failures++;
+                }
+            for (int k = 0; k < K; k++) {
+                int nb = 0, nw = 0, nf = 0;
+                for (int i = 0; i < z.stage[k].n; i++) {
+                    const gp_action a = z.stage[k].a[i];
+                    CHECK(a.kind != GP_ACT_BACKWARD);
+                    if (a.kind == GP_ACT_FORWARD) nf++;
+                    if (a.kind == GP_ACT_BACKWARD_INPUT) CHECK_EQ_INT(a.mb, nb++);
+                    if (a.kind == GP_ACT_BACKWARD_WEIGHT) CHECK_EQ_INT(a.mb, nw++);
+                    CHECK(nf - nb <= (K - k < M ? K - k : M));
+                }
+                CHECK(nf == M && nb == M && nw == M);
+            }
+            gp_sim_cell cells[8];
+            for (int k = 0; k < K; k++)
+                cells[k] = (gp_sim_cell){.fwd_time = 1, .bwd_time = 2, .wgt_time = 1};
+            gp_sim_stage st[8];
+            gp_sim_result rz, rf;
+            const gp_sim_opts o = {.capacity = 2, .remat = GP_REMAT_NONE};
+            REQUIRE_OK(gp_schedule_simulate(&z, cells, &o, st, &rz));
+            REQUIRE_OK(gp_schedule_simulate(&f, cells, &o, st, &rf));
+            if (M >= K) {
+                CHECK(rz.step_time == 3 * M + K - 1);
+                CHECK(rf.step_time == 3 * M + 3 * (K - 1));
+            }
+            CHECK(rz.step_time <= rf.step_time);
+            gp_schedule_free(&z);
+            gp_schedule_free(&f);
+        }
+}
+
+/* Hand-broken split backwards: each rule of the validator names the action. */
+static void test_broken_split(void) {
+    gp_schedule s = {0};
+    build(&s, 1, 2, (const char *const[]){"F0 F1 W0 BI0 BI1 W1 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 2, "BACKWARD_WEIGHT(0): comes before BACKWARD_INPUT(0)");
+    gp_schedule_free(&s);
+    build(&s, 1, 2, (const char *const[]){"F0 F1 BI0 BI1 W1 W0 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 4, "weight gradients must run in micro-batch order");
+    gp_schedule_free(&s);
+    build(&s, 1, 2, (const char *const[]){"F0 F1 BI0 B0 BI1 W0 W1 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 3, "already had BACKWARD_INPUT at action 2");
+    gp_schedule_free(&s);
+    build(&s, 1, 2, (const char *const[]){"F0 F1 BI0 W0 BI1 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 5, "comes before BACKWARD_WEIGHT(1), which is missing");
+    gp_schedule_free(&s);
+    build(&s, 2, 1, (const char *const[]){"F0 SA0 RG0 BI0 W0 STEP", "RA0 F0 SG0 BI0 W0 STEP"});
+    EXPECT_FAULT(&s, 1, 1, 2, "SEND_GRAD(0): comes before BACKWARD(0), which produces it");
+    gp_schedule_free(&s);
+    /* a whole backward on one stage and split ones on the other is fine */
+    build(&s, 2, 1, (const char *const[]){"F0 SA0 RG0 B0 STEP", "RA0 F0 BI0 SG0 W0 STEP"});
+    CHECK_OK(gp_schedule_validate(&s, 1, NULL));
+    char text[256];
+    gp_schedule_stage_str(&s, 1, text, sizeof text);
+    CHECK(strcmp(text, "RA0 F0 BI0 SG0 W0 STEP") == 0);
+    gp_schedule_free(&s);
+}
+
 int main(void) {
+    test_zbh1();
+    test_broken_split();
     test_generators_valid();
     test_printer();
     test_broken();

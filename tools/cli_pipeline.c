@@ -15,9 +15,10 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
     gp_cli_opt tab[GP_CLI_PIPELINE_NOPTS] = {
         {"--stages", GP_CLI_INT, &a->stages, "K", "pipeline stages (cells of contiguous layers)",
          stages_default, 1, false, NULL, false},
-        {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b",
-         "fill-drain (all forwards, then backwards) or 1F1B", "gpipe", 0, false, "gpipe|1f1b",
-         false},
+        {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b|zbh1",
+         "fill-drain (all forwards, then backwards), 1F1B, or zero bubble H1 (1F1B with each "
+         "backward split: weight gradients run where 1F1B idles)",
+         "gpipe", 0, false, "gpipe|1f1b|zbh1", false},
         {"--remat", GP_CLI_CHOICE, &a->remat, "cell|none|selective",
          "cell: stash inputs, recompute; none: keep all state; selective: none in the cells "
          "that fit the memory limit so, cell in the others",
@@ -68,8 +69,10 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
     *po = (gp_pipeline_opts){
         .stages = K,
         .micro_batches = micro_batches,
-        .schedule = a->schedule && strcmp(a->schedule, "1f1b") == 0 ? GP_SCHEDULE_1F1B
-                                                                    : GP_SCHEDULE_GPIPE,
+        .schedule = !a->schedule                      ? GP_SCHEDULE_GPIPE
+                    : strcmp(a->schedule, "1f1b") == 0 ? GP_SCHEDULE_1F1B
+                    : strcmp(a->schedule, "zbh1") == 0 ? GP_SCHEDULE_ZBH1
+                                                       : GP_SCHEDULE_GPIPE,
         .remat = !a->remat                          ? GP_REMAT_CELL
                  : strcmp(a->remat, "none") == 0      ? GP_REMAT_NONE
                  : strcmp(a->remat, "selective") == 0 ? GP_REMAT_SELECTIVE

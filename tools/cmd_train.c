@@ -534,6 +534,7 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
         .micro_batches = SEEN("--micro-batches") ? o->micro_batches : 0,
         .schedules = !SEEN("--schedule")                    ? 0
                      : strcmp(o->pipe.schedule, "1f1b") == 0 ? 1u << GP_SCHEDULE_1F1B
+                     : strcmp(o->pipe.schedule, "zbh1") == 0 ? 1u << GP_SCHEDULE_ZBH1
                                                              : 1u << GP_SCHEDULE_GPIPE,
         .remats = !SEEN("--remat")                           ? 0
                   : strcmp(o->pipe.remat, "none") == 0       ? 1u << GP_REMAT_NONE

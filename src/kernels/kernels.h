@@ -87,7 +87,8 @@ typedef struct gp_kernels {
     gp_status (*linear_forward)(gp_device *dev, int64_t rows, int64_t in, int64_t out,
                                 const float *x, const float *w, const float *b, const float *res,
                                 float *y);
-    /* dx (rows, in) written when not NULL; dw (out, in) and db (out, may be NULL) added into. */
+    /* dx (rows, in) written when not NULL; dw (out, in) and db (out) added into when not NULL.
+     * Each of the three is computed alone: the parts of a split backward give its bits. */
     gp_status (*linear_backward)(gp_device *dev, int64_t rows, int64_t in, int64_t out,
                                  const float *x, const float *w, const float *dy, float *dx,
                                  float *dw, float *db);
@@ -153,8 +154,9 @@ typedef struct gp_kernels {
     gp_status (*conv2d_forward)(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                 int64_t out_ch, const float *x, const float *w, float *y,
                                 float *ws);
-    /* dw (OC, C, k, k) added into; dx (may be NULL) written. The sum over the batch goes in an
-     * order set by the batch size alone (CPU: per group of examples, groups in order). */
+    /* dw (OC, C, k, k, may be NULL) added into; dx (may be NULL) written; either computed
+     * alone gives the bits of both together. The sum over the batch goes in an order set by the
+     * batch size alone (CPU: per group of examples, groups in order). */
     gp_status (*conv2d_backward)(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                  int64_t out_ch, const float *x, const float *w, const float *dy,
                                  float *dx, float *dw, float *ws);

@@ -64,6 +64,7 @@ static gp_cost conv_cost(const gp_layer *l, const gp_shape *in) {
     /* backward: weight GEMM + input GEMM, each as large as the forward one */
     c.fwd_flops = 2 * macs + (cf->bias ? outs : 0);
     c.bwd_flops = 4 * macs + (cf->bias ? outs : 0);
+    c.wgt_flops = 2 * macs + (cf->bias ? outs : 0);
     c.out_bytes = (uint64_t)outs * 4;
     c.saved_bytes = 0; /* the columns are rebuilt from the input in backward */
     return c;
@@ -117,7 +118,12 @@ static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_t
     return GP_OK;
 }
 
-static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
+/* INPUT: dx; WEIGHT: dW and the bias's gradient. */
+static gp_status conv_backward_part(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx,
+                                    gp_bwd_part part) {
+    if (part == GP_BWD_WEIGHT) dx = NULL;
+    const bool wt = part != GP_BWD_INPUT;
+    if (!wt && !dx) return GP_OK;
     const gp_tensor *x = ctx->x;
     if (!x)
         return gp_error(GP_INTERNAL, "layer %d (conv2d): backward without the forward input",
@@ -135,7 +141,7 @@ static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp
     const gp_kernels *k = gp_ctx_kernels(ctx);
     const int64_t batch = x->shape.dim[0];
     if (batch == 0) return GP_OK;
-    if (cf->bias)
+    if (cf->bias && wt)
         GP_TRY(k->channel_bias_grad(ctx->dev, batch, cf->out_ch, g.out_h * g.out_w, gp_f32(dy),
                                     GP_PGRAD(l, P_BIAS)));
     gp_status st = GP_OK;
@@ -143,9 +149,14 @@ static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp
     float *ws = NULL;
     if (nws && !(ws = gp_ctx_workspace(l, ctx, nws, &st))) return st;
     st = k->conv2d_backward(ctx->dev, &g, batch, cf->out_ch, gp_f32(x), GP_PVAL(l, P_WEIGHT),
-                            gp_f32(dy), dx ? gp_f32(dx) : NULL, GP_PGRAD(l, P_WEIGHT), ws);
+                            gp_f32(dy), dx ? gp_f32(dx) : NULL,
+                            wt ? GP_PGRAD(l, P_WEIGHT) : NULL, ws);
     gp_ctx_workspace_release(ctx, ws);
     return st;
+}
+
+static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp_tensor *dx) {
+    return conv_backward_part(l, ctx, dy, dx, GP_BWD_ALL);
 }
 
 /* Replicated over the tensor axis: every shard holds the whole layer. */
@@ -161,6 +172,7 @@ static const gp_layer_ops conv_ops = {
     .workspace_bytes = conv_workspace,
     .forward = conv_forward,
     .backward = conv_backward,
+    .backward_part = conv_backward_part,
     .shard = conv_shard,
 };
 

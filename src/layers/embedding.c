@@ -53,6 +53,7 @@ static gp_cost emb_cost(const gp_layer *l, const gp_shape *in) {
     const double n = (double)gp_shape_nelem(in) * p->dim;
     return (gp_cost){.fwd_flops = n, /* a copy per output element */
                      .bwd_flops = n, /* an add per output element */
+                     .wgt_flops = n, /* all of it: token ids have no gradient */
                      .param_bytes = gp_layer_param_bytes(l),
                      .out_bytes = (uint64_t)n * sizeof(float),
                      .saved_bytes = 0};
@@ -67,6 +68,13 @@ static gp_status emb_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tens
     gp_status s = gp_ctx_kernels(c)->embedding_forward(c->dev, n, T, p->dim, p->n, gp_i32(x),
                                                        GP_PVAL(l, 0), gp_f32(y));
     return s == GP_OK ? GP_OK : gp_error_context(s, "layer %d (%s)", l->index, l->ops->kind);
+}
+
+/* Token ids have no gradient: the whole backward is the table's, the WEIGHT part. */
+static gp_status emb_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx);
+static gp_status emb_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                   gp_bwd_part part) {
+    return part == GP_BWD_INPUT ? GP_OK : emb_backward(l, c, dy, dx);
 }
 
 static gp_status emb_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
@@ -94,6 +102,7 @@ static const gp_layer_ops embedding_ops = {
     .cost = emb_cost,
     .forward = emb_forward,
     .backward = emb_backward,
+    .backward_part = emb_backward_part,
     .layout = emb_layout,
     .shard = emb_shard,
 };
@@ -121,6 +130,12 @@ static gp_status emb_shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, g
     return gp_tp_allreduce(l, g, c->dev, gp_f32(y), n * p->dim, GP_REDUCE_SUM);
 }
 
+static gp_status emb_shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx);
+static gp_status emb_shard_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy,
+                                         gp_tensor *dx, gp_bwd_part part) {
+    return part == GP_BWD_INPUT ? GP_OK : emb_shard_backward(l, c, dy, dx);
+}
+
 static gp_status emb_shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
     const embed_impl *p = l->impl;
     const gp_coll_group *g;
@@ -141,6 +156,7 @@ static const gp_layer_ops embedding_shard_ops = {
     .cost = emb_shard_cost,
     .forward = emb_shard_forward,
     .backward = emb_shard_backward,
+    .backward_part = emb_shard_backward_part,
 };
 
 static gp_layer *emb_shard(const gp_layer *l, int nshards) {
@@ -190,6 +206,7 @@ static gp_cost pos_cost(const gp_layer *l, const gp_shape *in) {
     const double n = (double)gp_shape_nelem(in);
     return (gp_cost){.fwd_flops = n,
                      .bwd_flops = 2.0 * n, /* dx copy and the weight sum */
+                     .wgt_flops = n,
                      .param_bytes = gp_layer_param_bytes(l),
                      .out_bytes = (uint64_t)n * sizeof(float),
                      .saved_bytes = 0};
@@ -204,12 +221,19 @@ static gp_status pos_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tens
                                                     gp_f32(y));
 }
 
-static gp_status pos_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* INPUT: dx = dy; WEIGHT: the rows' gradient, dy summed over the batch. */
+static gp_status pos_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                   gp_bwd_part part) {
     GP_TRY(gp_layer_check_params(l, c, true));
     const int64_t B = dy->shape.dim[0], T = dy->shape.dim[1], D = dy->shape.dim[2];
-    GP_TRY(gp_ctx_kernels(c)->pos_embedding_backward(c->dev, B, T, D, gp_f32(dy),
-                                                     GP_PGRAD(l, 0)));
-    return dx ? gp_tensor_copy(dx, dy) : GP_OK;
+    if (part != GP_BWD_INPUT)
+        GP_TRY(gp_ctx_kernels(c)->pos_embedding_backward(c->dev, B, T, D, gp_f32(dy),
+                                                         GP_PGRAD(l, 0)));
+    return dx && part != GP_BWD_WEIGHT ? gp_tensor_copy(dx, dy) : GP_OK;
+}
+
+static gp_status pos_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return pos_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 /* Replicated over the tensor axis: every shard holds the whole layer. */
@@ -224,6 +248,7 @@ static const gp_layer_ops pos_embedding_ops = {
     .cost = pos_cost,
     .forward = pos_forward,
     .backward = pos_backward,
+    .backward_part = pos_backward_part,
     .shard = pos_shard,
 };
 

@@ -125,6 +125,12 @@ uint64_t gp_ctx_saved_bytes(const gp_ctx *c) {
     return n;
 }
 
+gp_status gp_layer_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                 gp_bwd_part part) {
+    if (l->ops->backward_part) return l->ops->backward_part(l, c, dy, dx, part);
+    return part == GP_BWD_WEIGHT ? GP_OK : l->ops->backward(l, c, dy, dx);
+}
+
 gp_status gp_layer_check_params(const gp_layer *l, const gp_ctx *c, bool need_grads) {
     for (int i = 0; i < l->nparams; i++) {
         const gp_param *p = &l->params[i];

@@ -101,6 +101,10 @@ typedef struct gp_layout {
     bool output_split;
 } gp_layout;
 
+/* The parts of a backward: all of it, or (zero-bubble schedules) the input gradient now and the
+ * weight gradients later. */
+typedef enum gp_bwd_part { GP_BWD_ALL = 0, GP_BWD_INPUT, GP_BWD_WEIGHT } gp_bwd_part;
+
 typedef struct gp_layer_ops {
     const char *kind;
     /* in: full shape, batch first. Fails with a message naming the layer,
@@ -118,6 +122,13 @@ typedef struct gp_layer_ops {
     /* Writes dx (allocated by the caller; NULL when the input needs no
      * gradient) and ADDS parameter gradients into params[i].grad. */
     gp_status (*backward)(gp_layer *, gp_ctx *, const gp_tensor *dy, gp_tensor *dx);
+    /* Optional: the backward in parts. INPUT writes dx (NULL: none wanted) and adds whatever
+     * parameter gradients are cheap; WEIGHT adds the others (dx unused), reading ctx->x, the
+     * saved slots and dy, which the caller keeps alive and unchanged from the INPUT part on
+     * (not ctx->y). INPUT then WEIGHT adds exactly the bits of backward. Kinds without it run
+     * the whole backward as their INPUT part and have no WEIGHT part. */
+    gp_status (*backward_part)(gp_layer *, gp_ctx *, const gp_tensor *dy, gp_tensor *dx,
+                               gp_bwd_part part);
     void (*destroy)(gp_layer *); /* optional: frees impl */
     /* The tensor axis. layout (optional; none: replicated): the whole layer's layout. shard: a
      * new layer of the same kind that computes one of `nshards` parts of this one (parameters
@@ -155,6 +166,13 @@ gp_param *gp_layer_add_buffer(gp_layer *l, const char *name, gp_shape shape, gp_
 gp_status gp_layer_check_params(const gp_layer *l, const gp_ctx *c, bool need_grads);
 /* Bytes of all parameters and buffers. */
 uint64_t gp_layer_param_bytes(const gp_layer *l);
+/* One part of l's backward (ops->backward_part, or ops->backward whole as the INPUT part). */
+gp_status gp_layer_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                 gp_bwd_part part);
+/* Whether l's backward has a WEIGHT part to run later (ops->backward_part). */
+static inline bool gp_layer_splits_backward(const gp_layer *l) {
+    return l->ops->backward_part != NULL;
+}
 /* nfloats floats of GP_MEM_WORKSPACE on the call's device; NULL with *st set on failure. */
 float *gp_ctx_workspace(const gp_layer *l, gp_ctx *c, int64_t nfloats, gp_status *st);
 void gp_ctx_workspace_release(gp_ctx *c, void *p);

@@ -31,6 +31,7 @@ static gp_cost linear_cost(const gp_layer *l, const gp_shape *in) {
     const double bias = p->bias ? rows * p->out : 0.0;
     return (gp_cost){.fwd_flops = gemm + bias,
                      .bwd_flops = 2.0 * gemm + bias, /* dx and dW products, bias column sums */
+                     .wgt_flops = gemm + bias,
                      .param_bytes = gp_layer_param_bytes(l),
                      .out_bytes = (uint64_t)(rows * p->out) * sizeof(float),
                      .saved_bytes = 0}; /* backward reads ctx->x */
@@ -46,15 +47,23 @@ static gp_status linear_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_t
                                              gp_f32(y));
 }
 
-static gp_status linear_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* INPUT: dx = dy W; WEIGHT: dW += dy^T x, db += the column sums of dy. */
+static gp_status linear_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                      gp_bwd_part part) {
     const linear_impl *p = l->impl;
     const gp_tensor *x = c->x;
     int64_t rows;
     GP_TRY(gp_tl_rows(l, &x->shape, x->dtype, p->in, "in_features", &rows));
     GP_TRY(gp_layer_check_params(l, c, true));
-    return gp_ctx_kernels(c)->linear_backward(c->dev, rows, p->in, p->out, gp_f32(x),
-                                              GP_PVAL(l, 0), gp_f32(dy), dx ? gp_f32(dx) : NULL,
-                                              GP_PGRAD(l, 0), p->bias ? GP_PGRAD(l, 1) : NULL);
+    const bool in = part != GP_BWD_WEIGHT, wt = part != GP_BWD_INPUT;
+    return gp_ctx_kernels(c)->linear_backward(
+        c->dev, rows, p->in, p->out, gp_f32(x), GP_PVAL(l, 0), gp_f32(dy),
+        in && dx ? gp_f32(dx) : NULL, wt ? GP_PGRAD(l, 0) : NULL,
+        wt && p->bias ? GP_PGRAD(l, 1) : NULL);
+}
+
+static gp_status linear_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return linear_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 static void linear_layout(const gp_layer *l, gp_layout *out) {
@@ -72,6 +81,7 @@ static const gp_layer_ops linear_ops = {
     .cost = linear_cost,
     .forward = linear_forward,
     .backward = linear_backward,
+    .backward_part = linear_backward_part,
     .layout = linear_layout,
     .shard = linear_shard,
 };
@@ -90,13 +100,20 @@ static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_te
     return linear_forward(l, c, x, y);
 }
 
-static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* The input gradient is summed over the shards (the INPUT part's collective). */
+static gp_status shard_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                     gp_bwd_part part) {
     const linear_impl *p = l->impl;
     const gp_coll_group *g;
     GP_TRY(gp_tp_group(l, c, p->nshards, &g));
-    GP_TRY(linear_backward(l, c, dy, dx));
-    return dx ? gp_tp_allreduce(l, g, c->dev, gp_f32(dx), gp_tensor_nelem(dx), GP_REDUCE_SUM)
-              : GP_OK;
+    GP_TRY(linear_backward_part(l, c, dy, dx, part));
+    return dx && part != GP_BWD_WEIGHT
+               ? gp_tp_allreduce(l, g, c->dev, gp_f32(dx), gp_tensor_nelem(dx), GP_REDUCE_SUM)
+               : GP_OK;
+}
+
+static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return shard_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 static const gp_layer_ops linear_shard_ops = {
@@ -105,6 +122,7 @@ static const gp_layer_ops linear_shard_ops = {
     .cost = shard_cost,
     .forward = shard_forward,
     .backward = shard_backward,
+    .backward_part = shard_backward_part,
 };
 
 static gp_layer *linear_shard(const gp_layer *l, int nshards) {

@@ -11,10 +11,14 @@ void gp_seq_release(gp_seq_pass *p) {
         for (int k = 0; k < n; k++) gp_ctx_release(&p->ctxs[k]);
     if (p->acts)
         for (int k = 1; k <= n; k++) gp_tensor_release(&p->acts[k]);
+    if (p->dys)
+        for (int k = 0; k < n; k++) gp_tensor_release(&p->dys[k]);
     free(p->ctxs);
     free(p->acts);
+    free(p->dys);
     p->ctxs = NULL;
     p->acts = NULL;
+    p->dys = NULL;
 }
 
 static gp_status check_range(const gp_model *m, int first, int last) {
@@ -100,6 +104,75 @@ gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy,
         grad_out = grad_in;
     }
     gp_tensor_release(&grad_out);
+    gp_seq_release(p);
+    return s;
+}
+
+gp_status gp_seq_backward_input(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx) {
+    const int n = p->last - p->first;
+    if (!p->dys && !(p->dys = calloc((size_t)n, sizeof *p->dys))) {
+        gp_seq_release(p);
+        return gp_error(GP_OUT_OF_MEMORY, "cannot allocate the output gradients of %d layers", n);
+    }
+    gp_tensor grad_out = *dy; /* gradient of the current layer's output */
+    grad_out.owned = false;
+    gp_status s = GP_OK;
+    for (int k = n - 1; k >= 0 && s == GP_OK; k--) {
+        const int li = p->first + k;
+        gp_layer *l = m->layers[li];
+        const gp_tensor *in = &p->acts[k];
+        gp_tensor grad_in = {0}, *gi = NULL;
+        if (k > 0) {
+            s = gp_tensor_alloc(p->dev, GP_MEM_ACTIVATIONS, in->shape, GP_F32, &grad_in);
+            gi = &grad_in;
+        } else if (dx && in->dtype == GP_F32) {
+            gi = dx;
+        }
+        if (s == GP_OK) {
+            s = gp_layer_backward_part(l, &p->ctxs[k], &grad_out, gi, GP_BWD_INPUT);
+            if (s != GP_OK) s = gp_error_context(s, "layer %d (%s) backward", li, l->ops->kind);
+        }
+        if (gp_layer_splits_backward(l)) {
+            /* its WEIGHT part reads its context, its input and this output gradient */
+            p->dys[k] = grad_out;
+        } else {
+            gp_ctx_release(&p->ctxs[k]);
+            gp_tensor_release(&grad_out);
+        }
+        /* the output is the next layer's input: kept while that one's WEIGHT part is due */
+        if (k + 1 == n || !gp_layer_splits_backward(m->layers[li + 1]))
+            gp_tensor_release(&p->acts[k + 1]);
+        grad_out = grad_in;
+    }
+    gp_tensor_release(&grad_out);
+    if (s != GP_OK) gp_seq_release(p);
+    return s;
+}
+
+bool gp_seq_holds_output_grad(const gp_seq_pass *p) {
+    return p->dys && p->last > p->first && p->dys[p->last - p->first - 1].data;
+}
+
+gp_status gp_seq_backward_weight_each(gp_model *m, gp_seq_pass *p, gp_seq_layer_done done,
+                                      void *ctx) {
+    const int n = p->last - p->first;
+    gp_status s = p->dys ? GP_OK
+                         : gp_error(GP_INTERNAL, "the weight gradients of layers %d..%d before "
+                                                 "their input gradients",
+                                    p->first, p->last - 1);
+    for (int k = n - 1; k >= 0 && s == GP_OK; k--) {
+        const int li = p->first + k;
+        gp_layer *l = m->layers[li];
+        if (gp_layer_splits_backward(l)) {
+            /* (dys[n - 1] is a view of the caller's dy, kept by the caller until now) */
+            s = gp_layer_backward_part(l, &p->ctxs[k], &p->dys[k], NULL, GP_BWD_WEIGHT);
+            if (s != GP_OK) s = gp_error_context(s, "layer %d (%s) backward", li, l->ops->kind);
+            gp_ctx_release(&p->ctxs[k]);
+            gp_tensor_release(&p->dys[k]);
+            if (k > 0) gp_tensor_release(&p->acts[k]); /* its input, kept for this part */
+        }
+        if (s == GP_OK && done) s = done(ctx, li);
+    }
     gp_seq_release(p);
     return s;
 }

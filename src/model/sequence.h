@@ -13,6 +13,8 @@ typedef struct gp_seq_pass {
     gp_device *dev;  /* where activations and saved state are counted */
     gp_tensor *acts; /* last - first + 1: acts[0] = the input (a view), acts[k + 1] = output of layer first + k */
     gp_ctx *ctxs;    /* last - first */
+    gp_tensor *dys;  /* last - first, after gp_seq_backward_input: the output gradients that the
+                      * layers' WEIGHT parts still need */
 } gp_seq_pass;
 
 /* Forward, keeping everything for backward. On failure everything allocated
@@ -31,6 +33,17 @@ gp_status gp_seq_backward(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_t
 typedef gp_status (*gp_seq_layer_done)(void *ctx, int li);
 gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx,
                                gp_seq_layer_done done, void *ctx);
+/* The backward in two parts (zero-bubble schedules). backward_input: every layer's INPUT part,
+ * last to first, dx as gp_seq_backward's; what the WEIGHT parts still need (each splitting
+ * layer's context, input and output gradient) stays in p, the rest is released. Then
+ * backward_weight_each: every splitting layer's WEIGHT part, last to first, done(ctx, li) after
+ * each layer (its gradients are then final for this micro-batch), and p released. The two give
+ * the bits of gp_seq_backward. */
+gp_status gp_seq_backward_input(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx);
+gp_status gp_seq_backward_weight_each(gp_model *m, gp_seq_pass *p, gp_seq_layer_done done,
+                                      void *ctx);
+/* After gp_seq_backward_input: whether the weight parts still read the dy it was given. */
+bool gp_seq_holds_output_grad(const gp_seq_pass *p);
 /* Releases whatever the pass still holds; safe on a released pass. */
 void gp_seq_release(gp_seq_pass *p);
 

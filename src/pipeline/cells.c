@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "pipeline/partition.h"
+#include "pipeline/schedule.h"
 
 const char *gp_balance_name(gp_balance b) {
     return b == GP_BALANCE_COST ? "cost" : b == GP_BALANCE_TIME ? "time" : "?";
@@ -14,8 +15,9 @@ const char *gp_balance_name(gp_balance b) {
 
 int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
     /* Fill-drain stashes all M micro-batches; 1F1B's stage 0 at most K of them (later stages
-     * fewer), so min(K, M) bounds every stage of it. */
-    return schedule == GP_SCHEDULE_1F1B && K < M ? K : M;
+     * fewer), so min(K, M) bounds every stage of it; ZB-H1 keeps 1F1B's bound (up to each
+     * micro-batch's weight part). */
+    return schedule != GP_SCHEDULE_GPIPE && K < M ? K : M;
 }
 
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
@@ -40,6 +42,8 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                                 "measured time of layer %d (%s): forward %g s, backward %g s; "
                                 "expected finite values >= 0",
                                 i, est[i].kind ? est[i].kind : "?", f, b);
+            /* the weight part's share of the measured backward: its share of the FLOPs */
+            est[i].wgt_time = est[i].bwd_time > 0 ? b * (est[i].wgt_time / est[i].bwd_time) : 0;
             est[i].fwd_time = f;
             est[i].bwd_time = b;
         }
@@ -48,11 +52,15 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                         (int)po->balance);
     }
     const int in_flight = gp_cells_in_flight(po->schedule, K, M);
+    /* A split backward holds each micro-batch's state to its weight part, recomputed or not:
+     * the memory of HELD for every cell, whose time is that of the mode asked for (SELECTIVE:
+     * NONE, which then costs no more memory). */
+    const bool split = gp_schedule_kind_splits(po->schedule);
     gp_partition_req req = {.layers = est,
                             .nlayers = L,
                             .stages = K,
                             .micro_batches = in_flight,
-                            .remat = po->remat,
+                            .remat = split ? GP_REMAT_HELD : po->remat,
                             .mem_limit = po->memory_limit,
                             .cell_remat = cell_remat};
     gp_status s;
@@ -62,11 +70,13 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     } else {
         s = gp_partition_balance(&req, first, NULL);
     }
+    for (int k = 0; split && cell_remat && s == GP_OK && k < K; k++)
+        cell_remat[k] = po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE;
     if (s != GP_OK && in_flight != M)
         gp_error_context(s,
-                         "schedule 1f1b keeps at most min(K, M) = %d of the M = %d micro-batches "
+                         "schedule %s keeps at most min(K, M) = %d of the M = %d micro-batches "
                          "in flight per stage",
-                         in_flight, M);
+                         gp_schedule_kind_name(po->schedule), in_flight, M);
     if (s != GP_OK)
         gp_error_context(s, "micro-batches of %lld example%s", (long long)micro_batch_size,
                          micro_batch_size == 1 ? "" : "s");

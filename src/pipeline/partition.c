@@ -17,6 +17,7 @@ const char *gp_remat_name(gp_remat r) {
     return r == GP_REMAT_CELL        ? "cell"
            : r == GP_REMAT_NONE      ? "none"
            : r == GP_REMAT_SELECTIVE ? "selective"
+           : r == GP_REMAT_HELD      ? "held to the weight part"
                                      : "?";
 }
 
@@ -50,12 +51,17 @@ char *gp_plan_bytes_str(uint64_t nbytes, char *buf, size_t n) {
  * and the messages; gp_cell_memory spells out the same terms by category. Keep them together. */
 static uint64_t mem_state(const gp_layer_est *l) { return sat_add(l->out_bytes, l->saved_bytes); }
 
-static uint64_t mem_head(const gp_layer_est *first, int in_flight) {
-    return sat_mul((uint64_t)in_flight, first->in_bytes);
+/* HELD: in_flight micro-batches between forward and input part and as many between input and
+ * weight part, each holding its input. */
+static uint64_t mem_head(const gp_layer_est *first, int in_flight, gp_remat remat) {
+    const uint64_t n = (uint64_t)in_flight * (remat == GP_REMAT_HELD ? 2 : 1);
+    return sat_mul(n, first->in_bytes);
 }
 
 static uint64_t mem_per_layer(const gp_layer_est *l, int in_flight, gp_remat remat) {
     uint64_t s = sat_add(sat_add(l->param_bytes, l->grad_bytes), l->optim_bytes);
+    if (remat == GP_REMAT_HELD)
+        return sat_add(s, sat_mul((uint64_t)in_flight, sat_add(mem_state(l), l->keep_bytes)));
     /* NONE keeps every micro-batch's state; CELL rebuilds one micro-batch's during backward. */
     uint64_t w = remat == GP_REMAT_NONE ? (uint64_t)in_flight : 1;
     return sat_add(s, sat_mul(w, mem_state(l)));
@@ -75,6 +81,7 @@ static int64_t clamp_bytes(uint64_t b) { return b > (uint64_t)TRANSIENT_CAP ? TR
 
 typedef struct transient_acc {
     int first, last;         /* layers so far, first..last (last < first: none) */
+    bool held;               /* HELD: the state above i is not released (above_i = 0) */
     int64_t g_last;          /* g of layer last */
     int64_t m_first;         /* g_first - above_first */
     int64_t m_mid;           /* max over first < i < last of g_i - above_i */
@@ -87,14 +94,14 @@ static int64_t mem_g(const gp_layer_est *l, int i, int first) {
     return clamp_bytes(l->out_bytes) + clamp_bytes(dx) + clamp_bytes(l->ws_bytes);
 }
 
-static transient_acc transient_start(const gp_layer_est *ly, int first) {
-    return (transient_acc){.first = first, .last = first - 1,
+static transient_acc transient_start(const gp_layer_est *ly, int first, gp_remat remat) {
+    return (transient_acc){.first = first, .last = first - 1, .held = remat == GP_REMAT_HELD,
                            .x = first > 0 ? clamp_bytes(ly[first].in_bytes) : 0};
 }
 
 static void transient_grow(transient_acc *t, const gp_layer_est *l) {
     const int i = t->last + 1;
-    const int64_t state = clamp_bytes(mem_state(l)), g = mem_g(l, i, t->first);
+    const int64_t state = t->held ? 0 : clamp_bytes(mem_state(l)), g = mem_g(l, i, t->first);
     if (i == t->first) {
         t->m_first = g;
     } else {
@@ -144,7 +151,8 @@ typedef struct cell_acc {
 
 static cell_acc acc_start(const gp_layer_est *ly, int first, int in_flight, gp_remat remat) {
     return (cell_acc){.ly = ly, .end = first, .in_flight = in_flight, .remat = remat,
-                      .base = mem_head(&ly[first], in_flight), .t = transient_start(ly, first)};
+                      .base = mem_head(&ly[first], in_flight, remat),
+                      .t = transient_start(ly, first, remat)};
 }
 
 static void acc_grow(cell_acc *a) {
@@ -166,41 +174,40 @@ static uint64_t acc_total(const cell_acc *a, int nlayers) {
  * (every cell pays alike). */
 typedef struct cell_fit {
     gp_remat mode;
-    cell_acc cell, none; /* the one(s) the mode uses */
-    double t, f;         /* forward + backward, and forward alone, summed left to right */
+    cell_acc a;    /* the mode's memory (SELECTIVE: CELL's, the smaller) */
+    cell_acc none; /* SELECTIVE only: NONE's */
+    double t, f;   /* forward + backward, and forward alone, summed left to right */
 } cell_fit;
 
 static cell_fit fit_start(const gp_layer_est *ly, int first, int in_flight, gp_remat mode) {
-    return (cell_fit){.mode = mode, .cell = acc_start(ly, first, in_flight, GP_REMAT_CELL),
+    const bool sel = mode == GP_REMAT_SELECTIVE;
+    return (cell_fit){.mode = mode, .a = acc_start(ly, first, in_flight, sel ? GP_REMAT_CELL : mode),
                       .none = acc_start(ly, first, in_flight, GP_REMAT_NONE)};
 }
 
 static void fit_grow(cell_fit *x) {
-    /* both accumulators start alike; only the mode's ones grow */
-    const cell_acc *a = x->mode == GP_REMAT_NONE ? &x->none : &x->cell;
-    const gp_layer_est *l = &a->ly[a->end];
+    const gp_layer_est *l = &x->a.ly[x->a.end];
     x->t += gp_layer_est_time(l);
     x->f += l->fwd_time;
-    if (x->mode != GP_REMAT_NONE) acc_grow(&x->cell);
-    if (x->mode != GP_REMAT_CELL) acc_grow(&x->none);
+    acc_grow(&x->a);
+    if (x->mode == GP_REMAT_SELECTIVE) acc_grow(&x->none);
 }
 
-/* Once over the limit, every larger cell is too: the base never shrinks, and CELL's is the
- * smaller of the two (one micro-batch's state against in_flight of them). */
-static bool fit_hopeless(const cell_fit *x, uint64_t limit) {
-    return (x->mode == GP_REMAT_NONE ? x->none.base : x->cell.base) > limit;
-}
+/* Once over the limit, every larger cell is too: the base never shrinks (and SELECTIVE's CELL
+ * base is the smaller of its two: one micro-batch's state against in_flight of them). */
+static bool fit_hopeless(const cell_fit *x, uint64_t limit) { return x->a.base > limit; }
 
 /* The cell's time under the limit and the mode it takes (*how), or INFINITY when it fits no
  * way the mode allows. */
 static double fit_cost(const cell_fit *x, int nlayers, uint64_t limit, gp_remat *how) {
-    if (x->mode != GP_REMAT_CELL && acc_total(&x->none, nlayers) <= limit) {
+    const bool sel = x->mode == GP_REMAT_SELECTIVE;
+    if (sel && acc_total(&x->none, nlayers) <= limit) {
         *how = GP_REMAT_NONE;
         return x->t;
     }
-    if (x->mode != GP_REMAT_NONE && acc_total(&x->cell, nlayers) <= limit) {
-        *how = GP_REMAT_CELL;
-        return x->mode == GP_REMAT_SELECTIVE ? x->t + x->f : x->t;
+    if (acc_total(&x->a, nlayers) <= limit) {
+        *how = sel ? GP_REMAT_CELL : x->mode;
+        return sel ? x->t + x->f : x->t;
     }
     return INFINITY;
 }
@@ -210,18 +217,21 @@ gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int n
     gp_cell_mem c = {0};
     if (!layers || first < 0 || end <= first || end > nlayers) return c;
     if (in_flight < 0) in_flight = 0;
-    uint64_t state = 0;
-    transient_acc t = transient_start(layers, first);
+    uint64_t state = 0, keep = 0;
+    transient_acc t = transient_start(layers, first, remat);
     for (int i = first; i < end; i++) {
         c.params = sat_add(c.params, layers[i].param_bytes);
         c.grads = sat_add(c.grads, layers[i].grad_bytes);
         c.optim = sat_add(c.optim, layers[i].optim_bytes);
         state = sat_add(state, mem_state(&layers[i]));
+        keep = sat_add(keep, layers[i].keep_bytes);
         transient_grow(&t, &layers[i]);
     }
     c.transient = transient_bytes(&t);
-    c.stash = mem_head(&layers[first], in_flight);
-    if (remat == GP_REMAT_NONE)
+    c.stash = mem_head(&layers[first], in_flight, remat);
+    if (remat == GP_REMAT_HELD)
+        c.stash = sat_add(c.stash, sat_mul((uint64_t)in_flight, sat_add(state, keep)));
+    else if (remat == GP_REMAT_NONE)
         c.stash = sat_add(c.stash, sat_mul((uint64_t)in_flight, state));
     else
         c.work = state;
@@ -264,6 +274,7 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
         e->kind = gp_layer_kind(l);
         e->fwd_time = c.fwd_flops;
         e->bwd_time = c.bwd_flops;
+        e->wgt_time = c.wgt_flops;
         for (int j = 0; j < l->nparams; j++) {
             uint64_t nb = (uint64_t)gp_shape_nelem(&l->params[j].shape) * gp_dtype_nbytes(GP_F32);
             e->param_bytes += nb;
@@ -275,6 +286,8 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
         gp_dtype dt = i == 0 ? gp_model_input_dtype(m) : GP_F32;
         e->in_bytes = (uint64_t)gp_shape_nelem(&in) * gp_dtype_nbytes(dt);
         e->out_bytes = c.out_bytes;
+        /* a weight part reads its layer's input, saved state and output gradient */
+        e->keep_bytes = gp_layer_splits_backward(l) ? e->in_bytes + c.saved_bytes + c.out_bytes : 0;
         e->saved_bytes = c.saved_bytes;
         e->tp_fwd_bytes = c.tp_fwd_bytes;
         e->tp_bwd_bytes = c.tp_bwd_bytes;
@@ -303,7 +316,7 @@ static gp_status check_req(const gp_partition_req *r) {
         return gp_error(GP_INVALID_ARGUMENT, "partition: M = %d micro-batches, expected >= 1",
                         r->micro_batches);
     if (r->remat != GP_REMAT_CELL && r->remat != GP_REMAT_NONE &&
-        r->remat != GP_REMAT_SELECTIVE)
+        r->remat != GP_REMAT_SELECTIVE && r->remat != GP_REMAT_HELD)
         return gp_error(GP_INVALID_ARGUMENT,
                         "partition: unknown remat mode %d (expected %d cell, %d none or %d "
                         "selective)",

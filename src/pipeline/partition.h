@@ -21,6 +21,10 @@ typedef struct gp_layer_est {
     uint64_t tp_fwd_bytes, tp_bwd_bytes; /* a shard layer's tensor-axis collectives, one
                                           * micro-batch (gp_cost) */
     uint64_t ws_bytes;    /* the most workspace one forward or backward holds, one micro-batch */
+    double wgt_time;      /* of bwd_time, the weight part a split backward runs later */
+    uint64_t keep_bytes;  /* held from a split backward's input part to its weight part: what
+                           * the weight part reads (the layer's input, saved state and output
+                           * gradient; 0 for kinds that do not split) */
 } gp_layer_est;
 
 /* What the partitioner balances: forward + backward time of one layer. */
@@ -32,6 +36,12 @@ double gp_layer_est_time(const gp_layer_est *l);
  * sizes go into ws_bytes; NULL leaves them 0. out: gp_model_nlayers(m) entries, caller-owned. */
 gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, int optim_states,
                                   gp_device *dev, gp_layer_est *out);
+
+/* The memory model's mode for schedules that split backwards (zbh1), beside the public ones:
+ * up to in_flight micro-batches between forward and input backward hold their input and full
+ * state (recomputed or not), and up to as many more, between input backward and weight part,
+ * their input and what the weight parts read (keep_bytes). */
+#define GP_REMAT_HELD ((gp_remat)3)
 
 /* Messages a sender keeps per link until the receiver has taken them (the transports'
  * capacity, which every pipeline uses). */
@@ -57,6 +67,10 @@ typedef struct gp_cell_mem {
  *   remat CELL: stash = in_flight * in_bytes[first]; work = state (one micro-batch
  *            recomputed during its backward);
  *   remat NONE: stash = in_flight * (in_bytes[first] + state); work = 0;
+ *   HELD: stash = in_flight * (2 in_bytes[first] + state + the layers' keep_bytes) (as many
+ *            micro-batches between input and weight part, holding their input and keep_bytes,
+ *            as between forward and input part, holding input and state); work = 0, and the
+ *            transient term below keeps the state of the layers above i;
  *   transient = the most, over the cell's layers i, that backward through layer i holds beside
  *            the state of layers first..i (those above i are released by then): the gradients
  *            of its output and input (out_bytes + in_bytes; no input gradient for the model's

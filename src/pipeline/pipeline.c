@@ -59,9 +59,11 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: stages %d > %d layers (each stage needs at least one layer)", *K,
                         m->nlayers);
-    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B)
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: schedule %d is neither gpipe (%d) nor 1f1b (%d)",
-                        (int)po->schedule, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B);
+    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B &&
+        po->schedule != GP_SCHEDULE_ZBH1)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: schedule %d is neither gpipe (%d), 1f1b (%d) nor zbh1 (%d)",
+                        (int)po->schedule, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1);
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
         po->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,

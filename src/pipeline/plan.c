@@ -15,10 +15,6 @@
 
 #define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
 
-const char *gp_schedule_kind_name(gp_schedule_kind s) {
-    return s == GP_SCHEDULE_GPIPE ? "gpipe" : s == GP_SCHEDULE_1F1B ? "1f1b" : "?";
-}
-
 void gp_plan_free(gp_plan *p) {
     if (!p) return;
     free(p->cells);
@@ -70,9 +66,10 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
     if (po->stage_threads < 0 || po->stage_threads > 1024)
         return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to 1024",
                         po->stage_threads);
-    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B)
-        return gp_error(GP_INVALID_ARGUMENT, "unknown schedule %d (expected gpipe or 1f1b)",
-                        (int)po->schedule);
+    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B &&
+        po->schedule != GP_SCHEDULE_ZBH1)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "unknown schedule %d (expected gpipe, 1f1b or zbh1)", (int)po->schedule);
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
         po->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -138,14 +135,14 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         sc[k] = gp_sim_cell_from_layers(est, first[k], e);
         sc[k].fwd_time *= sec_per_unit;
         sc[k].bwd_time *= sec_per_unit;
+        sc[k].wgt_time *= sec_per_unit;
         out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, L, 1, cell_remat[k]).grads;
         out->cells[k].time_s = sc[k].fwd_time + sc[k].bwd_time; /* compute alone, for now */
     }
     mesh_bytes(est, L, first, K, M, po, cell_remat, vocab_split, rows, sc, out);
     for (int k = 0; k < K; k++)
         worst_comm = fmax(worst_comm, M * (sc[k].fwd_time + sc[k].bwd_time - out->cells[k].time_s));
-    status = po->schedule == GP_SCHEDULE_1F1B ? gp_schedule_1f1b(K, M, &s)
-                                              : gp_schedule_gpipe(K, M, &s);
+    status = gp_schedule_generate(gp_schedule_kind_name(po->schedule), K, M, &s);
     if (status != GP_OK) goto done;
     gp_sim_opts so = {.capacity = 1, .cell_remat = cell_remat};
     gp_sim_result res;
@@ -170,7 +167,10 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
             c->bwd_flops += flops[i].bwd_time;
         }
         c->time_s = sc[k].fwd_time + sc[k].bwd_time;
-        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, st[k].peak_in_flight, cell_remat[k]);
+        /* a split backward holds its state to the weight part, as the partitioner counted */
+        const gp_remat mem_mode =
+            gp_schedule_kind_splits(po->schedule) ? GP_REMAT_HELD : cell_remat[k];
+        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, st[k].peak_in_flight, mem_mode);
         c->param_bytes = cm.params;
         c->grad_bytes = cm.grads;
         c->optim_bytes = cm.optim;

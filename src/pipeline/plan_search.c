@@ -93,7 +93,7 @@ static gp_status enumerate(int L, int64_t batch, int T, uint64_t limit,
             const int64_t per = batch / D;
             for (int64_t M = 1; M <= per; M++) {
                 if (per % M || (so->micro_batches && M != so->micro_batches)) continue;
-                for (int s = 0; s <= GP_SCHEDULE_1F1B; s++) {
+                for (int s = 0; s <= GP_SCHEDULE_ZBH1; s++) {
                     if (!allowed(so->schedules, s)) continue;
                     for (int r = 0; r <= GP_REMAT_SELECTIVE; r++) {
                         if (!allowed(so->remats, r)) continue;

@@ -118,11 +118,15 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                         x->stash += c->in_bytes +
                                     (remat == GP_REMAT_NONE ? c->state_bytes : 0);
                     break;
-                case GP_ACT_BACKWARD: {
+                case GP_ACT_BACKWARD:
+                case GP_ACT_BACKWARD_INPUT: {
+                    const bool split = a->kind == GP_ACT_BACKWARD_INPUT;
                     double re = !c || remat != GP_REMAT_CELL ? 0
                                 : c->recompute_mb                        ? c->recompute_mb[a->mb]
                                                                          : c->fwd_time;
-                    dur = (!c ? 0 : c->bwd_mb ? c->bwd_mb[a->mb] : c->bwd_time) + re;
+                    const double whole = !c ? 0 : c->bwd_mb ? c->bwd_mb[a->mb] : c->bwd_time;
+                    const double wgt = !c || !split ? 0 : c->wgt_mb ? c->wgt_mb[a->mb] : c->wgt_time;
+                    dur = whole - wgt + re;
                     if (r) r->recompute += re;
                     /* CELL rebuilds one micro-batch's full state on top of the stash. */
                     if (c && r && remat == GP_REMAT_CELL &&
@@ -130,10 +134,16 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                         r->peak_act_bytes = x->stash + c->state_bytes;
                     x->in_flight--;
                     if (c)
-                        x->stash -= c->in_bytes +
+                        x->stash -= (split ? 0 : c->in_bytes) +
                                     (remat == GP_REMAT_NONE ? c->state_bytes : 0);
+                    /* split: the input and what the weight parts read stay to the weight part */
+                    if (c && split) x->stash += c->keep_bytes;
                     break;
                 }
+                case GP_ACT_BACKWARD_WEIGHT:
+                    dur = !c ? 0 : c->wgt_mb ? c->wgt_mb[a->mb] : c->wgt_time;
+                    if (c) x->stash -= c->in_bytes + c->keep_bytes;
+                    break;
                 case GP_ACT_OPTIMIZER_STEP: dur = c ? c->opt_time : 0; break;
                 case GP_ACT_SEND_ACT:
                 case GP_ACT_SEND_GRAD: {

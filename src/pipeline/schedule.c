@@ -10,8 +10,10 @@
 #include "core/error.h"
 
 static const char *const kind_names[GP_ACT_NKINDS] = {
-    "FORWARD", "BACKWARD", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "OPTIMIZER_STEP"};
-static const char *const kind_short[GP_ACT_NKINDS] = {"F", "B", "SA", "RA", "SG", "RG", "STEP"};
+    "FORWARD",   "BACKWARD",  "SEND_ACT",       "RECV_ACT",       "SEND_GRAD",
+    "RECV_GRAD", "OPTIMIZER_STEP", "BACKWARD_INPUT", "BACKWARD_WEIGHT"};
+static const char *const kind_short[GP_ACT_NKINDS] = {"F",  "B",    "SA", "RA", "SG",
+                                                      "RG", "STEP", "BI", "W"};
 
 gp_status gp_schedule_init(gp_schedule *s, int stages, int micro_batches) {
     if (!s) return gp_error(GP_INVALID_ARGUMENT, "schedule: NULL output");
@@ -62,12 +64,17 @@ static gp_status push_forward(gp_schedule *s, int k, int m) {
     return GP_OK;
 }
 
-/* The last stage computes the loss inside BACKWARD, so it receives no gradient. */
-static gp_status push_backward(gp_schedule *s, int k, int m) {
+/* The last stage computes the loss inside BACKWARD, so it receives no gradient. kind: BACKWARD,
+ * or BACKWARD_INPUT for a split one. */
+static gp_status push_backward_kind(gp_schedule *s, int k, int m, gp_action_kind kind) {
     if (k < s->stages - 1) GP_TRY(gp_schedule_push(s, k, GP_ACT_RECV_GRAD, m));
-    GP_TRY(gp_schedule_push(s, k, GP_ACT_BACKWARD, m));
+    GP_TRY(gp_schedule_push(s, k, kind, m));
     if (k > 0) GP_TRY(gp_schedule_push(s, k, GP_ACT_SEND_GRAD, m));
     return GP_OK;
+}
+
+static gp_status push_backward(gp_schedule *s, int k, int m) {
+    return push_backward_kind(s, k, m, GP_ACT_BACKWARD);
 }
 
 static gp_status gen_gpipe(gp_schedule *s) {
@@ -95,6 +102,58 @@ static gp_status gen_1f1b(gp_schedule *s) {
     return GP_OK;
 }
 
+/* ZB-H1 by list scheduling at unit costs (see schedule.h). done[(k * 3 + part) * M + m]: the
+ * time stage k finished part (0 forward, 1 input backward, 2 weight) of micro-batch m, or -1. */
+static gp_status gen_zbh1(gp_schedule *s) {
+    const int K = s->stages, M = s->micro_batches;
+    long *done = malloc((size_t)K * 3 * (size_t)M * sizeof *done);
+    int *next = calloc((size_t)K * 3, sizeof *next); /* next[k * 3 + part]: next micro-batch */
+    long *free_at = calloc((size_t)K, sizeof *free_at);
+    gp_status st = GP_OK;
+    if (!done || !next || !free_at) {
+        st = gp_error(GP_OUT_OF_MEMORY, "schedule zbh1: no memory for K = %d, M = %d", K, M);
+        goto out;
+    }
+    for (size_t i = 0; i < (size_t)K * 3 * (size_t)M; i++) done[i] = -1;
+#define DONE(k, part, m) done[((size_t)(k) * 3 + (part)) * (size_t)M + (size_t)(m)]
+#define READY(k, part, m, t) (DONE(k, part, m) >= 0 && DONE(k, part, m) <= (t))
+    int left = 3 * K * M;
+    for (long t = 0; left > 0 && st == GP_OK; t++) {
+        for (int k = 0; k < K && st == GP_OK; k++) {
+            if (free_at[k] > t) continue;
+            int *nf = &next[k * 3], *nb = nf + 1, *nw = nf + 2;
+            /* 1F1B's bound on forwards not yet backwarded; the weight parts may wait on every
+             * stage as long as on the first (they hold less) */
+            const int cap = K - k < M ? K - k : M, wcap = K < M ? K : M;
+            int part = -1;
+            if (*nb < *nf && *nb - *nw < wcap &&
+                (k == K - 1 ? READY(k, 0, *nb, t) : READY(k + 1, 1, *nb, t)))
+                part = 1;
+            else if (*nf < M && *nf - *nb < cap && (k == 0 || READY(k - 1, 0, *nf, t)))
+                part = 0;
+            else if (*nw < *nb)
+                part = 2;
+            if (part < 0) continue;
+            const int m = next[k * 3 + part]++;
+            DONE(k, part, m) = t + 1;
+            free_at[k] = t + 1;
+            left--;
+            st = part == 0 ? push_forward(s, k, m)
+                 : part == 1 ? push_backward_kind(s, k, m, GP_ACT_BACKWARD_INPUT)
+                             : gp_schedule_push(s, k, GP_ACT_BACKWARD_WEIGHT, m);
+        }
+    }
+#undef READY
+#undef DONE
+    for (int k = 0; k < K && st == GP_OK; k++)
+        st = gp_schedule_push(s, k, GP_ACT_OPTIMIZER_STEP, -1);
+out:
+    free(done);
+    free(next);
+    free(free_at);
+    return st;
+}
+
 static gp_status generate(const char *name, gp_status (*gen)(gp_schedule *), int K, int M,
                           gp_schedule *out) {
     GP_TRY(gp_schedule_init(out, K, M));
@@ -112,11 +171,25 @@ gp_status gp_schedule_1f1b(int stages, int micro_batches, gp_schedule *out) {
     return generate("1f1b", gen_1f1b, stages, micro_batches, out);
 }
 
+gp_status gp_schedule_zbh1(int stages, int micro_batches, gp_schedule *out) {
+    return generate("zbh1", gen_zbh1, stages, micro_batches, out);
+}
+
+bool gp_schedule_kind_splits(gp_schedule_kind kind) { return kind == GP_SCHEDULE_ZBH1; }
+
+const char *gp_schedule_kind_name(gp_schedule_kind s) {
+    return s == GP_SCHEDULE_GPIPE  ? "gpipe"
+           : s == GP_SCHEDULE_1F1B ? "1f1b"
+           : s == GP_SCHEDULE_ZBH1 ? "zbh1"
+                                   : "?";
+}
+
 gp_status gp_schedule_generate(const char *name, int stages, int micro_batches,
                                gp_schedule *out) {
     if (name && strcmp(name, "gpipe") == 0) return gp_schedule_gpipe(stages, micro_batches, out);
     if (name && strcmp(name, "1f1b") == 0) return gp_schedule_1f1b(stages, micro_batches, out);
-    return gp_error(GP_INVALID_ARGUMENT, "schedule '%s': unknown; expected gpipe or 1f1b",
+    if (name && strcmp(name, "zbh1") == 0) return gp_schedule_zbh1(stages, micro_batches, out);
+    return gp_error(GP_INVALID_ARGUMENT, "schedule '%s': unknown; expected gpipe, 1f1b or zbh1",
                     name ? name : "(null)");
 }
 

@@ -19,6 +19,10 @@ typedef enum gp_action_kind {
     GP_ACT_SEND_GRAD,      /* send the gradient of mb's input to stage k - 1 */
     GP_ACT_RECV_GRAD,      /* receive the gradient of mb's output from stage k + 1 */
     GP_ACT_OPTIMIZER_STEP, /* one update after all M micro-batches (mb unused, -1) */
+    /* A split backward (zero-bubble schedules), in place of BACKWARD: */
+    GP_ACT_BACKWARD_INPUT,  /* (recompute and) the input gradient, which SEND_GRAD sends; the
+                               last stage computes the loss here */
+    GP_ACT_BACKWARD_WEIGHT, /* later: the weight gradients, added into the gradients */
     GP_ACT_NKINDS
 } gp_action_kind;
 
@@ -48,13 +52,23 @@ gp_status gp_schedule_push(gp_schedule *s, int k, gp_action_kind kind, int mb);
 /* Frees the lists and zeroes *s (safe on a zeroed struct). */
 void gp_schedule_free(gp_schedule *s);
 
-/* Generators. Both accumulate gradients in micro-batch order 0..M-1 on every stage.
+/* Generators. All accumulate gradients in micro-batch order 0..M-1 on every stage.
  * gpipe: all forwards, then all backwards (fill-drain), M micro-batches in flight per stage.
  * 1f1b:  stage k runs min(K-k-1, M) warm-up forwards, then alternates one forward and one
- *        backward, then cools down; at most min(K-k, M) micro-batches in flight. */
+ *        backward, then cools down; at most min(K-k, M) micro-batches in flight.
+ * zbh1:  zero bubble H1 (Qi et al.): backwards split into input and weight parts; stage k keeps
+ *        at most min(K-k, M) micro-batches between forward and input backward (1F1B's bound)
+ *        and at most as many between input backward and weight part (which hold only what the
+ *        weight parts read), and runs the weight parts where 1F1B idles. Built by list
+ *        scheduling at unit costs: whenever a stage is free it runs, in this order of
+ *        preference, the next input backward whose gradient is there (bounds allowing), the
+ *        next forward whose input is there (bounds allowing), the next weight part. */
 gp_status gp_schedule_gpipe(int stages, int micro_batches, gp_schedule *out);
 gp_status gp_schedule_1f1b(int stages, int micro_batches, gp_schedule *out);
-/* By name: "gpipe" or "1f1b" (anything else: an error listing those). */
+gp_status gp_schedule_zbh1(int stages, int micro_batches, gp_schedule *out);
+/* Whether a schedule kind splits its backwards (BACKWARD_INPUT / BACKWARD_WEIGHT). */
+bool gp_schedule_kind_splits(gp_schedule_kind kind);
+/* By name: "gpipe", "1f1b" or "zbh1" (anything else: an error listing those). */
 gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, gp_schedule *out);
 
 /* "FORWARD(3)", "OPTIMIZER_STEP"; returns buf. */
@@ -98,12 +112,16 @@ gp_status gp_schedule_fault_error(const gp_schedule *s, int k, int i, gp_schedul
 typedef struct gp_sim_cell {
     double fwd_time;      /* one micro-batch forward */
     double bwd_time;      /* one micro-batch backward, without recomputation */
+    double wgt_time;      /* of bwd_time, the weight gradients (a split backward's own action) */
     double opt_time;      /* the optimizer step */
     uint64_t in_bytes;    /* the cell's input, one micro-batch */
     uint64_t state_bytes; /* the cell's full saved state of one micro-batch (out + saved) */
-    /* Optional, M entries each: the durations of each micro-batch's forward, backward and (remat
-     * CELL) recomputation, replacing the means above: a replay of measured actions. */
-    const double *fwd_mb, *bwd_mb, *recompute_mb;
+    uint64_t keep_bytes;  /* held from a split backward's input part to its weight part: the
+                           * output gradients the weight parts read */
+    /* Optional, M entries each: the durations of each micro-batch's forward, backward (both
+     * parts of a split one), its weight part and (remat CELL) recomputation, replacing the
+     * means above: a replay of measured actions. */
+    const double *fwd_mb, *bwd_mb, *wgt_mb, *recompute_mb;
 } gp_sim_cell;
 
 /* Sums a cell's figures over layers [first, end) (the memory model's terms). */

@@ -11,6 +11,8 @@ gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int e
     for (int i = first; i < end; i++) {
         c.fwd_time += layers[i].fwd_time;
         c.bwd_time += layers[i].bwd_time;
+        c.wgt_time += layers[i].wgt_time;
+        c.keep_bytes += layers[i].keep_bytes;
         /* the memory model's per-micro-batch state: outputs plus saved tensors */
         c.state_bytes += layers[i].out_bytes + layers[i].saved_bytes;
     }
@@ -43,6 +45,11 @@ gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
                             "simulate: cell %d times fwd %g, bwd %g, optimizer %g; expected "
                             "finite values >= 0",
                             k, c->fwd_time, c->bwd_time, c->opt_time);
+        if (!(c->wgt_time >= 0 && c->wgt_time <= c->bwd_time))
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "simulate: cell %d weight-gradient time %g; expected 0 to its "
+                            "backward's %g",
+                            k, c->wgt_time, c->bwd_time);
     }
     gp_sim_opts oo = *o;
     oo.capacity = capacity;

@@ -143,48 +143,71 @@ static gp_status layer_done(void *ctx, int li) {
     return s->p->sync.layer_grads_final(s->p->sync.ctx, s, li);
 }
 
-static gp_status backward_proper(gp_stage *s, int mb) {
-    gp_pipeline *p = s->p;
+/* What a backward of mb starts from: its output gradient in s->dy[mb] (the last stage's loss
+ * gradient put there too) and, but on the first stage, s->dx[mb] allocated for its input
+ * gradient (*dx; NULL on the first stage). On failure the pass is released. */
+static gp_status backward_begin(gp_stage *s, int mb, gp_tensor **dx) {
+    *dx = NULL;
     if (!s->pass[mb].acts) return gp_error(GP_INTERNAL, "BACKWARD(%d) without its forward", mb);
-    gp_tensor dlogits = {0};
-    const gp_tensor *dy = &s->dy[mb];
-    if (is_last(s)) {
-        gp_status st = last_stage_loss(s, mb, gp_seq_output(&s->pass[mb]), &dlogits);
-        if (st != GP_OK) {
-            gp_seq_release(&s->pass[mb]);
-            return st;
-        }
-        dy = &dlogits;
-    } else if (!dy->data) {
-        return gp_error(GP_INTERNAL, "BACKWARD(%d) before its output gradient arrived", mb);
-    }
-    gp_tensor *dx = NULL;
     gp_status st = GP_OK;
-    if (s->k > 0) {
+    if (is_last(s))
+        st = last_stage_loss(s, mb, gp_seq_output(&s->pass[mb]), &s->dy[mb]);
+    else if (!s->dy[mb].data)
+        st = gp_error(GP_INTERNAL, "BACKWARD(%d) before its output gradient arrived", mb);
+    if (st == GP_OK && s->k > 0) {
         st = gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, s->in_shape, GP_F32, &s->dx[mb]);
-        dx = &s->dx[mb];
+        *dx = &s->dx[mb];
     }
-    /* The last micro-batch's backward makes each layer's gradients final as it goes. */
-    const bool hook = p->sync.layer_grads_final && mb == p->M - 1 && !p->no_update;
-    if (st == GP_OK)
-        st = gp_seq_backward_each(s->m, &s->pass[mb], dy, dx, hook ? layer_done : NULL, s);
-    else
-        gp_seq_release(&s->pass[mb]);
-    gp_tensor_release(&dlogits);
-    gp_tensor_release(&s->dy[mb]);
-    gp_tensor_release(&s->in[mb]); /* the stash is done with */
+    if (st != GP_OK) gp_seq_release(&s->pass[mb]);
     return st;
 }
 
-/* The rebuild of a remat cell is its own RECOMPUTE event, apart from the BACKWARD proper. */
-static gp_status do_backward(gp_stage *s, int mb) {
+/* The last micro-batch's backward (its weight part, when split) makes each layer's gradients
+ * final as it goes: the launcher's hook then, or none. */
+static gp_seq_layer_done final_hook(const gp_stage *s, int mb) {
+    const gp_pipeline *p = s->p;
+    return p->sync.layer_grads_final && mb == p->M - 1 && !p->no_update ? layer_done : NULL;
+}
+
+/* A whole backward, or (split) its input part, which leaves the pass, the output gradient and
+ * the stash to the weight part. */
+static gp_status backward_proper(gp_stage *s, int mb, bool split) {
+    gp_tensor *dx;
+    gp_status st = backward_begin(s, mb, &dx);
+    if (st == GP_OK)
+        st = split ? gp_seq_backward_input(s->m, &s->pass[mb], &s->dy[mb], dx)
+                   : gp_seq_backward_each(s->m, &s->pass[mb], &s->dy[mb], dx,
+                                          final_hook(s, mb), s);
+    if (!split || st != GP_OK) {
+        gp_tensor_release(&s->dy[mb]);
+        gp_tensor_release(&s->in[mb]); /* the stash is done with */
+    } else if (!gp_seq_holds_output_grad(&s->pass[mb])) {
+        gp_tensor_release(&s->dy[mb]); /* the weight parts do not read it */
+    }
+    return st;
+}
+
+/* A split backward's weight part: the pass, its output gradient and the stash are done with. */
+static gp_status backward_weight(gp_stage *s, int mb) {
+    gp_status st = s->pass[mb].dys ? gp_seq_backward_weight_each(s->m, &s->pass[mb],
+                                                                 final_hook(s, mb), s)
+                                   : gp_error(GP_INTERNAL, "BACKWARD_WEIGHT(%d) without its "
+                                                           "input part", mb);
+    gp_tensor_release(&s->dy[mb]);
+    gp_tensor_release(&s->in[mb]);
+    return st;
+}
+
+/* The rebuild of a remat cell is its own RECOMPUTE event, apart from the BACKWARD proper (or
+ * its input part: split). */
+static gp_status do_backward(gp_stage *s, int mb, bool split) {
     gp_pipeline *p = s->p;
     if (p->cell_remat[s->k] == GP_REMAT_CELL) {
         gp_run run = run_for(s, mb, true);
         TRACED(s, GP_TRACE_RECOMPUTE, mb, NULL,
                gp_seq_forward(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
     }
-    TRACED(s, GP_TRACE_BACKWARD, mb, NULL, backward_proper(s, mb));
+    TRACED(s, GP_TRACE_BACKWARD, mb, NULL, backward_proper(s, mb, split));
     return GP_OK;
 }
 
@@ -291,7 +314,11 @@ static gp_status do_action(gp_stage *s, gp_action a) {
     int k = s->k, mb = a.mb;
     switch (a.kind) {
     case GP_ACT_FORWARD: TRACED(s, GP_TRACE_FORWARD, mb, NULL, do_forward(s, mb)); return GP_OK;
-    case GP_ACT_BACKWARD: return do_backward(s, mb);
+    case GP_ACT_BACKWARD: return do_backward(s, mb, false);
+    case GP_ACT_BACKWARD_INPUT: return do_backward(s, mb, true);
+    case GP_ACT_BACKWARD_WEIGHT:
+        TRACED(s, GP_TRACE_WEIGHT, mb, NULL, backward_weight(s, mb));
+        return GP_OK;
     case GP_ACT_SEND_ACT: return timed_send(s, k + 1, GP_MSG_ACT, mb, &s->out[mb]);
     case GP_ACT_SEND_GRAD: return timed_send(s, k - 1, GP_MSG_GRAD, mb, &s->dx[mb]);
     case GP_ACT_RECV_ACT:

@@ -61,13 +61,15 @@ gp_status gp_timeline_simulate(gp_pipeline *p) {
     const int K = p->K, M = p->M;
     gp_sim_cell *cells = calloc((size_t)K, sizeof *cells);
     gp_sim_stage *st = calloc((size_t)K, sizeof *st);
-    double *per_mb = calloc(3 * (size_t)K * (size_t)M, sizeof *per_mb);
+    double *per_mb = calloc(4 * (size_t)K * (size_t)M, sizeof *per_mb);
     gp_status s = GP_OK;
     if (!cells || !st || !per_mb)
         s = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d simulator cells", K);
     for (int k = 0; k < K && s == GP_OK; k++) {
-        int n, nf = 0, nb = 0;
-        double *f = per_mb + (size_t)3 * k * M, *b = f + M, *re = b + M;
+        int n, nf = 0, nb = 0, nw = 0;
+        /* per micro-batch: forward, whole backward (both parts of a split one), its weight
+         * part, recomputation */
+        double *f = per_mb + (size_t)4 * k * M, *b = f + M, *w = b + M, *re = w + M;
         /* Stage k's shard 0 (with processes: replica 0's, world rank k T) stands for it. */
         const gp_trace_event *ev = gp_trace_events(&p->trace, k * p->T, &n);
         for (int i = 0; i < n; i++) {
@@ -76,20 +78,27 @@ gp_status gp_timeline_simulate(gp_pipeline *p) {
             bool in = mb >= 0 && mb < M;
             if (ev[i].kind == GP_TRACE_FORWARD) cells[k].fwd_time += d, nf++, f[in ? mb : 0] += in ? d : 0;
             if (ev[i].kind == GP_TRACE_BACKWARD) cells[k].bwd_time += d, nb++, b[in ? mb : 0] += in ? d : 0;
+            if (ev[i].kind == GP_TRACE_WEIGHT) {
+                cells[k].wgt_time += d, nw++;
+                if (in) w[mb] += d, b[mb] += d;
+            }
             if (ev[i].kind == GP_TRACE_RECOMPUTE && in) re[mb] += d;
             if (ev[i].kind == GP_TRACE_OPTIMIZER) cells[k].opt_time += d;
         }
         if (nf) cells[k].fwd_time /= nf;
         if (nb) cells[k].bwd_time /= nb;
+        if (nw) cells[k].wgt_time /= nw;
+        cells[k].bwd_time += cells[k].wgt_time; /* the whole backward */
     }
     gp_sim_opts o = {.capacity = MAILBOX_CAPACITY, .cell_remat = p->cell_remat};
     gp_sim_result r = {0};
     if (s == GP_OK) s = gp_schedule_simulate(&p->sched, cells, &o, st, &r);
     p->trace.bubble_simulated = s == GP_OK ? r.bubble : -1.0;
     for (int k = 0; k < K && s == GP_OK; k++) {
-        cells[k].fwd_mb = per_mb + (size_t)3 * k * M;
+        cells[k].fwd_mb = per_mb + (size_t)4 * k * M;
         cells[k].bwd_mb = cells[k].fwd_mb + M;
-        cells[k].recompute_mb = cells[k].bwd_mb + M;
+        cells[k].wgt_mb = cells[k].bwd_mb + M;
+        cells[k].recompute_mb = cells[k].wgt_mb + M;
     }
     if (s == GP_OK) s = gp_schedule_simulate(&p->sched, cells, &o, st, &r);
     p->bubble_replayed = s == GP_OK ? r.bubble : -1.0;

@@ -14,7 +14,8 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
     int *fwd = seen + GP_ACT_FORWARD * M, *bwd = seen + GP_ACT_BACKWARD * M;
     int *sa = seen + GP_ACT_SEND_ACT * M, *ra = seen + GP_ACT_RECV_ACT * M;
     int *sg = seen + GP_ACT_SEND_GRAD * M, *rg = seen + GP_ACT_RECV_GRAD * M;
-    int next_bwd = 0, step_at = -1;
+    int *bi = seen + GP_ACT_BACKWARD_INPUT * M, *bw = seen + GP_ACT_BACKWARD_WEIGHT * M;
+    int next_bwd = 0, next_wgt = 0, step_at = -1;
     for (int i = 0; i < st->n; i++) {
         gp_action a = st->a[i];
         int m = a.mb;
@@ -36,17 +37,34 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
                              k - 1);
             break;
         case GP_ACT_BACKWARD:
+        case GP_ACT_BACKWARD_INPUT:
             if (fwd[m] < 0) return FAULT("comes before FORWARD(%d) on this stage", m);
+            if ((a.kind == GP_ACT_BACKWARD ? bi[m] : bwd[m]) >= 0)
+                return FAULT("micro-batch %d already had %s at action %d; a backward runs whole "
+                             "or split, once",
+                             m, a.kind == GP_ACT_BACKWARD ? "BACKWARD_INPUT" : "BACKWARD",
+                             a.kind == GP_ACT_BACKWARD ? bi[m] : bwd[m]);
             if (m != next_bwd)
                 return FAULT("backwards must run in micro-batch order 0..%d on every stage "
                              "(gradients accumulate in that order, for bitwise-identical "
-                             "results); expected BACKWARD(%d) here",
-                             M - 1, next_bwd);
+                             "results); expected %s(%d) here",
+                             M - 1, a.kind == GP_ACT_BACKWARD ? "BACKWARD" : "BACKWARD_INPUT",
+                             next_bwd);
             if (k < K - 1 && rg[m] < 0)
                 return FAULT("needs RECV_GRAD(%d) before it (its output gradient comes from "
                              "stage %d)",
                              m, k + 1);
             next_bwd++;
+            break;
+        case GP_ACT_BACKWARD_WEIGHT:
+            if (bi[m] < 0)
+                return FAULT("comes before BACKWARD_INPUT(%d), whose output gradients it reads", m);
+            if (m != next_wgt)
+                return FAULT("weight gradients must run in micro-batch order 0..%d on every "
+                             "stage (they accumulate in that order); expected "
+                             "BACKWARD_WEIGHT(%d) here",
+                             M - 1, next_wgt);
+            next_wgt++;
             break;
         case GP_ACT_SEND_ACT:
             if (k == K - 1)
@@ -59,7 +77,8 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
             break;
         case GP_ACT_SEND_GRAD:
             if (k == 0) return FAULT("the first stage has no previous stage to send gradients to");
-            if (bwd[m] < 0) return FAULT("comes before BACKWARD(%d), which produces it", m);
+            if (bwd[m] < 0 && bi[m] < 0)
+                return FAULT("comes before BACKWARD(%d), which produces it", m);
             break;
         case GP_ACT_RECV_GRAD:
             if (k == K - 1)
@@ -69,7 +88,12 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
         case GP_ACT_OPTIMIZER_STEP:
             for (int j = 0; j < M; j++) {
                 if (fwd[j] < 0) return FAULT("comes before FORWARD(%d), which is missing", j);
-                if (bwd[j] < 0) return FAULT("comes before BACKWARD(%d), which is missing", j);
+                if (bwd[j] < 0 && bi[j] < 0)
+                    return FAULT("comes before BACKWARD(%d), which is missing", j);
+                if (bi[j] >= 0 && bw[j] < 0)
+                    return FAULT("comes before BACKWARD_WEIGHT(%d), which is missing (the split "
+                                 "backward's weight gradients)",
+                                 j);
                 if (k < K - 1 && sa[j] < 0)
                     return FAULT("comes before SEND_ACT(%d), which is missing (stage %d needs "
                                  "every micro-batch's activation)",

@@ -7,9 +7,10 @@
 
 #include "trace/trace.h"
 
-/* "F3", "B3", "R3" for computation; "send 3", "optimizer" ... (or the label) for the rest. */
+/* "F3", "B3", "R3", "W3" for computation; "send 3", "optimizer" ... (or the label) for the
+ * rest. */
 static void event_name(const gp_trace_event *e, char *buf, size_t n) {
-    static const char letter[GP_TRACE_NKINDS] = {'F', 'B', 'R', 0, 0, 0, 0};
+    static const char letter[GP_TRACE_NKINDS] = {'F', 'B', 'R', 0, 0, 0, 0, 'W'};
     const char *base = e->label[0] ? e->label : gp_trace_kind_name(e->kind);
     if (letter[e->kind] && e->micro_batch >= 0)
         snprintf(buf, n, "%c%d", letter[e->kind], e->micro_batch);

@@ -27,10 +27,10 @@ enum {
 };
 
 static const char *const fill[GP_TRACE_NKINDS] = {
-    "#4e79a7", "#f28e2b", "#b07aa1", "#59a14f", "#59a14f", "#bab0ac", "#e15759",
+    "#4e79a7", "#f28e2b", "#b07aa1", "#59a14f", "#59a14f", "#bab0ac", "#e15759", "#edc948",
 };
 static const char *const ink[GP_TRACE_NKINDS] = {
-    "#ffffff", "#1a1a1a", "#ffffff", "#ffffff", "#ffffff", "#1a1a1a", "#ffffff",
+    "#ffffff", "#1a1a1a", "#ffffff", "#ffffff", "#ffffff", "#1a1a1a", "#ffffff", "#1a1a1a",
 };
 #define ROW_FILL "#f3f3f3"
 #define FONT "font-family=\"DejaVu Sans, Verdana, Arial, sans-serif\""
@@ -102,20 +102,23 @@ static void title_line(gp_file_out *o, const gp_trace *t, const gp_trace_stats *
     gp_file_out_write(o, "</text>\n");
 }
 
-static void legend(gp_file_out *o) {
+/* weights: whether the trace has split backwards (then "backward" is their input part). */
+static void legend(gp_file_out *o, bool weights) {
     static const struct {
         const char *name;
         const char *color;
         bool strip; /* drawn as a thin strip in the rows, so in the legend too */
     } items[] = {
         {"forward", "#4e79a7", false}, {"backward", "#f28e2b", false},
-        {"recompute", "#b07aa1", false}, {"send/recv", "#59a14f", true},
-        {"wait", "#bab0ac", true}, {"optimizer", "#e15759", false},
+        {"weight gradients", "#edc948", false}, {"recompute", "#b07aa1", false},
+        {"send/recv", "#59a14f", true}, {"wait", "#bab0ac", true},
+        {"optimizer", "#e15759", false},
         {"idle (bubble)", ROW_FILL, false}, /* the same colours as fill[] above */
     };
     int x = LEFT;
     gp_file_out_printf(o, "<g id=\"legend\" font-size=\"12\" %s>\n", FONT);
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+        if (!weights && strcmp(items[i].name, "weight gradients") == 0) continue;
         int h = items[i].strip ? 6 : 14;
         gp_file_out_printf(o,
                             "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"%d\" fill=\"%s\" "
@@ -183,6 +186,12 @@ static void axis(gp_file_out *o, double span, double x0, double plot_w, int y) {
     gp_file_out_write(o, "</g>\n");
 }
 
+static bool ss_has_weights(const gp_trace_stage_stats *ss, int stages) {
+    for (int k = 0; k < stages; k++)
+        if (ss[k].by_kind[GP_TRACE_WEIGHT] > 0) return true;
+    return false;
+}
+
 gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
     gp_trace_stats st;
     GP_TRY(gp_trace_measure(t, NULL, &st));
@@ -215,7 +224,7 @@ gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
                         "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
                         WIDTH, height, WIDTH, height, WIDTH, height);
     title_line(&o, t, &st, nev);
-    legend(&o);
+    legend(&o, ss_has_weights(ss, t->stages));
     for (int k = 0; k < t->stages; k++) {
         int y = ROWS_TOP + k * (ROW_H + ROW_GAP);
         gp_file_out_printf(&o, "<g id=\"stage%d\" %s>\n", k, FONT);

@@ -7,7 +7,7 @@
 #include "trace/trace.h"
 
 static const char *const kind_names[GP_TRACE_NKINDS] = {
-    "forward", "backward", "recompute", "send", "recv", "wait", "optimizer",
+    "forward", "backward", "recompute", "send", "recv", "wait", "optimizer", "weight",
 };
 
 const char *gp_trace_kind_name(gp_trace_kind kind) {

@@ -18,6 +18,8 @@ typedef enum gp_trace_kind {
     GP_TRACE_RECV,        /* taking a message that is there: the copy only, not the waiting */
     GP_TRACE_WAIT,        /* blocked on a neighbour (empty or full mailbox) */
     GP_TRACE_OPTIMIZER,   /* the step after all M micro-batches (micro_batch -1) */
+    GP_TRACE_WEIGHT,      /* a split backward's weight gradients, run apart from its input part
+                           * (BACKWARD) by zero-bubble schedules */
     GP_TRACE_NKINDS
 } gp_trace_kind;
 

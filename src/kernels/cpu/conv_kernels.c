@@ -283,7 +283,9 @@ static void conv_backward_part(void *ctx, int t, int nt) {
             const float *xb = a->x + b * in_elems;
             const float *dyb = a->dy + b * oc * npix; /* (OC, P) */
             const float beta = b == lo ? 0.0f : 1.0f;
-            if (is_direct(g)) { /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C) */
+            if (!a->dw) {
+                /* input gradient alone */
+            } else if (is_direct(g)) { /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C) */
                 gp_cpu_sgemm(false, true, oc, kdim, npix, 1.0f, dyb, npix, xb, npix, beta, pw,
                              kdim);
             } else {
@@ -342,8 +344,9 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
     }
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
     gp_cpu_pool_run(pool, conv_threads(dev, groups), conv_backward_part, &a);
-    gp_cpu_parallel_for(pool, out_ch * g->channels * g->kernel * g->kernel, 16, 4096,
-                        conv_reduce_range, &a);
+    if (dw)
+        gp_cpu_parallel_for(pool, out_ch * g->channels * g->kernel * g->kernel, 16, 4096,
+                            conv_reduce_range, &a);
     return GP_OK;
 }
 

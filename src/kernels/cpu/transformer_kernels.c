@@ -69,7 +69,7 @@ gp_status gp_cpu_linear_backward(gp_device *dev, int64_t rows, int64_t in, int64
                                  const float *x, const float *w, const float *dy, float *dx,
                                  float *dw, float *db) {
     if (dx) GP_TRY(gp_cpu_gemm(dev, false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in));
-    GP_TRY(gp_cpu_gemm(dev, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in));
+    if (dw) GP_TRY(gp_cpu_gemm(dev, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in));
     if (db) GP_TRY(gp_cpu_sum_rows_add(dev, dy, rows, out, db));
     return GP_OK;
 }
