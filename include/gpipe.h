@@ -266,6 +266,8 @@ typedef struct gp_cost {
     double fwd_flops;
     double bwd_flops;
     double wgt_flops;      /* of bwd_flops, the weight gradients' (a split backward's later part) */
+    uint64_t wgt_keep_bytes; /* gradients a split backward copies for its weight part, beside its
+                              * input, saved state and output gradient */
     uint64_t param_bytes;  /* parameters and buffers */
     uint64_t out_bytes;    /* the output activation */
     uint64_t saved_bytes;  /* saved for backward beyond its input and output */

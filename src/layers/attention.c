@@ -11,7 +11,8 @@ typedef struct attention_impl {
     int nshards; /* 1: the whole layer; T: one of T shards (its heads; see tp_ops.h) */
 } attention_impl;
 
-enum { SLOT_QKV, SLOT_PROBS, SLOT_ATT }; /* saved tensors */
+/* saved tensors; the last two from a split backward's input part to its weight part */
+enum { SLOT_QKV, SLOT_PROBS, SLOT_ATT, SLOT_KEEP_DA, SLOT_KEEP_DQKV };
 
 static gp_status attn_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                                 gp_shape *out) {
@@ -37,6 +38,8 @@ static gp_cost attn_cost(const gp_layer *l, const gp_shape *in) {
     c.out_bytes = N * C * sizeof(float);
     c.saved_bytes = (N * 3 * C + (uint64_t)(d.batch * d.heads * d.seq * d.seq) + N * C) *
                     sizeof(float); /* qkv, probabilities, head outputs */
+    c.wgt_flops = 8.0 * (double)N * (double)C * (double)C + (double)(N * C); /* projections */
+    c.wgt_keep_bytes = 4 * N * C * sizeof(float); /* the gradients at the projection and qkv */
     return c;
 }
 
@@ -80,7 +83,9 @@ static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_ten
                              &sv, gp_f32(y));
 }
 
-static gp_status attn_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* INPUT keeps the gradients at the output projection (N, C) and at qkv (N, 3C) for WEIGHT. */
+static gp_status attn_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                    gp_bwd_part part) {
     const attention_impl *p = l->impl;
     GP_TRY(gp_layer_check_params(l, c, true));
     if (!c->saved[SLOT_ATT].data)
@@ -89,16 +94,37 @@ static gp_status attn_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_t
     gp_attn_dims d = attn_dims(p, &c->x->shape);
     gp_rng_stream s;
     const gp_rng_stream *drop = attn_drop(l, c, &s);
-    gp_status st;
-    float *ws = gp_ctx_workspace(l, c, gp_op_mha_backward_ws(c->dev, &d, drop != NULL), &st);
-    if (!ws) return st;
+    const int64_t N = d.batch * d.seq, C = d.dim;
+    if (part == GP_BWD_INPUT) {
+        gp_tensor *t;
+        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DA, gp_shape2(N, C), GP_F32, &t));
+        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DQKV, gp_shape2(N, 3 * C), GP_F32, &t));
+    } else if (part == GP_BWD_WEIGHT && !c->saved[SLOT_KEEP_DA].data) {
+        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
+                        l->index, l->ops->kind);
+    }
+    gp_status st = GP_OK;
+    float *ws = part == GP_BWD_WEIGHT
+                    ? NULL
+                    : gp_ctx_workspace(l, c, gp_op_mha_backward_ws(c->dev, &d, drop != NULL), &st);
+    if (!ws && part != GP_BWD_WEIGHT) return st;
     gp_mha_weights w = attn_weights(l);
     gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]), .probs = gp_f32(&c->saved[SLOT_PROBS]),
                        .att = gp_f32(&c->saved[SLOT_ATT])};
-    st = gp_op_mha_backward(c->dev, &d, &w, gp_f32(c->x), &sv, drop, p->dropout, gp_f32(dy), ws,
-                            dx ? gp_f32(dx) : NULL);
+    st = gp_op_mha_backward_part(c->dev, &d, &w, gp_f32(c->x), &sv, drop, p->dropout,
+                                 gp_f32(dy), ws, dx && part != GP_BWD_WEIGHT ? gp_f32(dx) : NULL,
+                                 part, gp_f32(&c->saved[SLOT_KEEP_DA]),
+                                 gp_f32(&c->saved[SLOT_KEEP_DQKV]));
     gp_ctx_workspace_release(c, ws);
+    if (part == GP_BWD_WEIGHT) {
+        gp_tensor_release(&c->saved[SLOT_KEEP_DA]);
+        gp_tensor_release(&c->saved[SLOT_KEEP_DQKV]);
+    }
     return st;
+}
+
+static gp_status attn_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return attn_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 /* By heads: qkv by rows (q, k and v alike), the output projection by columns, its bias
@@ -124,6 +150,7 @@ static const gp_layer_ops attention_ops = {
     .workspace_bytes = attn_workspace,
     .forward = attn_forward,
     .backward = attn_backward,
+    .backward_part = attn_backward_part,
     .layout = attn_layout,
     .shard = attn_shard,
 };

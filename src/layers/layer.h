@@ -11,7 +11,7 @@
 #include "kernels/kernels.h"
 
 #define GP_LAYER_MAX_PARAMS 16
-#define GP_CTX_MAX_SAVED 12
+#define GP_CTX_MAX_SAVED 16
 
 typedef enum gp_init_kind {
     GP_INIT_ZEROS = 0,

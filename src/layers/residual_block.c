@@ -23,8 +23,9 @@ typedef struct block_impl {
     int first[NPARTS];      /* index of the part's first parameter among the block's */
 } block_impl;
 
-/* Saved tensors of a call: the inputs of the parts that need them in backward. */
-enum { S_A, S_R, S_D, S_SC };
+/* Saved tensors of a call: the inputs of the parts that need them in backward; then, from a
+ * split backward's input part to its weight part, the output gradients of the convolutions. */
+enum { S_A, S_R, S_D, S_SC, S_KEEP_DCONV1, S_KEEP_DCONV2, S_KEEP_DSC };
 
 /* Names must be static strings: "<prefix><part's name>" for every parameter a part declares. */
 static const char *param_name(int part, const char *name) {
@@ -90,6 +91,7 @@ static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
         gp_cost pc = b->part[p]->ops->cost(b->part[p], ins[p]);
         c.fwd_flops += pc.fwd_flops;
         c.bwd_flops += pc.bwd_flops;
+        c.wgt_flops += pc.wgt_flops;
         c.saved_bytes += pc.saved_bytes;
     }
     const double n = (double)gp_shape_nelem(&mid);
@@ -98,6 +100,7 @@ static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
     c.out_bytes = (uint64_t)n * sizeof(float);
     /* conv1's, bn1's (kept as its ReLU's output), conv2's outputs, and the shortcut conv's. */
     c.saved_bytes += (uint64_t)n * sizeof(float) * (projection(&b->cfg) ? 4 : 3);
+    c.wgt_keep_bytes = (uint64_t)n * sizeof(float) * (projection(&b->cfg) ? 3 : 2);
     return c;
 }
 
@@ -138,9 +141,17 @@ static gp_status part_forward(gp_layer *l, gp_ctx *c, int p, const gp_tensor *x,
     return b->part[p]->ops->forward(b->part[p], pc, x, y);
 }
 
-static gp_status part_backward(gp_layer *l, gp_ctx *c, int p, const gp_tensor *dy, gp_tensor *dx) {
+/* Part p's backward (a convolution's in parts: INPUT also keeps a copy of dy in saved slot
+ * `keep` for the WEIGHT part). */
+static gp_status part_backward_as(gp_layer *l, gp_ctx *c, int p, const gp_tensor *dy,
+                                  gp_tensor *dx, gp_bwd_part part, int keep) {
     block_impl *b = l->impl;
-    return b->part[p]->ops->backward(b->part[p], &c->children[p], dy, dx);
+    if (part == GP_BWD_INPUT && keep >= 0) {
+        gp_tensor *t;
+        GP_TRY(gp_ctx_save(c, keep, dy->shape, GP_F32, &t));
+        GP_TRY(gp_tensor_copy(t, dy));
+    }
+    return gp_layer_backward_part(b->part[p], &c->children[p], dy, dx, part);
 }
 
 static gp_status block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
@@ -179,7 +190,25 @@ static gp_status block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_te
     return k->relu_forward(c->dev, n, gp_f32(y), gp_f32(y));
 }
 
-static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* The WEIGHT part: the convolutions' weight gradients from the copies the INPUT part kept. */
+static gp_status block_backward_weight(gp_layer *l, gp_ctx *c) {
+    const block_impl *b = l->impl;
+    if (!c->saved[S_KEEP_DCONV1].data)
+        return gp_error(GP_INTERNAL, "layer %d (residual_block): weight gradients before the "
+                                     "input part", l->index);
+    bind(l);
+    gp_status st = part_backward_as(l, c, CONV2, &c->saved[S_KEEP_DCONV2], NULL, GP_BWD_WEIGHT, -1);
+    if (st == GP_OK)
+        st = part_backward_as(l, c, CONV1, &c->saved[S_KEEP_DCONV1], NULL, GP_BWD_WEIGHT, -1);
+    if (st == GP_OK && b->part[SC_CONV])
+        st = part_backward_as(l, c, SC_CONV, &c->saved[S_KEEP_DSC], NULL, GP_BWD_WEIGHT, -1);
+    for (int i = S_KEEP_DCONV1; i <= S_KEEP_DSC; i++) gp_tensor_release(&c->saved[i]);
+    return st;
+}
+
+static gp_status block_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                     gp_bwd_part part) {
+    if (part == GP_BWD_WEIGHT) return block_backward_weight(l, c);
     const block_impl *b = l->impl;
     const gp_tensor *x = c->x, *y = c->y;
     if (!x || !y || !c->saved[S_D].data || !c->children)
@@ -208,21 +237,25 @@ static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
     const gp_tensor *r = &c->saved[S_R];
     /* The output ReLU: y > 0 exactly where the sum was. */
     if ((st = k->relu_backward(c->dev, n, gp_f32(y), gp_f32(dy), ws)) == GP_OK &&
-        (st = part_backward(l, c, BN2, &g, &u)) == GP_OK &&
-        (st = part_backward(l, c, CONV2, &u, &v)) == GP_OK &&
+        (st = part_backward_as(l, c, BN2, &g, &u, part, -1)) == GP_OK &&
+        (st = part_backward_as(l, c, CONV2, &u, &v, part, S_KEEP_DCONV2)) == GP_OK &&
         /* bn1's output was > 0 exactly where r = relu(it) is */
         (st = k->relu_backward(c->dev, n, gp_f32(r), gp_f32(&v), gp_f32(&v))) == GP_OK &&
-        (st = part_backward(l, c, BN1, &v, &u)) == GP_OK)
-        st = part_backward(l, c, CONV1, &u, dx);
+        (st = part_backward_as(l, c, BN1, &v, &u, part, -1)) == GP_OK)
+        st = part_backward_as(l, c, CONV1, &u, dx, part, S_KEEP_DCONV1);
     if (st == GP_OK && proj) {
-        if ((st = part_backward(l, c, SC_BN, &g, &v)) == GP_OK)
-            st = part_backward(l, c, SC_CONV, &v, dx ? &w : NULL);
+        if ((st = part_backward_as(l, c, SC_BN, &g, &v, part, -1)) == GP_OK)
+            st = part_backward_as(l, c, SC_CONV, &v, dx ? &w : NULL, part, S_KEEP_DSC);
         if (st == GP_OK && dx) st = k->axpy(c->dev, nx, 1.0f, gp_f32(&w), gp_f32(dx));
     } else if (st == GP_OK && dx) {
         st = k->axpy(c->dev, n, 1.0f, ws, gp_f32(dx));
     }
     gp_ctx_workspace_release(c, ws);
     return st;
+}
+
+static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return block_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 static void block_destroy(gp_layer *l) {
@@ -256,6 +289,7 @@ static const gp_layer_ops block_ops = {
     .workspace_bytes = block_workspace,
     .forward = block_forward,
     .backward = block_backward,
+    .backward_part = block_backward_part,
     .destroy = block_destroy,
     .shard = block_shard,
 };

@@ -23,7 +23,10 @@ enum {
 };
 /* Saved tensors. */
 enum {
-    S_LN1, S_STATS1, S_QKV, S_PROBS, S_ATT, S_H, S_LN2, S_STATS2, S_U, S_G
+    S_LN1, S_STATS1, S_QKV, S_PROBS, S_ATT, S_H, S_LN2, S_STATS2, S_U, S_G,
+    /* a split backward's, from its input part to its weight part: the gradients at the MLP's
+     * hidden layer (N, F), at the attention projection's output (N, C) and at qkv (N, 3C) */
+    S_KEEP_DU, S_KEEP_DA, S_KEEP_DQKV
 };
 
 static gp_status block_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
@@ -61,6 +64,9 @@ static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
     c.saved_bytes = (4 * n * dc + 3 * n * dc + (uint64_t)(d.batch * d.heads * d.seq * d.seq) +
                      4 * n + 2 * n * df) *
                     sizeof(float);
+    /* the weight part: the MLP's and the attention projections' weight products, bias sums */
+    c.wgt_flops = mlp + 8.0 * N * C * C + 2.0 * N * C;
+    c.wgt_keep_bytes = n * (df + 4 * dc) * sizeof(float);
     return c;
 }
 
@@ -130,11 +136,12 @@ static gp_status block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_te
                              gp_f32(y));
 }
 
-/* The backward proper in the workspace ws: dh (N, C) | small (N, C) | big, shared by the MLP's
+/* The backward proper (or its INPUT part) in the workspace ws: dh (N, C) | small (N, C) | big,
+ * shared by the MLP's
  * (N, F) gradient and then the attention sublayer's workspace. */
 static gp_status block_backward_ws(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
                                    float *ws, const gp_rng_stream *drop0,
-                                   const gp_rng_stream *drop1) {
+                                   const gp_rng_stream *drop1, gp_bwd_part part) {
     const block_impl *p = l->impl;
     const float *ln1 = gp_f32(&c->saved[S_LN1]), *h = gp_f32(&c->saved[S_H]);
     const float *ln2 = gp_f32(&c->saved[S_LN2]), *u = gp_f32(&c->saved[S_U]);
@@ -144,6 +151,19 @@ static gp_status block_backward_ws(gp_layer *l, gp_ctx *c, const gp_tensor *dy, 
     gp_attn_dims d = block_dims(p, &c->x->shape);
     const int64_t C = d.dim, F = p->d_ff, N = d.batch * d.seq;
     float *dh = ws, *small = ws + N * C, *big = ws + 2 * N * C;
+    /* INPUT leaves the weight products (the bias of fc, inside gelu', and the layer norms are
+     * cheap: done here) to WEIGHT, with copies of the gradients they read */
+    const bool wt = part == GP_BWD_ALL;
+    float *keep_du = NULL, *keep_da = NULL, *keep_dqkv = NULL;
+    if (!wt) {
+        gp_tensor *t;
+        GP_TRY(gp_ctx_save(c, S_KEEP_DU, gp_shape2(N, F), GP_F32, &t));
+        keep_du = gp_f32(t);
+        GP_TRY(gp_ctx_save(c, S_KEEP_DA, gp_shape2(N, C), GP_F32, &t));
+        keep_da = gp_f32(t);
+        GP_TRY(gp_ctx_save(c, S_KEEP_DQKV, gp_shape2(N, 3 * C), GP_F32, &t));
+        keep_dqkv = gp_f32(t);
+    }
 
     /* MLP branch: dmo = drop1'(dy); dU = dmo Wp (then * gelu'(u)); dln2 = dU Wfc. */
     const float *dmo = gp_f32(dy);
@@ -151,10 +171,14 @@ static gp_status block_backward_ws(gp_layer *l, gp_ctx *c, const gp_tensor *dy, 
         GP_TRY(k->dropout(dev, drop1, p->dropout, N * C, gp_f32(dy), NULL, small));
         dmo = small;
     }
-    GP_TRY(k->linear_backward(dev, N, F, C, g, VAL(P_MLP_W), dmo, big, GRAD(P_MLP_W),
-                              GRAD(P_MLP_B)));
+    GP_TRY(k->linear_backward(dev, N, F, C, g, VAL(P_MLP_W), dmo, big, wt ? GRAD(P_MLP_W) : NULL,
+                              wt ? GRAD(P_MLP_B) : NULL));
     GP_TRY(k->gelu_backward(dev, N, F, u, big, big, GRAD(P_FC_B)));
-    GP_TRY(k->linear_backward(dev, N, C, F, ln2, VAL(P_FC_W), big, small, GRAD(P_FC_W), NULL));
+    if (!wt)
+        GP_TRY(gp_device_copy(dev, keep_du, big, (size_t)(N * F) * sizeof(float),
+                              GP_COPY_DEVICE_TO_DEVICE));
+    GP_TRY(k->linear_backward(dev, N, C, F, ln2, VAL(P_FC_W), big, small,
+                              wt ? GRAD(P_FC_W) : NULL, NULL));
     /* dh = dy + ln2'(dln2): the residual's gradient joins here. */
     GP_TRY(k->layernorm_backward(dev, N, C, h, VAL(P_LN2_W), gp_f32(&c->saved[S_STATS2]), small,
                                  gp_f32(dy), dh, GRAD(P_LN2_W), GRAD(P_LN2_B)));
@@ -163,7 +187,8 @@ static gp_status block_backward_ws(gp_layer *l, gp_ctx *c, const gp_tensor *dy, 
     gp_mha_weights w = block_attn_weights(l);
     gp_mha_saved sv = {.qkv = gp_f32(&c->saved[S_QKV]), .probs = gp_f32(&c->saved[S_PROBS]),
                        .att = gp_f32(&c->saved[S_ATT])};
-    GP_TRY(gp_op_mha_backward(dev, &d, &w, ln1, &sv, drop0, p->dropout, dh, big, small));
+    GP_TRY(gp_op_mha_backward_part(dev, &d, &w, ln1, &sv, drop0, p->dropout, dh, big, small,
+                                   part, keep_da, keep_dqkv));
     return k->layernorm_backward(dev, N, C, gp_f32(c->x), VAL(P_LN1_W),
                                  gp_f32(&c->saved[S_STATS1]), small, dh, dx ? gp_f32(dx) : NULL,
                                  GRAD(P_LN1_W), GRAD(P_LN1_B));
@@ -184,7 +209,40 @@ static uint64_t block_workspace(const gp_layer *l, gp_device *dev, const gp_shap
     return (uint64_t)backward_ws(p, dev, &d, p->dropout > 0.0f) * sizeof(float);
 }
 
-static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* The WEIGHT part: the MLP's products from the saved activations and dy (its dropout applied
+ * again, in ws: N C floats), the attention projections' from the copies INPUT kept, which are
+ * then released. */
+static gp_status block_backward_weight(gp_layer *l, gp_ctx *c, const gp_tensor *dy, float *ws,
+                                       const gp_rng_stream *drop0, const gp_rng_stream *drop1) {
+    const block_impl *p = l->impl;
+    const gp_kernels *k = gp_ctx_kernels(c);
+    gp_device *dev = c->dev;
+    gp_attn_dims d = block_dims(p, &c->x->shape);
+    const int64_t C = d.dim, F = p->d_ff, N = d.batch * d.seq;
+    if (!c->saved[S_KEEP_DU].data)
+        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
+                        l->index, l->ops->kind);
+    const float *dmo = gp_f32(dy);
+    if (drop1) {
+        GP_TRY(k->dropout(dev, drop1, p->dropout, N * C, gp_f32(dy), NULL, ws));
+        dmo = ws;
+    }
+    GP_TRY(k->linear_backward(dev, N, F, C, gp_f32(&c->saved[S_G]), VAL(P_MLP_W), dmo, NULL,
+                              GRAD(P_MLP_W), GRAD(P_MLP_B)));
+    GP_TRY(k->linear_backward(dev, N, C, F, gp_f32(&c->saved[S_LN2]), VAL(P_FC_W),
+                              gp_f32(&c->saved[S_KEEP_DU]), NULL, GRAD(P_FC_W), NULL));
+    gp_mha_weights w = block_attn_weights(l);
+    gp_mha_saved sv = {.qkv = gp_f32(&c->saved[S_QKV]), .probs = gp_f32(&c->saved[S_PROBS]),
+                       .att = gp_f32(&c->saved[S_ATT])};
+    GP_TRY(gp_op_mha_backward_part(dev, &d, &w, gp_f32(&c->saved[S_LN1]), &sv, drop0,
+                                   p->dropout, NULL, NULL, NULL, GP_BWD_WEIGHT,
+                                   gp_f32(&c->saved[S_KEEP_DA]), gp_f32(&c->saved[S_KEEP_DQKV])));
+    for (int i = S_KEEP_DU; i <= S_KEEP_DQKV; i++) gp_tensor_release(&c->saved[i]);
+    return GP_OK;
+}
+
+static gp_status block_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                     gp_bwd_part part) {
     const block_impl *p = l->impl;
     GP_TRY(gp_layer_check_params(l, c, true));
     if (!c->saved[S_G].data)
@@ -194,11 +252,18 @@ static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
     gp_rng_stream s0, s1;
     const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
     gp_status st;
-    float *ws = gp_ctx_workspace(l, c, backward_ws(p, c->dev, &d, drop0 != NULL), &st);
+    const int64_t nws = part == GP_BWD_WEIGHT ? d.batch * d.seq * d.dim
+                                              : backward_ws(p, c->dev, &d, drop0 != NULL);
+    float *ws = gp_ctx_workspace(l, c, nws, &st);
     if (!ws) return st;
-    st = block_backward_ws(l, c, dy, dx, ws, drop0, drop1);
+    st = part == GP_BWD_WEIGHT ? block_backward_weight(l, c, dy, ws, drop0, drop1)
+                               : block_backward_ws(l, c, dy, dx, ws, drop0, drop1, part);
     gp_ctx_workspace_release(c, ws);
     return st;
+}
+
+static gp_status block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return block_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 /* Megatron's layout: attention by heads (qkv by rows, q, k and v alike; the output projection
@@ -230,6 +295,7 @@ static const gp_layer_ops block_ops = {
     .workspace_bytes = block_workspace,
     .forward = block_forward,
     .backward = block_backward,
+    .backward_part = block_backward_part,
     .layout = block_layout,
     .shard = block_shard,
 };

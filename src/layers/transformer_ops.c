@@ -55,11 +55,18 @@ int64_t gp_op_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, bool dropou
     return N * 4 * C + gp_kernels_of(dev)->attention_backward_ws(dev, d) + (dropout ? N * C : 0);
 }
 
-gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
-                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
-                             float p, const float *dy, float *ws, float *dx) {
+gp_status gp_op_mha_backward_part(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
+                                  const float *x, const gp_mha_saved *sv,
+                                  const gp_rng_stream *drop, float p, const float *dy, float *ws,
+                                  float *dx, gp_bwd_part part, float *keep_da, float *keep_dqkv) {
     const gp_kernels *k = gp_kernels_of(dev);
     const int64_t N = d->batch * d->seq, C = d->dim;
+    const bool in = part != GP_BWD_WEIGHT, wt = part != GP_BWD_INPUT;
+    if (!in) {
+        GP_TRY(k->linear_backward(dev, N, C, C, sv->att, w->wproj, keep_da, NULL, w->gwproj,
+                                  w->gbproj));
+        return k->linear_backward(dev, N, C, 3 * C, x, w->wqkv, keep_dqkv, NULL, w->gwqkv, NULL);
+    }
     float *datt = ws;                  // (N, C)
     float *dqkv = datt + N * C;        // (N, 3C)
     float *attn_ws = dqkv + 3 * N * C; // the attention kernel's workspace
@@ -69,9 +76,19 @@ gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha
         GP_TRY(k->dropout(dev, drop, p, N * C, dy, NULL, buf));
         da = buf;
     }
-    GP_TRY(k->linear_backward(dev, N, C, C, sv->att, w->wproj, da, datt, w->gwproj, w->gbproj));
+    GP_TRY(k->linear_backward(dev, N, C, C, sv->att, w->wproj, da, datt, wt ? w->gwproj : NULL,
+                              wt ? w->gbproj : NULL));
     GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, datt, dqkv, w->gbqkv, attn_ws));
-    return k->linear_backward(dev, N, C, 3 * C, x, w->wqkv, dqkv, dx, w->gwqkv, NULL);
+    GP_TRY(k->linear_backward(dev, N, C, 3 * C, x, w->wqkv, dqkv, dx, wt ? w->gwqkv : NULL, NULL));
+    if (wt) return GP_OK;
+    GP_TRY(gp_device_copy(dev, keep_da, da, (size_t)(N * C) * sizeof(float), GP_COPY_DEVICE_TO_DEVICE));
+    return gp_device_copy(dev, keep_dqkv, dqkv, (size_t)(3 * N * C) * sizeof(float), GP_COPY_DEVICE_TO_DEVICE);
+}
+
+gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
+                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                             float p, const float *dy, float *ws, float *dx) {
+    return gp_op_mha_backward_part(dev, d, w, x, sv, drop, p, dy, ws, dx, GP_BWD_ALL, NULL, NULL);
 }
 
 /* ------------------------------------------------------- cost model */

@@ -51,6 +51,14 @@ int64_t gp_op_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, bool dropou
 gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
                              const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
                              float p, const float *dy, float *ws, float *dx);
+/* The same in parts (gp_bwd_part): INPUT writes dx, adds the qkv bias gradient and copies what
+ * the WEIGHT part reads into keep_da (N, C: the gradient at the projection's output, after
+ * dropout) and keep_dqkv (N, 3C); WEIGHT adds the projections' gradients from them (dy, ws,
+ * dx unused). INPUT then WEIGHT adds the bits of gp_op_mha_backward. */
+gp_status gp_op_mha_backward_part(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
+                                  const float *x, const gp_mha_saved *sv,
+                                  const gp_rng_stream *drop, float p, const float *dy, float *ws,
+                                  float *dx, gp_bwd_part part, float *keep_da, float *keep_dqkv);
 
 /* ---- helpers shared by the layers of this family (transformer_ops.c) */
 

@@ -287,7 +287,9 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
         e->in_bytes = (uint64_t)gp_shape_nelem(&in) * gp_dtype_nbytes(dt);
         e->out_bytes = c.out_bytes;
         /* a weight part reads its layer's input, saved state and output gradient */
-        e->keep_bytes = gp_layer_splits_backward(l) ? e->in_bytes + c.saved_bytes + c.out_bytes : 0;
+        e->keep_bytes = gp_layer_splits_backward(l)
+                            ? e->in_bytes + c.saved_bytes + c.out_bytes + c.wgt_keep_bytes
+                            : 0;
         e->saved_bytes = c.saved_bytes;
         e->tp_fwd_bytes = c.tp_fwd_bytes;
         e->tp_bwd_bytes = c.tp_bwd_bytes;

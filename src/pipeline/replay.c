@@ -128,10 +128,13 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                     const double wgt = !c || !split ? 0 : c->wgt_mb ? c->wgt_mb[a->mb] : c->wgt_time;
                     dur = whole - wgt + re;
                     if (r) r->recompute += re;
-                    /* CELL rebuilds one micro-batch's full state on top of the stash. */
-                    if (c && r && remat == GP_REMAT_CELL &&
-                        x->stash + c->state_bytes > r->peak_act_bytes)
-                        r->peak_act_bytes = x->stash + c->state_bytes;
+                    /* CELL rebuilds one micro-batch's full state on top of the stash; a split
+                     * backward ends holding, beside it, what its weight parts read */
+                    const uint64_t top = !c ? 0
+                                         : (remat == GP_REMAT_CELL ? c->state_bytes : 0) +
+                                               (split ? c->keep_bytes : 0);
+                    if (c && r && x->stash + top > r->peak_act_bytes)
+                        r->peak_act_bytes = x->stash + top;
                     x->in_flight--;
                     if (c)
                         x->stash -= (split ? 0 : c->in_bytes) +
