@@ -21,10 +21,12 @@ typedef struct bench_opts {
 
 enum { NOPTS = 22 };
 /* The options only T2 takes. */
-static const char *const t2_only[] = {"--stages",          "--micro-batches", "--schedule",
-                                      "--remat",           "--balance",       "--pin",
-                                      "--layers",          "--d-ff",          "--memory-limit",
-                                      "--data-parallel",   "--comm-timeout",  "--tensor-parallel"};
+static const char *const t2_only[] = {"--layers", "--d-ff", "--data-parallel", "--comm-timeout",
+                                      "--tensor-parallel"};
+/* The pipeline's options: T2's and C1's. */
+static const char *const pipeline_only[] = {"--stages", "--micro-batches", "--schedule",
+                                            "--remat",  "--balance",       "--pin",
+                                            "--memory-limit"};
 
 static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     gp_cli_opt tab[] = {
@@ -321,7 +323,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
     cJSON *rss = cJSON_AddArrayToObject(r, "rss_peak_bytes"); /* per rank (one on threads) */
     for (int i = 0; b.rss_peak && i < b.nranks; i++)
         cJSON_AddItemToArray(rss, cJSON_CreateNumber((double)b.rss_peak[i]));
-    if (strcmp(o->workload, "T2") == 0) {
+    if (strcmp(o->workload, "T2") == 0 || strcmp(o->workload, "C1") == 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",
                                 b.stages > 0 ? "devices (D x K x T) x 2048^3 sgemm on a device's threads"
@@ -375,6 +377,11 @@ int gp_cli_bench_main(int argc, char **argv) {
         if (!t2 && gp_cli_seen(tab, n, t2_only[i]))
             return gp_cli_usage_error("bench", "%s: only for --workload T2 (got %s)", t2_only[i],
                                       o.workload);
+    const bool piped = t2 || strcmp(o.workload, "C1") == 0;
+    for (size_t i = 0; i < sizeof pipeline_only / sizeof pipeline_only[0]; i++)
+        if (!piped && gp_cli_seen(tab, n, pipeline_only[i]))
+            return gp_cli_usage_error("bench", "%s: only for --workload T2 or C1 (got %s)",
+                                      pipeline_only[i], o.workload);
     const int T = gp_cli_seen(tab, n, "--tensor-parallel") ? o.pa.tensor_parallel : 1;
     if (T > 1 && !gp_cli_seen(tab, n, "--stages")) o.pa.stages = 1; /* T devices: a pipeline */
     if (!gp_cli_seen(tab, n, "--stages") && T == 1) {

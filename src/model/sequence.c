@@ -75,42 +75,13 @@ gp_status gp_seq_backward(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_t
     return gp_seq_backward_each(m, p, dy, dx, NULL, NULL);
 }
 
-gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx,
-                               gp_seq_layer_done done, void *ctx) {
-    int n = p->last - p->first;
-    gp_tensor grad_out = *dy; /* gradient of the current layer's output */
-    grad_out.owned = false;
-    gp_status s = GP_OK;
-    for (int k = n - 1; k >= 0 && s == GP_OK; k--) {
-        int li = p->first + k;
-        gp_layer *l = m->layers[li];
-        const gp_tensor *in = &p->acts[k];
-        gp_tensor grad_in = {0}, *gi = NULL;
-        if (k > 0) {
-            s = gp_tensor_alloc(p->dev, GP_MEM_ACTIVATIONS, in->shape, GP_F32, &grad_in);
-            gi = &grad_in;
-        } else if (dx && in->dtype == GP_F32) {
-            gi = dx;
-        }
-        if (s == GP_OK) {
-            s = l->ops->backward(l, &p->ctxs[k], &grad_out, gi);
-            if (s != GP_OK) s = gp_error_context(s, "layer %d (%s) backward", li, l->ops->kind);
-        }
-        if (s == GP_OK && done) s = done(ctx, li);
-        /* This layer's saved state, output and output gradient are done. */
-        gp_ctx_release(&p->ctxs[k]);
-        gp_tensor_release(&p->acts[k + 1]);
-        gp_tensor_release(&grad_out);
-        grad_out = grad_in;
-    }
-    gp_tensor_release(&grad_out);
-    gp_seq_release(p);
-    return s;
-}
-
-gp_status gp_seq_backward_input(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx) {
+/* Backward through the pass, last layer to first: each layer's whole backward (then done(ctx,
+ * li) and everything of it released), or (split) its INPUT part, keeping what its WEIGHT part
+ * reads (its context, its input, its output gradient) and releasing the rest. */
+static gp_status backward_loop(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx,
+                               bool split, gp_seq_layer_done done, void *ctx) {
     const int n = p->last - p->first;
-    if (!p->dys && !(p->dys = calloc((size_t)n, sizeof *p->dys))) {
+    if (split && !p->dys && !(p->dys = calloc((size_t)n, sizeof *p->dys))) {
         gp_seq_release(p);
         return gp_error(GP_OUT_OF_MEMORY, "cannot allocate the output gradients of %d layers", n);
     }
@@ -129,24 +100,34 @@ gp_status gp_seq_backward_input(gp_model *m, gp_seq_pass *p, const gp_tensor *dy
             gi = dx;
         }
         if (s == GP_OK) {
-            s = gp_layer_backward_part(l, &p->ctxs[k], &grad_out, gi, GP_BWD_INPUT);
+            s = split ? gp_layer_backward_part(l, &p->ctxs[k], &grad_out, gi, GP_BWD_INPUT)
+                      : l->ops->backward(l, &p->ctxs[k], &grad_out, gi);
             if (s != GP_OK) s = gp_error_context(s, "layer %d (%s) backward", li, l->ops->kind);
         }
-        if (gp_layer_splits_backward(l)) {
-            /* its WEIGHT part reads its context, its input and this output gradient */
-            p->dys[k] = grad_out;
+        if (!split && s == GP_OK && done) s = done(ctx, li);
+        if (split && gp_layer_splits_backward(l)) {
+            p->dys[k] = grad_out; /* its WEIGHT part reads its context and this gradient */
         } else {
             gp_ctx_release(&p->ctxs[k]);
             gp_tensor_release(&grad_out);
         }
-        /* the output is the next layer's input: kept while that one's WEIGHT part is due */
-        if (k + 1 == n || !gp_layer_splits_backward(m->layers[li + 1]))
+        /* The output is the next layer's input: kept while that one's WEIGHT part is due. */
+        if (!split || k + 1 == n || !gp_layer_splits_backward(m->layers[li + 1]))
             gp_tensor_release(&p->acts[k + 1]);
         grad_out = grad_in;
     }
     gp_tensor_release(&grad_out);
-    if (s != GP_OK) gp_seq_release(p);
+    if (!split || s != GP_OK) gp_seq_release(p);
     return s;
+}
+
+gp_status gp_seq_backward_each(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx,
+                               gp_seq_layer_done done, void *ctx) {
+    return backward_loop(m, p, dy, dx, false, done, ctx);
+}
+
+gp_status gp_seq_backward_input(gp_model *m, gp_seq_pass *p, const gp_tensor *dy, gp_tensor *dx) {
+    return backward_loop(m, p, dy, dx, true, NULL, NULL);
 }
 
 bool gp_seq_holds_output_grad(const gp_seq_pass *p) {

@@ -116,6 +116,18 @@ for key in ("bubble_measured", "bubble_simulated"):
 finish()
 PY
 
+# C1 on 2 stages with the zero-bubble schedule: a pipeline object with its split backwards' bubble.
+if "$GPIPE" bench --workload C1 --stages 2 --micro-batches 2 --schedule zbh1 --remat none \
+    --batch 4 --steps 1 --warmup 0 --quiet --report "$TMP/C1z.json" >"$TMP/C1z.out" 2>"$TMP/C1z.err"; then
+    python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1])).get('pipeline') or {}
+sys.exit(not (p.get('stages') == 2 and p.get('schedule') == 'zbh1' and 0 <= p.get('bubble_simulated', -1) < 1))
+" "$TMP/C1z.json" || bad "C1 zbh1 pipeline: $(head -c 400 "$TMP/C1z.json")"
+else
+    bad "gpipe bench --workload C1 --stages 2 --schedule zbh1 failed: $(tail -c 600 "$TMP/C1z.err")"
+fi
+
 # Bad combinations are usage errors (exit 2) naming the option.
 usage() {
     local want=$1
@@ -126,7 +138,8 @@ usage() {
     grep -q -e "$want" "$TMP/u.err" || bad "gpipe bench $*: message does not name $want: $(cat "$TMP/u.err")"
 }
 usage --stages --workload T1 --stages 2
-usage --micro-batches --workload C1 --micro-batches 2
+usage --micro-batches --workload T1 --micro-batches 2
+usage --schedule --workload C1 --schedule 1f1b
 usage --schedule --workload G1 --schedule 1f1b
 usage --remat --workload T1 --remat none
 usage --schedule --workload T2 --schedule 1f1b

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The pictures of README's "Schedules": one training step of examples/demo_lm.json on K = 3
+# stages with M = 6 micro-batches (remat none, one thread per stage) under each schedule, drawn
+# by --timeline into docs/schedule_<name>.svg. Usage: bash bench/draw_schedules.sh [path/to/gpipe]
+set -eu
+GPIPE=${1:-build/gpipe}
+for s in gpipe 1f1b zbh1; do
+    "$GPIPE" train --model examples/demo_lm.json --stages 3 --micro-batches 6 --batch 24 \
+        --schedule "$s" --remat none --threads 1 --steps 3 --eval-size 4 --quiet \
+        --timeline "docs/schedule_$s.svg" | grep -E "^bubble|^timeline"
+done
