@@ -639,7 +639,8 @@ typedef struct gp_plan {
  * gives the same cells gp_pipeline_new picks for the same options and batch.
  * Optimizer state per trainable parameter: SGD with momentum 1, without 0,
  * AdamW 2 (o NULL: none). The memory limit is checked with the micro-batches
- * each schedule keeps in flight: M for gpipe, min(K, M) for 1f1b. The caller
+ * each schedule keeps in flight: M for gpipe, min(K - k, M) on stage k for 1f1b, min(K, M)
+ * (and as many waiting for their weight parts) for zbh1. The caller
  * frees *out with gp_plan_free; on failure *out is left zeroed (nothing to free).
  * Errors name the numbers: the impossible K, the batch not divisible by M,
  * or the cell/layer that cannot fit and by how much. */

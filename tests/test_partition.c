@@ -33,11 +33,12 @@ static void brute_rec(brute *b, int c, int start) {
             int e = k + 1 < K ? b->cur[k + 1] : L;
             double t = gp_cell_time(r->layers, b->cur[k], e);
             const uint64_t lim = r->mem_limit ? r->mem_limit : UINT64_MAX;
+            /* 1F1B (tapered): stage k stashes min(K - k, M) */
+            const int fl = r->tapered && K - k < r->micro_batches ? K - k : r->micro_batches;
             gp_remat how = r->remat;
             if (how == GP_REMAT_SELECTIVE) {
                 /* keep the state where it fits; recomputing costs the cell's forward again */
-                how = gp_cell_memory(r->layers, b->cur[k], e, L, r->micro_batches, GP_REMAT_NONE)
-                                  .total <= lim
+                how = gp_cell_memory(r->layers, b->cur[k], e, L, fl, GP_REMAT_NONE).total <= lim
                           ? GP_REMAT_NONE
                           : GP_REMAT_CELL;
                 double f = 0; /* summed apart, then added: the partitioner's rounding */
@@ -45,7 +46,7 @@ static void brute_rec(brute *b, int c, int start) {
                 if (how == GP_REMAT_CELL) t += f;
             }
             b->cur_remat[k] = how;
-            gp_cell_mem m = gp_cell_memory(r->layers, b->cur[k], e, L, r->micro_batches, how);
+            gp_cell_mem m = gp_cell_memory(r->layers, b->cur[k], e, L, fl, how);
             if (m.total > lim) return;
             if (t > worst) worst = t;
         }
@@ -88,6 +89,7 @@ static void test_random_against_brute_force(void) {
         gp_partition_req r = {.layers = ly, .nlayers = L, .stages = K,
                               .micro_batches = 1 + (int)rnd(sd, &i, 8),
                               .remat = (gp_remat)rnd(sd, &i, 3),
+                              .tapered = seed % 4 == 1,
                               .mem_limit = rnd(sd, &i, 2) ? 200 + rnd(sd, &i, 1500) : 0};
         brute b = {.r = &r};
         brute_rec(&b, 0, 0);

@@ -252,19 +252,21 @@ static void plans_that_fit_run(void) {
                     } else {
                         po.memory_limit = worst_planned(m, &o, &po);
                     }
-                    /* 1F1B's later stages stash fewer micro-batches than the partitioner
-                     * assumes for every stage (min(K, M)), and a split backward's bound counts
-                     * as many micro-batches waiting for their weight parts: grow the limit
-                     * until it agrees */
+                    /* The plan's own largest cell is a limit it meets, except with a split
+                     * backward, whose bound counts min(K, M) micro-batches waiting for their
+                     * weight parts on every stage: grow the limit until it agrees */
                     const bool split = sk == GP_SCHEDULE_ZBH1;
-                    for (int tries = 0; gp_plan_make(m, BATCH, &o, &po, 10, &plan) != GP_OK;
-                         tries++) {
+                    int tries = 0;
+                    for (; gp_plan_make(m, BATCH, &o, &po, 10, &plan) != GP_OK; tries++) {
                         if (tries >= 100) {
                             CHECK(!"no memory limit gave a plan");
                             break;
                         }
                         po.memory_limit += po.memory_limit / (split ? 50 : 200);
                     }
+                    if (!split && tries) printf("net %d K %d schedule %d remat %d: %d tries\n",
+                                                net, K, sk, rm, tries);
+                    CHECK(split || tries == 0);
                     if (rm == GP_REMAT_SELECTIVE) {
                         int none = 0;
                         for (int k = 0; k < K; k++) none += plan.cells[k].remat == GP_REMAT_NONE;

@@ -230,14 +230,17 @@ static void test_memory_limits(void) {
         CHECK_EQ_INT(s, GP_MEMORY_LIMIT);
     }
 
-    /* 1F1B keeps at most min(K, M) micro-batches: a limit that GPipe's M cannot meet. */
+    /* 1F1B's stage k keeps at most min(K - k, M) micro-batches: a limit that GPipe's M cannot
+     * meet. The plan's own largest cell is a limit it meets (each stage counted with its own). */
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = M, .schedule = GP_SCHEDULE_1F1B,
                             .remat = GP_REMAT_NONE};
     REQUIRE_OK(gp_plan_make(m, batch, &sgd, &po, 1, &p));
     uint64_t lim = 0;
     for (int k = 0; k < 2; k++) {
-        uint64_t b = gp_cell_memory(est, p.cells[k].first, p.cells[k].last + 1, 6, 2,
+        CHECK_EQ_INT(p.cells[k].peak_in_flight, 2 - k);
+        uint64_t b = gp_cell_memory(est, p.cells[k].first, p.cells[k].last + 1, 6, 2 - k,
                                     GP_REMAT_NONE).total;
+        CHECK(b == p.cells[k].total_bytes);
         if (b > lim) lim = b;
     }
     gp_plan_free(&p);
@@ -250,7 +253,7 @@ static void test_memory_limits(void) {
     po.schedule = GP_SCHEDULE_1F1B;
     po.memory_limit = lim / 4;
     CHECK_FAILS(gp_plan_make(m, batch, &sgd, &po, 1, &p), GP_MEMORY_LIMIT,
-                "1f1b keeps at most min(K, M) = 2 of the M = 8 micro-batches");
+                "stage k keeps at most min(K - k, M) of the M = 8 micro-batches");
     gp_model_free(m);
 }
 

@@ -15,8 +15,8 @@ const char *gp_balance_name(gp_balance b) {
 
 int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
     /* Fill-drain stashes all M micro-batches; 1F1B's stage 0 at most K of them (later stages
-     * fewer), so min(K, M) bounds every stage of it; ZB-H1 keeps 1F1B's bound (up to each
-     * micro-batch's weight part). */
+     * fewer: the partitioner counts each stage's, tapered), so min(K, M) bounds every stage of
+     * it; ZB-H1 keeps min(K, M) on every stage (up to each micro-batch's weight part). */
     return schedule != GP_SCHEDULE_GPIPE && K < M ? K : M;
 }
 
@@ -56,10 +56,13 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
      * the memory of HELD for every cell, whose time is that of the mode asked for (SELECTIVE:
      * NONE, which then costs no more memory). */
     const bool split = gp_schedule_kind_splits(po->schedule);
+    /* 1F1B's stage k stashes min(K - k, M): the partitioner counts each stage's own */
+    const bool tapered = po->schedule == GP_SCHEDULE_1F1B;
     gp_partition_req req = {.layers = est,
                             .nlayers = L,
                             .stages = K,
-                            .micro_batches = in_flight,
+                            .micro_batches = tapered ? M : in_flight,
+                            .tapered = tapered,
                             .remat = split ? GP_REMAT_HELD : po->remat,
                             .mem_limit = po->memory_limit,
                             .cell_remat = cell_remat};
@@ -72,7 +75,12 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     }
     for (int k = 0; split && cell_remat && s == GP_OK && k < K; k++)
         cell_remat[k] = po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE;
-    if (s != GP_OK && in_flight != M)
+    if (s != GP_OK && tapered)
+        gp_error_context(s,
+                         "schedule 1f1b: stage k keeps at most min(K - k, M) of the M = %d "
+                         "micro-batches in flight",
+                         M);
+    else if (s != GP_OK && in_flight != M)
         gp_error_context(s,
                          "schedule %s keeps at most min(K, M) = %d of the M = %d micro-batches "
                          "in flight per stage",

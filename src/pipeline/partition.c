@@ -336,6 +336,11 @@ static gp_status check_req(const gp_partition_req *r) {
 
 static const char *kind_of(const gp_layer_est *l) { return l->kind ? l->kind : "layer"; }
 
+/* Micro-batches stage k stashes at most under the request. */
+static int stage_in_flight(const gp_partition_req *r, int k) {
+    return r->tapered && r->stages - k < r->micro_batches ? r->stages - k : r->micro_batches;
+}
+
 /* When no partition fits the limit: the error names the layer that alone cannot fit, or else the
  * partition needing the least memory in its largest cell (a min-max DP on bytes) and by how much
  * that cell is over. */
@@ -350,10 +355,12 @@ static gp_status explain_no_fit(const gp_partition_req *req) {
     gp_plan_bytes_str(r->mem_limit, lim, sizeof lim);
     /* A layer that fits in no cell at all. The smallest cell holding layer i
      * ends at i, but need not start there: a cell stashes only its first
-     * input, so an earlier start can be smaller than the layer alone. */
+     * input, so an earlier start can be smaller than the layer alone. (Tapered: on the latest
+     * stage it can be on, the one that stashes the fewest micro-batches.) */
     for (int i = 0; i < L; i++) {
         uint64_t b = UINT64_MAX;
         int from = i;
+        M = stage_in_flight(r, i < K - 1 ? i : K - 1);
         for (int j = i; j >= 0; j--) {
             uint64_t bj = gp_cell_memory(ly, j, i + 1, L, M, r->remat).total;
             if (bj < b) b = bj, from = j;
@@ -381,7 +388,7 @@ static gp_status explain_no_fit(const gp_partition_req *req) {
     suf[0 * w + (size_t)L] = 0;
     for (int c = 1; c <= K; c++)
         for (int j = 0; j <= L - c; j++) {
-            cell_acc a = acc_start(ly, j, M, r->remat);
+            cell_acc a = acc_start(ly, j, stage_in_flight(r, K - c), r->remat);
             uint64_t best = UINT64_MAX;
             for (int i = j + 1; i <= L - c + 1; i++) {
                 acc_grow(&a);
@@ -393,12 +400,13 @@ static gp_status explain_no_fit(const gp_partition_req *req) {
         }
     uint64_t opt = suf[(size_t)K * w];
     /* Walk the lexicographically smallest partition achieving opt; report its first worst cell. */
-    int j = 0, wf = -1, we = L;
+    int j = 0, wf = -1, we = L, wm = r->micro_batches;
     char list[256];
     size_t len = 0;
     list[0] = '\0';
     for (int c = K; c >= 1; c--) {
         int e = L;
+        M = stage_in_flight(r, K - c);
         if (c > 1) {
             cell_acc a = acc_start(ly, j, M, r->remat);
             for (int i = j + 1; i <= L - c + 1; i++) {
@@ -412,7 +420,7 @@ static gp_status explain_no_fit(const gp_partition_req *req) {
         }
         if (len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", c == K ? "" : ",", j);
-        if (wf < 0 && gp_cell_memory(ly, j, e, L, M, r->remat).total == opt) wf = j, we = e;
+        if (wf < 0 && gp_cell_memory(ly, j, e, L, M, r->remat).total == opt) wf = j, we = e, wm = M;
         j = e;
     }
     free(suf);
@@ -421,7 +429,7 @@ static gp_status explain_no_fit(const gp_partition_req *req) {
                     "partition: no split of the %d layers into K = %d cells fits the %s "
                     "per-device limit with M = %d (remat %s): the best split (%s) still needs %s "
                     "in its cell of layers %d-%d, over the limit by %s",
-                    L, K, lim, M, gp_remat_name(r->remat), list,
+                    L, K, lim, wm, gp_remat_name(r->remat), list,
                     gp_plan_bytes_str(opt, need, sizeof need), wf, we - 1,
                     gp_plan_bytes_str(opt - r->mem_limit, over, sizeof over));
 }
@@ -430,7 +438,7 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     GP_TRY(check_req(r));
     if (!first) return gp_error(GP_INVALID_ARGUMENT, "partition: NULL output");
     const gp_layer_est *ly = r->layers;
-    int L = r->nlayers, K = r->stages, M = r->micro_batches;
+    int L = r->nlayers, K = r->stages;
     size_t w = (size_t)L + 1;
     /* suf[c][j]: the least possible slowest-cell time splitting layers [j, L) into c cells that
      * each fit the limit (INFINITY when none). Cell times are summed left to right, exactly as
@@ -443,7 +451,7 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     for (int c = 1; c <= K; c++)
         for (int j = 0; j <= L - c; j++) {
             double best = INFINITY;
-            cell_fit x = fit_start(ly, j, M, r->remat);
+            cell_fit x = fit_start(ly, j, stage_in_flight(r, K - c), r->remat);
             for (int i = j + 1; i <= L - c + 1; i++) {
                 fit_grow(&x);
                 if (fit_hopeless(&x, limit)) break;
@@ -465,7 +473,7 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     int j = 0;
     for (int c = K; c >= 1; c--) {
         first[K - c] = j;
-        cell_fit x = fit_start(ly, j, M, r->remat);
+        cell_fit x = fit_start(ly, j, stage_in_flight(r, K - c), r->remat);
         int e = -1;
         gp_remat how = r->remat;
         for (int i = j + 1; i <= L - c + 1; i++) {
@@ -515,20 +523,20 @@ gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nf
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
         gp_remat how = r->remat;
+        const int in_flight = stage_in_flight(r, k);
         if (how == GP_REMAT_SELECTIVE)
-            how = gp_cell_memory(r->layers, first[k], e, L, r->micro_batches, GP_REMAT_NONE)
-                              .total <= limit
+            how = gp_cell_memory(r->layers, first[k], e, L, in_flight, GP_REMAT_NONE).total <= limit
                       ? GP_REMAT_NONE
                       : GP_REMAT_CELL;
         if (r->cell_remat) r->cell_remat[k] = how;
-        uint64_t b = gp_cell_memory(r->layers, first[k], e, L, r->micro_batches, how).total;
+        uint64_t b = gp_cell_memory(r->layers, first[k], e, L, in_flight, how).total;
         if (b > limit) {
             char need[48], lim[48], over[48];
             return gp_error(GP_MEMORY_LIMIT,
                             "partition: cell %d (layers %d-%d) needs %s with M = %d (remat %s), "
                             "over the %s per-device limit by %s",
                             k, first[k], e - 1, gp_plan_bytes_str(b, need, sizeof need),
-                            r->micro_batches, gp_remat_name(how),
+                            in_flight, gp_remat_name(how),
                             gp_plan_bytes_str(r->mem_limit, lim, sizeof lim),
                             gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
         }

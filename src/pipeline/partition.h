@@ -91,6 +91,7 @@ typedef struct gp_partition_req {
     int nlayers;          /* L */
     int stages;           /* K, 1 <= K <= L */
     int micro_batches;    /* M >= 1: micro-batches stashed at once by the memory model */
+    bool tapered;         /* 1F1B: stage k stashes at most min(K - k, M) of them, not M */
     gp_remat remat;       /* what a stage keeps per micro-batch (gpipe.h) */
     uint64_t mem_limit;   /* per-device bytes; 0: no limit */
     /* Optional output, K entries: each cell's own mode, CELL or NONE (SELECTIVE: NONE where
@@ -110,7 +111,8 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
  * strictly increasing, each < L; then that every cell fits the memory limit of r. */
 gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nfirst);
 
-/* Micro-batches a stage keeps stashed at most under a schedule: M for gpipe, min(K, M) for 1f1b. */
+/* Micro-batches a stage keeps stashed at most under a schedule: M for gpipe, min(K, M) for 1f1b
+ * (stage k: min(K - k, M), which the partitioner counts) and zbh1. */
 int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M);
 
 /* The K cells for pipeline options po (partition given or balanced, balance by cost or by
