@@ -64,7 +64,7 @@ else
 fi
 expect 1 "over the" $T --stages 2 --micro-batches 8 --memory-limit 100M
 expect 1 "over the" $T --stages 3 --partition 0,1,2 --memory-limit 200M
-expect 1 "1f1b keeps at most min(K, M) = 2" $T --stages 2 --micro-batches 8 --schedule 1f1b \
+expect 1 "stage k keeps at most min(K - k, M)" $T --stages 2 --micro-batches 8 --schedule 1f1b \
     --memory-limit 64M
 
 # T1 with K = 2, M = 8: two cells covering layers 0-11, the bubble beside the formula
