@@ -4,7 +4,8 @@
  * the residual block with an identity and a projection shortcut), training under zbh1 gives the
  * losses and parameters of gpipe bit for bit, on one stage (every layer split) and on two;
  * the kinds that do not split (layer norm, batch norm, activations, pooling) run whole in the
- * input part alongside them. */
+ * input part alongside them; and the tensor-parallel shards of the sequence model's kinds on
+ * T = 2. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,13 +68,14 @@ typedef struct outcome {
     uint64_t hash;
 } outcome;
 
-static void train(const char *json, int K, gp_schedule_kind sk, gp_remat rm, outcome *out) {
+static void train(const char *json, int K, int T, gp_schedule_kind sk, gp_remat rm,
+                  outcome *out) {
     gp_model *m;
     REQUIRE_OK(gp_model_from_json_string(json, "test", &m));
     const bool seq = gp_model_input_dtype(m) == GP_I32;
     gp_optim_opts o = seq ? gp_adamw_defaults(1e-2f, 0.01f) : gp_sgd_defaults(0.1f, 0.9f);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk, .remat = rm,
-                           .batch = BATCH};
+                           .batch = BATCH, .tensor_parallel = T};
     gp_pipeline *p;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, 3, &p));
     for (int s = 0; s < STEPS; s++) {
@@ -81,7 +83,9 @@ static void train(const char *json, int K, gp_schedule_kind sk, gp_remat rm, out
         make_batch(seq, s, &b);
         CHECK_OK(gp_pipeline_step(p, &b.x, &b.y, &out->loss[s]));
     }
-    out->hash = gp_test_hash(m);
+    /* through the stages (with T > 1 the values live in the shards) */
+    CHECK_OK(gp_pipeline_params_fnv1a64(p, &out->hash));
+    CHECK(out->hash != GP_TEST_FNV_EMPTY);
     gp_pipeline_free(p);
     gp_model_free(m);
 }
@@ -111,12 +115,12 @@ int main(void) {
     const char *const models[2] = {SEQ_MODEL, IMAGE_MODEL};
     for (int mi = 0; mi < 2; mi++) {
         outcome ref;
-        train(models[mi], 1, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, &ref);
+        train(models[mi], 1, 1, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, &ref);
         CHECK(ref.loss[0] != ref.loss[STEPS - 1]); /* it trains */
         for (int K = 1; K <= 2; K++)
             for (int rm = 0; rm < 2; rm++) {
                 outcome got;
-                train(models[mi], K, GP_SCHEDULE_ZBH1, (gp_remat)rm, &got);
+                train(models[mi], K, 1, GP_SCHEDULE_ZBH1, (gp_remat)rm, &got);
                 const bool same =
                     memcmp(got.loss, ref.loss, sizeof ref.loss) == 0 && got.hash == ref.hash;
                 if (!same)
@@ -130,5 +134,15 @@ int main(void) {
                "%016llx)\n",
                mi ? "image" : "sequence", (unsigned long long)ref.hash);
     }
+    /* The tensor-parallel shards (attention, Transformer block, embedding, vocabulary head) on
+     * T = 2: zbh1 gives the bits of gpipe at the same T. */
+    outcome ref, got;
+    train(SEQ_MODEL, 1, 2, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, &ref);
+    for (int K = 1; K <= 2; K++) {
+        train(SEQ_MODEL, K, 2, GP_SCHEDULE_ZBH1, GP_REMAT_CELL, &got);
+        CHECK(memcmp(got.loss, ref.loss, sizeof ref.loss) == 0 && got.hash == ref.hash);
+    }
+    printf("sequence model on T = 2 shards: zbh1 on K = 1, 2 the bits of gpipe (params %016llx)\n",
+           (unsigned long long)ref.hash);
     return gp_test_finish("test_backward_split");
 }

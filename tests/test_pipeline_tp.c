@@ -157,7 +157,7 @@ static void fixed_t(int T, int maxk, bool quick) {
                     gp_test_failures++;
                 }
             }
-    printf("T = %d: %d runs (K = 1..%d x gpipe/1f1b x remat cell/none) bit-identical: loss "
+    printf("T = %d: %d runs (K = 1..%d x gpipe/1f1b/zbh1 x remat cell/none) bit-identical: loss "
            "%.6f -> %.6f, params %016llx\n",
            T, runs, maxk, ref.loss[0], ref.loss[2], (unsigned long long)ref.hash);
 }

@@ -172,6 +172,8 @@ static gp_cost shard_cost(const gp_layer *l, const gp_shape *in) {
     c.saved_bytes = (N * 3 * Cl + (uint64_t)(d.batch * d.heads * d.seq * d.seq) + N * Cl) *
                     sizeof(float);
     c.tp_fwd_bytes = c.tp_bwd_bytes = N * C * sizeof(float);
+    c.wgt_flops = 2.0 * (double)N * (double)C * 4.0 * (double)Cl; /* the projections */
+    c.wgt_keep_bytes = N * (C + 3 * Cl) * sizeof(float);
     return c;
 }
 
@@ -202,7 +204,9 @@ static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_te
                              p->dropout, &sv, gp_f32(y));
 }
 
-static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* As the whole layer's parts (attn_backward_part), the input gradient all-reduced in INPUT. */
+static gp_status shard_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                     gp_bwd_part part) {
     const attention_impl *p = l->impl;
     const gp_coll_group *g;
     GP_TRY(gp_layer_check_params(l, c, true));
@@ -213,17 +217,40 @@ static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
     gp_attn_dims d = shard_dims(p, &c->x->shape);
     gp_rng_stream s;
     const gp_rng_stream *drop = attn_drop(l, c, &s);
-    gp_status st;
-    float *ws = gp_ctx_workspace(l, c, gp_tp_mha_backward_ws(c->dev, &d, p->dim, drop != NULL),
-                                 &st);
-    if (!ws) return st;
+    const int64_t N = d.batch * d.seq;
+    if (part == GP_BWD_INPUT) {
+        gp_tensor *t;
+        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DA, gp_shape2(N, p->dim), GP_F32, &t));
+        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DQKV, gp_shape2(N, 3 * d.dim), GP_F32, &t));
+    } else if (part == GP_BWD_WEIGHT && !c->saved[SLOT_KEEP_DA].data) {
+        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
+                        l->index, l->ops->kind);
+    }
+    gp_status st = GP_OK;
+    float *ws = part == GP_BWD_WEIGHT
+                    ? NULL
+                    : gp_ctx_workspace(l, c, gp_tp_mha_backward_ws(c->dev, &d, p->dim,
+                                                                   drop != NULL),
+                                       &st);
+    if (!ws && part != GP_BWD_WEIGHT) return st;
     gp_mha_weights w = attn_weights(l);
     gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]), .probs = gp_f32(&c->saved[SLOT_PROBS]),
                        .att = gp_f32(&c->saved[SLOT_ATT])};
-    st = gp_tp_mha_backward(l, g, c->dev, &d, p->dim, &w, gp_f32(c->x), &sv, drop, p->dropout,
-                            gp_f32(dy), ws, dx ? gp_f32(dx) : NULL);
+    st = gp_tp_mha_backward_part(l, g, c->dev, &d, p->dim, &w, gp_f32(c->x), &sv, drop,
+                                 p->dropout, gp_f32(dy), ws,
+                                 dx && part != GP_BWD_WEIGHT ? gp_f32(dx) : NULL, part,
+                                 gp_f32(&c->saved[SLOT_KEEP_DA]),
+                                 gp_f32(&c->saved[SLOT_KEEP_DQKV]));
     gp_ctx_workspace_release(c, ws);
+    if (part == GP_BWD_WEIGHT) {
+        gp_tensor_release(&c->saved[SLOT_KEEP_DA]);
+        gp_tensor_release(&c->saved[SLOT_KEEP_DQKV]);
+    }
     return st;
+}
+
+static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return shard_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 static const gp_layer_ops attention_shard_ops = {
@@ -233,6 +260,7 @@ static const gp_layer_ops attention_shard_ops = {
     .workspace_bytes = shard_workspace,
     .forward = shard_forward,
     .backward = shard_backward,
+    .backward_part = shard_backward_part,
 };
 
 gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshards) {

@@ -59,12 +59,19 @@ int64_t gp_tp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, 
     return N * 4 * Cl + gp_kernels_of(dev)->attention_backward_ws(dev, d) + (dropout ? N * C : 0);
 }
 
-gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
-                             const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
-                             float p, const float *dy, float *ws, float *dx) {
+gp_status gp_tp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                                  const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                                  const float *x, const gp_mha_saved *sv,
+                                  const gp_rng_stream *drop, float p, const float *dy, float *ws,
+                                  float *dx, gp_bwd_part part, float *keep_da, float *keep_dqkv) {
     const gp_kernels *k = gp_kernels_of(dev);
     const int64_t N = d->batch * d->seq, Cl = d->dim;
+    const bool wt = part != GP_BWD_INPUT;
+    if (part == GP_BWD_WEIGHT) {
+        GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, w->wproj, keep_da, NULL, w->gwproj,
+                                  NULL));
+        return k->linear_backward(dev, N, C, 3 * Cl, x, w->wqkv, keep_dqkv, NULL, w->gwqkv, NULL);
+    }
     float *datt = ws, *dqkv = datt + N * Cl, *attn_ws = dqkv + 3 * N * Cl;
     const float *da = dy;
     if (drop && p > 0.0f) {
@@ -73,10 +80,26 @@ gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_devic
         da = buf;
     }
     GP_TRY(k->sum_rows_add(dev, da, N, C, w->gbproj));
-    GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, w->wproj, da, datt, w->gwproj, NULL));
+    GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, w->wproj, da, datt, wt ? w->gwproj : NULL,
+                              NULL));
     GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, datt, dqkv, w->gbqkv, attn_ws));
-    GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, w->wqkv, dqkv, dx, w->gwqkv, NULL));
+    GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, w->wqkv, dqkv, dx, wt ? w->gwqkv : NULL,
+                              NULL));
+    if (!wt) {
+        GP_TRY(gp_device_copy(dev, keep_da, da, (size_t)(N * C) * sizeof(float),
+                              GP_COPY_DEVICE_TO_DEVICE));
+        GP_TRY(gp_device_copy(dev, keep_dqkv, dqkv, (size_t)(3 * N * Cl) * sizeof(float),
+                              GP_COPY_DEVICE_TO_DEVICE));
+    }
     return dx ? gp_tp_allreduce(l, g, dev, dx, N * C, GP_REDUCE_SUM) : GP_OK;
+}
+
+gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                             const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                             float p, const float *dy, float *ws, float *dx) {
+    return gp_tp_mha_backward_part(l, g, dev, d, C, w, x, sv, drop, p, dy, ws, dx, GP_BWD_ALL,
+                                   NULL, NULL);
 }
 
 void gp_tp_mha_flops(const gp_attn_dims *d, int64_t C, float p, double *fwd, double *bwd) {

@@ -39,6 +39,14 @@ gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_devic
                              const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
                              const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
                              float p, const float *dy, float *ws, float *dx);
+/* The same in parts (gp_bwd_part), as gp_op_mha_backward_part: INPUT writes (and all-reduces)
+ * dx, adds the two biases' gradients and copies into keep_da (N, C) and keep_dqkv (N, 3 C/T)
+ * what WEIGHT's two projection products read. */
+gp_status gp_tp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                                  const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                                  const float *x, const gp_mha_saved *sv,
+                                  const gp_rng_stream *drop, float p, const float *dy, float *ws,
+                                  float *dx, gp_bwd_part part, float *keep_da, float *keep_dqkv);
 /* Forward and backward FLOPs of the shard's attention sublayer (the whole one's over T, the
  * output bias and dropout on the whole width). */
 void gp_tp_mha_flops(const gp_attn_dims *d, int64_t C, float p, double *fwd, double *bwd);

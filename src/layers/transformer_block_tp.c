@@ -26,7 +26,11 @@ enum {
     P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_PROJ_W, P_PROJ_B,
     P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_MLP_W, P_MLP_B
 };
-enum { S_LN1, S_STATS1, S_QKV, S_PROBS, S_ATT, S_H, S_LN2, S_STATS2, S_U, S_G };
+enum {
+    S_LN1, S_STATS1, S_QKV, S_PROBS, S_ATT, S_H, S_LN2, S_STATS2, S_U, S_G,
+    /* a split backward's, from its input part to its weight part (as the whole block's) */
+    S_KEEP_DU, S_KEEP_DA, S_KEEP_DQKV
+};
 
 static gp_status shard_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                                  gp_shape *out) {
@@ -65,6 +69,9 @@ static gp_cost shard_cost(const gp_layer *l, const gp_shape *in) {
                      4 * n + 2 * n * df) *
                     sizeof(float);
     c.tp_fwd_bytes = c.tp_bwd_bytes = 2 * n * dc * sizeof(float);
+    /* the weight part: the MLP's and the attention projections' weight products */
+    c.wgt_flops = mlp + 2.0 * N * C * 4.0 * (double)d.dim;
+    c.wgt_keep_bytes = n * (df + dc + 3 * dl) * sizeof(float);
     return c;
 }
 
@@ -135,7 +142,8 @@ static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_te
 /* ws: dh (N, C) | small (N, C) | big: the MLP's (N, F/T) gradient, then the attention's. */
 static gp_status shard_backward_ws(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
                                    const gp_tensor *dy, gp_tensor *dx, float *ws,
-                                   const gp_rng_stream *drop0, const gp_rng_stream *drop1) {
+                                   const gp_rng_stream *drop0, const gp_rng_stream *drop1,
+                                   gp_bwd_part part) {
     const shard_impl *p = l->impl;
     const float *ln1 = gp_f32(&c->saved[S_LN1]), *h = gp_f32(&c->saved[S_H]);
     const float *ln2 = gp_f32(&c->saved[S_LN2]), *u = gp_f32(&c->saved[S_U]);
@@ -145,6 +153,17 @@ static gp_status shard_backward_ws(gp_layer *l, gp_ctx *c, const gp_coll_group *
     const gp_attn_dims d = local_dims(p, &c->x->shape);
     const int64_t C = p->dim, F = p->d_ff / p->nshards, N = d.batch * d.seq;
     float *dh = ws, *small = ws + N * C, *big = ws + 2 * N * C;
+    const bool wt = part == GP_BWD_ALL;
+    float *keep_du = NULL, *keep_da = NULL, *keep_dqkv = NULL;
+    if (!wt) {
+        gp_tensor *t;
+        GP_TRY(gp_ctx_save(c, S_KEEP_DU, gp_shape2(N, F), GP_F32, &t));
+        keep_du = gp_f32(t);
+        GP_TRY(gp_ctx_save(c, S_KEEP_DA, gp_shape2(N, C), GP_F32, &t));
+        keep_da = gp_f32(t);
+        GP_TRY(gp_ctx_save(c, S_KEEP_DQKV, gp_shape2(N, 3 * d.dim), GP_F32, &t));
+        keep_dqkv = gp_f32(t);
+    }
 
     const float *dmo = gp_f32(dy);
     if (drop1) {
@@ -152,9 +171,14 @@ static gp_status shard_backward_ws(gp_layer *l, gp_ctx *c, const gp_coll_group *
         dmo = small;
     }
     GP_TRY(k->sum_rows_add(dev, dmo, N, C, GRAD(P_MLP_B)));
-    GP_TRY(k->linear_backward(dev, N, F, C, gl, VAL(P_MLP_W), dmo, big, GRAD(P_MLP_W), NULL));
+    GP_TRY(k->linear_backward(dev, N, F, C, gl, VAL(P_MLP_W), dmo, big,
+                              wt ? GRAD(P_MLP_W) : NULL, NULL));
     GP_TRY(k->gelu_backward(dev, N, F, u, big, big, GRAD(P_FC_B)));
-    GP_TRY(k->linear_backward(dev, N, C, F, ln2, VAL(P_FC_W), big, small, GRAD(P_FC_W), NULL));
+    if (!wt)
+        GP_TRY(gp_device_copy(dev, keep_du, big, (size_t)(N * F) * sizeof(float),
+                              GP_COPY_DEVICE_TO_DEVICE));
+    GP_TRY(k->linear_backward(dev, N, C, F, ln2, VAL(P_FC_W), big, small,
+                              wt ? GRAD(P_FC_W) : NULL, NULL));
     GP_TRY(gp_tp_allreduce(l, g, dev, small, N * C, GP_REDUCE_SUM));
     GP_TRY(k->layernorm_backward(dev, N, C, h, VAL(P_LN2_W), gp_f32(&c->saved[S_STATS2]), small,
                                  gp_f32(dy), dh, GRAD(P_LN2_W), GRAD(P_LN2_B)));
@@ -162,7 +186,8 @@ static gp_status shard_backward_ws(gp_layer *l, gp_ctx *c, const gp_coll_group *
     gp_mha_weights w = shard_attn_weights(l);
     gp_mha_saved sv = {.qkv = gp_f32(&c->saved[S_QKV]), .probs = gp_f32(&c->saved[S_PROBS]),
                        .att = gp_f32(&c->saved[S_ATT])};
-    GP_TRY(gp_tp_mha_backward(l, g, dev, &d, C, &w, ln1, &sv, drop0, p->dropout, dh, big, small));
+    GP_TRY(gp_tp_mha_backward_part(l, g, dev, &d, C, &w, ln1, &sv, drop0, p->dropout, dh, big,
+                                   small, part, keep_da, keep_dqkv));
     return k->layernorm_backward(dev, N, C, gp_f32(c->x), VAL(P_LN1_W),
                                  gp_f32(&c->saved[S_STATS1]), small, dh, dx ? gp_f32(dx) : NULL,
                                  GRAD(P_LN1_W), GRAD(P_LN1_B));
@@ -183,7 +208,40 @@ static uint64_t shard_workspace(const gp_layer *l, gp_device *dev, const gp_shap
     return (uint64_t)backward_ws(p, dev, &d, p->dropout > 0.0f) * sizeof(float);
 }
 
-static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+/* The WEIGHT part (ws: N C floats for dy's dropout again): the MLP's products from the saved
+ * activations and dy, the attention projections' from the copies the INPUT part kept. */
+static gp_status shard_backward_weight(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
+                                       const gp_tensor *dy, float *ws,
+                                       const gp_rng_stream *drop0, const gp_rng_stream *drop1) {
+    const shard_impl *p = l->impl;
+    const gp_kernels *k = gp_ctx_kernels(c);
+    gp_device *dev = c->dev;
+    const gp_attn_dims d = local_dims(p, &c->x->shape);
+    const int64_t C = p->dim, F = p->d_ff / p->nshards, N = d.batch * d.seq;
+    if (!c->saved[S_KEEP_DU].data)
+        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
+                        l->index, l->ops->kind);
+    const float *dmo = gp_f32(dy);
+    if (drop1) {
+        GP_TRY(k->dropout(dev, drop1, p->dropout, N * C, gp_f32(dy), NULL, ws));
+        dmo = ws;
+    }
+    GP_TRY(k->linear_backward(dev, N, F, C, gp_f32(&c->saved[S_G]), VAL(P_MLP_W), dmo, NULL,
+                              GRAD(P_MLP_W), NULL));
+    GP_TRY(k->linear_backward(dev, N, C, F, gp_f32(&c->saved[S_LN2]), VAL(P_FC_W),
+                              gp_f32(&c->saved[S_KEEP_DU]), NULL, GRAD(P_FC_W), NULL));
+    gp_mha_weights w = shard_attn_weights(l);
+    gp_mha_saved sv = {.qkv = gp_f32(&c->saved[S_QKV]), .probs = gp_f32(&c->saved[S_PROBS]),
+                       .att = gp_f32(&c->saved[S_ATT])};
+    GP_TRY(gp_tp_mha_backward_part(l, g, dev, &d, C, &w, gp_f32(&c->saved[S_LN1]), &sv, drop0,
+                                   p->dropout, NULL, NULL, NULL, GP_BWD_WEIGHT,
+                                   gp_f32(&c->saved[S_KEEP_DA]), gp_f32(&c->saved[S_KEEP_DQKV])));
+    for (int i = S_KEEP_DU; i <= S_KEEP_DQKV; i++) gp_tensor_release(&c->saved[i]);
+    return GP_OK;
+}
+
+static gp_status shard_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
+                                     gp_bwd_part part) {
     const shard_impl *p = l->impl;
     const gp_coll_group *g;
     GP_TRY(gp_layer_check_params(l, c, true));
@@ -195,11 +253,18 @@ static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_
     gp_rng_stream s0, s1;
     const gp_rng_stream *drop0 = shard_drop(l, c, 0, &s0), *drop1 = shard_drop(l, c, 1, &s1);
     gp_status st;
-    float *ws = gp_ctx_workspace(l, c, backward_ws(p, c->dev, &d, drop0 != NULL), &st);
+    const int64_t nws = part == GP_BWD_WEIGHT ? d.batch * d.seq * (int64_t)p->dim
+                                              : backward_ws(p, c->dev, &d, drop0 != NULL);
+    float *ws = gp_ctx_workspace(l, c, nws, &st);
     if (!ws) return st;
-    st = shard_backward_ws(l, c, g, dy, dx, ws, drop0, drop1);
+    st = part == GP_BWD_WEIGHT ? shard_backward_weight(l, c, g, dy, ws, drop0, drop1)
+                               : shard_backward_ws(l, c, g, dy, dx, ws, drop0, drop1, part);
     gp_ctx_workspace_release(c, ws);
     return st;
+}
+
+static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
+    return shard_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
 static const gp_layer_ops shard_ops = {
@@ -209,6 +274,7 @@ static const gp_layer_ops shard_ops = {
     .workspace_bytes = shard_workspace,
     .forward = shard_forward,
     .backward = shard_backward,
+    .backward_part = shard_backward_part,
 };
 
 gp_layer *gp_transformer_block_shard(int dim, int heads, int d_ff, float dropout, int nshards) {
