@@ -95,14 +95,8 @@ static gp_status attn_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy,
     gp_rng_stream s;
     const gp_rng_stream *drop = attn_drop(l, c, &s);
     const int64_t N = d.batch * d.seq, C = d.dim;
-    if (part == GP_BWD_INPUT) {
-        gp_tensor *t;
-        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DA, gp_shape2(N, C), GP_F32, &t));
-        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DQKV, gp_shape2(N, 3 * C), GP_F32, &t));
-    } else if (part == GP_BWD_WEIGHT && !c->saved[SLOT_KEEP_DA].data) {
-        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
-                        l->index, l->ops->kind);
-    }
+    const gp_shape keep[2] = {gp_shape2(N, C), gp_shape2(N, 3 * C)};
+    GP_TRY(gp_ctx_keep_begin(l, c, part, SLOT_KEEP_DA, 2, keep));
     gp_status st = GP_OK;
     float *ws = part == GP_BWD_WEIGHT
                     ? NULL
@@ -116,10 +110,7 @@ static gp_status attn_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy,
                                  part, gp_f32(&c->saved[SLOT_KEEP_DA]),
                                  gp_f32(&c->saved[SLOT_KEEP_DQKV]));
     gp_ctx_workspace_release(c, ws);
-    if (part == GP_BWD_WEIGHT) {
-        gp_tensor_release(&c->saved[SLOT_KEEP_DA]);
-        gp_tensor_release(&c->saved[SLOT_KEEP_DQKV]);
-    }
+    if (part == GP_BWD_WEIGHT) gp_ctx_keep_end(c, SLOT_KEEP_DA, 2);
     return st;
 }
 
@@ -218,14 +209,8 @@ static gp_status shard_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy
     gp_rng_stream s;
     const gp_rng_stream *drop = attn_drop(l, c, &s);
     const int64_t N = d.batch * d.seq;
-    if (part == GP_BWD_INPUT) {
-        gp_tensor *t;
-        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DA, gp_shape2(N, p->dim), GP_F32, &t));
-        GP_TRY(gp_ctx_save(c, SLOT_KEEP_DQKV, gp_shape2(N, 3 * d.dim), GP_F32, &t));
-    } else if (part == GP_BWD_WEIGHT && !c->saved[SLOT_KEEP_DA].data) {
-        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
-                        l->index, l->ops->kind);
-    }
+    const gp_shape keep[2] = {gp_shape2(N, p->dim), gp_shape2(N, 3 * d.dim)};
+    GP_TRY(gp_ctx_keep_begin(l, c, part, SLOT_KEEP_DA, 2, keep));
     gp_status st = GP_OK;
     float *ws = part == GP_BWD_WEIGHT
                     ? NULL
@@ -242,10 +227,7 @@ static gp_status shard_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy
                                  gp_f32(&c->saved[SLOT_KEEP_DA]),
                                  gp_f32(&c->saved[SLOT_KEEP_DQKV]));
     gp_ctx_workspace_release(c, ws);
-    if (part == GP_BWD_WEIGHT) {
-        gp_tensor_release(&c->saved[SLOT_KEEP_DA]);
-        gp_tensor_release(&c->saved[SLOT_KEEP_DQKV]);
-    }
+    if (part == GP_BWD_WEIGHT) gp_ctx_keep_end(c, SLOT_KEEP_DA, 2);
     return st;
 }
 

@@ -131,6 +131,21 @@ gp_status gp_layer_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp
     return part == GP_BWD_WEIGHT ? GP_OK : l->ops->backward(l, c, dy, dx);
 }
 
+gp_status gp_ctx_keep_begin(const gp_layer *l, gp_ctx *c, gp_bwd_part part, int first, int n,
+                            const gp_shape *shapes) {
+    gp_tensor *t;
+    for (int i = 0; part == GP_BWD_INPUT && i < n; i++)
+        GP_TRY(gp_ctx_save(c, first + i, shapes[i], GP_F32, &t));
+    if (part == GP_BWD_WEIGHT && !c->saved[first].data)
+        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
+                        l->index, l->ops->kind);
+    return GP_OK;
+}
+
+void gp_ctx_keep_end(gp_ctx *c, int first, int n) {
+    for (int i = 0; i < n; i++) gp_tensor_release(&c->saved[first + i]);
+}
+
 gp_status gp_layer_check_params(const gp_layer *l, const gp_ctx *c, bool need_grads) {
     for (int i = 0; i < l->nparams; i++) {
         const gp_param *p = &l->params[i];

@@ -169,6 +169,12 @@ uint64_t gp_layer_param_bytes(const gp_layer *l);
 /* One part of l's backward (ops->backward_part, or ops->backward whole as the INPUT part). */
 gp_status gp_layer_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
                                  gp_bwd_part part);
+/* The saved slots [first, first + n) a split backward keeps from its INPUT part to its WEIGHT
+ * part: INPUT allocates them at `shapes`; WEIGHT fails, naming the layer, unless the INPUT part
+ * ran; gp_ctx_keep_end releases them after the WEIGHT part. ALL: nothing. */
+gp_status gp_ctx_keep_begin(const gp_layer *l, gp_ctx *c, gp_bwd_part part, int first, int n,
+                            const gp_shape *shapes);
+void gp_ctx_keep_end(gp_ctx *c, int first, int n);
 /* Whether l's backward has a WEIGHT part to run later (ops->backward_part). */
 static inline bool gp_layer_splits_backward(const gp_layer *l) {
     return l->ops->backward_part != NULL;

@@ -154,16 +154,10 @@ static gp_status block_backward_ws(gp_layer *l, gp_ctx *c, const gp_tensor *dy, 
     /* INPUT leaves the weight products (the bias of fc, inside gelu', and the layer norms are
      * cheap: done here) to WEIGHT, with copies of the gradients they read */
     const bool wt = part == GP_BWD_ALL;
-    float *keep_du = NULL, *keep_da = NULL, *keep_dqkv = NULL;
-    if (!wt) {
-        gp_tensor *t;
-        GP_TRY(gp_ctx_save(c, S_KEEP_DU, gp_shape2(N, F), GP_F32, &t));
-        keep_du = gp_f32(t);
-        GP_TRY(gp_ctx_save(c, S_KEEP_DA, gp_shape2(N, C), GP_F32, &t));
-        keep_da = gp_f32(t);
-        GP_TRY(gp_ctx_save(c, S_KEEP_DQKV, gp_shape2(N, 3 * C), GP_F32, &t));
-        keep_dqkv = gp_f32(t);
-    }
+    const gp_shape keep[3] = {gp_shape2(N, F), gp_shape2(N, C), gp_shape2(N, 3 * C)};
+    GP_TRY(gp_ctx_keep_begin(l, c, part, S_KEEP_DU, 3, keep));
+    float *keep_du = gp_f32(&c->saved[S_KEEP_DU]), *keep_da = gp_f32(&c->saved[S_KEEP_DA]);
+    float *keep_dqkv = gp_f32(&c->saved[S_KEEP_DQKV]);
 
     /* MLP branch: dmo = drop1'(dy); dU = dmo Wp (then * gelu'(u)); dln2 = dU Wfc. */
     const float *dmo = gp_f32(dy);
@@ -215,29 +209,21 @@ static uint64_t block_workspace(const gp_layer *l, gp_device *dev, const gp_shap
 static gp_status block_backward_weight(gp_layer *l, gp_ctx *c, const gp_tensor *dy, float *ws,
                                        const gp_rng_stream *drop0, const gp_rng_stream *drop1) {
     const block_impl *p = l->impl;
-    const gp_kernels *k = gp_ctx_kernels(c);
     gp_device *dev = c->dev;
     gp_attn_dims d = block_dims(p, &c->x->shape);
     const int64_t C = d.dim, F = p->d_ff, N = d.batch * d.seq;
-    if (!c->saved[S_KEEP_DU].data)
-        return gp_error(GP_INTERNAL, "layer %d (%s): weight gradients before the input part",
-                        l->index, l->ops->kind);
-    const float *dmo = gp_f32(dy);
-    if (drop1) {
-        GP_TRY(k->dropout(dev, drop1, p->dropout, N * C, gp_f32(dy), NULL, ws));
-        dmo = ws;
-    }
-    GP_TRY(k->linear_backward(dev, N, F, C, gp_f32(&c->saved[S_G]), VAL(P_MLP_W), dmo, NULL,
-                              GRAD(P_MLP_W), GRAD(P_MLP_B)));
-    GP_TRY(k->linear_backward(dev, N, C, F, gp_f32(&c->saved[S_LN2]), VAL(P_FC_W),
-                              gp_f32(&c->saved[S_KEEP_DU]), NULL, GRAD(P_FC_W), NULL));
+    GP_TRY(gp_ctx_keep_begin(l, c, GP_BWD_WEIGHT, S_KEEP_DU, 3, NULL));
+    GP_TRY(gp_op_mlp_backward_weight(dev, N, C, F, gp_f32(&c->saved[S_G]),
+                                     gp_f32(&c->saved[S_LN2]), VAL(P_MLP_W), VAL(P_FC_W), drop1,
+                                     p->dropout, gp_f32(dy), gp_f32(&c->saved[S_KEEP_DU]), ws,
+                                     GRAD(P_MLP_W), GRAD(P_MLP_B), GRAD(P_FC_W)));
     gp_mha_weights w = block_attn_weights(l);
     gp_mha_saved sv = {.qkv = gp_f32(&c->saved[S_QKV]), .probs = gp_f32(&c->saved[S_PROBS]),
                        .att = gp_f32(&c->saved[S_ATT])};
     GP_TRY(gp_op_mha_backward_part(dev, &d, &w, gp_f32(&c->saved[S_LN1]), &sv, drop0,
                                    p->dropout, NULL, NULL, NULL, GP_BWD_WEIGHT,
                                    gp_f32(&c->saved[S_KEEP_DA]), gp_f32(&c->saved[S_KEEP_DQKV])));
-    for (int i = S_KEEP_DU; i <= S_KEEP_DQKV; i++) gp_tensor_release(&c->saved[i]);
+    gp_ctx_keep_end(c, S_KEEP_DU, 3);
     return GP_OK;
 }
 

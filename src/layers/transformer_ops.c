@@ -85,6 +85,21 @@ gp_status gp_op_mha_backward_part(gp_device *dev, const gp_attn_dims *d, const g
     return gp_device_copy(dev, keep_dqkv, dqkv, (size_t)(3 * N * C) * sizeof(float), GP_COPY_DEVICE_TO_DEVICE);
 }
 
+gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_t F,
+                                   const float *g, const float *ln2, const float *w_out,
+                                   const float *w_fc, const gp_rng_stream *drop, float p,
+                                   const float *dy, const float *du, float *ws, float *gw_out,
+                                   float *gb_out, float *gw_fc) {
+    const gp_kernels *k = gp_kernels_of(dev);
+    const float *dmo = dy;
+    if (drop) {
+        GP_TRY(k->dropout(dev, drop, p, N * C, dy, NULL, ws));
+        dmo = ws;
+    }
+    GP_TRY(k->linear_backward(dev, N, F, C, g, w_out, dmo, NULL, gw_out, gb_out));
+    return k->linear_backward(dev, N, C, F, ln2, w_fc, du, NULL, gw_fc, NULL);
+}
+
 gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
                              const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
                              float p, const float *dy, float *ws, float *dx) {

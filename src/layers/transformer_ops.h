@@ -51,6 +51,16 @@ int64_t gp_op_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, bool dropou
 gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
                              const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
                              float p, const float *dy, float *ws, float *dx);
+/* A Transformer block's MLP weight products, its split backward's WEIGHT part: dW_out (C, F)
+ * += dmo^T g with dmo = drop(dy) rebuilt in ws (N C floats) when drop is not NULL, db_out += the
+ * column sums of dmo when gb_out is not NULL (a shard adds them in its input part), and
+ * dW_fc (F, C) += du^T ln2 from the gradient du (N, F) its input part kept. The same kernel calls
+ * as the whole backward's. */
+gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_t F,
+                                   const float *g, const float *ln2, const float *w_out,
+                                   const float *w_fc, const gp_rng_stream *drop, float p,
+                                   const float *dy, const float *du, float *ws, float *gw_out,
+                                   float *gb_out, float *gw_fc);
 /* The same in parts (gp_bwd_part): INPUT writes dx, adds the qkv bias gradient and copies what
  * the WEIGHT part reads into keep_da (N, C: the gradient at the projection's output, after
  * dropout) and keep_dqkv (N, 3C); WEIGHT adds the projections' gradients from them (dy, ws,
