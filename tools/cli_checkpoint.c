@@ -162,8 +162,8 @@ static bool has_step(const ckpt_entry *e, int n, long step) {
 
 /* Removes the leftovers of saves cut short: gpipe's temporary files, and parts of sets that
  * were never committed (no index, no one-file checkpoint at their step). Called only once the
- * checkpoint to resume from has loaded, so a failed resume leaves the folder as it was. Returns
- * how many were removed. */
+ * checkpoint to resume from has loaded (or when there is none), so a failed resume leaves the
+ * folder as it was. Returns how many were removed. */
 static int clean_dir(const char *dir, const ckpt_entry *e, int n) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -384,6 +384,18 @@ int gp_cli_ckpt_prepare(gp_cli_train *t) {
     return rc;
 }
 
+/* Removes what interrupted saves left in the folder (MPI: rank 0 alone), saying so. */
+static void remove_leftovers(const gp_cli_train *t) {
+    ckpt_entry *e;
+    int n;
+    if (t->place.rank != 0 || list_checkpoints(t->ckpt_dir, &e, &n) != GP_CLI_EXIT_OK) return;
+    int removed = clean_dir(t->ckpt_dir, e, n);
+    free(e);
+    if (removed)
+        printf("checkpoint: removed %d incomplete file(s) left in %s by an interrupted save\n",
+               removed, t->ckpt_dir);
+}
+
 int gp_cli_ckpt_resume(gp_cli_train *t) {
     t->start_step = 0;
     if (!t->ckpt_dir || !t->resume) return GP_CLI_EXIT_OK;
@@ -393,6 +405,8 @@ int gp_cli_ckpt_resume(gp_cli_train *t) {
     int rc = find_newest(t, path, prev, sizeof path, &n, &newest);
     if (rc != GP_CLI_EXIT_OK) return rc;
     if (n == 0) {
+        /* every save so far was interrupted: its leftovers are garbage, nothing else is there */
+        remove_leftovers(t);
         printf("resume: no checkpoint in %s; starting fresh at step 0\n", t->ckpt_dir);
         fflush(stdout);
         return GP_CLI_EXIT_OK;
@@ -416,15 +430,8 @@ int gp_cli_ckpt_resume(gp_cli_train *t) {
                 path, step, t->total_steps);
         return GP_CLI_EXIT_RUNTIME;
     }
-    /* Loaded: only now are the leftovers of interrupted saves removed (MPI: by rank 0 alone). */
-    ckpt_entry *e;
-    if (t->place.rank == 0 && list_checkpoints(t->ckpt_dir, &e, &n) == GP_CLI_EXIT_OK) {
-        int removed = clean_dir(t->ckpt_dir, e, n);
-        free(e);
-        if (removed)
-            printf("checkpoint: removed %d incomplete file(s) left in %s by an interrupted save\n",
-                   removed, t->ckpt_dir);
-    }
+    /* Loaded: only now are the leftovers of interrupted saves removed. */
+    remove_leftovers(t);
     t->start_step = step;
     printf("resume: loaded %s: continuing at step %d of %d\n", path, step, t->total_steps);
     fflush(stdout);

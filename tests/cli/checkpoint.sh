@@ -63,11 +63,16 @@ run cn_a "${CN[@]}" --checkpoint-dir "$TMP/cn" --checkpoint-every 2 --stop-after
 run cn_b "${CN[@]}" --stages 3 --checkpoint-dir "$TMP/cn" --resume --report "$TMP/cn_b.json" &&
     cli_same_run cn_straight cn_b
 
-# --- --resume on an empty folder, --keep ------------------------------------------------------
+# --- --resume on a folder without a complete checkpoint, --keep ------------------------------
+# (what a run killed during its first save leaves: a temporary file, removed on the resume)
+mkdir -p "$TMP/fresh"
+printf 'torn' >"$TMP/fresh/ckpt-00000001.safetensors.tmp.4242"
 run lm_fresh "${LM[@]}" --checkpoint-dir "$TMP/fresh" --resume --checkpoint-every 1 --keep 2 \
     --report "$TMP/lm_fresh.json"
 grep -q "resume: no checkpoint in $TMP/fresh; starting fresh at step 0" "$TMP/lm_fresh.out" ||
     bad "--resume on an empty folder does not say it starts fresh"
+grep -q "removed 1 incomplete file(s) left in $TMP/fresh" "$TMP/lm_fresh.out" ||
+    bad "--resume without a complete checkpoint kept the interrupted save's temporary file"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, os, sys
 from clicheck import finish, need
