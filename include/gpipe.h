@@ -647,6 +647,8 @@ typedef struct gp_plan {
 gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out);
 void gp_plan_free(gp_plan *p);
+/* The largest cell's total bytes: what the fullest device of the plan holds at its peak. */
+uint64_t gp_plan_fullest_bytes(const gp_plan *p);
 
 /* What gp_plan_search may choose. Zero fields are searched; others fixed. */
 typedef struct gp_plan_search_opts {

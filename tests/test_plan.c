@@ -415,6 +415,7 @@ static void test_search(void) {
             for (int i = 0; i < r.n; i++) {
                 const gp_plan *p = &r.plans[i];
                 CHECK_EQ_INT(p->stages * p->data_parallel, N);
+                CHECK(gp_plan_fullest_bytes(p) == worst_total(p));
                 CHECK(!limits[li] || worst_total(p) <= limits[li]);
                 if (i) CHECK(p->step_s >= r.plans[i - 1].step_s * (1 - 1e-9));
                 bool uniform = true;

@@ -132,9 +132,7 @@ static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_ex
                gp_cli_fmt_bytes(x->transient_bytes, h, sizeof h),
                gp_cli_fmt_bytes(x->total_bytes, g, sizeof g));
     }
-    uint64_t worst = 0;
-    for (int k = 0; k < p->stages; k++)
-        if (p->cells[k].total_bytes > worst) worst = p->cells[k].total_bytes;
+    const uint64_t worst = gp_plan_fullest_bytes(p);
     if (p->tensor_parallel > 1 || p->data_parallel > 1 || p->stages > 1) {
         printf("bytes per step per device on each mesh axis:\n%5s  %14s %14s %14s\n", "stage",
                "tensor", "pipeline", "data");

@@ -33,13 +33,6 @@ int gp_cli_plan_search(const char *cmd, gp_model *m, int64_t batch, const gp_opt
     return GP_CLI_EXIT_OK;
 }
 
-static uint64_t fullest(const gp_plan *p) {
-    uint64_t b = 0;
-    for (int k = 0; k < p->stages; k++)
-        if (p->cells[k].total_bytes > b) b = p->cells[k].total_bytes;
-    return b;
-}
-
 /* "cell", "none", or per cell "none,cell,cell" for a selective plan. */
 static const char *remat_text(const gp_plan *p, char *buf, size_t n) {
     if (p->remat != GP_REMAT_SELECTIVE) return gp_remat_name(p->remat);
@@ -70,7 +63,8 @@ void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
         printf("%4d %3d %3d %3d %5d  %-8s %-14s %10s %7.4f %11s %11.0f\n", i + 1, p->stages,
                p->data_parallel, p->tensor_parallel, p->micro_batches,
                gp_schedule_kind_name(p->schedule), remat_text(p, rm, sizeof rm), step,
-               p->bubble_simulated, gp_cli_fmt_bytes(fullest(p), bytes, sizeof bytes),
+               p->bubble_simulated,
+               gp_cli_fmt_bytes(gp_plan_fullest_bytes(p), bytes, sizeof bytes),
                tokens_per_example > 0 ? ex_s * (double)tokens_per_example : ex_s);
     }
 }
@@ -98,7 +92,7 @@ cJSON *gp_cli_plan_search_json(const gp_plan_search_result *r, int devices) {
         }
         cJSON_AddNumberToObject(x, "step_s", p->step_s);
         cJSON_AddNumberToObject(x, "bubble_simulated", p->bubble_simulated);
-        gp_cli_report_u64(x, "fullest_device_bytes", fullest(p));
+        gp_cli_report_u64(x, "fullest_device_bytes", gp_plan_fullest_bytes(p));
         cJSON_AddItemToArray(plans, x);
     }
     return s;

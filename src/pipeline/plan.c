@@ -15,6 +15,13 @@
 
 #define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
 
+uint64_t gp_plan_fullest_bytes(const gp_plan *p) {
+    uint64_t b = 0;
+    for (int k = 0; p && k < p->stages; k++)
+        if (p->cells[k].total_bytes > b) b = p->cells[k].total_bytes;
+    return b;
+}
+
 void gp_plan_free(gp_plan *p) {
     if (!p) return;
     free(p->cells);

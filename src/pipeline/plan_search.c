@@ -22,13 +22,6 @@ void gp_plan_search_free(gp_plan_search_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-static uint64_t fullest(const gp_plan *p) {
-    uint64_t b = 0;
-    for (int k = 0; k < p->stages; k++)
-        if (p->cells[k].total_bytes > b) b = p->cells[k].total_bytes;
-    return b;
-}
-
 /* Whether a goes before b: the faster step; then the fewer micro-batches (FLOP estimates
  * cost a batch split finer the same, but larger micro-batches run nearer the GEMM ceiling);
  * then the fewer bytes on the fullest device, the fewer stages, and enum order. */
@@ -37,7 +30,7 @@ static bool before(const gp_plan *a, const gp_plan *b) {
     if (fabs(a->step_s - b->step_s) > 1e-9 * fmax(a->step_s, b->step_s))
         return a->step_s < b->step_s;
     if (a->micro_batches != b->micro_batches) return a->micro_batches < b->micro_batches;
-    const uint64_t fa = fullest(a), fb = fullest(b);
+    const uint64_t fa = gp_plan_fullest_bytes(a), fb = gp_plan_fullest_bytes(b);
     if (fa != fb) return fa < fb;
     if (a->stages != b->stages) return a->stages < b->stages;
     if (a->schedule != b->schedule) return a->schedule < b->schedule;
@@ -216,7 +209,8 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
             po.memory_limit = 0;
             if (po.remat == GP_REMAT_SELECTIVE) po.remat = GP_REMAT_CELL;
             if (gp_plan_make(m, batch, o, &po, gflops, &p) == GP_OK) {
-                if (fullest(&p) < least) least = fullest(&p), least_at = i;
+                const uint64_t need = gp_plan_fullest_bytes(&p);
+                if (need < least) least = need, least_at = i;
                 gp_plan_free(&p);
             }
         } else {

@@ -104,28 +104,29 @@ static void title_line(gp_file_out *o, const gp_trace *t, const gp_trace_stats *
 
 /* weights: whether the trace has split backwards (then "backward" is their input part). */
 static void legend(gp_file_out *o, bool weights) {
+    /* each kind in its colour of fill[]; the idle row's (-1) last */
     static const struct {
         const char *name;
-        const char *color;
-        bool strip; /* drawn as a thin strip in the rows, so in the legend too */
+        int kind;
     } items[] = {
-        {"forward", "#4e79a7", false}, {"backward", "#f28e2b", false},
-        {"weight gradients", "#edc948", false}, {"recompute", "#b07aa1", false},
-        {"send/recv", "#59a14f", true}, {"wait", "#bab0ac", true},
-        {"optimizer", "#e15759", false},
-        {"idle (bubble)", ROW_FILL, false}, /* the same colours as fill[] above */
+        {"forward", GP_TRACE_FORWARD}, {"backward", GP_TRACE_BACKWARD},
+        {"weight gradients", GP_TRACE_WEIGHT}, {"recompute", GP_TRACE_RECOMPUTE},
+        {"send/recv", GP_TRACE_SEND}, {"wait", GP_TRACE_WAIT},
+        {"optimizer", GP_TRACE_OPTIMIZER}, {"idle (bubble)", -1},
     };
     int x = LEFT;
     gp_file_out_printf(o, "<g id=\"legend\" font-size=\"12\" %s>\n", FONT);
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
-        if (!weights && strcmp(items[i].name, "weight gradients") == 0) continue;
-        int h = items[i].strip ? 6 : 14;
+        const int kind = items[i].kind;
+        if (!weights && kind == GP_TRACE_WEIGHT) continue;
+        /* the kinds drawn as thin strips in the rows are strips in the legend too */
+        int h = kind >= 0 && is_strip((gp_trace_kind)kind) ? 6 : 14;
         gp_file_out_printf(o,
                             "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"%d\" fill=\"%s\" "
                             "stroke=\"#888888\" stroke-width=\"0.5\"/>"
                             "<text x=\"%d\" y=\"%d\">%s</text>\n",
-                            x, LEGEND_Y + 14 - h, h, items[i].color, x + 19, LEGEND_Y + 11,
-                            items[i].name);
+                            x, LEGEND_Y + 14 - h, h, kind >= 0 ? fill[kind] : ROW_FILL, x + 19,
+                            LEGEND_Y + 11, items[i].name);
         x += 19 + 7 * (int)strlen(items[i].name) + 22;
     }
     gp_file_out_write(o, "</g>\n");
