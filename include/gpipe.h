@@ -492,11 +492,15 @@ gp_status gp_file_out_close(gp_file_out *o, bool commit);
  * micro-batch, the GPipe schedule with re-materialization, no memory limit. */
 /* GPIPE: fill-drain; 1F1B: one forward, one backward; ZBH1: zero bubble H1, each backward
  * split into its input gradient and its weight gradients, the latter run where 1F1B idles, at
- * 1F1B's activation memory (plus the output gradients a weight part reads). */
+ * 1F1B's activation memory (plus the output gradients a weight part reads); INTERLEAVED:
+ * interleaved 1F1B, each stage running V cells (gp_pipeline_opts.chunks) that go round the
+ * stages V times (the model is cut into K V cells), which divides 1F1B's bubble by about V for
+ * V times the messages; M must be a multiple of K. */
 typedef enum gp_schedule_kind {
     GP_SCHEDULE_GPIPE = 0,
     GP_SCHEDULE_1F1B = 1,
-    GP_SCHEDULE_ZBH1 = 2
+    GP_SCHEDULE_ZBH1 = 2,
+    GP_SCHEDULE_INTERLEAVED = 3
 } gp_schedule_kind;
 /* CELL (GPipe, the default): keep only each cell's input per micro-batch and
  * recompute the cell's forward during backward. NONE: keep every layer's
@@ -516,7 +520,8 @@ typedef enum gp_remat {
  * tensors live and its kernels run is its device (gp_pipeline_opts.devices). */
 typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
 const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
-const char *gp_schedule_kind_name(gp_schedule_kind s); /* "gpipe", "1f1b", "zbh1" */
+/* "gpipe", "1f1b", "zbh1", "interleaved" */
+const char *gp_schedule_kind_name(gp_schedule_kind s);
 const char *gp_remat_name(gp_remat r);                 /* "cell", "none", "selective" */
 
 /* What the cells are balanced on: the layers' FLOP estimates (COST), or their
@@ -528,8 +533,12 @@ typedef struct gp_pipeline_opts {
     int stages;        /* K >= 1 (0 means 1) */
     int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */
     gp_schedule_kind schedule;
+    /* Cells per stage V (0: the schedule's default; 2 for INTERLEAVED, 1 for the others, which
+     * run one): the model is cut into K V cells, cell v K + k on stage k. */
+    int chunks;
     gp_remat remat;
-    const int *partition;  /* optional: first layer of each of the K cells (K entries) */
+    /* optional: first layer of each of the K V cells (K V entries) */
+    const int *partition;
     uint64_t memory_limit; /* per-device bytes, 0: none */
     /* The mini-batch the cells are balanced and fitted for (the runtime; the
      * plan takes it as an argument). 0: unknown, balanced at one example per
@@ -613,18 +622,21 @@ typedef struct gp_plan_cell {
 
 typedef struct gp_plan {
     int stages, micro_batches;
+    int chunks, ncells;      /* V cells per stage, K V cells (the entries of cells) */
     int tensor_parallel, data_parallel; /* T and D: every figure per device is one shard's */
     int64_t batch, micro_batch_size;
     gp_schedule_kind schedule;
     gp_remat remat;
     uint64_t memory_limit;
-    gp_plan_cell *cells;     /* (stages), owned; freed by gp_plan_free */
+    gp_plan_cell *cells;     /* (ncells), owned; freed by gp_plan_free. With V > 1 each cell's
+                              * peak_in_flight, busy_s and idle_s are its stage's, and its bytes
+                              * count at most M of its own micro-batches in flight */
     double step_s;           /* simulated step time (the optimizer step is not modelled), with
                               * the collectives' time at po->link_gbytes_per_s */
     double comm_s;           /* of it, the tensor axis's all-reduces on the slowest stage and the
                               * data axis's gradient all-reduce (not overlapped) */
     double bubble_simulated; /* idle / (K * step) from the simulated schedule */
-    double bubble_theory;    /* (K-1)/(M+K-1) */
+    double bubble_theory;    /* (K-1)/(M+K-1); V cells per stage: (K-1)/(V M+K-1) */
     double gflops_assumed;   /* the rate every FLOP figure was turned into seconds at */
     gp_balance balance;      /* TIME: cell times are measured seconds, not FLOPs / gflops */
 } gp_plan;
@@ -647,7 +659,8 @@ typedef struct gp_plan {
 gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out);
 void gp_plan_free(gp_plan *p);
-/* The largest cell's total bytes: what the fullest device of the plan holds at its peak. */
+/* The fullest stage's total bytes (its cells' together): what the fullest device of the plan
+ * holds at its peak. */
 uint64_t gp_plan_fullest_bytes(const gp_plan *p);
 
 /* What gp_plan_search may choose. Zero fields are searched; others fixed. */
@@ -656,7 +669,8 @@ typedef struct gp_plan_search_opts {
     int stages;           /* K; 0: every K dividing N / T, up to the layers */
     int micro_batches;    /* M; 0: every divisor of the replica's batch */
     int data_parallel;    /* D; 0: N / (K T) */
-    unsigned schedules;   /* bit (1 << kind) per schedule allowed; 0: all */
+    unsigned schedules;   /* bit (1 << kind) per schedule allowed; 0: all (interleaved with its
+                           * default V = 2 where it runs: K > 1 dividing M, D = T = 1) */
     unsigned remats;      /* bit (1 << mode) per remat mode allowed; 0: all (selective only
                            * under a memory limit, where it differs from none) */
     int max_plans;        /* how many of the fastest to keep (0 means 5) */
@@ -715,14 +729,15 @@ gp_status gp_pipeline_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *
  * pipeline made go with them (those layers are left uninitialized); parameters on the caller's
  * devices stay with the model. NULL is ignored. */
 void gp_pipeline_free(gp_pipeline *p);
-int gp_pipeline_stages(const gp_pipeline *p);
+int gp_pipeline_stages(const gp_pipeline *p); /* K: devices along the pipeline */
+int gp_pipeline_cells(const gp_pipeline *p);  /* K V: the model's cells (V per stage) */
 int gp_pipeline_micro_batches(const gp_pipeline *p);
 int gp_pipeline_tensor_parallel(const gp_pipeline *p); /* T */
 /* Memory counters of stage `stage`'s shard `shard` (0 <= shard < T); gp_pipeline_mem_stats gives
  * shard 0's. Under MPI another rank's: after gp_pipeline_gather (replica 0's). */
 gp_status gp_pipeline_mem_stats_shard(const gp_pipeline *p, int stage, int shard,
                                       gp_mem_stats *out);
-/* The first layer of cell k (the partition in use), or -1 when k is out of range. */
+/* The first layer of cell k (0 <= k < K V: the partition in use), or -1 when k is out of range. */
 int gp_pipeline_cell_first(const gp_pipeline *p, int k);
 /* The device of stage k, or NULL when k is out of range (under MPI: another rank's stage). */
 gp_device *gp_pipeline_device(const gp_pipeline *p, int k);
@@ -747,7 +762,7 @@ typedef struct gp_pipeline_stats {
     int stages, micro_batches;
     double step_s;               /* wall time of the last step */
     double bubble_measured;      /* idle / (K x span) from the recorded timeline */
-    double bubble_theory;        /* (K-1)/(M+K-1) */
+    double bubble_theory;        /* (K-1)/(M+K-1); V cells per stage: (K-1)/(V M+K-1) */
     double bubble_simulated;     /* the simulator's prediction for the measured per-cell times */
     double bubble_replayed;      /* the simulator replaying each action's measured duration: the
                                   * idle the schedule's dependencies alone give for those times */

@@ -235,7 +235,7 @@ done:
 
 static void run_schedule(const char *name, int K, int M, int capacity, int steps, uint64_t seed) {
     gp_schedule sched = {0};
-    REQUIRE_OK(gp_schedule_generate(name, K, M, &sched));
+    REQUIRE_OK(gp_schedule_generate(name, K, M, 0, &sched));
     REQUIRE_OK(gp_schedule_validate(&sched, capacity, NULL));
     gp_transport *tr;
     REQUIRE_OK(gp_transport_threads_new(

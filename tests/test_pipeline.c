@@ -1,6 +1,7 @@
 /* The pipeline runtime against the single-device trainer: for a transformer with dropout and a
  * convnet with batch norm, N steps give bit-identical losses and parameter hashes for every
- * K = 1..4, both schedules and both re-materialization modes; bad options are named errors;
+ * K = 1..4, every schedule (interleaved with V = 2 where K divides M and the model has K V
+ * layers) and both re-materialization modes; bad options are named errors;
  * activations are all released after a step and every stage byte after free; the last step's
  * timeline (stats, Chrome trace, SVG) holds each stage's actions in the schedule's order. */
 #include <stdio.h>
@@ -104,9 +105,13 @@ static void exactness(gp_test_net net, int steps, int maxk) {
     reference(net, steps, &ref);
     CHECK(ref.loss[0] > 0);
     CHECK(ref.loss[steps - 1] != ref.loss[0]); /* it trains: equal hashes below mean something */
+    gp_model *probe = gp_test_net_build(net);
+    const int L = gp_model_nlayers(probe);
+    gp_model_free(probe);
     for (int K = 1; K <= maxk; K++)
-        for (int sk = 0; sk < 3; sk++) /* gpipe, 1f1b, zbh1 */
+        for (int sk = 0; sk < 4; sk++) /* gpipe, 1f1b, zbh1, interleaved (V = 2) */
             for (int rm = 0; rm < 2; rm++) {
+                if (sk == GP_SCHEDULE_INTERLEAVED && (M_MICRO % K || 2 * K > L)) continue;
                 result r;
                 memset(&r, 0, sizeof r);
                 int bad = run_pipeline(net, steps, K, (gp_schedule_kind)sk, (gp_remat)rm, &r);
@@ -124,9 +129,9 @@ static void exactness(gp_test_net net, int steps, int maxk) {
                 }
                 CHECK_EQ_INT(r.static_bytes, ref.static_bytes);
             }
-    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b, zbh1} x {cell, none}: loss %.6f -> %.6f, "
-           "params %016llx\n",
-           name, steps, M_MICRO, maxk, ref.loss[0], ref.loss[steps - 1],
+    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b, zbh1, interleaved (K 2 <= %d)} x "
+           "{cell, none}: loss %.6f -> %.6f, params %016llx\n",
+           name, steps, M_MICRO, maxk, L, ref.loss[0], ref.loss[steps - 1],
            (unsigned long long)ref.hash);
 }
 
@@ -202,19 +207,28 @@ static void stage_failure(void) {
 }
 
 /* The micro-batches of stage k's actions of one kind, in the schedule's order. */
-static int schedule_mbs(const gp_schedule *s, int k, gp_action_kind kind, int *mbs) {
+/* Stage k's actions of one kind, all its chunks: micro-batches and chunks in schedule order. */
+static int schedule_mbs_chunks(const gp_schedule *s, int k, gp_action_kind kind, int *mbs,
+                               int *chunks) {
     int n = 0;
     for (int i = 0; i < s->stage[k].n; i++)
-        if (s->stage[k].a[i].kind == kind) mbs[n++] = s->stage[k].a[i].mb;
+        if (s->stage[k].a[i].kind == kind) {
+            if (chunks) chunks[n] = s->stage[k].a[i].chunk;
+            mbs[n++] = s->stage[k].a[i].mb;
+        }
     return n;
 }
 
-/* Checks the Chrome trace of a K-stage step against the schedule: per stage, exactly M forward
- * and M backward events (and M recompute with remat cell, M weight events with a split backward)
- * in the schedule's micro-batch order, one send and one receive per message, and K "stage k"
- * tracks. */
+static int schedule_mbs(const gp_schedule *s, int k, gp_action_kind kind, int *mbs) {
+    return schedule_mbs_chunks(s, k, kind, mbs, NULL);
+}
+
+/* Checks the Chrome trace of a K-stage step against the schedule: per stage, exactly V M forward
+ * and V M backward events (and V M recompute with remat cell, V M weight events with a split
+ * backward) in the schedule's order of micro-batches and chunks, one send and one receive per
+ * message, and K "stage k" tracks. */
 static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
-    int K = s->stages, M = s->micro_batches;
+    const int K = s->stages, M = s->micro_batches * (s->chunks > 1 ? s->chunks : 1);
     char *text = gp_test_read_file(path);
     CHECK(text != NULL);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
@@ -226,7 +240,7 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
     enum { NK = 8 };
     static const char *const cats[NK] = {"forward", "backward",  "recompute", "send",
                                          "recv",    "wait",      "optimizer", "weight"};
-    int tracks = 0, count[8][NK] = {{0}}, seen[8][NK][16];
+    int tracks = 0, count[8][NK] = {{0}}, seen[8][NK][16], seen_chunk[8][NK][16];
     const cJSON *e;
     cJSON_ArrayForEach(e, evs) {
         const char *ph = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "ph"));
@@ -254,16 +268,23 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
         if (kind <= 2 || kind == 7) { /* computation: remember the micro-batch order */
             const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
             int mb = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(args, "micro_batch"));
-            if (count[tid][kind] < 16) seen[tid][kind][count[tid][kind]] = mb;
+            const cJSON *ch = cJSON_GetObjectItemCaseSensitive(args, "chunk"); /* absent: 0 */
+            if (count[tid][kind] < 16) {
+                seen[tid][kind][count[tid][kind]] = mb;
+                seen_chunk[tid][kind][count[tid][kind]] = ch ? (int)cJSON_GetNumberValue(ch) : 0;
+            }
         }
         count[tid][kind]++;
     }
     CHECK_EQ_INT(tracks, K);
     for (int k = 0; k < K; k++) {
-        int want[16];
-        CHECK_EQ_INT(schedule_mbs(s, k, GP_ACT_FORWARD, want), M);
+        int want[16], want_chunk[16];
+        CHECK_EQ_INT(schedule_mbs_chunks(s, k, GP_ACT_FORWARD, want, want_chunk), M);
         CHECK_EQ_INT(count[k][0], M);
-        for (int i = 0; i < M && i < count[k][0]; i++) CHECK_EQ_INT(seen[k][0][i], want[i]);
+        for (int i = 0; i < M && i < count[k][0]; i++) {
+            CHECK_EQ_INT(seen[k][0][i], want[i]);
+            CHECK_EQ_INT(seen_chunk[k][0][i], want_chunk[i]);
+        }
         /* a split backward's input part is the backward event, its weight part its own */
         const bool split = schedule_mbs(s, k, GP_ACT_BACKWARD_INPUT, want) > 0;
         CHECK_EQ_INT(schedule_mbs(s, k, split ? GP_ACT_BACKWARD_INPUT : GP_ACT_BACKWARD, want), M);
@@ -274,9 +295,13 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
         CHECK_EQ_INT(schedule_mbs(s, k, GP_ACT_BACKWARD_WEIGHT, want), split ? M : 0);
         CHECK_EQ_INT(count[k][7], split ? M : 0);
         for (int i = 0; i < count[k][7] && i < M; i++) CHECK_EQ_INT(seen[k][7][i], want[i]);
-        int links = (k > 0) + (k < K - 1);
-        CHECK_EQ_INT(count[k][3], links * M); /* SEND_ACT and SEND_GRAD */
-        CHECK_EQ_INT(count[k][4], links * M); /* RECV_ACT and RECV_GRAD */
+        CHECK_EQ_INT(count[k][3], schedule_mbs(s, k, GP_ACT_SEND_ACT, want) +
+                                      schedule_mbs(s, k, GP_ACT_SEND_GRAD, want));
+        CHECK_EQ_INT(count[k][4], schedule_mbs(s, k, GP_ACT_RECV_ACT, want) +
+                                      schedule_mbs(s, k, GP_ACT_RECV_GRAD, want));
+        CHECK_EQ_INT(count[k][3], ((k > 0 || s->chunks > 1) + (k < K - 1 || s->chunks > 1)) * M -
+                                      (k == 0 && s->chunks > 1 ? s->micro_batches : 0) -
+                                      (k == K - 1 && s->chunks > 1 ? s->micro_batches : 0));
         CHECK(count[k][6] >= 1);
     }
     cJSON_Delete(root);
@@ -304,7 +329,8 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK_OK(gp_pipeline_last_stats(p, &st, ss));
     CHECK_EQ_INT(st.stages, K);
     CHECK_EQ_INT(st.micro_batches, M_MICRO);
-    CHECK(st.bubble_theory == (double)(K - 1) / (double)(M_MICRO + K - 1));
+    const int V = sk == GP_SCHEDULE_INTERLEAVED ? 2 : 1;
+    CHECK(st.bubble_theory == (double)(K - 1) / (double)(V * M_MICRO + K - 1));
     CHECK(st.bubble_measured >= 0 && st.bubble_measured < 1);
     CHECK(st.bubble_simulated >= 0 && st.bubble_simulated < 1);
     CHECK(st.bubble_replayed > 0 && st.bubble_replayed < 1); /* K > 1: some fill and drain */
@@ -321,7 +347,7 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK_EQ_INT(ss[0].first_layer, 0);
     CHECK(ss[K - 1].first_layer < gp_model_nlayers(m));
     gp_schedule s = {0};
-    REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name(sk), K, M_MICRO, &s));
+    REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name(sk), K, M_MICRO, V, &s));
     char json[512], svg[512];
     snprintf(json, sizeof json, "%s", gp_scratch_path("trace.json"));
     snprintf(svg, sizeof svg, "%s", gp_scratch_path("timeline.svg"));
@@ -359,6 +385,8 @@ int main(void) {
     timeline(3, GP_SCHEDULE_GPIPE, GP_REMAT_CELL, NULL);
     timeline(3, GP_SCHEDULE_ZBH1, GP_REMAT_CELL, NULL);
     timeline(2, GP_SCHEDULE_ZBH1, GP_REMAT_NONE, NULL);
+    timeline(2, GP_SCHEDULE_INTERLEAVED, GP_REMAT_CELL, NULL);
+    timeline(2, GP_SCHEDULE_INTERLEAVED, GP_REMAT_NONE, NULL);
     gp_scratch_cleanup();
     return gp_test_finish("test_pipeline");
 }

@@ -163,10 +163,14 @@ static void test_optimizer_state(void) {
 }
 
 /* The largest cell total over the cells of a plan. */
+/* The fullest stage's bytes: its cells' (k, k + K, ... with V cells per stage) together. */
 static uint64_t worst_total(const gp_plan *p) {
     uint64_t w = 0;
-    for (int k = 0; k < p->stages; k++)
-        if (p->cells[k].total_bytes > w) w = p->cells[k].total_bytes;
+    for (int k = 0; k < p->stages; k++) {
+        uint64_t stage = 0;
+        for (int c = k; c < p->ncells; c += p->stages) stage += p->cells[c].total_bytes;
+        if (stage > w) w = stage;
+    }
     return w;
 }
 
@@ -341,9 +345,13 @@ static double brute_fastest(gp_model *m, int64_t batch, const gp_optim_opts *o, 
         if (batch % D) continue;
         for (int M = 1; M <= batch / D; M++) {
             if ((batch / D) % M) continue;
-            for (int s = 0; s <= GP_SCHEDULE_ZBH1; s++)
+            for (int s = 0; s <= GP_SCHEDULE_INTERLEAVED; s++)
                 for (int r = 0; r < 3; r++) {
                     if (r == GP_REMAT_SELECTIVE && !limit) continue;
+                    /* interleaved (V = 2): K > 1 dividing M, 2 K cells, the threads launcher */
+                    if (s == GP_SCHEDULE_INTERLEAVED &&
+                        (K == 1 || M % K || 2 * K > gp_model_nlayers(m) || D > 1))
+                        continue;
                     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .data_parallel = D,
                                            .schedule = s, .remat = r, .memory_limit = limit};
                     gp_plan p;
@@ -361,9 +369,9 @@ static double brute_fastest(gp_model *m, int64_t batch, const gp_optim_opts *o, 
 static bool same_plan(const gp_plan *a, const gp_plan *b) {
     if (a->stages != b->stages || a->micro_batches != b->micro_batches ||
         a->data_parallel != b->data_parallel || a->schedule != b->schedule ||
-        a->remat != b->remat || a->step_s != b->step_s)
+        a->remat != b->remat || a->step_s != b->step_s || a->ncells != b->ncells)
         return false;
-    for (int k = 0; k < a->stages; k++)
+    for (int k = 0; k < a->ncells; k++)
         if (a->cells[k].first != b->cells[k].first || a->cells[k].remat != b->cells[k].remat)
             return false;
     return true;
@@ -464,7 +472,46 @@ static void test_search(void) {
     gp_model_free(m);
 }
 
+/* Interleaved plans: K V cells in order over the layers, each stage's cells (k, k + K) sharing
+ * its busy time, the bubble (K-1)/(VM+K-1) in theory and below 1F1B's simulated; under a limit
+ * every stage's cells together within it; M not a multiple of K, or too few layers, named. */
+static void test_interleaved(void) {
+    gp_model *m = mlp();
+    const int L = gp_model_nlayers(m);
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 4, .schedule = GP_SCHEDULE_INTERLEAVED};
+    gp_plan p, f;
+    REQUIRE_OK(gp_plan_make(m, 8, NULL, &po, 1, &p));
+    CHECK(p.stages == 2 && p.chunks == 2 && p.ncells == 4);
+    CHECK_EQ_INT(p.cells[0].first, 0);
+    CHECK_EQ_INT(p.cells[3].last, L - 1);
+    for (int c = 1; c < 4; c++) CHECK_EQ_INT(p.cells[c].first, p.cells[c - 1].last + 1);
+    CHECK(p.cells[0].busy_s == p.cells[2].busy_s && p.cells[1].busy_s == p.cells[3].busy_s);
+    CHECK(fabs(p.bubble_theory - 1.0 / 9.0) < 1e-15);
+    gp_pipeline_opts pf = po;
+    pf.schedule = GP_SCHEDULE_1F1B;
+    REQUIRE_OK(gp_plan_make(m, 8, NULL, &pf, 1, &f));
+    CHECK(p.bubble_simulated < f.bubble_simulated);
+    /* a limit of the fullest stage's bytes, doubled: met by every stage's cells together */
+    po.memory_limit = 2 * worst_total(&p);
+    gp_plan_free(&p);
+    REQUIRE_OK(gp_plan_make(m, 8, NULL, &po, 1, &p));
+    CHECK(worst_total(&p) <= po.memory_limit);
+    CHECK(gp_plan_fullest_bytes(&p) == worst_total(&p));
+    gp_plan_free(&p);
+    gp_plan_free(&f);
+    po.memory_limit = 0;
+    po.micro_batches = 3;
+    CHECK_FAILS(gp_plan_make(m, 6, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "M = 3 micro-batches is not a multiple of K = 2 stages");
+    po.micro_batches = 4;
+    po.stages = 4;
+    CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "V = 2 cells per stage but the model has");
+    gp_model_free(m);
+}
+
 int main(void) {
+    test_interleaved();
     test_search();
     test_cells_match_partitioner();
     test_bubble_equal_cells();

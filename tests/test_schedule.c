@@ -24,12 +24,13 @@ static void insert_at(gp_schedule *s, int k, int i, gp_action_kind kind, int mb)
     REQUIRE_OK(gp_schedule_push(s, k, kind, mb)); /* grows the list */
     gp_stage_actions *st = &s->stage[k];
     memmove(st->a + i + 1, st->a + i, (size_t)(st->n - 1 - i) * sizeof *st->a);
-    st->a[i] = (gp_action){kind, mb};
+    st->a[i] = (gp_action){kind, mb, 0};
 }
 
-/* Builds a schedule from one string per stage: "F0 SA0 RG0 B0 STEP". */
-static void build(gp_schedule *s, int K, int M, const char *const *lines) {
-    REQUIRE_OK(gp_schedule_init(s, K, M));
+/* Builds a schedule from one string per stage: "F0 SA0 RG0 B0 STEP"; with V cells per stage
+ * (placed in a loop) a letter after the micro-batch names the chunk: "F3b" is chunk 1's. */
+static void build_chunks(gp_schedule *s, int K, int M, int V, const char *const *lines) {
+    REQUIRE_OK(gp_schedule_init_chunks(s, K, M, V, GP_PLACE_LOOP));
     for (int k = 0; k < K; k++) {
         char buf[512];
         snprintf(buf, sizeof buf, "%s", lines[k]);
@@ -45,12 +46,18 @@ static void build(gp_schedule *s, int K, int M, const char *const *lines) {
             for (size_t j = 0; j < sizeof map / sizeof *map; j++) {
                 size_t n = strlen(map[j].p);
                 if (strncmp(tok, map[j].p, n) == 0) {
-                    REQUIRE_OK(gp_schedule_push(s, k, map[j].k, atoi(tok + n)));
+                    const char last = tok[strlen(tok) - 1];
+                    const int chunk = last >= 'b' && last <= 'z' ? last - 'a' : 0;
+                    REQUIRE_OK(gp_schedule_push_chunk(s, k, chunk, map[j].k, atoi(tok + n)));
                     break;
                 }
             }
         }
     }
+}
+
+static void build(gp_schedule *s, int K, int M, const char *const *lines) {
+    build_chunks(s, K, M, 1, lines);
 }
 
 /* Expects validation to fail at (stage, index) with `needle` in the message. */
@@ -76,7 +83,7 @@ static void test_generators_valid(void) {
         for (int K = 1; K <= 5; K++)
             for (int M = 1; M <= 9; M++) {
                 gp_schedule s = {0};
-                REQUIRE_OK(gp_schedule_generate(g ? "1f1b" : "gpipe", K, M, &s));
+                REQUIRE_OK(gp_schedule_generate(g ? "1f1b" : "gpipe", K, M, 0, &s));
                 for (int cap = 1; cap <= 2; cap++) {
                     gp_status st = gp_schedule_validate(&s, cap, NULL);
                     if (st != GP_OK) {
@@ -100,8 +107,8 @@ static void test_generators_valid(void) {
                 gp_schedule_free(&s);
             }
     gp_schedule s = {0};
-    CHECK_FAILS(gp_schedule_generate("zigzag", 2, 2, &s), GP_INVALID_ARGUMENT,
-                "expected gpipe, 1f1b or zbh1");
+    CHECK_FAILS(gp_schedule_generate("zigzag", 2, 2, 0, &s), GP_INVALID_ARGUMENT,
+                "expected gpipe, 1f1b, zbh1 or interleaved");
     CHECK_FAILS(gp_schedule_gpipe(0, 2, &s), GP_INVALID_ARGUMENT, "K = 0");
     CHECK_FAILS(gp_schedule_1f1b(2, 0, &s), GP_INVALID_ARGUMENT, "M = 0");
     CHECK(s.stage == NULL);
@@ -135,7 +142,7 @@ static void test_printer(void) {
     CHECK(strstr(text, "\nstage 2: RA0 F0 B0 SG0") != NULL);
     free(text);
     char act[32];
-    CHECK(strcmp(gp_action_str((gp_action){GP_ACT_RECV_GRAD, 3}, act, sizeof act),
+    CHECK(strcmp(gp_action_str((gp_action){GP_ACT_RECV_GRAD, 3, 0}, act, sizeof act),
                  "RECV_GRAD(3)") == 0);
     gp_schedule_free(&s);
 }
@@ -429,6 +436,114 @@ static void test_zbh1(void) {
         }
 }
 
+/* Interleaved 1F1B: valid for K up to 8, V = 2..4 and M = K..8K with mailboxes of 1 and 2;
+ * every stage runs each (chunk, micro-batch) forward and backward once, each cell's backwards
+ * in micro-batch order; at unit costs per cell (F = 1/V, B = 2/V: a stage's V cells cost one
+ * 1F1B cell) the step is 3M + 3(K-1)/V, a V-th of 1F1B's idle time, and the bubble is
+ * (K-1)/(VM+K-1). Cells and places round-trip in both placements. */
+static void test_interleaved(void) {
+    for (int K = 1; K <= 8; K++)
+        for (int V = 2; V <= 4; V++)
+            for (int M = K; M <= 8 * K; M *= 2) {
+                gp_schedule s = {0}, f = {0};
+                REQUIRE_OK(gp_schedule_interleaved(K, M, V, &s));
+                REQUIRE_OK(gp_schedule_1f1b(K, M, &f));
+                CHECK_EQ_INT(gp_schedule_cells(&s), K * V);
+                for (int cap = 1; cap <= 2; cap++)
+                    if (gp_schedule_validate(&s, cap, NULL) != GP_OK) {
+                        fprintf(stderr, "interleaved K %d M %d V %d cap %d: %s\n", K, M, V, cap,
+                                gp_last_error());
+                        gp_test_failures++;
+                    }
+                for (int k = 0; k < K; k++) {
+                    int nf[4] = {0}, nb[4] = {0};
+                    for (int i = 0; i < s.stage[k].n; i++) {
+                        const gp_action a = s.stage[k].a[i];
+                        if (a.kind == GP_ACT_OPTIMIZER_STEP) continue;
+                        CHECK(a.chunk >= 0 && a.chunk < V);
+                        if (a.kind == GP_ACT_FORWARD) nf[a.chunk]++;
+                        if (a.kind == GP_ACT_BACKWARD) CHECK_EQ_INT(a.mb, nb[a.chunk]++);
+                    }
+                    for (int v = 0; v < V; v++) CHECK(nf[v] == M && nb[v] == M);
+                }
+                gp_sim_cell cells[32];
+                for (int c = 0; c < K * V; c++)
+                    cells[c] = (gp_sim_cell){.fwd_time = 1.0 / V, .bwd_time = 2.0 / V};
+                gp_sim_stage st[8];
+                gp_sim_result r, rf;
+                const gp_sim_opts o = {.capacity = 2, .remat = GP_REMAT_NONE};
+                REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &r));
+                for (int c = 0; c < K; c++) cells[c] = (gp_sim_cell){.fwd_time = 1, .bwd_time = 2};
+                REQUIRE_OK(gp_schedule_simulate(&f, cells, &o, st, &rf));
+                CHECK(fabs(r.step_time - (3.0 * M + 3.0 * (K - 1) / V)) < 1e-9);
+                CHECK(fabs(rf.step_time - (3.0 * M + 3.0 * (K - 1))) < 1e-9);
+                CHECK(fabs(r.bubble - (double)(K - 1) / (V * M + K - 1)) < 1e-9);
+                gp_schedule_free(&s);
+                gp_schedule_free(&f);
+            }
+    gp_schedule s = {0};
+    CHECK_FAILS(gp_schedule_interleaved(2, 3, 2, &s), GP_INVALID_ARGUMENT,
+                "M = 3 micro-batches is not a multiple of K = 2 stages");
+    CHECK_FAILS(gp_schedule_generate("1f1b", 2, 4, 2, &s), GP_INVALID_ARGUMENT,
+                "schedule 1f1b with 2 cells per stage");
+    CHECK_FAILS(gp_schedule_init_chunks(&s, 2, 4, 3, GP_PLACE_V_SHAPE), GP_INVALID_ARGUMENT,
+                "V = 3 cells per stage placed in a V");
+    REQUIRE_OK(gp_schedule_generate("interleaved", 2, 4, 0, &s)); /* default V = 2 */
+    CHECK_EQ_INT(s.chunks, 2);
+    gp_schedule_free(&s);
+    for (int place = 0; place < 2; place++) {
+        REQUIRE_OK(gp_schedule_init_chunks(&s, 3, 1, 2, (gp_placement)place));
+        for (int c = 0; c < 6; c++) {
+            int k, v;
+            gp_schedule_place(&s, c, &k, &v);
+            CHECK_EQ_INT(gp_schedule_cell(&s, k, v), c);
+            /* a loop goes round the stages; a V comes back up: cell 5 on stage 0 */
+            CHECK_EQ_INT(k, place == GP_PLACE_LOOP || c < 3 ? c % 3 : 5 - c);
+        }
+        gp_schedule_free(&s);
+    }
+}
+
+/* Hand-broken interleaved schedules: each rule of the validator names the cell. K = 2 stages,
+ * V = 2: cells 0 (stage 0), 1 (stage 1), 2 (stage 0, chunk 1), 3 (stage 1, chunk 1). */
+static void test_broken_interleaved(void) {
+    gp_schedule s = {0};
+    const char *const good[2] = {"F0 SA0 RA0b F0b SA0b RG0b B0b SG0b RG0 B0 STEP",
+                                 "RA0 F0 SA0 RA0b F0b B0b SG0b RG0 B0 SG0 STEP"};
+    build_chunks(&s, 2, 1, 2, good);
+    CHECK_OK(gp_schedule_validate(&s, 1, NULL));
+    gp_schedule_free(&s);
+    /* a chunk the stage does not run */
+    build_chunks(&s, 2, 1, 2, (const char *const[]){
+        "F0 SA0 RA0c F0b SA0b RG0b B0b SG0b RG0 B0 STEP", good[1]});
+    EXPECT_FAULT(&s, 1, 0, 2, "chunk 2 is outside 0..1");
+    gp_schedule_free(&s);
+    /* the wrap-around receive (cell 1 on stage 1 feeds cell 2 on stage 0) left out */
+    build_chunks(&s, 2, 1, 2, (const char *const[]){
+        "F0 SA0 F0b SA0b RG0b B0b SG0b RG0 B0 STEP", good[1]});
+    EXPECT_FAULT(&s, 1, 0, 2, "FORWARD(0, chunk 1): needs RECV_ACT(0) before it (its input "
+                              "comes from cell 1 (stage 1, chunk 0))");
+    gp_schedule_free(&s);
+    /* the last cell sends no activation */
+    build_chunks(&s, 2, 1, 2, (const char *const[]){
+        good[0], "RA0 F0 SA0 RA0b F0b SA0b B0b SG0b RG0 B0 SG0 STEP"});
+    EXPECT_FAULT(&s, 1, 1, 5, "the last cell has no next cell to send activations to");
+    gp_schedule_free(&s);
+    /* a cell's backwards out of micro-batch order (one stage, two cells) */
+    build_chunks(&s, 1, 2, 2, (const char *const[]){
+        "F0 SA0 F1 SA1 RA0b F0b RA1b F1b B1b SG1b B0b SG0b RG0 B0 RG1 B1 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 8, "BACKWARD(1, chunk 1): backwards must run in micro-batch order "
+                              "0..1 on every cell");
+    gp_schedule_free(&s);
+    /* stage 0 waits for cell 1's output before sending cell 1 its input */
+    build_chunks(&s, 2, 1, 2, (const char *const[]){
+        "F0 RA0b SA0 F0b SA0b RG0b B0b SG0b RG0 B0 STEP", good[1]});
+    EXPECT_FAULT(&s, 1, 0, 1, "deadlock");
+    CHECK(strstr(gp_last_error(), "stage 0 at action 1 RECV_ACT(0, chunk 1) waits for stage 1") !=
+          NULL);
+    gp_schedule_free(&s);
+}
+
 /* Hand-broken split backwards: each rule of the validator names the action. */
 static void test_broken_split(void) {
     gp_schedule s = {0};
@@ -459,6 +574,8 @@ static void test_broken_split(void) {
 int main(void) {
     test_zbh1();
     test_broken_split();
+    test_interleaved();
+    test_broken_interleaved();
     test_generators_valid();
     test_printer();
     test_broken();

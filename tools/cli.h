@@ -280,8 +280,11 @@ typedef struct gp_cli_pipeline_args {
     int stages;
     const char *schedule, *remat, *partition, *balance, *pin;
     int tensor_parallel;
+    int chunks;
 } gp_cli_pipeline_args;
-enum { GP_CLI_PIPELINE_NOPTS = 7 };
+enum { GP_CLI_PIPELINE_NOPTS = 8 };
+/* --schedule's kind by name (NULL: gpipe). */
+gp_schedule_kind gp_cli_schedule_kind(const char *name);
 /* The table entries, in that order, writing into a; --stages shows
  * stages_default. */
 void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipeline_args *a,

@@ -15,10 +15,11 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
     gp_cli_opt tab[GP_CLI_PIPELINE_NOPTS] = {
         {"--stages", GP_CLI_INT, &a->stages, "K", "pipeline stages (cells of contiguous layers)",
          stages_default, 1, false, NULL, false},
-        {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b|zbh1",
-         "fill-drain (all forwards, then backwards), 1F1B, or zero bubble H1 (1F1B with each "
-         "backward split: weight gradients run where 1F1B idles)",
-         "gpipe", 0, false, "gpipe|1f1b|zbh1", false},
+        {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b|zbh1|interleaved",
+         "fill-drain (all forwards, then backwards), 1F1B, zero bubble H1 (1F1B with each "
+         "backward split: weight gradients run where 1F1B idles), or interleaved 1F1B (--chunks "
+         "cells per stage; M a multiple of K)",
+         "gpipe", 0, false, "gpipe|1f1b|zbh1|interleaved", false},
         {"--remat", GP_CLI_CHOICE, &a->remat, "cell|none|selective",
          "cell: stash inputs, recompute; none: keep all state; selective: none in the cells "
          "that fit the memory limit so, cell in the others",
@@ -35,8 +36,20 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
         {"--tensor-parallel", GP_CLI_INT, &a->tensor_parallel, "T",
          "split each stage's layers over T devices (heads, d_ff, vocabulary)", "1", 1, false,
          NULL, false},
+        {"--chunks", GP_CLI_INT, &a->chunks, "V",
+         "interleaved: cells per stage (the model is cut into K x V cells, cell v K + k on "
+         "stage k)",
+         "2 interleaved, 1 otherwise", 1, false, NULL, false},
     };
     memcpy(out, tab, sizeof tab);
+}
+
+gp_schedule_kind gp_cli_schedule_kind(const char *name) {
+    static const gp_schedule_kind kinds[] = {GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
+                                             GP_SCHEDULE_INTERLEAVED};
+    for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(name, gp_schedule_kind_name(kinds[i])) == 0) return kinds[i];
+    return GP_SCHEDULE_GPIPE;
 }
 
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
@@ -60,19 +73,20 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
         char why[512];
         if (!gp_cli_parse_partition(a->partition, *first, MAX_CELLS, &n, why, sizeof why))
             return gp_cli_usage_error(cmd, "--partition: %s", why);
-        if (n != K)
+        const int cells = K * (a->chunks > 0 ? a->chunks
+                               : gp_cli_schedule_kind(a->schedule) == GP_SCHEDULE_INTERLEAVED ? 2
+                                                                                              : 1);
+        if (n != cells)
             return gp_cli_usage_error(cmd,
                                       "--partition %s: %d entr%s for --stages %d; expected the "
                                       "first layer of each of the %d cells",
-                                      a->partition, n, n == 1 ? "y" : "ies", K, K);
+                                      a->partition, n, n == 1 ? "y" : "ies", K, cells);
     }
     *po = (gp_pipeline_opts){
         .stages = K,
         .micro_batches = micro_batches,
-        .schedule = !a->schedule                      ? GP_SCHEDULE_GPIPE
-                    : strcmp(a->schedule, "1f1b") == 0 ? GP_SCHEDULE_1F1B
-                    : strcmp(a->schedule, "zbh1") == 0 ? GP_SCHEDULE_ZBH1
-                                                       : GP_SCHEDULE_GPIPE,
+        .schedule = gp_cli_schedule_kind(a->schedule),
+        .chunks = a->chunks,
         .remat = !a->remat                          ? GP_REMAT_CELL
                  : strcmp(a->remat, "none") == 0      ? GP_REMAT_NONE
                  : strcmp(a->remat, "selective") == 0 ? GP_REMAT_SELECTIVE
@@ -94,6 +108,9 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON_AddNumberToObject(pl, "tensor_parallel", po->tensor_parallel > 0 ? po->tensor_parallel : 1);
     cJSON_AddNumberToObject(pl, "micro_batches", po->micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(po->schedule));
+    cJSON_AddNumberToObject(pl, "chunks", po->chunks > 0                                  ? po->chunks
+                                          : po->schedule == GP_SCHEDULE_INTERLEAVED ? 2
+                                                                                      : 1);
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(po->remat));
     gp_cli_report_u64(pl, "memory_limit_bytes", po->memory_limit);
     cJSON_AddStringToObject(pl, "launcher", gp_launcher_name(po->launcher));
@@ -105,9 +122,9 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     const bool have = ss && t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps, ss) == GP_OK;
     const int nk = have ? ps.stages : 0;
     if (have) {
-        cJSON *part = cJSON_AddArrayToObject(pl, "partition");
-        for (int k = 0; k < nk; k++)
-            cJSON_AddItemToArray(part, cJSON_CreateNumber(ss[k].first_layer));
+        cJSON *part = cJSON_AddArrayToObject(pl, "partition"); /* every cell's first layer */
+        for (int k = 0; k < gp_pipeline_cells(t->pipeline); k++)
+            cJSON_AddItemToArray(part, cJSON_CreateNumber(gp_pipeline_cell_first(t->pipeline, k)));
         cJSON *rm = cJSON_AddArrayToObject(pl, "cell_remat");
         for (int k = 0; k < nk; k++)
             cJSON_AddItemToArray(rm, cJSON_CreateString(gp_remat_name(ss[k].remat)));

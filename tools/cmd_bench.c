@@ -19,7 +19,7 @@ typedef struct bench_opts {
     gp_cli_mpi_place place;
 } bench_opts;
 
-enum { NOPTS = 22 };
+enum { NOPTS = 24 };
 /* The options only T2 takes. */
 static const char *const t2_only[] = {"--layers", "--d-ff", "--data-parallel", "--comm-timeout",
                                       "--tensor-parallel"};

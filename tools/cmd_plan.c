@@ -16,7 +16,7 @@ typedef struct plan_opts {
     double gflops, bandwidth;
 } plan_opts;
 
-enum { NOPTS = 18 };
+enum { NOPTS = 19 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -36,6 +36,7 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
         pipe[3], /* --partition */
         pipe[4], /* --balance */
         pipe[6], /* --tensor-parallel */
+        pipe[7], /* --chunks */
         {"--data-parallel", GP_CLI_INT, &o->data_parallel, "D",
          "replicas, each on its slice of the batch (a gradient all-reduce)", "1", 1, false, NULL,
          false},
@@ -119,7 +120,8 @@ static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_ex
     printf("%5s  %-9s %5s %11s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers",
            "remat", "parameters", "time/mb", "busy/step", "params", "grads", "optimizer", "peak act",
            "transient", "total");
-    for (int k = 0; k < p->stages; k++) {
+    /* V cells per stage: one row per cell in pipeline order, cell c on stage c mod K */
+    for (int k = 0; k < p->ncells; k++) {
         const gp_plan_cell *x = &p->cells[k];
         char layers[24];
         snprintf(layers, sizeof layers, "%d-%d", x->first, x->last);
@@ -132,18 +134,23 @@ static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_ex
                gp_cli_fmt_bytes(x->transient_bytes, h, sizeof h),
                gp_cli_fmt_bytes(x->total_bytes, g, sizeof g));
     }
+    if (p->chunks > 1)
+        printf("(V = %d cells per stage: rows in pipeline order, cell c on stage c mod %d; busy "
+               "is the stage's, a stage's device holds its cells' bytes together)\n",
+               p->chunks, p->stages);
     const uint64_t worst = gp_plan_fullest_bytes(p);
     if (p->tensor_parallel > 1 || p->data_parallel > 1 || p->stages > 1) {
         printf("bytes per step per device on each mesh axis:\n%5s  %14s %14s %14s\n", "stage",
                "tensor", "pipeline", "data");
-        for (int k = 0; k < p->stages; k++)
-            printf("%5d  %14llu %14llu %14llu\n", k,
+        for (int k = 0; k < p->ncells; k++)
+            printf("%5d  %14llu %14llu %14llu\n", k % p->stages,
                    (unsigned long long)p->cells[k].tensor_bytes,
                    (unsigned long long)p->cells[k].pipe_bytes,
                    (unsigned long long)p->cells[k].data_bytes);
     }
-    printf("predicted step %s; bubble %.4f simulated, (K-1)/(M+K-1) = %.4f\n",
-           fmt_time(p->step_s, a, sizeof a), p->bubble_simulated, p->bubble_theory);
+    printf("predicted step %s; bubble %.4f simulated, %s = %.4f\n",
+           fmt_time(p->step_s, a, sizeof a), p->bubble_simulated,
+           p->chunks > 1 ? "(K-1)/(VM+K-1)" : "(K-1)/(M+K-1)", p->bubble_theory);
     const double ex_s = p->step_s > 0 ? (double)p->batch / p->step_s : 0.0;
     if (p->tensor_parallel > 1 || p->data_parallel > 1)
         printf("of it collectives %s at %g GB/s\n", fmt_time(p->comm_s, b, sizeof b), bandwidth);
@@ -152,7 +159,8 @@ static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_ex
                ex_s);
     else
         printf("predicted %.1f examples/s\n", ex_s);
-    printf("largest cell %s", gp_cli_fmt_bytes(worst, b, sizeof b));
+    printf("%s %s", p->chunks > 1 ? "fullest stage" : "largest cell",
+           gp_cli_fmt_bytes(worst, b, sizeof b));
     if (p->memory_limit)
         printf(" of the %s per-device limit\n", gp_cli_fmt_bytes(p->memory_limit, c, sizeof c));
     else
@@ -180,17 +188,19 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
     cJSON_AddNumberToObject(pl, "link_gbytes_per_s", o->bandwidth);
     cJSON_AddNumberToObject(pl, "micro_batches", p->micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(p->schedule));
+    cJSON_AddNumberToObject(pl, "chunks", p->chunks);
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(p->remat));
     cJSON_AddStringToObject(pl, "balance", gp_balance_name(p->balance));
     gp_cli_report_u64(pl, "memory_limit_bytes", p->memory_limit);
     cJSON *part = cJSON_AddArrayToObject(pl, "partition");
-    for (int k = 0; k < p->stages; k++)
+    for (int k = 0; k < p->ncells; k++)
         cJSON_AddItemToArray(part, cJSON_CreateNumber(p->cells[k].first));
     cJSON *cells = cJSON_AddArrayToObject(pl, "cells");
-    for (int k = 0; k < p->stages; k++) {
+    for (int k = 0; k < p->ncells; k++) {
         const gp_plan_cell *x = &p->cells[k];
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "stage", k);
+        cJSON_AddNumberToObject(c, "stage", k % p->stages);
+        cJSON_AddNumberToObject(c, "chunk", k / p->stages);
         cJSON_AddNumberToObject(c, "first", x->first);
         cJSON_AddNumberToObject(c, "last", x->last);
         cJSON_AddStringToObject(c, "remat", gp_remat_name(x->remat));

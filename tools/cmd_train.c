@@ -68,6 +68,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         pipe[4], /* --balance */
         pipe[5], /* --pin */
         pipe[6], /* --tensor-parallel */
+        pipe[7], /* --chunks */
         mpi[0],  /* --launcher */
         mpi[1],  /* --data-parallel */
         mpi[2],  /* --comm-timeout */
@@ -532,10 +533,7 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
         .data_parallel = 1,
         .stages = SEEN("--stages") ? o->pipe.stages : 0,
         .micro_batches = SEEN("--micro-batches") ? o->micro_batches : 0,
-        .schedules = !SEEN("--schedule")                    ? 0
-                     : strcmp(o->pipe.schedule, "1f1b") == 0 ? 1u << GP_SCHEDULE_1F1B
-                     : strcmp(o->pipe.schedule, "zbh1") == 0 ? 1u << GP_SCHEDULE_ZBH1
-                                                             : 1u << GP_SCHEDULE_GPIPE,
+        .schedules = SEEN("--schedule") ? 1u << gp_cli_schedule_kind(o->pipe.schedule) : 0,
         .remats = !SEEN("--remat")                           ? 0
                   : strcmp(o->pipe.remat, "none") == 0       ? 1u << GP_REMAT_NONE
                   : strcmp(o->pipe.remat, "selective") == 0  ? 1u << GP_REMAT_SELECTIVE
@@ -564,20 +562,22 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
     o->pipe.stages = best->stages;
     o->micro_batches = best->micro_batches;
     o->pipe.schedule = gp_schedule_kind_name(best->schedule);
+    o->pipe.chunks = best->chunks;
     o->pipe.remat = gp_remat_name(best->remat);
     o->batch = (int)batch;
     /* The plan's cells as given ones: the runtime would balance again (by time: on new, noisy
      * measurements) and could pick others. */
-    const size_t cap = 12 * (size_t)best->stages + 1;
+    const size_t cap = 12 * (size_t)best->ncells + 1;
     if (!(t->plan_partition = malloc(cap))) return gp_cli_fail("train", "--plan auto");
     size_t len = 0;
-    for (int k = 0; k < best->stages; k++)
+    for (int k = 0; k < best->ncells; k++)
         len += (size_t)snprintf(t->plan_partition + len, cap - len, "%s%d", k ? "," : "",
                                 best->cells[k].first);
     o->pipe.partition = t->plan_partition;
     o->pipe.balance = NULL;
-    static const char *const chosen[] = {"--stages", "--micro-batches", "--schedule", "--remat",
-                                         "--batch", "--optimizer", "--partition"};
+    static const char *const chosen[] = {"--stages", "--micro-batches", "--schedule",
+                                         "--chunks",  "--remat",          "--batch",
+                                         "--optimizer", "--partition"};
     o->optimizer = opt;
     for (size_t i = 0; i < sizeof chosen / sizeof *chosen; i++) gp_cli_set_seen(tab, n, chosen[i]);
     printf("plan auto: training the fastest, K = %d (cells from layers %s), M = %d, %s, remat "

@@ -38,7 +38,7 @@ static const char *remat_text(const gp_plan *p, char *buf, size_t n) {
     if (p->remat != GP_REMAT_SELECTIVE) return gp_remat_name(p->remat);
     size_t len = 0;
     buf[0] = '\0';
-    for (int k = 0; k < p->stages && len < n; k++)
+    for (int k = 0; k < p->ncells && len < n; k++)
         len += (size_t)snprintf(buf + len, n - len, "%s%s", k ? "," : "",
                                 gp_remat_name(p->cells[k].remat));
     return buf;
@@ -49,7 +49,7 @@ void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
     printf("%d plan%s of %d device%s tried, %d within the memory limit; the fastest %d:\n",
            r->candidates, r->candidates == 1 ? "" : "s", devices, devices == 1 ? "" : "s",
            r->fitting, r->n);
-    printf("%4s %3s %3s %3s %5s  %-8s %-14s %10s %7s %11s %11s\n", "rank", "K", "D", "T", "M",
+    printf("%4s %3s %3s %3s %5s  %-11s %-14s %10s %7s %11s %11s\n", "rank", "K", "D", "T", "M",
            "schedule", "remat", "step", "bubble", "fullest",
            tokens_per_example > 0 ? "tokens/s" : "examples/s");
     for (int i = 0; i < r->n; i++) {
@@ -60,7 +60,7 @@ void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
         else
             snprintf(step, sizeof step, "%.3f s", p->step_s);
         const double ex_s = p->step_s > 0 ? (double)p->batch / p->step_s : 0;
-        printf("%4d %3d %3d %3d %5d  %-8s %-14s %10s %7.4f %11s %11.0f\n", i + 1, p->stages,
+        printf("%4d %3d %3d %3d %5d  %-11s %-14s %10s %7.4f %11s %11.0f\n", i + 1, p->stages,
                p->data_parallel, p->tensor_parallel, p->micro_batches,
                gp_schedule_kind_name(p->schedule), remat_text(p, rm, sizeof rm), step,
                p->bubble_simulated,
@@ -83,10 +83,11 @@ cJSON *gp_cli_plan_search_json(const gp_plan_search_result *r, int devices) {
         cJSON_AddNumberToObject(x, "tensor_parallel", p->tensor_parallel);
         cJSON_AddNumberToObject(x, "micro_batches", p->micro_batches);
         cJSON_AddStringToObject(x, "schedule", gp_schedule_kind_name(p->schedule));
+        cJSON_AddNumberToObject(x, "chunks", p->chunks);
         cJSON_AddStringToObject(x, "remat", gp_remat_name(p->remat));
         cJSON *part = cJSON_AddArrayToObject(x, "partition");
         cJSON *rm = cJSON_AddArrayToObject(x, "cell_remat");
-        for (int k = 0; k < p->stages; k++) {
+        for (int k = 0; k < p->ncells; k++) {
             cJSON_AddItemToArray(part, cJSON_CreateNumber(p->cells[k].first));
             cJSON_AddItemToArray(rm, cJSON_CreateString(gp_remat_name(p->cells[k].remat)));
         }

@@ -16,8 +16,10 @@ const char *gp_balance_name(gp_balance b) {
 int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
     /* Fill-drain stashes all M micro-batches; 1F1B's stage 0 at most K of them (later stages
      * fewer: the partitioner counts each stage's, tapered), so min(K, M) bounds every stage of
-     * it; ZB-H1 keeps min(K, M) on every stage (up to each micro-batch's weight part). */
-    return schedule != GP_SCHEDULE_GPIPE && K < M ? K : M;
+     * it; ZB-H1 keeps min(K, M) on every stage (up to each micro-batch's weight part).
+     * Interleaved: gp_cells_choose bounds each cell by its stage 0's peak over all its cells
+     * (below), since a cell holds at most what its stage does. */
+    return schedule != GP_SCHEDULE_GPIPE && schedule != GP_SCHEDULE_INTERLEAVED && K < M ? K : M;
 }
 
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
@@ -51,7 +53,17 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
         return gp_error(GP_INVALID_ARGUMENT, "unknown balance %d (expected cost or time)",
                         (int)po->balance);
     }
-    const int in_flight = gp_cells_in_flight(po->schedule, K, M);
+    int V;
+    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, &V));
+    int in_flight = gp_cells_in_flight(po->schedule, K, M);
+    if (V > 1) {
+        /* Interleaved: stage 0 (of S = K / V) runs 2 (S - 1) + (V - 1) S warm-up forwards, then
+         * one more before each backward, over its V cells; no cell holds more than that, nor
+         * more than M. Each cell is planned under a V-th of the device's limit, safe but loose
+         * (the stage's peak is shared by its cells). */
+        const int S = K / V, peak = 2 * (S - 1) + (V - 1) * S + 1;
+        in_flight = peak < M ? peak : M;
+    }
     /* A split backward holds each micro-batch's state to its weight part, recomputed or not:
      * the memory of HELD for every cell, whose time is that of the mode asked for (SELECTIVE:
      * NONE, which then costs no more memory). */
@@ -64,7 +76,7 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                             .micro_batches = tapered ? M : in_flight,
                             .tapered = tapered,
                             .remat = split ? GP_REMAT_HELD : po->remat,
-                            .mem_limit = po->memory_limit,
+                            .mem_limit = po->memory_limit / (uint64_t)V,
                             .cell_remat = cell_remat};
     gp_status s;
     if (po->partition) {
@@ -75,7 +87,12 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     }
     for (int k = 0; split && cell_remat && s == GP_OK && k < K; k++)
         cell_remat[k] = po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE;
-    if (s != GP_OK && tapered)
+    if (s != GP_OK && V > 1)
+        gp_error_context(s,
+                         "schedule %s: each of a stage's %d cells planned with a %d-th of the "
+                         "device's limit and %d of the M = %d micro-batches in flight",
+                         gp_schedule_kind_name(po->schedule), V, V, in_flight, M);
+    else if (s != GP_OK && tapered)
         gp_error_context(s,
                          "schedule 1f1b: stage k keeps at most min(K - k, M) of the M = %d "
                          "micro-batches in flight",

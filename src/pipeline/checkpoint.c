@@ -25,7 +25,7 @@ typedef struct outcome {
 
 static void stage_range(const gp_pipeline *p, int k, int *first, int *last) {
     *first = gp_pipeline_cell_first(p, k);
-    *last = k + 1 < gp_pipeline_stages(p) ? gp_pipeline_cell_first(p, k + 1)
+    *last = k + 1 < gp_pipeline_cells(p) ? gp_pipeline_cell_first(p, k + 1)
                                           : gp_model_nlayers(gp_pipeline_model(p));
 }
 

@@ -1,9 +1,10 @@
-/* The launcher of a pipeline whose stages all run in this process. K = 1 (and T = 1): the stage
+/* The launcher of a pipeline whose stages all run in this process. One cell (K = 1, T = 1): it
  * runs inline on the caller's thread, with no stage thread and no transport (single-device
- * training). Otherwise one thread per stage shard per step (K x T), each pinned to a core of its
- * own when there are enough, over threads transports: one per shard index along the pipeline
- * (its K stages), one per stage across its T shards (the tensor axis), and one over all K x T
- * for the norms; each shard's kernels run on its device's threads. */
+ * training). Otherwise one thread per stage shard per step (the workers: stages x T; a stage
+ * with V cells runs them all on its thread), each pinned to a core of its own when there are
+ * enough, over threads transports: one per shard index along the pipeline (its K cells), one
+ * per cell across its T shards (the tensor axis), and one over all workers for the norms; each
+ * shard's kernels run on its device's threads. */
 #define _GNU_SOURCE /* sched_getaffinity: the cores this process may use */
 #include <pthread.h>
 #include <sched.h>
@@ -18,7 +19,7 @@ typedef struct local_launch {
     double timeout_s;       /* the threads transports' longest wait */
     gp_transport **pipes;   /* (T) along the pipeline, shard t's K stages */
     gp_transport **tensors; /* (K) across stage k's T shards (T > 1) */
-    gp_transport *all;      /* every worker, w = k T + t: the norms (T = 1: pipes[0]) */
+    gp_transport *all;      /* every worker, w = k T + t: the norms (T = V = 1: pipes[0]) */
 } local_launch;
 
 /* The norms of every stage shard meet in the transport's fixed-order all-reduce over the K x T
@@ -26,7 +27,7 @@ typedef struct local_launch {
 static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
     const local_launch *l = ctx;
     gp_pipeline *p = s->p;
-    return p->K * p->T == 1 ? GP_OK : gp_transport_allreduce_sum(l->all, s->w, v, L + 1);
+    return gp_workers(p) == 1 ? GP_OK : gp_transport_allreduce_sum(l->all, s->w, v, L + 1);
 }
 
 /* One worker failed: every transport of the step stops, so no other waits for it. The one
@@ -52,7 +53,7 @@ static gp_status first_failure(gp_pipeline *p) {
     const local_launch *l = p->launch;
     int culprit = -1;
     if (l->all && gp_transport_aborted(l->all, &culprit) && culprit >= 0 &&
-        culprit < p->K * p->T && p->st[culprit].status != GP_OK)
+        culprit < gp_workers(p) && p->st[culprit].status != GP_OK)
         return gp_error(p->st[culprit].status, "%s", p->st[culprit].msg);
     for (int w = 0; w < p->K * p->T; w++)
         if (p->st[w].status != GP_OK) return gp_error(p->st[w].status, "%s", p->st[w].msg);
@@ -89,9 +90,9 @@ static gp_status make_transports(gp_pipeline *p, bool pipes) {
     to.nranks = T;
     for (int k = 0; T > 1 && k < K && s == GP_OK; k++)
         s = gp_transport_threads_new(&to, &l->tensors[k]);
-    to.nranks = K * T;
+    to.nranks = gp_workers(p);
     if (s == GP_OK && pipes) {
-        if (T == 1)
+        if (to.nranks == K)
             l->all = l->pipes[0];
         else
             s = gp_transport_threads_new(&to, &l->all);
@@ -108,12 +109,12 @@ static gp_status make_transports(gp_pipeline *p, bool pipes) {
     return GP_OK;
 }
 
-/* K x T stage threads over fresh transports. */
+/* A thread per worker over fresh transports. */
 static gp_status run_threads(gp_pipeline *p) {
     GP_TRY(make_transports(p, true));
     gp_status s = GP_OK;
     int started = 0;
-    for (; started < p->K * p->T; started++) {
+    for (; started < gp_workers(p); started++) {
         if (pthread_create(&p->st[started].thread, NULL, stage_thread, &p->st[started]) != 0) {
             s = gp_error(GP_INTERNAL, "pipeline step: cannot start the thread of stage %d",
                          started / p->T);
@@ -144,7 +145,7 @@ static gp_status local_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor 
         s = run_threads(p);
     }
     p->step_s = gp_now() - t0;
-    for (int w = 0; w < p->K * p->T; w++) p->tp_bytes[w] = p->st[w].tp_bytes;
+    for (int w = 0; w < gp_workers(p); w++) p->tp_bytes[w] = p->st[w].tp_bytes;
     GP_TRY(s);
     *loss = (float)gp_worker(p, p->K - 1, 0)->loss;
     s = gp_timeline_trace_comm(p);
@@ -285,19 +286,20 @@ static const gp_launcher_iface local_iface = {
     .free = local_free,
 };
 
-/* Worker w (stage shard w of K x T) gets core w x S of those this process may run on (S: threads
- * per stage device), when there are at least K x T x S of them (with fewer, pinned workers would
- * share cores the scheduler could balance better); its device's other threads are left to the
- * scheduler. With K = T = 1 the stage runs on the caller's thread, which is never pinned. */
+/* Worker w (stage shard w of the workers) gets core w x S of those this process may run on (S:
+ * threads per stage device), when there are at least workers x S of them (with fewer, pinned
+ * workers would share cores the scheduler could balance better); its device's other threads are
+ * left to the scheduler. With one cell the stage runs on the caller's thread, never pinned. */
 static void assign_cores(gp_pipeline *p, const gp_pipeline_opts *po) {
     cpu_set_t set;
     int cores[CPU_SETSIZE], n = 0;
-    const int S = po->stage_threads > 0 ? po->stage_threads : 1, W = p->K * p->T;
+    const int S = po->stage_threads > 0 ? po->stage_threads : 1, W = gp_workers(p);
     CPU_ZERO(&set);
     if (!po->no_pinning && W > 1 && sched_getaffinity(0, sizeof set, &set) == 0)
         for (int c = 0; c < CPU_SETSIZE; c++)
             if (CPU_ISSET(c, &set)) cores[n++] = c;
     for (int w = 0; w < W; w++) p->st[w].cpu = n >= W * S ? cores[w * S] : -1;
+    for (int w = W; w < p->K * p->T; w++) p->st[w].cpu = -1; /* cells their stage's lead runs */
 }
 
 gp_status gp_launch_local_init(gp_pipeline *p, const gp_pipeline_opts *po) {

@@ -42,7 +42,7 @@ static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po) {
 }
 
 static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *K, int *M,
-                            int *T) {
+                            int *T, int *V) {
     *K = po->stages ? po->stages : 1;
     *M = po->micro_batches ? po->micro_batches : 1;
     *T = po->tensor_parallel ? po->tensor_parallel : 1;
@@ -55,15 +55,31 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
                         "cannot be timed alone (it needs its group); balance by cost",
                         *T);
     if (*M < 1) return gp_error(GP_INVALID_ARGUMENT, "pipeline: micro-batches %d must be >= 1", *M);
-    if (*K > m->nlayers)
+    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B &&
+        po->schedule != GP_SCHEDULE_ZBH1 && po->schedule != GP_SCHEDULE_INTERLEAVED)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: schedule %d is none of gpipe (%d), 1f1b (%d), zbh1 (%d) and "
+                        "interleaved (%d)",
+                        (int)po->schedule, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
+                        GP_SCHEDULE_INTERLEAVED);
+    if (po->chunks < 0)
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: chunks %d must be >= 0", po->chunks);
+    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, V));
+    if (*V == 1 && *K > m->nlayers)
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: stages %d > %d layers (each stage needs at least one layer)", *K,
                         m->nlayers);
-    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B &&
-        po->schedule != GP_SCHEDULE_ZBH1)
+    if ((int64_t)*K * *V > m->nlayers)
         return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: schedule %d is neither gpipe (%d), 1f1b (%d) nor zbh1 (%d)",
-                        (int)po->schedule, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1);
+                        "pipeline: stages %d x %d cells per stage > %d layers (each cell needs at "
+                        "least one layer)",
+                        *K, *V, m->nlayers);
+    if (*V > 1 && (*T > 1 || po->launcher != GP_LAUNCHER_THREADS))
+        return gp_error(GP_UNSUPPORTED,
+                        "pipeline: schedule %s (%d cells per stage) runs on the threads launcher "
+                        "without tensor parallelism; this pipeline has T = %d on the %s launcher",
+                        gp_schedule_kind_name(po->schedule), *V, *T,
+                        gp_launcher_name(po->launcher));
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
         po->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -128,6 +144,10 @@ static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opt
         s->dev = po->devices[s->w];
         return GP_OK;
     }
+    if (s->chunk > 0) { /* a stage's cells share its device, which its lead has made */
+        s->dev = p->st[s->w].dev;
+        return GP_OK;
+    }
     gp_device *one = p->K == 1 && p->T == 1 && initialized
                          ? gp_model_range_device(p->m, 0, p->m->nlayers)
                          : NULL;
@@ -137,9 +157,9 @@ static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opt
     }
     char name[32];
     if (p->T > 1)
-        snprintf(name, sizeof name, "stage%d.%d", s->k, s->t);
+        snprintf(name, sizeof name, "stage%d.%d", s->dk, s->t);
     else
-        snprintf(name, sizeof name, "stage%d", s->k);
+        snprintf(name, sizeof name, "stage%d", s->dk);
     GP_TRY(gp_device_cpu_new_threads(name, po->stage_threads > 0 ? po->stage_threads : 1, &s->dev));
     s->own_dev = true;
     return po->memory_limit ? gp_device_set_limit(s->dev, po->memory_limit) : GP_OK;
@@ -175,7 +195,8 @@ static gp_status init_stages(gp_pipeline *p, const gp_pipeline_opts *po, uint64_
         s->p = p;
         s->k = k;
         s->t = w % p->T;
-        s->w = w;
+        gp_schedule_place(&p->sched, k, &s->dk, &s->chunk);
+        s->w = s->dk * p->T + s->t;
         s->m = p->T > 1 ? p->shard[s->t] : m;
         s->first = p->first[k];
         s->last = k + 1 < p->K ? p->first[k + 1] : m->nlayers;
@@ -192,11 +213,13 @@ static gp_status init_stages(gp_pipeline *p, const gp_pipeline_opts *po, uint64_
         if (!s->run_here) continue;
         gp_status st = init_stage(p, s, po, initialized, seed);
         if (st != GP_OK) {
+            char cell[32] = "";
+            if (p->V > 1) snprintf(cell, sizeof cell, " cell %d", s->k);
             if (p->T > 1)
-                return gp_error_context(st, "pipeline stage %d shard %d (layers %d..%d) on %s",
-                                        s->k, s->t, s->first, s->last - 1,
+                return gp_error_context(st, "pipeline stage %d%s shard %d (layers %d..%d) on %s",
+                                        s->dk, cell, s->t, s->first, s->last - 1,
                                         gp_device_name(s->dev));
-            return gp_error_context(st, "pipeline stage %d (layers %d..%d) on %s", s->k,
+            return gp_error_context(st, "pipeline stage %d%s (layers %d..%d) on %s", s->dk, cell,
                                     s->first, s->last - 1, gp_device_name(s->dev));
         }
     }
@@ -214,8 +237,9 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     if (o) GP_TRY(gp_optim_check(o));
     gp_pipeline_opts dflt = {0};
     if (!po) po = &dflt;
-    int K, M, T;
-    GP_TRY(check_opts(m, po, &K, &M, &T));
+    int stages, M, T, V;
+    GP_TRY(check_opts(m, po, &stages, &M, &T, &V));
+    const int K = stages * V; /* cells */
     for (int li = 0; li < m->nlayers; li++)
         if (m->store_of[li] && m->store_of[li]->grads.data)
             return gp_error(GP_INVALID_ARGUMENT,
@@ -239,6 +263,8 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->inference = !o;
     if (o) p->o = *o;
     p->K = K;
+    p->V = V;
+    p->nstages = stages;
     p->M = M;
     p->T = T;
     p->remat = po->remat;
@@ -249,29 +275,33 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     /* The launcher first: a mismatched MPI launch fails before any work. */
     gp_status s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po)
                                                   : gp_launch_local_init(p, po);
+    if (s == GP_OK)
+        s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), stages, M, V, &p->sched);
+    if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
     if (s == GP_OK) s = gp_mesh_setup(p);
     if (s == GP_OK) s = choose_partition(p, po);
     if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_agree_cells(p, p->first);
-    if (s == GP_OK) s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), K, M, &p->sched);
-    if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
     if (s == GP_OK) s = init_stages(p, po, seed);
     p->seed = seed ? seed : m->seed; /* dropout keys: the init seed unless given */
-    /* One track per stage shard; with processes, one per rank once gathered
+    /* One track per stage shard (a worker); with processes, one per rank once gathered
      * (gp_pipeline_gather). */
-    if (s == GP_OK) s = gp_trace_init(&p->trace, p->my_stage >= 0 ? p->nranks : K * T, M);
+    if (s == GP_OK) s = gp_trace_init(&p->trace, p->my_stage >= 0 ? p->nranks : gp_workers(p), M);
     if (s == GP_OK) gp_trace_set_info(&p->trace, p->sched.name, gp_remat_name(p->remat));
-    p->trace.stages_per_replica = K;
+    p->trace.stages_per_replica = stages;
     p->trace.shards_per_stage = T;
+    p->trace.chunks = V;
     if (s == GP_OK && !p->tp_bytes) {
-        const int n = p->my_stage >= 0 ? p->nranks : K * T;
+        const int n = p->my_stage >= 0 ? p->nranks : gp_workers(p);
         if (!(p->tp_bytes = calloc((size_t)n, sizeof *p->tp_bytes)))
             s = gp_error(GP_OUT_OF_MEMORY, "pipeline: byte counters of %d devices", n);
     }
     if (s != GP_OK) {
         if (T > 1)
-            gp_error_context(s, "gp_pipeline_new (K = %d, M = %d, T = %d)", K, M, T);
+            gp_error_context(s, "gp_pipeline_new (K = %d, M = %d, T = %d)", stages, M, T);
+        else if (V > 1)
+            gp_error_context(s, "gp_pipeline_new (K = %d, M = %d, V = %d)", stages, M, V);
         else
-            gp_error_context(s, "gp_pipeline_new (K = %d, M = %d)", K, M);
+            gp_error_context(s, "gp_pipeline_new (K = %d, M = %d)", stages, M);
         gp_pipeline_free(p);
         return s;
     }
@@ -284,11 +314,15 @@ void gp_pipeline_free(gp_pipeline *p) {
     if (!p) return;
     if (p->m) p->m->held = false;
     if (p->launcher) p->launcher->free(p);
+    /* Every cell's store goes before the devices: a stage's cells share its lead's device. */
     for (int w = 0; p->st && w < p->K * p->T; w++) {
         gp_stage *s = &p->st[w];
         if (s->store) gp_store_train_end(s->m, s->store);
+        if (s->store && p->st[s->w].own_dev) gp_store_release_layers(s->m, s->first, s->last);
+    }
+    for (int w = 0; p->st && w < p->K * p->T; w++) {
+        gp_stage *s = &p->st[w];
         if (s->own_dev) {
-            if (s->store) gp_store_release_layers(s->m, s->first, s->last);
             gp_mem_stats ms;
             gp_device_mem_stats(s->dev, &ms);
             GP_ASSERT(ms.live_total == 0); /* every byte a stage held was released */
@@ -308,7 +342,8 @@ void gp_pipeline_free(gp_pipeline *p) {
     free(p);
 }
 
-int gp_pipeline_stages(const gp_pipeline *p) { return p ? p->K : 0; }
+int gp_pipeline_stages(const gp_pipeline *p) { return p ? p->nstages : 0; }
+int gp_pipeline_cells(const gp_pipeline *p) { return p ? p->K : 0; }
 int gp_pipeline_micro_batches(const gp_pipeline *p) { return p ? p->M : 0; }
 int gp_pipeline_tensor_parallel(const gp_pipeline *p) { return p ? p->T : 0; }
 int gp_pipeline_shard(const gp_pipeline *p) { return p ? p->my_shard : -1; }
@@ -318,15 +353,15 @@ int gp_pipeline_cell_first(const gp_pipeline *p, int k) {
 }
 
 gp_device *gp_pipeline_device(const gp_pipeline *p, int k) {
-    return p && k >= 0 && k < p->K && p->st[k * p->T].run_here ? p->st[k * p->T].dev : NULL;
+    return p && k >= 0 && k < p->nstages && p->st[k * p->T].run_here ? p->st[k * p->T].dev : NULL;
 }
 
 gp_status gp_pipeline_mem_stats_shard(const gp_pipeline *p, int stage, int shard,
                                       gp_mem_stats *out) {
     if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: NULL argument");
-    if (stage < 0 || stage >= p->K)
+    if (stage < 0 || stage >= p->nstages)
         return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: stage %d outside 0..%d", stage,
-                        p->K - 1);
+                        p->nstages - 1);
     if (shard < 0 || shard >= p->T)
         return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_mem_stats: shard %d outside 0..%d", shard,
                         p->T - 1);

@@ -53,11 +53,18 @@ typedef struct gp_stage_sync {
     void *ctx;
 } gp_stage_sync;
 
+/* A gp_stage is one cell's shard: the layers it runs and their state. With V cells per stage
+ * (interleaved schedules) a stage's V cells share its device, thread and trace track; the cell
+ * of its chunk 0 (cell k for stage k, in every placement) leads: its thread runs the stage's
+ * action list, handing each action to the cell of its chunk. */
 struct gp_stage {
     struct gp_pipeline *p;
-    int k, first, last;  /* stage k: layers [first, last) */
-    int t, w;            /* its tensor-parallel shard t of T; w = k T + t, its place in p->st and
-                          * its trace track */
+    int k, first, last;  /* cell k: layers [first, last) */
+    int dk, chunk;       /* the stage (device along the pipeline) running it, and which of its
+                          * cells it is (dk = k and chunk 0 when V = 1) */
+    int t, w;            /* its tensor-parallel shard t of T; w = dk T + t, its worker: the
+                          * place of its stage's lead in p->st, its trace track, its rank in the
+                          * norms' all-reduce */
     gp_model *m;         /* the layers it runs: the model (T = 1) or shard t's model */
     gp_transport *pipe;  /* to the neighbouring stages (same shard): rank k */
     gp_transport *tensor; /* to its stage's T shards: rank t (T > 1) */
@@ -108,12 +115,14 @@ struct gp_pipeline {
     gp_model *m;
     gp_optim_opts o;
     bool inference; /* made without optimizer options: no gradients, no steps */
-    int K, M, T;
+    int K, M, T; /* K: cells (the pipeline's stages times V) */
+    int V;       /* cells per stage (chunks; 1 but for interleaved schedules) */
+    int nstages; /* stages along the pipeline (devices per shard index): K / V */
     gp_remat remat;
     gp_schedule sched;
     uint64_t seed; /* dropout keys */
     int step;
-    gp_stage *st;  /* (K x T) stage k's shard t at k T + t */
+    gp_stage *st;  /* (K x T) cell k's shard t at k T + t */
     int *first;    /* (K) first layer of each cell */
     gp_remat *cell_remat; /* (K) each cell's own mode, CELL or NONE (remat: the one asked for) */
     /* The tensor axis (T > 1; mesh.c): the models of the T shards (no values where another
@@ -145,12 +154,13 @@ struct gp_pipeline {
     double bubble_replayed; /* the simulator replaying the last step's measured actions */
     double step_s;
     uint64_t *bytes;        /* (2 x nranks) p2p and all-reduce bytes of each rank, last step */
-    uint64_t *tp_bytes;     /* (devices: nranks under MPI, K x T on threads) tensor-axis bytes */
+    uint64_t *tp_bytes;     /* (devices: nranks under MPI, workers on threads) tensor-axis bytes */
     gp_mem_stats *rank_mem; /* (nranks) each rank's stage counters, at the last gather */
 };
 
-/* stage.c: runs stage s's action list for one step on the calling thread; the outcome in
- * s->status and s->msg (an abort of the transport tells the other stages). */
+/* stage.c: runs the action list of lead s's stage (all its cells) for one step on the calling
+ * thread; the outcome in s->status and s->msg (an abort of the transport tells the other
+ * stages). */
 void gp_stage_run(gp_stage *s);
 /* The stage's per-step state arrays for M micro-batches (freed by gp_stage_free_state). */
 gp_status gp_stage_alloc_state(gp_stage *s, int M);
@@ -162,8 +172,15 @@ gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, in
 /* Before a step: the stage's micro-batch shapes at p->b, its status cleared. */
 gp_status gp_stage_begin_step(gp_stage *s);
 
-/* Stage k's shard t. */
+/* Cell k's shard t. */
 static inline gp_stage *gp_worker(struct gp_pipeline *p, int k, int t) { return &p->st[k * p->T + t]; }
+/* The threads (ranks) that run the pipeline's stages: one per stage shard, each leading its
+ * stage's V cells (the lead of worker w is p->st[w]). */
+static inline int gp_workers(const struct gp_pipeline *p) { return p->nstages * p->T; }
+/* The cell of stage s's chunk v, same shard. */
+static inline gp_stage *gp_chunk_of(struct gp_pipeline *p, const gp_stage *s, int v) {
+    return gp_worker(p, gp_schedule_cell(&p->sched, s->dk, v), s->t);
+}
 
 /* mesh.c: the tensor axis. */
 /* With T > 1: the layouts checked (named errors), the T shard models, the split masks and the

@@ -15,10 +15,14 @@
 
 #define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
 
+/* A stage's device holds its V cells: cells k, k + K, ... (interleaved's loop placement). */
 uint64_t gp_plan_fullest_bytes(const gp_plan *p) {
     uint64_t b = 0;
-    for (int k = 0; p && k < p->stages; k++)
-        if (p->cells[k].total_bytes > b) b = p->cells[k].total_bytes;
+    for (int k = 0; p && k < p->stages; k++) {
+        uint64_t dev = 0;
+        for (int c = k; c < p->ncells; c += p->stages) dev += p->cells[c].total_bytes;
+        if (dev > b) b = dev;
+    }
     return b;
 }
 
@@ -74,9 +78,21 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
         return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to 1024",
                         po->stage_threads);
     if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B &&
-        po->schedule != GP_SCHEDULE_ZBH1)
+        po->schedule != GP_SCHEDULE_ZBH1 && po->schedule != GP_SCHEDULE_INTERLEAVED)
         return gp_error(GP_INVALID_ARGUMENT,
-                        "unknown schedule %d (expected gpipe, 1f1b or zbh1)", (int)po->schedule);
+                        "unknown schedule %d (expected gpipe, 1f1b, zbh1 or interleaved)",
+                        (int)po->schedule);
+    int V;
+    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, &V));
+    if ((int64_t)*K * V > L)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "K = %d stages x V = %d cells per stage but the model has %d layers "
+                        "(each cell needs at least one)",
+                        *K, V, L);
+    if (V > 1 && *M % *K != 0)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "schedule %s: M = %d micro-batches is not a multiple of K = %d stages",
+                        gp_schedule_kind_name(po->schedule), *M, *K);
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
         po->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -128,8 +144,9 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
                                const int *first, const gp_remat *cell_remat, int K, int M,
                                const gp_pipeline_opts *po, double sec_per_unit, bool vocab_split,
                                int64_t rows, gp_plan *out) {
+    /* K: cells; the schedule's stages run V each */
     gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
-    gp_sim_stage *st = calloc((size_t)K, sizeof *st);
+    gp_sim_stage *st = calloc((size_t)out->stages, sizeof *st);
     gp_schedule s = {0};
     gp_status status = GP_OK;
     if (!sc || !st) {
@@ -149,7 +166,8 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     mesh_bytes(est, L, first, K, M, po, cell_remat, vocab_split, rows, sc, out);
     for (int k = 0; k < K; k++)
         worst_comm = fmax(worst_comm, M * (sc[k].fwd_time + sc[k].bwd_time - out->cells[k].time_s));
-    status = gp_schedule_generate(gp_schedule_kind_name(po->schedule), K, M, &s);
+    status = gp_schedule_generate(gp_schedule_kind_name(po->schedule), out->stages, M,
+                                  out->chunks, &s);
     if (status != GP_OK) goto done;
     gp_sim_opts so = {.capacity = 1, .cell_remat = cell_remat};
     gp_sim_result res;
@@ -177,17 +195,23 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         /* a split backward holds its state to the weight part, as the partitioner counted */
         const gp_remat mem_mode =
             gp_schedule_kind_splits(po->schedule) ? GP_REMAT_HELD : cell_remat[k];
-        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, st[k].peak_in_flight, mem_mode);
+        int dk, chunk;
+        gp_schedule_place(&s, k, &dk, &chunk);
+        const gp_sim_stage *sk = &st[dk];
+        /* V > 1: the stage's peak is its cells' together; each cell is counted with as many of
+         * its own micro-batches in flight as its stage's peak, up to M (an upper bound) */
+        const int in_flight = out->chunks > 1 && sk->peak_in_flight > M ? M : sk->peak_in_flight;
+        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, in_flight, mem_mode);
         c->param_bytes = cm.params;
         c->grad_bytes = cm.grads;
         c->optim_bytes = cm.optim;
         c->nparams = (int64_t)(cm.grads / gp_dtype_nbytes(GP_F32));
-        c->peak_act_bytes = st[k].peak_act_bytes;
+        c->peak_act_bytes = out->chunks > 1 ? cm.stash + cm.work : sk->peak_act_bytes;
         c->transient_bytes = cm.transient + cm.messages;
-        c->total_bytes = cm.params + cm.grads + cm.optim + st[k].peak_act_bytes + c->transient_bytes;
-        c->peak_in_flight = st[k].peak_in_flight;
-        c->busy_s = st[k].busy;
-        c->idle_s = st[k].idle;
+        c->total_bytes = cm.params + cm.grads + cm.optim + c->peak_act_bytes + c->transient_bytes;
+        c->peak_in_flight = sk->peak_in_flight;
+        c->busy_s = sk->busy;
+        c->idle_s = sk->idle;
         /* The partitioner checked the limit with the schedule's most micro-batches in flight;
          * the simulated peak can only be lower. */
         GP_ASSERT(!po->memory_limit || c->total_bytes <= po->memory_limit);
@@ -203,8 +227,10 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out) {
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL output");
     memset(out, 0, sizeof *out);
-    int K = 1, M = 1, T = 1, D = 1;
-    GP_TRY(check_opts(m, batch, o, po, gflops, &K, &M, &T, &D));
+    int stages = 1, M = 1, T = 1, D = 1, V = 1;
+    GP_TRY(check_opts(m, batch, o, po, gflops, &stages, &M, &T, &D));
+    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, &V));
+    const int K = stages * V; /* cells */
     int L = gp_model_nlayers(m);
     /* On a mesh a device holds and computes one shard: plan the shard model. */
     gp_model *shard = NULL;
@@ -235,7 +261,9 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     if (status == GP_OK && measured)
         status = gp_layer_est_from_model(pm, mb, gp_optim_state_count(o), NULL, flops);
     if (status != GP_OK) goto done;
-    out->stages = K;
+    out->stages = stages;
+    out->chunks = V;
+    out->ncells = K;
     out->micro_batches = M;
     out->tensor_parallel = T;
     out->data_parallel = D;
@@ -246,7 +274,7 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     out->memory_limit = po->memory_limit;
     out->gflops_assumed = measured ? 0 : gflops;
     out->balance = po->balance;
-    out->bubble_theory = (double)(K - 1) / (double)(M + K - 1);
+    out->bubble_theory = (double)(stages - 1) / (double)(V * M + stages - 1);
     status = simulate_into(est, flops, L, first, cell_remat, K, M, po,
                            measured ? 1.0 : 1.0 / (gflops * 1e9), vocab_split, rows, out);
 done:

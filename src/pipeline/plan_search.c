@@ -58,7 +58,7 @@ static bool allowed(unsigned mask, int v) { return !mask || (mask >> v & 1u); }
  * plan, listed once. */
 static bool uniform_duplicate(const gp_plan *p, unsigned remats) {
     if (p->remat != GP_REMAT_SELECTIVE) return false;
-    for (int k = 1; k < p->stages; k++)
+    for (int k = 1; k < p->ncells; k++)
         if (p->cells[k].remat != p->cells[0].remat) return false;
     return allowed(remats, p->cells[0].remat);
 }
@@ -86,8 +86,12 @@ static gp_status enumerate(int L, int64_t batch, int T, uint64_t limit,
             const int64_t per = batch / D;
             for (int64_t M = 1; M <= per; M++) {
                 if (per % M || (so->micro_batches && M != so->micro_batches)) continue;
-                for (int s = 0; s <= GP_SCHEDULE_ZBH1; s++) {
+                for (int s = 0; s <= GP_SCHEDULE_INTERLEAVED; s++) {
                     if (!allowed(so->schedules, s)) continue;
+                    /* interleaved: V = 2 cells per stage, on the threads launcher */
+                    if (s == GP_SCHEDULE_INTERLEAVED &&
+                        (K == 1 || M % K || 2 * K > L || D > 1 || T > 1))
+                        continue;
                     for (int r = 0; r <= GP_REMAT_SELECTIVE; r++) {
                         if (!allowed(so->remats, r)) continue;
                         /* without a limit every selective cell keeps its state: none's plan */

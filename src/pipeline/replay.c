@@ -23,13 +23,14 @@ typedef struct stage_state {
     uint64_t stash; /* activation bytes held between forward and backward */
 } stage_state;
 
-/* Channels: act[k] carries stage k -> k+1, grad[k] carries stage k+1 -> k, k in 0..K-2. */
-static channel *chan_of(channel *chans, int K, gp_action_kind kind, int k) {
+/* Channels between the C cells: act[c] carries cell c -> c+1, grad[c] carries cell c+1 -> c,
+ * c in 0..C-2. c: the acting cell. */
+static channel *chan_of(channel *chans, int C, gp_action_kind kind, int c) {
     switch (kind) {
-    case GP_ACT_SEND_ACT: return &chans[k];
-    case GP_ACT_RECV_ACT: return &chans[k - 1];
-    case GP_ACT_SEND_GRAD: return &chans[(K - 1) + (k - 1)];
-    case GP_ACT_RECV_GRAD: return &chans[(K - 1) + k];
+    case GP_ACT_SEND_ACT: return &chans[c];
+    case GP_ACT_RECV_ACT: return &chans[c - 1];
+    case GP_ACT_SEND_GRAD: return &chans[(C - 1) + (c - 1)];
+    case GP_ACT_RECV_GRAD: return &chans[(C - 1) + c];
     default: return NULL;
     }
 }
@@ -47,7 +48,10 @@ static int blocked_str(const gp_schedule *s, int k, const stage_state *st, char 
     const gp_action *a = &s->stage[k].a[st[k].pc];
     gp_action_str(*a, act, sizeof act);
     bool send = a->kind == GP_ACT_SEND_ACT || a->kind == GP_ACT_SEND_GRAD;
-    int peer = (a->kind == GP_ACT_SEND_ACT || a->kind == GP_ACT_RECV_GRAD) ? k + 1 : k - 1;
+    const int c = gp_schedule_cell(s, k, a->chunk);
+    int peer, chunk;
+    gp_schedule_place(s, (a->kind == GP_ACT_SEND_ACT || a->kind == GP_ACT_RECV_GRAD) ? c + 1 : c - 1,
+                      &peer, &chunk);
     return snprintf(buf, n, "stage %d at action %d %s waits for stage %d (%s)", k, st[k].pc, act,
                     peer, send ? "mailbox full" : "nothing sent yet");
 }
@@ -75,8 +79,8 @@ static gp_status deadlock(const gp_schedule *s, int capacity, const stage_state 
 gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_cell *cells,
                              const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out,
                              gp_schedule_fault *where) {
-    int K = s->stages, M = s->micro_batches;
-    int nch = 2 * (K - 1);
+    const int K = s->stages, M = s->micro_batches, C = gp_schedule_cells(s);
+    int nch = 2 * (C - 1);
     double latency = o ? o->latency : 0;
     channel *chans = calloc((size_t)(nch > 0 ? nch : 1), sizeof *chans);
     stage_state *st = calloc((size_t)K, sizeof *st);
@@ -104,10 +108,12 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
             stage_state *x = &st[k];
             while (x->pc < s->stage[k].n) {
                 const gp_action *a = &s->stage[k].a[x->pc];
-                channel *ch = chan_of(chans, K, a->kind, k);
+                /* the optimizer step is the stage's: its first cell's figure stands for it */
+                const int cell = gp_schedule_cell(s, k, a->kind == GP_ACT_OPTIMIZER_STEP ? 0 : a->chunk);
+                channel *ch = chan_of(chans, C, a->kind, cell);
                 if (!can_run(a, ch, capacity)) break;
-                const gp_sim_cell *c = cells ? &cells[k] : NULL;
-                const gp_remat remat = !o ? GP_REMAT_CELL : o->cell_remat ? o->cell_remat[k] : o->remat;
+                const gp_sim_cell *c = cells ? &cells[cell] : NULL;
+                const gp_remat remat = !o ? GP_REMAT_CELL : o->cell_remat ? o->cell_remat[cell] : o->remat;
                 gp_sim_stage *r = stages ? &stages[k] : NULL;
                 double dur = 0;
                 switch (a->kind) {
@@ -147,7 +153,10 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                     dur = !c ? 0 : c->wgt_mb ? c->wgt_mb[a->mb] : c->wgt_time;
                     if (c) x->stash -= c->in_bytes + c->keep_bytes;
                     break;
-                case GP_ACT_OPTIMIZER_STEP: dur = c ? c->opt_time : 0; break;
+                case GP_ACT_OPTIMIZER_STEP:
+                    for (int v = 0; cells && v < (s->chunks > 1 ? s->chunks : 1); v++)
+                        dur += cells[gp_schedule_cell(s, k, v)].opt_time;
+                    break;
                 case GP_ACT_SEND_ACT:
                 case GP_ACT_SEND_GRAD: {
                     int j = ch->sent;

@@ -15,7 +15,8 @@ static const char *const kind_names[GP_ACT_NKINDS] = {
 static const char *const kind_short[GP_ACT_NKINDS] = {"F",  "B",    "SA", "RA", "SG",
                                                       "RG", "STEP", "BI", "W"};
 
-gp_status gp_schedule_init(gp_schedule *s, int stages, int micro_batches) {
+gp_status gp_schedule_init_chunks(gp_schedule *s, int stages, int micro_batches, int chunks,
+                                  gp_placement placement) {
     if (!s) return gp_error(GP_INVALID_ARGUMENT, "schedule: NULL output");
     memset(s, 0, sizeof *s);
     if (stages < 1)
@@ -23,15 +24,47 @@ gp_status gp_schedule_init(gp_schedule *s, int stages, int micro_batches) {
     if (micro_batches < 1)
         return gp_error(GP_INVALID_ARGUMENT, "schedule: M = %d micro-batches, expected >= 1",
                         micro_batches);
+    if (chunks < 1 || chunks > 64 || (placement == GP_PLACE_V_SHAPE && chunks != 2) ||
+        (placement != GP_PLACE_LOOP && placement != GP_PLACE_V_SHAPE))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "schedule: V = %d cells per stage placed %s; expected 1 to 64 in a loop, "
+                        "or 2 in a V",
+                        chunks, placement == GP_PLACE_LOOP ? "in a loop" : "in a V");
     s->stage = calloc((size_t)stages, sizeof *s->stage);
     if (!s->stage) return gp_error(GP_OUT_OF_MEMORY, "schedule: no memory for %d stages", stages);
     s->stages = stages;
     s->micro_batches = micro_batches;
+    s->chunks = chunks;
+    s->placement = placement;
     snprintf(s->name, sizeof s->name, "custom");
     return GP_OK;
 }
 
+gp_status gp_schedule_init(gp_schedule *s, int stages, int micro_batches) {
+    return gp_schedule_init_chunks(s, stages, micro_batches, 1, GP_PLACE_LOOP);
+}
+
+int gp_schedule_cells(const gp_schedule *s) {
+    return s->stages * (s->chunks > 1 ? s->chunks : 1);
+}
+
+int gp_schedule_cell(const gp_schedule *s, int k, int chunk) {
+    if (s->placement == GP_PLACE_V_SHAPE && chunk % 2 == 1)
+        return chunk * s->stages + (s->stages - 1 - k);
+    return chunk * s->stages + k;
+}
+
+void gp_schedule_place(const gp_schedule *s, int cell, int *k, int *chunk) {
+    *chunk = cell / s->stages;
+    *k = cell % s->stages;
+    if (s->placement == GP_PLACE_V_SHAPE && *chunk % 2 == 1) *k = s->stages - 1 - *k;
+}
+
 gp_status gp_schedule_push(gp_schedule *s, int k, gp_action_kind kind, int mb) {
+    return gp_schedule_push_chunk(s, k, 0, kind, mb);
+}
+
+gp_status gp_schedule_push_chunk(gp_schedule *s, int k, int chunk, gp_action_kind kind, int mb) {
     if (!s || !s->stage || k < 0 || k >= s->stages)
         return gp_error(GP_INVALID_ARGUMENT, "schedule: push to stage %d of %d", k,
                         s ? s->stages : 0);
@@ -43,7 +76,7 @@ gp_status gp_schedule_push(gp_schedule *s, int k, gp_action_kind kind, int mb) {
         st->a = a;
         st->cap = cap;
     }
-    st->a[st->n++] = (gp_action){.kind = kind, .mb = mb};
+    st->a[st->n++] = (gp_action){.kind = kind, .mb = mb, .chunk = chunk};
     return GP_OK;
 }
 
@@ -56,21 +89,32 @@ void gp_schedule_free(gp_schedule *s) {
 
 /* ------------------------------------------------------------ generators */
 
-/* A forward with its receive before and its send after, as stage k of K needs them. */
-static gp_status push_forward(gp_schedule *s, int k, int m) {
-    if (k > 0) GP_TRY(gp_schedule_push(s, k, GP_ACT_RECV_ACT, m));
-    GP_TRY(gp_schedule_push(s, k, GP_ACT_FORWARD, m));
-    if (k < s->stages - 1) GP_TRY(gp_schedule_push(s, k, GP_ACT_SEND_ACT, m));
+/* A forward of stage k's chunk v with its receive before and its send after, as its cell
+ * needs them (the first cell reads the inputs, the last sends nothing). */
+static gp_status push_forward_chunk(gp_schedule *s, int k, int v, int m) {
+    const int c = gp_schedule_cell(s, k, v), last = gp_schedule_cells(s) - 1;
+    if (c > 0) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_RECV_ACT, m));
+    GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_FORWARD, m));
+    if (c < last) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_SEND_ACT, m));
     return GP_OK;
 }
 
-/* The last stage computes the loss inside BACKWARD, so it receives no gradient. kind: BACKWARD,
+/* The last cell computes the loss inside BACKWARD, so it receives no gradient. kind: BACKWARD,
  * or BACKWARD_INPUT for a split one. */
-static gp_status push_backward_kind(gp_schedule *s, int k, int m, gp_action_kind kind) {
-    if (k < s->stages - 1) GP_TRY(gp_schedule_push(s, k, GP_ACT_RECV_GRAD, m));
-    GP_TRY(gp_schedule_push(s, k, kind, m));
-    if (k > 0) GP_TRY(gp_schedule_push(s, k, GP_ACT_SEND_GRAD, m));
+static gp_status push_backward_chunk(gp_schedule *s, int k, int v, int m, gp_action_kind kind) {
+    const int c = gp_schedule_cell(s, k, v), last = gp_schedule_cells(s) - 1;
+    if (c < last) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_RECV_GRAD, m));
+    GP_TRY(gp_schedule_push_chunk(s, k, v, kind, m));
+    if (c > 0) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_SEND_GRAD, m));
     return GP_OK;
+}
+
+static gp_status push_forward(gp_schedule *s, int k, int m) {
+    return push_forward_chunk(s, k, 0, m);
+}
+
+static gp_status push_backward_kind(gp_schedule *s, int k, int m, gp_action_kind kind) {
+    return push_backward_chunk(s, k, 0, m, kind);
 }
 
 static gp_status push_backward(gp_schedule *s, int k, int m) {
@@ -154,6 +198,45 @@ out:
     return st;
 }
 
+/* Interleaved 1F1B (see schedule.h). The i-th forward of a stage runs chunk (i / K) mod V of
+ * micro-batch (i / (K V)) K + i mod K; the i-th backward the same micro-batch of chunk
+ * V - 1 - (i / K) mod V. */
+static gp_status gen_interleaved(gp_schedule *s) {
+    const int K = s->stages, M = s->micro_batches, V = s->chunks, total = M * V;
+    if (M % K != 0)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "schedule interleaved: M = %d micro-batches is not a multiple of K = %d "
+                        "stages (the chunks run in rounds of K micro-batches)",
+                        M, K);
+    for (int k = 0; k < K; k++) {
+        int warm = (K - k - 1) * 2 + (V - 1) * K;
+        if (warm > total) warm = total;
+#define MB_OF(i) (((i) / (K * V)) * K + (i) % K)
+#define FWD(i) push_forward_chunk(s, k, ((i) / K) % V, MB_OF(i))
+#define BWD(i) push_backward_chunk(s, k, V - 1 - ((i) / K) % V, MB_OF(i), GP_ACT_BACKWARD)
+        for (int i = 0; i < warm; i++) GP_TRY(FWD(i));
+        for (int i = 0; i < total - warm; i++) {
+            GP_TRY(FWD(warm + i));
+            GP_TRY(BWD(i));
+        }
+        for (int i = total - warm; i < total; i++) GP_TRY(BWD(i));
+#undef BWD
+#undef FWD
+#undef MB_OF
+        GP_TRY(gp_schedule_push(s, k, GP_ACT_OPTIMIZER_STEP, -1));
+    }
+    return GP_OK;
+}
+
+static gp_status generate_chunks(const char *name, gp_status (*gen)(gp_schedule *), int K, int M,
+                                 int V, gp_placement place, gp_schedule *out) {
+    GP_TRY(gp_schedule_init_chunks(out, K, M, V, place));
+    snprintf(out->name, sizeof out->name, "%s", name);
+    gp_status st = gen(out);
+    if (st != GP_OK) gp_schedule_free(out);
+    return st;
+}
+
 static gp_status generate(const char *name, gp_status (*gen)(gp_schedule *), int K, int M,
                           gp_schedule *out) {
     GP_TRY(gp_schedule_init(out, K, M));
@@ -175,21 +258,48 @@ gp_status gp_schedule_zbh1(int stages, int micro_batches, gp_schedule *out) {
     return generate("zbh1", gen_zbh1, stages, micro_batches, out);
 }
 
-bool gp_schedule_kind_splits(gp_schedule_kind kind) { return kind == GP_SCHEDULE_ZBH1; }
-
-const char *gp_schedule_kind_name(gp_schedule_kind s) {
-    return s == GP_SCHEDULE_GPIPE  ? "gpipe"
-           : s == GP_SCHEDULE_1F1B ? "1f1b"
-           : s == GP_SCHEDULE_ZBH1 ? "zbh1"
-                                   : "?";
+gp_status gp_schedule_interleaved(int stages, int micro_batches, int chunks, gp_schedule *out) {
+    return generate_chunks("interleaved", gen_interleaved, stages, micro_batches, chunks,
+                           GP_PLACE_LOOP, out);
 }
 
-gp_status gp_schedule_generate(const char *name, int stages, int micro_batches,
+bool gp_schedule_kind_splits(gp_schedule_kind kind) { return kind == GP_SCHEDULE_ZBH1; }
+
+gp_status gp_schedule_kind_chunks(gp_schedule_kind kind, int chunks, int *out) {
+    *out = chunks > 0 ? chunks : kind == GP_SCHEDULE_INTERLEAVED ? 2 : 1;
+    if (kind == GP_SCHEDULE_INTERLEAVED ? *out > 64 || *out < 1 : *out != 1)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "schedule %s with %d cells per stage (chunks); expected %s",
+                        gp_schedule_kind_name(kind), chunks,
+                        kind == GP_SCHEDULE_INTERLEAVED ? "1 to 64" : "1 (only interleaved runs several)");
+    return GP_OK;
+}
+
+const char *gp_schedule_kind_name(gp_schedule_kind s) {
+    return s == GP_SCHEDULE_GPIPE         ? "gpipe"
+           : s == GP_SCHEDULE_1F1B        ? "1f1b"
+           : s == GP_SCHEDULE_ZBH1        ? "zbh1"
+           : s == GP_SCHEDULE_INTERLEAVED ? "interleaved"
+                                          : "?";
+}
+
+gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, int chunks,
                                gp_schedule *out) {
-    if (name && strcmp(name, "gpipe") == 0) return gp_schedule_gpipe(stages, micro_batches, out);
-    if (name && strcmp(name, "1f1b") == 0) return gp_schedule_1f1b(stages, micro_batches, out);
-    if (name && strcmp(name, "zbh1") == 0) return gp_schedule_zbh1(stages, micro_batches, out);
-    return gp_error(GP_INVALID_ARGUMENT, "schedule '%s': unknown; expected gpipe, 1f1b or zbh1",
+    static const gp_schedule_kind kinds[] = {GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B,
+                                             GP_SCHEDULE_ZBH1, GP_SCHEDULE_INTERLEAVED};
+    for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (strcmp(name, gp_schedule_kind_name(kinds[i])) != 0) continue;
+        int V;
+        GP_TRY(gp_schedule_kind_chunks(kinds[i], chunks, &V));
+        switch (kinds[i]) {
+        case GP_SCHEDULE_GPIPE: return gp_schedule_gpipe(stages, micro_batches, out);
+        case GP_SCHEDULE_1F1B: return gp_schedule_1f1b(stages, micro_batches, out);
+        case GP_SCHEDULE_ZBH1: return gp_schedule_zbh1(stages, micro_batches, out);
+        default: return gp_schedule_interleaved(stages, micro_batches, V, out);
+        }
+    }
+    return gp_error(GP_INVALID_ARGUMENT,
+                    "schedule '%s': unknown; expected gpipe, 1f1b, zbh1 or interleaved",
                     name ? name : "(null)");
 }
 
@@ -200,6 +310,8 @@ char *gp_action_str(gp_action a, char *buf, size_t n) {
         snprintf(buf, n, "UNKNOWN_KIND_%d(%d)", (int)a.kind, a.mb);
     else if (a.kind == GP_ACT_OPTIMIZER_STEP)
         snprintf(buf, n, "%s", kind_names[a.kind]);
+    else if (a.chunk != 0)
+        snprintf(buf, n, "%s(%d, chunk %d)", kind_names[a.kind], a.mb, a.chunk);
     else
         snprintf(buf, n, "%s(%d)", kind_names[a.kind], a.mb);
     return buf;
@@ -216,6 +328,9 @@ static void short_str(gp_action a, char *tok, size_t n) {
         snprintf(tok, n, "?%d", a.mb);
     else if (a.kind == GP_ACT_OPTIMIZER_STEP)
         snprintf(tok, n, "STEP");
+    else if (a.chunk != 0) /* chunk 1 as "F3b", 2 as "F3c": "F3" is chunk 0's */
+        snprintf(tok, n, "%s%d%c", kind_short[a.kind], a.mb,
+                 a.chunk > 0 && a.chunk < 26 ? 'a' + a.chunk : '?');
     else
         snprintf(tok, n, "%s%d", kind_short[a.kind], a.mb);
 }
@@ -252,8 +367,13 @@ char *gp_schedule_stage_str(const gp_schedule *s, int k, char *buf, size_t n) {
 
 void gp_schedule_print(const gp_schedule *s, FILE *f) {
     if (!s || !s->stage || !f) return;
-    fprintf(f, "schedule %s: K = %d stages, M = %d micro-batches\n", s->name, s->stages,
-            s->micro_batches);
+    if (s->chunks > 1)
+        fprintf(f, "schedule %s: K = %d stages, M = %d micro-batches, V = %d cells per stage "
+                   "(chunk 1's actions marked b, 2's c, ...)\n",
+                s->name, s->stages, s->micro_batches, s->chunks);
+    else
+        fprintf(f, "schedule %s: K = %d stages, M = %d micro-batches\n", s->name, s->stages,
+                s->micro_batches);
     for (int k = 0; k < s->stages; k++) {
         const gp_stage_actions *st = &s->stage[k];
         fprintf(f, "stage %d:", k);

@@ -29,6 +29,7 @@ typedef enum gp_action_kind {
 typedef struct gp_action {
     gp_action_kind kind;
     int mb;
+    int chunk; /* which of the stage's V cells (0..V-1; 0 when V = 1; unused by the step) */
 } gp_action;
 
 typedef struct gp_stage_actions {
@@ -36,19 +37,40 @@ typedef struct gp_stage_actions {
     int n, cap;
 } gp_stage_actions;
 
+/* Where the K V cells of the model sit on the K stages (devices) when each stage runs V cells
+ * (its chunks): LOOP (interleaved 1F1B): chunk v of stage k is cell v K + k, so the cells go
+ * round the stages V times; V_SHAPE (ZBV): chunk 0 of stage k is cell k and chunk 1 is cell
+ * 2K - 1 - k, so the pipeline goes down the stages and back up (the last cell on stage 0). */
+typedef enum gp_placement { GP_PLACE_LOOP = 0, GP_PLACE_V_SHAPE = 1 } gp_placement;
+
 /* A schedule for K stages and M micro-batches. Zero-initialize, then gp_schedule_init or a
- * generator fills it; the caller frees it with gp_schedule_free. */
+ * generator fills it; the caller frees it with gp_schedule_free. Each stage runs V cells
+ * (chunks, V = 1 but for interleaved schedules); its list holds the actions of all of them, in
+ * the one order the stage's thread runs them. Links join cell c to cell c + 1, wherever the two
+ * are: activations go up the cells, gradients down. */
 typedef struct gp_schedule {
     int stages;        /* K */
     int micro_batches; /* M */
+    int chunks;        /* V >= 1 cells per stage */
+    gp_placement placement;
     char name[16];     /* "gpipe", "1f1b", "custom" */
     gp_stage_actions *stage; /* K lists */
 } gp_schedule;
 
-/* Empty lists for K stages and M micro-batches, named "custom". */
+/* Empty lists for K stages and M micro-batches, one cell per stage, named "custom". */
 gp_status gp_schedule_init(gp_schedule *s, int stages, int micro_batches);
-/* Appends one action to stage k's list. */
+/* The same with V cells per stage placed as given. */
+gp_status gp_schedule_init_chunks(gp_schedule *s, int stages, int micro_batches, int chunks,
+                                  gp_placement placement);
+/* Appends one action of chunk 0 to stage k's list. */
 gp_status gp_schedule_push(gp_schedule *s, int k, gp_action_kind kind, int mb);
+/* Appends one action of the given chunk. */
+gp_status gp_schedule_push_chunk(gp_schedule *s, int k, int chunk, gp_action_kind kind, int mb);
+/* K V: the cells of the model. */
+int gp_schedule_cells(const gp_schedule *s);
+/* The cell of stage k's chunk v, and the reverse: the stage and chunk that run cell c. */
+int gp_schedule_cell(const gp_schedule *s, int k, int chunk);
+void gp_schedule_place(const gp_schedule *s, int cell, int *k, int *chunk);
 /* Frees the lists and zeroes *s (safe on a zeroed struct). */
 void gp_schedule_free(gp_schedule *s);
 
@@ -66,10 +88,24 @@ void gp_schedule_free(gp_schedule *s);
 gp_status gp_schedule_gpipe(int stages, int micro_batches, gp_schedule *out);
 gp_status gp_schedule_1f1b(int stages, int micro_batches, gp_schedule *out);
 gp_status gp_schedule_zbh1(int stages, int micro_batches, gp_schedule *out);
+/* interleaved: interleaved 1F1B (Narayanan et al., Megatron-LM): V cells per stage placed in a
+ *        LOOP; stage k runs the forwards of its chunks in rounds of K micro-batches (chunk 0 of
+ *        micro-batches 0..K-1, chunk 1 of the same, ..., then micro-batches K..2K-1), starting
+ *        with (K - k - 1) 2 + (V - 1) K warm-up forwards, then one forward and one backward in
+ *        turn (backwards in the same rounds, chunks in reverse), then the remaining backwards.
+ *        M must be a multiple of K. Bubble (K - 1) / (V M + K - 1) at unit costs: a V-th of
+ *        1F1B's idle time, for up to V times the messages. */
+gp_status gp_schedule_interleaved(int stages, int micro_batches, int chunks, gp_schedule *out);
 /* Whether a schedule kind splits its backwards (BACKWARD_INPUT / BACKWARD_WEIGHT). */
 bool gp_schedule_kind_splits(gp_schedule_kind kind);
-/* By name: "gpipe", "1f1b" or "zbh1" (anything else: an error listing those). */
-gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, gp_schedule *out);
+/* The cells per stage a schedule kind runs, given the asked number (0: its default): 1 for
+ * gpipe, 1f1b and zbh1; interleaved: chunks, default 2. An error for a number the kind cannot
+ * run. */
+gp_status gp_schedule_kind_chunks(gp_schedule_kind kind, int chunks, int *out);
+/* By name: "gpipe", "1f1b", "zbh1" or "interleaved" (anything else: an error listing those),
+ * with V cells per stage (gp_schedule_kind_chunks). */
+gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, int chunks,
+                               gp_schedule *out);
 
 /* "FORWARD(3)", "OPTIMIZER_STEP"; returns buf. */
 char *gp_action_str(gp_action a, char *buf, size_t n);
@@ -132,7 +168,7 @@ typedef struct gp_sim_opts {
     double latency;     /* from a send to its message being receivable (default 0) */
     gp_remat remat;     /* CELL (the zero value): each BACKWARD first recomputes the forward;
                          * NONE: the stash keeps every layer's state */
-    const gp_remat *cell_remat; /* optional, K entries (CELL or NONE): each stage's own mode,
+    const gp_remat *cell_remat; /* optional, K V entries (CELL or NONE): each cell's own mode,
                                  * replacing remat (a SELECTIVE pipeline's) */
 } gp_sim_opts;
 
@@ -150,7 +186,8 @@ typedef struct gp_sim_result {
     double bubble;    /* sum of idle / (K * step_time): (K-1)/(M+K-1) for balanced GPipe */
 } gp_sim_result;
 
-/* Validates s with o->capacity, then plays it with cells[K] figures: actions of a stage run one
+/* Validates s with o->capacity, then plays it with cells[K V] figures (cell c's at c; a stage's
+ * optimizer step takes the sum of its cells' opt_time): actions of a stage run one
  * after another; a RECV ends when its message has arrived (send end + latency); a SEND waits
  * while the mailbox is full (until the receiver took the message `capacity` sends earlier).
  * stages[K] (caller-owned) get per-stage figures. */

@@ -25,7 +25,7 @@ gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
     if (!s || !cells || !o || !stages || !out)
         return gp_error(GP_INVALID_ARGUMENT, "simulate: NULL argument");
     int capacity = o->capacity ? o->capacity : 1;
-    for (int k = 0; k < (o->cell_remat ? s->stages : 1); k++) {
+    for (int k = 0; k < (o->cell_remat ? gp_schedule_cells(s) : 1); k++) {
         const gp_remat r = o->cell_remat ? o->cell_remat[k] : o->remat;
         if (r != GP_REMAT_CELL && r != GP_REMAT_NONE)
             return gp_error(GP_INVALID_ARGUMENT,
@@ -37,7 +37,7 @@ gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
         return gp_error(GP_INVALID_ARGUMENT, "simulate: latency %g; expected a finite value >= 0",
                         o->latency);
     GP_TRY(gp_schedule_validate(s, capacity, NULL));
-    for (int k = 0; k < s->stages; k++) {
+    for (int k = 0; k < gp_schedule_cells(s); k++) {
         const gp_sim_cell *c = &cells[k];
         if (!isfinite(c->fwd_time) || !isfinite(c->bwd_time) || !isfinite(c->opt_time) ||
             c->fwd_time < 0 || c->bwd_time < 0 || c->opt_time < 0)

@@ -211,9 +211,15 @@ static gp_status do_backward(gp_stage *s, int mb, bool split) {
     return GP_OK;
 }
 
-/* v[li] for the stage's layers: their squared gradient norms. */
+/* v[li] for the cell's layers: their squared gradient norms. */
 static gp_status stage_norms(gp_stage *s, double *v) {
     for (int li = s->first; li < s->last; li++) GP_TRY(gp_mesh_layer_sumsq(s->p, s, li, &v[li]));
+    return GP_OK;
+}
+
+/* The same for every cell of lead s's stage. */
+static gp_status stage_cells_norms(gp_stage *s, double *v) {
+    for (int c = 0; c < s->p->V; c++) GP_TRY(stage_norms(gp_chunk_of(s->p, s, c), v));
     return GP_OK;
 }
 
@@ -226,6 +232,11 @@ static gp_status stage_update(gp_stage *s, double total) {
                         p->step);
     GP_TRY(gp_store_apply(s->m, s->store, &p->o, norm, p->step));
     return gp_store_zero_grads(s->store);
+}
+
+static gp_status stage_cells_update(gp_stage *s, double total) {
+    for (int c = 0; c < s->p->V; c++) GP_TRY(stage_update(gp_chunk_of(s->p, s, c), total));
+    return GP_OK;
 }
 
 static double layer_order_sum(const double *v, int L) {
@@ -248,8 +259,10 @@ static gp_status do_optimizer_step(gp_stage *s) {
     if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
     gp_status st = gp_trace_begin(t, s->w, GP_TRACE_OPTIMIZER, -1, "NORMS");
     if (st == GP_OK) {
-        st = stage_norms(s, v);
-        if (is_last(s) && s->t == 0) v[L] = s->loss; /* every shard has the loss: one adds it */
+        st = stage_cells_norms(s, v);
+        /* every shard has the loss: one adds it */
+        for (int c = 0; c < p->V; c++)
+            if (is_last(gp_chunk_of(p, s, c)) && s->t == 0) v[L] = gp_chunk_of(p, s, c)->loss;
         gp_trace_end(t, s->w);
     }
     if (st == GP_OK && (st = gp_trace_begin(t, s->w, GP_TRACE_WAIT, -1, "ALLREDUCE")) == GP_OK) {
@@ -259,10 +272,10 @@ static gp_status do_optimizer_step(gp_stage *s) {
     const double total = layer_order_sum(v, L), loss = v[L];
     free(v);
     GP_TRY(st);
-    s->loss = loss;
+    for (int c = 0; c < p->V; c++) gp_chunk_of(p, s, c)->loss = loss;
     if (!isfinite(loss))
         return gp_error(GP_NUMERIC, "step %d: the loss is not finite (%g)", p->step, loss);
-    TRACED(s, GP_TRACE_OPTIMIZER, -1, "UPDATE", stage_update(s, total));
+    TRACED(s, GP_TRACE_OPTIMIZER, -1, "UPDATE", stage_cells_update(s, total));
     return GP_OK;
 }
 
@@ -342,30 +355,46 @@ static void pin_to_core(gp_stage *s) {
     s->pinned = pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
 }
 
+/* The transport hands a rank's sent buffers back in its calls: each cell's, at the end. */
+static gp_status flush_cells(gp_stage *s) {
+    for (int c = 0; c < s->p->V; c++) GP_TRY(gp_transport_flush(s->pipe, gp_chunk_of(s->p, s, c)->k));
+    return GP_OK;
+}
+
 void gp_stage_run(gp_stage *s) {
     gp_pipeline *p = s->p;
-    const gp_stage_actions *list = &p->sched.stage[s->k];
+    const gp_stage_actions *list = &p->sched.stage[s->dk];
     gp_status st = GP_OK;
     pin_to_core(s);
-    s->loss = 0;
-    memset(s->nsent, 0, sizeof s->nsent);
+    for (int c = 0; c < p->V; c++) {
+        gp_stage *cell = gp_chunk_of(p, s, c);
+        cell->loss = 0;
+        memset(cell->nsent, 0, sizeof cell->nsent);
+    }
     for (int i = 0; i < list->n && st == GP_OK; i++) {
-        st = do_action(s, list->a[i]);
+        const gp_action a = list->a[i];
+        /* the optimizer step is the stage's, run by its lead for all its cells */
+        gp_stage *cell = a.kind == GP_ACT_OPTIMIZER_STEP ? s : gp_chunk_of(p, s, a.chunk);
+        if (p->V > 1) gp_trace_set_chunk(&p->trace, s->w, cell->chunk);
+        st = do_action(cell, a);
         if (st != GP_OK) {
-            char what[48];
+            char what[48], where[32] = "";
+            if (p->V > 1) snprintf(where, sizeof where, " cell %d", cell->k);
             if (p->T > 1)
-                gp_error_context(st, "stage %d shard %d (layers %d..%d), action %d %s", s->k, s->t,
-                                 s->first, s->last - 1, i,
-                                 gp_action_str(list->a[i], what, sizeof what));
+                gp_error_context(st, "stage %d%s shard %d (layers %d..%d), action %d %s", s->dk,
+                                 where, s->t, cell->first, cell->last - 1, i,
+                                 gp_action_str(a, what, sizeof what));
             else
-                gp_error_context(st, "stage %d (layers %d..%d), action %d %s", s->k, s->first,
-                                 s->last - 1, i, gp_action_str(list->a[i], what, sizeof what));
+                gp_error_context(st, "stage %d%s (layers %d..%d), action %d %s", s->dk, where,
+                                 cell->first, cell->last - 1, i,
+                                 gp_action_str(a, what, sizeof what));
         }
     }
+    if (p->V > 1) gp_trace_set_chunk(&p->trace, s->w, 0);
     if (st == GP_OK && s->pipe) {
         st = gp_trace_begin(&p->trace, s->w, GP_TRACE_WAIT, -1, "FLUSH");
         if (st == GP_OK) {
-            st = gp_transport_flush(s->pipe, s->k);
+            st = flush_cells(s);
             gp_trace_end(&p->trace, s->w);
         }
     }
@@ -376,6 +405,7 @@ void gp_stage_run(gp_stage *s) {
         else if (s->pipe)
             gp_transport_abort(s->pipe, s->k, st, s->msg);
     }
-    release_mb_state(s, p->M); /* on this stage's own thread: its device is touched by it alone */
+    /* on this stage's own thread: its device is touched by it alone */
+    for (int c = 0; c < p->V; c++) release_mb_state(gp_chunk_of(p, s, c), p->M);
     s->status = st;
 }

@@ -27,6 +27,7 @@ gp_status gp_timeline_trace_comm(gp_pipeline *p) {
     for (int w = 0; w < p->K * p->T; w++) {
         gp_stage *s = &p->st[w];
         const int k = s->k;
+        gp_trace_set_chunk(&p->trace, s->w, s->chunk);
         for (int mb = 0; mb < p->M; mb++) {
             const comm_times *c = &s->ct[mb];
             for (int j = 0; j < GP_MSG_NKINDS; j++) {
@@ -39,14 +40,15 @@ gp_status gp_timeline_trace_comm(gp_pipeline *p) {
                         ready = gp_worker(p, to, s->t)
                                     ->ct[s->sent_mb[j][n - MAILBOX_CAPACITY]]
                                     .recv_e[j];
-                    GP_TRY(add_comm(p, w, GP_TRACE_SEND, mb, c->send_b[j], c->send_e[j], ready,
-                                    names[0][j]));
+                    GP_TRY(add_comm(p, s->w, GP_TRACE_SEND, mb, c->send_b[j], c->send_e[j],
+                                    ready, names[0][j]));
                 }
                 if (from >= 0 && from < p->K)
-                    GP_TRY(add_comm(p, w, GP_TRACE_RECV, mb, c->recv_b[j], c->recv_e[j],
+                    GP_TRY(add_comm(p, s->w, GP_TRACE_RECV, mb, c->recv_b[j], c->recv_e[j],
                                     gp_worker(p, from, s->t)->ct[mb].send_e[j], names[1][j]));
             }
         }
+        gp_trace_set_chunk(&p->trace, s->w, 0);
     }
     return GP_OK;
 }
@@ -70,9 +72,12 @@ gp_status gp_timeline_simulate(gp_pipeline *p) {
         /* per micro-batch: forward, whole backward (both parts of a split one), its weight
          * part, recomputation */
         double *f = per_mb + (size_t)4 * k * M, *b = f + M, *w = b + M, *re = w + M;
-        /* Stage k's shard 0 (with processes: replica 0's, world rank k T) stands for it. */
-        const gp_trace_event *ev = gp_trace_events(&p->trace, k * p->T, &n);
+        /* Cell k's shard 0 (with processes: replica 0's, world rank k T) stands for it; its
+         * events are those of its chunk on its stage's track. */
+        const gp_stage *cell = gp_worker(p, k, 0);
+        const gp_trace_event *ev = gp_trace_events(&p->trace, cell->w, &n);
         for (int i = 0; i < n; i++) {
+            if (ev[i].chunk != cell->chunk) continue;
             double d = ev[i].t_end - ev[i].t_begin;
             int mb = ev[i].micro_batch;
             bool in = mb >= 0 && mb < M;
@@ -120,16 +125,17 @@ gp_status gp_pipeline_last_stats(const gp_pipeline *p, gp_pipeline_stats *out,
     gp_trace_stats ts;
     gp_status s = gp_trace_measure(&p->trace, ss, &ts);
     if (s == GP_OK) {
-        out->stages = p->K;
+        out->stages = p->nstages;
         out->micro_batches = p->M;
         out->step_s = p->step_s;
         out->bubble_measured = ts.bubble;
-        out->bubble_theory = (double)(p->K - 1) / (double)(p->M + p->K - 1);
+        out->bubble_theory =
+            (double)(p->nstages - 1) / (double)(p->V * p->M + p->nstages - 1);
         out->bubble_simulated = p->trace.bubble_simulated;
         out->bubble_replayed = p->bubble_replayed;
         out->pinned = true;
-        for (int w = 0; w < p->K * p->T; w++) out->pinned = out->pinned && p->st[w].pinned;
-        for (int k = 0; stages && k < p->K; k++)
+        for (int w = 0; w < gp_workers(p); w++) out->pinned = out->pinned && p->st[w].pinned;
+        for (int k = 0; stages && k < p->nstages; k++)
             stages[k] = (gp_stage_stats){
                 .busy_fraction = ts.span > 0 ? ss[k * p->T].busy / ts.span : 0,
                 .first_layer = p->first[k],

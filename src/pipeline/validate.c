@@ -1,14 +1,33 @@
-/* The schedule validator: the per-stage rules, the FIFO matching of each link's messages, then a
- * replay (replay.c) that proves the schedule deadlock-free with bounded mailboxes. */
+/* The validator: the per-cell rules, the FIFO matching of each link's messages, then a replay
+ * (replay.c) that proves the schedule deadlock-free with bounded mailboxes. With V cells per
+ * stage, each cell's rules read the actions of its chunk in its stage's list. */
 #include "pipeline/schedule.h"
 
 #include <stdlib.h>
 
 #define FAULT(...) gp_schedule_fault_error(s, k, i, where, __VA_ARGS__)
 
-/* Per-stage rules. seen[kind][mb]: index of the action of that kind for mb on this stage. */
-static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule_fault *where) {
-    int K = s->stages, M = s->micro_batches;
+/* "stage 2", or "cell 5 (stage 1, chunk 1)" when stages run several cells. */
+static const char *cell_str(const gp_schedule *s, int c, char *buf, size_t n) {
+    int k, v;
+    gp_schedule_place(s, c, &k, &v);
+    if (s->chunks > 1)
+        snprintf(buf, n, "cell %d (stage %d, chunk %d)", c, k, v);
+    else
+        snprintf(buf, n, "stage %d", c);
+    return buf;
+}
+
+/* Per-cell rules for stage k's chunk v. seen[kind][mb]: index of the action of that kind for mb
+ * of this cell. OPTIMIZER_STEP belongs to the stage: every chunk's rules see it. */
+static gp_status check_cell(const gp_schedule *s, int k, int v, int *seen,
+                            gp_schedule_fault *where) {
+    const int M = s->micro_batches, V = s->chunks > 1 ? s->chunks : 1;
+    const int c = gp_schedule_cell(s, k, v), C = gp_schedule_cells(s);
+    const char *unit = V > 1 ? "cell" : "stage";
+    char prev[48], next[48];
+    cell_str(s, c - 1, prev, sizeof prev);
+    cell_str(s, c + 1, next, sizeof next);
     const gp_stage_actions *st = &s->stage[k];
     for (int x = 0; x < GP_ACT_NKINDS * M; x++) seen[x] = -1;
     int *fwd = seen + GP_ACT_FORWARD * M, *bwd = seen + GP_ACT_BACKWARD * M;
@@ -19,6 +38,10 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
     for (int i = 0; i < st->n; i++) {
         gp_action a = st->a[i];
         int m = a.mb;
+        if (a.chunk < 0 || a.chunk >= V)
+            return FAULT("chunk %d is outside 0..%d (the stage runs %d cell%s)", a.chunk, V - 1,
+                         V, V > 1 ? "s" : "");
+        if (a.chunk != v && a.kind != GP_ACT_OPTIMIZER_STEP) continue;
         if (step_at >= 0)
             return FAULT("comes after OPTIMIZER_STEP (action %d); the step must be the stage's "
                          "last action",
@@ -28,32 +51,31 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
             return FAULT("micro-batch %d is outside 0..%d", m, M - 1);
         if (a.kind != GP_ACT_OPTIMIZER_STEP && seen[a.kind * M + m] >= 0)
             return FAULT("micro-batch %d already had this action at action %d; each happens "
-                         "exactly once per stage",
-                         m, seen[a.kind * M + m]);
+                         "exactly once per %s",
+                         m, seen[a.kind * M + m], unit);
         switch (a.kind) {
         case GP_ACT_FORWARD:
-            if (k > 0 && ra[m] < 0)
-                return FAULT("needs RECV_ACT(%d) before it (its input comes from stage %d)", m,
-                             k - 1);
+            if (c > 0 && ra[m] < 0)
+                return FAULT("needs RECV_ACT(%d) before it (its input comes from %s)", m, prev);
             break;
         case GP_ACT_BACKWARD:
         case GP_ACT_BACKWARD_INPUT:
-            if (fwd[m] < 0) return FAULT("comes before FORWARD(%d) on this stage", m);
+            if (fwd[m] < 0) return FAULT("comes before FORWARD(%d) on this %s", m, unit);
             if ((a.kind == GP_ACT_BACKWARD ? bi[m] : bwd[m]) >= 0)
                 return FAULT("micro-batch %d already had %s at action %d; a backward runs whole "
                              "or split, once",
                              m, a.kind == GP_ACT_BACKWARD ? "BACKWARD_INPUT" : "BACKWARD",
                              a.kind == GP_ACT_BACKWARD ? bi[m] : bwd[m]);
             if (m != next_bwd)
-                return FAULT("backwards must run in micro-batch order 0..%d on every stage "
+                return FAULT("backwards must run in micro-batch order 0..%d on every %s "
                              "(gradients accumulate in that order, for bitwise-identical "
                              "results); expected %s(%d) here",
-                             M - 1, a.kind == GP_ACT_BACKWARD ? "BACKWARD" : "BACKWARD_INPUT",
+                             M - 1, unit, a.kind == GP_ACT_BACKWARD ? "BACKWARD" : "BACKWARD_INPUT",
                              next_bwd);
-            if (k < K - 1 && rg[m] < 0)
+            if (c < C - 1 && rg[m] < 0)
                 return FAULT("needs RECV_GRAD(%d) before it (its output gradient comes from "
-                             "stage %d)",
-                             m, k + 1);
+                             "%s)",
+                             m, next);
             next_bwd++;
             break;
         case GP_ACT_BACKWARD_WEIGHT:
@@ -61,47 +83,51 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
                 return FAULT("comes before BACKWARD_INPUT(%d), whose output gradients it reads", m);
             if (m != next_wgt)
                 return FAULT("weight gradients must run in micro-batch order 0..%d on every "
-                             "stage (they accumulate in that order); expected "
+                             "%s (they accumulate in that order); expected "
                              "BACKWARD_WEIGHT(%d) here",
-                             M - 1, next_wgt);
+                             M - 1, unit, next_wgt);
             next_wgt++;
             break;
         case GP_ACT_SEND_ACT:
-            if (k == K - 1)
-                return FAULT("the last stage has no next stage to send activations to");
+            if (c == C - 1)
+                return FAULT("the last %s has no next %s to send activations to", unit, unit);
             if (fwd[m] < 0) return FAULT("comes before FORWARD(%d), which produces it", m);
             break;
         case GP_ACT_RECV_ACT:
-            if (k == 0)
-                return FAULT("the first stage reads the inputs; it receives no activations");
+            if (c == 0)
+                return FAULT("the first %s reads the inputs; it receives no activations", unit);
             break;
         case GP_ACT_SEND_GRAD:
-            if (k == 0) return FAULT("the first stage has no previous stage to send gradients to");
+            if (c == 0)
+                return FAULT("the first %s has no previous %s to send gradients to", unit, unit);
             if (bwd[m] < 0 && bi[m] < 0)
                 return FAULT("comes before BACKWARD(%d), which produces it", m);
             break;
         case GP_ACT_RECV_GRAD:
-            if (k == K - 1)
-                return FAULT("the last stage computes the loss inside BACKWARD; it receives no "
-                             "gradients");
+            if (c == C - 1)
+                return FAULT("the last %s computes the loss inside BACKWARD; it receives no "
+                             "gradients",
+                             unit);
             break;
         case GP_ACT_OPTIMIZER_STEP:
             for (int j = 0; j < M; j++) {
-                if (fwd[j] < 0) return FAULT("comes before FORWARD(%d), which is missing", j);
+                const char *of = V > 1 ? " of this chunk" : "";
+                if (fwd[j] < 0)
+                    return FAULT("comes before FORWARD(%d)%s, which is missing", j, of);
                 if (bwd[j] < 0 && bi[j] < 0)
-                    return FAULT("comes before BACKWARD(%d), which is missing", j);
+                    return FAULT("comes before BACKWARD(%d)%s, which is missing", j, of);
                 if (bi[j] >= 0 && bw[j] < 0)
                     return FAULT("comes before BACKWARD_WEIGHT(%d), which is missing (the split "
                                  "backward's weight gradients)",
                                  j);
-                if (k < K - 1 && sa[j] < 0)
-                    return FAULT("comes before SEND_ACT(%d), which is missing (stage %d needs "
+                if (c < C - 1 && sa[j] < 0)
+                    return FAULT("comes before SEND_ACT(%d)%s, which is missing (%s needs "
                                  "every micro-batch's activation)",
-                                 j, k + 1);
-                if (k > 0 && sg[j] < 0)
-                    return FAULT("comes before SEND_GRAD(%d), which is missing (stage %d needs "
+                                 j, of, next);
+                if (c > 0 && sg[j] < 0)
+                    return FAULT("comes before SEND_GRAD(%d)%s, which is missing (%s needs "
                                  "every micro-batch's gradient)",
-                                 j, k - 1);
+                                 j, of, prev);
             }
             step_at = i;
             break;
@@ -109,6 +135,7 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
             break;
         }
         if (a.kind != GP_ACT_OPTIMIZER_STEP) seen[a.kind * M + m] = i;
+        (void)bw;
     }
     if (step_at < 0) {
         int i = st->n;
@@ -117,26 +144,29 @@ static gp_status check_stage(const gp_schedule *s, int k, int *seen, gp_schedule
     return GP_OK;
 }
 
-/* The j-th message of one direction of a link: the mb of the j-th action of `kind` on stage k,
- * and that action's index. Returns -1 past the end. */
-static int nth_of_kind(const gp_stage_actions *st, gp_action_kind kind, int j, int *index) {
+/* The j-th message of one direction of a link: the mb of the j-th action of `kind` of chunk v
+ * on stage k, and that action's index. Returns -1 past the end. */
+static int nth_of_kind(const gp_stage_actions *st, int v, gp_action_kind kind, int j, int *index) {
     for (int i = 0; i < st->n; i++)
-        if (st->a[i].kind == kind && j-- == 0) {
+        if (st->a[i].kind == kind && st->a[i].chunk == v && j-- == 0) {
             *index = i;
             return st->a[i].mb;
         }
     return -1;
 }
 
-/* The first receive on stage k (of `recv`, fed by `send` on stage from) that would take a
- * message for another micro-batch: mailboxes deliver in send order. Sets *at to its index, or
- * leaves it when none. */
-static void first_mismatch(const gp_schedule *s, int k, int from, gp_action_kind recv,
+/* The first receive of cell c (of `recv`, fed by `send` of cell from) that would take a
+ * message for another micro-batch: mailboxes deliver in send order. Sets *at to its index in
+ * c's stage list, or leaves it when none. */
+static void first_mismatch(const gp_schedule *s, int c, int from, gp_action_kind recv,
                            gp_action_kind send, int *at, int *got, int *pos) {
+    int k, v, fk, fv;
+    gp_schedule_place(s, c, &k, &v);
+    gp_schedule_place(s, from, &fk, &fv);
     for (int j = 0; j < s->micro_batches; j++) {
         int ri = 0, si = 0;
-        int rm = nth_of_kind(&s->stage[k], recv, j, &ri);
-        int sm = nth_of_kind(&s->stage[from], send, j, &si);
+        int rm = nth_of_kind(&s->stage[k], v, recv, j, &ri);
+        int sm = nth_of_kind(&s->stage[fk], fv, send, j, &si);
         if (rm != sm) {
             if (ri < *at) *at = ri, *got = sm, *pos = j;
             return;
@@ -145,23 +175,27 @@ static void first_mismatch(const gp_schedule *s, int k, int from, gp_action_kind
 }
 
 static gp_status check_links(const gp_schedule *s, gp_schedule_fault *where) {
-    int K = s->stages;
-    for (int k = 0; k < K; k++) {
+    const int C = gp_schedule_cells(s);
+    for (int c = 0; c < C; c++) {
+        int k, v;
+        gp_schedule_place(s, c, &k, &v);
         int i = s->stage[k].n + 1, got = 0, pos = 0, from = 0;
-        if (k > 0) {
-            first_mismatch(s, k, k - 1, GP_ACT_RECV_ACT, GP_ACT_SEND_ACT, &i, &got, &pos);
-            if (i <= s->stage[k].n) from = k - 1;
+        if (c > 0) {
+            first_mismatch(s, c, c - 1, GP_ACT_RECV_ACT, GP_ACT_SEND_ACT, &i, &got, &pos);
+            if (i <= s->stage[k].n) from = c - 1;
         }
-        if (k < K - 1) {
+        if (c < C - 1) {
             int before = i;
-            first_mismatch(s, k, k + 1, GP_ACT_RECV_GRAD, GP_ACT_SEND_GRAD, &i, &got, &pos);
-            if (i != before) from = k + 1;
+            first_mismatch(s, c, c + 1, GP_ACT_RECV_GRAD, GP_ACT_SEND_GRAD, &i, &got, &pos);
+            if (i != before) from = c + 1;
         }
         if (i <= s->stage[k].n) {
-            const char *what = from < k ? "SEND_ACT" : "SEND_GRAD";
-            return FAULT("takes message #%d from stage %d, which is %s(%d): mailboxes deliver in "
-                         "send order, so receives must follow stage %d's sends",
-                         pos, from, what, got, from);
+            const char *what = from < c ? "SEND_ACT" : "SEND_GRAD";
+            char peer[48];
+            cell_str(s, from, peer, sizeof peer);
+            return FAULT("takes message #%d from %s, which is %s(%d): mailboxes deliver in "
+                         "send order, so receives must follow %s's sends",
+                         pos, peer, what, got, peer);
         }
     }
     return GP_OK;
@@ -176,7 +210,9 @@ gp_status gp_schedule_validate(const gp_schedule *s, int capacity, gp_schedule_f
     int *seen = malloc((size_t)GP_ACT_NKINDS * (size_t)s->micro_batches * sizeof *seen);
     if (!seen) return gp_error(GP_OUT_OF_MEMORY, "schedule: no memory to validate");
     gp_status st = GP_OK;
-    for (int k = 0; k < s->stages && st == GP_OK; k++) st = check_stage(s, k, seen, where);
+    const int V = s->chunks > 1 ? s->chunks : 1;
+    for (int k = 0; k < s->stages && st == GP_OK; k++)
+        for (int v = 0; v < V && st == GP_OK; v++) st = check_cell(s, k, v, seen, where);
     free(seen);
     if (st == GP_OK) st = check_links(s, where);
     if (st == GP_OK) st = gp_schedule_replay(s, capacity, NULL, NULL, NULL, NULL, where);

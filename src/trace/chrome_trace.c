@@ -7,15 +7,16 @@
 
 #include "trace/trace.h"
 
-/* "F3", "B3", "R3", "W3" for computation; "send 3", "optimizer" ... (or the label) for the
- * rest. */
+/* "F3", "B3", "R3", "W3" for computation (chunk 1's "F3b", 2's "F3c", ...); "send 3",
+ * "optimizer" ... (or the label) for the rest. */
 static void event_name(const gp_trace_event *e, char *buf, size_t n) {
     static const char letter[GP_TRACE_NKINDS] = {'F', 'B', 'R', 0, 0, 0, 0, 'W'};
     const char *base = e->label[0] ? e->label : gp_trace_kind_name(e->kind);
+    char chunk[2] = {e->chunk > 0 && e->chunk < 26 ? (char)('a' + e->chunk) : '\0', '\0'};
     if (letter[e->kind] && e->micro_batch >= 0)
-        snprintf(buf, n, "%c%d", letter[e->kind], e->micro_batch);
+        snprintf(buf, n, "%c%d%s", letter[e->kind], e->micro_batch, chunk);
     else if (e->micro_batch >= 0)
-        snprintf(buf, n, "%s %d", base, e->micro_batch);
+        snprintf(buf, n, "%s %d%s", base, e->micro_batch, chunk);
     else
         snprintf(buf, n, "%s", base);
 }
@@ -67,6 +68,7 @@ static cJSON *complete_event(const gp_trace_event *e) {
     cJSON_AddNumberToObject(x, "pid", 0);
     cJSON_AddNumberToObject(x, "tid", e->stage);
     cJSON_AddNumberToObject(args, "micro_batch", e->micro_batch);
+    if (e->chunk) cJSON_AddNumberToObject(args, "chunk", e->chunk);
     if (e->label[0]) cJSON_AddStringToObject(args, "label", e->label);
     cJSON_AddItemToObject(x, "args", args);
     return x;

@@ -88,6 +88,7 @@ static void title_line(gp_file_out *o, const gp_trace *t, const gp_trace_stats *
         gp_file_out_write(o, ", ");
         put_escaped(o, t->schedule);
     }
+    if (t->chunks > 1) gp_file_out_printf(o, " (V = %d cells per stage)", t->chunks);
     if (t->remat[0]) {
         gp_file_out_write(o, ", remat ");
         put_escaped(o, t->remat);
@@ -145,6 +146,7 @@ static void event_box(gp_file_out *o, const gp_trace_event *e, double x0, double
     if (!strip) gp_file_out_write(o, " stroke=\"#ffffff\" stroke-width=\"0.6\"");
     gp_file_out_printf(o, "><title>stage %d %s", e->stage, gp_trace_kind_name(e->kind));
     if (e->micro_batch >= 0) gp_file_out_printf(o, " micro-batch %d", e->micro_batch);
+    if (e->chunk > 0) gp_file_out_printf(o, " chunk %d", e->chunk);
     if (e->label[0]) {
         gp_file_out_write(o, " (");
         put_escaped(o, e->label);
@@ -154,7 +156,10 @@ static void event_box(gp_file_out *o, const gp_trace_event *e, double x0, double
                         (e->t_end - t0) * 1e3);
     if (strip) return;
     char text[16] = "";
-    if (e->micro_batch >= 0) snprintf(text, sizeof text, "%d", e->micro_batch);
+    if (e->micro_batch >= 0 && e->chunk > 0 && e->chunk < 26)
+        snprintf(text, sizeof text, "%d%c", e->micro_batch, 'a' + e->chunk);
+    else if (e->micro_batch >= 0)
+        snprintf(text, sizeof text, "%d", e->micro_batch);
     else if (e->kind == GP_TRACE_OPTIMIZER) snprintf(text, sizeof text, "opt");
     double need = 7.0 * (double)strlen(text) + 4.0; /* about 7 px a glyph at 12 px */
     if (text[0] && w >= need)

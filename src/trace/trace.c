@@ -53,6 +53,7 @@ void gp_trace_reset(gp_trace *t) {
     for (int k = 0; k < t->stages; k++) {
         t->stage[k].n = 0;
         t->stage[k].nopen = 0;
+        t->stage[k].chunk = 0;
     }
     t->origin = gp_now();
 }
@@ -114,9 +115,14 @@ static gp_status push(gp_trace *t, int k, gp_trace_kind kind, int micro_batch, c
     e->kind = kind;
     e->stage = k;
     e->micro_batch = micro_batch;
+    e->chunk = s->chunk;
     copy_text(e->label, sizeof e->label, label);
     *idx = s->n++;
     return GP_OK;
+}
+
+void gp_trace_set_chunk(gp_trace *t, int k, int chunk) {
+    if (t->stage && k >= 0 && k < t->stages) t->stage[k].chunk = chunk;
 }
 
 gp_status gp_trace_begin(gp_trace *t, int k, gp_trace_kind kind, int micro_batch,
@@ -127,7 +133,7 @@ gp_status gp_trace_begin(gp_trace *t, int k, gp_trace_kind kind, int micro_batch
         return gp_error(GP_INVALID_ARGUMENT,
                         "trace: stage %d: begin %s(%d): already %d events open (end missing?)", k,
                         gp_trace_kind_name(kind), micro_batch, GP_TRACE_MAX_OPEN);
-    int idx;
+    int idx = 0;
     GP_TRY(push(t, k, kind, micro_batch, label, &idx));
     gp_trace_event *e = &s->ev[idx];
     e->t_begin = gp_trace_time(t);
@@ -155,7 +161,7 @@ gp_status gp_trace_add(gp_trace *t, int k, gp_trace_kind kind, int micro_batch, 
                         "trace: stage %d: %s(%d): expected finite times with begin <= end, got "
                         "[%g, %g]",
                         k, gp_trace_kind_name(kind), micro_batch, t_begin, t_end);
-    int idx;
+    int idx = 0;
     GP_TRY(push(t, k, kind, micro_batch, label, &idx));
     t->stage[k].ev[idx].t_begin = t_begin;
     t->stage[k].ev[idx].t_end = t_end;
@@ -245,8 +251,9 @@ gp_status gp_trace_measure_window(const gp_trace *t, double t0, double t1,
     out->t1 = t1;
     out->span = span;
     out->bubble = span > 0.0 ? idle / ((double)t->stages * span) : 0.0;
+    const int V = t->chunks > 1 ? t->chunks : 1;
     out->bubble_theory =
-        (double)(t->stages - 1) / (double)(t->micro_batches + t->stages - 1);
+        (double)(t->stages - 1) / (double)(V * t->micro_batches + t->stages - 1);
     return GP_OK;
 }
 

@@ -34,6 +34,7 @@ typedef struct gp_trace_event {
     gp_trace_kind kind;
     int stage;
     int micro_batch; /* -1 for none */
+    int chunk;       /* which of its stage's cells (0 unless stages run several) */
     double t_begin;  /* seconds since the trace's origin; t_end < t_begin while still open */
     double t_end;
     char label[GP_TRACE_LABEL_NBYTES]; /* optional free text, e.g. "RECV_ACT"; "" for none */
@@ -49,6 +50,7 @@ typedef struct gp_trace_stage {
     int n, cap;
     int open[GP_TRACE_MAX_OPEN]; /* indices of events begun but not yet ended, innermost last */
     int nopen;
+    int chunk; /* given to the events recorded from now on (gp_trace_set_chunk) */
     char pad_[128];
 } gp_trace_stage;
 
@@ -59,6 +61,7 @@ typedef struct gp_trace_stage {
 typedef struct gp_trace {
     int stages;        /* K */
     int micro_batches; /* M, for titles and the theoretical bubble */
+    int chunks;        /* V cells per stage (0 or 1: one), for titles and the theoretical bubble */
     double origin;     /* gp_now() at init or reset: every time is relative to it */
     char schedule[16]; /* "gpipe", "1f1b", "" if unknown */
     char remat[16];    /* "cell", "none", "" if unknown */
@@ -76,6 +79,9 @@ void gp_trace_free(gp_trace *t);
 void gp_trace_reset(gp_trace *t);
 /* Copies the schedule and remat names shown in titles (NULL leaves one unchanged). */
 void gp_trace_set_info(gp_trace *t, const char *schedule, const char *remat);
+
+/* The cell (chunk) of stage k that the events recorded next on track k belong to. */
+void gp_trace_set_chunk(gp_trace *t, int k, int chunk);
 
 /* Seconds since the trace's origin. */
 double gp_trace_time(const gp_trace *t);
@@ -111,7 +117,7 @@ typedef struct gp_trace_stats {
     double t0, t1;  /* the window */
     double span;    /* t1 - t0 */
     double bubble;  /* sum of idle / (K * span): the measured bubble; 0 when span is 0 */
-    double bubble_theory; /* (K-1)/(M+K-1) */
+    double bubble_theory; /* (K-1)/(M+K-1); with V cells per stage (K-1)/(V M+K-1) */
 } gp_trace_stats;
 
 /* Busy and idle time per stage over the window spanning all closed events (first begin to last

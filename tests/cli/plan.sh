@@ -39,7 +39,7 @@ for v in 0 -1 nan inf abc; do expect 2 "--gflops" --model transformer --gflops "
 for v in 0 -5 12Q abc; do expect 2 "--memory-limit" $T --memory-limit "$v"; done
 for v in 0 -1 two 1025; do expect 2 "--threads" $T --threads "$v"; done
 expect 2 "--remat" $T --remat all
-expect 2 "--schedule" $T --schedule interleaved
+expect 2 "--schedule" $T --schedule looped
 expect 2 "--optimizer" $T --optimizer rmsprop
 expect 2 "--report" $T --report ""
 expect 2 "--partition" $T --stages 2 --partition 0,x

@@ -3,7 +3,7 @@
 # the same final loss and parameter hash as the single-device trainer for
 # every K, schedule and re-materialization mode; the report's pipeline object
 # (per-stage peak bytes, partition, busy fractions, the last step's bubbles
-# with theory (K-1)/(M+K-1)), evaluation equal to the single-device run's for
+# with theory (K-1)/(M+K-1), or (K-1)/(VM+K-1) interleaved), evaluation equal to the single-device run's for
 # every K (selective re-materialization too, each cell's mode reported);
 # --trace / --timeline files of a K = 2 run; bad pipeline options exit
 # 2 naming the option.
@@ -19,15 +19,18 @@ cli_write_idx "$TMP/syn"
 
 # K:schedule:remat combinations; under GP_TEST_QUICK a cross-section of them.
 if [ "${GP_TEST_QUICK:-0}" = 1 ]; then
-    LM_COMBOS="1:gpipe:cell 2:1f1b:none 3:gpipe:none 3:1f1b:cell 2:gpipe:selective 3:zbh1:cell"
-    CN_COMBOS="2:gpipe:cell 3:1f1b:none 2:zbh1:none"
+    LM_COMBOS="1:gpipe:cell 2:1f1b:none 3:gpipe:none 3:1f1b:cell 2:gpipe:selective 3:zbh1:cell
+               2:interleaved:none"
+    CN_COMBOS="2:gpipe:cell 3:1f1b:none 2:zbh1:none 2:interleaved:cell"
 else
     LM_COMBOS=""
     for k in 1 2 3; do for s in gpipe 1f1b zbh1; do for r in none cell; do
         LM_COMBOS="$LM_COMBOS $k:$s:$r"
     done; done; done
-    LM_COMBOS="$LM_COMBOS 2:gpipe:selective 3:1f1b:selective"
-    CN_COMBOS="1:gpipe:none 2:gpipe:cell 3:1f1b:none 4:1f1b:cell 2:zbh1:cell 3:zbh1:none"
+    LM_COMBOS="$LM_COMBOS 2:gpipe:selective 3:1f1b:selective 1:interleaved:cell 2:interleaved:cell
+               2:interleaved:none"
+    CN_COMBOS="1:gpipe:none 2:gpipe:cell 3:1f1b:none 4:1f1b:cell 2:zbh1:cell 3:zbh1:none
+               2:interleaved:none 4:interleaved:cell"
 fi
 
 LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 3 --batch 8 --micro-batches 4
@@ -78,6 +81,7 @@ def check(prefix, combos, extra=()):
         r = json.load(open(f"{d}/{name}.json"))
         k, s, m = c.split(":")
         k = int(k)
+        cps = 2 if s == "interleaved" else 1  # cells per stage: K V cells in all
         need(r["params_fnv1a64"] == ref["params_fnv1a64"],
              f"{name}: params {r['params_fnv1a64']} != single-device {ref['params_fnv1a64']}")
         need(r["train"]["final_loss"] == ref["train"]["final_loss"],
@@ -86,6 +90,7 @@ def check(prefix, combos, extra=()):
         need(p.get("stages") == k and p.get("micro_batches") == 4 and p.get("schedule") == s
              and p.get("remat") == m, f"{name}: pipeline {p}")
         # each cell's own mode: selective without a memory limit keeps every cell's state
+        need(p.get("chunks") == cps, f"{name}: chunks {p.get('chunks')}")
         need(p.get("cell_remat") == [m if m != "selective" else "none"] * k,
              f"{name}: cell_remat {p.get('cell_remat')}")
         st = p.get("stage_peak_bytes", [])
@@ -98,7 +103,7 @@ def check(prefix, combos, extra=()):
         need(r.get("eval") == ref["eval"] and "eval_skipped" not in r, f"{name}: eval {r.get('eval')}")
         # The last step's figures: K cells from layer 0, K busy fractions, bubbles in [0, 1).
         part, busy = p.get("partition"), p.get("busy_fraction")
-        need(isinstance(part, list) and len(part) == k and part[0] == 0 and part == sorted(set(part)),
+        need(isinstance(part, list) and len(part) == k * cps and part[0] == 0 and part == sorted(set(part)),
              f"{name}: partition {part}")
         need(isinstance(busy, list) and len(busy) == k and all(0 < b <= 1 for b in busy),
              f"{name}: busy_fraction {busy}")
@@ -106,8 +111,8 @@ def check(prefix, combos, extra=()):
             v = p.get(key)
             need(isinstance(v, (int, float)) and 0 <= v < 1, f"{name}: {key} {v}")
         th = p.get("bubble_theory")
-        need(isinstance(th, (int, float)) and abs(th - (k - 1) / (4 + k - 1)) <= 1e-12,
-             f"{name}: bubble_theory {th} != (K-1)/(M+K-1) = {(k - 1) / (4 + k - 1)}")
+        need(isinstance(th, (int, float)) and abs(th - (k - 1) / (cps * 4 + k - 1)) <= 1e-12,
+             f"{name}: bubble_theory {th} != (K-1)/(VM+K-1) = {(k - 1) / (cps * 4 + k - 1)}")
         need(isinstance(p.get("step_s"), (int, float)) and p["step_s"] > 0, f"{name}: step_s {p.get('step_s')}")
 check("lm", lm_combos, [("2:gpipe:cell", "lm_part")])
 check("cn", cn_combos)
@@ -175,7 +180,7 @@ expect2() {
 expect2 "--stages: expected an integer >= 1, got '0'" "${LM[@]}" --stages 0
 expect2 "--stages 9: more than the" "${LM[@]}" --stages 9
 expect2 "--micro-batches 3: must divide --batch 8" "${LM[@]:0:8}" --micro-batches 3 --stages 2
-expect2 "--schedule: expected one of gpipe|1f1b|zbh1, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
+expect2 "--schedule: expected one of gpipe|1f1b|zbh1|interleaved, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
 expect2 "--remat: expected one of cell|none|selective" "${LM[@]}" --stages 2 --remat all
 expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --partition 0,1
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
