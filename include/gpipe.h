@@ -495,12 +495,15 @@ gp_status gp_file_out_close(gp_file_out *o, bool commit);
  * 1F1B's activation memory (plus the output gradients a weight part reads); INTERLEAVED:
  * interleaved 1F1B, each stage running V cells (gp_pipeline_opts.chunks) that go round the
  * stages V times (the model is cut into K V cells), which divides 1F1B's bubble by about V for
- * V times the messages; M must be a multiple of K. */
+ * V times the messages; M must be a multiple of K. ZBV: zero bubble V, two cells per stage
+ * placed down the stages and back up (stage k runs cells k and 2K - 1 - k), backwards split as
+ * ZBH1's, at 1F1B's first-stage activation memory on every stage. */
 typedef enum gp_schedule_kind {
     GP_SCHEDULE_GPIPE = 0,
     GP_SCHEDULE_1F1B = 1,
     GP_SCHEDULE_ZBH1 = 2,
-    GP_SCHEDULE_INTERLEAVED = 3
+    GP_SCHEDULE_INTERLEAVED = 3,
+    GP_SCHEDULE_ZBV = 4
 } gp_schedule_kind;
 /* CELL (GPipe, the default): keep only each cell's input per micro-batch and
  * recompute the cell's forward during backward. NONE: keep every layer's
@@ -520,8 +523,12 @@ typedef enum gp_remat {
  * tensors live and its kernels run is its device (gp_pipeline_opts.devices). */
 typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
 const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
-/* "gpipe", "1f1b", "zbh1", "interleaved" */
+/* "gpipe", "1f1b", "zbh1", "interleaved", "zbv" */
 const char *gp_schedule_kind_name(gp_schedule_kind s);
+/* The cells per stage a schedule kind runs, given the asked number (0: its default): 1 for
+ * gpipe, 1f1b and zbh1; interleaved: chunks, default 2 (1 to 64); zbv: 2. An error for a number
+ * the kind cannot run. */
+gp_status gp_schedule_kind_chunks(gp_schedule_kind kind, int chunks, int *out);
 const char *gp_remat_name(gp_remat r);                 /* "cell", "none", "selective" */
 
 /* What the cells are balanced on: the layers' FLOP estimates (COST), or their
@@ -533,8 +540,9 @@ typedef struct gp_pipeline_opts {
     int stages;        /* K >= 1 (0 means 1) */
     int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */
     gp_schedule_kind schedule;
-    /* Cells per stage V (0: the schedule's default; 2 for INTERLEAVED, 1 for the others, which
-     * run one): the model is cut into K V cells, cell v K + k on stage k. */
+    /* Cells per stage V (0: the schedule's default; 2 for INTERLEAVED, 2 for ZBV, which runs no
+     * other, 1 for the others, which run one): the model is cut into K V cells, cell v K + k on
+     * stage k (ZBV: cells k and 2K - 1 - k). */
     int chunks;
     gp_remat remat;
     /* optional: first layer of each of the K V cells (K V entries) */
@@ -601,6 +609,7 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
  * schedule holds at its peak). */
 typedef struct gp_plan_cell {
     int first, last;             /* layers first..last, inclusive */
+    int stage, chunk;            /* the stage (device) running it, and which of its cells */
     gp_remat remat;              /* the cell's own: CELL or NONE (plan remat SELECTIVE: each) */
     /* Bytes per step one device of the cell gives to collectives and links: its tensor axis's
      * all-reduces (forward, recomputation and backward of every micro-batch), its activations
@@ -670,7 +679,8 @@ typedef struct gp_plan_search_opts {
     int micro_batches;    /* M; 0: every divisor of the replica's batch */
     int data_parallel;    /* D; 0: N / (K T) */
     unsigned schedules;   /* bit (1 << kind) per schedule allowed; 0: all (interleaved with its
-                           * default V = 2 where it runs: K > 1 dividing M, D = T = 1) */
+                           * default V = 2 and zbv where they run: K > 1, D = T = 1, 2 K
+                           * layers; interleaved: K dividing M) */
     unsigned remats;      /* bit (1 << mode) per remat mode allowed; 0: all (selective only
                            * under a memory limit, where it differs from none) */
     int max_plans;        /* how many of the fastest to keep (0 means 5) */

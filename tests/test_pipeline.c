@@ -1,7 +1,7 @@
 /* The pipeline runtime against the single-device trainer: for a transformer with dropout and a
  * convnet with batch norm, N steps give bit-identical losses and parameter hashes for every
- * K = 1..4, every schedule (interleaved with V = 2 where K divides M and the model has K V
- * layers) and both re-materialization modes; bad options are named errors;
+ * K = 1..4, every schedule (interleaved with V = 2 where K divides M, interleaved and zbv
+ * where the model has 2K layers) and both re-materialization modes; bad options are named errors;
  * activations are all released after a step and every stage byte after free; the last step's
  * timeline (stats, Chrome trace, SVG) holds each stage's actions in the schedule's order. */
 #include <stdio.h>
@@ -109,9 +109,10 @@ static void exactness(gp_test_net net, int steps, int maxk) {
     const int L = gp_model_nlayers(probe);
     gp_model_free(probe);
     for (int K = 1; K <= maxk; K++)
-        for (int sk = 0; sk < 4; sk++) /* gpipe, 1f1b, zbh1, interleaved (V = 2) */
+        for (int sk = 0; sk < 5; sk++) /* gpipe, 1f1b, zbh1, interleaved (V = 2), zbv */
             for (int rm = 0; rm < 2; rm++) {
-                if (sk == GP_SCHEDULE_INTERLEAVED && (M_MICRO % K || 2 * K > L)) continue;
+                if (sk == GP_SCHEDULE_INTERLEAVED && M_MICRO % K) continue;
+                if ((sk == GP_SCHEDULE_INTERLEAVED || sk == GP_SCHEDULE_ZBV) && 2 * K > L) continue;
                 result r;
                 memset(&r, 0, sizeof r);
                 int bad = run_pipeline(net, steps, K, (gp_schedule_kind)sk, (gp_remat)rm, &r);
@@ -129,7 +130,7 @@ static void exactness(gp_test_net net, int steps, int maxk) {
                 }
                 CHECK_EQ_INT(r.static_bytes, ref.static_bytes);
             }
-    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b, zbh1, interleaved (K 2 <= %d)} x "
+    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b, zbh1, interleaved, zbv (2K <= %d)} x "
            "{cell, none}: loss %.6f -> %.6f, params %016llx\n",
            name, steps, M_MICRO, maxk, L, ref.loss[0], ref.loss[steps - 1],
            (unsigned long long)ref.hash);
@@ -299,9 +300,14 @@ static void check_chrome(const char *path, const gp_schedule *s, gp_remat rm) {
                                       schedule_mbs(s, k, GP_ACT_SEND_GRAD, want));
         CHECK_EQ_INT(count[k][4], schedule_mbs(s, k, GP_ACT_RECV_ACT, want) +
                                       schedule_mbs(s, k, GP_ACT_RECV_GRAD, want));
-        CHECK_EQ_INT(count[k][3], ((k > 0 || s->chunks > 1) + (k < K - 1 || s->chunks > 1)) * M -
-                                      (k == 0 && s->chunks > 1 ? s->micro_batches : 0) -
-                                      (k == K - 1 && s->chunks > 1 ? s->micro_batches : 0));
+        /* every link of each of the stage's cells carries each micro-batch once */
+        int links = 0;
+        for (int c = 0; c < gp_schedule_cells(s); c++) {
+            int ck, cv;
+            gp_schedule_place(s, c, &ck, &cv);
+            if (ck == k) links += (c > 0) + (c < gp_schedule_cells(s) - 1);
+        }
+        CHECK_EQ_INT(count[k][3], links * s->micro_batches);
         CHECK(count[k][6] >= 1);
     }
     cJSON_Delete(root);
@@ -329,7 +335,8 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK_OK(gp_pipeline_last_stats(p, &st, ss));
     CHECK_EQ_INT(st.stages, K);
     CHECK_EQ_INT(st.micro_batches, M_MICRO);
-    const int V = sk == GP_SCHEDULE_INTERLEAVED ? 2 : 1;
+    int V;
+    REQUIRE_OK(gp_schedule_kind_chunks(sk, 0, &V));
     CHECK(st.bubble_theory == (double)(K - 1) / (double)(V * M_MICRO + K - 1));
     CHECK(st.bubble_measured >= 0 && st.bubble_measured < 1);
     CHECK(st.bubble_simulated >= 0 && st.bubble_simulated < 1);
@@ -387,6 +394,8 @@ int main(void) {
     timeline(2, GP_SCHEDULE_ZBH1, GP_REMAT_NONE, NULL);
     timeline(2, GP_SCHEDULE_INTERLEAVED, GP_REMAT_CELL, NULL);
     timeline(2, GP_SCHEDULE_INTERLEAVED, GP_REMAT_NONE, NULL);
+    timeline(2, GP_SCHEDULE_ZBV, GP_REMAT_CELL, NULL);
+    timeline(3, GP_SCHEDULE_ZBV, GP_REMAT_NONE, NULL);
     gp_scratch_cleanup();
     return gp_test_finish("test_pipeline");
 }

@@ -168,7 +168,8 @@ static uint64_t worst_total(const gp_plan *p) {
     uint64_t w = 0;
     for (int k = 0; k < p->stages; k++) {
         uint64_t stage = 0;
-        for (int c = k; c < p->ncells; c += p->stages) stage += p->cells[c].total_bytes;
+        for (int c = 0; c < p->ncells; c++)
+            if (p->cells[c].stage == k) stage += p->cells[c].total_bytes;
         if (stage > w) w = stage;
     }
     return w;
@@ -345,13 +346,14 @@ static double brute_fastest(gp_model *m, int64_t batch, const gp_optim_opts *o, 
         if (batch % D) continue;
         for (int M = 1; M <= batch / D; M++) {
             if ((batch / D) % M) continue;
-            for (int s = 0; s <= GP_SCHEDULE_INTERLEAVED; s++)
+            for (int s = 0; s <= GP_SCHEDULE_ZBV; s++)
                 for (int r = 0; r < 3; r++) {
                     if (r == GP_REMAT_SELECTIVE && !limit) continue;
-                    /* interleaved (V = 2): K > 1 dividing M, 2 K cells, the threads launcher */
-                    if (s == GP_SCHEDULE_INTERLEAVED &&
-                        (K == 1 || M % K || 2 * K > gp_model_nlayers(m) || D > 1))
-                        continue;
+                    /* interleaved (V = 2, K dividing M) and zbv: K > 1, 2 K cells, the threads
+                     * launcher */
+                    const bool chunked = s == GP_SCHEDULE_INTERLEAVED || s == GP_SCHEDULE_ZBV;
+                    if (chunked && (K == 1 || 2 * K > gp_model_nlayers(m) || D > 1)) continue;
+                    if (s == GP_SCHEDULE_INTERLEAVED && M % K) continue;
                     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .data_parallel = D,
                                            .schedule = s, .remat = r, .memory_limit = limit};
                     gp_plan p;

@@ -108,7 +108,7 @@ static void test_generators_valid(void) {
             }
     gp_schedule s = {0};
     CHECK_FAILS(gp_schedule_generate("zigzag", 2, 2, 0, &s), GP_INVALID_ARGUMENT,
-                "expected gpipe, 1f1b, zbh1 or interleaved");
+                "expected gpipe, 1f1b, zbh1, interleaved or zbv");
     CHECK_FAILS(gp_schedule_gpipe(0, 2, &s), GP_INVALID_ARGUMENT, "K = 0");
     CHECK_FAILS(gp_schedule_1f1b(2, 0, &s), GP_INVALID_ARGUMENT, "M = 0");
     CHECK(s.stage == NULL);
@@ -504,6 +504,84 @@ static void test_interleaved(void) {
     }
 }
 
+/* ZBV: valid for K up to 8 and M up to 32 with the runtime's mailboxes of 2 (it is built for
+ * them: a cell sends while fewer than 2 of its messages wait); two cells per stage in a
+ * V (stage k runs cells k and 2K - 1 - k); every cell runs each micro-batch's forward, input
+ * backward and weight part once, both backward parts in micro-batch order; each stage holds at
+ * most 2K half-cell micro-batches between forward and input backward (1F1B's first stage's
+ * memory); at unit costs (a cell half of ZB-H1's: F = B = W = 1/2) never slower than ZB-H1,
+ * with at most 3/4 of its idle time for M >= K >= 2 and at most half for M >= 2K. A message between the two cells of stage
+ * K - 1 is taken right after it is sent. */
+static void test_zbv(void) {
+    double worst_ratio = 0;
+    for (int K = 1; K <= 8; K++)
+        for (int M = 1; M <= 32; M += M < 8 ? 1 : 8) {
+            gp_schedule v = {0}, z = {0};
+            REQUIRE_OK(gp_schedule_zbv(K, M, &v));
+            REQUIRE_OK(gp_schedule_zbh1(K, M, &z));
+            CHECK(v.chunks == 2 && v.placement == GP_PLACE_V_SHAPE);
+            if (gp_schedule_validate(&v, GP_MAILBOX_CAPACITY, NULL) != GP_OK) {
+                fprintf(stderr, "zbv K %d M %d: %s\n", K, M, gp_last_error());
+                gp_test_failures++;
+            }
+            for (int k = 0; k < K; k++) {
+                int nf[2] = {0}, nb[2] = {0}, nw[2] = {0}, in_flight = 0;
+                for (int i = 0; i < v.stage[k].n; i++) {
+                    const gp_action a = v.stage[k].a[i];
+                    if (a.kind == GP_ACT_OPTIMIZER_STEP) continue;
+                    CHECK(a.kind != GP_ACT_BACKWARD && a.chunk >= 0 && a.chunk < 2);
+                    const int c = a.chunk & 1;
+                    if (a.kind == GP_ACT_FORWARD) nf[c]++, in_flight++;
+                    if (a.kind == GP_ACT_BACKWARD_INPUT) {
+                        CHECK_EQ_INT(a.mb, nb[c]++);
+                        in_flight--;
+                    }
+                    if (a.kind == GP_ACT_BACKWARD_WEIGHT) CHECK_EQ_INT(a.mb, nw[c]++);
+                    CHECK(in_flight <= 2 * (K < M ? K : M));
+                    if (a.kind == GP_ACT_SEND_ACT && k == K - 1 && a.chunk == 0) {
+                        const gp_action r = v.stage[k].a[i + 1]; /* the V's turn */
+                        CHECK(r.kind == GP_ACT_RECV_ACT && r.mb == a.mb && r.chunk == 1);
+                    }
+                }
+                for (int c = 0; c < 2; c++) CHECK(nf[c] == M && nb[c] == M && nw[c] == M);
+            }
+            gp_sim_cell cells[16];
+            for (int c = 0; c < 2 * K; c++)
+                cells[c] = (gp_sim_cell){.fwd_time = 0.5, .bwd_time = 1, .wgt_time = 0.5};
+            gp_sim_stage st[8];
+            gp_sim_result rv, rz;
+            const gp_sim_opts o = {.capacity = 2, .remat = GP_REMAT_NONE};
+            REQUIRE_OK(gp_schedule_simulate(&v, cells, &o, st, &rv));
+            for (int c = 0; c < K; c++)
+                cells[c] = (gp_sim_cell){.fwd_time = 1, .bwd_time = 2, .wgt_time = 1};
+            REQUIRE_OK(gp_schedule_simulate(&z, cells, &o, st, &rz));
+            CHECK(rv.step_time <= rz.step_time);
+            if (M >= K && K >= 2) {
+                const double ratio = (rv.step_time - 3.0 * M) / (rz.step_time - 3.0 * M);
+                CHECK(ratio <= 0.75 + 1e-12);
+                if (M >= 2 * K) CHECK(ratio <= 0.5 + 1e-12);
+                if (ratio > worst_ratio) worst_ratio = ratio;
+            }
+            gp_schedule_free(&v);
+            gp_schedule_free(&z);
+        }
+    printf("zbv: at unit costs at most %.3f of zbh1's idle time (M >= K >= 2)\n", worst_ratio);
+    /* one stage: both cells on it, the turn of the V a message to itself, taken back at once; a
+     * receive put before its send waits on the stage itself */
+    gp_schedule s = {0};
+    REQUIRE_OK(gp_schedule_zbv(1, 1, &s));
+    char text[128];
+    CHECK(strcmp(gp_schedule_stage_str(&s, 0, text, sizeof text),
+                 "F0 SA0 RA0b F0b BI0b SG0b RG0 BI0 W0b W0 STEP") == 0);
+    gp_schedule_free(&s);
+    /* (one stage: a V places its two cells as a loop does) */
+    gp_schedule_free(&s);
+    build_chunks(&s, 1, 1, 2, (const char *const[]){"F0 RA0b SA0 F0b BI0b SG0b RG0 BI0 W0b W0 STEP"});
+    EXPECT_FAULT(&s, 1, 0, 1, "deadlock");
+    CHECK(strstr(gp_last_error(), "waits for stage 0 (nothing sent yet)") != NULL);
+    gp_schedule_free(&s);
+}
+
 /* Hand-broken interleaved schedules: each rule of the validator names the cell. K = 2 stages,
  * V = 2: cells 0 (stage 0), 1 (stage 1), 2 (stage 0, chunk 1), 3 (stage 1, chunk 1). */
 static void test_broken_interleaved(void) {
@@ -576,6 +654,7 @@ int main(void) {
     test_broken_split();
     test_interleaved();
     test_broken_interleaved();
+    test_zbv();
     test_generators_valid();
     test_printer();
     test_broken();

@@ -15,11 +15,12 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
     gp_cli_opt tab[GP_CLI_PIPELINE_NOPTS] = {
         {"--stages", GP_CLI_INT, &a->stages, "K", "pipeline stages (cells of contiguous layers)",
          stages_default, 1, false, NULL, false},
-        {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b|zbh1|interleaved",
+        {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b|zbh1|interleaved|zbv",
          "fill-drain (all forwards, then backwards), 1F1B, zero bubble H1 (1F1B with each "
-         "backward split: weight gradients run where 1F1B idles), or interleaved 1F1B (--chunks "
-         "cells per stage; M a multiple of K)",
-         "gpipe", 0, false, "gpipe|1f1b|zbh1|interleaved", false},
+         "backward split: weight gradients run where 1F1B idles), interleaved 1F1B (--chunks "
+         "cells per stage; M a multiple of K), or zero bubble V (2 cells per stage, down the "
+         "stages and back up, backwards split)",
+         "gpipe", 0, false, "gpipe|1f1b|zbh1|interleaved|zbv", false},
         {"--remat", GP_CLI_CHOICE, &a->remat, "cell|none|selective",
          "cell: stash inputs, recompute; none: keep all state; selective: none in the cells "
          "that fit the memory limit so, cell in the others",
@@ -39,14 +40,14 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
         {"--chunks", GP_CLI_INT, &a->chunks, "V",
          "interleaved: cells per stage (the model is cut into K x V cells, cell v K + k on "
          "stage k)",
-         "2 interleaved, 1 otherwise", 1, false, NULL, false},
+         "2 interleaved and zbv, 1 otherwise", 1, false, NULL, false},
     };
     memcpy(out, tab, sizeof tab);
 }
 
 gp_schedule_kind gp_cli_schedule_kind(const char *name) {
     static const gp_schedule_kind kinds[] = {GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
-                                             GP_SCHEDULE_INTERLEAVED};
+                                             GP_SCHEDULE_INTERLEAVED, GP_SCHEDULE_ZBV};
     for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(name, gp_schedule_kind_name(kinds[i])) == 0) return kinds[i];
     return GP_SCHEDULE_GPIPE;
@@ -73,9 +74,10 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
         char why[512];
         if (!gp_cli_parse_partition(a->partition, *first, MAX_CELLS, &n, why, sizeof why))
             return gp_cli_usage_error(cmd, "--partition: %s", why);
-        const int cells = K * (a->chunks > 0 ? a->chunks
-                               : gp_cli_schedule_kind(a->schedule) == GP_SCHEDULE_INTERLEAVED ? 2
-                                                                                              : 1);
+        int V = 1;
+        if (gp_schedule_kind_chunks(gp_cli_schedule_kind(a->schedule), a->chunks, &V) != GP_OK)
+            return gp_cli_usage_error(cmd, "--chunks %d: %s", a->chunks, gp_last_error());
+        const int cells = K * V;
         if (n != cells)
             return gp_cli_usage_error(cmd,
                                       "--partition %s: %d entr%s for --stages %d; expected the "
@@ -108,9 +110,9 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
     cJSON_AddNumberToObject(pl, "tensor_parallel", po->tensor_parallel > 0 ? po->tensor_parallel : 1);
     cJSON_AddNumberToObject(pl, "micro_batches", po->micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(po->schedule));
-    cJSON_AddNumberToObject(pl, "chunks", po->chunks > 0                                  ? po->chunks
-                                          : po->schedule == GP_SCHEDULE_INTERLEAVED ? 2
-                                                                                      : 1);
+    int chunks = 1;
+    if (gp_schedule_kind_chunks(po->schedule, po->chunks, &chunks) != GP_OK) chunks = po->chunks;
+    cJSON_AddNumberToObject(pl, "chunks", chunks);
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(po->remat));
     gp_cli_report_u64(pl, "memory_limit_bytes", po->memory_limit);
     cJSON_AddStringToObject(pl, "launcher", gp_launcher_name(po->launcher));

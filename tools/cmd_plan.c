@@ -125,7 +125,7 @@ static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_ex
         const gp_plan_cell *x = &p->cells[k];
         char layers[24];
         snprintf(layers, sizeof layers, "%d-%d", x->first, x->last);
-        printf("%5d  %-9s %5s %11lld %10s %10s %10s %10s %10s %10s %10s %10s\n", k, layers,
+        printf("%5d  %-9s %5s %11lld %10s %10s %10s %10s %10s %10s %10s %10s\n", x->stage, layers,
                gp_remat_name(x->remat), (long long)x->nparams, fmt_time(x->time_s, a, sizeof a),
                fmt_time(x->busy_s, b, sizeof b), gp_cli_fmt_bytes(x->param_bytes, c, sizeof c),
                gp_cli_fmt_bytes(x->grad_bytes, d, sizeof d),
@@ -135,15 +135,15 @@ static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_ex
                gp_cli_fmt_bytes(x->total_bytes, g, sizeof g));
     }
     if (p->chunks > 1)
-        printf("(V = %d cells per stage: rows in pipeline order, cell c on stage c mod %d; busy "
-               "is the stage's, a stage's device holds its cells' bytes together)\n",
-               p->chunks, p->stages);
+        printf("(V = %d cells per stage: rows are cells in pipeline order, each on its stage; "
+               "busy is the stage's, a stage's device holds its cells' bytes together)\n",
+               p->chunks);
     const uint64_t worst = gp_plan_fullest_bytes(p);
     if (p->tensor_parallel > 1 || p->data_parallel > 1 || p->stages > 1) {
         printf("bytes per step per device on each mesh axis:\n%5s  %14s %14s %14s\n", "stage",
                "tensor", "pipeline", "data");
         for (int k = 0; k < p->ncells; k++)
-            printf("%5d  %14llu %14llu %14llu\n", k % p->stages,
+            printf("%5d  %14llu %14llu %14llu\n", p->cells[k].stage,
                    (unsigned long long)p->cells[k].tensor_bytes,
                    (unsigned long long)p->cells[k].pipe_bytes,
                    (unsigned long long)p->cells[k].data_bytes);
@@ -199,8 +199,8 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
     for (int k = 0; k < p->ncells; k++) {
         const gp_plan_cell *x = &p->cells[k];
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "stage", k % p->stages);
-        cJSON_AddNumberToObject(c, "chunk", k / p->stages);
+        cJSON_AddNumberToObject(c, "stage", x->stage);
+        cJSON_AddNumberToObject(c, "chunk", x->chunk);
         cJSON_AddNumberToObject(c, "first", x->first);
         cJSON_AddNumberToObject(c, "last", x->last);
         cJSON_AddStringToObject(c, "remat", gp_remat_name(x->remat));

@@ -58,10 +58,11 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     int in_flight = gp_cells_in_flight(po->schedule, K, M);
     if (V > 1) {
         /* Interleaved: stage 0 (of S = K / V) runs 2 (S - 1) + (V - 1) S warm-up forwards, then
-         * one more before each backward, over its V cells; no cell holds more than that, nor
-         * more than M. Each cell is planned under a V-th of the device's limit, safe but loose
-         * (the stage's peak is shared by its cells). */
-        const int S = K / V, peak = 2 * (S - 1) + (V - 1) * S + 1;
+         * one more before each backward, over its V cells; ZBV holds at most 2 S on a stage.
+         * No cell holds more than its stage, nor more than M. Each cell is planned under a V-th
+         * of the device's limit, safe but loose (the stage's peak is shared by its cells). */
+        const int S = K / V;
+        const int peak = po->schedule == GP_SCHEDULE_ZBV ? 2 * S : 2 * (S - 1) + (V - 1) * S + 1;
         in_flight = peak < M ? peak : M;
     }
     /* A split backward holds each micro-batch's state to its weight part, recomputed or not:

@@ -55,13 +55,12 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
                         "cannot be timed alone (it needs its group); balance by cost",
                         *T);
     if (*M < 1) return gp_error(GP_INVALID_ARGUMENT, "pipeline: micro-batches %d must be >= 1", *M);
-    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B &&
-        po->schedule != GP_SCHEDULE_ZBH1 && po->schedule != GP_SCHEDULE_INTERLEAVED)
+    if ((unsigned)po->schedule > GP_SCHEDULE_ZBV)
         return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: schedule %d is none of gpipe (%d), 1f1b (%d), zbh1 (%d) and "
-                        "interleaved (%d)",
+                        "pipeline: schedule %d is none of gpipe (%d), 1f1b (%d), zbh1 (%d), "
+                        "interleaved (%d) and zbv (%d)",
                         (int)po->schedule, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
-                        GP_SCHEDULE_INTERLEAVED);
+                        GP_SCHEDULE_INTERLEAVED, GP_SCHEDULE_ZBV);
     if (po->chunks < 0)
         return gp_error(GP_INVALID_ARGUMENT, "pipeline: chunks %d must be >= 0", po->chunks);
     GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, V));

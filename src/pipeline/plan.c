@@ -15,12 +15,13 @@
 
 #define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
 
-/* A stage's device holds its V cells: cells k, k + K, ... (interleaved's loop placement). */
+/* A stage's device holds its V cells together. */
 uint64_t gp_plan_fullest_bytes(const gp_plan *p) {
     uint64_t b = 0;
     for (int k = 0; p && k < p->stages; k++) {
         uint64_t dev = 0;
-        for (int c = k; c < p->ncells; c += p->stages) dev += p->cells[c].total_bytes;
+        for (int c = 0; c < p->ncells; c++)
+            if (p->cells[c].stage == k) dev += p->cells[c].total_bytes;
         if (dev > b) b = dev;
     }
     return b;
@@ -77,10 +78,9 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
     if (po->stage_threads < 0 || po->stage_threads > 1024)
         return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to 1024",
                         po->stage_threads);
-    if (po->schedule != GP_SCHEDULE_GPIPE && po->schedule != GP_SCHEDULE_1F1B &&
-        po->schedule != GP_SCHEDULE_ZBH1 && po->schedule != GP_SCHEDULE_INTERLEAVED)
+    if ((unsigned)po->schedule > GP_SCHEDULE_ZBV)
         return gp_error(GP_INVALID_ARGUMENT,
-                        "unknown schedule %d (expected gpipe, 1f1b, zbh1 or interleaved)",
+                        "unknown schedule %d (expected gpipe, 1f1b, zbh1, interleaved or zbv)",
                         (int)po->schedule);
     int V;
     GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, &V));
@@ -89,7 +89,7 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
                         "K = %d stages x V = %d cells per stage but the model has %d layers "
                         "(each cell needs at least one)",
                         *K, V, L);
-    if (V > 1 && *M % *K != 0)
+    if (po->schedule == GP_SCHEDULE_INTERLEAVED && *M % *K != 0)
         return gp_error(GP_INVALID_ARGUMENT,
                         "schedule %s: M = %d micro-batches is not a multiple of K = %d stages",
                         gp_schedule_kind_name(po->schedule), *M, *K);
@@ -169,7 +169,8 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     status = gp_schedule_generate(gp_schedule_kind_name(po->schedule), out->stages, M,
                                   out->chunks, &s);
     if (status != GP_OK) goto done;
-    gp_sim_opts so = {.capacity = 1, .cell_remat = cell_remat};
+    /* the mailboxes of the runtime's transports */
+    gp_sim_opts so = {.capacity = GP_MAILBOX_CAPACITY, .cell_remat = cell_remat};
     gp_sim_result res;
     status = gp_schedule_simulate(&s, sc, &so, st, &res);
     if (status != GP_OK) goto done;
@@ -195,9 +196,8 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         /* a split backward holds its state to the weight part, as the partitioner counted */
         const gp_remat mem_mode =
             gp_schedule_kind_splits(po->schedule) ? GP_REMAT_HELD : cell_remat[k];
-        int dk, chunk;
-        gp_schedule_place(&s, k, &dk, &chunk);
-        const gp_sim_stage *sk = &st[dk];
+        gp_schedule_place(&s, k, &c->stage, &c->chunk);
+        const gp_sim_stage *sk = &st[c->stage];
         /* V > 1: the stage's peak is its cells' together; each cell is counted with as many of
          * its own micro-batches in flight as its stage's peak, up to M (an upper bound) */
         const int in_flight = out->chunks > 1 && sk->peak_in_flight > M ? M : sk->peak_in_flight;

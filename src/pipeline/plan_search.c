@@ -86,12 +86,12 @@ static gp_status enumerate(int L, int64_t batch, int T, uint64_t limit,
             const int64_t per = batch / D;
             for (int64_t M = 1; M <= per; M++) {
                 if (per % M || (so->micro_batches && M != so->micro_batches)) continue;
-                for (int s = 0; s <= GP_SCHEDULE_INTERLEAVED; s++) {
+                for (int s = 0; s <= GP_SCHEDULE_ZBV; s++) {
                     if (!allowed(so->schedules, s)) continue;
-                    /* interleaved: V = 2 cells per stage, on the threads launcher */
-                    if (s == GP_SCHEDULE_INTERLEAVED &&
-                        (K == 1 || M % K || 2 * K > L || D > 1 || T > 1))
-                        continue;
+                    /* interleaved and zbv: 2 cells per stage, on the threads launcher */
+                    const bool chunked = s == GP_SCHEDULE_INTERLEAVED || s == GP_SCHEDULE_ZBV;
+                    if (chunked && (K == 1 || 2 * K > L || D > 1 || T > 1)) continue;
+                    if (s == GP_SCHEDULE_INTERLEAVED && M % K) continue;
                     for (int r = 0; r <= GP_REMAT_SELECTIVE; r++) {
                         if (!allowed(so->remats, r)) continue;
                         /* without a limit every selective cell keeps its state: none's plan */

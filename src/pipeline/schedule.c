@@ -89,13 +89,28 @@ void gp_schedule_free(gp_schedule *s) {
 
 /* ------------------------------------------------------------ generators */
 
+/* The stage of cell c (-1 outside the cells). */
+static int stage_of(const gp_schedule *s, int c) {
+    int k, v;
+    if (c < 0 || c >= gp_schedule_cells(s)) return -1;
+    gp_schedule_place(s, c, &k, &v);
+    return k;
+}
+
 /* A forward of stage k's chunk v with its receive before and its send after, as its cell
- * needs them (the first cell reads the inputs, the last sends nothing). */
+ * needs them (the first cell reads the inputs, the last sends nothing). A message between two
+ * cells of one stage is taken back at once, right after its send: left in the stage's own
+ * mailbox while the stage sends more, it would fill it and block the stage for good. */
 static gp_status push_forward_chunk(gp_schedule *s, int k, int v, int m) {
     const int c = gp_schedule_cell(s, k, v), last = gp_schedule_cells(s) - 1;
-    if (c > 0) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_RECV_ACT, m));
+    if (c > 0 && stage_of(s, c - 1) != k) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_RECV_ACT, m));
     GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_FORWARD, m));
     if (c < last) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_SEND_ACT, m));
+    if (c < last && stage_of(s, c + 1) == k) {
+        int kn, vn;
+        gp_schedule_place(s, c + 1, &kn, &vn);
+        GP_TRY(gp_schedule_push_chunk(s, k, vn, GP_ACT_RECV_ACT, m));
+    }
     return GP_OK;
 }
 
@@ -103,9 +118,15 @@ static gp_status push_forward_chunk(gp_schedule *s, int k, int v, int m) {
  * or BACKWARD_INPUT for a split one. */
 static gp_status push_backward_chunk(gp_schedule *s, int k, int v, int m, gp_action_kind kind) {
     const int c = gp_schedule_cell(s, k, v), last = gp_schedule_cells(s) - 1;
-    if (c < last) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_RECV_GRAD, m));
+    if (c < last && stage_of(s, c + 1) != k)
+        GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_RECV_GRAD, m));
     GP_TRY(gp_schedule_push_chunk(s, k, v, kind, m));
     if (c > 0) GP_TRY(gp_schedule_push_chunk(s, k, v, GP_ACT_SEND_GRAD, m));
+    if (c > 0 && stage_of(s, c - 1) == k) {
+        int kp, vp;
+        gp_schedule_place(s, c - 1, &kp, &vp);
+        GP_TRY(gp_schedule_push_chunk(s, k, vp, GP_ACT_RECV_GRAD, m));
+    }
     return GP_OK;
 }
 
@@ -146,46 +167,83 @@ static gp_status gen_1f1b(gp_schedule *s) {
     return GP_OK;
 }
 
-/* ZB-H1 by list scheduling at unit costs (see schedule.h). done[(k * 3 + part) * M + m]: the
- * time stage k finished part (0 forward, 1 input backward, 2 weight) of micro-batch m, or -1. */
-static gp_status gen_zbh1(gp_schedule *s) {
-    const int K = s->stages, M = s->micro_batches;
-    long *done = malloc((size_t)K * 3 * (size_t)M * sizeof *done);
-    int *next = calloc((size_t)K * 3, sizeof *next); /* next[k * 3 + part]: next micro-batch */
+/* Zero-bubble schedules by list scheduling at unit costs (see schedule.h): ZB-H1 (one cell per
+ * stage) and ZBV (two cells per stage in a V). Time advances in units; whenever a stage is free
+ * it runs, in this order of preference, the next input backward of one of its cells whose
+ * output gradient is there (bounds allowing), the next forward whose input is there (bounds
+ * allowing), the next weight part. in_cap[k]: stage k's most micro-batches (summed over its
+ * cells) between forward and input backward; wcap: each cell's most between input backward and
+ * weight part. Among a stage's cells, `order` gives the preference (first: most preferred).
+ * A cell sends a message only while fewer than `capacity` of its earlier ones on that link
+ * wait for their receiver (whose receive comes right before the forward or input backward that
+ * reads it), so that no send ever blocks: with the stages' orders fixed, the schedule is then
+ * deadlock-free at that capacity, whatever the times. done[(c * 3 + part) * M + m]: the time
+ * cell c finished part (0 forward, 1 input backward, 2 weight) of micro-batch m, or -1. */
+typedef struct list_sched {
+    const int *in_cap;
+    int wcap;
+    int capacity; /* 0: no bound on messages waiting */
+    int order[2]; /* chunks of a stage, most preferred first */
+} list_sched;
+
+static gp_status gen_list(gp_schedule *s, const list_sched *ls) {
+    const int K = s->stages, M = s->micro_batches, C = gp_schedule_cells(s);
+    const int V = s->chunks > 1 ? s->chunks : 1;
+    long *done = malloc((size_t)C * 3 * (size_t)M * sizeof *done);
+    int *next = calloc((size_t)C * 3, sizeof *next); /* next[c * 3 + part]: next micro-batch */
     long *free_at = calloc((size_t)K, sizeof *free_at);
     gp_status st = GP_OK;
     if (!done || !next || !free_at) {
-        st = gp_error(GP_OUT_OF_MEMORY, "schedule zbh1: no memory for K = %d, M = %d", K, M);
+        st = gp_error(GP_OUT_OF_MEMORY, "schedule %s: no memory for K = %d, M = %d", s->name, K,
+                      M);
         goto out;
     }
-    for (size_t i = 0; i < (size_t)K * 3 * (size_t)M; i++) done[i] = -1;
-#define DONE(k, part, m) done[((size_t)(k) * 3 + (part)) * (size_t)M + (size_t)(m)]
-#define READY(k, part, m, t) (DONE(k, part, m) >= 0 && DONE(k, part, m) <= (t))
-    int left = 3 * K * M;
+    for (size_t i = 0; i < (size_t)C * 3 * (size_t)M; i++) done[i] = -1;
+#define DONE(c, part, m) done[((size_t)(c) * 3 + (part)) * (size_t)M + (size_t)(m)]
+#define READY(c, part, m, t) (DONE(c, part, m) >= 0 && DONE(c, part, m) <= (t))
+    long left = 3L * C * M;
     for (long t = 0; left > 0 && st == GP_OK; t++) {
         for (int k = 0; k < K && st == GP_OK; k++) {
             if (free_at[k] > t) continue;
-            int *nf = &next[k * 3], *nb = nf + 1, *nw = nf + 2;
-            /* 1F1B's bound on forwards not yet backwarded; the weight parts may wait on every
-             * stage as long as on the first (they hold less) */
-            const int cap = K - k < M ? K - k : M, wcap = K < M ? K : M;
-            int part = -1;
-            if (*nb < *nf && *nb - *nw < wcap &&
-                (k == K - 1 ? READY(k, 0, *nb, t) : READY(k + 1, 1, *nb, t)))
-                part = 1;
-            else if (*nf < M && *nf - *nb < cap && (k == 0 || READY(k - 1, 0, *nf, t)))
-                part = 0;
-            else if (*nw < *nb)
-                part = 2;
+            int in_flight = 0;
+            for (int v = 0; v < V; v++) {
+                const int c = gp_schedule_cell(s, k, v);
+                in_flight += next[c * 3] - next[c * 3 + 1];
+            }
+            int part = -1, cell = -1;
+            for (int pass = 0; pass < 3 && part < 0; pass++)
+                for (int j = 0; j < V && part < 0; j++) {
+                    const int v = V > 1 ? ls->order[j] : 0, c = gp_schedule_cell(s, k, v);
+                    const int nf = next[c * 3], nb = next[c * 3 + 1], nw = next[c * 3 + 2];
+                    /* messages sent on and not yet received: gradients down, activations up */
+                    const bool grad_room = !ls->capacity || c == 0 || stage_of(s, c - 1) == k ||
+                                           nb - next[(c - 1) * 3 + 1] < ls->capacity;
+                    const bool act_room = !ls->capacity || c == C - 1 ||
+                                          stage_of(s, c + 1) == k ||
+                                          nf - next[(c + 1) * 3] < ls->capacity;
+                    if (pass == 0 && nb < nf && nb - nw < ls->wcap && grad_room &&
+                        (c == C - 1 ? READY(c, 0, nb, t) : READY(c + 1, 1, nb, t)))
+                        part = 1, cell = c;
+                    else if (pass == 1 && nf < M && in_flight < ls->in_cap[k] && act_room &&
+                             (c == 0 || READY(c - 1, 0, nf, t)))
+                        part = 0, cell = c;
+                    else if (pass == 2 && nw < nb)
+                        part = 2, cell = c;
+                }
             if (part < 0) continue;
-            const int m = next[k * 3 + part]++;
-            DONE(k, part, m) = t + 1;
+            int k_, v;
+            gp_schedule_place(s, cell, &k_, &v);
+            const int m = next[cell * 3 + part]++;
+            DONE(cell, part, m) = t + 1;
             free_at[k] = t + 1;
             left--;
-            st = part == 0 ? push_forward(s, k, m)
-                 : part == 1 ? push_backward_kind(s, k, m, GP_ACT_BACKWARD_INPUT)
-                             : gp_schedule_push(s, k, GP_ACT_BACKWARD_WEIGHT, m);
+            st = part == 0 ? push_forward_chunk(s, k, v, m)
+                 : part == 1 ? push_backward_chunk(s, k, v, m, GP_ACT_BACKWARD_INPUT)
+                             : gp_schedule_push_chunk(s, k, v, GP_ACT_BACKWARD_WEIGHT, m);
         }
+        if (t > 64L * (3L * C * M + K) && left > 0) /* a bound the rules above never reach */
+            st = gp_error(GP_INTERNAL, "schedule %s (K = %d, M = %d): list scheduling stalled",
+                          s->name, K, M);
     }
 #undef READY
 #undef DONE
@@ -195,6 +253,37 @@ out:
     free(done);
     free(next);
     free(free_at);
+    return st;
+}
+
+/* ZB-H1: 1F1B's bound of min(K - k, M) micro-batches between forward and input backward on
+ * stage k, up to min(K, M) waiting for their weight parts. */
+static gp_status gen_zbh1(gp_schedule *s) {
+    const int K = s->stages, M = s->micro_batches;
+    int *cap = malloc((size_t)K * sizeof *cap);
+    if (!cap) return gp_error(GP_OUT_OF_MEMORY, "schedule zbh1: no memory for K = %d", K);
+    for (int k = 0; k < K; k++) cap[k] = K - k < M ? K - k : M;
+    const list_sched ls = {.in_cap = cap, .wcap = K < M ? K : M};
+    gp_status st = gen_list(s, &ls);
+    free(cap);
+    return st;
+}
+
+/* ZBV: two cells per stage in a V, each half a 1F1B cell: every stage may hold 2K micro-batches
+ * of half cells between forward and input backward (1F1B's first stage's memory, on every
+ * stage), and as many waiting for their weight parts; input backwards of the cell nearer the
+ * model's end first (the V's second leg), forwards of the first leg first. */
+static gp_status gen_zbv(gp_schedule *s) {
+    const int K = s->stages, M = s->micro_batches;
+    int *cap = malloc((size_t)K * sizeof *cap);
+    if (!cap) return gp_error(GP_OUT_OF_MEMORY, "schedule zbv: no memory for K = %d", K);
+    for (int k = 0; k < K; k++) cap[k] = 2 * K < 2 * M ? 2 * K : 2 * M;
+    const list_sched ls = {.in_cap = cap,
+                           .wcap = K < M ? K : M,
+                           .capacity = GP_MAILBOX_CAPACITY,
+                           .order = {1, 0}};
+    gp_status st = gen_list(s, &ls);
+    free(cap);
     return st;
 }
 
@@ -258,20 +347,30 @@ gp_status gp_schedule_zbh1(int stages, int micro_batches, gp_schedule *out) {
     return generate("zbh1", gen_zbh1, stages, micro_batches, out);
 }
 
+gp_status gp_schedule_zbv(int stages, int micro_batches, gp_schedule *out) {
+    return generate_chunks("zbv", gen_zbv, stages, micro_batches, 2, GP_PLACE_V_SHAPE, out);
+}
+
 gp_status gp_schedule_interleaved(int stages, int micro_batches, int chunks, gp_schedule *out) {
     return generate_chunks("interleaved", gen_interleaved, stages, micro_batches, chunks,
                            GP_PLACE_LOOP, out);
 }
 
-bool gp_schedule_kind_splits(gp_schedule_kind kind) { return kind == GP_SCHEDULE_ZBH1; }
+bool gp_schedule_kind_splits(gp_schedule_kind kind) {
+    return kind == GP_SCHEDULE_ZBH1 || kind == GP_SCHEDULE_ZBV;
+}
 
 gp_status gp_schedule_kind_chunks(gp_schedule_kind kind, int chunks, int *out) {
-    *out = chunks > 0 ? chunks : kind == GP_SCHEDULE_INTERLEAVED ? 2 : 1;
-    if (kind == GP_SCHEDULE_INTERLEAVED ? *out > 64 || *out < 1 : *out != 1)
+    const int dflt = kind == GP_SCHEDULE_INTERLEAVED || kind == GP_SCHEDULE_ZBV ? 2 : 1;
+    *out = chunks > 0 ? chunks : dflt;
+    const bool ok = kind == GP_SCHEDULE_INTERLEAVED ? *out >= 1 && *out <= 64 : *out == dflt;
+    if (!ok)
         return gp_error(GP_INVALID_ARGUMENT,
                         "schedule %s with %d cells per stage (chunks); expected %s",
                         gp_schedule_kind_name(kind), chunks,
-                        kind == GP_SCHEDULE_INTERLEAVED ? "1 to 64" : "1 (only interleaved runs several)");
+                        kind == GP_SCHEDULE_INTERLEAVED ? "1 to 64"
+                        : kind == GP_SCHEDULE_ZBV       ? "2 (its V)"
+                                                        : "1 (only interleaved and zbv run several)");
     return GP_OK;
 }
 
@@ -280,13 +379,15 @@ const char *gp_schedule_kind_name(gp_schedule_kind s) {
            : s == GP_SCHEDULE_1F1B        ? "1f1b"
            : s == GP_SCHEDULE_ZBH1        ? "zbh1"
            : s == GP_SCHEDULE_INTERLEAVED ? "interleaved"
+           : s == GP_SCHEDULE_ZBV         ? "zbv"
                                           : "?";
 }
 
 gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, int chunks,
                                gp_schedule *out) {
     static const gp_schedule_kind kinds[] = {GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B,
-                                             GP_SCHEDULE_ZBH1, GP_SCHEDULE_INTERLEAVED};
+                                             GP_SCHEDULE_ZBH1, GP_SCHEDULE_INTERLEAVED,
+                                             GP_SCHEDULE_ZBV};
     for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++) {
         if (strcmp(name, gp_schedule_kind_name(kinds[i])) != 0) continue;
         int V;
@@ -295,11 +396,12 @@ gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, 
         case GP_SCHEDULE_GPIPE: return gp_schedule_gpipe(stages, micro_batches, out);
         case GP_SCHEDULE_1F1B: return gp_schedule_1f1b(stages, micro_batches, out);
         case GP_SCHEDULE_ZBH1: return gp_schedule_zbh1(stages, micro_batches, out);
+        case GP_SCHEDULE_ZBV: return gp_schedule_zbv(stages, micro_batches, out);
         default: return gp_schedule_interleaved(stages, micro_batches, V, out);
         }
     }
     return gp_error(GP_INVALID_ARGUMENT,
-                    "schedule '%s': unknown; expected gpipe, 1f1b, zbh1 or interleaved",
+                    "schedule '%s': unknown; expected gpipe, 1f1b, zbh1, interleaved or zbv",
                     name ? name : "(null)");
 }
 

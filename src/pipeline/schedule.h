@@ -74,7 +74,8 @@ void gp_schedule_place(const gp_schedule *s, int cell, int *k, int *chunk);
 /* Frees the lists and zeroes *s (safe on a zeroed struct). */
 void gp_schedule_free(gp_schedule *s);
 
-/* Generators. All accumulate gradients in micro-batch order 0..M-1 on every stage.
+/* Generators. All accumulate gradients in micro-batch order 0..M-1 in every cell. Where two
+ * linked cells share a stage, the receive follows its send at once.
  * gpipe: all forwards, then all backwards (fill-drain), M micro-batches in flight per stage.
  * 1f1b:  stage k runs min(K-k-1, M) warm-up forwards, then alternates one forward and one
  *        backward, then cools down; at most min(K-k, M) micro-batches in flight.
@@ -96,13 +97,17 @@ gp_status gp_schedule_zbh1(int stages, int micro_batches, gp_schedule *out);
  *        M must be a multiple of K. Bubble (K - 1) / (V M + K - 1) at unit costs: a V-th of
  *        1F1B's idle time, for up to V times the messages. */
 gp_status gp_schedule_interleaved(int stages, int micro_batches, int chunks, gp_schedule *out);
+/* zbv:   zero bubble V (Qi et al., "Pipeline parallelism with controllable memory"): two cells
+ *        per stage placed in a V_SHAPE (down the stages and back up: the first and the last cell
+ *        on stage 0), backwards split as in zbh1. Built by the same list scheduling, each stage
+ *        holding at most 2K micro-batches of its half-size cells between forward and input
+ *        backward (1F1B's first stage's memory, on every stage), at most min(K, M) per cell
+ *        waiting for their weight parts, the second leg's input backwards and the first leg's
+ *        forwards preferred. */
+gp_status gp_schedule_zbv(int stages, int micro_batches, gp_schedule *out);
 /* Whether a schedule kind splits its backwards (BACKWARD_INPUT / BACKWARD_WEIGHT). */
 bool gp_schedule_kind_splits(gp_schedule_kind kind);
-/* The cells per stage a schedule kind runs, given the asked number (0: its default): 1 for
- * gpipe, 1f1b and zbh1; interleaved: chunks, default 2. An error for a number the kind cannot
- * run. */
-gp_status gp_schedule_kind_chunks(gp_schedule_kind kind, int chunks, int *out);
-/* By name: "gpipe", "1f1b", "zbh1" or "interleaved" (anything else: an error listing those),
+/* By name: "gpipe", "1f1b", "zbh1", "interleaved" or "zbv" (else an error listing those),
  * with V cells per stage (gp_schedule_kind_chunks). */
 gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, int chunks,
                                gp_schedule *out);

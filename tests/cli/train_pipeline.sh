@@ -20,17 +20,17 @@ cli_write_idx "$TMP/syn"
 # K:schedule:remat combinations; under GP_TEST_QUICK a cross-section of them.
 if [ "${GP_TEST_QUICK:-0}" = 1 ]; then
     LM_COMBOS="1:gpipe:cell 2:1f1b:none 3:gpipe:none 3:1f1b:cell 2:gpipe:selective 3:zbh1:cell
-               2:interleaved:none"
-    CN_COMBOS="2:gpipe:cell 3:1f1b:none 2:zbh1:none 2:interleaved:cell"
+               2:interleaved:none 2:zbv:cell"
+    CN_COMBOS="2:gpipe:cell 3:1f1b:none 2:zbh1:none 2:interleaved:cell 3:zbv:none"
 else
     LM_COMBOS=""
     for k in 1 2 3; do for s in gpipe 1f1b zbh1; do for r in none cell; do
         LM_COMBOS="$LM_COMBOS $k:$s:$r"
     done; done; done
     LM_COMBOS="$LM_COMBOS 2:gpipe:selective 3:1f1b:selective 1:interleaved:cell 2:interleaved:cell
-               2:interleaved:none"
+               2:interleaved:none 2:zbv:cell 3:zbv:none"
     CN_COMBOS="1:gpipe:none 2:gpipe:cell 3:1f1b:none 4:1f1b:cell 2:zbh1:cell 3:zbh1:none
-               2:interleaved:none 4:interleaved:cell"
+               2:interleaved:none 4:interleaved:cell 2:zbv:none 4:zbv:cell"
 fi
 
 LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 3 --batch 8 --micro-batches 4
@@ -81,7 +81,7 @@ def check(prefix, combos, extra=()):
         r = json.load(open(f"{d}/{name}.json"))
         k, s, m = c.split(":")
         k = int(k)
-        cps = 2 if s == "interleaved" else 1  # cells per stage: K V cells in all
+        cps = 2 if s in ("interleaved", "zbv") else 1  # cells per stage: K V cells in all
         need(r["params_fnv1a64"] == ref["params_fnv1a64"],
              f"{name}: params {r['params_fnv1a64']} != single-device {ref['params_fnv1a64']}")
         need(r["train"]["final_loss"] == ref["train"]["final_loss"],
@@ -180,7 +180,7 @@ expect2() {
 expect2 "--stages: expected an integer >= 1, got '0'" "${LM[@]}" --stages 0
 expect2 "--stages 9: more than the" "${LM[@]}" --stages 9
 expect2 "--micro-batches 3: must divide --batch 8" "${LM[@]:0:8}" --micro-batches 3 --stages 2
-expect2 "--schedule: expected one of gpipe|1f1b|zbh1|interleaved, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
+expect2 "--schedule: expected one of gpipe|1f1b|zbh1|interleaved|zbv, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
 expect2 "--remat: expected one of cell|none|selective" "${LM[@]}" --stages 2 --remat all
 expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --partition 0,1
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
