@@ -4,7 +4,7 @@
 # by --timeline into docs/schedule_<name>.svg. Usage: bash bench/draw_schedules.sh [path/to/gpipe]
 set -eu
 GPIPE=${1:-build/gpipe}
-for s in gpipe 1f1b zbh1; do
+for s in gpipe 1f1b zbh1 interleaved zbv; do
     "$GPIPE" train --model examples/demo_lm.json --stages 3 --micro-batches 6 --batch 24 \
         --schedule "$s" --remat none --threads 1 --steps 3 --eval-size 4 --quiet \
         --timeline "docs/schedule_$s.svg" | grep -E "^bubble|^timeline"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every schedule on this machine's two cores: `gpipe bench` of T2 and C1 (WORKLOADS.md) with
-# K = 2 stages at M = 4 and 8 micro-batches for gpipe, 1f1b and zbh1 (remat none, one thread per
-# stage), beside K = 1 at the same M: throughput, speed-up over K = 1, and the last step's bubble
-# measured / in theory (K-1)/(M+K-1) / simulated from the cells' mean times / replayed from its
-# measured actions. Usage: bash bench/run_schedules.sh [path/to/gpipe] (reports go to
+# K = 2 stages at M = 4 and 8 micro-batches for gpipe, 1f1b, zbh1, interleaved (V = 2) and zbv
+# (remat none, one thread per stage), beside K = 1 at the same M: throughput, speed-up over
+# K = 1, and the last step's bubble measured / in theory ((K-1)/(M+K-1), interleaved
+# (K-1)/(VM+K-1)) / simulated from the cells' mean times / replayed from its measured actions. Usage: bash bench/run_schedules.sh [path/to/gpipe] (reports go to
 # ${GP_BENCH_OUT:-out/schedules}); GP_BENCH_STEPS (5) and GP_BENCH_WARMUP (2).
 set -eu
 GPIPE=${1:-build/gpipe}
@@ -21,7 +21,7 @@ one() { # one NAME WORKLOAD ARGS...
 for W in C1 T2; do
     for M in 4 8; do
         one "${W}_k1_m$M" "$W" --stages 1 --micro-batches "$M" --remat none --threads 1
-        for S in gpipe 1f1b zbh1; do
+        for S in gpipe 1f1b zbh1 interleaved zbv; do
             one "${W}_k2_m${M}_$S" "$W" --stages 2 --micro-batches "$M" --schedule "$S" \
                 --remat none --threads 1
         done
@@ -42,7 +42,7 @@ for w, unit in (("C1", "images/s"), ("T2", "tokens/s")):
         base = load(f"{w}_k1_m{m}")
         b = rate(base)
         print(f"| {w} | {m} | 1 | - | {b:.1f} {unit} | 1.00x | - |")
-        for s in ("gpipe", "1f1b", "zbh1"):
+        for s in ("gpipe", "1f1b", "zbh1", "interleaved", "zbv"):
             r = load(f"{w}_k2_m{m}_{s}")
             p = r["pipeline"]
             print(f"| {w} | {m} | 2 | {s} | {rate(r):.1f} {unit} | {rate(r) / b:.2f}x | "

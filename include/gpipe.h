@@ -645,7 +645,7 @@ typedef struct gp_plan {
     double comm_s;           /* of it, the tensor axis's all-reduces on the slowest stage and the
                               * data axis's gradient all-reduce (not overlapped) */
     double bubble_simulated; /* idle / (K * step) from the simulated schedule */
-    double bubble_theory;    /* (K-1)/(M+K-1); V cells per stage: (K-1)/(V M+K-1) */
+    double bubble_theory;    /* (K-1)/(M+K-1); V cells per stage (interleaved, zbv): (K-1)/(V M+K-1) */
     double gflops_assumed;   /* the rate every FLOP figure was turned into seconds at */
     gp_balance balance;      /* TIME: cell times are measured seconds, not FLOPs / gflops */
 } gp_plan;
@@ -772,7 +772,8 @@ typedef struct gp_pipeline_stats {
     int stages, micro_batches;
     double step_s;               /* wall time of the last step */
     double bubble_measured;      /* idle / (K x span) from the recorded timeline */
-    double bubble_theory;        /* (K-1)/(M+K-1); V cells per stage: (K-1)/(V M+K-1) */
+    double bubble_theory;        /* fill-drain's for the cells a stage runs: (K-1)/(M+K-1); V
+                                  * cells per stage (interleaved, zbv): (K-1)/(V M+K-1) */
     double bubble_simulated;     /* the simulator's prediction for the measured per-cell times */
     double bubble_replayed;      /* the simulator replaying each action's measured duration: the
                                   * idle the schedule's dependencies alone give for those times */

@@ -195,10 +195,11 @@ void gp_cli_pipeline_summary(const gp_cli_train *t) {
         }
     gp_pipeline_stats ps;
     if (t->pipeline && gp_pipeline_last_stats(t->pipeline, &ps, NULL) == GP_OK)
-        printf("bubble of the last step (%.3fs): measured %.1f%%, theory (K-1)/(M+K-1) %.1f%%, "
+        printf("bubble of the last step (%.3fs): measured %.1f%%, theory %s %.1f%%, "
                "simulated %.1f%% (replaying its actions %.1f%%)\n",
-               ps.step_s, 100 * ps.bubble_measured, 100 * ps.bubble_theory,
-               100 * ps.bubble_simulated, 100 * ps.bubble_replayed);
+               ps.step_s, 100 * ps.bubble_measured,
+               gp_pipeline_cells(t->pipeline) > ps.stages ? "(K-1)/(VM+K-1)" : "(K-1)/(M+K-1)",
+               100 * ps.bubble_theory, 100 * ps.bubble_simulated, 100 * ps.bubble_replayed);
 }
 
 int gp_cli_pipeline_write_files(const gp_cli_train *t) {
