@@ -149,7 +149,7 @@ typedef struct gp_mem_stats {
 } gp_mem_stats;
 
 /* A device is where tensors live and kernels run: the CPU (host memory; kernels through CBLAS
- * and vectorized C) or, later, a GPU. Every device counts its bytes by category and may be
+ * and vectorized C) or a CUDA GPU. Every device counts its bytes by category and may be
  * given a limit. The caller frees a device with gp_device_free after everything allocated on
  * it has been released. A device is used by one thread at a time.
  *
@@ -164,11 +164,34 @@ typedef struct gp_mem_stats {
  * then sleep. gp_device_cpu_new is gp_device_cpu_new_threads with 1 thread. */
 gp_status gp_device_cpu_new(const char *name, gp_device **out);
 gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **out);
+/* CUDA GPUs, in a build with CUDA (CMake's GP_CUDA: AUTO, the default, builds it wherever nvcc
+ * is found; ON requires it; OFF leaves it out). A CUDA device holds its tensors in the memory of
+ * GPU `ordinal` (cudaMalloc: gp_device_is_host is false, so bytes move with gp_tensor_copy and
+ * the gp_tensor_to_host / from_host pair), counts them by category and honours a limit as every
+ * device does, and runs its kernels in order on one stream of its own: cuBLAS for the GEMMs, in
+ * fp32 with TF32 off, and gpipe's own kernels for the rest. Its results are the same bits run
+ * after run on one GPU (no reduction's order depends on scheduling: no float atomics); they agree
+ * with the CPU's within 1e-5 relative, and bit for bit in what only selects or copies (dropout
+ * masks, embedding rows, pooling maxima and their indices). Ops that validate token ids or
+ * labels copy them to the host first and wait for them, as the CPU's messages need.
+ * Not yet run on a GPU: the CUDA code is compiled and checked by the build, and the GPU tests
+ * (test_kernels_cuda) skip where there is none.
+ *
+ * gp_cuda_built: whether this build has the CUDA device. gp_cuda_device_count: the number of
+ * GPUs visible (CUDA_VISIBLE_DEVICES applies), at least 1 on GP_OK; GP_UNSUPPORTED with *count
+ * 0 when built without CUDA ("gpipe was built without CUDA (GP_CUDA=OFF or no nvcc)") or when
+ * the CUDA runtime finds no GPU (the message quotes its error). gp_device_cuda_new: a device on
+ * GPU ordinal (0 to count - 1), failing as gp_cuda_device_count does, and with
+ * GP_INVALID_ARGUMENT for an ordinal out of range. A device is used by one thread at a time, as
+ * every device; each call makes the GPU current on the calling thread. */
+bool gp_cuda_built(void);
+gp_status gp_cuda_device_count(int *count);
+gp_status gp_device_cuda_new(const char *name, int ordinal, gp_device **out);
 /* A CPU device's threads; 1 for other kinds and NULL. */
 int gp_device_threads(const gp_device *dev);
 void gp_device_free(gp_device *dev);
 const char *gp_device_name(const gp_device *dev);
-const char *gp_device_kind(const gp_device *dev); /* "cpu"; "host" for NULL (host memory) */
+const char *gp_device_kind(const gp_device *dev); /* "cpu", "cuda"; "host" for NULL */
 /* Whether host code may read and write the device's memory directly (the CPU's: yes). NULL
  * stands for plain host memory: true. */
 bool gp_device_is_host(const gp_device *dev);

@@ -27,6 +27,12 @@ gp_status gp_error_context(gp_status s, const char *fmt, ...) GP_PRINTF(2, 3);
     do {                                                                   \
         if (!(cond)) gp_abort_(__FILE__, __LINE__, #cond);                 \
     } while (0)
-_Noreturn void gp_abort_(const char *file, int line, const char *what);
+/* C11's _Noreturn, or C++'s attribute where the CUDA kernels (C++) include this header. */
+#if defined(__cplusplus)
+#define GP_NORETURN [[noreturn]]
+#else
+#define GP_NORETURN _Noreturn
+#endif
+GP_NORETURN void gp_abort_(const char *file, int line, const char *what);
 
 #endif

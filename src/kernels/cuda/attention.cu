@@ -1,0 +1,107 @@
+// CUDA causal multi-head attention: for each example, the heads' GEMMs in one strided-batched
+// cuBLAS call straight on the q, k, v columns of qkv (head h starts h * hd columns in, so the
+// heads are `hd` floats apart), and a fused masked softmax with one block per row. The GEMMs
+// compute the whole T x T square (the softmax zeroes what lies above the diagonal), where the
+// CPU skips most of the masked triangle: simpler, at up to twice the GEMM work.
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/math.cuh"
+
+static unsigned row_blocks(int64_t rows) {
+    return (unsigned)(rows < GP_CUDA_MAX_GRID ? (rows > 0 ? rows : 1) : GP_CUDA_MAX_GRID);
+}
+
+// Rows of (nrows, T), row r being query t = r % T: softmax of columns 0..t in place (the CPU's
+// exp and its order of operations: max, exp, 1 / sum, scale), zeros above.
+static __global__ void causal_softmax_kernel(int64_t nrows, int64_t T, float *s) {
+    __shared__ float sh[GP_CUDA_THREADS];
+    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+        float *row = s + r * T;
+        const int64_t n = r % T + 1;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = row[j] > m || row[j] != row[j] ? row[j] : m;
+        m = gp_block_max_nan(m, sh);
+        float acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+            const float e = gp_cuda_exp(row[j] - m);
+            row[j] = e;
+            acc += e;
+        }
+        const float inv = 1.0f / gp_block_sum(acc, sh);
+        for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j < n ? row[j] * inv : 0.0f;
+    }
+}
+
+extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dims *d,
+                                               const float *qkv, float *probs, float *att) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads;
+    if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
+    const int64_t hd = C / H, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t b = 0; b < B; b++) {
+        const float *q = qkv + b * T * ld, *k = q + C, *v = q + 2 * C;
+        float *P = probs + b * H * T * T;
+        // S (H, T, T) = scale q k^T per head
+        GP_TRY(gp_cuda_sgemm_strided(dev, false, true, T, T, hd, scale, q, ld, hd, k, ld, hd,
+                                     0.0f, P, T, T * T, H));
+        GP_CUDA_LAUNCH_BLOCKS(c, causal_softmax_kernel, row_blocks(H * T), H * T, T, P);
+        // att (T, hd per head, row stride C) = P v
+        GP_TRY(gp_cuda_sgemm_strided(dev, false, false, T, hd, T, 1.0f, P, T, T * T, v, ld, hd,
+                                     0.0f, att + b * T * C, C, hd, H));
+    }
+    return GP_OK;
+}
+
+// dS = P (dP - rowsum(P dP)) scale over the row's columns 0..t, zeros above (in place on dP).
+static __global__ void softmax_backward_kernel(int64_t nrows, int64_t T, float scale,
+                                               const float *P, float *dS) {
+    __shared__ float sh[GP_CUDA_THREADS];
+    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+        const float *pr = P + r * T;
+        float *sr = dS + r * T;
+        const int64_t n = r % T + 1;
+        float acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = fmaf(pr[j], sr[j], acc);
+        const float dot = gp_block_sum(acc, sh);
+        for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+            sr[j] = j < n ? pr[j] * (sr[j] - dot) * scale : 0.0f;
+    }
+}
+
+extern "C" int64_t gp_cuda_attention_backward_ws(gp_device *dev, const gp_attn_dims *d) {
+    return d->heads * d->seq * d->seq; // one example's dS at a time
+}
+
+extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_dims *d,
+                                                const float *qkv, const float *probs,
+                                                const float *datt, float *dqkv, float *dbias,
+                                                float *ws) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads;
+    if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
+    const int64_t hd = C / H, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t b = 0; b < B; b++) {
+        const float *q = qkv + b * T * ld, *k = q + C, *v = q + 2 * C;
+        const float *P = probs + b * H * T * T, *dout = datt + b * T * C;
+        float *dq = dqkv + b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
+        // dP (H, T, T) = dout v^T, then dS in place
+        GP_TRY(gp_cuda_sgemm_strided(dev, false, true, T, T, hd, 1.0f, dout, C, hd, v, ld, hd,
+                                     0.0f, ws, T, T * T, H));
+        GP_CUDA_LAUNCH_BLOCKS(c, softmax_backward_kernel, row_blocks(H * T), H * T, T, scale, P,
+                              ws);
+        // dq = dS k, dk = dS^T q, dv = P^T dout
+        GP_TRY(gp_cuda_sgemm_strided(dev, false, false, T, hd, T, 1.0f, ws, T, T * T, k, ld, hd,
+                                     0.0f, dq, ld, hd, H));
+        GP_TRY(gp_cuda_sgemm_strided(dev, true, false, T, hd, T, 1.0f, ws, T, T * T, q, ld, hd,
+                                     0.0f, dk, ld, hd, H));
+        GP_TRY(gp_cuda_sgemm_strided(dev, true, false, T, hd, T, 1.0f, P, T, T * T, dout, C, hd,
+                                     0.0f, dv, ld, hd, H));
+    }
+    // The bias gradient: the rows of dqkv in order, by columns (the CPU's order).
+    return dbias ? gp_cuda_sum_rows_add(dev, dqkv, B * T, 3 * C, dbias) : GP_OK;
+}

@@ -1,0 +1,173 @@
+/* The CUDA device: GPU memory behind the device interface (cudaMalloc / cudaFree; copies and
+ * fills queued on the device's one stream), its state (cuda_context.h) and its kernel table,
+ * the functions of this folder's .cu files. The wrapper in core/device.c does the accounting,
+ * the limit and the cache, as for every device. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+static gp_status cuda_alloc(void *ctx, size_t nbytes, void **ptr) {
+    gp_cuda_ctx *c = ctx;
+    *ptr = NULL;
+    GP_TRY(gp_cuda_select(c));
+    /* cudaMalloc aligns to 256 bytes at least: the 64 the interface asks for. */
+    return gp_cuda_check(c, cudaMalloc(ptr, nbytes), "cudaMalloc");
+}
+
+static void cuda_free(void *ctx, void *ptr) {
+    gp_cuda_ctx *c = ctx;
+    /* cudaFree waits for the GPU's work, so a block kernels still read can be freed. A failure
+     * here has no caller to report to: the memory is lost, and the next call's check says why. */
+    if (gp_cuda_select(c) == GP_OK) (void)cudaFree(ptr);
+}
+
+static gp_status cuda_copy(void *ctx, void *dst, const void *src, size_t nbytes,
+                           gp_copy_kind kind) {
+    gp_cuda_ctx *c = ctx;
+    GP_TRY(gp_cuda_select(c));
+    switch (kind) {
+    case GP_COPY_HOST_TO_DEVICE: return gp_cuda_from_host(c, dst, src, nbytes);
+    case GP_COPY_DEVICE_TO_HOST: return gp_cuda_to_host(c, dst, src, nbytes);
+    case GP_COPY_DEVICE_TO_DEVICE:
+        /* Queued behind the kernels that write src, ahead of those that read dst. */
+        return gp_cuda_check(c, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
+                                                c->stream),
+                             "cudaMemcpyAsync (device to device)");
+    }
+    return gp_error(GP_INVALID_ARGUMENT, "device %s: unknown copy kind %d", c->name, (int)kind);
+}
+
+static gp_status cuda_fill(void *ctx, void *dst, size_t nbytes, int byte) {
+    gp_cuda_ctx *c = ctx;
+    GP_TRY(gp_cuda_select(c));
+    return gp_cuda_check(c, cudaMemsetAsync(dst, byte, nbytes, c->stream), "cudaMemsetAsync");
+}
+
+static gp_status cuda_sync(void *ctx) {
+    gp_cuda_ctx *c = ctx;
+    GP_TRY(gp_cuda_select(c));
+    return gp_cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+}
+
+/* Frees what was made; ctx may be partly built (gp_device_cuda_new's failure path). */
+static void cuda_destroy(void *ctx) {
+    gp_cuda_ctx *c = ctx;
+    if (!c) return;
+    if (gp_cuda_select(c) == GP_OK) {
+        if (c->stream) (void)cudaStreamSynchronize(c->stream);
+        if (c->blas) (void)cublasDestroy(c->blas);
+        if (c->stream) (void)cudaStreamDestroy(c->stream);
+        if (c->host) (void)cudaFreeHost(c->host);
+    }
+    free(c);
+}
+
+static const gp_device_iface cuda_iface = {
+    .kind = "cuda",
+    .host_memory = false,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .fill = cuda_fill,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+};
+
+static const gp_kernels cuda_kernels = {
+    .name = "cuda",
+    .gemm = gp_cuda_gemm,
+    .gemm_batched = gp_cuda_gemm_batched,
+    .fill = gp_cuda_fill,
+    .scale = gp_cuda_scale,
+    .axpy = gp_cuda_axpy,
+    .sum_rows_add = gp_cuda_sum_rows_add,
+    .sumsq = gp_cuda_sumsq,
+    .linear_forward = gp_cuda_linear_forward,
+    .linear_backward = gp_cuda_linear_backward,
+    .layernorm_forward = gp_cuda_layernorm_forward,
+    .layernorm_backward = gp_cuda_layernorm_backward,
+    .gelu_forward = gp_cuda_gelu_forward,
+    .gelu_backward = gp_cuda_gelu_backward,
+    .dropout = gp_cuda_dropout,
+    .attention_forward = gp_cuda_attention_forward,
+    .attention_backward_ws = gp_cuda_attention_backward_ws,
+    .attention_backward = gp_cuda_attention_backward,
+    .embedding_forward = gp_cuda_embedding_forward,
+    .embedding_backward = gp_cuda_embedding_backward,
+    .pos_embedding_forward = gp_cuda_pos_embedding_forward,
+    .pos_embedding_backward = gp_cuda_pos_embedding_backward,
+    .softmax_xent = gp_cuda_softmax_xent,
+    .conv2d_ws = gp_cuda_conv2d_ws,
+    .conv2d_forward = gp_cuda_conv2d_forward,
+    .conv2d_backward = gp_cuda_conv2d_backward,
+    .channel_bias_add = gp_cuda_channel_bias_add,
+    .channel_bias_grad = gp_cuda_channel_bias_grad,
+    .batchnorm_forward = gp_cuda_batchnorm_forward,
+    .batchnorm_backward = gp_cuda_batchnorm_backward,
+    .relu_forward = gp_cuda_relu_forward,
+    .relu_backward = gp_cuda_relu_backward,
+    .maxpool_forward = gp_cuda_maxpool_forward,
+    .maxpool_backward = gp_cuda_maxpool_backward,
+    .avgpool_forward = gp_cuda_avgpool_forward,
+    .avgpool_backward = gp_cuda_avgpool_backward,
+    .sgd_update = gp_cuda_sgd_update,
+    .adamw_update = gp_cuda_adamw_update,
+    .embedding_shard_forward = gp_cuda_embedding_shard_forward,
+    .embedding_shard_backward = gp_cuda_embedding_shard_backward,
+    .row_max = gp_cuda_row_max,
+    .xent_shard_sums = gp_cuda_xent_shard_sums,
+    .xent_shard_finish = gp_cuda_xent_shard_finish,
+};
+
+bool gp_cuda_built(void) { return true; }
+
+gp_status gp_cuda_device_count(int *count) {
+    if (!count) return gp_error(GP_INVALID_ARGUMENT, "gp_cuda_device_count: count is NULL");
+    *count = 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return gp_error(GP_UNSUPPORTED, "no CUDA GPU available: cudaGetDeviceCount failed: %s (%s)",
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+    if (n < 1)
+        return gp_error(GP_UNSUPPORTED, "no CUDA GPU available: cudaGetDeviceCount found none");
+    *count = n;
+    return GP_OK;
+}
+
+gp_status gp_device_cuda_new(const char *name, int ordinal, gp_device **out) {
+    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_device_cuda_new: out is NULL");
+    *out = NULL;
+    if (!name) name = "cuda";
+    int count;
+    gp_status s = gp_cuda_device_count(&count);
+    if (s != GP_OK) return gp_error_context(s, "CUDA device %s (GPU %d)", name, ordinal);
+    if (ordinal < 0 || ordinal >= count)
+        return gp_error(GP_INVALID_ARGUMENT, "CUDA device %s: GPU %d, expected 0 to %d", name,
+                        ordinal, count - 1);
+    gp_cuda_ctx *c = calloc(1, sizeof *c);
+    if (!c) return gp_error(GP_OUT_OF_MEMORY, "CUDA device %s: cannot allocate its state", name);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->ordinal = ordinal;
+    s = gp_cuda_select(c);
+    if (s == GP_OK)
+        s = gp_cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                          "cudaStreamCreateWithFlags");
+    if (s == GP_OK) s = gp_cuda_blas_check(c, cublasCreate(&c->blas), "cublasCreate");
+    if (s == GP_OK) s = gp_cuda_blas_check(c, cublasSetStream(c->blas, c->stream), "cublasSetStream");
+    /* fp32 as the CPU computes it: the default math mode never uses TF32 (or other reduced
+     * precision) unless asked to, and is said here so that no global default can change it. */
+    if (s == GP_OK)
+        s = gp_cuda_blas_check(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH),
+                               "cublasSetMathMode");
+    if (s == GP_OK)
+        s = gp_cuda_blas_check(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST),
+                               "cublasSetPointerMode");
+    if (s == GP_OK) s = gp_device_new(name, &cuda_iface, c, &cuda_kernels, out);
+    if (s != GP_OK) cuda_destroy(c);
+    return s;
+}

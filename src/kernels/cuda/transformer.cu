@@ -1,0 +1,272 @@
+// CUDA kernels of the Transformer family but the token embeddings (embedding.cu) and attention
+// (attention.cu): linear layers (cuBLAS), layer norm, GELU, dropout and the positional
+// embedding. Row-wise sums use one block per row and a fixed tree; column sums (the gradients
+// of weights and biases) one thread per column adding the rows in order, the CPU's own order.
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/math.cuh"
+
+#define LAYERNORM_EPS 1e-5f
+
+static unsigned row_blocks(int64_t rows) {
+    return (unsigned)(rows < GP_CUDA_MAX_GRID ? (rows > 0 ? rows : 1) : GP_CUDA_MAX_GRID);
+}
+
+// ---------------------------------------------------------------------------------- linear
+
+// y = [res +] b, or res, before the GEMM adds x W^T onto it (beta = 1).
+static __global__ void linear_prefill_kernel(int64_t rows, int64_t out, const float *b,
+                                             const float *res, float *y) {
+    GP_CUDA_FOR(i, rows * out) {
+        const int64_t j = i % out;
+        if (b && res)
+            y[i] = res[i] + b[j];
+        else if (b)
+            y[i] = b[j];
+        else
+            y[i] = res[i];
+    }
+}
+
+extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_t in,
+                                            int64_t out, const float *x, const float *w,
+                                            const float *b, const float *res, float *y) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    float beta = 0.0f;
+    if ((b || res != y) && (b || res) && rows > 0 && out > 0)
+        GP_CUDA_LAUNCH(c, linear_prefill_kernel, rows * out, rows, out, b, res, y);
+    if (b || res) beta = 1.0f;
+    return gp_cuda_gemm(dev, false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
+}
+
+extern "C" gp_status gp_cuda_linear_backward(gp_device *dev, int64_t rows, int64_t in,
+                                             int64_t out, const float *x, const float *w,
+                                             const float *dy, float *dx, float *dw, float *db) {
+    if (dx) GP_TRY(gp_cuda_gemm(dev, false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in));
+    if (dw) GP_TRY(gp_cuda_gemm(dev, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in));
+    if (db) GP_TRY(gp_cuda_sum_rows_add(dev, dy, rows, out, db));
+    return GP_OK;
+}
+
+// ------------------------------------------------------------------------------ layer norm
+
+// One block per row: the mean, then the squared deviations (two passes: no cancellation).
+static __global__ void layernorm_forward_kernel(int64_t rows, int64_t dim, const float *x,
+                                                const float *w, const float *b, float *y,
+                                                float *stats) {
+    __shared__ float sh[GP_CUDA_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * dim;
+        float acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) acc += xr[j];
+        const float mean = gp_block_sum(acc, sh) / (float)dim;
+        float acc2 = 0.0f;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+            const float d = xr[j] - mean;
+            acc2 += d * d;
+        }
+        const float v = gp_block_sum(acc2, sh);
+        const float rstd = 1.0f / sqrtf(v / (float)dim + LAYERNORM_EPS);
+        float *yr = y + r * dim;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+        if (threadIdx.x == 0) {
+            stats[r] = mean;
+            stats[rows + r] = rstd;
+        }
+    }
+}
+
+extern "C" gp_status gp_cuda_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim,
+                                               const float *x, const float *w, const float *b,
+                                               float *y, float *stats) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    if (rows > 0 && dim > 0)
+        GP_CUDA_LAUNCH_BLOCKS(c, layernorm_forward_kernel, row_blocks(rows), rows, dim, x, w, b,
+                              y, stats);
+    return GP_OK;
+}
+
+// dw and db: a thread per column, the rows in order (the CPU's order).
+static __global__ void layernorm_dw_kernel(int64_t rows, int64_t dim, const float *x,
+                                           const float *stats, const float *dy, float *dw,
+                                           float *db) {
+    GP_CUDA_FOR(j, dim) {
+        float aw = dw[j], ab = db[j];
+        for (int64_t i = 0; i < rows; i++) {
+            const float xh = (x[i * dim + j] - stats[i]) * stats[rows + i];
+            aw += dy[i * dim + j] * xh;
+            ab += dy[i * dim + j];
+        }
+        dw[j] = aw;
+        db[j] = ab;
+    }
+}
+
+// dx: one block per row. dxhat = dy w; dx = [dres +] rstd (dxhat - mean(dxhat) - xhat
+// mean(dxhat xhat)).
+static __global__ void layernorm_dx_kernel(int64_t rows, int64_t dim, const float *x,
+                                           const float *w, const float *stats, const float *dy,
+                                           const float *dres, float *dx) {
+    __shared__ float sh[GP_CUDA_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * dim, *dyr = dy + r * dim;
+        const float mean = stats[r], rstd = stats[rows + r];
+        float a1 = 0.0f, a2 = 0.0f;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+            const float xh = (xr[j] - mean) * rstd;
+            const float g = dyr[j] * w[j];
+            a1 += g;
+            a2 += g * xh;
+        }
+        const float m1 = gp_block_sum(a1, sh) / (float)dim;
+        const float m2 = gp_block_sum(a2, sh) / (float)dim;
+        float *dxr = dx + r * dim;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+            const float xh = (xr[j] - mean) * rstd;
+            const float v = rstd * (dyr[j] * w[j] - m1 - xh * m2);
+            dxr[j] = dres ? dres[r * dim + j] + v : v; // dres may alias dx: read, then write
+        }
+    }
+}
+
+extern "C" gp_status gp_cuda_layernorm_backward(gp_device *dev, int64_t rows, int64_t dim,
+                                                const float *x, const float *w,
+                                                const float *stats, const float *dy,
+                                                const float *dres, float *dx, float *dw,
+                                                float *db) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    if (rows <= 0 || dim <= 0) return GP_OK;
+    GP_CUDA_LAUNCH(c, layernorm_dw_kernel, dim, rows, dim, x, stats, dy, dw, db);
+    if (dx)
+        GP_CUDA_LAUNCH_BLOCKS(c, layernorm_dx_kernel, row_blocks(rows), rows, dim, x, w, stats,
+                              dy, dres, dx);
+    return GP_OK;
+}
+
+// ------------------------------------------------------------------------------------ GELU
+
+#define GELU_K0 0.7978845608028654f // sqrt(2 / pi)
+#define GELU_K1 0.044715f
+
+// The CPU's formulation (transformer_kernels.c): 0.5 (1 + tanh(u)) as s = 1 / (1 + e),
+// e = exp(-2u), exactly 0 or 1 past |2u| = 80.
+__device__ inline float gelu_sigmoid(float x, float *e_out) {
+    const float z = -2.0f * GELU_K0 * fmaf(GELU_K1 * x, x * x, x);
+    float zc = z < -80.0f ? -80.0f : z;
+    zc = zc > 80.0f ? 80.0f : zc;
+    const float ez = gp_cuda_exp_core(zc);
+    const float e = z < -80.0f ? 0.0f : ez;
+    *e_out = e;
+    const float sg = 1.0f / (1.0f + e);
+    return z > 80.0f ? 0.0f : sg;
+}
+
+__device__ inline float gelu_grad1(float x) {
+    float e;
+    const float s = gelu_sigmoid(x, &e);
+    const float x2 = x * x > 1e6f ? 1e6f : x * x;
+    const float du2 = 2.0f * GELU_K0 * fmaf(3.0f * GELU_K1, x2, 1.0f);
+    return fmaf(x, du2 * (s * (e * s)), s);
+}
+
+static __global__ void gelu_forward_kernel(int64_t n, const float *x, float *y) {
+    GP_CUDA_FOR(i, n) {
+        float e;
+        const float xi = x[i];
+        y[i] = xi * gelu_sigmoid(xi, &e);
+    }
+}
+
+extern "C" gp_status gp_cuda_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    if (n > 0) GP_CUDA_LAUNCH(c, gelu_forward_kernel, n, n, x, y);
+    return GP_OK;
+}
+
+static __global__ void gelu_backward_kernel(int64_t n, const float *x, const float *dy,
+                                            float *dx) {
+    GP_CUDA_FOR(i, n) dx[i] = dy[i] * gelu_grad1(x[i]);
+}
+
+extern "C" gp_status gp_cuda_gelu_backward(gp_device *dev, int64_t rows, int64_t cols,
+                                           const float *x, const float *dy, float *dx,
+                                           float *db) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    if (rows * cols > 0) GP_CUDA_LAUNCH(c, gelu_backward_kernel, rows * cols, rows * cols, x, dy, dx);
+    // The bias gradient sums the rows of dx in order, as the CPU's.
+    return db ? gp_cuda_sum_rows_add(dev, dx, rows, cols, db) : GP_OK;
+}
+
+// --------------------------------------------------------------------------------- dropout
+
+// Element i keeps its value when uniform i of the stream is >= p: the CPU's mask, bit for bit
+// (math.cuh computes the stream as core/rng.c does).
+static __global__ void dropout_kernel(gp_rng_stream st, float p, float scale, int64_t n,
+                                      const float *x, const float *res, float *y) {
+    GP_CUDA_FOR(i, n) {
+        const float u = gp_cuda_uniform(st, (uint64_t)i);
+        const float v = x[i] * (u >= p ? scale : 0.0f);
+        y[i] = res ? res[i] + v : v;
+    }
+}
+
+extern "C" gp_status gp_cuda_dropout(gp_device *dev, const gp_rng_stream *st, float p, int64_t n,
+                                     const float *x, const float *res, float *y) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    const float scale = 1.0f / (1.0f - p);
+    if (n > 0) GP_CUDA_LAUNCH(c, dropout_kernel, n, *st, p, scale, n, x, res, y);
+    return GP_OK;
+}
+
+// ---------------------------------------------------------------------- positional embedding
+
+static __global__ void pos_forward_kernel(int64_t rows, int64_t seq, int64_t dim, const float *x,
+                                          const float *w, float *y) {
+    GP_CUDA_FOR(i, rows * dim) {
+        const int64_t r = i / dim, j = i % dim;
+        y[i] = x[i] + w[(r % seq) * dim + j];
+    }
+}
+
+extern "C" gp_status gp_cuda_pos_embedding_forward(gp_device *dev, int64_t batch, int64_t seq,
+                                                   int64_t dim, const float *x, const float *w,
+                                                   float *y) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    const int64_t n = batch * seq * dim;
+    if (n > 0) GP_CUDA_LAUNCH(c, pos_forward_kernel, n, batch * seq, seq, dim, x, w, y);
+    return GP_OK;
+}
+
+// A thread per element of dw, the batch in order b = 0, 1, ...: the CPU's sums.
+static __global__ void pos_backward_kernel(int64_t batch, int64_t seq, int64_t dim,
+                                           const float *dy, float *dw) {
+    GP_CUDA_FOR(i, seq * dim) {
+        float acc = dw[i];
+        for (int64_t b = 0; b < batch; b++) acc += dy[b * seq * dim + i];
+        dw[i] = acc;
+    }
+}
+
+extern "C" gp_status gp_cuda_pos_embedding_backward(gp_device *dev, int64_t batch, int64_t seq,
+                                                    int64_t dim, const float *dy, float *dw) {
+    gp_status s;
+    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
+    if (!c) return s;
+    if (seq * dim > 0 && batch > 0)
+        GP_CUDA_LAUNCH(c, pos_backward_kernel, seq * dim, batch, seq, dim, dy, dw);
+    return GP_OK;
+}
