@@ -559,6 +559,9 @@ const char *gp_remat_name(gp_remat r);                 /* "cell", "none", "selec
 typedef enum gp_balance { GP_BALANCE_COST = 0, GP_BALANCE_TIME = 1 } gp_balance;
 const char *gp_balance_name(gp_balance b); /* "cost", "time" */
 
+/* The kind of the stage devices a pipeline makes (gp_pipeline_opts.device_type). */
+typedef enum gp_device_type { GP_DEVICE_CPU = 0, GP_DEVICE_CUDA = 1 } gp_device_type;
+
 typedef struct gp_pipeline_opts {
     int stages;        /* K >= 1 (0 means 1) */
     int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */
@@ -601,6 +604,10 @@ typedef struct gp_pipeline_opts {
      * and a model already initialized on one device, that device is used. memory_limit is not
      * applied to the caller's devices: they keep their own limits. */
     gp_device **devices;
+    /* The devices the pipeline makes when devices is NULL: CPU (the default) or CUDA GPUs (stage
+     * shard w on GPU w mod the GPUs visible, memory_limit each; failing as
+     * gp_cuda_device_count does where there is none). Not yet run on a GPU. */
+    gp_device_type device_type;
     /* T >= 1 tensor-parallel shards per stage (0 means 1): the mesh is D x K x T devices. Each
      * layer whose kind has a layout is split over the T shards of its stage (the Transformer
      * block by heads and d_ff, the token embedding and a last linear layer, the vocabulary

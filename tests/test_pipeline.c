@@ -149,6 +149,31 @@ static void errors(void) {
     po.micro_batches = -3;
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
                 "micro-batches -3 must be >= 1");
+    /* schedules that run several cells per stage: their constraints named */
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 3, .schedule = GP_SCHEDULE_INTERLEAVED};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "M = 3 micro-batches is not a multiple of K = 2 stages");
+    po = (gp_pipeline_opts){.stages = 5, .micro_batches = 5, .schedule = GP_SCHEDULE_ZBV};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "stages 5 x 2 cells per stage > 8 layers");
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_ZBV,
+                            .chunks = 3};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "schedule zbv with 3 cells per stage (chunks); expected 2");
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_INTERLEAVED,
+                            .tensor_parallel = 2};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED,
+                "runs on the threads launcher without tensor parallelism");
+    /* stage devices on GPUs: where there is none (or no CUDA in the build), a named refusal */
+    int ngpu = 0;
+    if (gp_cuda_device_count(&ngpu) != GP_OK) {
+        po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .device_type = GP_DEVICE_CUDA};
+        CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED, "CUDA");
+        CHECK(p == NULL);
+    }
+    po = (gp_pipeline_opts){.stages = 2, .device_type = (gp_device_type)7};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "device type 7");
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 3};
     int part[2] = {0, 8};
     po.micro_batches = 3;
     po.partition = part;

@@ -17,7 +17,7 @@ int gp_cli_fail(const char *cmd, const char *what) {
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
     const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline, *prompts;
-    const char *metrics, *curve, *augment, *plan;
+    const char *metrics, *curve, *augment, *plan, *device;
     int devices;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
@@ -98,6 +98,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "0 classifier, 1 language model", 0, false, NULL, false},
         {"--seed", GP_CLI_U64, &o->seed, "S", "seed of initialization, data order and sampling",
          "1", 0, false, NULL, false},
+        {"--device", GP_CLI_CHOICE, &o->device, "cpu|cuda",
+         "where the stages compute: CPU devices, or CUDA GPUs (stage k on GPU k mod the GPUs "
+         "visible; not yet run on a GPU: without one, exits 1 naming why)",
+         "cpu", 0, false, "cpu|cuda", false},
         {"--threads", GP_CLI_THREADS, &o->threads, "N",
          "threads of each device (each stage with --stages), at most the cores this process "
          "may use; the same count gives the same bits",
@@ -357,6 +361,14 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->batch,
                                      t->memory_limit, &t->popts, &t->partition);
     if (rc != GP_CLI_EXIT_OK) return rc;
+    if (o->device && strcmp(o->device, "cuda") == 0) {
+        int ngpu = 0;
+        if (gp_cuda_device_count(&ngpu) != GP_OK) {
+            fprintf(stderr, "gpipe train: --device cuda: %s\n", gp_last_error());
+            return GP_CLI_EXIT_RUNTIME;
+        }
+        t->popts.device_type = GP_DEVICE_CUDA;
+    }
     gp_cli_mpi_apply(&t->place, &t->popts);
     t->threads = gp_cli_device_threads(SEEN("--threads") ? o->threads : 0,
                                        (t->stages > 0 ? t->stages : 1) * T,
@@ -369,10 +381,11 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         if (!SEEN("--partition") && !SEEN("--balance")) USED(" balance=cost");
         if (!SEEN("--pin")) USED(" pin=auto");
     } else {
-        /* One device: each micro-batch's forward then its backward, nothing recomputed. */
+        /* One device: each micro-batch's forward then its backward, nothing recomputed; on the
+         * CPU that is cpu0, which holds the batches; a GPU the pipeline makes. */
         t->popts.schedule = GP_SCHEDULE_1F1B;
         t->popts.remat = GP_REMAT_NONE;
-        t->popts.devices = &t->dev;
+        if (t->popts.device_type == GP_DEVICE_CPU) t->popts.devices = &t->dev;
     }
     /* No output may replace an input or a checkpoint: checked before any work. */
     const gp_cli_path outs[] = {{"--report", o->report, GP_CLI_PATH_READ},

@@ -183,7 +183,15 @@ expect2 "--micro-batches 3: must divide --batch 8" "${LM[@]:0:8}" --micro-batche
 expect2 "--schedule: expected one of gpipe|1f1b|zbh1|interleaved|zbv, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
 expect2 "--remat: expected one of cell|none|selective" "${LM[@]}" --stages 2 --remat all
 expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --partition 0,1
+expect2 "--partition 0,2: 2 entries for --stages 2; expected the first layer of each of the 4 cells" \
+    "${LM[@]}" --stages 2 --schedule interleaved --partition 0,2
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
+# --device cuda: trains where a GPU is; elsewhere exits 1 saying why (no GPU, or no CUDA built in)
+"$GPIPE" train "${LM[@]}" --stages 2 --device cuda >"$TMP/cuda.out" 2>"$TMP/cuda.err"
+rc=$?
+if [ "$rc" -ne 0 ] && { [ "$rc" -ne 1 ] || ! grep -qE -- "--device cuda: (no CUDA GPU available|gpipe was built without CUDA)" "$TMP/cuda.err"; }; then
+    bad "--device cuda: exit $rc, expected 0 or 1 naming why: $(head -c 300 "$TMP/cuda.err")"
+fi
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 0,x
 expect2 "--schedule: only with --stages K" "${LM[@]}" --schedule 1f1b
 expect2 "--balance: only with --stages K" "${LM[@]}" --balance time
