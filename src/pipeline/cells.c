@@ -22,6 +22,80 @@ int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
     return schedule != GP_SCHEDULE_GPIPE && schedule != GP_SCHEDULE_INTERLEAVED && K < M ? K : M;
 }
 
+/* A cell's time as the stages add it: forward + backward, and the forward again when it
+ * recomputes. */
+static double cell_cost(const gp_layer_est *est, const int *first, int c, int K, int L,
+                        const gp_remat *cell_remat) {
+    const int e = c + 1 < K ? first[c + 1] : L;
+    double t = gp_cell_time(est, first[c], e);
+    if (cell_remat && cell_remat[c] == GP_REMAT_CELL)
+        for (int i = first[c]; i < e; i++) t += est[i].fwd_time;
+    return t;
+}
+
+/* The slowest stage's time and the sum of squares of all (the tie-break that lets equal
+ * maxima move towards balance). stage_of[c]: the stage running cell c. */
+static void stage_load(const gp_layer_est *est, const int *first, int K, int L, int S,
+                       const int *stage_of, const gp_remat *cell_remat, double *load,
+                       double *worst, double *squares) {
+    for (int k = 0; k < S; k++) load[k] = 0;
+    for (int c = 0; c < K; c++) load[stage_of[c]] += cell_cost(est, first, c, K, L, cell_remat);
+    *worst = 0;
+    *squares = 0;
+    for (int k = 0; k < S; k++) {
+        if (load[k] > *worst) *worst = load[k];
+        *squares += load[k] * load[k];
+    }
+}
+
+/* With V cells per stage the min-max cells need not make balanced stages (a V puts the first
+ * and the last cell, often light ones, on stage 0): boundaries then move one layer at a time
+ * while the slowest stage gets faster (or, as fast, the stages more even), every cell still
+ * within the limit. A local search, deterministic, not an exact optimum over the stages. */
+static gp_status balance_stages(const gp_partition_req *req, gp_schedule_kind schedule, int V,
+                                int *first, gp_remat *cell_remat) {
+    const int K = req->stages, L = req->nlayers, S = K / V;
+    gp_schedule place = {0};
+    GP_TRY(gp_schedule_init_chunks(&place, S, 1, V,
+                                   schedule == GP_SCHEDULE_ZBV ? GP_PLACE_V_SHAPE : GP_PLACE_LOOP));
+    int *stage_of = malloc((size_t)K * sizeof *stage_of);
+    double *load = malloc((size_t)S * sizeof *load);
+    gp_status st = stage_of && load ? GP_OK
+                                    : gp_error(GP_OUT_OF_MEMORY, "partition: %d cells", K);
+    for (int c = 0; st == GP_OK && c < K; c++) {
+        int v;
+        gp_schedule_place(&place, c, &stage_of[c], &v);
+    }
+    gp_schedule_free(&place);
+    double worst = 0, squares = 0;
+    if (st == GP_OK)
+        stage_load(req->layers, first, K, L, S, stage_of, cell_remat, load, &worst, &squares);
+    for (int round = 0, moved = 1; st == GP_OK && moved && round < 4 * L; round++) {
+        moved = 0;
+        for (int b = 1; b < K && !moved; b++)
+            for (int d = -1; d <= 1 && !moved; d += 2) {
+                const int was = first[b], now = was + d;
+                if (now <= first[b - 1] || now >= (b + 1 < K ? first[b + 1] : L)) continue;
+                first[b] = now;
+                double w, q;
+                /* the limit and each cell's mode (selective) for the moved boundary */
+                if (gp_partition_check(req, first, K) == GP_OK) {
+                    stage_load(req->layers, first, K, L, S, stage_of, cell_remat, load, &w, &q);
+                    if (w < worst * (1 - 1e-12) || (w <= worst && q < squares * (1 - 1e-12))) {
+                        worst = w, squares = q, moved = 1;
+                        continue;
+                    }
+                }
+                first[b] = was;
+            }
+    }
+    /* each cell's mode for the boundaries kept */
+    if (st == GP_OK) st = gp_partition_check(req, first, K);
+    free(stage_of);
+    free(load);
+    return st;
+}
+
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first, gp_remat *cell_remat) {
@@ -85,6 +159,7 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
         s = gp_partition_check(&req, first, K);
     } else {
         s = gp_partition_balance(&req, first, NULL);
+        if (s == GP_OK && V > 1) s = balance_stages(&req, po->schedule, V, first, cell_remat);
     }
     for (int k = 0; split && cell_remat && s == GP_OK && k < K; k++)
         cell_remat[k] = po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE;

@@ -88,7 +88,7 @@ static void title_line(gp_file_out *o, const gp_trace *t, const gp_trace_stats *
         gp_file_out_write(o, ", ");
         put_escaped(o, t->schedule);
     }
-    if (t->chunks > 1) gp_file_out_printf(o, " (V = %d cells per stage)", t->chunks);
+    if (t->chunks > 1) gp_file_out_printf(o, " (V = %d)", t->chunks);
     if (t->remat[0]) {
         gp_file_out_write(o, ", remat ");
         put_escaped(o, t->remat);
