@@ -166,12 +166,12 @@ static void *stage_main(void *arg) {
                 stage_fwd(k, in[m].data, out[m].data);
                 break;
             case GP_ACT_SEND_ACT:
-                TRY_STAGE(gp_transport_send(r->tr, k, k + 1, (gp_msg_tag){GP_MSG_ACT, m}, &out[m]));
+                TRY_STAGE(gp_transport_send(r->tr, k, k + 1, (gp_msg_tag){GP_MSG_ACT, m, 0}, &out[m]));
                 if (out[m].data) tfail(&r->chk, "%s: stage %d mb %d", "send left the tensor", k, m);
                 break;
             case GP_ACT_RECV_ACT: {
                 TRY_STAGE(alloc_act(r, k, &in[m]));
-                TRY_STAGE(gp_transport_recv(r->tr, k, k - 1, (gp_msg_tag){GP_MSG_ACT, m}, &in[m]));
+                TRY_STAGE(gp_transport_recv(r->tr, k, k - 1, (gp_msg_tag){GP_MSG_ACT, m, 0}, &in[m]));
                 float *want = ref_act(k, m, step);
                 if (!same_bits(in[m].data, want, B * width(k)))
                     tfail(&r->chk, "%s: stage %d mb %d", "activation bits differ", k, m);
@@ -180,7 +180,7 @@ static void *stage_main(void *arg) {
             }
             case GP_ACT_RECV_GRAD: {
                 TRY_STAGE(alloc_act(r, k + 1, &gout[m]));
-                TRY_STAGE(gp_transport_recv(r->tr, k, k + 1, (gp_msg_tag){GP_MSG_GRAD, m}, &gout[m]));
+                TRY_STAGE(gp_transport_recv(r->tr, k, k + 1, (gp_msg_tag){GP_MSG_GRAD, m, 0}, &gout[m]));
                 float *want = ref_grad(k + 1, K, m, step);
                 if (!same_bits(gout[m].data, want, B * width(k + 1)))
                     tfail(&r->chk, "%s: stage %d mb %d", "gradient bits differ", k, m);
@@ -207,7 +207,7 @@ static void *stage_main(void *arg) {
                 }
                 break;
             case GP_ACT_SEND_GRAD:
-                TRY_STAGE(gp_transport_send(r->tr, k, k - 1, (gp_msg_tag){GP_MSG_GRAD, m}, &gin[m]));
+                TRY_STAGE(gp_transport_send(r->tr, k, k - 1, (gp_msg_tag){GP_MSG_GRAD, m, 0}, &gin[m]));
                 break;
             case GP_ACT_OPTIMIZER_STEP: {
                 TRY_STAGE(gp_transport_flush(r->tr, k));
@@ -298,7 +298,7 @@ static gp_transport *make(int K, int capacity, double timeout) {
 }
 
 static void test_mismatch(gp_device *d0, gp_device *d1) {
-    gp_msg_tag act0 = {GP_MSG_ACT, 0}, act1 = {GP_MSG_ACT, 1};
+    gp_msg_tag act0 = {GP_MSG_ACT, 0, 0}, act1 = {GP_MSG_ACT, 1, 0};
     /* wrong micro-batch */
     gp_transport *tr = make(2, 2, 5);
     gp_tensor t = tensor_on(d0, gp_shape2(2, 3), 1), r;
@@ -325,7 +325,7 @@ static void test_mismatch(gp_device *d0, gp_device *d1) {
     gp_transport_free(tr);
     tr = make(2, 2, 5);
     t = tensor_on(d1, gp_shape2(2, 3), 1);
-    REQUIRE_OK(gp_transport_send(tr, 1, 0, (gp_msg_tag){GP_MSG_GRAD, 0}, &t));
+    REQUIRE_OK(gp_transport_send(tr, 1, 0, (gp_msg_tag){GP_MSG_GRAD, 0, 0}, &t));
     gp_tensor r0;
     REQUIRE_OK(gp_tensor_alloc(d0, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &r0));
     CHECK_FAILS(gp_transport_recv(tr, 0, 1, act0, &r0), GP_INTERNAL,
@@ -344,29 +344,29 @@ static void test_ownership(gp_device *d0, gp_device *d1) {
     gp_shape sh = gp_shape2(4, 8);
     uint64_t nb = 4 * 8 * sizeof(float);
     gp_tensor a = tensor_on(d0, sh, 10), b = tensor_on(d0, sh, 20), r;
-    REQUIRE_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 0}, &a));
-    REQUIRE_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1}, &b));
+    REQUIRE_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &a));
+    REQUIRE_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1, 0}, &b));
     CHECK(a.data == NULL && !a.owned && b.data == NULL);
     CHECK_EQ_INT(live(d0), 2 * nb);
     REQUIRE_OK(gp_tensor_alloc(d1, GP_MEM_ACTIVATIONS, sh, GP_F32, &r));
-    CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 0}, &r));
+    CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &r));
     CHECK(F32(r)[0] == 10.0f && F32(r)[31] == 41.0f);
     CHECK_EQ_INT(live(d0), 2 * nb); /* received, not yet reclaimed by the sender's thread */
     CHECK_EQ_INT(live(d1), nb);
-    CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 1}, &r));
+    CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 1, 0}, &r));
     CHECK(F32(r)[0] == 20.0f && F32(r)[31] == 51.0f);
     CHECK_OK(gp_transport_flush(tr, 0));
     CHECK_EQ_INT(live(d0), 0);
     /* a view cannot be handed over; bad ranks */
     float buf[4] = {0};
     gp_tensor v = gp_tensor_view(buf, gp_shape1(4), GP_F32);
-    CHECK_FAILS(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 2}, &v), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 2, 0}, &v), GP_INVALID_ARGUMENT,
                 "must be owned");
     gp_tensor c = tensor_on(d0, sh, 0);
-    CHECK_FAILS(gp_transport_send(tr, 0, 0, (gp_msg_tag){GP_MSG_ACT, 2}, &c), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_transport_send(tr, 0, 0, (gp_msg_tag){GP_MSG_ACT, 2, 0}, &c), GP_INVALID_ARGUMENT,
                 "peer 0 must be another rank");
     CHECK(c.data == NULL); /* released on failure too */
-    CHECK_FAILS(gp_transport_recv(tr, 2, 0, (gp_msg_tag){GP_MSG_ACT, 2}, &r), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_transport_recv(tr, 2, 0, (gp_msg_tag){GP_MSG_ACT, 2, 0}, &r), GP_INVALID_ARGUMENT,
                 "rank 2 out of range 0..1");
     CHECK(!gp_transport_aborted(tr, NULL));
     gp_transport_free(tr);
@@ -381,7 +381,7 @@ static void test_timeouts(gp_device *d0) {
     gp_tensor r;
     REQUIRE_OK(gp_tensor_alloc(d0, GP_MEM_ACTIVATIONS, gp_shape1(3), GP_F32, &r));
     double t0 = now_s();
-    CHECK_FAILS(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_GRAD, 3}, &r), GP_IO,
+    CHECK_FAILS(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_GRAD, 3, 0}, &r), GP_IO,
                 "rank 1: timed out after 0.2 s waiting to receive GRAD(mb 3) from rank 0");
     double dt = now_s() - t0;
     CHECK(dt >= timeout * 0.99 && dt < timeout + 1.0);
@@ -390,10 +390,10 @@ static void test_timeouts(gp_device *d0) {
     /* a full mailbox */
     tr = make(2, 1, timeout);
     gp_tensor t = tensor_on(d0, gp_shape1(3), 0);
-    CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 0}, &t));
+    CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &t));
     t = tensor_on(d0, gp_shape1(3), 0);
     t0 = now_s();
-    CHECK_FAILS(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1}, &t), GP_IO,
+    CHECK_FAILS(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1, 0}, &t), GP_IO,
                 "rank 0: timed out after 0.2 s waiting to send ACT(mb 1) to rank 1: its mailbox "
                 "stayed full (capacity 1; rank 1 has not received ACT(mb 0))");
     dt = now_s() - t0;
@@ -427,7 +427,7 @@ static void *blocked_main(void *arg) {
     if (b->what == 0) {
         gp_tensor r;
         b->s = gp_tensor_alloc(b->dev, GP_MEM_ACTIVATIONS, gp_shape1(2), GP_F32, &r);
-        if (b->s == GP_OK) b->s = gp_transport_recv(b->tr, b->rank, 0, (gp_msg_tag){GP_MSG_ACT, 0}, &r);
+        if (b->s == GP_OK) b->s = gp_transport_recv(b->tr, b->rank, 0, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &r);
         gp_tensor_release(&r);
     } else if (b->what == 1) {
         for (int m = 0; m < 2 && b->s == GP_OK; m++) {
@@ -435,7 +435,7 @@ static void *blocked_main(void *arg) {
             b->s = gp_tensor_alloc(b->dev, GP_MEM_ACTIVATIONS, gp_shape1(2), GP_F32, &t);
             if (b->s == GP_OK) {
                 F32(t)[0] = F32(t)[1] = 0;
-                b->s = gp_transport_send(b->tr, b->rank, 1, (gp_msg_tag){GP_MSG_GRAD, m}, &t);
+                b->s = gp_transport_send(b->tr, b->rank, 1, (gp_msg_tag){GP_MSG_GRAD, m, 0}, &t);
             }
         }
     } else {

@@ -163,7 +163,7 @@ static void errors(void) {
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_INTERLEAVED,
                             .tensor_parallel = 2};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED,
-                "runs on the threads launcher without tensor parallelism");
+                "runs without tensor parallelism; this pipeline has T = 2");
     /* stage devices on GPUs: where there is none (or no CUDA in the build), a named refusal */
     int ngpu = 0;
     if (gp_cuda_device_count(&ngpu) != GP_OK) {

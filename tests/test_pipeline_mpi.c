@@ -7,8 +7,11 @@
  * the mesh D x K x T = 2 x 2 x 2 (8 ranks) within 1e-5, read back from the set of whole tensors
  * its shards saved; a launch of the wrong size must fail in gp_pipeline_new with a message
  * naming both sizes; the MPI transport hands a message over bit-exact, refuses one of the wrong
- * shape naming both ranks, and the other rank stops with that rank's message. Skipped (exit 77)
- * without MPI or mpirun. */
+ * shape naming both ranks, and the other rank stops with that rank's message. The two-cell
+ * schedules (interleaved, zbv: a rank runs two cells) give the threads pipeline's bits with
+ * D = 1 and the single device's within 1e-6 with D = 2, and their set of 2K parts (one per cell,
+ * a rank writing two) reads back to the parameters trained. Skipped (exit 77) without MPI or
+ * mpirun. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,14 +95,14 @@ static double max_rel_error(gp_model *a, gp_model *b) {
 }
 
 /* A fresh whole model holding the values of checkpoint set `index`, on its own device. */
-static gp_model *whole_from(gp_test_net net, const char *index) {
+static gp_model *whole_from(gp_test_net net, const char *index, int nparts) {
     gp_model *m = gp_test_net_build(net);
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("whole", &dev));
     REQUIRE_OK(gp_model_init(m, dev, 1));
     gp_checkpoint *c;
     REQUIRE_OK(gp_checkpoint_open(index, &c));
-    CHECK_EQ_INT(gp_checkpoint_nparts(c), 2);
+    CHECK_EQ_INT(gp_checkpoint_nparts(c), nparts);
     REQUIRE_OK(gp_checkpoint_load_layers(c, m, 0, gp_model_nlayers(m), NULL));
     gp_checkpoint_close(c);
     return m;
@@ -140,27 +143,40 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
     REQUIRE_OK(gp_pipeline_bytes_tensor(p, tb, 16));
     REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &got.hash)); /* through every rank's stage */
     char index[512] = "";
-    if (T > 1) {
-        /* A set of whole tensors from the shards, in a folder every rank shares. */
+    const int C = gp_pipeline_cells(p); /* K, or 2K with two cells per stage */
+    if (T > 1 || C > K) {
+        /* A set of whole tensors from the shards (or a part per cell), in a folder every rank
+         * shares. */
         char base[512];
         snprintf(base, sizeof base, "%s/tp-%s", getenv("GP_TEST_MPI_DIR"), name);
         REQUIRE_OK(gp_pipeline_checkpoint_save(p, base, STEPS, NULL, 0, index, sizeof index));
     }
-    /* A rank holds its own stage and nothing more (with shards: its own part, in them). */
+    if (C > K && rank == 0) {
+        gp_model *whole = whole_from(net, index, C);
+        CHECK(gp_test_hash(whole) == got.hash);
+        free_with_device(whole);
+    }
+    /* A rank holds its own stage's cells and nothing more (with shards: its own part, in
+     * them). Interleaved: cells k and k + K; zbv: k and 2K - 1 - k. */
     for (int li = 0; li < gp_model_nlayers(m) && T == 1; li++) {
-        const int first = gp_pipeline_cell_first(p, stage);
-        const int last = stage + 1 < K ? gp_pipeline_cell_first(p, stage + 1) : gp_model_nlayers(m);
+        bool mine = false;
+        for (int c = 0; c < C; c++) {
+            const int on = c < K ? c : sk == GP_SCHEDULE_ZBV ? 2 * K - 1 - c : c - K;
+            const int first = gp_pipeline_cell_first(p, c);
+            const int last = c + 1 < C ? gp_pipeline_cell_first(p, c + 1) : gp_model_nlayers(m);
+            mine = mine || (on == stage && li >= first && li < last);
+        }
         gp_param_info pi;
         for (int i = 0; i < gp_model_nparam_tensors(m); i++)
             if (gp_model_param(m, i, &pi) == GP_OK && pi.layer == li)
-                CHECK((pi.value->data != NULL) == (li >= first && li < last));
+                CHECK((pi.value->data != NULL) == mine);
     }
     if (T > 1 && rank == 0) {
         /* Against the single-device run (D x M micro-batches), through the saved set. */
         outcome want;
         gp_model *ref = NULL;
         reference(net, true, 0, D * M, 1, sk, &want, &ref);
-        gp_model *whole = whole_from(net, index);
+        gp_model *whole = whole_from(net, index, K);
         double err = max_rel_error(whole, ref), lerr = 0;
         for (int s = 0; s < STEPS; s++)
             lerr = fmax(lerr, fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]));
@@ -240,19 +256,19 @@ static int child_header(void) {
     if (k == 0) {
         REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &t));
         memcpy(t.data, want, sizeof want);
-        CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 0}, &t));
+        CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &t));
         REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &u));
-        CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1}, &u));
+        CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1, 0}, &u));
         CHECK_FAILS(gp_transport_barrier(tr, 0), GP_IO,
                     "rank 0 (stage 0): stopped waiting in the all-reduce of 0 values over 2 stages: "
                     "the run was aborted by rank 1 (GP_SHAPE: rank 1 (stage 1): receiving from "
                     "rank 0 (stage 0): expected ACT(mb 1) float32 (2, 4)");
     } else {
         REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &t));
-        CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 0}, &t));
+        CHECK_OK(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &t));
         CHECK(memcmp(t.data, want, sizeof want) == 0);
         REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 4), GP_F32, &u));
-        CHECK_FAILS(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 1}, &u), GP_SHAPE,
+        CHECK_FAILS(gp_transport_recv(tr, 1, 0, (gp_msg_tag){GP_MSG_ACT, 1, 0}, &u), GP_SHAPE,
                     "rank 1 (stage 1): receiving from rank 0 (stage 0): expected ACT(mb 1) float32 "
                     "(2, 4), but rank 0 (stage 0) sent ACT(mb 1) float32 (2, 3)");
         gp_tensor_release(&t);
@@ -301,6 +317,9 @@ static int run_child(const char *c) {
     if (!strcmp(c, "transformer-d2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 1, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "convnet-d2")) return child(c, GP_TEST_CONVNET, 2, 2, 2, 1, GP_SCHEDULE_ZBH1);
     if (!strcmp(c, "transformer-k2t2")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 2, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "transformer-interleaved")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 1, GP_SCHEDULE_INTERLEAVED);
+    if (!strcmp(c, "convnet-zbv")) return child(c, GP_TEST_CONVNET, 1, 2, 4, 1, GP_SCHEDULE_ZBV);
+    if (!strcmp(c, "transformer-d2-zbv")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 1, GP_SCHEDULE_ZBV);
     if (!strcmp(c, "transformer-d2k2t2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 2, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "mismatch")) return child_mismatch();
     if (!strcmp(c, "header")) return child_header();
@@ -332,13 +351,19 @@ int main(int argc, char **argv) {
     /* The tensor-parallel cases save a set of whole tensors here (the ranks share the folder). */
     gp_scratch_init("test_pipeline_mpi");
     setenv("GP_TEST_MPI_DIR", gp_scratch_dir(), 1);
-    static const char *const tp_cases[] = {"transformer-k2t2", "transformer-d2k2t2"};
-    for (int i = 0; i < 2; i++) {
+    static const struct {
+        const char *name;
+        int parts;
+    } saving[] = {{"transformer-k2t2", 2}, {"transformer-d2k2t2", 2},
+                  {"transformer-interleaved", 4}, {"convnet-zbv", 4},
+                  {"transformer-d2-zbv", 4}};
+    for (size_t i = 0; i < sizeof saving / sizeof *saving; i++) {
         char f[256];
-        snprintf(f, sizeof f, "tp-%s.safetensors.index.json", tp_cases[i]);
+        snprintf(f, sizeof f, "tp-%s.safetensors.index.json", saving[i].name);
         gp_scratch_remember(gp_scratch_path(f));
-        for (int k = 1; k <= 2; k++) {
-            snprintf(f, sizeof f, "tp-%s-%05d-of-00002.safetensors", tp_cases[i], k);
+        for (int k = 1; k <= saving[i].parts; k++) {
+            snprintf(f, sizeof f, "tp-%s-%05d-of-%05d.safetensors", saving[i].name, k,
+                     saving[i].parts);
             gp_scratch_remember(gp_scratch_path(f));
         }
     }
@@ -347,6 +372,7 @@ int main(int argc, char **argv) {
         int np;
     } cases[] = {{"transformer-d1", 2}, {"convnet-d1", 2},        {"transformer-d2", 4},
                  {"convnet-d2", 4},     {"transformer-k2t2", 4}, {"transformer-d2k2t2", 8},
+                 {"transformer-interleaved", 2}, {"convnet-zbv", 2}, {"transformer-d2-zbv", 4},
                  {"mismatch", 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char cmd[8192];

@@ -14,7 +14,7 @@
 #define HEADER_MAGIC 0x67704d31 /* "gpM1" */
 
 typedef struct msg_header {
-    int32_t magic, kind, mb, dtype, ndim, pad;
+    int32_t magic, kind, mb, dtype, ndim, link;
     int64_t dim[GP_MAX_DIMS];
     uint64_t nbytes, seq; /* payload bytes; position on the link */
 } msg_header;
@@ -64,13 +64,20 @@ static gp_status reclaim(mpi_ctx *c) {
     return GP_OK;
 }
 
-static int pending_on(const mpi_ctx *c, int peer, int *oldest) {
+/* Messages in flight on one link: to peer, of one kind and link number. */
+static int pending_on(const mpi_ctx *c, int peer, gp_msg_tag tag, int *oldest) {
     int n = 0;
     *oldest = -1;
     for (int i = 0; i < c->npend; i++)
-        if (c->pend[i].peer == peer && n++ == 0) *oldest = i;
+        if (c->pend[i].peer == peer && c->pend[i].hdr.kind == (int32_t)tag.kind &&
+            c->pend[i].hdr.link == tag.link && n++ == 0)
+            *oldest = i;
     return n;
 }
+
+/* The MPI tags of a message's header and payload: one pair per kind and link. */
+static int tag_hdr(gp_msg_tag tag) { return GP_MPI_TAG_HDR + 2 * (int)tag.kind + 4 * tag.link; }
+static int tag_data(gp_msg_tag tag) { return GP_MPI_TAG_DATA + 2 * (int)tag.kind + 4 * tag.link; }
 
 /* Waits for both sends of pending message i. */
 static gp_status wait_pending(mpi_ctx *c, int i, double deadline, const char *who,
@@ -94,7 +101,7 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     /* At most `capacity` messages in flight per link, as with threads. */
     double deadline = gp_mpi_deadline(c->sh);
     int oldest;
-    while (s == GP_OK && pending_on(c, peer, &oldest) >= c->capacity) {
+    while (s == GP_OK && pending_on(c, peer, tag, &oldest) >= c->capacity) {
         s = wait_pending(c, oldest, deadline, who, doing);
         if (s == GP_OK) s = reclaim(c);
     }
@@ -117,13 +124,13 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     size_t nbytes = gp_tensor_nbytes(&p->t);
     p->hdr = (msg_header){.magic = HEADER_MAGIC, .kind = (int32_t)tag.kind, .mb = tag.mb,
                           .dtype = (int32_t)p->t.dtype, .ndim = p->t.shape.ndim,
-                          .nbytes = nbytes, .seq = c->sent[peer]++};
+                          .link = tag.link, .nbytes = nbytes, .seq = c->sent[peer]++};
     for (int d = 0; d < GP_MAX_DIMS; d++) p->hdr.dim[d] = p->t.shape.dim[d];
-    int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, GP_MPI_TAG_HDR + 2 * tag.kind,
-                       c->comm, &p->req[0]);
+    int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, tag_hdr(tag), c->comm,
+                       &p->req[0]);
     if (rc == MPI_SUCCESS)
-        rc = MPI_Isend(p->t.data, (int)nbytes, MPI_BYTE, peer, GP_MPI_TAG_DATA + 2 * tag.kind,
-                       c->comm, &p->req[1]);
+        rc = MPI_Isend(p->t.data, (int)nbytes, MPI_BYTE, peer, tag_data(tag), c->comm,
+                       &p->req[1]);
     if (rc != MPI_SUCCESS) {
         char es[MPI_MAX_ERROR_STRING];
         int len = 0;
@@ -150,8 +157,8 @@ static gp_status check_header(const mpi_ctx *c, const msg_header *h, int rank, i
                         who, want, them, (unsigned)h->magic);
     gp_shape hs = {.ndim = h->ndim};
     for (int d = 0; d < h->ndim; d++) hs.dim[d] = h->dim[d];
-    gp_msg_tag htag = {(gp_msg_kind)h->kind, h->mb};
-    bool tag_ok = htag.kind == tag.kind && htag.mb == tag.mb;
+    gp_msg_tag htag = {(gp_msg_kind)h->kind, h->mb, h->link};
+    bool tag_ok = htag.kind == tag.kind && htag.mb == tag.mb && htag.link == tag.link;
     bool shape_ok = h->dtype == (int32_t)out->dtype && gp_shape_equal(&hs, &out->shape) &&
                     h->nbytes == gp_tensor_nbytes(out);
     if (tag_ok && shape_ok) return GP_OK;
@@ -179,8 +186,7 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     double deadline = gp_mpi_deadline(c->sh);
     msg_header h;
     MPI_Request req;
-    if (MPI_Irecv(&h, (int)sizeof h, MPI_BYTE, peer, GP_MPI_TAG_HDR + 2 * tag.kind, c->comm,
-                  &req) != MPI_SUCCESS)
+    if (MPI_Irecv(&h, (int)sizeof h, MPI_BYTE, peer, tag_hdr(tag), c->comm, &req) != MPI_SUCCESS)
         return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
     GP_TRY(gp_mpi_wait(c->sh, &req, deadline, who, doing));
     gp_status s = check_header(c, &h, rank, peer, tag, out);
@@ -188,8 +194,8 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
         return s;
     }
-    if (MPI_Irecv(out->data, (int)h.nbytes, MPI_BYTE, peer, GP_MPI_TAG_DATA + 2 * tag.kind,
-                  c->comm, &req) != MPI_SUCCESS)
+    if (MPI_Irecv(out->data, (int)h.nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &req) !=
+        MPI_SUCCESS)
         return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
     GP_TRY(gp_mpi_wait(c->sh, &req, deadline, who, doing));
     c->got[peer]++;
@@ -206,7 +212,8 @@ static gp_status mpi_flush(void *ctx, int rank) {
         pending *p = &c->pend[0];
         who_str(c, p->peer, them, sizeof them);
         snprintf(doing, sizeof doing, "waiting for %s to take %s (flush)", them,
-                 gp_msg_tag_str((gp_msg_tag){(gp_msg_kind)p->hdr.kind, p->hdr.mb}, ts, sizeof ts));
+                 gp_msg_tag_str((gp_msg_tag){(gp_msg_kind)p->hdr.kind, p->hdr.mb, p->hdr.link}, ts,
+                                sizeof ts));
         GP_TRY(wait_pending(c, 0, deadline, who, doing));
         GP_TRY(reclaim(c));
     }

@@ -172,7 +172,7 @@ static gp_status th_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tenso
 /* Compares the message's header with what the receiver expects; the message names both sides. */
 static gp_status check_header(const message *m, int rank, int peer, gp_msg_tag tag,
                               const gp_tensor *out) {
-    bool tag_ok = m->tag.kind == tag.kind && m->tag.mb == tag.mb;
+    bool tag_ok = m->tag.kind == tag.kind && m->tag.mb == tag.mb && m->tag.link == tag.link;
     bool shape_ok = m->t.dtype == out->dtype && gp_shape_equal(&m->t.shape, &out->shape);
     if (tag_ok && shape_ok) return GP_OK;
     char want[32], got[32], wshape[96], gshape[96];

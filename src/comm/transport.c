@@ -8,7 +8,10 @@
 
 char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n) {
     const char *kind = tag.kind == GP_MSG_ACT ? "ACT" : tag.kind == GP_MSG_GRAD ? "GRAD" : "?";
-    snprintf(buf, n, "%s(mb %d)", kind, tag.mb);
+    if (tag.link)
+        snprintf(buf, n, "%s(mb %d, link %d)", kind, tag.mb, tag.link);
+    else
+        snprintf(buf, n, "%s(mb %d)", kind, tag.mb);
     return buf;
 }
 
@@ -30,9 +33,11 @@ static gp_status check_ranks(const gp_transport *tr, const char *what, int rank,
 }
 
 static gp_status check_tag(const char *what, int rank, gp_msg_tag tag) {
-    if ((int)tag.kind < 0 || tag.kind >= GP_MSG_NKINDS || tag.mb < 0)
-        return gp_error(GP_INVALID_ARGUMENT, "%s by rank %d: bad tag (kind %d, micro-batch %d)",
-                        what, rank, (int)tag.kind, tag.mb);
+    if ((int)tag.kind < 0 || tag.kind >= GP_MSG_NKINDS || tag.mb < 0 || tag.link < 0 ||
+        tag.link >= GP_MSG_MAX_LINKS)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "%s by rank %d: bad tag (kind %d, micro-batch %d, link %d)", what, rank,
+                        (int)tag.kind, tag.mb, tag.link);
     return GP_OK;
 }
 

@@ -19,10 +19,13 @@ typedef enum gp_msg_kind {
 
 typedef struct gp_msg_tag {
     gp_msg_kind kind;
-    int mb; /* micro-batch, >= 0 */
+    int mb;   /* micro-batch, >= 0 */
+    int link; /* which of the links between the two ranks (0 to GP_MSG_MAX_LINKS - 1): 0, but
+               * where ranks run several cells (gp_transport_cells_new) */
 } gp_msg_tag;
+#define GP_MSG_MAX_LINKS 4096
 
-/* "ACT(mb 3)"; returns buf. */
+/* "ACT(mb 3)", "ACT(mb 3, link 2)"; returns buf. */
 char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n);
 
 /* An implementation's functions. Every member is required unless marked optional. `rank` is the caller
@@ -77,8 +80,9 @@ void gp_transport_free(gp_transport *tr);
  * - recv copies the next message on the link peer -> rank into out, which the receiver has
  *   allocated (or viewed) with the EXPECTED shape and dtype. The message's header (kind,
  *   micro-batch, shape, dtype) is checked before a byte is copied.
- * Links are FIFO: the n-th recv on peer -> rank takes the n-th send on it. A send blocks while
- * `capacity` messages on its link are not yet received. */
+ * Links are FIFO: the n-th recv on peer -> rank takes the n-th send on it (with the same link
+ * number: each number is a link of its own). A send blocks while `capacity` messages on its link
+ * are not yet received. */
 gp_status gp_transport_send(gp_transport *tr, int rank, int peer, gp_msg_tag tag, gp_tensor *t);
 gp_status gp_transport_recv(gp_transport *tr, int rank, int peer, gp_msg_tag tag, gp_tensor *out);
 /* Waits until every message that rank sent has been received, and releases their buffers: call
@@ -107,6 +111,16 @@ gp_status gp_transport_allgather_f32(gp_transport *tr, int rank, const float *x,
                                      float *out);
 gp_status gp_transport_reduce_scatter_f32(gp_transport *tr, int rank, const float *x, int64_t n,
                                           float *out);
+
+/* Cells over ranks: a transport whose ranks are the K V cells of a pipeline whose stages run V
+ * cells each, over `inner`, whose ranks are the stages (rank_of[c]: cell c's stage, copied). A
+ * message between cells c and c + 1 travels between their stages on link c (so the links of
+ * several cells between two stages stay apart, each FIFO with its own capacity), or, when both
+ * cells are on one stage, from that stage to itself. Point-to-point only: the collectives fail
+ * (a stage's cells are not ranks of their own there). Borrows inner, which must outlive it;
+ * gp_transport_free frees the adapter alone. */
+gp_status gp_transport_cells_new(gp_transport *inner, int ncells, const int *rank_of,
+                                 gp_transport **out);
 
 /* Marks the run failed by `rank` (callable from any thread, once or many times: the first wins).
  * Every rank blocked in the transport wakes, and every later blocking call fails at once, with

@@ -1,6 +1,7 @@
 /* The launcher of one stage shard per MPI process: the mesh of D data-parallel replicas x K
  * stages x T tensor-parallel shards, each replica on its slice of the mini-batch. A rank holds
- * its own stage's shard and nothing more. Its hooks sum the shard's gradients over the replicas
+ * its own stage's shard and nothing more (with V cells per stage: its V cells, over a transport
+ * of cells laid on the stages'). Its hooks sum the shard's gradients over the replicas
  * in buckets that are slices of its gradient block, started during the last backward as their
  * layers finish; the norms and losses meet in one fixed-order all-reduce. Evaluation and the
  * parameter hash stream through the stages of replica 0 (each stage's shards together), and
@@ -21,6 +22,7 @@
 
 typedef struct mpi_launch {
     gp_grid *grid;
+    gp_transport *cells; /* V > 1: the cells' transport over the grid's pipe (owned) */
     gp_tensor xv, yv; /* this replica's rows of the step's mini-batch (views) */
     int dp_mark;      /* layers [dp_mark, last) are in buckets already started */
     int64_t dp_bucket; /* floats that make a bucket */
@@ -87,7 +89,7 @@ static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
 
 /* ------------------------------------------------------------------- step */
 
-/* The stage's transport calls as WAIT events (named by what they moved): over MPI a call's
+/* The cell's transport calls as WAIT events (named by what they moved): over MPI a call's
  * blocking and its transfer cannot be told apart, and the transfer through shared memory or a
  * NIC is the smaller part, so the whole call counts as idle time. */
 static gp_status trace_calls(gp_stage *s) {
@@ -96,6 +98,7 @@ static gp_status trace_calls(gp_stage *s) {
     gp_pipeline *p = s->p;
     int k = s->k;
     bool sends[GP_MSG_NKINDS] = {k < p->K - 1, k > 0}, recvs[GP_MSG_NKINDS] = {k > 0, k < p->K - 1};
+    gp_trace_set_chunk(&p->trace, s->w, s->chunk);
     for (int mb = 0; mb < p->M; mb++)
         for (int j = 0; j < GP_MSG_NKINDS; j++) {
             const comm_times *c = &s->ct[mb];
@@ -106,6 +109,7 @@ static gp_status trace_calls(gp_stage *s) {
                 GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->recv_b[j],
                                     c->recv_e[j], names[1][j]));
         }
+    gp_trace_set_chunk(&p->trace, s->w, 0);
     return GP_OK;
 }
 
@@ -121,13 +125,14 @@ static gp_status mpi_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y
     p->b = rows / p->M;
     p->mb0 = p->replica * p->M;
     gp_stage *s = my_stage(p);
-    GP_TRY(gp_stage_begin_step(s));
+    for (int v = 0; v < p->V; v++) GP_TRY(gp_stage_begin_step(gp_chunk_of(p, s, v)));
     gp_trace_reset(&p->trace);
     gp_grid_bytes_reset(l->grid);
     const double t0 = gp_now();
     gp_stage_run(s);
     p->step_s = gp_now() - t0;
-    if (s->status == GP_OK) s->status = trace_calls(s);
+    for (int v = 0; v < p->V && s->status == GP_OK; v++)
+        s->status = trace_calls(gp_chunk_of(p, s, v));
     if (s->status != GP_OK) return gp_error(s->status, "%s", s->msg);
     *loss = (float)s->loss;
     return GP_OK;
@@ -156,7 +161,7 @@ static gp_status share_from(mpi_launch *l, int root, int rank, const void *mine,
 static gp_status recv_from_prev(gp_pipeline *p, gp_stage *s, gp_shape shape, gp_dtype dt,
                                 gp_tensor *t) {
     GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, shape, dt, t));
-    gp_status st = gp_transport_recv(p->tr, s->k, s->k - 1, (gp_msg_tag){GP_MSG_ACT, 0}, t);
+    gp_status st = gp_transport_recv(p->tr, s->k, s->k - 1, (gp_msg_tag){GP_MSG_ACT, 0, 0}, t);
     if (st != GP_OK) gp_tensor_release(t);
     return st;
 }
@@ -187,8 +192,34 @@ static gp_status last_logits(gp_pipeline *p, gp_stage *s, const gp_tensor *out, 
     return st;
 }
 
-/* Replica 0's stages pass x forward in eval mode (each stage's shards together, shard t to
- * shard t); the last one's logits reach every rank. */
+/* Replica 0's world rank that runs the last cell (its shard 0): where results come from. */
+static int last_cell_rank(const gp_pipeline *p) {
+    return gp_worker((gp_pipeline *)p, p->K - 1, 0)->dk * p->T;
+}
+
+/* Cell s's part of the eval pass: its input (the batch, or the previous cell's output), its
+ * layers, then its output on to the next cell or, from the last, the logits into host. */
+static gp_status predict_cell(gp_pipeline *p, gp_stage *s, const gp_tensor *x, void *host,
+                              size_t nbytes) {
+    const int64_t B = x->shape.dim[0];
+    gp_tensor in = {0}, out = {0};
+    gp_shape in_shape;
+    gp_status st = gp_model_shape(p->m, s->first - 1, B, &in_shape);
+    if (st == GP_OK)
+        st = s->k == 0 ? gp_stage_input_rows(s, x, 0, B, &in)
+                       : recv_from_prev(p, s, in_shape, GP_F32, &in);
+    if (st == GP_OK) st = eval_range(p, s, &in, &out);
+    gp_tensor_release(&in);
+    if (st == GP_OK && s->k < p->K - 1)
+        st = gp_transport_send(p->tr, s->k, s->k + 1, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &out);
+    else if (st == GP_OK)
+        st = last_logits(p, s, &out, host, nbytes);
+    gp_tensor_release(&out);
+    return st;
+}
+
+/* Replica 0's stages pass x forward in eval mode, cell after cell (each stage's shards
+ * together, shard t to shard t); the last cell's logits reach every rank. */
 static gp_status mpi_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *logits) {
     mpi_launch *l = p->launch;
     gp_stage *s = my_stage(p);
@@ -197,24 +228,14 @@ static gp_status mpi_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *logi
     if (!host) return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_predict: %zu bytes", nbytes);
     gp_status st = GP_OK;
     if (p->replica == 0) {
-        const int64_t B = x->shape.dim[0];
-        gp_tensor in = {0}, out = {0};
-        gp_shape in_shape;
-        st = gp_model_shape(p->m, s->first - 1, B, &in_shape);
-        if (st == GP_OK)
-            st = s->k == 0 ? gp_stage_input_rows(s, x, 0, B, &in)
-                           : recv_from_prev(p, s, in_shape, GP_F32, &in);
-        if (st == GP_OK) st = eval_range(p, s, &in, &out);
-        gp_tensor_release(&in);
-        if (st == GP_OK && s->k < p->K - 1)
-            st = gp_transport_send(p->tr, s->k, s->k + 1, (gp_msg_tag){GP_MSG_ACT, 0}, &out);
-        else if (st == GP_OK)
-            st = last_logits(p, s, &out, host, nbytes);
-        gp_tensor_release(&out);
-        if (st == GP_OK) st = gp_transport_flush(p->tr, s->k);
+        for (int c = 0; c < p->K && st == GP_OK; c++)
+            if (gp_worker(p, c, s->t)->run_here)
+                st = predict_cell(p, gp_worker(p, c, s->t), x, host, nbytes);
+        for (int v = 0; v < p->V && st == GP_OK; v++)
+            st = gp_transport_flush(p->tr, gp_chunk_of(p, s, v)->k);
         if (st != GP_OK) gp_grid_abort(l->grid, st, gp_last_error());
     }
-    if (st == GP_OK) st = share_from(l, (p->K - 1) * p->T, p->rank, host, nbytes, host);
+    if (st == GP_OK) st = share_from(l, last_cell_rank(p), p->rank, host, nbytes, host);
     if (st == GP_OK) st = gp_tensor_from_host(logits, host, nbytes);
     free(host);
     return st == GP_OK ? GP_OK : gp_error_context(st, "gp_pipeline_predict (rank %d)", p->rank);
@@ -234,10 +255,12 @@ static gp_status hash_stage(gp_pipeline *p, gp_stage *s, uint64_t *state) {
 /* The FNV-1a state travels from stage to stage (shard 0 to shard 0) as two int32 words. */
 static gp_status mpi_params_hash(gp_pipeline *p, uint64_t *h) {
     mpi_launch *l = p->launch;
-    gp_stage *s = my_stage(p);
+    gp_stage *me = my_stage(p);
     uint64_t state = GP_FNV1A64_INIT;
     gp_status st = GP_OK;
-    if (p->replica == 0) {
+    for (int c = 0; p->replica == 0 && c < p->K && st == GP_OK; c++) {
+        gp_stage *s = gp_worker(p, c, me->t);
+        if (!s->run_here) continue;
         gp_tensor t = {0};
         const bool chain = s->t == 0;
         if (s->k > 0 && chain) {
@@ -250,14 +273,16 @@ static gp_status mpi_params_hash(gp_pipeline *p, uint64_t *h) {
             st = gp_tensor_alloc(s->dev, GP_MEM_WORKSPACE, gp_shape1(2), GP_I32, &t);
             if (st == GP_OK) st = gp_tensor_from_host(&t, &state, sizeof state);
             if (st == GP_OK)
-                st = gp_transport_send(p->tr, s->k, s->k + 1, (gp_msg_tag){GP_MSG_ACT, 0}, &t);
+                st = gp_transport_send(p->tr, s->k, s->k + 1, (gp_msg_tag){GP_MSG_ACT, 0, 0}, &t);
             gp_tensor_release(&t);
         }
-        if (st == GP_OK) st = gp_transport_flush(p->tr, s->k);
+    }
+    if (p->replica == 0) {
+        for (int v = 0; v < p->V && st == GP_OK; v++)
+            st = gp_transport_flush(p->tr, gp_chunk_of(p, me, v)->k);
         if (st != GP_OK) gp_grid_abort(l->grid, st, gp_last_error());
     }
-    if (st == GP_OK)
-        st = share_from(l, (p->K - 1) * p->T, p->rank, &state, sizeof state, &state);
+    if (st == GP_OK) st = share_from(l, last_cell_rank(p), p->rank, &state, sizeof state, &state);
     if (st == GP_OK) *h = state;
     return st == GP_OK ? GP_OK : gp_error_context(st, "gp_pipeline_params_fnv1a64 (rank %d)", p->rank);
 }
@@ -312,6 +337,7 @@ static gp_status add_gathered(gp_pipeline *p, const char *all, const size_t *off
             gp_trace_event e;
             memcpy(&e, all + off[r] + sizeof hr + (size_t)i * sizeof e, sizeof e);
             if (e.t_end < e.t_begin) continue; /* left open by a failure */
+            gp_trace_set_chunk(&p->trace, r, e.chunk);
             s = gp_trace_add(&p->trace, r, e.kind, e.micro_batch, e.t_begin + shift,
                              e.t_end + shift, e.label);
         }
@@ -354,6 +380,7 @@ static gp_status mpi_gather(gp_pipeline *p) {
 static void mpi_free(gp_pipeline *p) {
     mpi_launch *l = p->launch;
     if (!l) return;
+    gp_transport_free(l->cells);
     gp_grid_free(l->grid);
     free(l);
     p->launch = NULL;
@@ -378,8 +405,20 @@ gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
     p->launch = l;
     p->launcher = &mpi_iface;
     p->D = po->data_parallel ? po->data_parallel : 1;
-    GP_TRY(gp_grid_new(p->D, p->K, p->T, po->comm_timeout_s, &l->grid));
+    GP_TRY(gp_grid_new(p->D, p->nstages, p->T, po->comm_timeout_s, &l->grid));
     p->tr = gp_grid_pipe(l->grid);
+    if (p->V > 1) { /* the pipe's ranks are the stages; the cells talk over them */
+        int *rank_of = malloc((size_t)p->K * sizeof *rank_of);
+        if (!rank_of) return gp_error(GP_OUT_OF_MEMORY, "pipeline: %d cells", p->K);
+        for (int c = 0; c < p->K; c++) {
+            int v;
+            gp_schedule_place(&p->sched, c, &rank_of[c], &v);
+        }
+        gp_status s = gp_transport_cells_new(p->tr, p->K, rank_of, &l->cells);
+        free(rank_of);
+        GP_TRY(s);
+        p->tr = l->cells;
+    }
     p->rank = gp_grid_world_rank(l->grid);
     p->nranks = gp_grid_world_size(l->grid);
     p->my_stage = gp_grid_stage(l->grid);
@@ -414,13 +453,18 @@ gp_status gp_launch_mpi_agree_cells(gp_pipeline *p, int *first) {
     for (int k = 0; s == GP_OK && k < p->K; k++) first[k] = (int)v[k];
     free(v);
     if (s != GP_OK) return gp_error_context(s, "pipeline: agreeing on rank 0's cells");
-    const int k = p->my_stage, last = k + 1 < p->K ? first[k + 1] : p->m->nlayers;
     const gp_model *sm = p->T > 1 ? p->shard[p->my_shard] : p->m; /* this rank's shapes */
     int64_t n = 0;
-    for (int li = first[k]; li < last; li++)
-        for (int j = 0; j < sm->layers[li]->nparams; j++)
-            if (sm->layers[li]->params[j].trainable)
-                n += gp_shape_nelem(&sm->layers[li]->params[j].shape);
+    for (int c = 0; c < p->K; c++) { /* this rank's cells */
+        int dk, v;
+        gp_schedule_place(&p->sched, c, &dk, &v);
+        if (dk != p->my_stage) continue;
+        const int last = c + 1 < p->K ? first[c + 1] : p->m->nlayers;
+        for (int li = first[c]; li < last; li++)
+            for (int j = 0; j < sm->layers[li]->nparams; j++)
+                if (sm->layers[li]->params[j].trainable)
+                    n += gp_shape_nelem(&sm->layers[li]->params[j].shape);
+    }
     l->dp_bucket = n / 4 < DP_BUCKET_FLOATS ? n / 4 : DP_BUCKET_FLOATS;
     return GP_OK;
 }

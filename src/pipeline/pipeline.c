@@ -77,12 +77,11 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
                         "pipeline: stages %d x %d cells per stage > %d layers (each cell needs at "
                         "least one layer)",
                         *K, *V, m->nlayers);
-    if (*V > 1 && (*T > 1 || po->launcher != GP_LAUNCHER_THREADS))
+    if (*V > 1 && *T > 1)
         return gp_error(GP_UNSUPPORTED,
-                        "pipeline: schedule %s (%d cells per stage) runs on the threads launcher "
-                        "without tensor parallelism; this pipeline has T = %d on the %s launcher",
-                        gp_schedule_kind_name(po->schedule), *V, *T,
-                        gp_launcher_name(po->launcher));
+                        "pipeline: schedule %s (%d cells per stage) runs without tensor "
+                        "parallelism; this pipeline has T = %d",
+                        gp_schedule_kind_name(po->schedule), *V, *T);
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
         po->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -210,7 +209,7 @@ static gp_status init_stages(gp_pipeline *p, const gp_pipeline_opts *po, uint64_
         s->m = p->T > 1 ? p->shard[s->t] : m;
         s->first = p->first[k];
         s->last = k + 1 < p->K ? p->first[k + 1] : m->nlayers;
-        s->run_here = (p->my_stage < 0 || p->my_stage == k) &&
+        s->run_here = (p->my_stage < 0 || p->my_stage == s->dk) &&
                       (p->my_shard < 0 || p->my_shard == s->t);
         if (p->T > 1) gp_mesh_group(s);
     }
@@ -282,12 +281,12 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->nranks = 1;
     p->my_stage = -1;
     p->my_shard = -1;
-    /* The launcher first: a mismatched MPI launch fails before any work. */
-    gp_status s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po)
-                                                  : gp_launch_local_init(p, po);
-    if (s == GP_OK)
-        s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), stages, M, V, &p->sched);
+    /* The schedule (the launchers place the cells by it), then the launcher: a mismatched MPI
+     * launch fails before any work. */
+    gp_status s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), stages, M, V, &p->sched);
     if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
+    if (s == GP_OK)
+        s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po) : gp_launch_local_init(p, po);
     if (s == GP_OK) s = gp_mesh_setup(p);
     if (s == GP_OK) s = choose_partition(p, po);
     if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_agree_cells(p, p->first);

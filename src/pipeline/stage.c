@@ -310,7 +310,7 @@ static gp_status timed_send(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_
     c->send_seq[kind] = s->nsent[kind];
     s->sent_mb[kind][s->nsent[kind]++] = mb;
     c->send_b[kind] = gp_trace_time(&s->p->trace);
-    gp_status st = gp_transport_send(s->pipe, s->k, peer, (gp_msg_tag){kind, mb}, t);
+    gp_status st = gp_transport_send(s->pipe, s->k, peer, (gp_msg_tag){kind, mb, 0}, t);
     c->send_e[kind] = gp_trace_time(&s->p->trace);
     return st;
 }
@@ -318,7 +318,7 @@ static gp_status timed_send(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_
 static gp_status timed_recv(gp_stage *s, int peer, gp_msg_kind kind, int mb, gp_tensor *out) {
     comm_times *c = &s->ct[mb];
     c->recv_b[kind] = gp_trace_time(&s->p->trace);
-    gp_status st = gp_transport_recv(s->pipe, s->k, peer, (gp_msg_tag){kind, mb}, out);
+    gp_status st = gp_transport_recv(s->pipe, s->k, peer, (gp_msg_tag){kind, mb, 0}, out);
     c->recv_e[kind] = gp_trace_time(&s->p->trace);
     return st;
 }

@@ -6,6 +6,8 @@
 # - resharding: a set saved under MPI K = 2 resumes on threads with K = 1 and 3 and on one
 #   device, and under MPI with K = 3; a one-file checkpoint saved on threads with K = 4 resumes
 #   under MPI K = 2; all continue bit-identically; gpipe eval/sample read the index;
+# - two cells per stage: an interleaved MPI run (K = 2) writes a part per cell (4, two by each
+#   rank) and a zbv MPI run resumes the set, bit-identically;
 # - the reference Python `safetensors` package reads every part, and the index's sizes,
 #   CRC-32s and weight_map agree with the parts;
 # - --keep removes whole sets; parts without an index (a save cut short) are removed on resume;
@@ -70,6 +72,13 @@ run k4 "${LM[@]}" --stages 4 --checkpoint-dir "$TMP/k4" --stop-after 3
 cli_mpirun k4to2 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/k4" --resume --report "$TMP/k4to2.json" &&
     cli_same_run straight k4to2
 [ -f "$TMP/k4/ckpt-00000008.safetensors.index.json" ] || bad "MPI after a one-file checkpoint: $(files "$TMP/k4")"
+
+# --- two cells per stage: interleaved under MPI (a part per cell) -> zbv under MPI -------------
+cli_mpirun il 2 "${LM[@]}" --stages 2 --schedule interleaved --checkpoint-dir "$TMP/il" --stop-after 4
+[ "$(files "$TMP/il")" = "ckpt-00000004-00001-of-00004.safetensors ckpt-00000004-00002-of-00004.safetensors ckpt-00000004-00003-of-00004.safetensors ckpt-00000004-00004-of-00004.safetensors ckpt-00000004.safetensors.index.json " ] ||
+    bad "the interleaved set's files: $(files "$TMP/il")"
+cli_mpirun il2zbv 2 "${LM[@]}" --stages 2 --schedule zbv --checkpoint-dir "$TMP/il" --resume \
+    --report "$TMP/il2zbv.json" && cli_same_run straight il2zbv
 
 # --- D = 2 (4 ranks): the replicas' sums differ from D = 1 by rounding, so a D = 2 reference ---
 D2=("${LM[@]:0:8}" --micro-batches 2 "${LM[@]:10}" --stages 2 --data-parallel 2)
