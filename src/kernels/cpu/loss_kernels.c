@@ -58,18 +58,8 @@ gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, con
                               const int32_t *labels, double normalizer, double *loss,
                               float *dlogits) {
     int64_t counted = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        if (labels[r] < -1 || labels[r] >= classes)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "label %d at row %lld is outside [-1, %lld) (-1: ignored)",
-                            (int)labels[r], (long long)r, (long long)classes);
-        counted += labels[r] != -1;
-    }
-    if (counted > 0 && !(normalizer > 0))
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "normalizer %g with %lld labelled rows, expected > 0 (the mini-batch's "
-                        "count of non-ignored labels)",
-                        normalizer, (long long)counted);
+    GP_TRY(gp_kernels_check_labels(rows, classes, labels, &counted));
+    GP_TRY(gp_kernels_check_normalizer(normalizer, counted));
     double *row_loss = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *row_loss);
     if (!row_loss)
         return gp_error(GP_OUT_OF_MEMORY, "softmax cross-entropy: %lld row losses",

@@ -9,31 +9,14 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-static gp_status check_ids(int64_t n, int64_t row_len, int64_t vocab, const int32_t *ids) {
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= vocab)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "token id %d at position %lld (row %lld, column %lld) is out of "
-                            "range: expected 0 <= id < vocab = %lld",
-                            (int)ids[i], (long long)i, (long long)(i / row_len),
-                            (long long)(i % row_len), (long long)vocab);
-    return GP_OK;
-}
 
-static gp_status check_shard(int64_t vocab, int64_t first, int64_t rows, const char *what) {
-    if (first < 0 || rows < 1 || first + rows > vocab)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "%s shard [%lld, %lld) is not within [0, %lld) or is empty", what,
-                        (long long)first, (long long)(first + rows), (long long)vocab);
-    return GP_OK;
-}
 
 gp_status gp_cpu_embedding_shard_forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
                                          int64_t vocab, int64_t first, int64_t rows,
                                          const int32_t *ids, const float *w, float *y) {
     (void)dev;
-    GP_TRY(check_shard(vocab, first, rows, "embedding"));
-    GP_TRY(check_ids(n, row_len, vocab, ids));
+    GP_TRY(gp_kernels_check_shard(vocab, first, rows, "embedding"));
+    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, ids));
     for (int64_t i = 0; i < n; i++) {
         const int64_t r = (int64_t)ids[i] - first;
         if (r >= 0 && r < rows)
@@ -48,8 +31,8 @@ gp_status gp_cpu_embedding_shard_backward(gp_device *dev, int64_t n, int64_t row
                                           int64_t dim, int64_t vocab, int64_t first, int64_t rows,
                                           const int32_t *ids, const float *dy, float *dw) {
     (void)dev;
-    GP_TRY(check_shard(vocab, first, rows, "embedding"));
-    GP_TRY(check_ids(n, row_len, vocab, ids));
+    GP_TRY(gp_kernels_check_shard(vocab, first, rows, "embedding"));
+    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, ids));
     /* Position order, as the whole table's backward: each row gets the same sum in the same
      * order, so the shards' gradient rows are the whole table's bit for bit. */
     for (int64_t i = 0; i < n; i++) {
@@ -76,21 +59,13 @@ gp_status gp_cpu_row_max(gp_device *dev, int64_t rows, int64_t cols, const float
     return GP_OK;
 }
 
-static gp_status check_labels(int64_t rows, int64_t vocab, const int32_t *labels) {
-    for (int64_t r = 0; r < rows; r++)
-        if (labels[r] < -1 || labels[r] >= vocab)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "label %d at row %lld is outside [-1, %lld) (-1: ignored)",
-                            (int)labels[r], (long long)r, (long long)vocab);
-    return GP_OK;
-}
 
 gp_status gp_cpu_xent_shard_sums(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
                                  int64_t first, const float *logits, const int32_t *labels,
                                  const float *mx, float *sums) {
     (void)dev;
-    GP_TRY(check_shard(vocab, first, classes, "cross-entropy classes"));
-    GP_TRY(check_labels(rows, vocab, labels));
+    GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
+    GP_TRY(gp_kernels_check_labels(rows, vocab, labels, NULL));
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits + r * classes;
         const int64_t y = labels[r];
@@ -111,15 +86,10 @@ gp_status gp_cpu_xent_shard_finish(gp_device *dev, int64_t rows, int64_t classes
                                    const float *mx, const float *sums, double normalizer,
                                    double *loss, float *dlogits) {
     (void)dev;
-    GP_TRY(check_shard(vocab, first, classes, "cross-entropy classes"));
-    GP_TRY(check_labels(rows, vocab, labels));
+    GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
     int64_t counted = 0;
-    for (int64_t r = 0; r < rows; r++) counted += labels[r] != -1;
-    if (counted > 0 && !(normalizer > 0))
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "normalizer %g with %lld labelled rows, expected > 0 (the mini-batch's "
-                        "count of non-ignored labels)",
-                        normalizer, (long long)counted);
+    GP_TRY(gp_kernels_check_labels(rows, vocab, labels, &counted));
+    GP_TRY(gp_kernels_check_normalizer(normalizer, counted));
     double total = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits + r * classes;

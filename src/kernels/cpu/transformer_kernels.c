@@ -282,17 +282,6 @@ gp_status gp_cpu_dropout(gp_device *dev, const gp_rng_stream *s, float p, int64_
 
 /* ------------------------------------------------------------ embeddings */
 
-/* Every id is checked before anything is read with it. */
-static gp_status check_ids(int64_t n, int64_t row_len, int64_t vocab, const int32_t *ids) {
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= vocab)
-            return gp_error(GP_INVALID_ARGUMENT,
-                            "token id %d at position %lld (row %lld, column %lld) is out of "
-                            "range: expected 0 <= id < vocab = %lld",
-                            (int)ids[i], (long long)i, (long long)(i / row_len),
-                            (long long)(i % row_len), (long long)vocab);
-    return GP_OK;
-}
 
 static void embedding_forward_range(void *ctx, int64_t lo, int64_t hi) {
     const tf_args *a = ctx;
@@ -303,7 +292,7 @@ static void embedding_forward_range(void *ctx, int64_t lo, int64_t hi) {
 
 gp_status gp_cpu_embedding_forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
                                    int64_t vocab, const int32_t *ids, const float *w, float *y) {
-    GP_TRY(check_ids(n, row_len, vocab, ids));
+    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, ids));
     tf_args a = {.cols = dim, .ids = ids, .w = w, .y = y};
     gp_cpu_parallel_for(gp_cpu_pool_of(dev), n, 1, row_grain(dim), embedding_forward_range, &a);
     return GP_OK;
@@ -324,7 +313,7 @@ static void embedding_backward_range(void *ctx, int64_t lo, int64_t hi) {
 gp_status gp_cpu_embedding_backward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim,
                                     int64_t vocab, const int32_t *ids, const float *dy,
                                     float *dw) {
-    GP_TRY(check_ids(n, row_len, vocab, ids));
+    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, ids));
     tf_args a = {.rows = n, .cols = dim, .ids = ids, .dy = dy, .dw = dw};
     const int64_t per_col = n > 0 ? n : 1;
     gp_cpu_parallel_for(gp_cpu_pool_of(dev), dim, COL_ALIGN, (16384 + per_col - 1) / per_col,

@@ -83,7 +83,7 @@ unsigned gp_cuda_blocks(int64_t n) {
     return (unsigned)(b < 1 ? 1 : b > INT_MAX ? INT_MAX : b);
 }
 
-gp_status gp_cuda_check_int(const gp_cuda_ctx *c, const char *op, int64_t v, const char *what) {
+gp_status gp_kernels_check_int(const gp_cuda_ctx *c, const char *op, int64_t v, const char *what) {
     if (v >= 0 && v <= INT_MAX) return GP_OK;
     return gp_error(GP_UNSUPPORTED, "device %s: %s: %s = %lld is beyond what cuBLAS takes (%d)",
                     c->name, op, what, (long long)v, INT_MAX);

@@ -57,7 +57,7 @@ void gp_cuda_workspace_release(gp_device *dev, void *p);
 unsigned gp_cuda_blocks(int64_t n);
 
 /* The largest sizes passed to cuBLAS (int), checked: GP_UNSUPPORTED naming the op otherwise. */
-gp_status gp_cuda_check_int(const gp_cuda_ctx *c, const char *op, int64_t v, const char *what);
+gp_status gp_kernels_check_int(const gp_cuda_ctx *c, const char *op, int64_t v, const char *what);
 
 #ifdef __cplusplus
 }

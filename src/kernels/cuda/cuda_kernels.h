@@ -21,14 +21,6 @@ gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool trans_b, int6
                                 float beta, float *c, int64_t ldc, int64_t stride_c,
                                 int64_t count);
 
-/* checks.c: the host-side checks of ids and labels the CPU's ops make, with its messages (the
- * arrays are host copies). */
-gp_status gp_cuda_check_ids(int64_t n, int64_t row_len, int64_t vocab, const int32_t *ids);
-gp_status gp_cuda_check_labels(int64_t rows, int64_t classes, const int32_t *labels,
-                               int64_t *counted);
-gp_status gp_cuda_check_shard(int64_t vocab, int64_t first, int64_t rows, const char *what);
-gp_status gp_cuda_check_normalizer(double normalizer, int64_t counted);
-
 /* gemm.cu */
 gp_status gp_cuda_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b,

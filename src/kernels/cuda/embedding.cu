@@ -38,7 +38,7 @@ static gp_status forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim
     if (n <= 0) return GP_OK;
     int32_t *h;
     GP_TRY(ids_to_host(c, ids, n, &h));
-    GP_TRY(gp_cuda_check_ids(n, row_len, vocab, h));
+    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, h));
     if (dim > 0)
         GP_CUDA_LAUNCH(c, embedding_forward_kernel, n * dim, n, dim, first, rows, ids, w, y);
     return GP_OK;
@@ -110,7 +110,7 @@ static gp_status backward(gp_device *dev, int64_t n, int64_t row_len, int64_t di
     if (n <= 0) return GP_OK;
     int32_t *h;
     GP_TRY(ids_to_host(c, ids, n, &h));
-    GP_TRY(gp_cuda_check_ids(n, row_len, vocab, h));
+    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, h));
     plan p = {NULL, 0, 0};
     GP_TRY(make_plan(h, n, first, rows, &p));
     if (!p.nused || dim <= 0) {
@@ -150,7 +150,7 @@ extern "C" gp_status gp_cuda_embedding_shard_forward(gp_device *dev, int64_t n, 
                                                      int64_t dim, int64_t vocab, int64_t first,
                                                      int64_t rows, const int32_t *ids,
                                                      const float *w, float *y) {
-    GP_TRY(gp_cuda_check_shard(vocab, first, rows, "embedding"));
+    GP_TRY(gp_kernels_check_shard(vocab, first, rows, "embedding"));
     return forward(dev, n, row_len, dim, vocab, first, rows, ids, w, y);
 }
 
@@ -158,6 +158,6 @@ extern "C" gp_status gp_cuda_embedding_shard_backward(gp_device *dev, int64_t n,
                                                       int64_t dim, int64_t vocab, int64_t first,
                                                       int64_t rows, const int32_t *ids,
                                                       const float *dy, float *dw) {
-    GP_TRY(gp_cuda_check_shard(vocab, first, rows, "embedding"));
+    GP_TRY(gp_kernels_check_shard(vocab, first, rows, "embedding"));
     return backward(dev, n, row_len, dim, vocab, first, rows, ids, dy, dw);
 }

@@ -31,7 +31,7 @@ extern "C" gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool tr
     }
     const int64_t dims[] = {m, n, k, lda, ldb, ldc, count};
     const char *const names[] = {"m", "n", "k", "lda", "ldb", "ldc", "count"};
-    for (int i = 0; i < 7; i++) GP_TRY(gp_cuda_check_int(ctx, "gemm", dims[i], names[i]));
+    for (int i = 0; i < 7; i++) GP_TRY(gp_kernels_check_int(ctx, "gemm", dims[i], names[i]));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (count == 1)

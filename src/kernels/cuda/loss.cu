@@ -69,8 +69,8 @@ extern "C" gp_status gp_cuda_softmax_xent(gp_device *dev, int64_t rows, int64_t 
     void *rest;
     GP_TRY(labels_to_host(c, labels, rows, (size_t)rows * sizeof(double), &lab, &rest));
     int64_t counted;
-    GP_TRY(gp_cuda_check_labels(rows, classes, lab, &counted));
-    GP_TRY(gp_cuda_check_normalizer(normalizer, counted));
+    GP_TRY(gp_kernels_check_labels(rows, classes, lab, &counted));
+    GP_TRY(gp_kernels_check_normalizer(normalizer, counted));
     double *row_loss = (double *)gp_cuda_workspace(dev, (size_t)rows * sizeof(double), &s);
     if (!row_loss) return s;
     xent_kernel<<<row_blocks(rows), GP_CUDA_THREADS, 0, c->stream>>>(
@@ -141,12 +141,12 @@ extern "C" gp_status gp_cuda_xent_shard_sums(gp_device *dev, int64_t rows, int64
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
-    GP_TRY(gp_cuda_check_shard(vocab, first, classes, "cross-entropy classes"));
+    GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
     if (rows <= 0) return GP_OK;
     int32_t *lab;
     void *rest;
     GP_TRY(labels_to_host(c, labels, rows, 0, &lab, &rest));
-    GP_TRY(gp_cuda_check_labels(rows, vocab, lab, NULL));
+    GP_TRY(gp_kernels_check_labels(rows, vocab, lab, NULL));
     GP_CUDA_LAUNCH_BLOCKS(c, shard_sums_kernel, row_blocks(rows), rows, classes, first, logits,
                           labels, mx, sums);
     return GP_OK;
@@ -179,7 +179,7 @@ extern "C" gp_status gp_cuda_xent_shard_finish(gp_device *dev, int64_t rows, int
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
-    GP_TRY(gp_cuda_check_shard(vocab, first, classes, "cross-entropy classes"));
+    GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
     if (rows <= 0) {
         *loss = 0.0;
         return GP_OK;
@@ -188,8 +188,8 @@ extern "C" gp_status gp_cuda_xent_shard_finish(gp_device *dev, int64_t rows, int
     void *rest;
     GP_TRY(labels_to_host(c, labels, rows, 2 * (size_t)rows * sizeof(float), &lab, &rest));
     int64_t counted;
-    GP_TRY(gp_cuda_check_labels(rows, vocab, lab, &counted));
-    GP_TRY(gp_cuda_check_normalizer(normalizer, counted));
+    GP_TRY(gp_kernels_check_labels(rows, vocab, lab, &counted));
+    GP_TRY(gp_kernels_check_normalizer(normalizer, counted));
     float *h = (float *)rest;
     GP_TRY(gp_cuda_to_host(c, h, sums, 2 * (size_t)rows * sizeof(float)));
     double total = 0; // the CPU's sum: rows in order, in double

@@ -1,10 +1,11 @@
-/* The checks the CPU's ops make of ids and labels before writing anything, with the same
- * messages, run here on host copies: a GPU kernel cannot return a message, and the table's
- * contract (an error naming the position, nothing written) is the same on every device. */
+/* The checks every device's ops make of ids, labels, vocabulary shards and the loss normalizer
+ * before writing anything, with one message each, so that the table's contract (an error naming
+ * the position, nothing written) reads the same on every device. Host memory: a GPU's ops check
+ * host copies. */
 #include "core/error.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 
-gp_status gp_cuda_check_ids(int64_t n, int64_t row_len, int64_t vocab, const int32_t *ids) {
+gp_status gp_kernels_check_ids(int64_t n, int64_t row_len, int64_t vocab, const int32_t *ids) {
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= vocab)
             return gp_error(GP_INVALID_ARGUMENT,
@@ -15,7 +16,7 @@ gp_status gp_cuda_check_ids(int64_t n, int64_t row_len, int64_t vocab, const int
     return GP_OK;
 }
 
-gp_status gp_cuda_check_labels(int64_t rows, int64_t classes, const int32_t *labels,
+gp_status gp_kernels_check_labels(int64_t rows, int64_t classes, const int32_t *labels,
                                int64_t *counted) {
     int64_t n = 0;
     for (int64_t r = 0; r < rows; r++) {
@@ -29,7 +30,7 @@ gp_status gp_cuda_check_labels(int64_t rows, int64_t classes, const int32_t *lab
     return GP_OK;
 }
 
-gp_status gp_cuda_check_shard(int64_t vocab, int64_t first, int64_t rows, const char *what) {
+gp_status gp_kernels_check_shard(int64_t vocab, int64_t first, int64_t rows, const char *what) {
     if (first < 0 || rows < 1 || first + rows > vocab)
         return gp_error(GP_INVALID_ARGUMENT,
                         "%s shard [%lld, %lld) is not within [0, %lld) or is empty", what,
@@ -37,7 +38,7 @@ gp_status gp_cuda_check_shard(int64_t vocab, int64_t first, int64_t rows, const 
     return GP_OK;
 }
 
-gp_status gp_cuda_check_normalizer(double normalizer, int64_t counted) {
+gp_status gp_kernels_check_normalizer(double normalizer, int64_t counted) {
     if (counted > 0 && !(normalizer > 0))
         return gp_error(GP_INVALID_ARGUMENT,
                         "normalizer %g with %lld labelled rows, expected > 0 (the mini-batch's "
