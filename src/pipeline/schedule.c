@@ -171,16 +171,17 @@ static gp_status gen_1f1b(gp_schedule *s) {
  * stage) and ZBV (two cells per stage in a V). Time advances in units; whenever a stage is free
  * it runs, in this order of preference, the next input backward of one of its cells whose
  * output gradient is there (bounds allowing), the next forward whose input is there (bounds
- * allowing), the next weight part. in_cap[k]: stage k's most micro-batches (summed over its
- * cells) between forward and input backward; wcap: each cell's most between input backward and
- * weight part. Among a stage's cells, `order` gives the preference (first: most preferred).
+ * allowing), the next weight part. in_cap: a stage's most micro-batches (summed over its
+ * cells) between forward and input backward, less k on stage k when tapered (1F1B's K - k);
+ * wcap: each cell's most between input backward and weight part. Among a stage's cells, `order` gives the preference (first: most preferred).
  * A cell sends a message only while fewer than `capacity` of its earlier ones on that link
  * wait for their receiver (whose receive comes right before the forward or input backward that
  * reads it), so that no send ever blocks: with the stages' orders fixed, the schedule is then
  * deadlock-free at that capacity, whatever the times. done[(c * 3 + part) * M + m]: the time
  * cell c finished part (0 forward, 1 input backward, 2 weight) of micro-batch m, or -1. */
 typedef struct list_sched {
-    const int *in_cap;
+    int in_cap;
+    bool tapered;
     int wcap;
     int capacity; /* 0: no bound on messages waiting */
     int order[2]; /* chunks of a stage, most preferred first */
@@ -205,6 +206,7 @@ static gp_status gen_list(gp_schedule *s, const list_sched *ls) {
     for (long t = 0; left > 0 && st == GP_OK; t++) {
         for (int k = 0; k < K && st == GP_OK; k++) {
             if (free_at[k] > t) continue;
+            const int cap = ls->tapered && ls->in_cap > K - k ? K - k : ls->in_cap;
             int in_flight = 0;
             for (int v = 0; v < V; v++) {
                 const int c = gp_schedule_cell(s, k, v);
@@ -224,7 +226,7 @@ static gp_status gen_list(gp_schedule *s, const list_sched *ls) {
                     if (pass == 0 && nb < nf && nb - nw < ls->wcap && grad_room &&
                         (c == C - 1 ? READY(c, 0, nb, t) : READY(c + 1, 1, nb, t)))
                         part = 1, cell = c;
-                    else if (pass == 1 && nf < M && in_flight < ls->in_cap[k] && act_room &&
+                    else if (pass == 1 && nf < M && in_flight < cap && act_room &&
                              (c == 0 || READY(c - 1, 0, nf, t)))
                         part = 0, cell = c;
                     else if (pass == 2 && nw < nb)
@@ -260,31 +262,21 @@ out:
  * stage k, up to min(K, M) waiting for their weight parts. */
 static gp_status gen_zbh1(gp_schedule *s) {
     const int K = s->stages, M = s->micro_batches;
-    int *cap = malloc((size_t)K * sizeof *cap);
-    if (!cap) return gp_error(GP_OUT_OF_MEMORY, "schedule zbh1: no memory for K = %d", K);
-    for (int k = 0; k < K; k++) cap[k] = K - k < M ? K - k : M;
-    const list_sched ls = {.in_cap = cap, .wcap = K < M ? K : M};
-    gp_status st = gen_list(s, &ls);
-    free(cap);
-    return st;
+    const list_sched ls = {.in_cap = K < M ? K : M, .tapered = true, .wcap = K < M ? K : M};
+    return gen_list(s, &ls);
 }
 
 /* ZBV: two cells per stage in a V, each half a 1F1B cell: every stage may hold 2K micro-batches
  * of half cells between forward and input backward (1F1B's first stage's memory, on every
- * stage), and as many waiting for their weight parts; input backwards of the cell nearer the
- * model's end first (the V's second leg), forwards of the first leg first. */
+ * stage), each cell up to min(K, M) waiting for their weight parts; input backwards of the cell
+ * nearer the model's end first (the V's second leg), forwards of the first leg first. */
 static gp_status gen_zbv(gp_schedule *s) {
     const int K = s->stages, M = s->micro_batches;
-    int *cap = malloc((size_t)K * sizeof *cap);
-    if (!cap) return gp_error(GP_OUT_OF_MEMORY, "schedule zbv: no memory for K = %d", K);
-    for (int k = 0; k < K; k++) cap[k] = 2 * K < 2 * M ? 2 * K : 2 * M;
-    const list_sched ls = {.in_cap = cap,
+    const list_sched ls = {.in_cap = 2 * (K < M ? K : M),
                            .wcap = K < M ? K : M,
                            .capacity = GP_MAILBOX_CAPACITY,
                            .order = {1, 0}};
-    gp_status st = gen_list(s, &ls);
-    free(cap);
-    return st;
+    return gen_list(s, &ls);
 }
 
 /* Interleaved 1F1B (see schedule.h). The i-th forward of a stage runs chunk (i / K) mod V of
