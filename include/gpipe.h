@@ -708,9 +708,10 @@ typedef struct gp_plan_search_opts {
     int stages;           /* K; 0: every K dividing N / T, up to the layers */
     int micro_batches;    /* M; 0: every divisor of the replica's batch */
     int data_parallel;    /* D; 0: N / (K T) */
-    unsigned schedules;   /* bit (1 << kind) per schedule allowed; 0: all (interleaved with its
-                           * default V = 2 and zbv where they run: K > 1, D = T = 1, 2 K
-                           * layers; interleaved: K dividing M) */
+    unsigned schedules;   /* bit (1 << kind) per schedule allowed; 0: all (interleaved and zbv
+                           * where they run: K > 1, T = 1, K V layers; interleaved: K dividing
+                           * M) */
+    int chunks;           /* interleaved's V; 0: 2, 3 and 4 */
     unsigned remats;      /* bit (1 << mode) per remat mode allowed; 0: all (selective only
                            * under a memory limit, where it differs from none) */
     int max_plans;        /* how many of the fastest to keep (0 means 5) */

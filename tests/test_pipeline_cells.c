@@ -363,6 +363,7 @@ static void searched_plans_run(void) {
                                                         .stages = all.plans[i].stages,
                                                         .micro_batches = all.plans[i].micro_batches,
                                                         .schedule = all.plans[i].schedule,
+                                                        .chunks = all.plans[i].chunks,
                                                         .remat = all.plans[i].remat});
             if (w < lean) lean = w;
             if (w > fat) fat = w;
@@ -381,6 +382,7 @@ static void searched_plans_run(void) {
             po.stages = pl->stages;
             po.micro_batches = pl->micro_batches;
             po.schedule = pl->schedule;
+            po.chunks = pl->chunks;
             po.remat = pl->remat;
             gp_model *mm = transformer(4);
             gp_pipeline *p;

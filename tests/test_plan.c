@@ -347,15 +347,18 @@ static double brute_fastest(gp_model *m, int64_t batch, const gp_optim_opts *o, 
         for (int M = 1; M <= batch / D; M++) {
             if ((batch / D) % M) continue;
             for (int s = 0; s <= GP_SCHEDULE_ZBV; s++)
+                for (int V = 1; V <= 4; V++)
                 for (int r = 0; r < 3; r++) {
                     if (r == GP_REMAT_SELECTIVE && !limit) continue;
-                    /* interleaved (V = 2, K dividing M) and zbv: K > 1, 2 K cells, the threads
-                     * launcher */
+                    /* interleaved (V = 2..4, K dividing M) and zbv (V = 2): K > 1, K V cells */
                     const bool chunked = s == GP_SCHEDULE_INTERLEAVED || s == GP_SCHEDULE_ZBV;
-                    if (chunked && (K == 1 || 2 * K > gp_model_nlayers(m) || D > 1)) continue;
+                    if (V != (!chunked ? 1 : s == GP_SCHEDULE_ZBV ? 2 : V) || (chunked && V == 1))
+                        continue;
+                    if (chunked && (K == 1 || K * V > gp_model_nlayers(m))) continue;
                     if (s == GP_SCHEDULE_INTERLEAVED && M % K) continue;
                     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .data_parallel = D,
-                                           .schedule = s, .remat = r, .memory_limit = limit};
+                                           .schedule = s, .chunks = V, .remat = r,
+                                           .memory_limit = limit};
                     gp_plan p;
                     ++*ntried;
                     if (gp_plan_make(m, batch, o, &po, 1, &p) != GP_OK) continue;

@@ -93,10 +93,11 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "all-reduce; at --bandwidth their ring all-reduce time, 2 (n - 1) / n of the bytes\n"
            "each way, joins the step time.\n\n"
            "With --devices N it searches instead: every number of stages K dividing N / T,\n"
-           "D = N / (K T) replicas, every M dividing the replica's batch, both schedules and\n"
-           "the remat modes (cell, none, and selective under --memory-limit), each planned as\n"
-           "above; options given among --stages, --micro-batches, --data-parallel, --schedule\n"
-           "and --remat are kept fixed. It lists the --top fastest predicted steps that fit\n"
+           "D = N / (K T) replicas, every M dividing the replica's batch, every schedule\n"
+           "(interleaved with 2, 3 and 4 cells per stage) and the remat modes (cell, none, and\n"
+           "selective under --memory-limit), each planned as above; options given among\n"
+           "--stages, --micro-batches, --data-parallel, --schedule, --chunks and --remat are\n"
+           "kept fixed. It lists the --top fastest predicted steps that fit\n"
            "(ties: fewer micro-batches, then fewer bytes on the fullest device and stages) and\n"
            "shows the fastest in full; `gpipe train --plan auto` trains with that choice.\n\n"
            "Options:\n");
@@ -332,6 +333,7 @@ int gp_cli_plan_main(int argc, char **argv) {
             .micro_batches = gp_cli_seen(tab, n, "--micro-batches") ? o.micro_batches : 0,
             .data_parallel = gp_cli_seen(tab, n, "--data-parallel") ? o.data_parallel : 0,
             .schedules = gp_cli_seen(tab, n, "--schedule") ? 1u << po.schedule : 0,
+            .chunks = gp_cli_seen(tab, n, "--chunks") ? po.chunks : 0,
             .remats = gp_cli_seen(tab, n, "--remat") ? 1u << po.remat : 0,
             .max_plans = o.top ? o.top : 5};
         rc = gp_cli_plan_search("plan", m, o.batch, &oo, &po, o.gflops, so, false, &found);

@@ -547,6 +547,7 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
         .stages = SEEN("--stages") ? o->pipe.stages : 0,
         .micro_batches = SEEN("--micro-batches") ? o->micro_batches : 0,
         .schedules = SEEN("--schedule") ? 1u << gp_cli_schedule_kind(o->pipe.schedule) : 0,
+        .chunks = SEEN("--chunks") ? o->pipe.chunks : 0,
         .remats = !SEEN("--remat")                           ? 0
                   : strcmp(o->pipe.remat, "none") == 0       ? 1u << GP_REMAT_NONE
                   : strcmp(o->pipe.remat, "selective") == 0  ? 1u << GP_REMAT_SELECTIVE

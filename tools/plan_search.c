@@ -49,8 +49,8 @@ void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
     printf("%d plan%s of %d device%s tried, %d within the memory limit; the fastest %d:\n",
            r->candidates, r->candidates == 1 ? "" : "s", devices, devices == 1 ? "" : "s",
            r->fitting, r->n);
-    printf("%4s %3s %3s %3s %5s  %-11s %-14s %10s %7s %11s %11s\n", "rank", "K", "D", "T", "M",
-           "schedule", "remat", "step", "bubble", "fullest",
+    printf("%4s %3s %3s %3s %5s %2s  %-11s %-14s %10s %7s %11s %11s\n", "rank", "K", "D", "T", "M",
+           "V", "schedule", "remat", "step", "bubble", "fullest",
            tokens_per_example > 0 ? "tokens/s" : "examples/s");
     for (int i = 0; i < r->n; i++) {
         const gp_plan *p = &r->plans[i];
@@ -60,8 +60,8 @@ void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
         else
             snprintf(step, sizeof step, "%.3f s", p->step_s);
         const double ex_s = p->step_s > 0 ? (double)p->batch / p->step_s : 0;
-        printf("%4d %3d %3d %3d %5d  %-11s %-14s %10s %7.4f %11s %11.0f\n", i + 1, p->stages,
-               p->data_parallel, p->tensor_parallel, p->micro_batches,
+        printf("%4d %3d %3d %3d %5d %2d  %-11s %-14s %10s %7.4f %11s %11.0f\n", i + 1, p->stages,
+               p->data_parallel, p->tensor_parallel, p->micro_batches, p->chunks,
                gp_schedule_kind_name(p->schedule), remat_text(p, rm, sizeof rm), step,
                p->bubble_simulated,
                gp_cli_fmt_bytes(gp_plan_fullest_bytes(p), bytes, sizeof bytes),

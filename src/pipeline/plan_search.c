@@ -10,7 +10,7 @@
 #include "pipeline/partition.h"
 
 typedef struct candidate {
-    int K, D, M;
+    int K, D, M, V;
     gp_schedule_kind schedule;
     gp_remat remat;
 } candidate;
@@ -88,21 +88,26 @@ static gp_status enumerate(int L, int64_t batch, int T, uint64_t limit,
                 if (per % M || (so->micro_batches && M != so->micro_batches)) continue;
                 for (int s = 0; s <= GP_SCHEDULE_ZBV; s++) {
                     if (!allowed(so->schedules, s)) continue;
-                    /* interleaved and zbv: 2 cells per stage, on the threads launcher */
+                    /* several cells per stage (interleaved: V = 2 to 4, or as given; zbv: 2):
+                     * K > 1 stages, K V layers, no tensor axis */
                     const bool chunked = s == GP_SCHEDULE_INTERLEAVED || s == GP_SCHEDULE_ZBV;
-                    if (chunked && (K == 1 || 2 * K > L || D > 1 || T > 1)) continue;
+                    if (chunked && (K == 1 || T > 1)) continue;
                     if (s == GP_SCHEDULE_INTERLEAVED && M % K) continue;
-                    for (int r = 0; r <= GP_REMAT_SELECTIVE; r++) {
-                        if (!allowed(so->remats, r)) continue;
-                        /* without a limit every selective cell keeps its state: none's plan */
-                        if (r == GP_REMAT_SELECTIVE && !limit && allowed(so->remats, GP_REMAT_NONE))
-                            continue;
-                        if (pass == 1)
-                            c[cnt] = (candidate){.K = K, .D = D, .M = (int)M,
-                                                 .schedule = (gp_schedule_kind)s,
-                                                 .remat = (gp_remat)r};
-                        cnt++;
-                    }
+                    const int v0 = !chunked ? 1 : s == GP_SCHEDULE_ZBV ? 2 : so->chunks ? so->chunks : 2;
+                    const int v1 = s == GP_SCHEDULE_INTERLEAVED && !so->chunks ? 4 : v0;
+                    for (int V = v0; V <= v1 && (int64_t)K * V <= L; V++)
+                        for (int r = 0; r <= GP_REMAT_SELECTIVE; r++) {
+                            if (!allowed(so->remats, r)) continue;
+                            /* without a limit every selective cell keeps its state: none's */
+                            if (r == GP_REMAT_SELECTIVE && !limit &&
+                                allowed(so->remats, GP_REMAT_NONE))
+                                continue;
+                            if (pass == 1)
+                                c[cnt] = (candidate){.K = K, .D = D, .M = (int)M, .V = V,
+                                                     .schedule = (gp_schedule_kind)s,
+                                                     .remat = (gp_remat)r};
+                            cnt++;
+                        }
                 }
             }
         }
@@ -193,6 +198,7 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
         po.data_parallel = c[i].D;
         po.micro_batches = c[i].M;
         po.schedule = c[i].schedule;
+        po.chunks = c[i].V;
         po.remat = c[i].remat;
         if (po.balance == GP_BALANCE_TIME) {
             const double *t = NULL;
