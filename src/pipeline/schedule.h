@@ -103,7 +103,8 @@ gp_status gp_schedule_interleaved(int stages, int micro_batches, int chunks, gp_
  *        holding at most 2K micro-batches of its half-size cells between forward and input
  *        backward (1F1B's first stage's memory, on every stage), at most min(K, M) per cell
  *        waiting for their weight parts, the second leg's input backwards and the first leg's
- *        forwards preferred. */
+ *        forwards preferred. At unit costs and M >= 2K its only idle time is the fill (the
+ *        first forward's way down to the last stage), half of zbh1's. */
 gp_status gp_schedule_zbv(int stages, int micro_batches, gp_schedule *out);
 /* Whether a schedule kind splits its backwards (BACKWARD_INPUT / BACKWARD_WEIGHT). */
 bool gp_schedule_kind_splits(gp_schedule_kind kind);
