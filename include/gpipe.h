@@ -585,6 +585,11 @@ typedef struct gp_pipeline_opts {
      * NULL: gp_pipeline_new profiles the layers itself (gp_plan_make, which
      * allocates nothing, needs them given). */
     const double *layer_times;
+    /* layer_times holds 4L entries (gp_model_profile_layers_split): then the
+     * schedules that split backwards (zbh1, zbv) are timed by the measured
+     * input and weight parts; otherwise they take the weight part as its share
+     * of the backward's FLOPs and the split as costing nothing. */
+    bool layer_times_split;
     /* Runtime: stage k's thread runs on core k x stage_threads of those the process may use
      * when there are at least K x stage_threads of them; true keeps the scheduler's choice. */
     bool no_pinning;
@@ -633,6 +638,11 @@ typedef struct gp_pipeline_opts {
  * times: 2L entries, forward seconds of layers 0..L-1 then backward seconds.
  * m must not be initialized (no trainer or pipeline holds it). */
 gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, double *times);
+/* The same, times: 4L entries, and a backward split in two as the zero-bubble schedules run it
+ * besides: L forward times, L backward times, then L input-part times and L weight-part times
+ * (a kind without weights runs whole in its input part: weight part 0). */
+gp_status gp_model_profile_layers_split(gp_model *m, int64_t micro_batch, int reps,
+                                        double *times);
 
 /* One cell of a plan. Times are seconds at the plan's GFLOP/s; bytes follow
  * the planner's memory model (static state, plus the activations the

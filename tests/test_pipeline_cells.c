@@ -72,8 +72,33 @@ static void profile(void) {
     m = transformer(2);
     CHECK_FAILS(gp_model_profile_layers(m, 0, 3, t), GP_INVALID_ARGUMENT, "micro-batch");
     CHECK_FAILS(gp_model_profile_layers(m, 2, -1, t), GP_INVALID_ARGUMENT, "repetitions");
+    /* Split backwards timed too: a block's input and weight parts both take time; the model is
+     * left as it was. */
+    double *ts = calloc(4 * (size_t)L, sizeof *ts);
+    REQUIRE_OK(gp_model_profile_layers_split(m, 2, 3, ts));
+    for (int i = 0; i < 4 * L; i++) CHECK(isfinite(ts[i]) && ts[i] >= 0);
+    CHECK(ts[2 * L + 2] > 0 && ts[3 * L + 2] > 0); /* a Transformer block: both parts */
+    CHECK(uninitialized(m));
+    /* a plan of a split schedule is timed by the parts: their sum is each cell's backward */
+    gp_pipeline_opts po = {.stages = 1, .micro_batches = 1, .schedule = GP_SCHEDULE_ZBH1,
+                           .balance = GP_BALANCE_TIME, .layer_times = ts,
+                           .layer_times_split = true};
+    gp_plan plan;
+    gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
+    REQUIRE_OK(gp_plan_make(m, 2, &o, &po, 0, &plan));
+    double want = 0;
+    for (int i = 0; i < L; i++) want += ts[i] + ts[2 * L + i] + ts[3 * L + i];
+    CHECK(fabs(plan.cells[0].time_s - want) <= 1e-12 * want);
+    gp_plan_free(&plan);
+    po.layer_times_split = false; /* the whole backward's times instead */
+    REQUIRE_OK(gp_plan_make(m, 2, &o, &po, 0, &plan));
+    want = 0;
+    for (int i = 0; i < 2 * L; i++) want += ts[i];
+    CHECK(fabs(plan.cells[0].time_s - want) <= 1e-12 * want);
+    gp_plan_free(&plan);
     gp_model_free(m);
     free(t);
+    free(ts);
 }
 
 typedef struct run_result {

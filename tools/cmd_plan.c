@@ -309,13 +309,18 @@ int gp_cli_plan_main(int argc, char **argv) {
         printf("profiling each of the %d layers' forward and backward (micro-batch %d, one "
                "thread)...\n", L, o.batch / (o.micro_batches * o.data_parallel));
         fflush(stdout);
-        times = calloc(2 * (size_t)L, sizeof *times);
-        if (!times || gp_model_profile_layers(m, o.batch / (o.micro_batches * o.data_parallel), 0, times) != GP_OK) {
+        /* a split backward (zbh1, zbv) is timed as it runs, in its two parts */
+        const bool split = po.schedule == GP_SCHEDULE_ZBH1 || po.schedule == GP_SCHEDULE_ZBV;
+        const int64_t mb = o.batch / (o.micro_batches * o.data_parallel);
+        times = calloc(4 * (size_t)L, sizeof *times);
+        if (!times || (split ? gp_model_profile_layers_split(m, mb, 0, times)
+                             : gp_model_profile_layers(m, mb, 0, times)) != GP_OK) {
             rc = times ? gp_cli_fail("plan", "--balance time") : gp_cli_fail("plan", "out of memory");
             free(times);
             goto done;
         }
         po.layer_times = times;
+        po.layer_times_split = split;
     }
     const bool measure = !by_time && !gp_cli_seen(tab, n, "--gflops");
     if (measure) {

@@ -122,6 +122,17 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
             est[i].wgt_time = est[i].bwd_time > 0 ? b * (est[i].wgt_time / est[i].bwd_time) : 0;
             est[i].fwd_time = f;
             est[i].bwd_time = b;
+            if (po->layer_times_split && gp_schedule_kind_splits(po->schedule)) {
+                /* a split backward as measured: both parts, the split's own cost included */
+                const double bi = po->layer_times[2 * L + i], w = po->layer_times[3 * L + i];
+                if (!(bi >= 0) || !(w >= 0))
+                    return gp_error(GP_INVALID_ARGUMENT,
+                                    "measured split backward of layer %d (%s): input part %g s, "
+                                    "weight part %g s; expected finite values >= 0",
+                                    i, est[i].kind ? est[i].kind : "?", bi, w);
+                est[i].bwd_time = bi + w;
+                est[i].wgt_time = w;
+            }
         }
     } else if (po->balance != GP_BALANCE_COST) {
         return gp_error(GP_INVALID_ARGUMENT, "unknown balance %d (expected cost or time)",

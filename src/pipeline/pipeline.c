@@ -28,10 +28,14 @@ static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po) {
     gp_status s = GP_OK;
     if (!est) s = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer estimates", L);
     if (s == GP_OK && o.balance == GP_BALANCE_TIME && !o.layer_times) {
-        times = calloc(2 * (size_t)L, sizeof *times);
-        s = times ? gp_model_profile_layers(p->m, b, 0, times)
-                  : gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer times", 2 * L);
+        /* a split backward is timed as it will run */
+        const bool split = gp_schedule_kind_splits(o.schedule);
+        times = calloc(4 * (size_t)L, sizeof *times);
+        s = !times  ? gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d layer times", 4 * L)
+            : split ? gp_model_profile_layers_split(p->m, b, 0, times)
+                    : gp_model_profile_layers(p->m, b, 0, times);
         o.layer_times = times;
+        o.layer_times_split = split;
     }
     if (s == GP_OK)
         s = gp_cells_choose(est_model, b, gp_optim_state_count(&p->o), &o, p->K, p->M, est,

@@ -143,9 +143,10 @@ static gp_status times_for(gp_model *m, int64_t mb, time_cache *tc, const double
             return GP_OK;
         }
     const int L = gp_model_nlayers(m);
-    double *t = calloc(2 * (size_t)L, sizeof *t);
+    double *t = calloc(4 * (size_t)L, sizeof *t);
     if (!t) return gp_error(GP_OUT_OF_MEMORY, "plan search: no memory for %d layer times", L);
-    gp_status s = gp_model_profile_layers(m, mb, 0, t);
+    /* split backwards too: the zero-bubble schedules are timed as they run */
+    gp_status s = gp_model_profile_layers_split(m, mb, 0, t);
     if (s != GP_OK) {
         free(t);
         return gp_error_context(s, "plan search: timing the layers at micro-batches of %lld",
@@ -205,6 +206,7 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
             status = times_for(m, batch / ((int64_t)c[i].D * c[i].M), &tc, &t);
             if (status != GP_OK) break;
             po.layer_times = t;
+            po.layer_times_split = true;
         }
         gp_plan p;
         gp_status s = gp_plan_make(m, batch, o, &po, gflops, &p);

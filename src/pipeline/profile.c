@@ -30,9 +30,14 @@ static gp_status stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t 
     return s;
 }
 
-/* One forward + backward of layer li, adding the two times to f and b. */
+/* One forward + backward of layer li: the two times into f and b; with split (not NULL), a
+ * second forward then the backward split in two, its input part's and its weight part's times
+ * into split[0] and split[1] (what a zero-bubble schedule runs: the parts cost more than the
+ * whole, since the input part keeps what the weight part reads and each part makes its own
+ * pass). */
 static gp_status run_once(gp_model *m, int li, gp_device *dev, const gp_tensor *x,
-                          const gp_tensor *dy, gp_tensor *dx, double *f, double *b) {
+                          const gp_tensor *dy, gp_tensor *dx, double *f, double *b,
+                          double *split) {
     gp_run run = {.training = true, .seed = 1};
     gp_seq_pass pass = {0};
     double t0 = gp_now();
@@ -43,11 +48,24 @@ static gp_status run_once(gp_model *m, int li, gp_device *dev, const gp_tensor *
     gp_seq_release(&pass);
     *f = t1 - t0;
     *b = t2 - t1;
+    if (s != GP_OK || !split) return s;
+    GP_TRY(gp_seq_forward(m, li, li + 1, dev, &run, x, &pass));
+    t0 = gp_now();
+    s = gp_seq_backward_input(m, &pass, dy, dx);
+    t1 = gp_now();
+    if (s == GP_OK) s = gp_seq_backward_weight_each(m, &pass, NULL, NULL);
+    t2 = gp_now();
+    gp_seq_release(&pass);
+    split[0] = t1 - t0;
+    split[1] = t2 - t1;
     return s;
 }
 
+/* Layer li's median forward and backward times into *fwd, *bwd; with parts (not NULL), also the
+ * medians of a split backward's input and weight parts into parts[0], parts[1]. fs, bs: 4 reps
+ * of scratch. */
 static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_device *dev,
-                               double *fs, double *bs, double *fwd, double *bwd) {
+                               double *fs, double *bs, double *fwd, double *bwd, double *parts) {
     gp_shape in_shape, out_shape;
     GP_TRY(gp_model_shape(m, li - 1, mb, &in_shape));
     GP_TRY(gp_model_shape(m, li, mb, &out_shape));
@@ -60,10 +78,11 @@ static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_dev
     if (s == GP_OK) s = stand_in(dev, out_shape, GP_F32, (uint32_t)li, 1, &dy);
     /* As in a pipeline, the first layer computes no input gradient (it has no one to send it). */
     if (s == GP_OK && li > 0) s = gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in_shape, GP_F32, &dx);
+    double *is = bs + reps, *ws = bs + 2 * reps; /* the split's parts */
     for (int r = -1; r < reps && s == GP_OK; r++) { /* r = -1: the warm-up run */
-        double f = 0, b = 0;
-        s = run_once(m, li, dev, &x, &dy, li > 0 ? &dx : NULL, &f, &b);
-        if (r >= 0) fs[r] = f, bs[r] = b;
+        double f = 0, b = 0, split[2] = {0, 0};
+        s = run_once(m, li, dev, &x, &dy, li > 0 ? &dx : NULL, &f, &b, parts ? split : NULL);
+        if (r >= 0) fs[r] = f, bs[r] = b, is[r] = split[0], ws[r] = split[1];
     }
     gp_tensor_release(&x);
     gp_tensor_release(&dy);
@@ -74,10 +93,27 @@ static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_dev
     qsort(bs, (size_t)reps, sizeof *bs, cmp_double);
     *fwd = fs[reps / 2];
     *bwd = bs[reps / 2];
+    if (parts) {
+        qsort(is, (size_t)reps, sizeof *is, cmp_double);
+        qsort(ws, (size_t)reps, sizeof *ws, cmp_double);
+        parts[0] = is[reps / 2];
+        parts[1] = ws[reps / 2];
+    }
     return GP_OK;
 }
 
+static gp_status profile(gp_model *m, int64_t micro_batch, int reps, double *times, bool parts);
+
 gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, double *times) {
+    return profile(m, micro_batch, reps, times, false);
+}
+
+gp_status gp_model_profile_layers_split(gp_model *m, int64_t micro_batch, int reps,
+                                        double *times) {
+    return profile(m, micro_batch, reps, times, true);
+}
+
+static gp_status profile(gp_model *m, int64_t micro_batch, int reps, double *times, bool parts) {
     if (!m || !times) return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_layers: NULL argument");
     if (micro_batch < 1)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -97,11 +133,15 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
                             li, gp_device_name(gp_model_layer_device(m, li)));
     const uint64_t seed = m->seed; /* initialization records its seed; keep the model's */
     gp_device *dev = NULL;
-    double *fs = calloc((size_t)reps, sizeof *fs), *bs = calloc((size_t)reps, sizeof *bs);
+    double *fs = calloc((size_t)reps, sizeof *fs), *bs = calloc(3 * (size_t)reps, sizeof *bs);
     gp_status s = fs && bs ? gp_device_cpu_new("profile", &dev)
                            : gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d timings", reps);
-    for (int li = 0; li < L && s == GP_OK; li++)
-        s = profile_layer(m, li, micro_batch, reps, dev, fs, bs, &times[li], &times[L + li]);
+    for (int li = 0; li < L && s == GP_OK; li++) {
+        double split[2] = {0, 0};
+        s = profile_layer(m, li, micro_batch, reps, dev, fs, bs, &times[li], &times[L + li],
+                          parts ? split : NULL);
+        if (parts) times[2 * L + li] = split[0], times[3 * L + li] = split[1];
+    }
     if (dev) gp_device_free(dev);
     free(fs);
     free(bs);
