@@ -92,6 +92,11 @@ cJSON *gp_cli_plan_search_json(const gp_plan_search_result *r, int devices) {
             cJSON_AddItemToArray(rm, cJSON_CreateString(gp_remat_name(p->cells[k].remat)));
         }
         cJSON_AddNumberToObject(x, "step_s", p->step_s);
+        /* the plan's compute on one device, by the same layer times: M micro-batches of every
+         * cell's forward and backward (the sum that a speed-up over K = 1 divides) */
+        double work = 0;
+        for (int k = 0; k < p->ncells; k++) work += p->cells[k].time_s;
+        cJSON_AddNumberToObject(x, "work_s", work * p->micro_batches);
         cJSON_AddNumberToObject(x, "bubble_simulated", p->bubble_simulated);
         gp_cli_report_u64(x, "fullest_device_bytes", gp_plan_fullest_bytes(p));
         cJSON_AddItemToArray(plans, x);
