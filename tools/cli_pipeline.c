@@ -60,6 +60,9 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
     *first = NULL;
     if (K > MAX_CELLS) return gp_cli_usage_error(cmd, "--stages %d: at most %d", K, MAX_CELLS);
     const bool by_time = a->balance && strcmp(a->balance, "time") == 0;
+    int V = 1; /* cells per stage: the schedule's, or --chunks where it takes several */
+    if (gp_schedule_kind_chunks(gp_cli_schedule_kind(a->schedule), a->chunks, &V) != GP_OK)
+        return gp_cli_usage_error(cmd, "--chunks %d: %s", a->chunks, gp_last_error());
     if (a->partition && a->balance)
         return gp_cli_usage_error(cmd, "--partition %s with --balance %s: a given partition is "
                                        "not balanced; use one or the other",
@@ -74,9 +77,6 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
         char why[512];
         if (!gp_cli_parse_partition(a->partition, *first, MAX_CELLS, &n, why, sizeof why))
             return gp_cli_usage_error(cmd, "--partition: %s", why);
-        int V = 1;
-        if (gp_schedule_kind_chunks(gp_cli_schedule_kind(a->schedule), a->chunks, &V) != GP_OK)
-            return gp_cli_usage_error(cmd, "--chunks %d: %s", a->chunks, gp_last_error());
         const int cells = K * V;
         if (n != cells)
             return gp_cli_usage_error(cmd,

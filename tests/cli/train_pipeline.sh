@@ -186,6 +186,9 @@ expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --part
 expect2 "--partition 0,2: 2 entries for --stages 2; expected the first layer of each of the 4 cells" \
     "${LM[@]}" --stages 2 --schedule interleaved --partition 0,2
 expect2 "--partition" "${LM[@]}" --stages 2 --partition 3,1
+expect2 "--chunks 3: schedule zbv with 3 cells per stage (chunks); expected 2 (its V)" \
+    "${LM[@]}" --stages 2 --schedule zbv --chunks 3
+expect2 "--chunks 2: schedule 1f1b with 2 cells per stage" "${LM[@]}" --stages 2 --schedule 1f1b --chunks 2
 # --device cuda: trains where a GPU is; elsewhere exits 1 saying why (no GPU, or no CUDA built in)
 "$GPIPE" train "${LM[@]}" --stages 2 --device cuda >"$TMP/cuda.out" 2>"$TMP/cuda.err"
 rc=$?
