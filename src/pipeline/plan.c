@@ -36,7 +36,7 @@ void gp_plan_free(gp_plan *p) {
 
 static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                             const gp_pipeline_opts *po, double gflops, int *K, int *M, int *T,
-                            int *D) {
+                            int *D, int *V) {
     if (!m || !po)
         return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL model or pipeline options");
     *K = po->stages ? po->stages : 1;
@@ -82,13 +82,12 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
         return gp_error(GP_INVALID_ARGUMENT,
                         "unknown schedule %d (expected gpipe, 1f1b, zbh1, interleaved or zbv)",
                         (int)po->schedule);
-    int V;
-    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, &V));
-    if ((int64_t)*K * V > L)
+    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, V));
+    if ((int64_t)*K * *V > L)
         return gp_error(GP_INVALID_ARGUMENT,
                         "K = %d stages x V = %d cells per stage but the model has %d layers "
                         "(each cell needs at least one)",
-                        *K, V, L);
+                        *K, *V, L);
     if (po->schedule == GP_SCHEDULE_INTERLEAVED && *M % *K != 0)
         return gp_error(GP_INVALID_ARGUMENT,
                         "schedule %s: M = %d micro-batches is not a multiple of K = %d stages",
@@ -228,8 +227,7 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL output");
     memset(out, 0, sizeof *out);
     int stages = 1, M = 1, T = 1, D = 1, V = 1;
-    GP_TRY(check_opts(m, batch, o, po, gflops, &stages, &M, &T, &D));
-    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, &V));
+    GP_TRY(check_opts(m, batch, o, po, gflops, &stages, &M, &T, &D, &V));
     const int K = stages * V; /* cells */
     int L = gp_model_nlayers(m);
     /* On a mesh a device holds and computes one shard: plan the shard model. */

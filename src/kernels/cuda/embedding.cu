@@ -8,13 +8,14 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
-// The ids (n) in host memory: the device's pinned scratch.
-static gp_status ids_to_host(gp_cuda_ctx *c, const int32_t *ids, int64_t n, int32_t **out) {
+// The ids (n) in host memory (the device's pinned scratch), checked as the CPU checks them.
+static gp_status checked_ids(gp_cuda_ctx *c, const int32_t *ids, int64_t n, int64_t row_len,
+                             int64_t vocab, int32_t **out) {
     void *h;
     GP_TRY(gp_cuda_host_scratch(c, (size_t)n * sizeof(int32_t), &h));
     GP_TRY(gp_cuda_to_host(c, h, ids, (size_t)n * sizeof(int32_t)));
     *out = (int32_t *)h;
-    return GP_OK;
+    return gp_kernels_check_ids(n, row_len, vocab, *out);
 }
 
 // y row i = w row ids[i] - first when that is in [0, rows), else zeros (first 0, rows vocab:
@@ -37,8 +38,7 @@ static gp_status forward(gp_device *dev, int64_t n, int64_t row_len, int64_t dim
     if (!c) return s;
     if (n <= 0) return GP_OK;
     int32_t *h;
-    GP_TRY(ids_to_host(c, ids, n, &h));
-    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, h));
+    GP_TRY(checked_ids(c, ids, n, row_len, vocab, &h));
     if (dim > 0)
         GP_CUDA_LAUNCH(c, embedding_forward_kernel, n * dim, n, dim, first, rows, ids, w, y);
     return GP_OK;
@@ -109,8 +109,7 @@ static gp_status backward(gp_device *dev, int64_t n, int64_t row_len, int64_t di
     if (!c) return s;
     if (n <= 0) return GP_OK;
     int32_t *h;
-    GP_TRY(ids_to_host(c, ids, n, &h));
-    GP_TRY(gp_kernels_check_ids(n, row_len, vocab, h));
+    GP_TRY(checked_ids(c, ids, n, row_len, vocab, &h));
     plan p = {NULL, 0, 0};
     GP_TRY(make_plan(h, n, first, rows, &p));
     if (!p.nused || dim <= 0) {
