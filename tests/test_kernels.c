@@ -1600,14 +1600,16 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
  * im2col and dx as a convolution), pad > what "same" needs, strides 2 and 3 (dx through
  * col2im), kernels wider than the stride (overlaps), a batch above the 16 gradient groups, and
  * an image large enough that its columns go in bands of rows; more 3x3 "same" layers with odd
- * sizes, a 1x1 image, and the ConvNets' 28x28 and 14x14 planes. */
+ * sizes, a 1x1 image, and the ConvNets' 28x28 and 14x14 planes; small outputs whose examples go
+ * into a GEMM in chunks (7x7 and 14x14 to 7x7, batches that the groups and chunks do not divide). */
 static const int64_t conv_cases[][8] = {
     {1, 1, 1, 1, 1, 0, 1, 1},   {4, 3, 5, 1, 1, 0, 3, 2},   {1, 5, 5, 3, 1, 1, 2, 3},
     {3, 7, 6, 3, 2, 1, 3, 2},   {2, 8, 8, 5, 2, 2, 1, 4},   {2, 9, 7, 4, 3, 0, 2, 1},
     {1, 6, 5, 2, 2, 0, 4, 2},   {3, 4, 5, 3, 1, 2, 2, 3},   {1, 17, 16, 3, 2, 1, 1, 2},
     {3, 6, 7, 3, 1, 1, 19, 5},  {2, 5, 4, 1, 2, 0, 3, 3},   {64, 48, 48, 3, 1, 1, 1, 4},
     {8, 7, 9, 3, 1, 1, 5, 6},   {4, 14, 14, 3, 1, 1, 12, 4}, {5, 28, 28, 3, 1, 1, 3, 8},
-    {4, 1, 1, 3, 1, 1, 2, 4}};
+    {4, 1, 1, 3, 1, 1, 2, 4},   {6, 7, 7, 3, 1, 1, 7, 5},   {4, 14, 14, 3, 2, 1, 9, 6},
+    {3, 14, 14, 1, 2, 0, 10, 4}};
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
 static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {

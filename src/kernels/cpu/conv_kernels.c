@@ -1,9 +1,10 @@
 /* CPU kernels of the ConvNet layers: convolutions as GEMMs over im2col columns, channel
  * biases, batch norm with its statistics summed in double in a fixed lane order (the same bits
  * on any compiler), max and global average pooling. The device's threads split the examples of
- * a convolution (each with its own columns, its GEMMs single-threaded), and the channels or
- * planes of everything else; a sum over examples goes through partial sums over groups of
- * examples fixed by the batch alone, so the bits do not depend on the number of threads. */
+ * a convolution (each chunk of examples with its own columns, its GEMMs single-threaded), and
+ * the channels or planes of everything else; a sum over examples goes through partial sums over
+ * groups of examples fixed by the batch and the geometry alone, so the bits do not depend on the
+ * number of threads. */
 #include <math.h>
 #include <string.h>
 
@@ -26,7 +27,7 @@ static void valid_cols(const gp_conv_geom *g, int64_t kj, int64_t *lo, int64_t *
  * columns, so its valid rows are one contiguous copy; the columns that wrapped around from the
  * neighbouring rows are then zeroed, |kj - pad| per row. */
 static void im2col_same(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1,
-                        float *col) {
+                        float *col, int64_t ld) {
     const int64_t k = g->kernel, pad = g->pad, H = g->height, W = g->width, rows = oh1 - oh0;
     float *dst = col;
     for (int64_t c = 0; c < g->channels; c++) {
@@ -35,7 +36,7 @@ static void im2col_same(const gp_conv_geom *g, const float *x, int64_t oh0, int6
             /* output rows whose input row oh - pad + ki lies in [0, H) */
             int64_t va = pad - ki > oh0 ? pad - ki : oh0, vb = H + pad - ki < oh1 ? H + pad - ki : oh1;
             if (vb < va) vb = va;
-            for (int64_t kj = 0; kj < k; kj++, dst += rows * W) {
+            for (int64_t kj = 0; kj < k; kj++, dst += ld) {
                 int64_t lo, hi;
                 valid_cols(g, kj, &lo, &hi);
                 if (hi <= lo || vb == va) {
@@ -46,46 +47,51 @@ static void im2col_same(const gp_conv_geom *g, const float *x, int64_t oh0, int6
                 float *d = dst + (va - oh0) * W;
                 const float *src = xc + (va - pad + ki) * W - pad + kj;
                 memcpy(d + lo, src + lo, (size_t)((vb - va - 1) * W + hi - lo) * sizeof *d);
-                for (int64_t r = 0; r < vb - va; r++) {
-                    float *dr = d + r * W;
-                    for (int64_t ow = 0; ow < lo; ow++) dr[ow] = 0.0f;
-                    for (int64_t ow = hi; ow < W; ow++) dr[ow] = 0.0f;
-                }
+                if (lo > 0)
+                    for (int64_t r = 0; r < vb - va; r++) memset(d + r * W, 0, (size_t)lo * sizeof *d);
+                if (hi < W)
+                    for (int64_t r = 0; r < vb - va; r++)
+                        memset(d + r * W + hi, 0, (size_t)(W - hi) * sizeof *d);
                 memset(dst + (vb - oh0) * W, 0, (size_t)((oh1 - vb) * W) * sizeof *dst);
             }
         }
     }
 }
 
-/* col (C*k*k, (oh1-oh0)*OW) = the patches of output rows [oh0, oh1) of x (C, H, W); row
- * (c*k + ki)*k + kj matches the weight layout (OC, C, k, k); taps outside the image are 0. */
-static void im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, float *col) {
+/* col (C*k*k rows of ld floats; the first (oh1-oh0)*OW of each used) = the patches of output
+ * rows [oh0, oh1) of x (C, H, W); row (c*k + ki)*k + kj matches the weight layout
+ * (OC, C, k, k); taps outside the image are 0. ld > (oh1-oh0)*OW puts several examples' columns
+ * side by side. */
+static void im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t oh1, float *col,
+                   int64_t ld) {
     const int64_t k = g->kernel, s = g->stride, ow_n = g->out_w, H = g->height, W = g->width;
-    float *dst = col;
     if (s == 1 && ow_n == W) {
-        im2col_same(g, x, oh0, oh1, col);
+        im2col_same(g, x, oh0, oh1, col, ld);
         return;
     }
+    float *row = col;
     for (int64_t c = 0; c < g->channels; c++) {
         const float *xc = x + c * H * W;
         for (int64_t ki = 0; ki < k; ki++) {
-            for (int64_t kj = 0; kj < k; kj++) {
+            for (int64_t kj = 0; kj < k; kj++, row += ld) {
                 int64_t lo, hi;
                 valid_cols(g, kj, &lo, &hi);
+                float *dst = row;
                 for (int64_t oh = oh0; oh < oh1; oh++, dst += ow_n) {
                     int64_t ih = oh * s - g->pad + ki;
                     if (ih < 0 || ih >= H) {
                         memset(dst, 0, (size_t)ow_n * sizeof *dst);
                         continue;
                     }
-                    /* index of the tap of column ow: base + ow*s (in range for lo <= ow < hi) */
-                    int64_t base = ih * W - g->pad + kj;
+                    /* the tap of column ow: src[ow * s] (in range for lo <= ow < hi) */
+                    const float *src = xc + ih * W - g->pad + kj;
                     for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
                     if (s == 1) {
-                        if (hi > lo)
-                            memcpy(dst + lo, xc + base + lo, (size_t)(hi - lo) * sizeof *dst);
+                        if (hi > lo) memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof *dst);
+                    } else if (s == 2) { /* a constant stride: the compiler vectorizes it */
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[2 * ow];
                     } else {
-                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = xc[base + ow * s];
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * s];
                     }
                     for (int64_t ow = hi; ow < ow_n; ow++) dst[ow] = 0.0f;
                 }
@@ -94,27 +100,28 @@ static void im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t o
     }
 }
 
-/* x (C, H, W) += the patches in col: the adjoint of im2col. */
-static void col2im_add(const gp_conv_geom *g, const float *col, int64_t oh0, int64_t oh1,
-                       float *x) {
+/* x (C, H, W) += the patches in col (rows ld floats apart): the adjoint of im2col. */
+static void col2im_add(const gp_conv_geom *g, const float *col, int64_t ld, int64_t oh0,
+                       int64_t oh1, float *x) {
     const int64_t k = g->kernel, s = g->stride, ow_n = g->out_w, H = g->height, W = g->width;
-    const float *src = col;
+    const float *row = col;
     for (int64_t c = 0; c < g->channels; c++) {
         float *xc = x + c * H * W;
         for (int64_t ki = 0; ki < k; ki++) {
-            for (int64_t kj = 0; kj < k; kj++) {
+            for (int64_t kj = 0; kj < k; kj++, row += ld) {
                 int64_t lo, hi;
                 valid_cols(g, kj, &lo, &hi);
+                const float *src = row;
                 for (int64_t oh = oh0; oh < oh1; oh++, src += ow_n) {
                     int64_t ih = oh * s - g->pad + ki;
                     if (ih < 0 || ih >= H) continue;
-                    int64_t base = ih * W - g->pad + kj;
-                    if (s == 1 && hi > lo) {
-                        float *row = xc + base + lo;
-                        const float *sr = src + lo;
-                        for (int64_t j = 0; j < hi - lo; j++) row[j] += sr[j];
+                    float *dst = xc + ih * W - g->pad + kj;
+                    if (s == 1) {
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] += src[ow];
+                    } else if (s == 2) {
+                        for (int64_t ow = lo; ow < hi; ow++) dst[2 * ow] += src[ow];
                     } else {
-                        for (int64_t ow = lo; ow < hi; ow++) xc[base + ow * s] += src[ow];
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow * s] += src[ow];
                     }
                 }
             }
@@ -129,18 +136,43 @@ static bool is_direct(const gp_conv_geom *g) {
     return g->kernel == 1 && g->stride == 1 && g->pad == 0;
 }
 
+static int64_t kdim_of(const gp_conv_geom *g) { return g->channels * g->kernel * g->kernel; }
+static int64_t npix_of(const gp_conv_geom *g) { return g->out_h * g->out_w; }
+
 /* Output rows per im2col band: the whole image when its columns fit in CONV_COL_MAX floats
  * (every C1 layer), fewer for large images so the workspace stays bounded. */
 #define CONV_COL_MAX ((int64_t)1 << 20)
 static int64_t band_rows(const gp_conv_geom *g) {
-    const int64_t row = g->channels * g->kernel * g->kernel * g->out_w; /* floats per row */
+    const int64_t row = kdim_of(g) * g->out_w; /* floats per row */
     const int64_t r = CONV_COL_MAX / (row > 0 ? row : 1);
     return r < 1 ? 1 : r > g->out_h ? g->out_h : r;
 }
 
-/* Floats of one thread's columns (0 for a direct convolution). */
+/* Examples whose columns go side by side into one GEMM. A small output (7x7, 14x14) alone
+ * makes a GEMM too thin to run near sgemm's rate (and its weight gradient sums over only its
+ * few pixels), so chunks of examples span at least CHUNK_PIX pixels, within CONV_COL_MAX
+ * floats of columns. Set by the geometry alone, like every cut below, so the bits are too. */
+#define CHUNK_PIX 512
+static int64_t chunk_examples(const gp_conv_geom *g) {
+    const int64_t npix = npix_of(g), per_example = kdim_of(g) * npix;
+    if (is_direct(g) || npix <= 0 || npix >= CHUNK_PIX) return 1;
+    const int64_t want = (CHUNK_PIX + npix - 1) / npix;
+    const int64_t fit = CONV_COL_MAX / (per_example > 0 ? per_example : 1);
+    return want < fit ? want : fit < 1 ? 1 : fit;
+}
+
+/* Floats of one thread's columns (0 for a direct convolution): a band of one example, or a
+ * chunk of examples. */
 static int64_t col_floats(const gp_conv_geom *g) {
-    return is_direct(g) ? 0 : g->channels * g->kernel * g->kernel * band_rows(g) * g->out_w;
+    if (is_direct(g)) return 0;
+    const int64_t e = chunk_examples(g);
+    return e > 1 ? kdim_of(g) * e * npix_of(g) : kdim_of(g) * band_rows(g) * g->out_w;
+}
+
+/* Floats of one thread's chunk of outputs (OC, e P), gathered or scattered around a GEMM. */
+static int64_t chunk_out_floats(const gp_conv_geom *g, int64_t oc) {
+    const int64_t e = chunk_examples(g);
+    return e > 1 ? oc * e * npix_of(g) : 0;
 }
 
 /* The input gradient of a stride-1 convolution is itself a stride-1 convolution: of dy with
@@ -156,30 +188,44 @@ static bool dx_by_conv(const gp_conv_geom *g, int64_t out_ch, gp_conv_geom *gt) 
 }
 
 /* Groups of examples whose weight gradients are summed apart, then added in group order: a
- * number set by the batch alone, so the sums are the same on any number of threads. */
+ * number set by the batch and the geometry alone, so the sums are the same on any number of
+ * threads. Up to CONV_GROUPS; fewer where an example's output is small, so that each group has
+ * a chunk of examples to sum in one GEMM, but at least CONV_MIN_GROUPS for the threads. */
 #define CONV_GROUPS 16
-static int64_t conv_groups(int64_t batch) { return batch < CONV_GROUPS ? batch : CONV_GROUPS; }
+#define CONV_MIN_GROUPS 4
+static int64_t conv_groups(const gp_conv_geom *g, int64_t batch) {
+    int64_t n = batch / chunk_examples(g);
+    if (n < CONV_MIN_GROUPS) n = CONV_MIN_GROUPS;
+    if (n > CONV_GROUPS) n = CONV_GROUPS;
+    return n < batch ? n : batch;
+}
 
 static int conv_threads(gp_device *dev, int64_t parts) {
     const int threads = gp_cpu_pool_threads(gp_cpu_pool_of(dev));
     return parts < threads ? (int)(parts > 0 ? parts : 1) : threads;
 }
 
+/* One thread's forward workspace: columns, then the chunk's outputs. */
+static int64_t fwd_floats(const gp_conv_geom *g, int64_t oc) {
+    return col_floats(g) + chunk_out_floats(g, oc);
+}
+
 /* The backward workspace: the groups' partial weight gradients, the flipped weights (dx by
- * convolution), then each thread's columns of x and of dy (or dcol). */
+ * convolution), then each thread's columns of x, its chunk of dy, and the input gradient's
+ * workspace (a forward one of the flipped convolution, or dcol). */
 typedef struct conv_bwd_layout {
-    int64_t partials, flipped, per_thread, col_x;
+    int64_t partials, flipped, per_thread, col_x, dy_chunk;
 } conv_bwd_layout;
 
 static conv_bwd_layout bwd_layout(const gp_conv_geom *g, int64_t batch, int64_t out_ch,
                                   bool want_dx) {
-    const int64_t kdim = g->channels * g->kernel * g->kernel;
-    conv_bwd_layout L = {.partials = conv_groups(batch) * out_ch * kdim, .col_x = col_floats(g)};
+    conv_bwd_layout L = {.partials = conv_groups(g, batch) * out_ch * kdim_of(g),
+                         .col_x = col_floats(g), .dy_chunk = chunk_out_floats(g, out_ch)};
     gp_conv_geom gt;
-    L.per_thread = L.col_x;
+    L.per_thread = L.col_x + L.dy_chunk;
     if (want_dx && dx_by_conv(g, out_ch, &gt)) {
-        L.flipped = out_ch * kdim;
-        L.per_thread += col_floats(&gt);
+        L.flipped = out_ch * kdim_of(g);
+        L.per_thread += fwd_floats(&gt, g->channels);
     } else if (want_dx) {
         L.per_thread += L.col_x;
     }
@@ -188,9 +234,12 @@ static conv_bwd_layout bwd_layout(const gp_conv_geom *g, int64_t batch, int64_t 
 
 int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
                          bool backward, bool want_dx) {
-    if (!backward) return conv_threads(dev, batch) * col_floats(g);
+    if (!backward) {
+        const int64_t e = chunk_examples(g), chunks = (batch + e - 1) / e;
+        return conv_threads(dev, chunks) * fwd_floats(g, out_ch);
+    }
     const conv_bwd_layout L = bwd_layout(g, batch, out_ch, want_dx);
-    return L.partials + L.flipped + conv_threads(dev, conv_groups(batch)) * L.per_thread;
+    return L.partials + L.flipped + conv_threads(dev, conv_groups(g, batch)) * L.per_thread;
 }
 
 typedef struct conv_args {
@@ -204,7 +253,7 @@ typedef struct conv_args {
 /* y (OC, P) = w (OC, K) x the columns of x (C, H, W), in bands of output rows. */
 static void conv_one(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
                      float *y, float *col) {
-    const int64_t npix = g->out_h * g->out_w, kdim = g->channels * g->kernel * g->kernel;
+    const int64_t npix = npix_of(g), kdim = kdim_of(g);
     if (is_direct(g)) {
         gp_cpu_sgemm(false, false, oc, npix, kdim, 1.0f, w, kdim, x, npix, 0.0f, y, npix);
         return;
@@ -213,97 +262,162 @@ static void conv_one(const gp_conv_geom *g, int64_t oc, const float *w, const fl
     for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
         const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
         const int64_t n = (r1 - r0) * g->out_w;
-        im2col(g, x, r0, r1, col);
+        im2col(g, x, r0, r1, col, n);
         /* y[:, rows r0..r1) (OC, n; row stride P) = W (OC, K) . col (K, n) */
         gp_cpu_sgemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f, y + r0 * g->out_w,
                      npix);
     }
 }
 
-/* Examples of part t, each with the part's own columns. */
+/* The ne examples from x (their outputs from y): one GEMM over the chunk's columns, whose
+ * output (OC, ne P) in ws (after the columns) is then scattered to the examples. */
+static void conv_chunk(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
+                       int64_t ne, float *y, float *ws) {
+    const int64_t npix = npix_of(g), kdim = kdim_of(g), n = ne * npix;
+    const int64_t in_elems = g->channels * g->height * g->width;
+    if (ne == 1) {
+        conv_one(g, oc, w, x, y, ws);
+        return;
+    }
+    float *col = ws, *out = ws + col_floats(g);
+    for (int64_t j = 0; j < ne; j++) im2col(g, x + j * in_elems, 0, g->out_h, col + j * npix, n);
+    gp_cpu_sgemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f, out, n);
+    for (int64_t j = 0; j < ne; j++)
+        for (int64_t o = 0; o < oc; o++)
+            memcpy(y + (j * oc + o) * npix, out + o * n + j * npix, (size_t)npix * sizeof *y);
+}
+
+/* Examples [lo, hi) of x into y, in chunks of chunk_examples counted from lo. */
+static void conv_examples(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
+                          int64_t lo, int64_t hi, float *y, float *ws) {
+    const int64_t e = chunk_examples(g), npix = npix_of(g);
+    const int64_t in_elems = g->channels * g->height * g->width;
+    for (int64_t b = lo; b < hi; b += e) {
+        const int64_t ne = b + e < hi ? e : hi - b;
+        conv_chunk(g, oc, w, x + b * in_elems, ne, y + b * oc * npix, ws);
+    }
+}
+
+/* Chunks of part t. */
 static void conv_forward_part(void *ctx, int t, int nt) {
     const conv_args *a = ctx;
     const gp_conv_geom *g = a->g;
-    const int64_t npix = g->out_h * g->out_w, in_elems = g->channels * g->height * g->width;
+    const int64_t e = chunk_examples(g), chunks = (a->batch + e - 1) / e;
     int64_t lo, hi;
-    gp_cpu_split(a->batch, t, nt, 1, &lo, &hi);
-    float *col = a->ws ? a->ws + t * col_floats(g) : NULL; /* NULL: a direct convolution */
-    for (int64_t b = lo; b < hi; b++)
-        conv_one(g, a->oc, a->w, a->x + b * in_elems, a->y + b * a->oc * npix, col);
+    gp_cpu_split(chunks, t, nt, 1, &lo, &hi);
+    float *ws = a->ws ? a->ws + t * fwd_floats(g, a->oc) : NULL; /* NULL: direct, one by one */
+    const int64_t b1 = hi * e < a->batch ? hi * e : a->batch;
+    if (lo < hi) conv_examples(g, a->oc, a->w, a->x, lo * e, b1, a->y, ws);
 }
 
 gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                 int64_t out_ch, const float *x, const float *w, float *y,
                                 float *ws) {
     conv_args a = {.g = g, .batch = batch, .oc = out_ch, .x = x, .w = w, .y = y, .ws = ws};
+    const int64_t e = chunk_examples(g);
     if (batch > 0)
-        gp_cpu_pool_run(gp_cpu_pool_of(dev), conv_threads(dev, batch), conv_forward_part, &a);
+        gp_cpu_pool_run(gp_cpu_pool_of(dev), conv_threads(dev, (batch + e - 1) / e),
+                        conv_forward_part, &a);
     return GP_OK;
 }
 
-/* dx_b (C, H, W) from dy_b (OC, P) through dcol = W^T dy scattered back by col2im. */
-static void conv_dx_col2im(const gp_conv_geom *g, int64_t oc, const float *w, const float *dyb,
-                           float *dxb, float *dcol) {
-    const int64_t npix = g->out_h * g->out_w, kdim = g->channels * g->kernel * g->kernel;
-    if (is_direct(g)) { /* dx_b (C, P) = W^T . dy_b */
-        gp_cpu_sgemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dyb, npix, 0.0f, dxb, npix);
+/* dy of ne examples (each (OC, P)) side by side: dyc (OC, ne P). */
+static void gather_chunk(const float *dy, int64_t oc, int64_t npix, int64_t ne, float *dyc) {
+    for (int64_t j = 0; j < ne; j++)
+        for (int64_t o = 0; o < oc; o++)
+            memcpy(dyc + o * ne * npix + j * npix, dy + (j * oc + o) * npix,
+                   (size_t)npix * sizeof *dyc);
+}
+
+/* Weight gradient of the ne examples from x: pw (OC, K) = (beta pw) + dy . col^T, one GEMM
+ * per chunk (per band of rows for a single large example). */
+static void conv_dw_chunk(const conv_args *a, const float *x, const float *dy, int64_t ne,
+                          float beta, float *pw, float *col, float *dyc) {
+    const gp_conv_geom *g = a->g;
+    const int64_t oc = a->oc, npix = npix_of(g), kdim = kdim_of(g);
+    if (is_direct(g)) { /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C) */
+        gp_cpu_sgemm(false, true, oc, kdim, npix, 1.0f, dy, npix, x, npix, beta, pw, kdim);
         return;
     }
-    memset(dxb, 0, (size_t)(g->channels * g->height * g->width) * sizeof *dxb);
+    if (ne > 1) {
+        const int64_t n = ne * npix, in_elems = g->channels * g->height * g->width;
+        for (int64_t j = 0; j < ne; j++) im2col(g, x + j * in_elems, 0, g->out_h, col + j * npix, n);
+        gather_chunk(dy, oc, npix, ne, dyc);
+        gp_cpu_sgemm(false, true, oc, kdim, n, 1.0f, dyc, n, col, n, beta, pw, kdim);
+        return;
+    }
+    const int64_t band = band_rows(g);
+    for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
+        const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
+        const int64_t n = (r1 - r0) * g->out_w;
+        im2col(g, x, r0, r1, col, n);
+        /* dW (OC, K) += dy (OC, n) . col^T (n, K) */
+        gp_cpu_sgemm(false, true, oc, kdim, n, 1.0f, dy + r0 * g->out_w, npix, col, n,
+                     r0 == 0 ? beta : 1.0f, pw, kdim);
+    }
+}
+
+/* dx of the ne examples from dy through dcol = W^T dy scattered back by col2im. */
+static void conv_dx_col2im(const gp_conv_geom *g, int64_t oc, const float *w, const float *dy,
+                           int64_t ne, float *dx, float *dcol, float *dyc) {
+    const int64_t npix = npix_of(g), kdim = kdim_of(g);
+    const int64_t in_elems = g->channels * g->height * g->width;
+    if (is_direct(g)) { /* dx_b (C, P) = W^T . dy_b */
+        gp_cpu_sgemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dy, npix, 0.0f, dx, npix);
+        return;
+    }
+    memset(dx, 0, (size_t)(ne * in_elems) * sizeof *dx);
+    if (ne > 1) {
+        const int64_t n = ne * npix;
+        gather_chunk(dy, oc, npix, ne, dyc);
+        gp_cpu_sgemm(true, false, kdim, n, oc, 1.0f, w, kdim, dyc, n, 0.0f, dcol, n);
+        for (int64_t j = 0; j < ne; j++)
+            col2im_add(g, dcol + j * npix, n, 0, g->out_h, dx + j * in_elems);
+        return;
+    }
     const int64_t band = band_rows(g);
     for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
         const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
         const int64_t n = (r1 - r0) * g->out_w;
         /* dcol (K, n) = W^T (K, OC) . dy (OC, n) */
-        gp_cpu_sgemm(true, false, kdim, n, oc, 1.0f, w, kdim, dyb + r0 * g->out_w, npix, 0.0f,
+        gp_cpu_sgemm(true, false, kdim, n, oc, 1.0f, w, kdim, dy + r0 * g->out_w, npix, 0.0f,
                      dcol, n);
-        col2im_add(g, dcol, r0, r1, dxb);
+        col2im_add(g, dcol, n, r0, r1, dx);
     }
 }
 
-/* Groups of part t: each group's weight gradient into its partial (the group's examples in
- * order, then bands in order), and each example's input gradient. */
+/* Groups of part t: each group's weight gradient into its partial (the group's chunks in
+ * order), and its examples' input gradients. */
 static void conv_backward_part(void *ctx, int t, int nt) {
     const conv_args *a = ctx;
     const gp_conv_geom *g = a->g;
-    const int64_t oc = a->oc, npix = g->out_h * g->out_w;
-    const int64_t kdim = g->channels * g->kernel * g->kernel;
-    const int64_t in_elems = g->channels * g->height * g->width, band = band_rows(g);
+    const int64_t oc = a->oc, npix = npix_of(g), kdim = kdim_of(g), e = chunk_examples(g);
+    const int64_t in_elems = g->channels * g->height * g->width;
     float *col = a->ws + a->L.partials + a->L.flipped + t * a->L.per_thread;
-    float *col2 = col + a->L.col_x; /* columns of dy, or dcol */
+    float *dyc = col + a->L.col_x;
+    float *dxws = dyc + a->L.dy_chunk; /* the flipped convolution's workspace, or dcol */
     gp_conv_geom gt;
     const bool by_conv = a->dx && dx_by_conv(g, oc, &gt);
     int64_t g0, g1;
     gp_cpu_split(a->groups, t, nt, 1, &g0, &g1);
     for (int64_t gi = g0; gi < g1; gi++) {
-        float *pw = a->partial + gi * oc * kdim; /* (OC, K) */
         int64_t lo, hi;
         gp_cpu_split(a->batch, (int)gi, (int)a->groups, 1, &lo, &hi);
-        for (int64_t b = lo; b < hi; b++) {
-            const float *xb = a->x + b * in_elems;
-            const float *dyb = a->dy + b * oc * npix; /* (OC, P) */
-            const float beta = b == lo ? 0.0f : 1.0f;
-            if (!a->dw) {
-                /* input gradient alone */
-            } else if (is_direct(g)) { /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C) */
-                gp_cpu_sgemm(false, true, oc, kdim, npix, 1.0f, dyb, npix, xb, npix, beta, pw,
-                             kdim);
-            } else {
-                for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
-                    const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
-                    const int64_t n = (r1 - r0) * g->out_w;
-                    im2col(g, xb, r0, r1, col);
-                    /* dW (OC, K) += dy (OC, n) . col^T (n, K) */
-                    gp_cpu_sgemm(false, true, oc, kdim, n, 1.0f, dyb + r0 * g->out_w, npix, col,
-                                 n, r0 == 0 ? beta : 1.0f, pw, kdim);
-                }
+        if (a->dw)
+            for (int64_t b = lo; b < hi; b += e) {
+                const int64_t ne = b + e < hi ? e : hi - b;
+                conv_dw_chunk(a, a->x + b * in_elems, a->dy + b * oc * npix, ne,
+                              b == lo ? 0.0f : 1.0f, a->partial + gi * oc * kdim, col, dyc);
             }
-            if (!a->dx) continue;
-            float *dxb = a->dx + b * in_elems;
-            if (by_conv)
-                conv_one(&gt, g->channels, a->wflip, dyb, dxb, col2);
-            else
-                conv_dx_col2im(g, oc, a->w, dyb, dxb, col2);
+        if (!a->dx) continue;
+        if (by_conv) {
+            conv_examples(&gt, g->channels, a->wflip, a->dy, lo, hi, a->dx, dxws);
+            continue;
+        }
+        for (int64_t b = lo; b < hi; b += e) {
+            const int64_t ne = b + e < hi ? e : hi - b;
+            conv_dx_col2im(g, oc, a->w, a->dy + b * oc * npix, ne, a->dx + b * in_elems, dxws,
+                           dyc);
         }
     }
 }
@@ -320,7 +434,7 @@ static void flip_weights(const gp_conv_geom *g, int64_t oc, const float *w, floa
 /* dw[i] += the group partials' sum, groups in order. */
 static void conv_reduce_range(void *ctx, int64_t lo, int64_t hi) {
     const conv_args *a = ctx;
-    const int64_t n = a->oc * a->g->channels * a->g->kernel * a->g->kernel;
+    const int64_t n = a->oc * kdim_of(a->g);
     const float *p = a->partial;
     float *dw = a->dw;
     for (int64_t i = lo; i < hi; i++) {
@@ -334,7 +448,7 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
                                  int64_t out_ch, const float *x, const float *w, const float *dy,
                                  float *dx, float *dw, float *ws) {
     if (batch <= 0) return GP_OK;
-    const int64_t groups = conv_groups(batch);
+    const int64_t groups = conv_groups(g, batch);
     conv_args a = {.g = g, .batch = batch, .oc = out_ch, .groups = groups, .x = x, .w = w,
                    .dy = dy, .dx = dx, .dw = dw, .ws = ws, .partial = ws,
                    .L = bwd_layout(g, batch, out_ch, dx != NULL)};
@@ -345,8 +459,7 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
     gp_cpu_pool_run(pool, conv_threads(dev, groups), conv_backward_part, &a);
     if (dw)
-        gp_cpu_parallel_for(pool, out_ch * g->channels * g->kernel * g->kernel, 16, 4096,
-                            conv_reduce_range, &a);
+        gp_cpu_parallel_for(pool, out_ch * kdim_of(g), 16, 4096, conv_reduce_range, &a);
     return GP_OK;
 }
 
