@@ -805,6 +805,13 @@ gp_status gp_pipeline_set_step(gp_pipeline *p, int steps_done);
 gp_status gp_pipeline_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *logits);
 gp_status gp_pipeline_evaluate(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
                                double *loss_sum, int64_t *ncorrect, int64_t *ncount);
+/* Collective: gp_pipeline_evaluate over n batches (xs[i], ys[i]), the figures summed in batch
+ * order: the same bits as n calls. An in-process pipeline with one cell per stage and no shards
+ * runs the stages at once (stage k on batch i while stage k + 1 is on batch i - 1, each on its
+ * core), so it takes about the slowest stage's time; others go batch after batch. */
+gp_status gp_pipeline_evaluate_batches(gp_pipeline *p, int n, const gp_tensor *xs,
+                                       const gp_tensor *ys, double *loss_sum, int64_t *ncorrect,
+                                       int64_t *ncount);
 gp_status gp_pipeline_params_fnv1a64(gp_pipeline *p, uint64_t *out);
 
 /* Figures of the last step, from its recorded timeline: every stage's forward,

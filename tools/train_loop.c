@@ -114,8 +114,12 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
     const int64_t chunk = t->memory_limit && t->micro_batches > 1 ? t->batch / t->micro_batches
                                                                   : t->batch;
     const int64_t B = chunk < count ? chunk : count;
+    /* Up to EVAL_GROUP batches at once: the pipeline's stages work on them together, each
+     * holding two or three batches' activations; under a memory limit one at a time. */
+    enum { EVAL_GROUP = 16 };
+    const int group = t->memory_limit ? 1 : EVAL_GROUP;
     int64_t *rows = malloc((size_t)B * sizeof *rows);
-    gp_tensor x = {0}, y = {0};
+    gp_tensor xs[EVAL_GROUP] = {{0}}, ys[EVAL_GROUP] = {{0}};
     int rc = GP_CLI_EXIT_OK;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
@@ -123,29 +127,36 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
         fprintf(stderr, "gpipe %s: %s: out of host memory\n", cmd, e->name);
         return GP_CLI_EXIT_RUNTIME;
     }
-    for (int64_t first = 0; first < count; first += B) {
-        int64_t nb = count - first < B ? count - first : B;
-        if (!x.data || x.shape.dim[0] != nb) { /* the remainder gets a smaller batch */
-            gp_tensor_release(&x);
-            gp_tensor_release(&y);
-            if (gp_cli_alloc_batch(t, nb, &x, &y) != GP_OK) {
-                rc = gp_cli_fail(cmd, e->alloc_what);
+    for (int64_t first = 0; first < count && rc == GP_CLI_EXIT_OK;) {
+        int n = 0;
+        for (; n < group && first < count; n++, first += B) {
+            const int64_t nb = count - first < B ? count - first : B;
+            if (!xs[n].data || xs[n].shape.dim[0] != nb) { /* the remainder: a smaller batch */
+                gp_tensor_release(&xs[n]);
+                gp_tensor_release(&ys[n]);
+                if (gp_cli_alloc_batch(t, nb, &xs[n], &ys[n]) != GP_OK) {
+                    rc = gp_cli_fail(cmd, e->alloc_what);
+                    break;
+                }
+            }
+            if (e->fill(e->ctx, first, nb, rows, &xs[n], &ys[n]) != GP_OK) {
+                rc = gp_cli_fail(cmd, e->eval_what);
                 break;
             }
         }
         double ls = 0;
         int64_t nc = 0, nn = 0;
-        if (e->fill(e->ctx, first, nb, rows, &x, &y) != GP_OK ||
-            gp_pipeline_evaluate(t->pipeline, &x, &y, &ls, &nc, &nn) != GP_OK) {
+        if (rc == GP_CLI_EXIT_OK &&
+            gp_pipeline_evaluate_batches(t->pipeline, n, xs, ys, &ls, &nc, &nn) != GP_OK)
             rc = gp_cli_fail(cmd, e->eval_what);
-            break;
-        }
         loss_sum += ls;
         correct += nc;
         seen += nn;
     }
-    gp_tensor_release(&x);
-    gp_tensor_release(&y);
+    for (int i = 0; i < EVAL_GROUP; i++) {
+        gp_tensor_release(&xs[i]);
+        gp_tensor_release(&ys[i]);
+    }
     free(rows);
     if (rc == GP_CLI_EXIT_OK && seen <= 0) {
         fprintf(stderr, "gpipe %s: %s counted no %s\n", cmd, e->name, e->units);

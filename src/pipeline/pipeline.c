@@ -530,6 +530,33 @@ gp_status gp_pipeline_evaluate(gp_pipeline *p, const gp_tensor *x, const gp_tens
     return s == GP_OK ? GP_OK : gp_error_context(s, "gp_pipeline_evaluate");
 }
 
+gp_status gp_pipeline_evaluate_batches(gp_pipeline *p, int n, const gp_tensor *xs,
+                                       const gp_tensor *ys, double *loss_sum, int64_t *ncorrect,
+                                       int64_t *ncount) {
+    if (!p || n < 0 || (n > 0 && (!xs || !ys)) || !loss_sum || !ncorrect || !ncount)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_pipeline_evaluate_batches: NULL argument or %d batches", n);
+    for (int i = 0; i < n; i++) {
+        gp_status s = check_input(p, &xs[i], "gp_pipeline_evaluate_batches");
+        if (s == GP_OK) s = check_labels(&ys[i], xs[i].shape.dim[0], "gp_pipeline_evaluate_batches");
+        if (s != GP_OK) return gp_error_context(s, "batch %d of %d", i, n);
+    }
+    if (n > 1 && gp_eval_overlap_applies(p)) {
+        gp_status s = gp_eval_overlap(p, n, xs, ys, loss_sum, ncorrect, ncount);
+        return s == GP_OK ? GP_OK : gp_error_context(s, "gp_pipeline_evaluate_batches");
+    }
+    double l = 0;
+    int64_t c = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        double li = 0;
+        int64_t ci = 0, mi = 0;
+        GP_TRY(gp_pipeline_evaluate(p, &xs[i], &ys[i], &li, &ci, &mi));
+        l += li, c += ci, m += mi;
+    }
+    *loss_sum = l, *ncorrect = c, *ncount = m;
+    return GP_OK;
+}
+
 gp_status gp_pipeline_params_fnv1a64(gp_pipeline *p, uint64_t *out) {
     if (!p || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_params_fnv1a64: NULL argument");
     return p->launcher->params_hash(p, out);

@@ -1,0 +1,147 @@
+/* gp_pipeline_evaluate_batches: for the ConvNet (batch norm on running statistics) and the
+ * Transformer, five batches (the last one smaller) give the loss sum, correct predictions and
+ * count of the single-device model's gp_model_evaluate batch by batch, bit for bit, on K = 1..4
+ * stages with the stages at work at once, and batch after batch where that does not apply
+ * (interleaved cells, an inference-only pipeline as well); no activation byte stays behind;
+ * bad batches are named errors before anything runs, and a failure inside a stage (a label out
+ * of range, found by the last stage) names its stage and batch, stops every stage, and leaves a
+ * pipeline that evaluates again. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define NB 5
+static const int64_t sizes[NB] = {8, 8, 8, 8, 3};
+static const uint64_t SEED = 91;
+
+typedef struct figures {
+    double loss;
+    int64_t correct, count;
+} figures;
+
+static void make_batches(gp_test_net net, gp_test_batch *b, gp_tensor *xs, gp_tensor *ys) {
+    for (int i = 0; i < NB; i++) {
+        gp_test_net_batch(net, sizes[i], 500 + (uint64_t)i, &b[i]);
+        xs[i] = b[i].x;
+        ys[i] = b[i].y_t;
+    }
+}
+
+/* The single-device model, batch by batch, the sums in batch order. */
+static figures reference(gp_test_net net, const gp_tensor *xs, const gp_tensor *ys) {
+    gp_model *m = gp_test_net_build(net);
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("ref", &dev));
+    REQUIRE_OK(gp_model_init(m, dev, SEED));
+    figures f = {0};
+    for (int i = 0; i < NB; i++) {
+        double l = 0;
+        int64_t c = 0, n = 0;
+        REQUIRE_OK(gp_model_evaluate(m, &xs[i], &ys[i], &l, &c, &n));
+        f.loss += l, f.correct += c, f.count += n;
+    }
+    gp_model_free(m);
+    gp_device_free(dev);
+    return f;
+}
+
+static void check_same(const figures *got, const figures *want, const char *what) {
+    const bool same = memcmp(&got->loss, &want->loss, sizeof got->loss) == 0 &&
+                      got->correct == want->correct && got->count == want->count;
+    if (!same)
+        fprintf(stderr, "%s: loss %.17g correct %lld count %lld, expected %.17g %lld %lld\n",
+                what, got->loss, (long long)got->correct, (long long)got->count, want->loss,
+                (long long)want->correct, (long long)want->count);
+    CHECK(same);
+}
+
+static void no_activations_left(gp_pipeline *p) {
+    for (int k = 0; k < gp_pipeline_stages(p); k++) {
+        gp_mem_stats ms;
+        CHECK_OK(gp_pipeline_mem_stats(p, k, &ms));
+        CHECK_EQ_INT(ms.live[GP_MEM_ACTIVATIONS], 0);
+    }
+}
+
+static void one_pipeline(gp_test_net net, const gp_pipeline_opts *po, bool inference,
+                         const gp_tensor *xs, const gp_tensor *ys, const figures *want,
+                         const char *what) {
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
+    gp_pipeline *p;
+    REQUIRE_OK(gp_pipeline_new(m, inference ? NULL : &o, po, SEED, &p));
+    for (int rep = 0; rep < 2; rep++) { /* the second time on the devices' cached blocks */
+        figures f = {0};
+        CHECK_OK(gp_pipeline_evaluate_batches(p, NB, xs, ys, &f.loss, &f.correct, &f.count));
+        check_same(&f, want, what);
+        no_activations_left(p);
+    }
+    gp_pipeline_free(p);
+    gp_model_free(m);
+}
+
+static void errors(gp_test_net net, gp_tensor *xs, gp_tensor *ys, const figures *want) {
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
+    gp_pipeline_opts po = {.stages = 3, .micro_batches = 1};
+    gp_pipeline *p;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
+    figures f = {0};
+    CHECK_FAILS(gp_pipeline_evaluate_batches(NULL, NB, xs, ys, &f.loss, &f.correct, &f.count),
+                GP_INVALID_ARGUMENT, "NULL");
+    CHECK_FAILS(gp_pipeline_evaluate_batches(p, -1, xs, ys, &f.loss, &f.correct, &f.count),
+                GP_INVALID_ARGUMENT, "-1 batches");
+    CHECK_FAILS(gp_pipeline_evaluate_batches(p, NB, xs, NULL, &f.loss, &f.correct, &f.count),
+                GP_INVALID_ARGUMENT, "NULL");
+    /* batch 2's labels for another batch size: named before any stage starts */
+    gp_tensor keep = ys[2];
+    ys[2] = ys[4];
+    CHECK_FAILS(gp_pipeline_evaluate_batches(p, NB, xs, ys, &f.loss, &f.correct, &f.count),
+                GP_SHAPE, "batch 2 of 5");
+    ys[2] = keep;
+    /* a label out of range in batch 3: the last stage finds it, every stage stops */
+    int32_t *lab = ys[3].data, saved = lab[1];
+    lab[1] = 1000;
+    gp_status s = gp_pipeline_evaluate_batches(p, NB, xs, ys, &f.loss, &f.correct, &f.count);
+    CHECK(s != GP_OK);
+    CHECK(strstr(gp_last_error(), "stage 2, batch 3") != NULL);
+    lab[1] = saved;
+    no_activations_left(p);
+    CHECK_OK(gp_pipeline_evaluate_batches(p, NB, xs, ys, &f.loss, &f.correct, &f.count));
+    check_same(&f, want, "after a failed evaluation");
+    figures z = {.loss = 1, .correct = 1, .count = 1};
+    CHECK_OK(gp_pipeline_evaluate_batches(p, 0, NULL, NULL, &z.loss, &z.correct, &z.count));
+    CHECK(z.loss == 0 && z.correct == 0 && z.count == 0);
+    gp_pipeline_free(p);
+    gp_model_free(m);
+}
+
+static void net_cases(gp_test_net net) {
+    gp_test_batch *b = malloc(NB * sizeof *b);
+    gp_tensor xs[NB], ys[NB];
+    if (!b) exit(2);
+    make_batches(net, b, xs, ys);
+    const figures want = reference(net, xs, ys);
+    CHECK(want.count > 0);
+    char what[128];
+    for (int K = 1; K <= 4; K++) {
+        gp_pipeline_opts po = {.stages = K, .micro_batches = 1};
+        snprintf(what, sizeof what, "%s, K = %d", net == GP_TEST_CONVNET ? "convnet" : "transformer", K);
+        one_pipeline(net, &po, false, xs, ys, &want, what);
+    }
+    gp_pipeline_opts il = {.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_INTERLEAVED,
+                           .chunks = 2};
+    one_pipeline(net, &il, false, xs, ys, &want, "interleaved, K = 2, V = 2: batch after batch");
+    gp_pipeline_opts inf = {.stages = 3, .micro_batches = 1};
+    one_pipeline(net, &inf, true, xs, ys, &want, "inference-only pipeline, K = 3");
+    errors(net, xs, ys, &want);
+    free(b);
+}
+
+int main(void) {
+    net_cases(GP_TEST_CONVNET);
+    net_cases(GP_TEST_TRANSFORMER);
+    return gp_test_finish("test_pipeline_eval");
+}
