@@ -250,23 +250,39 @@ typedef struct conv_args {
     conv_bwd_layout L;
 } conv_args;
 
-/* y (OC, P) = w (OC, K) x the columns of x (C, H, W), in bands of output rows. */
-static void conv_one(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
-                     float *y, float *col) {
-    const int64_t npix = npix_of(g), kdim = kdim_of(g);
-    if (is_direct(g)) {
-        gp_cpu_sgemm(false, false, oc, npix, kdim, 1.0f, w, kdim, x, npix, 0.0f, y, npix);
-        return;
-    }
-    const int64_t band = band_rows(g);
+/* One example's GEMMs band by band of output rows, each band's columns of x (C, H, W) made
+ * first: the forward, y (OC, P) = a (the weights, OC x K) . col, or the weight gradient,
+ * c (OC, K) = beta c + a (dy, OC x P) . col^T. */
+static void conv_bands(const gp_conv_geom *g, int64_t oc, const float *x, float *col,
+                       bool weight_grad, const float *a, float *c, float beta) {
+    const int64_t npix = npix_of(g), kdim = kdim_of(g), band = band_rows(g);
     for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
         const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
         const int64_t n = (r1 - r0) * g->out_w;
         im2col(g, x, r0, r1, col, n);
-        /* y[:, rows r0..r1) (OC, n; row stride P) = W (OC, K) . col (K, n) */
-        gp_cpu_sgemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f, y + r0 * g->out_w,
-                     npix);
+        if (weight_grad)
+            gp_cpu_sgemm(false, true, oc, kdim, n, 1.0f, a + r0 * g->out_w, npix, col, n,
+                         r0 == 0 ? beta : 1.0f, c, kdim);
+        else /* rows r0..r1 of y (row stride P) */
+            gp_cpu_sgemm(false, false, oc, n, kdim, 1.0f, a, kdim, col, n, 0.0f,
+                         c + r0 * g->out_w, npix);
     }
+}
+
+/* The columns of ne examples from x side by side: col (K, ne P). */
+static void chunk_im2col(const gp_conv_geom *g, const float *x, int64_t ne, float *col) {
+    const int64_t npix = npix_of(g), in_elems = g->channels * g->height * g->width;
+    for (int64_t j = 0; j < ne; j++) im2col(g, x + j * in_elems, 0, g->out_h, col + j * npix, ne * npix);
+}
+
+/* y (OC, P) = w (OC, K) x the columns of x (C, H, W). */
+static void conv_one(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
+                     float *y, float *col) {
+    const int64_t npix = npix_of(g), kdim = kdim_of(g);
+    if (is_direct(g))
+        gp_cpu_sgemm(false, false, oc, npix, kdim, 1.0f, w, kdim, x, npix, 0.0f, y, npix);
+    else
+        conv_bands(g, oc, x, col, false, w, y, 0.0f);
 }
 
 /* The ne examples from x (their outputs from y): one GEMM over the chunk's columns, whose
@@ -274,13 +290,12 @@ static void conv_one(const gp_conv_geom *g, int64_t oc, const float *w, const fl
 static void conv_chunk(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
                        int64_t ne, float *y, float *ws) {
     const int64_t npix = npix_of(g), kdim = kdim_of(g), n = ne * npix;
-    const int64_t in_elems = g->channels * g->height * g->width;
     if (ne == 1) {
         conv_one(g, oc, w, x, y, ws);
         return;
     }
     float *col = ws, *out = ws + col_floats(g);
-    for (int64_t j = 0; j < ne; j++) im2col(g, x + j * in_elems, 0, g->out_h, col + j * npix, n);
+    chunk_im2col(g, x, ne, col);
     gp_cpu_sgemm(false, false, oc, n, kdim, 1.0f, w, kdim, col, n, 0.0f, out, n);
     for (int64_t j = 0; j < ne; j++)
         for (int64_t o = 0; o < oc; o++)
@@ -340,21 +355,13 @@ static void conv_dw_chunk(const conv_args *a, const float *x, const float *dy, i
         return;
     }
     if (ne > 1) {
-        const int64_t n = ne * npix, in_elems = g->channels * g->height * g->width;
-        for (int64_t j = 0; j < ne; j++) im2col(g, x + j * in_elems, 0, g->out_h, col + j * npix, n);
+        const int64_t n = ne * npix;
+        chunk_im2col(g, x, ne, col);
         gather_chunk(dy, oc, npix, ne, dyc);
         gp_cpu_sgemm(false, true, oc, kdim, n, 1.0f, dyc, n, col, n, beta, pw, kdim);
         return;
     }
-    const int64_t band = band_rows(g);
-    for (int64_t r0 = 0; r0 < g->out_h; r0 += band) {
-        const int64_t r1 = r0 + band < g->out_h ? r0 + band : g->out_h;
-        const int64_t n = (r1 - r0) * g->out_w;
-        im2col(g, x, r0, r1, col, n);
-        /* dW (OC, K) += dy (OC, n) . col^T (n, K) */
-        gp_cpu_sgemm(false, true, oc, kdim, n, 1.0f, dy + r0 * g->out_w, npix, col, n,
-                     r0 == 0 ? beta : 1.0f, pw, kdim);
-    }
+    conv_bands(g, oc, x, col, true, dy, pw, beta);
 }
 
 /* dx of the ne examples from dy through dcol = W^T dy scattered back by col2im. */
