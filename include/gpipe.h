@@ -808,7 +808,8 @@ gp_status gp_pipeline_evaluate(gp_pipeline *p, const gp_tensor *x, const gp_tens
 /* Collective: gp_pipeline_evaluate over n batches (xs[i], ys[i]), the figures summed in batch
  * order: the same bits as n calls. An in-process pipeline with one cell per stage and no shards
  * runs the stages at once (stage k on batch i while stage k + 1 is on batch i - 1, each on its
- * core), so it takes about the slowest stage's time; others go batch after batch. */
+ * core), so it takes about the slowest stage's time; others, and any with a device memory limit
+ * (the stages at once hold up to three batches' activations each), go batch after batch. */
 gp_status gp_pipeline_evaluate_batches(gp_pipeline *p, int n, const gp_tensor *xs,
                                        const gp_tensor *ys, double *loss_sum, int64_t *ncorrect,
                                        int64_t *ncount);

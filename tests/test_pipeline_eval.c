@@ -2,7 +2,8 @@
  * Transformer, five batches (the last one smaller) give the loss sum, correct predictions and
  * count of the single-device model's gp_model_evaluate batch by batch, bit for bit, on K = 1..4
  * stages with the stages at work at once, and batch after batch where that does not apply
- * (interleaved cells, an inference-only pipeline as well); no activation byte stays behind;
+ * (interleaved cells, a device memory limit; an inference-only pipeline as well); no activation
+ * byte stays behind;
  * bad batches are named errors before anything runs, and a failure inside a stage (a label out
  * of range, found by the last stage) names its stage and batch, stops every stage, and leaves a
  * pipeline that evaluates again. */
@@ -136,6 +137,8 @@ static void net_cases(gp_test_net net) {
     one_pipeline(net, &il, false, xs, ys, &want, "interleaved, K = 2, V = 2: batch after batch");
     gp_pipeline_opts inf = {.stages = 3, .micro_batches = 1};
     one_pipeline(net, &inf, true, xs, ys, &want, "inference-only pipeline, K = 3");
+    gp_pipeline_opts lim = {.stages = 2, .micro_batches = 1, .memory_limit = (uint64_t)1 << 30};
+    one_pipeline(net, &lim, false, xs, ys, &want, "under a memory limit, K = 2: batch after batch");
     errors(net, xs, ys, &want);
     free(b);
 }

@@ -114,10 +114,9 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
     const int64_t chunk = t->memory_limit && t->micro_batches > 1 ? t->batch / t->micro_batches
                                                                   : t->batch;
     const int64_t B = chunk < count ? chunk : count;
-    /* Up to EVAL_GROUP batches at once: the pipeline's stages work on them together, each
-     * holding two or three batches' activations; under a memory limit one at a time. */
+    /* Up to EVAL_GROUP batches at once: the pipeline's stages work on them together (one
+     * after another under a memory limit, gp_pipeline_evaluate_batches sees to that). */
     enum { EVAL_GROUP = 16 };
-    const int group = t->memory_limit ? 1 : EVAL_GROUP;
     int64_t *rows = malloc((size_t)B * sizeof *rows);
     gp_tensor xs[EVAL_GROUP] = {{0}}, ys[EVAL_GROUP] = {{0}};
     int rc = GP_CLI_EXIT_OK;
@@ -129,7 +128,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
     }
     for (int64_t first = 0; first < count && rc == GP_CLI_EXIT_OK;) {
         int n = 0;
-        for (; n < group && first < count; n++, first += B) {
+        for (; n < EVAL_GROUP && first < count; n++, first += B) {
             const int64_t nb = count - first < B ? count - first : B;
             if (!xs[n].data || xs[n].shape.dim[0] != nb) { /* the remainder: a smaller batch */
                 gp_tensor_release(&xs[n]);

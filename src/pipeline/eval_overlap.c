@@ -4,7 +4,8 @@
  * the same device, so the figures are the same bits; only the wall time shrinks, to about the
  * slowest stage's share. A device's allocator belongs to one thread: a stage copies the previous
  * stage's output into its own device's memory, and the previous stage frees it, so at most two
- * outputs per stage wait at once. */
+ * outputs per stage wait at once, which is why a pipeline under a memory limit goes batch after
+ * batch instead. */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #include <pthread.h>
 #include <sched.h>
@@ -126,7 +127,10 @@ static void *stage_eval(void *arg) {
 bool gp_eval_overlap_applies(const gp_pipeline *p) {
     if (p->my_stage >= 0 || p->T != 1 || p->V != 1 || p->K < 2) return false;
     for (int k = 0; k < p->K; k++) {
-        if (!gp_device_is_host(p->st[k].dev)) return false;
+        gp_mem_stats ms;
+        gp_device_mem_stats(p->st[k].dev, &ms);
+        /* under a memory limit, batch after batch: the stages at once hold more */
+        if (!gp_device_is_host(p->st[k].dev) || ms.limit) return false;
         for (int j = 0; j < k; j++)
             if (p->st[j].dev == p->st[k].dev) return false; /* one thread per device */
     }
