@@ -22,6 +22,16 @@ static void valid_cols(const gp_conv_geom *g, int64_t kj, int64_t *lo, int64_t *
     *hi = b;
 }
 
+/* Columns [0, lo) and [hi, w) of rows of w floats zeroed: a few floats a row (|kj - pad|),
+ * stored column by column, which no compiler turns into a memset call per row (on a 7x7 image
+ * such calls cost more than the copy). */
+static void zero_columns(float *d, int64_t w, int64_t rows, int64_t lo, int64_t hi) {
+    for (int64_t c = 0; c < lo; c++)
+        for (int64_t r = 0; r < rows; r++) d[r * w + c] = 0.0f;
+    for (int64_t c = hi; c < w; c++)
+        for (int64_t r = 0; r < rows; r++) d[r * w + c] = 0.0f;
+}
+
 /* im2col for stride 1 and an output as wide as the input ("same" padding, every 3x3 pad-1
  * layer): a row (c, ki, kj) of col is the input plane shifted by (ki - pad) rows and (kj - pad)
  * columns, so its valid rows are one contiguous copy; the columns that wrapped around from the
@@ -43,16 +53,14 @@ static void im2col_same(const gp_conv_geom *g, const float *x, int64_t oh0, int6
                     memset(dst, 0, (size_t)(rows * W) * sizeof *dst);
                     continue;
                 }
-                memset(dst, 0, (size_t)((va - oh0) * W) * sizeof *dst);
+                /* rows above and below the image: only for the first and last ki (a call per
+                 * block would cost more than a 7x7 image's copy) */
+                if (va > oh0) memset(dst, 0, (size_t)((va - oh0) * W) * sizeof *dst);
+                if (oh1 > vb) memset(dst + (vb - oh0) * W, 0, (size_t)((oh1 - vb) * W) * sizeof *dst);
                 float *d = dst + (va - oh0) * W;
                 const float *src = xc + (va - pad + ki) * W - pad + kj;
                 memcpy(d + lo, src + lo, (size_t)((vb - va - 1) * W + hi - lo) * sizeof *d);
-                if (lo > 0)
-                    for (int64_t r = 0; r < vb - va; r++) memset(d + r * W, 0, (size_t)lo * sizeof *d);
-                if (hi < W)
-                    for (int64_t r = 0; r < vb - va; r++)
-                        memset(d + r * W + hi, 0, (size_t)(W - hi) * sizeof *d);
-                memset(dst + (vb - oh0) * W, 0, (size_t)((oh1 - vb) * W) * sizeof *dst);
+                zero_columns(d, W, vb - va, lo, hi);
             }
         }
     }
@@ -73,19 +81,22 @@ static void im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t o
     for (int64_t c = 0; c < g->channels; c++) {
         const float *xc = x + c * H * W;
         for (int64_t ki = 0; ki < k; ki++) {
+            /* output rows [ra, rb) read input rows oh s - pad + ki inside [0, H) */
+            const int64_t t = g->pad - ki, u = H - 1 + g->pad - ki;
+            int64_t ra = t <= 0 ? 0 : (t + s - 1) / s, rb = u < 0 ? 0 : u / s + 1;
+            ra = ra < oh0 ? oh0 : ra > oh1 ? oh1 : ra;
+            rb = rb > oh1 ? oh1 : rb < ra ? ra : rb;
             for (int64_t kj = 0; kj < k; kj++, row += ld) {
                 int64_t lo, hi;
                 valid_cols(g, kj, &lo, &hi);
-                float *dst = row;
-                for (int64_t oh = oh0; oh < oh1; oh++, dst += ow_n) {
-                    int64_t ih = oh * s - g->pad + ki;
-                    if (ih < 0 || ih >= H) {
-                        memset(dst, 0, (size_t)ow_n * sizeof *dst);
-                        continue;
-                    }
+                if (ra > oh0) memset(row, 0, (size_t)((ra - oh0) * ow_n) * sizeof *row);
+                if (oh1 > rb)
+                    memset(row + (rb - oh0) * ow_n, 0, (size_t)((oh1 - rb) * ow_n) * sizeof *row);
+                float *d = row + (ra - oh0) * ow_n;
+                for (int64_t oh = ra; oh < rb; oh++) {
+                    float *dst = d + (oh - ra) * ow_n;
                     /* the tap of column ow: src[ow * s] (in range for lo <= ow < hi) */
-                    const float *src = xc + ih * W - g->pad + kj;
-                    for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+                    const float *src = xc + (oh * s - g->pad + ki) * W - g->pad + kj;
                     if (s == 1) {
                         if (hi > lo) memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof *dst);
                     } else if (s == 2) { /* a constant stride: the compiler vectorizes it */
@@ -93,8 +104,8 @@ static void im2col(const gp_conv_geom *g, const float *x, int64_t oh0, int64_t o
                     } else {
                         for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * s];
                     }
-                    for (int64_t ow = hi; ow < ow_n; ow++) dst[ow] = 0.0f;
                 }
+                zero_columns(d, ow_n, rb - ra, lo, hi);
             }
         }
     }
