@@ -8,6 +8,7 @@
  * device bit for bit; damaged parts and malformed indexes are named errors that change
  * nothing. gp_checkpoint_check_model refuses another model's checkpoint from headers alone,
  * before the model is allocated. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,8 +479,10 @@ static void check_pipeline_save_threads(void) {
  * device, seed 91, SGD with momentum, batch-norm buffers) still loads with every value exactly as
  * stored, and resumes: 3 more steps on one device and on 2 stages give the same bits, and where
  * the old version recorded its own continuation (OpenBLAS core Zen, one thread), the same first
- * loss (the forward pass from the loaded values). Its later bits differ by design: since issue
- * 10 a convolution's weight gradient adds its examples in groups (kernels/cpu/conv_kernels.c),
+ * loss (the forward pass from the loaded values) within an ulp: since the 14x14 convolution's
+ * examples go into one GEMM in chunks, its outputs round as that GEMM's shape makes them (the old
+ * first loss 0x1.475d9cp+1, now 0x1.475d9ep+1). Its later bits differ by design: since issue 10
+ * a convolution's weight gradient adds its examples in groups (kernels/cpu/conv_kernels.c),
  * which rounds differently from the old example-by-example sum (the old continuation's hash was
  * 932a68b5d563ee46). */
 static void check_before_flat(void) {
@@ -518,9 +521,9 @@ static void check_before_flat(void) {
     CHECK(memcmp(losses[0] + NSTEPS, losses[1] + NSTEPS, NSTEPS * sizeof(float)) == 0);
     const float old_losses[NSTEPS] = {0x1.475d9cp+1f, 0x1.5d60bep+1f, 0x1.494582p+1f};
     if (strcmp(gp_blas_corename(), "Zen") == 0) {
-        CHECK(memcmp(losses[0] + NSTEPS, old_losses, sizeof old_losses[0]) == 0);
-        printf("before-flat checkpoint: resumed to the old version's first loss (%a); parameters "
-               "after 3 steps %016llx\n",
+        CHECK_NEAR(losses[0][NSTEPS], old_losses[0], 2e-7 * fabsf(old_losses[0]));
+        printf("before-flat checkpoint: resumed within an ulp of the old version's first loss "
+               "(%a); parameters after 3 steps %016llx\n",
                (double)losses[0][NSTEPS], (unsigned long long)hash[0]);
     } else {
         printf("before-flat checkpoint: resumed alike on 1 and 2 stages; the old version's bits "
