@@ -6,9 +6,7 @@
  * stage's output into its own device's memory, and the previous stage frees it, so at most two
  * outputs per stage wait at once, which is why a pipeline under a memory limit goes batch after
  * batch instead. */
-#define _GNU_SOURCE /* pthread_setaffinity_np */
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -79,12 +77,7 @@ static void *stage_eval(void *arg) {
     gp_pipeline *p = o->p;
     const int k = j->k, K = p->K;
     gp_stage *s = gp_worker(p, k, 0);
-    if (s->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(s->cpu, &set);
-        (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* unpinned runs too */
-    }
+    gp_stage_pin_thread(s); /* on the core the stage trains on; unpinned runs too */
     const gp_run run = {.training = false, .seed = p->m->seed};
     for (int i = 0; i < o->n; i++) {
         pthread_mutex_lock(&o->mu);

@@ -171,14 +171,16 @@ gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, in
                               gp_tensor *out);
 /* Before a step: the stage's micro-batch shapes at p->b, its status cleared. */
 gp_status gp_stage_begin_step(gp_stage *s);
+/* Pins the calling thread to s->cpu (none: -1); s->pinned says whether it took. */
+void gp_stage_pin_thread(gp_stage *s);
 
-/* Cell k's shard t. */
 /* Evaluation of many batches with the stages at work at once (eval_overlap.c): for in-process
  * pipelines of one cell per stage, without shards, each stage on a host device of its own. */
 bool gp_eval_overlap_applies(const struct gp_pipeline *p);
 gp_status gp_eval_overlap(struct gp_pipeline *p, int n, const gp_tensor *xs, const gp_tensor *ys,
                           double *loss_sum, int64_t *ncorrect, int64_t *ncount);
 
+/* Cell k's shard t. */
 static inline gp_stage *gp_worker(struct gp_pipeline *p, int k, int t) { return &p->st[k * p->T + t]; }
 /* The threads (ranks) that run the pipeline's stages: one per stage shard, each leading its
  * stage's V cells (the lead of worker w is p->st[w]). */

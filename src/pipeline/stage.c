@@ -346,7 +346,7 @@ static gp_status do_action(gp_stage *s, gp_action a) {
 }
 
 /* A stage that cannot have its core still runs, unpinned (the stats say so). */
-static void pin_to_core(gp_stage *s) {
+void gp_stage_pin_thread(gp_stage *s) {
     s->pinned = false;
     if (s->cpu < 0) return;
     cpu_set_t set;
@@ -365,7 +365,7 @@ void gp_stage_run(gp_stage *s) {
     gp_pipeline *p = s->p;
     const gp_stage_actions *list = &p->sched.stage[s->dk];
     gp_status st = GP_OK;
-    pin_to_core(s);
+    gp_stage_pin_thread(s);
     for (int c = 0; c < p->V; c++) {
         gp_stage *cell = gp_chunk_of(p, s, c);
         cell->loss = 0;

@@ -149,6 +149,7 @@ static bool is_direct(const gp_conv_geom *g) {
 
 static int64_t kdim_of(const gp_conv_geom *g) { return g->channels * g->kernel * g->kernel; }
 static int64_t npix_of(const gp_conv_geom *g) { return g->out_h * g->out_w; }
+static int64_t in_elems_of(const gp_conv_geom *g) { return g->channels * g->height * g->width; }
 
 /* Output rows per im2col band: the whole image when its columns fit in CONV_COL_MAX floats
  * (every C1 layer), fewer for large images so the workspace stays bounded. */
@@ -282,7 +283,7 @@ static void conv_bands(const gp_conv_geom *g, int64_t oc, const float *x, float 
 
 /* The columns of ne examples from x side by side: col (K, ne P). */
 static void chunk_im2col(const gp_conv_geom *g, const float *x, int64_t ne, float *col) {
-    const int64_t npix = npix_of(g), in_elems = g->channels * g->height * g->width;
+    const int64_t npix = npix_of(g), in_elems = in_elems_of(g);
     for (int64_t j = 0; j < ne; j++) im2col(g, x + j * in_elems, 0, g->out_h, col + j * npix, ne * npix);
 }
 
@@ -317,7 +318,7 @@ static void conv_chunk(const gp_conv_geom *g, int64_t oc, const float *w, const 
 static void conv_examples(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
                           int64_t lo, int64_t hi, float *y, float *ws) {
     const int64_t e = chunk_examples(g), npix = npix_of(g);
-    const int64_t in_elems = g->channels * g->height * g->width;
+    const int64_t in_elems = in_elems_of(g);
     for (int64_t b = lo; b < hi; b += e) {
         const int64_t ne = b + e < hi ? e : hi - b;
         conv_chunk(g, oc, w, x + b * in_elems, ne, y + b * oc * npix, ws);
@@ -379,7 +380,7 @@ static void conv_dw_chunk(const conv_args *a, const float *x, const float *dy, i
 static void conv_dx_col2im(const gp_conv_geom *g, int64_t oc, const float *w, const float *dy,
                            int64_t ne, float *dx, float *dcol, float *dyc) {
     const int64_t npix = npix_of(g), kdim = kdim_of(g);
-    const int64_t in_elems = g->channels * g->height * g->width;
+    const int64_t in_elems = in_elems_of(g);
     if (is_direct(g)) { /* dx_b (C, P) = W^T . dy_b */
         gp_cpu_sgemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dy, npix, 0.0f, dx, npix);
         return;
@@ -410,7 +411,7 @@ static void conv_backward_part(void *ctx, int t, int nt) {
     const conv_args *a = ctx;
     const gp_conv_geom *g = a->g;
     const int64_t oc = a->oc, npix = npix_of(g), kdim = kdim_of(g), e = chunk_examples(g);
-    const int64_t in_elems = g->channels * g->height * g->width;
+    const int64_t in_elems = in_elems_of(g);
     float *col = a->ws + a->L.partials + a->L.flipped + t * a->L.per_thread;
     float *dyc = col + a->L.col_x;
     float *dxws = dyc + a->L.dy_chunk; /* the flipped convolution's workspace, or dcol */
