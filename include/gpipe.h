@@ -410,6 +410,12 @@ gp_optim_opts gp_sgd_defaults(float lr, float momentum);
 gp_optim_opts gp_adamw_defaults(float lr, float weight_decay);
 /* The learning rate for 0-based step `step`. */
 float gp_optim_lr_at(const gp_optim_opts *o, int step);
+/* Times the optimizer step a pipeline stage runs after its last backward, on n trainable
+ * elements of a one-thread CPU device: the gradients' sum of squares (the global norm), their
+ * scaling when o->clip_norm > 0 (counted whether or not the norm would clip), the update with
+ * weight decay, and the gradients cleared. *s_per_elem: the median of `reps` steps (0: 3) after
+ * a warm-up, divided by n (1 <= n <= 2^28). The planner's gp_pipeline_opts.optim_s_per_param. */
+gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *s_per_elem);
 
 /* ---------------------------------------------------------------- loss */
 
@@ -420,6 +426,13 @@ float gp_optim_lr_at(const gp_optim_opts *o, int step);
  * dlogits (may be NULL) receives d(loss)/d(logits). */
 gp_status gp_softmax_xent(const gp_tensor *logits, const gp_tensor *labels, double normalizer,
                           double *loss, gp_tensor *dlogits);
+/* The same against targets smoothed by `smoothing` in [0, 1) (PyTorch's
+ * CrossEntropyLoss(label_smoothing=...)): each row's target puts 1 - smoothing
+ * + smoothing / classes on its label and smoothing / classes on every other
+ * class; 0 is gp_softmax_xent, bit for bit. */
+gp_status gp_softmax_xent_smoothed(const gp_tensor *logits, const gp_tensor *labels,
+                                   double normalizer, double smoothing, double *loss,
+                                   gp_tensor *dlogits);
 /* Number of labels that are not -1. */
 int64_t gp_count_labels(const gp_tensor *labels);
 
@@ -627,6 +640,13 @@ typedef struct gp_pipeline_opts {
      * time the tensor axis's all-reduces and the data axis's gradient all-reduce; 0: their
      * bytes are counted, not timed. */
     double link_gbytes_per_s;
+    /* Planning only (gp_plan_make): seconds the optimizer step takes per trainable element a
+     * device holds (gp_optim_profile), added to each stage's step; 0: the optimizer step is not
+     * modelled. gp_plan_search measures it itself (balance TIME) when this is 0. */
+    double optim_s_per_param;
+    /* Training: the loss's targets smoothed by this in [0, 1) (gp_softmax_xent_smoothed); 0:
+     * the plain cross-entropy. Not with a vocabulary split over T > 1 shards (an error). */
+    double label_smoothing;
 } gp_pipeline_opts;
 
 /* Measures each layer of m alone, as a pipeline stage would run it: the layer
@@ -659,6 +679,8 @@ typedef struct gp_plan_cell {
     int64_t nparams;             /* trainable elements */
     double fwd_flops, bwd_flops; /* one micro-batch */
     double time_s;               /* one micro-batch forward + backward (what is balanced) */
+    double opt_s;                /* the optimizer step on the cell's nparams, per step
+                                  * (po->optim_s_per_param; 0 when not modelled) */
     uint64_t param_bytes, grad_bytes, optim_bytes;
     uint64_t peak_act_bytes;     /* at the peak: stashed micro-batches + one rebuilt in backward */
     /* Beside those at the peak: the backward's gradients and kernel workspace, and the messages
@@ -680,8 +702,9 @@ typedef struct gp_plan {
     gp_plan_cell *cells;     /* (ncells), owned; freed by gp_plan_free. With V > 1 each cell's
                               * peak_in_flight, busy_s and idle_s are its stage's, and its bytes
                               * count at most M of its own micro-batches in flight */
-    double step_s;           /* simulated step time (the optimizer step is not modelled), with
-                              * the collectives' time at po->link_gbytes_per_s */
+    double step_s;           /* simulated step time, with the collectives' time at
+                              * po->link_gbytes_per_s and each stage's optimizer step at
+                              * po->optim_s_per_param (not modelled when that is 0) */
     double comm_s;           /* of it, the tensor axis's all-reduces on the slowest stage and the
                               * data axis's gradient all-reduce (not overlapped) */
     double bubble_simulated; /* idle / (K * step) from the simulated schedule */

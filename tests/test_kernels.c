@@ -1505,13 +1505,15 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     for (int ci = 0; ci < ncases; ci++)
         for (int mode = 0; mode < 3; mode++)
-            for (int nv = 0; nv < 2; nv++) {
+            for (int nv = 0; nv < 4; nv++) {
                 const int64_t rows = cases[ci].rows, classes = cases[ci].classes,
                               n = rows * classes;
                 const bool none = ci == ncases - 1;
-                set_case("rows %lld classes %lld, logits sd %g, %s, normalizer %s%s", LL(rows),
-                         LL(classes), (double)cases[ci].sd, modes[mode],
-                         nv ? "1.5 x count" : "count", none ? ", every label ignored" : "");
+                const double sm = nv / 2 ? 0.1 : 0.0; /* label smoothing */
+                set_case("rows %lld classes %lld, logits sd %g, %s, normalizer %s%s, smoothing %g",
+                         LL(rows), LL(classes), (double)cases[ci].sd, modes[mode],
+                         nv % 2 ? "1.5 x count" : "count", none ? ", every label ignored" : "",
+                         sm);
                 const float *x = rnd(n, cases[ci].sd, 0.0f);
                 int32_t *lab = rndi(rows, classes);
                 int64_t counted = 0;
@@ -1521,7 +1523,7 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
                     if (r == rows - 1 && r > 0 && !none) lab[r] = (int32_t)(classes - 1);
                     counted += lab[r] != -1;
                 }
-                const double norm = none ? 0.0 : (double)counted * (nv ? 1.5 : 1.0);
+                const double norm = none ? 0.0 : (double)counted * (nv % 2 ? 1.5 : 1.0);
                 double rl = 0, ml = 0, *rd = da(n), *md = da(n);
                 for (int64_t r = 0; r < rows; r++) {
                     const float *xr = x + r * classes;
@@ -1532,13 +1534,18 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
                         mx = fmax(mx, xr[j]), mn = fmin(mn, xr[j]);
                     for (int64_t j = 0; j < classes; j++) z += exp(xr[j] - mx);
                     const double lse = mx + log(z);
-                    rl += lse - xr[y];
+                    /* -sum q log p, q = (1 - sm) onehot + sm / classes */
+                    double lq = 0;
+                    for (int64_t j = 0; j < classes; j++)
+                        lq += ((j == y ? 1.0 - sm : 0.0) + sm / (double)classes) * (lse - xr[j]);
+                    rl += lq;
                     /* exp(x - max) in float errs in proportion to |x - max| */
-                    ml += fabs(lse) + fabs(xr[y]) + (mx - mn);
+                    ml += fabs(lse) + fabs(xr[y]) + (mx - mn) + sm * (fabs(mx) + fabs(mn));
                     for (int64_t j = 0; j < classes; j++) {
-                        const double p = exp(xr[j] - mx) / z, oh = j == y ? 1.0 : 0.0;
-                        rd[r * classes + j] = (p - oh) / norm;
-                        md[r * classes + j] = (p * (1.0 + (mx - xr[j])) + oh) / norm;
+                        const double p = exp(xr[j] - mx) / z,
+                                     q = (j == y ? 1.0 - sm : 0.0) + sm / (double)classes;
+                        rd[r * classes + j] = (p - q) / norm;
+                        md[r * classes + j] = (p * (1.0 + (mx - xr[j])) + q) / norm;
                     }
                 }
                 if (counted) rl /= norm, ml /= norm;
@@ -1552,13 +1559,13 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
                     loss = NAN;
                     if (mode == 2) {
                         d_dl = kt_io(&t, x, n);
-                        CHECK_OK(K->softmax_xent(dev, rows, classes, d_dl, d_lab, norm, &loss,
-                                                 d_dl));
+                        CHECK_OK(K->softmax_xent(dev, rows, classes, d_dl, d_lab, norm, sm,
+                                                 &loss, d_dl));
                     } else {
                         const float *d_x = kt_in(&t, x, n);
                         if (mode == 0) d_dl = kt_out(&t, n);
-                        CHECK_OK(K->softmax_xent(dev, rows, classes, d_x, d_lab, norm, &loss,
-                                                 d_dl));
+                        CHECK_OK(K->softmax_xent(dev, rows, classes, d_x, d_lab, norm, sm,
+                                                 &loss, d_dl));
                     }
                     kt_host(&t, &loss, sizeof loss);
                     if (d_dl) kt_get(&t, d_dl, dl, n);
@@ -1587,8 +1594,27 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
         const int32_t *d_lab = kt_in_i(&t, lab, rows);
         float *d_dl = kt_out(&t, rows * classes);
         double loss = 0;
-        CHECK_FAILS(K->softmax_xent(dev, rows, classes, d_x, d_lab, (double)rows, &loss, d_dl),
+        CHECK_FAILS(K->softmax_xent(dev, rows, classes, d_x, d_lab, (double)rows, 0.0, &loss,
+                                    d_dl),
                     GP_INVALID_ARGUMENT, bad[i].needle);
+        kt_end(&t);
+        g_st[g_op].exact++;
+    }
+    /* a smoothing outside [0, 1) */
+    const double bad_sm[] = {1.0, -0.1, NAN};
+    for (int i = 0; i < 3; i++) {
+        const int64_t rows = 3, classes = 4;
+        set_case("label smoothing %g", bad_sm[i]);
+        const float *x = rnd(rows * classes, 1.0f, 0.0f);
+        int32_t *lab = rndi(rows, classes);
+        kt t;
+        kt_begin(&t, dev, 0);
+        const float *d_x = kt_in(&t, x, rows * classes);
+        const int32_t *d_lab = kt_in_i(&t, lab, rows);
+        double loss = 0;
+        CHECK_FAILS(K->softmax_xent(dev, rows, classes, d_x, d_lab, (double)rows, bad_sm[i],
+                                    &loss, NULL),
+                    GP_INVALID_ARGUMENT, "label smoothing");
         kt_end(&t);
         g_st[g_op].exact++;
     }

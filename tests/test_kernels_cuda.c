@@ -331,8 +331,10 @@ static void c_softmax_xent(run *r) {
     const float *x = in(r, H(rnd(rows * classes, 3)), rows * classes);
     const int32_t *lab = in_i(r, H(ids(rows, classes, true)), rows);
     float *d = out(r, rows * classes);
-    S(r->K->softmax_xent(r->dev, rows, classes, x, lab, 7.0, scalar(r), d));
-    S(r->K->softmax_xent(r->dev, rows, classes, x, lab, 7.0, scalar(r), NULL));
+    S(r->K->softmax_xent(r->dev, rows, classes, x, lab, 7.0, 0.0, scalar(r), d));
+    S(r->K->softmax_xent(r->dev, rows, classes, x, lab, 7.0, 0.0, scalar(r), NULL));
+    float *ds = out(r, rows * classes); /* smoothed targets */
+    S(r->K->softmax_xent(r->dev, rows, classes, x, lab, 7.0, 0.1, scalar(r), ds));
     CASE_END;
 }
 

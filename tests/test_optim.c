@@ -1,5 +1,6 @@
 /* Optimizers: learning-rate schedule values, one SGD and AdamW update
- * against the formulas computed in double, clipping, option validation. */
+ * against the formulas computed in double, clipping, option validation, the planner's timing
+ * of a step. */
 #include <math.h>
 #include <string.h>
 
@@ -129,6 +130,25 @@ static void test_clip_and_checks(void) {
     CHECK_OK(gp_optim_check(&o));
 }
 
+/* The planner's optimizer timing: a positive rate per element for each optimizer, with and
+ * without clipping, and the arguments checked. */
+static void test_profile(void) {
+    gp_optim_opts opts[3] = {gp_adamw_defaults(1e-3f, 0.01f), gp_sgd_defaults(0.1f, 0.9f),
+                             gp_sgd_defaults(0.1f, 0.0f)};
+    opts[0].clip_norm = 1.0f;
+    for (int i = 0; i < 3; i++) {
+        double r = -1;
+        CHECK_OK(gp_optim_profile(&opts[i], 4096, 3, &r));
+        CHECK(isfinite(r) && r > 0);
+    }
+    double r = 0;
+    CHECK_FAILS(gp_optim_profile(&opts[0], 0, 3, &r), GP_INVALID_ARGUMENT, "0 elements");
+    CHECK_FAILS(gp_optim_profile(&opts[0], 16, -1, &r), GP_INVALID_ARGUMENT, "-1 repetitions");
+    CHECK_FAILS(gp_optim_profile(&opts[0], 16, 3, NULL), GP_INVALID_ARGUMENT, "NULL output");
+    gp_optim_opts bad = gp_sgd_defaults(0.1f, 1.5f);
+    CHECK_FAILS(gp_optim_profile(&bad, 16, 3, &r), GP_CONFIG, "momentum 1.5");
+}
+
 int main(void) {
     gp_device *d;
     REQUIRE_OK(gp_device_cpu_new("optim", &d));
@@ -136,6 +156,7 @@ int main(void) {
     test_adamw(d);
     test_sgd(d);
     test_clip_and_checks();
+    test_profile();
     gp_mem_stats st;
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live_total, 0);

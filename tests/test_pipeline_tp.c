@@ -351,6 +351,14 @@ static void errors(void) {
     po.tensor_parallel = 2;
     po.balance = GP_BALANCE_TIME;
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED, "balance by measured time");
+    po.balance = GP_BALANCE_COST;
+    po.label_smoothing = 0.1;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED,
+                "label smoothing 0.1 with the vocabulary head split over T = 2 shards");
+    po.label_smoothing = 1.0;
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "label smoothing 1, expected in [0, 1)");
+    po.label_smoothing = 0;
     /* The ConvNet: its classifier head of 10 classes splits over 2 (its convolutions are
      * replicated), not over 4. */
     gp_model *c = gp_test_net_build(GP_TEST_CONVNET);

@@ -1,6 +1,6 @@
 /* gp_plan_make: its cells against the partitioner on the same figures, times from FLOPs at the
  * given rate, the bubble of equal cells against (K-1)/(M+K-1), the memory columns against the
- * memory model, optimizer state per optimizer, memory limits per schedule, explicit partitions,
+ * memory model, optimizer state per optimizer, the optimizer step's time, memory limits per schedule, explicit partitions,
  * and the errors that name the numbers. */
 #include <math.h>
 #include <string.h>
@@ -102,6 +102,42 @@ static void test_bubble_equal_cells(void) {
                     CHECK_EQ_INT(p.cells[k].last - p.cells[k].first, 8 / K - 1);
                 gp_plan_free(&p);
             }
+    gp_model_free(m);
+}
+
+/* A measured optimizer rate: each cell's step on its own parameters, after the stage's last
+ * backward. With equal cells stage 0 finishes last (its last backward waits for every other
+ * stage's), so the step grows by stage 0's optimizer step exactly. */
+static void test_optimizer_step(void) {
+    gp_model *m = equal_layers(8);
+    gp_optim_opts adam = gp_adamw_defaults(1e-3f, 0.01f);
+    const double rate = 3e-9; /* seconds per parameter */
+    for (int K = 1; K <= 4; K *= 2)
+        for (int sched = 0; sched < 3; sched++) {
+            const gp_schedule_kind kinds[] = {GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B,
+                                              GP_SCHEDULE_ZBH1};
+            gp_pipeline_opts po = {.stages = K, .micro_batches = 4, .schedule = kinds[sched]};
+            gp_plan without, with;
+            REQUIRE_OK(gp_plan_make(m, 32, &adam, &po, 10, &without));
+            po.optim_s_per_param = rate;
+            REQUIRE_OK(gp_plan_make(m, 32, &adam, &po, 10, &with));
+            for (int k = 0; k < K; k++) {
+                CHECK(without.cells[k].opt_s == 0);
+                CHECK_NEAR(with.cells[k].opt_s, rate * (double)with.cells[k].nparams, 1e-18);
+                CHECK_EQ_INT(with.cells[k].nparams, (8 / K) * (32 * 32 + 32));
+                CHECK_NEAR(with.cells[k].busy_s,
+                           without.cells[k].busy_s + with.cells[k].opt_s, 1e-12);
+            }
+            CHECK_NEAR(with.step_s - without.step_s, with.cells[0].opt_s, 1e-12);
+            gp_plan_free(&without);
+            gp_plan_free(&with);
+        }
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .optim_s_per_param = -1e-9};
+    gp_plan p;
+    CHECK_FAILS(gp_plan_make(m, 32, &adam, &po, 10, &p), GP_INVALID_ARGUMENT,
+                "optimizer time -1e-09 s per parameter; expected >= 0");
+    po.optim_s_per_param = NAN;
+    CHECK_FAILS(gp_plan_make(m, 32, &adam, &po, 10, &p), GP_INVALID_ARGUMENT, "optimizer time");
     gp_model_free(m);
 }
 
@@ -520,6 +556,7 @@ int main(void) {
     test_search();
     test_cells_match_partitioner();
     test_bubble_equal_cells();
+    test_optimizer_step();
     test_memory_columns();
     test_optimizer_state();
     test_memory_limits();

@@ -1,7 +1,7 @@
 /* gpipe against PyTorch: the fixtures in tests/reference/fixtures/ (written by
  * tests/reference/make_fixtures.py in float64) hold fixed weights and inputs of a small Transformer
- * and ConvNet with their logits, loss, every gradient, 5 optimizer-step losses and the final
- * parameters; this test rebuilds both models and compares every value within 1e-4 relative. */
+ * and ConvNet with their logits, loss, every gradient (also against label-smoothed targets), 5
+ * optimizer-step losses and the final parameters; this test rebuilds both models and compares every value within 1e-4 relative. */
 #include <stdint.h>
 #include <string.h>
 
@@ -177,13 +177,14 @@ static void params_load_or_compare(gp_model *m, const st_file *f, const char *pr
     }
 }
 
-static void compare_grads(gp_model *m, const st_file *f, const char *tag, worst *w) {
+static void compare_grads(gp_model *m, const st_file *f, const char *prefix, const char *tag,
+                          worst *w) {
     for (int k = 0; k < gp_model_nparam_tensors(m); k++) {
         gp_param_info pi;
         REQUIRE_OK(gp_model_param(m, k, &pi));
         if (!pi.trainable) continue;
         char name[160], what[200];
-        snprintf(name, sizeof name, "grad.layers.%d.%s", pi.layer, pi.name);
+        snprintf(name, sizeof name, "%sgrad.layers.%d.%s", prefix, pi.layer, pi.name);
         snprintf(what, sizeof what, "%s%s", name, tag);
         const st_tensor *t = st_get(f, name, GP_F32, &pi.grad->shape);
         if (t) compare(w, what, pi.grad->data, t->data, gp_tensor_nelem(pi.grad));
@@ -212,7 +213,7 @@ static void compare_predict(gp_model *m, gp_device *dev, const st_file *f, const
 }
 
 /* The whole comparison for one fixture: logits (transformer: training == eval), loss and
- * gradients at the initial point, the losses of the optimizer steps, the final parameters and
+ * gradients at the initial point (also against label-smoothed targets), the losses of the optimizer steps, the final parameters and
  * buffers, and eval-mode logits after the steps. */
 static void run_fixture(const char *path) {
     st_file f;
@@ -269,9 +270,24 @@ static void run_fixture(const char *path) {
         CHECK_OK(gp_pipeline_accumulate(t, &x, &y, &loss));
         const st_tensor *want = st_get(&f, "loss", GP_F32, NULL);
         if (want) compare(&w, M == 1 ? "loss" : "loss (M=2)", &loss, want->data, 1);
-        compare_grads(m, &f, M == 1 ? "" : " (M=2)", &w);
+        compare_grads(m, &f, "", M == 1 ? "" : " (M=2)", &w);
         gp_pipeline_free(t);
         /* This forward moved batch-norm running statistics: start the steps from the fixture. */
+        params_load_or_compare(m, &f, "", NULL);
+    }
+    /* The same point against label-smoothed targets (CrossEntropyLoss(label_smoothing=...)). */
+    {
+        gp_pipeline_opts po = {.stages = 1, .schedule = GP_SCHEDULE_1F1B, .remat = GP_REMAT_NONE,
+                               .label_smoothing = meta_float(&f, "label_smoothing")};
+        CHECK(po.label_smoothing > 0);
+        gp_pipeline *t = NULL;
+        REQUIRE_OK(gp_pipeline_new(m, &oo, &po, 0, &t));
+        float loss = NAN;
+        CHECK_OK(gp_pipeline_accumulate(t, &x, &y, &loss));
+        const st_tensor *want = st_get(&f, "smoothed.loss", GP_F32, NULL);
+        if (want) compare(&w, "smoothed.loss", &loss, want->data, 1);
+        compare_grads(m, &f, "smoothed.", "", &w);
+        gp_pipeline_free(t);
         params_load_or_compare(m, &f, "", NULL);
     }
 

@@ -241,6 +241,8 @@ static cJSON *train_options(const gp_cli_train *t) {
     /* Only when on: checkpoints written before --augment existed resume without it. */
     if (t->augment != GP_CLI_AUGMENT_NONE)
         cJSON_AddStringToObject(o, "augment", gp_cli_augment_name(t->augment));
+    if (t->popts.label_smoothing > 0)
+        cJSON_AddNumberToObject(o, "label_smoothing", t->popts.label_smoothing);
     char seed[32]; /* a string: exact for every 64-bit seed */
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
     cJSON_AddStringToObject(o, "seed", seed);
@@ -257,7 +259,7 @@ static const char *option_of(const char *key) {
         {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"},
         {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
         {"clip", "--clip"},      {"seed", "--seed"},
-        {"augment", "--augment"}};
+        {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i][0], key) == 0) return map[i][1];
     return key;
@@ -301,11 +303,16 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
         cJSON_free(nv);
         rc = GP_CLI_EXIT_RUNTIME;
     }
-    const cJSON *aug = cJSON_GetObjectItemCaseSensitive(saved, "augment");
-    if (rc == GP_CLI_EXIT_OK && aug && !cJSON_GetObjectItemCaseSensitive(now, "augment")) {
-        fprintf(stderr, "gpipe train: --resume: --augment none differs from the checkpoint's %s "
-                        "(%s): resume with the options of the run that saved it\n",
-                cJSON_IsString(aug) ? aug->valuestring : "?", path);
+    /* The options written only when on: on in the checkpoint, off now. */
+    static const char *const optional[][2] = {{"augment", "none"}, {"label_smoothing", "0"}};
+    for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
+        const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
+        if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;
+        char *wv = cJSON_PrintUnformatted(was);
+        fprintf(stderr, "gpipe train: --resume: %s %s differs from the checkpoint's %s (%s): "
+                        "resume with the options of the run that saved it\n",
+                option_of(optional[i][0]), optional[i][1], wv ? wv : "?", path);
+        cJSON_free(wv);
         rc = GP_CLI_EXIT_RUNTIME;
     }
     cJSON_Delete(saved);

@@ -82,8 +82,10 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "optimizer state, peak activations, transient buffers (the backward's gradients\n"
            "and kernel workspace at its peak, and messages sent but not yet taken) and their\n"
            "total, an upper bound on what the stage's device will count; then the predicted\n"
-           "step time and the bubble beside (K-1)/(M+K-1). Times assume the --gflops rate; the\n"
-           "optimizer step's time is not modelled.\n\n"
+           "step time and the bubble beside (K-1)/(M+K-1). Times assume the --gflops rate and\n"
+           "leave the optimizer step out; with --balance time the optimizer step is timed too\n"
+           "(one step of the optimizer over 2^22 elements, per parameter: column opt/step) and\n"
+           "each stage runs its own after its last backward.\n\n"
            "On a mesh of D x K x T devices (--data-parallel D, --tensor-parallel T) every row is\n"
            "one device's: its shard of the stage's layers (split Transformer blocks, embedding\n"
            "and vocabulary head; the rest replicated) on its replica's slice of the batch, with\n"
@@ -117,17 +119,18 @@ static const char *fmt_time(double s, char *buf, size_t n) {
 }
 
 static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_example) {
-    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
-    printf("%5s  %-9s %5s %11s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers",
-           "remat", "parameters", "time/mb", "busy/step", "params", "grads", "optimizer", "peak act",
-           "transient", "total");
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32], o[32];
+    printf("%5s  %-9s %5s %11s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "layers",
+           "remat", "parameters", "time/mb", "opt/step", "busy/step", "params", "grads",
+           "optimizer", "peak act", "transient", "total");
     /* V cells per stage: one row per cell in pipeline order, cell c on stage c mod K */
     for (int k = 0; k < p->ncells; k++) {
         const gp_plan_cell *x = &p->cells[k];
         char layers[24];
         snprintf(layers, sizeof layers, "%d-%d", x->first, x->last);
-        printf("%5d  %-9s %5s %11lld %10s %10s %10s %10s %10s %10s %10s %10s\n", x->stage, layers,
-               gp_remat_name(x->remat), (long long)x->nparams, fmt_time(x->time_s, a, sizeof a),
+        printf("%5d  %-9s %5s %11lld %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", x->stage,
+               layers, gp_remat_name(x->remat), (long long)x->nparams,
+               fmt_time(x->time_s, a, sizeof a), x->opt_s > 0 ? fmt_time(x->opt_s, o, sizeof o) : "-",
                fmt_time(x->busy_s, b, sizeof b), gp_cli_fmt_bytes(x->param_bytes, c, sizeof c),
                gp_cli_fmt_bytes(x->grad_bytes, d, sizeof d),
                gp_cli_fmt_bytes(x->optim_bytes, e, sizeof e),
@@ -209,6 +212,7 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
         cJSON_AddNumberToObject(c, "fwd_flops", x->fwd_flops);
         cJSON_AddNumberToObject(c, "bwd_flops", x->bwd_flops);
         cJSON_AddNumberToObject(c, "time_s", x->time_s);
+        cJSON_AddNumberToObject(c, "opt_s", x->opt_s);
         cJSON_AddNumberToObject(c, "busy_s", x->busy_s);
         cJSON_AddNumberToObject(c, "idle_s", x->idle_s);
         cJSON_AddNumberToObject(c, "busy_fraction", p->step_s > 0 ? x->busy_s / p->step_s : 0);
@@ -321,6 +325,11 @@ int gp_cli_plan_main(int argc, char **argv) {
         }
         po.layer_times = times;
         po.layer_times_split = split;
+        if (gp_optim_profile(&oo, (int64_t)1 << 22, 0, &po.optim_s_per_param) != GP_OK) {
+            rc = gp_cli_fail("plan", "timing the optimizer step");
+            free(times);
+            goto done;
+        }
     }
     const bool measure = !by_time && !gp_cli_seen(tab, n, "--gflops");
     if (measure) {

@@ -21,7 +21,7 @@ typedef struct train_opts {
     int devices;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
-    double lr, min_lr, weight_decay, clip, momentum, temperature;
+    double lr, min_lr, weight_decay, clip, momentum, temperature, label_smoothing;
     uint64_t seed, memory_limit;
     bool quiet;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
@@ -96,6 +96,11 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "constant classifier, cosine language model", 0, false, "constant|cosine", false},
         {"--clip", GP_CLI_FLOAT, &o->clip, "X", "clip the global gradient norm at X, 0: off",
          "0 classifier, 1 language model", 0, false, NULL, false},
+        {"--label-smoothing", GP_CLI_FLOAT, &o->label_smoothing, "X",
+         "train against targets smoothed by X in [0, 1): 1 - X + X/C on the label, X/C on each "
+         "of the other C - 1 classes (PyTorch's CrossEntropyLoss label_smoothing); evaluation "
+         "losses stay the plain cross-entropy",
+         "0", 0, false, NULL, false},
         {"--seed", GP_CLI_U64, &o->seed, "S", "seed of initialization, data order and sampling",
          "1", 0, false, NULL, false},
         {"--device", GP_CLI_CHOICE, &o->device, "cpu|cuda",
@@ -370,6 +375,10 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         t->popts.device_type = GP_DEVICE_CUDA;
     }
     gp_cli_mpi_apply(&t->place, &t->popts);
+    if (SEEN("--label-smoothing") && !(o->label_smoothing >= 0 && o->label_smoothing < 1))
+        return gp_cli_usage_error("train", "--label-smoothing %g: expected a number in [0, 1)",
+                                  o->label_smoothing);
+    t->popts.label_smoothing = SEEN("--label-smoothing") ? o->label_smoothing : 0.0;
     t->threads = gp_cli_device_threads(SEEN("--threads") ? o->threads : 0,
                                        (t->stages > 0 ? t->stages : 1) * T,
                                        t->place.launcher == GP_LAUNCHER_MPI);
@@ -437,6 +446,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddStringToObject(r, "lr_schedule", t->schedule);
     if (!t->is_lm) cJSON_AddStringToObject(r, "augment", gp_cli_augment_name(t->augment));
     cJSON_AddNumberToObject(r, "clip", t->clip);
+    cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
     cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
     cJSON_AddNumberToObject(r, "elapsed_s", elapsed);

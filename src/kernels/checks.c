@@ -38,6 +38,12 @@ gp_status gp_kernels_check_shard(int64_t vocab, int64_t first, int64_t rows, con
     return GP_OK;
 }
 
+gp_status gp_kernels_check_smoothing(double smoothing) {
+    if (!(smoothing >= 0 && smoothing < 1))
+        return gp_error(GP_INVALID_ARGUMENT, "label smoothing %g, expected in [0, 1)", smoothing);
+    return GP_OK;
+}
+
 gp_status gp_kernels_check_normalizer(double normalizer, int64_t counted) {
     if (counted > 0 && !(normalizer > 0))
         return gp_error(GP_INVALID_ARGUMENT,

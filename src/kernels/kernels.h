@@ -136,14 +136,15 @@ typedef struct gp_kernels {
                                         const float *dy, float *dw);
 
     /* ---- loss */
-    /* Softmax cross-entropy over rows of (rows, classes); labels in [-1, classes) (-1:
+    /* Softmax cross-entropy over rows of (rows, classes) against targets smoothed by
+     * `smoothing` s in [0, 1): q = (1 - s) onehot + s / classes; labels in [-1, classes) (-1:
      * ignored; anything else is an error naming the row). *loss (host) = sum over counted rows
-     * of -log softmax[label], in double, rows in order, divided by normalizer (> 0 when any row
-     * is counted); dlogits (may be NULL, may alias logits) = (softmax - onehot) / normalizer,
-     * zero rows for ignored labels. */
+     * of -sum q log softmax, in double, rows in order, divided by normalizer (> 0 when any row
+     * is counted); dlogits (may be NULL, may alias logits) = (softmax - q) / normalizer, zero
+     * rows for ignored labels. s = 0 is the plain cross-entropy, -log softmax[label]. */
     gp_status (*softmax_xent)(gp_device *dev, int64_t rows, int64_t classes, const float *logits,
-                              const int32_t *labels, double normalizer, double *loss,
-                              float *dlogits);
+                              const int32_t *labels, double normalizer, double smoothing,
+                              double *loss, float *dlogits);
 
     /* ---- convolutions, batch norm, pooling */
     /* Convolutions of x (B, C, H, W) with w (OC, C, k, k) into y (B, OC, OH, OW), g the
@@ -255,5 +256,7 @@ gp_status gp_kernels_check_labels(int64_t rows, int64_t classes, const int32_t *
                                   int64_t *counted);
 gp_status gp_kernels_check_shard(int64_t vocab, int64_t first, int64_t rows, const char *what);
 gp_status gp_kernels_check_normalizer(double normalizer, int64_t counted);
+/* A label smoothing in [0, 1), or an error naming it. */
+gp_status gp_kernels_check_smoothing(double smoothing);
 
 #endif

@@ -1,5 +1,5 @@
-/* Softmax cross-entropy over the last dimension with ignored (-1) labels and an explicit
- * normalizer, so micro-batch losses add up to the mini-batch mean: the argument checks here,
+/* Softmax cross-entropy over the last dimension with ignored (-1) labels, an explicit
+ * normalizer and optional label smoothing, so micro-batch losses add up to the mini-batch mean: the argument checks here,
  * the computation in the kernel table of the device the logits live on. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -66,12 +66,18 @@ static gp_status check_args(const gp_tensor *logits, const gp_tensor *labels,
 
 gp_status gp_softmax_xent(const gp_tensor *logits, const gp_tensor *labels, double normalizer,
                           double *loss, gp_tensor *dlogits) {
+    return gp_softmax_xent_smoothed(logits, labels, normalizer, 0.0, loss, dlogits);
+}
+
+gp_status gp_softmax_xent_smoothed(const gp_tensor *logits, const gp_tensor *labels,
+                                   double normalizer, double smoothing, double *loss,
+                                   gp_tensor *dlogits) {
     int64_t rows = 0, classes = 0;
     GP_TRY(check_args(logits, labels, dlogits, &rows, &classes));
     double l = 0;
     gp_status s = gp_kernels_of(logits->dev)
                       ->softmax_xent(logits->dev, rows, classes, (const float *)logits->data,
-                                     (const int32_t *)labels->data, normalizer, &l,
+                                     (const int32_t *)labels->data, normalizer, smoothing, &l,
                                      dlogits ? (float *)dlogits->data : NULL);
     if (s != GP_OK) return gp_error_context(s, "gp_softmax_xent");
     if (loss) *loss = l;

@@ -102,6 +102,9 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: data_parallel %d must be >= 1 and comm_timeout_s %g >= 0",
                         po->data_parallel, po->comm_timeout_s);
+    if (!(po->label_smoothing >= 0 && po->label_smoothing < 1))
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: label smoothing %g, expected in [0, 1)",
+                        po->label_smoothing);
     if (po->stage_threads < 0 || po->stage_threads > 1024)
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: stage_threads %d, expected 0 (one) to 1024", po->stage_threads);
@@ -281,6 +284,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->M = M;
     p->T = T;
     p->remat = po->remat;
+    p->label_smoothing = po->label_smoothing;
     p->D = 1;
     p->nranks = 1;
     p->my_stage = -1;
@@ -292,6 +296,11 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     if (s == GP_OK)
         s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po) : gp_launch_local_init(p, po);
     if (s == GP_OK) s = gp_mesh_setup(p);
+    if (s == GP_OK && p->vocab_split && p->label_smoothing > 0)
+        s = gp_error(GP_UNSUPPORTED,
+                     "pipeline: label smoothing %g with the vocabulary head split over T = %d "
+                     "shards is not implemented; use T = 1 or no smoothing",
+                     p->label_smoothing, T);
     if (s == GP_OK) s = choose_partition(p, po);
     if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_agree_cells(p, p->first);
     if (s == GP_OK) s = init_stages(p, po, seed);

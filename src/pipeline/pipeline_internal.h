@@ -145,6 +145,7 @@ struct gp_pipeline {
     int64_t b;                /* micro-batch size */
     int mb0;                  /* global index of the first micro-batch (RNG keys) */
     double normalizer;
+    double label_smoothing;   /* the loss's (gp_pipeline_opts.label_smoothing) */
     /* Where this process stands: world rank and size, the stage and shard it runs (-1: all),
      * replica. */
     int rank, nranks, my_stage, my_shard, replica, D;

@@ -49,6 +49,10 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
     if (!(po->link_gbytes_per_s >= 0) || !isfinite(po->link_gbytes_per_s))
         return gp_error(GP_INVALID_ARGUMENT, "link bandwidth %g GB/s; expected >= 0",
                         po->link_gbytes_per_s);
+    if (!(po->optim_s_per_param >= 0) || !isfinite(po->optim_s_per_param))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "optimizer time %g s per parameter; expected >= 0 (0: not modelled)",
+                        po->optim_s_per_param);
     if (*T > 1 && po->balance == GP_BALANCE_TIME)
         return gp_error(GP_UNSUPPORTED, "balance by measured time with T = %d shards: a shard "
                                         "layer cannot be timed alone; balance by cost",
@@ -161,6 +165,10 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         sc[k].wgt_time *= sec_per_unit;
         out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, L, 1, cell_remat[k]).grads;
         out->cells[k].time_s = sc[k].fwd_time + sc[k].bwd_time; /* compute alone, for now */
+        /* each shard updates its own trainable elements after its stage's last backward */
+        sc[k].opt_time = po->optim_s_per_param *
+                         (double)(out->cells[k].grad_bytes / gp_dtype_nbytes(GP_F32));
+        out->cells[k].opt_s = sc[k].opt_time;
     }
     mesh_bytes(est, L, first, K, M, po, cell_remat, vocab_split, rows, sc, out);
     for (int k = 0; k < K; k++)

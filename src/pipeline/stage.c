@@ -130,7 +130,8 @@ static gp_status last_stage_loss(gp_stage *s, int mb, const gp_tensor *logits,
         st = gp_softmax_xent_shard(logits, &yv, p->vocab, (int64_t)s->t * cols, &s->tp,
                                    p->normalizer, &l, dlogits);
     else if (st == GP_OK)
-        st = gp_softmax_xent(logits, &yv, p->normalizer, &l, dlogits);
+        st = gp_softmax_xent_smoothed(logits, &yv, p->normalizer, p->label_smoothing, &l,
+                                      dlogits);
     gp_tensor_release(&yv);
     if (st != GP_OK) return gp_error_context(st, "micro-batch %d loss", mb);
     s->loss += l;

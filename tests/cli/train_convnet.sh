@@ -123,4 +123,32 @@ rc=$?
 "$GPIPE" train "${AUG[@]}" --augment flip >/dev/null 2>"$TMP/gb.err"
 [ $? -eq 2 ] && grep -q "expected none, crop or crop-flip" "$TMP/gb.err" || bad "--augment flip: $(cat "$TMP/gb.err")"
 
+# --label-smoothing: recorded in the report; other targets, other losses from the first step;
+# 2 stages give one device's losses; a checkpoint refuses a resume without it; out of range is a
+# usage error.
+run ls1 "${AUG[@]}" --label-smoothing 0.1 --report "$TMP/ls1.json"
+run ls2 "${AUG[@]}" --label-smoothing 0.1 --stages 2 --micro-batches 2 --report "$TMP/ls2.json"
+run ls3 "${AUG[@]}" --label-smoothing 0.1 --micro-batches 2 --report "$TMP/ls3.json"
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d = sys.argv[1]
+r = {n: json.load(open(f"{d}/{n}.json")) for n in ("g0", "ls1", "ls2", "ls3")}
+need(r["ls1"]["label_smoothing"] == 0.1 and r["g0"]["label_smoothing"] == 0, "report's label_smoothing")
+l0, l1 = r["g0"]["train"]["step_losses"], r["ls1"]["train"]["step_losses"]
+need(l0[0] != l1[0], f"--label-smoothing 0.1: the first loss {l1[0]} equals the plain one")
+need(r["ls2"]["train"]["step_losses"] == r["ls3"]["train"]["step_losses"],
+     "--label-smoothing: 2 stages lost otherwise than one device")
+need(r["ls2"]["params_fnv1a64"] == r["ls3"]["params_fnv1a64"], "--label-smoothing: 2 stages, other parameters")
+finish("FAIL: label smoothing:")
+PY
+run lsa "${AUG[@]}" --label-smoothing 0.1 --checkpoint-dir "$TMP/lsck" --stop-after 2
+"$GPIPE" train "${AUG[@]}" --checkpoint-dir "$TMP/lsck" --resume >/dev/null 2>"$TMP/lsa.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q -- "--label-smoothing 0 differs from the checkpoint's 0.1" "$TMP/lsa.err" ||
+    bad "resume without --label-smoothing: exit $rc, $(cat "$TMP/lsa.err")"
+"$GPIPE" train "${AUG[@]}" --label-smoothing 1 >/dev/null 2>"$TMP/lsb.err"
+[ $? -eq 2 ] && grep -q -- "--label-smoothing 1: expected a number in \[0, 1)" "$TMP/lsb.err" ||
+    bad "--label-smoothing 1: $(cat "$TMP/lsb.err")"
+
 cli_finish train_convnet

@@ -23,6 +23,7 @@ FIXTURES = os.path.join(HERE, "fixtures")
 RTOL = 1e-4
 ATOL = 1e-6
 NSTEPS = 5
+LABEL_SMOOTHING = 0.1
 
 TRANSFORMER = dict(vocab=64, dim=32, heads=4, d_ff=64, layers=2, seq_len=16, batch=4)
 # AdamW eps 1e-5 rather than torch's 1e-8: the key bias has an exactly-zero gradient in exact
@@ -312,8 +313,9 @@ def run_family(family, dtype, fill_seed=2024):
     x = torch.from_numpy(x_np) if family == "transformer" else torch.from_numpy(x_np).to(dtype)
     y = torch.from_numpy(y_np).long()
 
-    def loss_of(logits):
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    def loss_of(logits, smoothing=0.0):
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                               label_smoothing=smoothing)
 
     if family == "transformer":
         # The block as written out by hand must agree with torch's module.
@@ -339,11 +341,22 @@ def run_family(family, dtype, fill_seed=2024):
     for name, t in named:
         if t.requires_grad:
             out["grad." + name] = t.grad.detach().clone()
-    with torch.no_grad():
-        for name, t in named:
-            t.copy_(torch.from_numpy(init[name]).to(t.dtype))
-            if t.requires_grad:
-                t.grad = None
+    def reset():
+        with torch.no_grad():
+            for name, t in named:
+                t.copy_(torch.from_numpy(init[name]).to(t.dtype))
+                if t.requires_grad:
+                    t.grad = None
+
+    # The same point with label-smoothed targets (gpipe train --label-smoothing).
+    reset()
+    loss = loss_of(model(x), LABEL_SMOOTHING)
+    loss.backward()
+    out["smoothed.loss"] = loss.detach().reshape(1)
+    for name, t in named:
+        if t.requires_grad:
+            out["smoothed.grad." + name] = t.grad.detach().clone()
+    reset()
 
     decay, other = param_groups(named)
     if family == "transformer":
@@ -374,7 +387,7 @@ def run_family(family, dtype, fill_seed=2024):
     tensors += [(n, init[n]) for n, _ in named]
     for k, v in out.items():
         tensors.append((k, v.to(torch.float64).numpy().astype(np.float32)))
-    meta = {"family": family, "steps": NSTEPS}
+    meta = {"family": family, "steps": NSTEPS, "label_smoothing": repr(LABEL_SMOOTHING)}
     meta.update(c)
     meta.update({("opt." + k): repr(v) for k, v in o.items()})
     meta["opt.kind"] = "adamw" if family == "transformer" else "sgd"

@@ -90,8 +90,8 @@ gp_status gp_cpu_attention_backward(gp_device *dev, const gp_attn_dims *d, const
 
 /* loss_kernels.c */
 gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, const float *logits,
-                              const int32_t *labels, double normalizer, double *loss,
-                              float *dlogits);
+                              const int32_t *labels, double normalizer, double smoothing,
+                              double *loss, float *dlogits);
 
 /* conv_kernels.c */
 int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,

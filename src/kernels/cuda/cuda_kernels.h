@@ -83,8 +83,8 @@ gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_dims *d, cons
 
 /* loss.cu */
 gp_status gp_cuda_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, const float *logits,
-                               const int32_t *labels, double normalizer, double *loss,
-                               float *dlogits);
+                               const int32_t *labels, double normalizer, double smoothing,
+                               double *loss, float *dlogits);
 
 /* conv.cu (convolutions, channel biases) and norm_pool.cu (batch norm, pooling) */
 int64_t gp_cuda_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,

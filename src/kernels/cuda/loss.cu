@@ -24,8 +24,8 @@ static gp_status labels_to_host(gp_cuda_ctx *c, const int32_t *labels, int64_t r
 // --------------------------------------------------------------- softmax cross-entropy
 
 static __global__ void xent_kernel(int64_t rows, int64_t classes, const float *logits,
-                                   const int32_t *labels, double normalizer, float *dlogits,
-                                   double *row_loss) {
+                                   const int32_t *labels, double normalizer, double smoothing,
+                                   float *dlogits, double *row_loss) {
     __shared__ double shd[GP_CUDA_THREADS];
     __shared__ float shf[GP_CUDA_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -45,6 +45,21 @@ static __global__ void xent_kernel(int64_t rows, int64_t classes, const float *l
         double acc = 0;
         for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) acc += (double)expf(x[j] - mx);
         const double sum = gp_block_sum(acc, shd); // also orders every read of x before the writes
+        if (smoothing > 0) {
+            // -sum q log p = lse - (1 - s) x[y] - s mean(x); dlogits (softmax - q) / normalizer
+            double xs = 0;
+            for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) xs += (double)x[j];
+            const double mean = gp_block_sum(xs, shd) / (double)classes;
+            const double u = smoothing / (double)classes;
+            if (threadIdx.x == 0)
+                row_loss[r] = (double)mx + log(sum) - (1.0 - smoothing) * (double)xy - smoothing * mean;
+            if (!d) continue;
+            for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
+                const double p = (double)expf(x[j] - mx) / sum;
+                d[j] = (float)((p - u - (j == y ? 1.0 - smoothing : 0.0)) / normalizer);
+            }
+            continue;
+        }
         if (threadIdx.x == 0) row_loss[r] = (double)mx + log(sum) - (double)xy;
         if (!d) continue;
         const double inv = 1.0 / (sum * normalizer);
@@ -57,10 +72,12 @@ static __global__ void xent_kernel(int64_t rows, int64_t classes, const float *l
 
 extern "C" gp_status gp_cuda_softmax_xent(gp_device *dev, int64_t rows, int64_t classes,
                                           const float *logits, const int32_t *labels,
-                                          double normalizer, double *loss, float *dlogits) {
+                                          double normalizer, double smoothing, double *loss,
+                                          float *dlogits) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
+    GP_TRY(gp_kernels_check_smoothing(smoothing));
     if (rows <= 0) {
         *loss = 0.0;
         return GP_OK;
@@ -74,7 +91,7 @@ extern "C" gp_status gp_cuda_softmax_xent(gp_device *dev, int64_t rows, int64_t 
     double *row_loss = (double *)gp_cuda_workspace(dev, (size_t)rows * sizeof(double), &s);
     if (!row_loss) return s;
     xent_kernel<<<row_blocks(rows), GP_CUDA_THREADS, 0, c->stream>>>(
-        rows, classes, logits, labels, normalizer, dlogits, row_loss);
+        rows, classes, logits, labels, normalizer, smoothing, dlogits, row_loss);
     s = gp_cuda_launched(c, "xent_kernel");
     double *h = (double *)rest;
     if (s == GP_OK) s = gp_cuda_to_host(c, h, row_loss, (size_t)rows * sizeof(double));
