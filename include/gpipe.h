@@ -664,6 +664,24 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
 gp_status gp_model_profile_layers_split(gp_model *m, int64_t micro_batch, int reps,
                                         double *times);
 
+/* How much slower layer li's training forward and backward run when n stage devices compute at
+ * once, each holding `inflight` micro-batches of `micro_batch` examples as a pipeline stage does
+ * (forwards kept, then their backwards): n threads, one per core this process may use when it
+ * has n, each with its own copy of the layer on a one-thread CPU device, time it together
+ * (median of 3 after a warm-up, in step); *factor = their mean over the same run alone on the
+ * first core (1 for n = 1). Memory bandwidth and the shared caches are what differ; the
+ * layer-alone profile (gp_model_profile_layers) sees neither. m need not be initialized. */
+gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
+                                      int inflight, double *factor);
+/* Scales measured layer times (`groups` groups of L: gp_model_profile_layers' 2 or
+ * gp_model_profile_layers_split's 4) by the contention of `devices` stage devices computing at
+ * once: gp_model_profile_contention of the slowest layer (forward + backward) at micro_batch,
+ * with as many micro-batches in flight as make 16 examples (at most 8). devices 1: unchanged.
+ * *factor (may be NULL): the factor applied. What gp_plan_search and gpipe plan --balance time
+ * predict with. */
+gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int devices, int groups,
+                                 double *times, double *factor);
+
 /* One cell of a plan. Times are seconds at the plan's GFLOP/s; bytes follow
  * the planner's memory model (static state, plus the activations the
  * schedule holds at its peak). */
@@ -767,7 +785,9 @@ typedef struct gp_plan_search_result {
  * faster), then fewer bytes on the fullest device, fewer stages, the schedule and remat mode
  * in enum order: the same inputs give the same choice. Balance TIME
  * profiles the layers once per micro-batch size tried (m must then be uninitialized, as for
- * gp_model_profile_layers); base->layer_times and base->partition must be NULL. When no plan
+ * gp_model_profile_layers), scales them by the contention of each number of devices tried
+ * (gp_layer_times_contend, once per size and number) and times the optimizer step
+ * (gp_optim_profile, unless base->optim_s_per_param is set); base->layer_times and base->partition must be NULL. When no plan
  * fits, GP_MEMORY_LIMIT names the plan needing the least memory and its bytes. The caller
  * frees *out with gp_plan_search_free; on failure it is left empty. */
 gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,

@@ -1,6 +1,6 @@
 /* gp_plan_make: its cells against the partitioner on the same figures, times from FLOPs at the
  * given rate, the bubble of equal cells against (K-1)/(M+K-1), the memory columns against the
- * memory model, optimizer state per optimizer, the optimizer step's time, memory limits per schedule, explicit partitions,
+ * memory model, optimizer state per optimizer, the optimizer step's time, the contention figure, memory limits per schedule, explicit partitions,
  * and the errors that name the numbers. */
 #include <math.h>
 #include <string.h>
@@ -138,6 +138,41 @@ static void test_optimizer_step(void) {
                 "optimizer time -1e-09 s per parameter; expected >= 0");
     po.optim_s_per_param = NAN;
     CHECK_FAILS(gp_plan_make(m, 32, &adam, &po, 10, &p), GP_INVALID_ARGUMENT, "optimizer time");
+    gp_model_free(m);
+}
+
+/* The contention figure: exactly 1 for one device; for several, a finite ratio (its size is the
+ * machine's: asserted in no test); the arguments checked; the model left uninitialized. */
+static void test_contention(void) {
+    gp_model *m = mlp();
+    double f = 0;
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 1, 4, &f));
+    CHECK(f == 1.0);
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 2, 4, &f));
+    CHECK(isfinite(f) && f > 0);
+    CHECK_OK(gp_model_profile_contention(m, 0, 3, 3, 1, &f));
+    CHECK(isfinite(f) && f > 0);
+    CHECK_FAILS(gp_model_profile_contention(m, 6, 8, 2, 4, &f), GP_INVALID_ARGUMENT,
+                "layer 6 of 6");
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 0, 2, 4, &f), GP_INVALID_ARGUMENT,
+                "micro-batch 0");
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 65, &f), GP_INVALID_ARGUMENT,
+                "65 in flight");
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 4, NULL), GP_INVALID_ARGUMENT, "NULL");
+    /* layer times scaled by the factor of their slowest layer, whole; one device: unchanged */
+    double t[24], want[24];
+    for (int i = 0; i < 24; i++) t[i] = want[i] = 1e-3 * (i % 6 + 1);
+    CHECK_OK(gp_layer_times_contend(m, 8, 1, 4, t, &f));
+    CHECK(f == 1.0 && memcmp(t, want, sizeof t) == 0);
+    CHECK_OK(gp_layer_times_contend(m, 8, 2, 4, t, &f));
+    CHECK(isfinite(f) && f > 0);
+    for (int i = 0; i < 24; i++) CHECK(t[i] == want[i] * f);
+    CHECK_FAILS(gp_layer_times_contend(m, 8, 2, 1, t, &f), GP_INVALID_ARGUMENT, "2 groups");
+    for (int k = 0; k < gp_model_nparam_tensors(m); k++) {
+        gp_param_info pi;
+        CHECK_OK(gp_model_param(m, k, &pi));
+        CHECK(pi.value->data == NULL);
+    }
     gp_model_free(m);
 }
 
@@ -557,6 +592,7 @@ int main(void) {
     test_cells_match_partitioner();
     test_bubble_equal_cells();
     test_optimizer_step();
+    test_contention();
     test_memory_columns();
     test_optimizer_state();
     test_memory_limits();

@@ -85,7 +85,9 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "step time and the bubble beside (K-1)/(M+K-1). Times assume the --gflops rate and\n"
            "leave the optimizer step out; with --balance time the optimizer step is timed too\n"
            "(one step of the optimizer over 2^22 elements, per parameter: column opt/step) and\n"
-           "each stage runs its own after its last backward.\n\n"
+           "each stage runs its own after its last backward, and the layer times are scaled by\n"
+           "how much slower the slowest layer runs on every device of the plan at once than\n"
+           "alone (its forwards and backwards over 16 examples of micro-batches, 7 rounds).\n\n"
            "On a mesh of D x K x T devices (--data-parallel D, --tensor-parallel T) every row is\n"
            "one device's: its shard of the stage's layers (split Transformer blocks, embedding\n"
            "and vocabulary head; the rest replicated) on its replica's slice of the batch, with\n"
@@ -307,7 +309,7 @@ int gp_cli_plan_main(int argc, char **argv) {
                                         "derived from FLOPs");
         goto done;
     }
-    double *times = NULL;
+    double *times = NULL, contention = 1.0;
     if (by_time && !search) { /* a search times the layers at each micro-batch size itself */
         const int L = gp_model_nlayers(m);
         printf("profiling each of the %d layers' forward and backward (micro-batch %d, one "
@@ -325,6 +327,14 @@ int gp_cli_plan_main(int argc, char **argv) {
         }
         po.layer_times = times;
         po.layer_times_split = split;
+        /* every stage device at work at once runs each layer slower than the profile alone */
+        const int devices = po.stages * o.data_parallel *
+                            (po.tensor_parallel > 0 ? po.tensor_parallel : 1);
+        if (gp_layer_times_contend(m, mb, devices, split ? 4 : 2, times, &contention) != GP_OK) {
+            rc = gp_cli_fail("plan", "timing the layers on every device at once");
+            free(times);
+            goto done;
+        }
         if (gp_optim_profile(&oo, (int64_t)1 << 22, 0, &po.optim_s_per_param) != GP_OK) {
             rc = gp_cli_fail("plan", "timing the optimizer step");
             free(times);
@@ -382,8 +392,10 @@ int gp_cli_plan_main(int argc, char **argv) {
            gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
            first ? "partition given" : by_time ? "cells balanced by measured time" : "cells balanced by FLOPs");
     if (by_time)
-        printf("times measured layer by layer now (median of 3 runs, one thread%s)\n",
-               search ? ", at each micro-batch size" : "");
+        printf("times measured layer by layer now (median of 3 runs, one thread%s), scaled by "
+               "the contention of the devices at work at once%s",
+               search ? ", at each micro-batch size" : "", search ? "\n" : "");
+    if (by_time && !search) printf(" (x%.3f)\n", contention);
     else
         printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
                measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");

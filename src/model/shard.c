@@ -76,6 +76,32 @@ gp_status gp_model_shard_new(const gp_model *m, int T, gp_model **out) {
     return GP_OK;
 }
 
+gp_status gp_model_layer_copy_new(const gp_model *m, int li, gp_model **out) {
+    *out = NULL;
+    if (!m || li < 0 || li >= m->nlayers)
+        return gp_error(GP_INVALID_ARGUMENT, "layer copy: layer %d of a model of %d", li,
+                        m ? m->nlayers : 0);
+    gp_shape in = m->example_shape;
+    if (li > 0) { /* (1, example...) out of the layer before: drop the batch */
+        gp_shape b;
+        GP_TRY(gp_model_shape(m, li - 1, 1, &b));
+        in.ndim = b.ndim - 1;
+        for (int d = 1; d < b.ndim; d++) in.dim[d - 1] = b.dim[d];
+    }
+    gp_model *c;
+    GP_TRY(gp_model_new(in, li == 0 ? m->input_dtype : GP_F32, &c));
+    gp_layer *l = m->layers[li]->ops->shard(m->layers[li], 1);
+    gp_status st = l ? gp_model_add(c, l)
+                     : gp_error(GP_CONFIG, "layer %d (%s): no copy", li, m->layers[li]->ops->kind);
+    if (st != GP_OK) {
+        gp_model_free(c);
+        return gp_error_context(st, "layer copy of layer %d", li);
+    }
+    c->seed = m->seed;
+    *out = c;
+    return GP_OK;
+}
+
 gp_status gp_shard_init_values(const gp_model *m, gp_model *ms, gp_store *s, int T, int t,
                                uint64_t seed) {
     int64_t most = 0;

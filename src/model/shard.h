@@ -20,6 +20,10 @@ gp_status gp_model_check_layouts(const gp_model *m, int T);
  * declared at their shard shapes (checked against the layouts), no values. The caller frees it
  * with gp_model_free. */
 gp_status gp_model_shard_new(const gp_model *m, int T, gp_model **out);
+/* A one-layer model holding a copy of m's layer li (the same kind and shapes, no values), fed
+ * what layer li is fed: so several threads can each run the layer on a device of their own.
+ * The caller frees it with gp_model_free. */
+gp_status gp_model_layer_copy_new(const gp_model *m, int li, gp_model **out);
 /* Whether m's last layer splits its output (a vocabulary head): the shards' logits are then
  * their columns, [t V/T, (t + 1) V/T) of the V classes. */
 bool gp_model_output_split(const gp_model *m);

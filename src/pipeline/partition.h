@@ -128,6 +128,11 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
 /* The time of the cell of layers [first, end): the partitioner's objective for one cell. */
 double gp_cell_time(const gp_layer_est *layers, int first, int end);
 
+/* A stand-in tensor for what flows into or out of layer `layer` while profiling (`which`: 0 in,
+ * 1 out): token 0 for integer inputs, small seeded random values otherwise. */
+gp_status gp_profile_stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t layer,
+                              uint32_t which, gp_tensor *t);
+
 /* Writes a byte count as "300 MiB", "1.50 GiB", "512 bytes" into buf; returns buf. */
 char *gp_plan_bytes_str(uint64_t nbytes, char *buf, size_t n);
 

@@ -129,31 +129,59 @@ static gp_status enumerate(int L, int64_t batch, int T, uint64_t limit,
     return GP_OK;
 }
 
-/* Measured layer times at each micro-batch size (balance TIME), profiled once per size. */
+/* Measured layer times at each micro-batch size (balance TIME), profiled once per size, and
+ * scaled by the contention of each number of devices computing at once (measured once per size
+ * and number): entry (mb, 1) holds the profile itself. */
 typedef struct time_cache {
     int64_t *mb;
+    int *devices;
     double **times;
     int n;
 } time_cache;
 
-static gp_status times_for(gp_model *m, int64_t mb, time_cache *tc, const double **out) {
+static const double *cached(const time_cache *tc, int64_t mb, int devices) {
     for (int i = 0; i < tc->n; i++)
-        if (tc->mb[i] == mb) {
-            *out = tc->times[i];
-            return GP_OK;
-        }
+        if (tc->mb[i] == mb && tc->devices[i] == devices) return tc->times[i];
+    return NULL;
+}
+
+static void cache_put(time_cache *tc, int64_t mb, int devices, double *t) {
+    tc->mb[tc->n] = mb;
+    tc->devices[tc->n] = devices;
+    tc->times[tc->n++] = t;
+}
+
+static gp_status times_for(gp_model *m, int64_t mb, int devices, time_cache *tc,
+                           const double **out) {
+    if ((*out = cached(tc, mb, devices))) return GP_OK;
     const int L = gp_model_nlayers(m);
-    double *t = calloc(4 * (size_t)L, sizeof *t);
+    const double *raw = cached(tc, mb, 1);
+    if (!raw) {
+        double *t = calloc(4 * (size_t)L, sizeof *t);
+        if (!t) return gp_error(GP_OUT_OF_MEMORY, "plan search: no memory for %d layer times", L);
+        /* split backwards too: the zero-bubble schedules are timed as they run */
+        gp_status s = gp_model_profile_layers_split(m, mb, 0, t);
+        if (s != GP_OK) {
+            free(t);
+            return gp_error_context(s, "plan search: timing the layers at micro-batches of %lld",
+                                    (long long)mb);
+        }
+        cache_put(tc, mb, 1, t);
+        raw = t;
+    }
+    if (devices == 1) {
+        *out = raw;
+        return GP_OK;
+    }
+    double *t = malloc(4 * (size_t)L * sizeof *t);
     if (!t) return gp_error(GP_OUT_OF_MEMORY, "plan search: no memory for %d layer times", L);
-    /* split backwards too: the zero-bubble schedules are timed as they run */
-    gp_status s = gp_model_profile_layers_split(m, mb, 0, t);
+    memcpy(t, raw, 4 * (size_t)L * sizeof *t);
+    gp_status s = gp_layer_times_contend(m, mb, devices, 4, t, NULL);
     if (s != GP_OK) {
         free(t);
-        return gp_error_context(s, "plan search: timing the layers at micro-batches of %lld",
-                                (long long)mb);
+        return s;
     }
-    tc->mb[tc->n] = mb;
-    tc->times[tc->n++] = t;
+    cache_put(tc, mb, devices, t);
     *out = t;
     return GP_OK;
 }
@@ -196,11 +224,13 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
         }
     }
     base = &timed;
-    time_cache tc = {.mb = calloc((size_t)nc, sizeof(int64_t)),
-                     .times = calloc((size_t)nc, sizeof(double *))};
+    /* at most one profile and one contention figure per candidate */
+    time_cache tc = {.mb = calloc(2 * (size_t)nc, sizeof(int64_t)),
+                     .devices = calloc(2 * (size_t)nc, sizeof(int)),
+                     .times = calloc(2 * (size_t)nc, sizeof(double *))};
     out->plans = calloc((size_t)cap, sizeof *out->plans);
     gp_status status = GP_OK;
-    if (!out->plans || !tc.mb || !tc.times)
+    if (!out->plans || !tc.mb || !tc.devices || !tc.times)
         status = gp_error(GP_OUT_OF_MEMORY, "plan search: no memory for %d plans", cap);
     uint64_t least = UINT64_MAX; /* the leanest plan over the limit, for the error */
     int least_at = -1;
@@ -214,7 +244,8 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
         po.remat = c[i].remat;
         if (po.balance == GP_BALANCE_TIME) {
             const double *t = NULL;
-            status = times_for(m, batch / ((int64_t)c[i].D * c[i].M), &tc, &t);
+            status = times_for(m, batch / ((int64_t)c[i].D * c[i].M), c[i].K * T * c[i].D, &tc,
+                               &t);
             if (status != GP_OK) break;
             po.layer_times = t;
             po.layer_times_split = true;
@@ -266,6 +297,7 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
     }
     for (int i = 0; i < tc.n; i++) free(tc.times[i]);
     free(tc.mb);
+    free(tc.devices);
     free(tc.times);
     free(c);
     if (status != GP_OK) gp_plan_search_free(out);

@@ -8,16 +8,17 @@
 #include "core/clock.h"
 #include "model/param_store.h"
 #include "model/sequence.h"
+#include "pipeline/partition.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* A stand-in for what flows into or out of a layer: token 0 for integer inputs (always a valid
- * id), small random values otherwise (no layer's time depends on the values). */
-static gp_status stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t layer,
-                          uint32_t which, gp_tensor *t) {
+/* Token 0 for integer inputs (always a valid id), small random values otherwise (no layer's
+ * time depends on the values). */
+gp_status gp_profile_stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t layer,
+                              uint32_t which, gp_tensor *t) {
     GP_TRY(gp_tensor_zeros(dev, GP_MEM_ACTIVATIONS, shape, dt, t));
     if (dt != GP_F32) return GP_OK;
     const int64_t n = gp_tensor_nelem(t);
@@ -74,8 +75,8 @@ static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_dev
     GP_TRY(gp_model_init_range(m, li, li + 1, dev, 1));
     gp_layer *l = m->layers[li];
     gp_status s = gp_store_train_begin(m, m->store_of[li], 0);
-    if (s == GP_OK) s = stand_in(dev, in_shape, in_dt, (uint32_t)li, 0, &x);
-    if (s == GP_OK) s = stand_in(dev, out_shape, GP_F32, (uint32_t)li, 1, &dy);
+    if (s == GP_OK) s = gp_profile_stand_in(dev, in_shape, in_dt, (uint32_t)li, 0, &x);
+    if (s == GP_OK) s = gp_profile_stand_in(dev, out_shape, GP_F32, (uint32_t)li, 1, &dy);
     /* As in a pipeline, the first layer computes no input gradient (it has no one to send it). */
     if (s == GP_OK && li > 0) s = gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in_shape, GP_F32, &dx);
     double *is = bs + reps, *ws = bs + 2 * reps; /* the split's parts */

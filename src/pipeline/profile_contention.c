@@ -1,0 +1,211 @@
+/* How much slower a layer runs when every stage device computes at once. The layer-alone
+ * profile times each layer with the machine to itself and its state hot in the caches; in a
+ * running pipeline the other stages share the memory system, and a stage streams several
+ * micro-batches' state. Measured on T2 (2 cores): two single-device trainings at once each ran
+ * 5-7% slower than one alone, and the 2-stage pipeline's stages about as much. */
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include "core/clock.h"
+#include "model/param_store.h"
+#include "model/sequence.h"
+#include "model/shard.h"
+#include "pipeline/partition.h"
+
+#define ROUNDS 7
+
+/* The contenders' start: each waits at the gate until every thread exists (go) or one could
+ * not be started (stop), then the reps run in step through the barrier. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state; /* 0 wait, 1 go, -1 stop */
+    pthread_barrier_t step;
+} gate;
+
+typedef struct contender {
+    const gp_model *m;
+    int li, cpu, inflight;
+    bool lead;               /* also runs alone each round, the others waiting */
+    int64_t mb;
+    gate *g;
+    double alone[ROUNDS];    /* the lead's */
+    double together[ROUNDS];
+    gp_status st;
+} contender;
+
+/* `inflight` forwards of the layer kept, then their backwards, as a stage holds micro-batches:
+ * the seconds into *t (when s is still GP_OK). */
+static gp_status one_run(contender *c, gp_device *dev, gp_model *copy, gp_seq_pass *pass,
+                         const gp_tensor *x, const gp_tensor *dy, gp_tensor *dx, gp_status s,
+                         double *t) {
+    if (s != GP_OK) return s;
+    gp_run run = {.training = true, .seed = 1};
+    const double t0 = gp_now();
+    int kept = 0;
+    for (; kept < c->inflight && s == GP_OK; kept++)
+        if ((s = gp_seq_forward(copy, 0, 1, dev, &run, x, &pass[kept])) != GP_OK) break;
+    for (int i = kept - 1; i >= 0; i--) {
+        if (s == GP_OK) s = gp_seq_backward(copy, &pass[i], dy, c->li > 0 ? dx : NULL);
+        gp_seq_release(&pass[i]);
+    }
+    *t = gp_now() - t0;
+    return s;
+}
+
+/* Rounds in step with the other contenders (the barrier, passed by all whether they failed or
+ * not, so none is left waiting): the lead's run alone, then every contender's at once. Alone
+ * and together alternate, so a change in the machine's load between them weighs on both. */
+static gp_status contend(contender *c, gp_device *dev, gp_model *copy, gp_status s) {
+    gp_shape in_shape = {0}, out_shape = {0};
+    gp_tensor x = {0}, dy = {0}, dx = {0};
+    gp_seq_pass *pass = calloc((size_t)c->inflight, sizeof *pass);
+    if (s == GP_OK && !pass) s = gp_error(GP_OUT_OF_MEMORY, "contention: %d passes", c->inflight);
+    if (s == GP_OK) s = gp_model_shape(copy, -1, c->mb, &in_shape);
+    if (s == GP_OK) s = gp_model_shape(copy, 0, c->mb, &out_shape);
+    if (s == GP_OK) s = gp_model_init(copy, dev, 1);
+    if (s == GP_OK) s = gp_store_train_begin(copy, copy->store_of[0], 0);
+    if (s == GP_OK)
+        s = gp_profile_stand_in(dev, in_shape, gp_model_input_dtype(copy), (uint32_t)c->li, 0, &x);
+    if (s == GP_OK) s = gp_profile_stand_in(dev, out_shape, GP_F32, (uint32_t)c->li, 1, &dy);
+    if (s == GP_OK && c->li > 0)
+        s = gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in_shape, GP_F32, &dx);
+    for (int r = -1; r < ROUNDS; r++) { /* r = -1: the warm-up */
+        double t = 0;
+        pthread_barrier_wait(&c->g->step);
+        if (c->lead) s = one_run(c, dev, copy, pass, &x, &dy, &dx, s, &t);
+        if (c->lead && r >= 0) c->alone[r] = t;
+        pthread_barrier_wait(&c->g->step);
+        s = one_run(c, dev, copy, pass, &x, &dy, &dx, s, &t);
+        if (r >= 0) c->together[r] = t;
+    }
+    free(pass);
+    gp_tensor_release(&x);
+    gp_tensor_release(&dy);
+    gp_tensor_release(&dx);
+    return s;
+}
+
+static void *contender_main(void *arg) {
+    contender *c = arg;
+    if (c->g) {
+        pthread_mutex_lock(&c->g->mu);
+        while (c->g->state == 0) pthread_cond_wait(&c->g->cv, &c->g->mu);
+        const int state = c->g->state;
+        pthread_mutex_unlock(&c->g->mu);
+        if (state < 0) return NULL;
+    }
+    if (c->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(c->cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* unpinned is still a run */
+    }
+    gp_model *copy = NULL;
+    gp_device *dev = NULL;
+    gp_status s = gp_model_layer_copy_new(c->m, c->li, &copy);
+    if (s == GP_OK) s = gp_device_cpu_new("contention", &dev);
+    c->st = contend(c, dev, copy, s);
+    gp_model_free(copy);
+    if (dev) gp_device_free(dev);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t) {
+    qsort(t, ROUNDS, sizeof *t, cmp_double);
+    return t[ROUNDS / 2];
+}
+
+gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
+                                      int inflight, double *factor) {
+    if (!factor) return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_contention: NULL output");
+    *factor = 1.0;
+    if (!m || li < 0 || li >= gp_model_nlayers(m))
+        return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_contention: layer %d of %d", li,
+                        m ? gp_model_nlayers(m) : 0);
+    if (micro_batch < 1 || n < 1 || n > 256 || inflight < 1 || inflight > 64)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_model_profile_contention: micro-batch %lld, %d devices, %d in flight; "
+                        "expected >= 1, 1 to 256, 1 to 64",
+                        (long long)micro_batch, n, inflight);
+    if (n == 1) return GP_OK;
+    /* the cores the stages would get (launch_local.c's assignment): core k for device k */
+    cpu_set_t set;
+    int cores[CPU_SETSIZE], ncores = 0;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &set)) cores[ncores++] = cpu;
+    contender *c = calloc((size_t)n, sizeof *c);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    if (!c || !th) {
+        free(c);
+        free(th);
+        return gp_error(GP_OUT_OF_MEMORY, "gp_model_profile_contention: %d threads", n);
+    }
+    for (int k = 0; k < n; k++)
+        c[k] = (contender){.m = m, .li = li, .mb = micro_batch, .inflight = inflight,
+                           .lead = k == 0, .cpu = ncores >= n ? cores[k] : -1};
+    gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    gp_status s = GP_OK;
+    int started = 0;
+    if (pthread_barrier_init(&g.step, NULL, (unsigned)n) == 0) {
+        for (int k = 0; k < n; k++) c[k].g = &g;
+        for (; started < n; started++)
+            if (pthread_create(&th[started], NULL, contender_main, &c[started]) != 0) break;
+        pthread_mutex_lock(&g.mu);
+        g.state = started == n ? 1 : -1;
+        pthread_cond_broadcast(&g.cv);
+        pthread_mutex_unlock(&g.mu);
+        for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+        pthread_barrier_destroy(&g.step);
+        if (started < n)
+            s = gp_error(GP_INTERNAL, "gp_model_profile_contention: cannot start %d threads", n);
+    } else {
+        s = gp_error(GP_INTERNAL, "gp_model_profile_contention: no barrier for %d threads", n);
+    }
+    /* each round's mean together over the lead's alone, the median over the rounds */
+    double ratio[ROUNDS];
+    for (int k = 0; k < n && s == GP_OK; k++) s = c[k].st;
+    for (int r = 0; r < ROUNDS && s == GP_OK; r++) {
+        double together = 0;
+        for (int k = 0; k < n; k++) together += c[k].together[r] / n;
+        ratio[r] = c[0].alone[r] > 0 ? together / c[0].alone[r] : 1.0;
+    }
+    const double f = s == GP_OK ? median(ratio) : 1.0;
+    free(c);
+    free(th);
+    if (s != GP_OK) return gp_error_context(s, "timing layer %d on %d devices at once", li, n);
+    *factor = f;
+    return GP_OK;
+}
+
+gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int devices, int groups,
+                                 double *times, double *factor) {
+    if (factor) *factor = 1.0;
+    if (!m || !times || groups < 2)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_layer_times_contend: a model and at least 2 groups of layer times "
+                        "(forward, backward) expected");
+    if (devices == 1) return GP_OK;
+    const int L = gp_model_nlayers(m);
+    int heaviest = 0;
+    for (int li = 1; li < L; li++)
+        if (times[li] + times[L + li] > times[heaviest] + times[L + heaviest]) heaviest = li;
+    /* enough examples (16) that a stage's state leaves the caches, as in a pipeline, in at most
+     * 8 micro-batches */
+    const int inflight = micro_batch >= 16 ? 1 : (int)(16 / micro_batch < 8 ? 16 / micro_batch : 8);
+    double f = 1.0;
+    gp_status s = gp_model_profile_contention(m, heaviest, micro_batch, devices, inflight, &f);
+    if (s != GP_OK) return gp_error_context(s, "layer times on %d devices at once", devices);
+    for (int i = 0; i < groups * L; i++) times[i] *= f;
+    if (factor) *factor = f;
+    return GP_OK;
+}
