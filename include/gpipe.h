@@ -667,16 +667,18 @@ gp_status gp_model_profile_layers_split(gp_model *m, int64_t micro_batch, int re
 /* How much slower layer li's training forward and backward run when n stage devices compute at
  * once, each holding `inflight` micro-batches of `micro_batch` examples as a pipeline stage does
  * (forwards kept, then their backwards): n threads, one per core this process may use when it
- * has n, each with its own copy of the layer on a one-thread CPU device, time it together
- * (median of 3 after a warm-up, in step); *factor = their mean over the same run alone on the
- * first core (1 for n = 1). Memory bandwidth and the shared caches are what differ; the
+ * has n, each with its own copy of the layer on a one-thread CPU device, run it together, in
+ * step, after the first one's run alone, for 7 rounds after a warm-up; *factor = the median over
+ * the rounds of their mean time over the alone time (1 for n = 1, n at most 256). Memory bandwidth and the shared caches are what differ; the
  * layer-alone profile (gp_model_profile_layers) sees neither. m need not be initialized. */
 gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
                                       int inflight, double *factor);
 /* Scales measured layer times (`groups` groups of L: gp_model_profile_layers' 2 or
  * gp_model_profile_layers_split's 4) by the contention of `devices` stage devices computing at
  * once: gp_model_profile_contention of the slowest layer (forward + backward) at micro_batch,
- * with as many micro-batches in flight as make 16 examples (at most 8). devices 1: unchanged.
+ * with as many micro-batches in flight as make 16 examples (at most 8), on at most as many
+ * devices as the cores this process may use (a larger mesh spans machines). devices 1:
+ * unchanged.
  * *factor (may be NULL): the factor applied. What gp_plan_search and gpipe plan --balance time
  * predict with. */
 gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int devices, int groups,

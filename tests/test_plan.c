@@ -168,6 +168,10 @@ static void test_contention(void) {
     CHECK(isfinite(f) && f > 0);
     for (int i = 0; i < 24; i++) CHECK(t[i] == want[i] * f);
     CHECK_FAILS(gp_layer_times_contend(m, 8, 2, 1, t, &f), GP_INVALID_ARGUMENT, "2 groups");
+    CHECK_FAILS(gp_layer_times_contend(m, 0, 2, 4, t, &f), GP_INVALID_ARGUMENT, "micro-batch 0");
+    /* a mesh larger than this machine: measured on its cores */
+    CHECK_OK(gp_layer_times_contend(m, 8, 4096, 4, t, &f));
+    CHECK(isfinite(f) && f > 0);
     for (int k = 0; k < gp_model_nparam_tensors(m); k++) {
         gp_param_info pi;
         CHECK_OK(gp_model_param(m, k, &pi));

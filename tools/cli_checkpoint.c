@@ -308,10 +308,11 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
     for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
         if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;
-        char *wv = cJSON_PrintUnformatted(was);
+        char *wv = cJSON_IsString(was) ? NULL : cJSON_PrintUnformatted(was);
         fprintf(stderr, "gpipe train: --resume: %s %s differs from the checkpoint's %s (%s): "
                         "resume with the options of the run that saved it\n",
-                option_of(optional[i][0]), optional[i][1], wv ? wv : "?", path);
+                option_of(optional[i][0]), optional[i][1],
+                cJSON_IsString(was) ? was->valuestring : wv ? wv : "?", path);
         cJSON_free(wv);
         rc = GP_CLI_EXIT_RUNTIME;
     }

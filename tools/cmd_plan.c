@@ -391,14 +391,18 @@ int gp_cli_plan_main(int argc, char **argv) {
     printf("K = %d stages, schedule %s, remat %s, optimizer %s; %s\n", p.stages,
            gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
            first ? "partition given" : by_time ? "cells balanced by measured time" : "cells balanced by FLOPs");
-    if (by_time)
+    if (by_time) {
         printf("times measured layer by layer now (median of 3 runs, one thread%s), scaled by "
-               "the contention of the devices at work at once%s",
-               search ? ", at each micro-batch size" : "", search ? "\n" : "");
-    if (by_time && !search) printf(" (x%.3f)\n", contention);
-    else
+               "the contention of the devices at work at once",
+               search ? ", at each micro-batch size" : "");
+        if (search)
+            printf("\n");
+        else
+            printf(" (x%.3f)\n", contention);
+    } else {
         printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
                measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");
+    }
     print_plan(&p, o.bandwidth, lm ? gp_model_example_shape(m).dim[0] : 0);
     fflush(stdout);
     if (o.report) {

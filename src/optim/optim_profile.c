@@ -49,7 +49,8 @@ gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *
     if (s == GP_OK && !times)
         s = gp_error(GP_OUT_OF_MEMORY, "gp_optim_profile: %d timings", reps);
     if (s == GP_OK) s = gp_device_fill(dev, buf, (size_t)(2 + nstate) * (size_t)n * sizeof *buf, 0);
-    float *const state[2] = {nstate > 0 ? buf + 2 * n : NULL, nstate > 1 ? buf + 3 * n : NULL};
+    float *const state[2] = {buf && nstate > 0 ? buf + 2 * n : NULL,
+                             buf && nstate > 1 ? buf + 3 * n : NULL};
     for (int r = -1; r < reps && s == GP_OK; r++) { /* r = -1: the warm-up (first touch) */
         const double t0 = gp_now();
         s = one_step(o, dev, n, buf, buf + n, state, r + 2);

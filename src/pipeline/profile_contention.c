@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/clock.h"
@@ -34,6 +35,7 @@ typedef struct contender {
     double alone[ROUNDS];    /* the lead's */
     double together[ROUNDS];
     gp_status st;
+    char msg[512]; /* a failure's message: errors are per thread */
 } contender;
 
 /* `inflight` forwards of the layer kept, then their backwards, as a stage holds micro-batches:
@@ -108,6 +110,7 @@ static void *contender_main(void *arg) {
     gp_status s = gp_model_layer_copy_new(c->m, c->li, &copy);
     if (s == GP_OK) s = gp_device_cpu_new("contention", &dev);
     c->st = contend(c, dev, copy, s);
+    if (c->st != GP_OK) snprintf(c->msg, sizeof c->msg, "%s", gp_last_error());
     gp_model_free(copy);
     if (dev) gp_device_free(dev);
     return NULL;
@@ -173,7 +176,8 @@ gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_b
     }
     /* each round's mean together over the lead's alone, the median over the rounds */
     double ratio[ROUNDS];
-    for (int k = 0; k < n && s == GP_OK; k++) s = c[k].st;
+    for (int k = 0; k < n && s == GP_OK; k++)
+        if (c[k].st != GP_OK) s = gp_error(c[k].st, "contender %d: %s", k, c[k].msg);
     for (int r = 0; r < ROUNDS && s == GP_OK; r++) {
         double together = 0;
         for (int k = 0; k < n; k++) together += c[k].together[r] / n;
@@ -194,7 +198,18 @@ gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int dev
         return gp_error(GP_INVALID_ARGUMENT,
                         "gp_layer_times_contend: a model and at least 2 groups of layer times "
                         "(forward, backward) expected");
-    if (devices == 1) return GP_OK;
+    if (micro_batch < 1 || devices < 1)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_layer_times_contend: micro-batch %lld and %d devices; expected >= 1",
+                        (long long)micro_batch, devices);
+    /* more devices than this process has cores: measured as every core at work (a mesh that
+     * large spans machines, each of whose cores contends with its own neighbours) */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (devices > cores) devices = cores;
+    if (devices > 256) devices = 256;
+    if (devices <= 1) return GP_OK;
     const int L = gp_model_nlayers(m);
     int heaviest = 0;
     for (int li = 1; li < L; li++)
