@@ -414,7 +414,7 @@ float gp_optim_lr_at(const gp_optim_opts *o, int step);
  * elements of a one-thread CPU device: the gradients' sum of squares (the global norm), their
  * scaling when o->clip_norm > 0 (counted whether or not the norm would clip), the update with
  * weight decay, and the gradients cleared. *s_per_elem: the median of `reps` steps (0: 3) after
- * a warm-up, divided by n (1 <= n <= 2^28). The planner's gp_pipeline_opts.optim_s_per_param. */
+ * a warm-up, divided by n (at most 2^28; 0: 2^22, past the caches). The planner's gp_pipeline_opts.optim_s_per_param. */
 gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *s_per_elem);
 
 /* ---------------------------------------------------------------- loss */

@@ -1,7 +1,8 @@
 /* Core: shapes, tensors, the counting allocator and its limit, the
- * counter-based RNG, status tables and hashing. */
+ * counter-based RNG, status tables, hashing and the median of timings. */
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/device.h"
 #include "core/hash.h"
 #include "testutil.h"
@@ -160,7 +161,17 @@ static void test_tables(void) {
     CHECK(gp_fnv1a64(GP_FNV1A64_INIT, "foobar", 6) == 0x85944171f73967e8ULL);
 }
 
+/* The median of timings: the middle one, the upper middle for an even count, any order in. */
+static void test_median(void) {
+    double odd[] = {3.0, 1.0, 2.0}, even[] = {4.0, 1.0, 3.0, 2.0}, one[] = {7.5};
+    CHECK(gp_median(odd, 3) == 2.0);
+    CHECK(gp_median(even, 4) == 3.0);
+    CHECK(gp_median(one, 1) == 7.5);
+    CHECK(even[0] == 1.0 && even[3] == 4.0); /* sorted in place */
+}
+
 int main(void) {
+    test_median();
     test_shapes();
     test_device_accounting();
     test_device_cache();

@@ -142,7 +142,9 @@ static void test_profile(void) {
         CHECK(isfinite(r) && r > 0);
     }
     double r = 0;
-    CHECK_FAILS(gp_optim_profile(&opts[0], 0, 3, &r), GP_INVALID_ARGUMENT, "0 elements");
+    CHECK_FAILS(gp_optim_profile(&opts[0], -1, 3, &r), GP_INVALID_ARGUMENT, "-1 elements");
+    CHECK_FAILS(gp_optim_profile(&opts[0], (int64_t)1 << 29, 3, &r), GP_INVALID_ARGUMENT,
+                "expected 0 (default 2^22) to 2^28");
     CHECK_FAILS(gp_optim_profile(&opts[0], 16, -1, &r), GP_INVALID_ARGUMENT, "-1 repetitions");
     CHECK_FAILS(gp_optim_profile(&opts[0], 16, 3, NULL), GP_INVALID_ARGUMENT, "NULL output");
     gp_optim_opts bad = gp_sgd_defaults(0.1f, 1.5f);

@@ -1,7 +1,7 @@
 /* gp_plan_make: its cells against the partitioner on the same figures, times from FLOPs at the
  * given rate, the bubble of equal cells against (K-1)/(M+K-1), the memory columns against the
- * memory model, optimizer state per optimizer, the optimizer step's time, the contention figure, memory limits per schedule, explicit partitions,
- * and the errors that name the numbers. */
+ * memory model, optimizer state per optimizer, the optimizer step's time, the contention figure,
+ * memory limits per schedule, explicit partitions, and the errors that name the numbers. */
 #include <math.h>
 #include <string.h>
 

@@ -132,7 +132,8 @@ static void print_plan(const gp_plan *p, double bandwidth, int64_t tokens_per_ex
         snprintf(layers, sizeof layers, "%d-%d", x->first, x->last);
         printf("%5d  %-9s %5s %11lld %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", x->stage,
                layers, gp_remat_name(x->remat), (long long)x->nparams,
-               fmt_time(x->time_s, a, sizeof a), x->opt_s > 0 ? fmt_time(x->opt_s, o, sizeof o) : "-",
+               fmt_time(x->time_s, a, sizeof a),
+               x->opt_s > 0 ? fmt_time(x->opt_s, o, sizeof o) : "-",
                fmt_time(x->busy_s, b, sizeof b), gp_cli_fmt_bytes(x->param_bytes, c, sizeof c),
                gp_cli_fmt_bytes(x->grad_bytes, d, sizeof d),
                gp_cli_fmt_bytes(x->optim_bytes, e, sizeof e),
@@ -335,7 +336,7 @@ int gp_cli_plan_main(int argc, char **argv) {
             free(times);
             goto done;
         }
-        if (gp_optim_profile(&oo, (int64_t)1 << 22, 0, &po.optim_s_per_param) != GP_OK) {
+        if (gp_optim_profile(&oo, 0, 0, &po.optim_s_per_param) != GP_OK) {
             rc = gp_cli_fail("plan", "timing the optimizer step");
             free(times);
             goto done;

@@ -1,6 +1,6 @@
 /* Softmax cross-entropy over the last dimension with ignored (-1) labels, an explicit
- * normalizer and optional label smoothing, so micro-batch losses add up to the mini-batch mean: the argument checks here,
- * the computation in the kernel table of the device the logits live on. */
+ * normalizer (so micro-batch losses add up to the mini-batch mean) and optional label
+ * smoothing: the argument checks here, the computation in the kernel table of the device the logits live on. */
 #include <stdint.h>
 #include <stdlib.h>
 

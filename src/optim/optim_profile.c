@@ -9,11 +9,6 @@
 #include "kernels/kernels.h"
 #include "optim/optim.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* What a stage does with its gradients after the last backward (pipeline/stage.c): their sum
  * of squares (the global norm), the clip's scaling when clipping is on (counted always: an upper
  * bound), the update with weight decay, and the gradients cleared for the next step. */
@@ -31,9 +26,12 @@ gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *
     if (!s_per_elem) return gp_error(GP_INVALID_ARGUMENT, "gp_optim_profile: NULL output");
     *s_per_elem = 0;
     GP_TRY(gp_optim_check(o));
-    if (n < 1 || n > ((int64_t)1 << 28))
+    if (n < 0 || n > ((int64_t)1 << 28))
         return gp_error(GP_INVALID_ARGUMENT,
-                        "gp_optim_profile: %lld elements; expected 1 to 2^28", (long long)n);
+                        "gp_optim_profile: %lld elements; expected 0 (default 2^22) to 2^28",
+                        (long long)n);
+    /* 16 MiB an array: past the caches, as a stage's parameters of any size worth planning */
+    if (n == 0) n = (int64_t)1 << 22;
     if (reps < 0 || reps > 1000)
         return gp_error(GP_INVALID_ARGUMENT,
                         "gp_optim_profile: %d repetitions; expected 0 (default 3) to 1000", reps);
@@ -43,12 +41,12 @@ gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *
     GP_TRY(gp_device_cpu_new("optim-profile", &dev));
     gp_status s = GP_OK;
     /* w | g | state 0 | state 1 */
-    float *buf = gp_device_alloc(dev, GP_MEM_WORKSPACE, (size_t)(2 + nstate) * (size_t)n * sizeof *buf,
-                                 &s);
+    const size_t nbytes = (size_t)(2 + nstate) * (size_t)n * sizeof(float);
+    float *buf = gp_device_alloc(dev, GP_MEM_WORKSPACE, nbytes, &s);
     double *times = calloc((size_t)reps, sizeof *times);
     if (s == GP_OK && !times)
         s = gp_error(GP_OUT_OF_MEMORY, "gp_optim_profile: %d timings", reps);
-    if (s == GP_OK) s = gp_device_fill(dev, buf, (size_t)(2 + nstate) * (size_t)n * sizeof *buf, 0);
+    if (s == GP_OK) s = gp_device_fill(dev, buf, nbytes, 0);
     float *const state[2] = {buf && nstate > 0 ? buf + 2 * n : NULL,
                              buf && nstate > 1 ? buf + 3 * n : NULL};
     for (int r = -1; r < reps && s == GP_OK; r++) { /* r = -1: the warm-up (first touch) */
@@ -57,11 +55,11 @@ gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *
         if (r >= 0) times[r] = gp_now() - t0;
     }
     if (s == GP_OK) {
-        qsort(times, (size_t)reps, sizeof *times, cmp_double);
-        *s_per_elem = times[reps / 2] / (double)n;
+        *s_per_elem = gp_median(times, reps) / (double)n;
     }
     free(times);
     gp_device_release(dev, buf);
     gp_device_free(dev);
-    return s == GP_OK ? GP_OK : gp_error_context(s, "gp_optim_profile (%lld elements)", (long long)n);
+    return s == GP_OK ? GP_OK
+                      : gp_error_context(s, "gp_optim_profile (%lld elements)", (long long)n);
 }

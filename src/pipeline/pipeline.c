@@ -102,9 +102,8 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: data_parallel %d must be >= 1 and comm_timeout_s %g >= 0",
                         po->data_parallel, po->comm_timeout_s);
-    if (!(po->label_smoothing >= 0 && po->label_smoothing < 1))
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: label smoothing %g, expected in [0, 1)",
-                        po->label_smoothing);
+    if (gp_kernels_check_smoothing(po->label_smoothing) != GP_OK)
+        return gp_error_context(GP_INVALID_ARGUMENT, "pipeline");
     if (po->stage_threads < 0 || po->stage_threads > 1024)
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: stage_threads %d, expected 0 (one) to 1024", po->stage_threads);

@@ -214,10 +214,9 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
     GP_TRY(enumerate(L, batch, T, base->memory_limit, so, &c, &nc));
     const int cap = so->max_plans ? so->max_plans : 5;
     gp_pipeline_opts timed = *base;
-    /* Measured layer times, measured optimizer steps: on 2^22 elements (16 MiB an array), past
-     * the caches as a stage's parameters of any size worth planning are. */
+    /* measured layer times, measured optimizer steps */
     if (timed.balance == GP_BALANCE_TIME && o && timed.optim_s_per_param == 0) {
-        gp_status s = gp_optim_profile(o, (int64_t)1 << 22, 0, &timed.optim_s_per_param);
+        gp_status s = gp_optim_profile(o, 0, 0, &timed.optim_s_per_param);
         if (s != GP_OK) {
             free(c);
             return gp_error_context(s, "plan search: timing the optimizer step");

@@ -10,11 +10,6 @@
 #include "model/sequence.h"
 #include "pipeline/partition.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Token 0 for integer inputs (always a valid id), small random values otherwise (no layer's
  * time depends on the values). */
 gp_status gp_profile_stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t layer,
@@ -90,15 +85,11 @@ static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_dev
     gp_tensor_release(&dx);
     gp_store_release_layers(m, li, li + 1); /* the layer's store goes, gradients and all */
     if (s != GP_OK) return gp_error_context(s, "profiling layer %d (%s)", li, l->ops->kind);
-    qsort(fs, (size_t)reps, sizeof *fs, cmp_double);
-    qsort(bs, (size_t)reps, sizeof *bs, cmp_double);
-    *fwd = fs[reps / 2];
-    *bwd = bs[reps / 2];
+    *fwd = gp_median(fs, reps);
+    *bwd = gp_median(bs, reps);
     if (parts) {
-        qsort(is, (size_t)reps, sizeof *is, cmp_double);
-        qsort(ws, (size_t)reps, sizeof *ws, cmp_double);
-        parts[0] = is[reps / 2];
-        parts[1] = ws[reps / 2];
+        parts[0] = gp_median(is, reps);
+        parts[1] = gp_median(ws, reps);
     }
     return GP_OK;
 }

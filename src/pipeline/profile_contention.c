@@ -116,16 +116,6 @@ static void *contender_main(void *arg) {
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t) {
-    qsort(t, ROUNDS, sizeof *t, cmp_double);
-    return t[ROUNDS / 2];
-}
-
 gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
                                       int inflight, double *factor) {
     if (!factor) return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_contention: NULL output");
@@ -183,7 +173,7 @@ gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_b
         for (int k = 0; k < n; k++) together += c[k].together[r] / n;
         ratio[r] = c[0].alone[r] > 0 ? together / c[0].alone[r] : 1.0;
     }
-    const double f = s == GP_OK ? median(ratio) : 1.0;
+    const double f = s == GP_OK ? gp_median(ratio, ROUNDS) : 1.0;
     free(c);
     free(th);
     if (s != GP_OK) return gp_error_context(s, "timing layer %d on %d devices at once", li, n);

@@ -83,7 +83,8 @@ gp_status gp_cpu_softmax_xent(gp_device *dev, int64_t rows, int64_t classes, con
         return gp_error(GP_OUT_OF_MEMORY, "softmax cross-entropy: %lld row losses",
                         (long long)rows);
     xent_args a = {.classes = classes, .logits = logits, .labels = labels,
-                   .normalizer = normalizer, .smoothing = smoothing, .dlogits = dlogits, .row_loss = row_loss};
+                   .normalizer = normalizer, .smoothing = smoothing, .dlogits = dlogits,
+                   .row_loss = row_loss};
     gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows, 1,
                         classes >= 4096 ? 1 : 4096 / (classes > 0 ? classes : 1), xent_range, &a);
     double total = 0;

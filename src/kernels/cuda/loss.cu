@@ -52,7 +52,8 @@ static __global__ void xent_kernel(int64_t rows, int64_t classes, const float *l
             const double mean = gp_block_sum(xs, shd) / (double)classes;
             const double u = smoothing / (double)classes;
             if (threadIdx.x == 0)
-                row_loss[r] = (double)mx + log(sum) - (1.0 - smoothing) * (double)xy - smoothing * mean;
+                row_loss[r] =
+                    (double)mx + log(sum) - (1.0 - smoothing) * (double)xy - smoothing * mean;
             if (!d) continue;
             for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
                 const double p = (double)expf(x[j] - mx) / sum;
