@@ -762,8 +762,7 @@ typedef struct gp_plan_search_opts {
     int micro_batches;    /* M; 0: every divisor of the replica's batch */
     int data_parallel;    /* D; 0: N / (K T) */
     unsigned schedules;   /* bit (1 << kind) per schedule allowed; 0: all (interleaved and zbv
-                           * where they run: K > 1, T = 1, K V layers; interleaved: K dividing
-                           * M) */
+                           * where they run: K > 1, K V layers; interleaved: K dividing M) */
     int chunks;           /* interleaved's V; 0: 2, 3 and 4 */
     unsigned remats;      /* bit (1 << mode) per remat mode allowed; 0: all (selective only
                            * under a memory limit, where it differs from none) */

@@ -160,10 +160,6 @@ static void errors(void) {
                             .chunks = 3};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
                 "schedule zbv with 3 cells per stage (chunks); expected 2");
-    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_INTERLEAVED,
-                            .tensor_parallel = 2};
-    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED,
-                "runs without tensor parallelism; this pipeline has T = 2");
     /* stage devices on GPUs: where there is none (or no CUDA in the build), a named refusal */
     int ngpu = 0;
     if (gp_cuda_device_count(&ngpu) != GP_OK) {

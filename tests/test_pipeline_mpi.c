@@ -176,7 +176,7 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
         outcome want;
         gp_model *ref = NULL;
         reference(net, true, 0, D * M, 1, sk, &want, &ref);
-        gp_model *whole = whole_from(net, index, K);
+        gp_model *whole = whole_from(net, index, C);
         double err = max_rel_error(whole, ref), lerr = 0;
         for (int s = 0; s < STEPS; s++)
             lerr = fmax(lerr, fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]));
@@ -321,6 +321,7 @@ static int run_child(const char *c) {
     if (!strcmp(c, "convnet-zbv")) return child(c, GP_TEST_CONVNET, 1, 2, 4, 1, GP_SCHEDULE_ZBV);
     if (!strcmp(c, "transformer-d2-zbv")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 1, GP_SCHEDULE_ZBV);
     if (!strcmp(c, "transformer-d2k2t2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 2, GP_SCHEDULE_GPIPE);
+    if (!strcmp(c, "transformer-k2t2-zbv")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 2, GP_SCHEDULE_ZBV);
     if (!strcmp(c, "mismatch")) return child_mismatch();
     if (!strcmp(c, "header")) return child_header();
     fprintf(stderr, "unknown case %s\n", c);
@@ -356,7 +357,7 @@ int main(int argc, char **argv) {
         int parts;
     } saving[] = {{"transformer-k2t2", 2}, {"transformer-d2k2t2", 2},
                   {"transformer-interleaved", 4}, {"convnet-zbv", 4},
-                  {"transformer-d2-zbv", 4}};
+                  {"transformer-d2-zbv", 4}, {"transformer-k2t2-zbv", 4}};
     for (size_t i = 0; i < sizeof saving / sizeof *saving; i++) {
         char f[256];
         snprintf(f, sizeof f, "tp-%s.safetensors.index.json", saving[i].name);
@@ -373,7 +374,7 @@ int main(int argc, char **argv) {
     } cases[] = {{"transformer-d1", 2}, {"convnet-d1", 2},        {"transformer-d2", 4},
                  {"convnet-d2", 4},     {"transformer-k2t2", 4}, {"transformer-d2k2t2", 8},
                  {"transformer-interleaved", 2}, {"convnet-zbv", 2}, {"transformer-d2-zbv", 4},
-                 {"mismatch", 3}};
+                 {"transformer-k2t2-zbv", 4}, {"mismatch", 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char cmd[8192];
         snprintf(cmd, sizeof cmd,

@@ -141,10 +141,17 @@ static void fixed_t(int T, int maxk, bool quick) {
     run ref;
     train(T, 1, GP_SCHEDULE_GPIPE, GP_REMAT_CELL, &o, 3, NULL, &ref);
     int runs = 0;
+    gp_model *shape = gp_test_net_build(GP_TEST_TRANSFORMER);
+    const int L = gp_model_nlayers(shape);
+    gp_model_free(shape);
     for (int K = 1; K <= maxk; K++)
-        for (int sk = 0; sk < 3; sk++)
+        for (int sk = 0; sk <= GP_SCHEDULE_ZBV; sk++)
             for (int rm = 0; rm < 2; rm++) {
                 if (quick && rm == 1 && K != 2) continue;
+                /* two cells per stage (interleaved: M a multiple of K): K > 1, 2K layers */
+                const bool two_cells = sk == GP_SCHEDULE_INTERLEAVED || sk == GP_SCHEDULE_ZBV;
+                if (two_cells && (K == 1 || 2 * K > L)) continue;
+                if (sk == GP_SCHEDULE_INTERLEAVED && M_MICRO % K) continue;
                 run r;
                 train(T, K, (gp_schedule_kind)sk, (gp_remat)rm, &o, 3, NULL, &r);
                 runs++;
@@ -157,7 +164,8 @@ static void fixed_t(int T, int maxk, bool quick) {
                     gp_test_failures++;
                 }
             }
-    printf("T = %d: %d runs (K = 1..%d x gpipe/1f1b/zbh1 x remat cell/none) bit-identical: loss "
+    printf("T = %d: %d runs (K = 1..%d x gpipe/1f1b/zbh1/interleaved/zbv x remat cell/none) "
+           "bit-identical: loss "
            "%.6f -> %.6f, params %016llx\n",
            T, runs, maxk, ref.loss[0], ref.loss[2], (unsigned long long)ref.hash);
 }

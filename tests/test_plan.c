@@ -580,6 +580,32 @@ static void test_interleaved(void) {
     gp_plan_free(&p);
     gp_plan_free(&f);
     po.memory_limit = 0;
+    /* with T = 2 shards a stage's cells are planned as the shard model's: the same cut, the
+     * split layers (the output head) holding half their parameters; the search over 4 devices
+     * offers such plans */
+    REQUIRE_OK(gp_plan_make(m, 8, NULL, &po, 1, &f));
+    po.tensor_parallel = 2;
+    REQUIRE_OK(gp_plan_make(m, 8, NULL, &po, 1, &p));
+    CHECK(p.tensor_parallel == 2 && p.chunks == 2 && p.ncells == 4);
+    int64_t shard_params = 0, whole_params = 0;
+    for (int c = 0; c < 4; c++) {
+        CHECK_EQ_INT(p.cells[c].first, f.cells[c].first);
+        CHECK(p.cells[c].nparams <= f.cells[c].nparams);
+        shard_params += p.cells[c].nparams;
+        whole_params += f.cells[c].nparams;
+    }
+    CHECK(shard_params < whole_params);
+    gp_plan_free(&p);
+    gp_plan_free(&f);
+    gp_plan_search_opts so = {.devices = 4, .stages = 2,
+                              .schedules = 1u << GP_SCHEDULE_ZBV | 1u << GP_SCHEDULE_INTERLEAVED};
+    gp_plan_search_result r;
+    REQUIRE_OK(gp_plan_search(m, 8, NULL, &po, 1, &so, &r));
+    CHECK(r.n >= 1);
+    for (int i = 0; i < r.n; i++)
+        CHECK(r.plans[i].tensor_parallel == 2 && r.plans[i].chunks >= 2);
+    gp_plan_search_free(&r);
+    po.tensor_parallel = 0;
     po.micro_batches = 3;
     CHECK_FAILS(gp_plan_make(m, 6, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
                 "M = 3 micro-batches is not a multiple of K = 2 stages");

@@ -81,11 +81,6 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
                         "pipeline: stages %d x %d cells per stage > %d layers (each cell needs at "
                         "least one layer)",
                         *K, *V, m->nlayers);
-    if (*V > 1 && *T > 1)
-        return gp_error(GP_UNSUPPORTED,
-                        "pipeline: schedule %s (%d cells per stage) runs without tensor "
-                        "parallelism; this pipeline has T = %d",
-                        gp_schedule_kind_name(po->schedule), *V, *T);
     if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
         po->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,

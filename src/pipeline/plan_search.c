@@ -89,9 +89,9 @@ static gp_status enumerate(int L, int64_t batch, int T, uint64_t limit,
                 for (int s = 0; s <= GP_SCHEDULE_ZBV; s++) {
                     if (!allowed(so->schedules, s)) continue;
                     /* several cells per stage (interleaved: V = 2 to 4, or as given; zbv: 2):
-                     * K > 1 stages, K V layers, no tensor axis */
+                     * K > 1 stages, K V layers */
                     const bool chunked = s == GP_SCHEDULE_INTERLEAVED || s == GP_SCHEDULE_ZBV;
-                    if (chunked && (K == 1 || T > 1)) continue;
+                    if (chunked && K == 1) continue;
                     if (s == GP_SCHEDULE_INTERLEAVED && M % K) continue;
                     const int v0 = !chunked ? 1 : s == GP_SCHEDULE_ZBV ? 2 : so->chunks ? so->chunks : 2;
                     const int v1 = s == GP_SCHEDULE_INTERLEAVED && !so->chunks ? 4 : v0;
