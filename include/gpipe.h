@@ -645,7 +645,8 @@ typedef struct gp_pipeline_opts {
      * modelled. gp_plan_search measures it itself (balance TIME) when this is 0. */
     double optim_s_per_param;
     /* Training: the loss's targets smoothed by this in [0, 1) (gp_softmax_xent_smoothed); 0:
-     * the plain cross-entropy. Not with a vocabulary split over T > 1 shards (an error). */
+     * the plain cross-entropy. With a vocabulary split over T > 1 shards as well (a third sum
+     * per row all-reduced). */
     double label_smoothing;
 } gp_pipeline_opts;
 

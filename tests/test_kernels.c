@@ -2470,43 +2470,51 @@ static int32_t *xent_labels(int64_t rows, int64_t vocab) {
 
 static void test_xent_shard_sums(gp_device *dev, const gp_kernels *K) {
     for (int ci = 0; ci < NXENT; ci++)
-        for (int sh = 0; sh < xent_cases[ci].S; sh++) {
-            const xent_case *c = &xent_cases[ci];
-            int64_t first, ncl;
-            shard_of(c->vocab, c->S, sh, &first, &ncl);
-            set_case("rows %lld vocab %lld, shard %d of %d: classes [%lld, %lld)", LL(c->rows),
-                     LL(c->vocab), sh, c->S, LL(first), LL(first + ncl));
-            const float *x = rnd(c->rows * ncl, c->sd, 0.0f);
-            const int32_t *lab = xent_labels(c->rows, c->vocab);
-            float *mx = rnd(c->rows, 0.5f, c->sd), *got = fa(2 * c->rows);
-            double *ref = da(2 * c->rows), *mag = da(2 * c->rows);
-            for (int64_t r = 0; r < c->rows; r++) {
-                if (lab[r] == -1) continue; /* exact zeros */
-                for (int64_t j = 0; j < ncl; j++) {
-                    const double e = exp((double)x[r * ncl + j] - mx[r]);
-                    ref[r] += e;
-                    mag[r] += e * (1.0 + fabs((double)x[r * ncl + j] - mx[r]));
+        for (int sh = 0; sh < xent_cases[ci].S; sh++)
+            for (int smoothed = 0; smoothed < 2; smoothed++) {
+                const xent_case *c = &xent_cases[ci];
+                const double smoothing = smoothed ? 0.1 : 0.0;
+                const int64_t n = (smoothed ? 3 : 2) * c->rows;
+                int64_t first, ncl;
+                shard_of(c->vocab, c->S, sh, &first, &ncl);
+                set_case("rows %lld vocab %lld, shard %d of %d: classes [%lld, %lld), smoothing %g",
+                         LL(c->rows), LL(c->vocab), sh, c->S, LL(first), LL(first + ncl),
+                         smoothing);
+                const float *x = rnd(c->rows * ncl, c->sd, 0.0f);
+                const int32_t *lab = xent_labels(c->rows, c->vocab);
+                float *mx = rnd(c->rows, 0.5f, c->sd), *got = fa(n);
+                double *ref = da(n), *mag = da(n);
+                for (int64_t r = 0; r < c->rows; r++) {
+                    if (lab[r] == -1) continue; /* exact zeros */
+                    for (int64_t j = 0; j < ncl; j++) {
+                        const double xs = (double)x[r * ncl + j] - mx[r], e = exp(xs);
+                        ref[r] += e;
+                        mag[r] += e * (1.0 + fabs(xs));
+                        if (smoothed) {
+                            ref[2 * c->rows + r] += xs;
+                            mag[2 * c->rows + r] += fabs(x[r * ncl + j]) + fabs(mx[r]);
+                        }
+                    }
+                    const int64_t y = lab[r];
+                    if (y >= first && y < first + ncl) {
+                        ref[c->rows + r] = (double)x[r * ncl + y - first] - mx[r];
+                        mag[c->rows + r] = fabs(x[r * ncl + y - first]) + fabs(mx[r]);
+                    }
                 }
-                const int64_t y = lab[r];
-                if (y >= first && y < first + ncl) {
-                    ref[c->rows + r] = (double)x[r * ncl + y - first] - mx[r];
-                    mag[c->rows + r] = fabs(x[r * ncl + y - first]) + fabs(mx[r]);
+                for (int rep = 0; rep < 2; rep++) {
+                    kt t;
+                    kt_begin(&t, dev, rep);
+                    const float *d_x = kt_in(&t, x, c->rows * ncl), *d_mx = kt_in(&t, mx, c->rows);
+                    const int32_t *d_lab = kt_in_i(&t, lab, c->rows);
+                    float *d_s = kt_out(&t, n);
+                    CHECK_OK(K->xent_shard_sums(dev, c->rows, ncl, c->vocab, first, d_x, d_lab,
+                                                d_mx, smoothing, d_s));
+                    kt_get(&t, d_s, got, n);
+                    kt_end(&t);
                 }
+                det_check();
+                check_close("sums", got, ref, mag, n, TOL);
             }
-            for (int rep = 0; rep < 2; rep++) {
-                kt t;
-                kt_begin(&t, dev, rep);
-                const float *d_x = kt_in(&t, x, c->rows * ncl), *d_mx = kt_in(&t, mx, c->rows);
-                const int32_t *d_lab = kt_in_i(&t, lab, c->rows);
-                float *d_s = kt_out(&t, 2 * c->rows);
-                CHECK_OK(K->xent_shard_sums(dev, c->rows, ncl, c->vocab, first, d_x, d_lab, d_mx,
-                                            d_s));
-                kt_get(&t, d_s, got, 2 * c->rows);
-                kt_end(&t);
-            }
-            det_check();
-            check_close("sums", got, ref, mag, 2 * c->rows, TOL);
-        }
     set_case("label 7 at row 1, vocab 7");
     int32_t *lab = rndi(3, 7);
     lab[1] = 7;
@@ -2516,8 +2524,11 @@ static void test_xent_shard_sums(gp_device *dev, const gp_kernels *K) {
     const float *d_x = kt_in(&t, x, 12), *d_mx = kt_in(&t, mx, 3);
     const int32_t *d_lab = kt_in_i(&t, lab, 3);
     float *d_s = kt_out(&t, 6);
-    CHECK_FAILS(K->xent_shard_sums(dev, 3, 4, 7, 3, d_x, d_lab, d_mx, d_s), GP_INVALID_ARGUMENT,
-                "row 1");
+    CHECK_FAILS(K->xent_shard_sums(dev, 3, 4, 7, 3, d_x, d_lab, d_mx, 0.0, d_s),
+                GP_INVALID_ARGUMENT, "row 1");
+    lab[1] = 2;
+    CHECK_FAILS(K->xent_shard_sums(dev, 3, 4, 7, 3, d_x, kt_in_i(&t, lab, 3), d_mx, 1.0, d_s),
+                GP_INVALID_ARGUMENT, "label smoothing 1");
     kt_end(&t);
     g_st[g_op].exact++;
 }
@@ -2526,82 +2537,92 @@ static void test_xent_shard_finish(gp_device *dev, const gp_kernels *K) {
     static const char *const modes[] = {"dlogits separate", "dlogits NULL",
                                         "dlogits aliasing logits"};
     for (int ci = 0; ci < NXENT; ci++)
-        for (int mode = 0; mode < 3; mode++) {
-            const xent_case *c = &xent_cases[ci];
-            const int64_t rows = c->rows, V = c->vocab;
-            set_case("rows %lld vocab %lld, %s", LL(rows), LL(V), modes[mode]);
-            /* The whole logits; each shard's part is a column block of them. */
-            const float *xall = rnd(rows * V, c->sd, 0.0f);
-            const int32_t *lab = xent_labels(rows, V);
-            float *mx = fa(rows), *sums = fa(2 * rows);
-            double *rd = da(rows * V), *md = da(rows * V), rl = 0, ml = 0;
-            int64_t counted = 0;
-            for (int64_t r = 0; r < rows; r++) {
-                counted += lab[r] != -1;
-                float m = xall[r * V];
-                for (int64_t j = 1; j < V; j++) m = fmaxf(m, xall[r * V + j]);
-                mx[r] = m;
-                if (lab[r] == -1) continue;
-                double z = 0;
-                for (int64_t j = 0; j < V; j++) z += exp((double)xall[r * V + j] - m);
-                sums[r] = (float)z;
-                sums[rows + r] = xall[r * V + lab[r]] - m;
-            }
-            const double norm = (double)counted * 1.5;
-            for (int64_t r = 0; r < rows; r++) {
-                const int32_t y = lab[r];
-                if (y == -1) continue;
-                const double z = sums[r];
-                rl += log(z) - (double)sums[rows + r];
-                ml += fabs(log(z)) + fabs(sums[rows + r]) + 1.0;
-                for (int64_t j = 0; j < V; j++) {
-                    const double p = exp((double)xall[r * V + j] - mx[r]) / z,
-                                 oh = j == y ? 1.0 : 0.0;
-                    rd[r * V + j] = (p - oh) / norm;
-                    md[r * V + j] = (p * (1.0 + fabs((double)xall[r * V + j] - mx[r])) + oh) / norm;
+        for (int mode = 0; mode < 3; mode++)
+            for (int smoothed = 0; smoothed < 2; smoothed++) {
+                const xent_case *c = &xent_cases[ci];
+                const int64_t rows = c->rows, V = c->vocab, ns = (smoothed ? 3 : 2) * rows;
+                const double sm = smoothed ? 0.1 : 0.0, u = sm / (double)V;
+                set_case("rows %lld vocab %lld, %s, smoothing %g", LL(rows), LL(V), modes[mode],
+                         sm);
+                /* The whole logits; each shard's part is a column block of them. */
+                const float *xall = rnd(rows * V, c->sd, 0.0f);
+                const int32_t *lab = xent_labels(rows, V);
+                float *mx = fa(rows), *sums = fa(ns);
+                double *rd = da(rows * V), *md = da(rows * V), rl = 0, ml = 0;
+                int64_t counted = 0;
+                for (int64_t r = 0; r < rows; r++) {
+                    counted += lab[r] != -1;
+                    float m = xall[r * V];
+                    for (int64_t j = 1; j < V; j++) m = fmaxf(m, xall[r * V + j]);
+                    mx[r] = m;
+                    if (lab[r] == -1) continue;
+                    double z = 0, shifted = 0;
+                    for (int64_t j = 0; j < V; j++) {
+                        z += exp((double)xall[r * V + j] - m);
+                        shifted += (double)xall[r * V + j] - m;
+                    }
+                    sums[r] = (float)z;
+                    sums[rows + r] = xall[r * V + lab[r]] - m;
+                    if (smoothed) sums[2 * rows + r] = (float)shifted;
+                }
+                const double norm = (double)counted * 1.5;
+                for (int64_t r = 0; r < rows; r++) {
+                    const int32_t y = lab[r];
+                    if (y == -1) continue;
+                    const double z = sums[r];
+                    rl += log(z) - (1.0 - sm) * (double)sums[rows + r] -
+                          (smoothed ? u * (double)sums[2 * rows + r] : 0.0);
+                    ml += fabs(log(z)) + fabs(sums[rows + r]) + 1.0;
+                    for (int64_t j = 0; j < V; j++) {
+                        const double xs = (double)xall[r * V + j] - mx[r];
+                        const double p = exp(xs) / z, oh = j == y ? 1.0 - sm : 0.0;
+                        rd[r * V + j] = (p - u - oh) / norm;
+                        md[r * V + j] = (p * (1.0 + fabs(xs)) + u + oh) / norm;
+                        ml += u * fabs(xs);
+                    }
+                }
+                if (counted) rl /= norm, ml /= norm;
+                for (int sh = 0; sh < c->S; sh++) {
+                    int64_t first, ncl;
+                    shard_of(V, c->S, sh, &first, &ncl);
+                    snprintf(g_case, sizeof g_case,
+                             "rows %lld vocab %lld, shard %d of %d, %s, smoothing %g", LL(rows),
+                             LL(V), sh, c->S, modes[mode], sm);
+                    float *x = fa(rows * ncl), *dl = fa(rows * ncl);
+                    double *rds = da(rows * ncl), *mds = da(rows * ncl);
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t j = 0; j < ncl; j++) {
+                            x[r * ncl + j] = xall[r * V + first + j];
+                            rds[r * ncl + j] = rd[r * V + first + j];
+                            mds[r * ncl + j] = md[r * V + first + j];
+                        }
+                    double loss = NAN;
+                    for (int rep = 0; rep < 2; rep++) {
+                        kt t;
+                        kt_begin(&t, dev, rep);
+                        const int32_t *d_lab = kt_in_i(&t, lab, rows);
+                        const float *d_mx = kt_in(&t, mx, rows), *d_s = kt_in(&t, sums, ns);
+                        float *d_dl = NULL;
+                        loss = NAN;
+                        if (mode == 2) {
+                            d_dl = kt_io(&t, x, rows * ncl);
+                            CHECK_OK(K->xent_shard_finish(dev, rows, ncl, V, first, d_dl, d_lab,
+                                                          d_mx, d_s, norm, sm, &loss, d_dl));
+                        } else {
+                            const float *d_x = kt_in(&t, x, rows * ncl);
+                            if (mode == 0) d_dl = kt_out(&t, rows * ncl);
+                            CHECK_OK(K->xent_shard_finish(dev, rows, ncl, V, first, d_x, d_lab,
+                                                          d_mx, d_s, norm, sm, &loss, d_dl));
+                        }
+                        kt_host(&t, &loss, sizeof loss);
+                        if (d_dl) kt_get(&t, d_dl, dl, rows * ncl);
+                        kt_end(&t);
+                    }
+                    det_check();
+                    check_close1("loss", loss, rl, ml, TOL);
+                    if (mode != 1) check_close("dlogits", dl, rds, mds, rows * ncl, TOL);
                 }
             }
-            if (counted) rl /= norm, ml /= norm;
-            for (int sh = 0; sh < c->S; sh++) {
-                int64_t first, ncl;
-                shard_of(V, c->S, sh, &first, &ncl);
-                snprintf(g_case, sizeof g_case, "rows %lld vocab %lld, shard %d of %d, %s",
-                         LL(rows), LL(V), sh, c->S, modes[mode]);
-                float *x = fa(rows * ncl), *dl = fa(rows * ncl);
-                double *rds = da(rows * ncl), *mds = da(rows * ncl);
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t j = 0; j < ncl; j++) {
-                        x[r * ncl + j] = xall[r * V + first + j];
-                        rds[r * ncl + j] = rd[r * V + first + j];
-                        mds[r * ncl + j] = md[r * V + first + j];
-                    }
-                double loss = NAN;
-                for (int rep = 0; rep < 2; rep++) {
-                    kt t;
-                    kt_begin(&t, dev, rep);
-                    const int32_t *d_lab = kt_in_i(&t, lab, rows);
-                    const float *d_mx = kt_in(&t, mx, rows), *d_s = kt_in(&t, sums, 2 * rows);
-                    float *d_dl = NULL;
-                    loss = NAN;
-                    if (mode == 2) {
-                        d_dl = kt_io(&t, x, rows * ncl);
-                        CHECK_OK(K->xent_shard_finish(dev, rows, ncl, V, first, d_dl, d_lab, d_mx,
-                                                      d_s, norm, &loss, d_dl));
-                    } else {
-                        const float *d_x = kt_in(&t, x, rows * ncl);
-                        if (mode == 0) d_dl = kt_out(&t, rows * ncl);
-                        CHECK_OK(K->xent_shard_finish(dev, rows, ncl, V, first, d_x, d_lab, d_mx,
-                                                      d_s, norm, &loss, d_dl));
-                    }
-                    kt_host(&t, &loss, sizeof loss);
-                    if (d_dl) kt_get(&t, d_dl, dl, rows * ncl);
-                    kt_end(&t);
-                }
-                det_check();
-                check_close1("loss", loss, rl, ml, TOL);
-                if (mode != 1) check_close("dlogits", dl, rds, mds, rows * ncl, TOL);
-            }
-        }
     set_case("normalizer 0 with labelled rows");
     const float *x = rnd(2 * 3, 1.0f, 0.0f), *mx = rnd(2, 1.0f, 2.0f), *sums = rndu(4, 1, 2);
     int32_t *lab = rndi(2, 3);
@@ -2610,8 +2631,12 @@ static void test_xent_shard_finish(gp_device *dev, const gp_kernels *K) {
     const float *d_x = kt_in(&t, x, 6), *d_mx = kt_in(&t, mx, 2), *d_s = kt_in(&t, sums, 4);
     const int32_t *d_lab = kt_in_i(&t, lab, 2);
     double loss = 0;
-    CHECK_FAILS(K->xent_shard_finish(dev, 2, 3, 3, 0, d_x, d_lab, d_mx, d_s, 0.0, &loss, NULL),
+    CHECK_FAILS(K->xent_shard_finish(dev, 2, 3, 3, 0, d_x, d_lab, d_mx, d_s, 0.0, 0.0, &loss,
+                                     NULL),
                 GP_INVALID_ARGUMENT, "normalizer 0");
+    CHECK_FAILS(K->xent_shard_finish(dev, 2, 3, 3, 0, d_x, d_lab, d_mx, d_s, 1.0, -0.5, &loss,
+                                     NULL),
+                GP_INVALID_ARGUMENT, "label smoothing -0.5");
     kt_end(&t);
     g_st[g_op].exact++;
 }

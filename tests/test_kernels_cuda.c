@@ -345,9 +345,13 @@ static void c_xent_shards(run *r) {
     const int32_t *lab = in_i(r, H(ids(rows, vocab, true)), rows);
     float *mx = out(r, rows), *sums = out(r, 2 * rows), *d = out(r, rows * classes);
     S(r->K->row_max(r->dev, rows, classes, x, mx));
-    S(r->K->xent_shard_sums(r->dev, rows, classes, vocab, first, x, lab, mx, sums));
-    S(r->K->xent_shard_finish(r->dev, rows, classes, vocab, first, x, lab, mx, sums, 5.0,
+    S(r->K->xent_shard_sums(r->dev, rows, classes, vocab, first, x, lab, mx, 0.0, sums));
+    S(r->K->xent_shard_finish(r->dev, rows, classes, vocab, first, x, lab, mx, sums, 5.0, 0.0,
                               scalar(r), d));
+    float *sums3 = out(r, 3 * rows), *ds = out(r, rows * classes); /* smoothed */
+    S(r->K->xent_shard_sums(r->dev, rows, classes, vocab, first, x, lab, mx, 0.1, sums3));
+    S(r->K->xent_shard_finish(r->dev, rows, classes, vocab, first, x, lab, mx, sums3, 5.0, 0.1,
+                              scalar(r), ds));
     CASE_END;
 }
 

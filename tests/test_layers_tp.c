@@ -251,18 +251,19 @@ typedef struct xent_run {
     tgroup tg;
     gp_coll_group g;
     int64_t vocab, first;
-    double loss;
+    double smoothing, loss;
     gp_status st;
 } xent_run;
 
 static void *xent_main(void *arg) {
     xent_run *r = arg;
-    r->st = gp_softmax_xent_shard(&r->logits, r->labels, r->vocab, r->first, &r->g, 37.0, &r->loss,
-                                  &r->dl);
+    r->st = gp_softmax_xent_shard(&r->logits, r->labels, r->vocab, r->first, &r->g, 37.0,
+                                  r->smoothing, &r->loss, &r->dl);
     return NULL;
 }
 
-static void split_xent(int T) {
+/* The shards' loss and gradient against the whole logits' (label smoothing as given). */
+static void split_xent(int T, double smoothing) {
     const int64_t rows = 40, V = 12 * T;
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("xent", &dev));
@@ -273,7 +274,7 @@ static void split_xent(int T) {
     gp_test_fill(F32(lg), rows * V, 5, 3, 0.5f, 6.0f);
     for (int64_t r = 0; r < rows; r++) I32(lab)[r] = r % 7 == 3 ? -1 : (int32_t)((r * 5) % V);
     double want;
-    REQUIRE_OK(gp_softmax_xent(&lg, &lab, 37.0, &want, &dl));
+    REQUIRE_OK(gp_softmax_xent_smoothed(&lg, &lab, 37.0, smoothing, &want, &dl));
     gp_transport *tr;
     gp_transport_opts to = {.nranks = T, .timeout_s = 30};
     REQUIRE_OK(gp_transport_threads_new(&to, &tr));
@@ -294,6 +295,7 @@ static void split_xent(int T) {
                                .allgather = g_allgather, .ctx = &r->tg};
         r->vocab = V;
         r->first = t * lc;
+        r->smoothing = smoothing;
     }
     for (int t = 0; t < T; t++) CHECK(pthread_create(&th[t], NULL, xent_main, &runs[t]) == 0);
     for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
@@ -311,8 +313,9 @@ static void split_xent(int T) {
         gp_device_free(runs[t].dev);
     }
     const double lerr = fabs(runs[0].loss - want) / fabs(want);
-    printf("split cross-entropy, T = %d: loss %.9g vs %.9g (relative %.3g), dlogits %.3g\n", T,
-           runs[0].loss, want, lerr, worst);
+    printf("split cross-entropy, T = %d, smoothing %g: loss %.9g vs %.9g (relative %.3g), "
+           "dlogits %.3g\n",
+           T, smoothing, runs[0].loss, want, lerr, worst);
     CHECK(lerr <= 1e-6);
     CHECK(worst <= 1e-5);
     gp_transport_free(tr);
@@ -377,7 +380,8 @@ static void errors(void) {
 int main(void) {
     errors();
     for (int T = 2; T <= MAXT; T++) {
-        split_xent(T);
+        split_xent(T, 0.0);
+        split_xent(T, 0.1);
         if (T != 3) {
             compare("transformer_block", gp_transformer_block(32, 4, 64, 0.0f), T,
                     gp_shape3(2, 9, 32), GP_F32, 0, false, true);

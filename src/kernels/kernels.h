@@ -223,21 +223,24 @@ typedef struct gp_kernels {
     gp_status (*row_max)(gp_device *dev, int64_t rows, int64_t cols, const float *x, float *out);
     /* The shard's sums of a softmax cross-entropy over classes split by shard: logits (rows,
      * classes) hold classes [first, first + classes) of `vocab`; mx (rows) is the row maximum over
-     * every shard (row_max, then an all-reduce max). sums (2, rows): [0][r] = sum of
-     * exp(x - mx[r]) over the shard's classes, in double, rounded once; [1][r] = x[label] - mx[r]
-     * when the label is the shard's, else 0 (both 0 for an ignored row). The shards' sums, added,
-     * are the whole row's. */
+     * every shard (row_max, then an all-reduce max). sums (2, rows), or (3, rows) with label
+     * smoothing > 0: [0][r] = sum of exp(x - mx[r]) over the shard's classes, in double, rounded
+     * once; [1][r] = x[label] - mx[r] when the label is the shard's, else 0; [2][r] = sum of
+     * x - mx[r] over the shard's classes, in double, rounded once (all 0 for an ignored row).
+     * The shards' sums, added, are the whole row's. */
     gp_status (*xent_shard_sums)(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
                                  int64_t first, const float *logits, const int32_t *labels,
-                                 const float *mx, float *sums);
+                                 const float *mx, double smoothing, float *sums);
     /* With sums added over every shard: *loss (host) = the sum over counted rows of
-     * log(sums[0][r]) - sums[1][r], in double, rows in order, divided by normalizer: the same on
-     * every shard; dlogits (may be NULL, may alias logits) = (exp(x - mx) / sums[0] - onehot) /
-     * normalizer on the shard's classes, zero rows for ignored labels. */
+     * log(sums[0][r]) - sums[1][r] (smoothing s > 0: log(sums[0][r]) - (1 - s) sums[1][r] -
+     * s / vocab sums[2][r]), in double, rows in order, divided by normalizer: the same on every
+     * shard; dlogits (may be NULL, may alias logits) = (exp(x - mx) / sums[0] - target) /
+     * normalizer on the shard's classes (target: the one-hot label, or 1 - s on it plus s / vocab
+     * on every class), zero rows for ignored labels. */
     gp_status (*xent_shard_finish)(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
                                    int64_t first, const float *logits, const int32_t *labels,
                                    const float *mx, const float *sums, double normalizer,
-                                   double *loss, float *dlogits);
+                                   double smoothing, double *loss, float *dlogits);
 } gp_kernels;
 
 /* The table for memory on dev; NULL (a host view) gets the CPU's, which works on host memory. */

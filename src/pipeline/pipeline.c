@@ -290,11 +290,6 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     if (s == GP_OK)
         s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po) : gp_launch_local_init(p, po);
     if (s == GP_OK) s = gp_mesh_setup(p);
-    if (s == GP_OK && p->vocab_split && p->label_smoothing > 0)
-        s = gp_error(GP_UNSUPPORTED,
-                     "pipeline: label smoothing %g with the vocabulary head split over T = %d "
-                     "shards is not implemented; use T = 1 or no smoothing",
-                     p->label_smoothing, T);
     if (s == GP_OK) s = choose_partition(p, po);
     if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_agree_cells(p, p->first);
     if (s == GP_OK) s = init_stages(p, po, seed);

@@ -128,7 +128,7 @@ static gp_status last_stage_loss(gp_stage *s, int mb, const gp_tensor *logits,
     const int64_t cols = logits->shape.dim[logits->shape.ndim - 1];
     if (st == GP_OK && p->vocab_split)
         st = gp_softmax_xent_shard(logits, &yv, p->vocab, (int64_t)s->t * cols, &s->tp,
-                                   p->normalizer, &l, dlogits);
+                                   p->normalizer, p->label_smoothing, &l, dlogits);
     else if (st == GP_OK)
         st = gp_softmax_xent_smoothed(logits, &yv, p->normalizer, p->label_smoothing, &l,
                                       dlogits);

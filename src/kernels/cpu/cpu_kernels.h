@@ -132,10 +132,10 @@ gp_status gp_cpu_embedding_shard_backward(gp_device *dev, int64_t n, int64_t row
 gp_status gp_cpu_row_max(gp_device *dev, int64_t rows, int64_t cols, const float *x, float *out);
 gp_status gp_cpu_xent_shard_sums(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
                                  int64_t first, const float *logits, const int32_t *labels,
-                                 const float *mx, float *sums);
+                                 const float *mx, double smoothing, float *sums);
 gp_status gp_cpu_xent_shard_finish(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
                                    int64_t first, const float *logits, const int32_t *labels,
                                    const float *mx, const float *sums, double normalizer,
-                                   double *loss, float *dlogits);
+                                   double smoothing, double *loss, float *dlogits);
 
 #endif

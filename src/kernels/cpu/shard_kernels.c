@@ -62,21 +62,28 @@ gp_status gp_cpu_row_max(gp_device *dev, int64_t rows, int64_t cols, const float
 
 gp_status gp_cpu_xent_shard_sums(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
                                  int64_t first, const float *logits, const int32_t *labels,
-                                 const float *mx, float *sums) {
+                                 const float *mx, double smoothing, float *sums) {
     (void)dev;
     GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
+    GP_TRY(gp_kernels_check_smoothing(smoothing));
     GP_TRY(gp_kernels_check_labels(rows, vocab, labels, NULL));
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits + r * classes;
         const int64_t y = labels[r];
         if (y == -1) {
             sums[r] = sums[rows + r] = 0.0f;
+            if (smoothing > 0) sums[2 * rows + r] = 0.0f;
             continue;
         }
         double sum = 0;
         for (int64_t j = 0; j < classes; j++) sum += expf(x[j] - mx[r]);
         sums[r] = (float)sum;
         sums[rows + r] = y >= first && y < first + classes ? x[y - first] - mx[r] : 0.0f;
+        if (smoothing > 0) {
+            double shifted = 0;
+            for (int64_t j = 0; j < classes; j++) shifted += (double)x[j] - mx[r];
+            sums[2 * rows + r] = (float)shifted;
+        }
     }
     return GP_OK;
 }
@@ -84,9 +91,10 @@ gp_status gp_cpu_xent_shard_sums(gp_device *dev, int64_t rows, int64_t classes, 
 gp_status gp_cpu_xent_shard_finish(gp_device *dev, int64_t rows, int64_t classes, int64_t vocab,
                                    int64_t first, const float *logits, const int32_t *labels,
                                    const float *mx, const float *sums, double normalizer,
-                                   double *loss, float *dlogits) {
+                                   double smoothing, double *loss, float *dlogits) {
     (void)dev;
     GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
+    GP_TRY(gp_kernels_check_smoothing(smoothing));
     int64_t counted = 0;
     GP_TRY(gp_kernels_check_labels(rows, vocab, labels, &counted));
     GP_TRY(gp_kernels_check_normalizer(normalizer, counted));
@@ -100,6 +108,19 @@ gp_status gp_cpu_xent_shard_finish(gp_device *dev, int64_t rows, int64_t classes
             continue;
         }
         const double sum = sums[r];
+        if (smoothing > 0) {
+            /* lse - (1 - s) x[y] - s mean(x), each taken from the row maximum; dlogits
+             * (softmax - (1 - s) onehot - s / vocab) / normalizer */
+            const double u = smoothing / (double)vocab;
+            total += log(sum) - (1.0 - smoothing) * (double)sums[rows + r] -
+                     u * (double)sums[2 * rows + r];
+            if (!d) continue;
+            for (int64_t j = 0; j < classes; j++) {
+                const double p = (double)expf(x[j] - mx[r]) / sum - u;
+                d[j] = (float)((first + j == y ? p - (1.0 - smoothing) : p) / normalizer);
+            }
+            continue;
+        }
         total += log(sum) - (double)sums[rows + r];
         if (!d) continue;
         const double inv = 1.0 / (sum * normalizer);

@@ -133,13 +133,16 @@ extern "C" gp_status gp_cuda_row_max(gp_device *dev, int64_t rows, int64_t cols,
 
 static __global__ void shard_sums_kernel(int64_t rows, int64_t classes, int64_t first,
                                          const float *logits, const int32_t *labels,
-                                         const float *mx, float *sums) {
+                                         const float *mx, bool shifted_sum, float *sums) {
     __shared__ double sh[GP_CUDA_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *x = logits + r * classes;
         const int64_t y = labels[r];
         if (y == -1) {
-            if (threadIdx.x == 0) sums[r] = sums[rows + r] = 0.0f;
+            if (threadIdx.x == 0) {
+                sums[r] = sums[rows + r] = 0.0f;
+                if (shifted_sum) sums[2 * rows + r] = 0.0f;
+            }
             continue;
         }
         double acc = 0;
@@ -149,31 +152,38 @@ static __global__ void shard_sums_kernel(int64_t rows, int64_t classes, int64_t 
             sums[r] = (float)sum;
             sums[rows + r] = y >= first && y < first + classes ? x[y - first] - mx[r] : 0.0f;
         }
+        if (shifted_sum) { // label smoothing's sum of x - mx over the shard's classes
+            double t = 0;
+            for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) t += (double)x[j] - mx[r];
+            const double shifted = gp_block_sum(t, sh);
+            if (threadIdx.x == 0) sums[2 * rows + r] = (float)shifted;
+        }
     }
 }
 
 extern "C" gp_status gp_cuda_xent_shard_sums(gp_device *dev, int64_t rows, int64_t classes,
                                              int64_t vocab, int64_t first, const float *logits,
                                              const int32_t *labels, const float *mx,
-                                             float *sums) {
+                                             double smoothing, float *sums) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
+    GP_TRY(gp_kernels_check_smoothing(smoothing));
     if (rows <= 0) return GP_OK;
     int32_t *lab;
     void *rest;
     GP_TRY(labels_to_host(c, labels, rows, 0, &lab, &rest));
     GP_TRY(gp_kernels_check_labels(rows, vocab, lab, NULL));
     GP_CUDA_LAUNCH_BLOCKS(c, shard_sums_kernel, row_blocks(rows), rows, classes, first, logits,
-                          labels, mx, sums);
+                          labels, mx, smoothing > 0, sums);
     return GP_OK;
 }
 
 static __global__ void shard_grad_kernel(int64_t rows, int64_t classes, int64_t first,
                                          const float *logits, const int32_t *labels,
                                          const float *mx, const float *sums, double normalizer,
-                                         float *dlogits) {
+                                         double smoothing, double u, float *dlogits) {
     GP_CUDA_FOR(i, rows * classes) {
         const int64_t r = i / classes, j = i % classes;
         const int64_t y = labels[r];
@@ -182,8 +192,13 @@ static __global__ void shard_grad_kernel(int64_t rows, int64_t classes, int64_t 
             continue;
         }
         const double sum = sums[r];
-        const double inv = 1.0 / (sum * normalizer);
         const float e = expf(logits[i] - mx[r]);
+        if (smoothing > 0) { // the CPU's smoothed gradient, term for term
+            const double p = (double)e / sum - u;
+            dlogits[i] = (float)((first + j == y ? p - (1.0 - smoothing) : p) / normalizer);
+            continue;
+        }
+        const double inv = 1.0 / (sum * normalizer);
         dlogits[i] = first + j == y ? (float)(((double)e / sum - 1.0) / normalizer)
                                     : (float)(e * inv);
     }
@@ -193,29 +208,38 @@ extern "C" gp_status gp_cuda_xent_shard_finish(gp_device *dev, int64_t rows, int
                                                int64_t vocab, int64_t first, const float *logits,
                                                const int32_t *labels, const float *mx,
                                                const float *sums, double normalizer,
-                                               double *loss, float *dlogits) {
+                                               double smoothing, double *loss, float *dlogits) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     GP_TRY(gp_kernels_check_shard(vocab, first, classes, "cross-entropy classes"));
+    GP_TRY(gp_kernels_check_smoothing(smoothing));
     if (rows <= 0) {
         *loss = 0.0;
         return GP_OK;
     }
+    const size_t nsums = (smoothing > 0 ? 3 : 2) * (size_t)rows;
     int32_t *lab;
     void *rest;
-    GP_TRY(labels_to_host(c, labels, rows, 2 * (size_t)rows * sizeof(float), &lab, &rest));
+    GP_TRY(labels_to_host(c, labels, rows, nsums * sizeof(float), &lab, &rest));
     int64_t counted;
     GP_TRY(gp_kernels_check_labels(rows, vocab, lab, &counted));
     GP_TRY(gp_kernels_check_normalizer(normalizer, counted));
     float *h = (float *)rest;
-    GP_TRY(gp_cuda_to_host(c, h, sums, 2 * (size_t)rows * sizeof(float)));
+    GP_TRY(gp_cuda_to_host(c, h, sums, nsums * sizeof(float)));
+    const double u = smoothing / (double)vocab;
     double total = 0; // the CPU's sum: rows in order, in double
-    for (int64_t r = 0; r < rows; r++)
-        if (lab[r] != -1) total += log((double)h[r]) - (double)h[rows + r];
+    for (int64_t r = 0; r < rows; r++) {
+        if (lab[r] == -1) continue;
+        if (smoothing > 0)
+            total += log((double)h[r]) - (1.0 - smoothing) * (double)h[rows + r] -
+                     u * (double)h[2 * rows + r];
+        else
+            total += log((double)h[r]) - (double)h[rows + r];
+    }
     if (dlogits && classes > 0)
         GP_CUDA_LAUNCH(c, shard_grad_kernel, rows * classes, rows, classes, first, logits, labels,
-                       mx, sums, normalizer, dlogits);
+                       mx, sums, normalizer, smoothing, u, dlogits);
     *loss = counted ? total / normalizer : 0.0;
     return GP_OK;
 }
