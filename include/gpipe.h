@@ -703,9 +703,13 @@ typedef struct gp_plan_cell {
     double opt_s;                /* the optimizer step on the cell's nparams, per step
                                   * (po->optim_s_per_param; 0 when not modelled) */
     uint64_t param_bytes, grad_bytes, optim_bytes;
-    uint64_t peak_act_bytes;     /* at the peak: stashed micro-batches + one rebuilt in backward */
+    /* At the stage's simulated peak: stashed micro-batches + one rebuilt in backward; with V
+     * cells per stage, this cell's share of it (the shares add up to the stage's). */
+    uint64_t peak_act_bytes;
     /* Beside those at the peak: the backward's gradients and kernel workspace, and the messages
-     * sent and not yet reclaimed (the memory model of the partitioner, an upper bound). */
+     * sent and not yet reclaimed (the memory model of the partitioner, an upper bound); with V
+     * cells per stage, the workspace only on the cell with the stage's largest (a stage runs
+     * one action at a time). */
     uint64_t transient_bytes;
     uint64_t total_bytes;        /* params + grads + optimizer state + peak activations + transient */
     int peak_in_flight;          /* most micro-batches forwarded and not yet backwarded */
@@ -835,6 +839,10 @@ gp_status gp_pipeline_mem_stats_shard(const gp_pipeline *p, int stage, int shard
                                       gp_mem_stats *out);
 /* The first layer of cell k (0 <= k < K V: the partition in use), or -1 when k is out of range. */
 int gp_pipeline_cell_first(const gp_pipeline *p, int k);
+/* Whether cell k recomputes its forward in backward (GP_REMAT_CELL) or keeps its state
+ * (GP_REMAT_NONE), as the run chose it (remat SELECTIVE: per cell); GP_REMAT_CELL when k is
+ * out of range. */
+gp_remat gp_pipeline_cell_remat(const gp_pipeline *p, int k);
 /* The device of stage k, or NULL when k is out of range (under MPI: another rank's stage). */
 gp_device *gp_pipeline_device(const gp_pipeline *p, int k);
 /* Memory counters of stage `stage`'s device. */

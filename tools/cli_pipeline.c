@@ -127,9 +127,10 @@ void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {
         cJSON *part = cJSON_AddArrayToObject(pl, "partition"); /* every cell's first layer */
         for (int k = 0; k < gp_pipeline_cells(t->pipeline); k++)
             cJSON_AddItemToArray(part, cJSON_CreateNumber(gp_pipeline_cell_first(t->pipeline, k)));
-        cJSON *rm = cJSON_AddArrayToObject(pl, "cell_remat");
-        for (int k = 0; k < nk; k++)
-            cJSON_AddItemToArray(rm, cJSON_CreateString(gp_remat_name(ss[k].remat)));
+        cJSON *rm = cJSON_AddArrayToObject(pl, "cell_remat"); /* every cell's, as the plan's */
+        for (int k = 0; k < gp_pipeline_cells(t->pipeline); k++)
+            cJSON_AddItemToArray(
+                rm, cJSON_CreateString(gp_remat_name(gp_pipeline_cell_remat(t->pipeline, k))));
     } else if (po->partition) {
         cJSON *part = cJSON_AddArrayToObject(pl, "partition");
         for (int k = 0; k < po->stages; k++)

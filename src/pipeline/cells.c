@@ -22,6 +22,57 @@ int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
     return schedule != GP_SCHEDULE_GPIPE && schedule != GP_SCHEDULE_INTERLEAVED && K < M ? K : M;
 }
 
+/* a + b, or UINT64_MAX where it would wrap (the memory model's sums saturate) */
+static uint64_t sat_sum(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
+                          const gp_remat *cell_remat, int ncells, int M,
+                          gp_schedule_kind schedule, int V, gp_cell_mem *out,
+                          uint64_t *stage_total) {
+    const int S = V > 0 ? ncells / V : 0;
+    if (!est || !first || !cell_remat || !out || V < 1 || S < 1 || S * V != ncells)
+        return gp_error(GP_INVALID_ARGUMENT, "cell memory: %d cells in V = %d per stage", ncells,
+                        V);
+    gp_schedule s = {0};
+    gp_sim_cell *sc = calloc((size_t)ncells, sizeof *sc);
+    gp_sim_stage *st = calloc((size_t)S, sizeof *st);
+    gp_status status = sc && st ? GP_OK
+                                : gp_error(GP_OUT_OF_MEMORY, "cell memory: %d cells", ncells);
+    if (status == GP_OK) status = gp_schedule_generate(gp_schedule_kind_name(schedule), S, M, V, &s);
+    /* a split backward holds its state to the weight part: the transient of HELD */
+    const gp_remat split = gp_schedule_kind_splits(schedule) ? GP_REMAT_HELD : GP_REMAT_CELL;
+    for (int c = 0; status == GP_OK && c < ncells; c++) {
+        const int e = c + 1 < ncells ? first[c + 1] : L;
+        sc[c] = gp_sim_cell_from_layers(est, first[c], e);
+        out[c] = gp_cell_memory(est, first[c], e, L, 1,
+                                split == GP_REMAT_HELD ? split : cell_remat[c]);
+    }
+    gp_sim_opts so = {.capacity = GP_MAILBOX_CAPACITY, .cell_remat = cell_remat};
+    gp_sim_result res;
+    if (status == GP_OK) status = gp_schedule_simulate(&s, sc, &so, st, &res);
+    for (int k = 0; status == GP_OK && k < S; k++) {
+        int largest = -1; /* the stage's cell with the largest transient, the first of equals */
+        for (int v = 0; v < V; v++) {
+            const int c = gp_schedule_cell(&s, k, v);
+            if (largest < 0 || out[c].transient > out[largest].transient) largest = c;
+        }
+        for (int v = 0; v < V; v++) {
+            const int c = gp_schedule_cell(&s, k, v);
+            gp_cell_mem *m = &out[c];
+            m->stash = st[k].peak_chunk_bytes[v];
+            m->work = 0;
+            if (c != largest) m->transient = 0;
+            m->total = sat_sum(sat_sum(sat_sum(m->params, m->grads), sat_sum(m->optim, m->stash)),
+                               sat_sum(m->transient, m->messages));
+            if (stage_total) stage_total[k] = sat_sum(v ? stage_total[k] : 0, m->total);
+        }
+    }
+    gp_schedule_free(&s);
+    free(sc);
+    free(st);
+    return status;
+}
+
 /* A cell's time as the stages add it: forward + backward, and the forward again when it
  * recomputes. */
 static double cell_cost(const gp_layer_est *est, const int *first, int c, int K, int L,
@@ -96,6 +147,44 @@ static gp_status balance_stages(const gp_partition_req *req, gp_schedule_kind sc
     return st;
 }
 
+/* The cells' starts for req: po's partition checked, or balanced (then the stages evened). */
+static gp_status choose_first(const gp_partition_req *req, const gp_pipeline_opts *po, int K,
+                              int V, int *first) {
+    if (po->partition) {
+        memcpy(first, po->partition, (size_t)K * sizeof *first);
+        return gp_partition_check(req, first, K);
+    }
+    GP_TRY(gp_partition_balance(req, first, NULL));
+    return V > 1 ? balance_stages(req, po->schedule, V, first, req->cell_remat) : GP_OK;
+}
+
+/* Whether every stage's cells fit po's limit together (gp_cells_memory's shares). */
+static gp_status stages_fit(const gp_layer_est *est, int L, const int *first,
+                            const gp_remat *cell_remat, int K, int M, const gp_pipeline_opts *po,
+                            int V) {
+    gp_remat *modes = malloc((size_t)K * sizeof *modes);
+    gp_cell_mem *mem = malloc((size_t)K * sizeof *mem);
+    uint64_t *stage = malloc((size_t)K * sizeof *stage);
+    gp_status s = modes && mem && stage ? GP_OK
+                                        : gp_error(GP_OUT_OF_MEMORY, "cells: %d cells", K);
+    /* each cell's mode as gp_cells_choose leaves it: a split backward's CELL or NONE as asked
+     * (SELECTIVE: NONE), else SELECTIVE's own per cell */
+    const bool split = gp_schedule_kind_splits(po->schedule);
+    for (int c = 0; s == GP_OK && c < K; c++)
+        modes[c] = split ? (po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE)
+                   : po->remat == GP_REMAT_SELECTIVE ? cell_remat[c]
+                                                     : po->remat;
+    if (s == GP_OK) s = gp_cells_memory(est, L, first, modes, K, M, po->schedule, V, mem, stage);
+    for (int k = 0; s == GP_OK && k < K / V; k++)
+        if (stage[k] > po->memory_limit)
+            s = gp_error(GP_MEMORY_LIMIT, "stage %d's %d cells need %llu bytes together", k, V,
+                         (unsigned long long)stage[k]);
+    free(modes);
+    free(mem);
+    free(stage);
+    return s;
+}
+
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first, gp_remat *cell_remat) {
@@ -144,8 +233,8 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     if (V > 1) {
         /* Interleaved: stage 0 (of S = K / V) runs 2 (S - 1) + (V - 1) S warm-up forwards, then
          * one more before each backward, over its V cells; ZBV holds at most 2 S on a stage.
-         * No cell holds more than its stage, nor more than M. Each cell is planned under a V-th
-         * of the device's limit, safe but loose (the stage's peak is shared by its cells). */
+         * No cell holds more than its stage, nor more than M: each cell alone is bounded so,
+         * then its stage's cells are checked together (below). */
         const int S = K / V;
         const int peak = po->schedule == GP_SCHEDULE_ZBV ? 2 * S : 2 * (S - 1) + (V - 1) * S + 1;
         in_flight = peak < M ? peak : M;
@@ -164,14 +253,19 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                             .remat = split ? GP_REMAT_HELD : po->remat,
                             .mem_limit = po->memory_limit / (uint64_t)V,
                             .cell_remat = cell_remat};
-    gp_status s;
-    if (po->partition) {
-        memcpy(first, po->partition, (size_t)K * sizeof *first);
-        s = gp_partition_check(&req, first, K);
-    } else {
-        s = gp_partition_balance(&req, first, NULL);
-        if (s == GP_OK && V > 1) s = balance_stages(&req, po->schedule, V, first, cell_remat);
+    gp_status s = GP_OK;
+    bool chosen = false;
+    if (V > 1 && po->memory_limit) {
+        /* First each cell within the whole limit, then the stages checked exactly: each one's
+         * cells' shares of its simulated peak together. Where that fails, each cell within a
+         * V-th of it (below), which needs no check. */
+        gp_partition_req whole = req;
+        whole.mem_limit = po->memory_limit;
+        s = choose_first(&whole, po, K, V, first);
+        if (s == GP_OK) s = stages_fit(est, L, first, cell_remat, K, M, po, V);
+        chosen = s == GP_OK;
     }
+    if (!chosen) s = choose_first(&req, po, K, V, first);
     for (int k = 0; split && cell_remat && s == GP_OK && k < K; k++)
         cell_remat[k] = po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE;
     if (s != GP_OK && V > 1)

@@ -115,6 +115,19 @@ gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nf
  * (stage k: min(K - k, M), which the partitioner counts) and zbh1. */
 int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M);
 
+/* The bytes of ncells cells (starts first[], modes cell_remat: CELL or NONE) that `schedule`
+ * runs V to a stage over M micro-batches, as shares of each stage's peak: out[c] (ncells
+ * entries) holds cell c's static bytes, its part of its stage's simulated peak of activations
+ * (stash; work 0: the rebuilt state is in the peak), its messages, and its transient only when
+ * it is the largest of its stage's (a stage runs one action at a time: counted once); total adds
+ * them, so a stage's cells' totals add up to its peak: stage_total (may be NULL, ncells / V
+ * entries). The simulation is of memory alone, which the order of each stage's actions
+ * decides, not their times. */
+gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
+                          const gp_remat *cell_remat, int ncells, int M,
+                          gp_schedule_kind schedule, int V, gp_cell_mem *out,
+                          uint64_t *stage_total);
+
 /* The K cells for pipeline options po (partition given or balanced, balance by cost or by
  * po->layer_times, memory limit checked with the schedule's micro-batches in flight): what
  * gp_plan_make and gp_pipeline_new both use. est (L entries) receives the layers' figures at

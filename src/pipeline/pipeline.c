@@ -363,6 +363,10 @@ int gp_pipeline_cell_first(const gp_pipeline *p, int k) {
     return p && k >= 0 && k < p->K ? p->first[k] : -1;
 }
 
+gp_remat gp_pipeline_cell_remat(const gp_pipeline *p, int k) {
+    return p && k >= 0 && k < p->K ? p->cell_remat[k] : GP_REMAT_CELL;
+}
+
 gp_device *gp_pipeline_device(const gp_pipeline *p, int k) {
     return p && k >= 0 && k < p->nstages && p->st[k * p->T].run_here ? p->st[k * p->T].dev : NULL;
 }

@@ -150,9 +150,10 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     /* K: cells; the schedule's stages run V each */
     gp_sim_cell *sc = calloc((size_t)K, sizeof *sc);
     gp_sim_stage *st = calloc((size_t)out->stages, sizeof *st);
+    gp_cell_mem *mem = calloc((size_t)K, sizeof *mem);
     gp_schedule s = {0};
     gp_status status = GP_OK;
-    if (!sc || !st) {
+    if (!sc || !st || !mem) {
         status = gp_error(GP_OUT_OF_MEMORY, "gp_plan_make: no memory for %d cells", K);
         goto done;
     }
@@ -187,6 +188,10 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     for (int k = 0; k < K; k++) grads = out->cells[k].grad_bytes > grads ? out->cells[k].grad_bytes : grads;
     const double data_s = allreduce_s((double)grads, out->data_parallel, po->link_gbytes_per_s * 1e9);
     out->step_s = res.step_time + data_s;
+    /* the memory columns: each cell's share of its stage's peak */
+    status = gp_cells_memory(est, L, first, cell_remat, K, M, po->schedule, out->chunks, mem,
+                             NULL);
+    if (status != GP_OK) goto done;
     out->comm_s = worst_comm + data_s;
     out->bubble_simulated = res.bubble;
     for (int k = 0; k < K; k++) {
@@ -200,22 +205,16 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
             c->bwd_flops += flops[i].bwd_time;
         }
         c->time_s = sc[k].fwd_time + sc[k].bwd_time;
-        /* a split backward holds its state to the weight part, as the partitioner counted */
-        const gp_remat mem_mode =
-            gp_schedule_kind_splits(po->schedule) ? GP_REMAT_HELD : cell_remat[k];
         gp_schedule_place(&s, k, &c->stage, &c->chunk);
         const gp_sim_stage *sk = &st[c->stage];
-        /* V > 1: the stage's peak is its cells' together; each cell is counted with as many of
-         * its own micro-batches in flight as its stage's peak, up to M (an upper bound) */
-        const int in_flight = out->chunks > 1 && sk->peak_in_flight > M ? M : sk->peak_in_flight;
-        gp_cell_mem cm = gp_cell_memory(est, first[k], e, L, in_flight, mem_mode);
-        c->param_bytes = cm.params;
-        c->grad_bytes = cm.grads;
-        c->optim_bytes = cm.optim;
-        c->nparams = (int64_t)(cm.grads / gp_dtype_nbytes(GP_F32));
-        c->peak_act_bytes = out->chunks > 1 ? cm.stash + cm.work : sk->peak_act_bytes;
-        c->transient_bytes = cm.transient + cm.messages;
-        c->total_bytes = cm.params + cm.grads + cm.optim + c->peak_act_bytes + c->transient_bytes;
+        const gp_cell_mem *cm = &mem[k];
+        c->param_bytes = cm->params;
+        c->grad_bytes = cm->grads;
+        c->optim_bytes = cm->optim;
+        c->nparams = (int64_t)(cm->grads / gp_dtype_nbytes(GP_F32));
+        c->peak_act_bytes = cm->stash;
+        c->transient_bytes = cm->transient + cm->messages;
+        c->total_bytes = cm->total;
         c->peak_in_flight = sk->peak_in_flight;
         c->busy_s = sk->busy;
         c->idle_s = sk->idle;
@@ -227,6 +226,7 @@ done:
     gp_schedule_free(&s);
     free(sc);
     free(st);
+    free(mem);
     return status;
 }
 

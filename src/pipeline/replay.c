@@ -21,7 +21,27 @@ typedef struct stage_state {
     double clock;
     int in_flight;
     uint64_t stash; /* activation bytes held between forward and backward */
+    uint64_t chunk_stash[GP_SCHEDULE_MAX_CHUNKS]; /* each of its cells' part of stash */
 } stage_state;
+
+/* A new peak of stage x's activations: the stash plus `top` bytes of its chunk v. */
+static void note_peak(const stage_state *x, int chunks, int v, uint64_t top, gp_sim_stage *r) {
+    if (!r || x->stash + top <= r->peak_act_bytes) return;
+    r->peak_act_bytes = x->stash + top;
+    memcpy(r->peak_chunk_bytes, x->chunk_stash, (size_t)chunks * sizeof *x->chunk_stash);
+    r->peak_chunk_bytes[v] += top;
+}
+
+/* Adds (sign 1) or takes (-1) n bytes of chunk v to or from the stage's stash. */
+static void stash_move(stage_state *x, int v, int sign, uint64_t n) {
+    if (sign > 0) {
+        x->stash += n;
+        x->chunk_stash[v] += n;
+    } else {
+        x->stash -= n;
+        x->chunk_stash[v] -= n;
+    }
+}
 
 /* Channels between the C cells: act[c] carries cell c -> c+1, grad[c] carries cell c+1 -> c,
  * c in 0..C-2. c: the acting cell. */
@@ -80,6 +100,7 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                              const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out,
                              gp_schedule_fault *where) {
     const int K = s->stages, M = s->micro_batches, C = gp_schedule_cells(s);
+    const int chunks = s->chunks > 1 ? s->chunks : 1;
     int nch = 2 * (C - 1);
     double latency = o ? o->latency : 0;
     channel *chans = calloc((size_t)(nch > 0 ? nch : 1), sizeof *chans);
@@ -121,8 +142,8 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                     dur = !c ? 0 : c->fwd_mb ? c->fwd_mb[a->mb] : c->fwd_time;
                     x->in_flight++;
                     if (c)
-                        x->stash += c->in_bytes +
-                                    (remat == GP_REMAT_NONE ? c->state_bytes : 0);
+                        stash_move(x, a->chunk, 1,
+                                   c->in_bytes + (remat == GP_REMAT_NONE ? c->state_bytes : 0));
                     break;
                 case GP_ACT_BACKWARD:
                 case GP_ACT_BACKWARD_INPUT: {
@@ -139,19 +160,19 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                     const uint64_t top = !c ? 0
                                          : (remat == GP_REMAT_CELL ? c->state_bytes : 0) +
                                                (split ? c->keep_bytes : 0);
-                    if (c && r && x->stash + top > r->peak_act_bytes)
-                        r->peak_act_bytes = x->stash + top;
+                    if (c) note_peak(x, chunks, a->chunk, top, r);
                     x->in_flight--;
                     if (c)
-                        x->stash -= (split ? 0 : c->in_bytes) +
-                                    (remat == GP_REMAT_NONE ? c->state_bytes : 0);
+                        stash_move(x, a->chunk, -1,
+                                   (split ? 0 : c->in_bytes) +
+                                       (remat == GP_REMAT_NONE ? c->state_bytes : 0));
                     /* split: the input and what the weight parts read stay to the weight part */
-                    if (c && split) x->stash += c->keep_bytes;
+                    if (c && split) stash_move(x, a->chunk, 1, c->keep_bytes);
                     break;
                 }
                 case GP_ACT_BACKWARD_WEIGHT:
                     dur = !c ? 0 : c->wgt_mb ? c->wgt_mb[a->mb] : c->wgt_time;
-                    if (c) x->stash -= c->in_bytes + c->keep_bytes;
+                    if (c) stash_move(x, a->chunk, -1, c->in_bytes + c->keep_bytes);
                     break;
                 case GP_ACT_OPTIMIZER_STEP:
                     for (int v = 0; cells && v < (s->chunks > 1 ? s->chunks : 1); v++)
@@ -187,7 +208,7 @@ gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_ce
                 if (r) {
                     r->busy += dur;
                     if (x->in_flight > r->peak_in_flight) r->peak_in_flight = x->in_flight;
-                    if (x->stash > r->peak_act_bytes) r->peak_act_bytes = x->stash;
+                    note_peak(x, chunks, 0, 0, r);
                 }
                 x->pc++;
                 progress++;

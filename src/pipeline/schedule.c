@@ -24,7 +24,7 @@ gp_status gp_schedule_init_chunks(gp_schedule *s, int stages, int micro_batches,
     if (micro_batches < 1)
         return gp_error(GP_INVALID_ARGUMENT, "schedule: M = %d micro-batches, expected >= 1",
                         micro_batches);
-    if (chunks < 1 || chunks > 64 || (placement == GP_PLACE_V_SHAPE && chunks != 2) ||
+    if (chunks < 1 || chunks > GP_SCHEDULE_MAX_CHUNKS || (placement == GP_PLACE_V_SHAPE && chunks != 2) ||
         (placement != GP_PLACE_LOOP && placement != GP_PLACE_V_SHAPE))
         return gp_error(GP_INVALID_ARGUMENT,
                         "schedule: V = %d cells per stage placed %s; expected 1 to 64 in a loop, "

@@ -43,6 +43,9 @@ typedef struct gp_stage_actions {
  * 2K - 1 - k, so the pipeline goes down the stages and back up (the last cell on stage 0). */
 typedef enum gp_placement { GP_PLACE_LOOP = 0, GP_PLACE_V_SHAPE = 1 } gp_placement;
 
+/* The most cells a stage may run (interleaved's V). */
+#define GP_SCHEDULE_MAX_CHUNKS 64
+
 /* A schedule for K stages and M micro-batches. Zero-initialize, then gp_schedule_init or a
  * generator fills it; the caller frees it with gp_schedule_free. Each stage runs V cells
  * (chunks, V = 1 but for interleaved schedules); its list holds the actions of all of them, in
@@ -185,6 +188,9 @@ typedef struct gp_sim_stage {
     double end;           /* when its last action ends */
     int peak_in_flight;   /* most micro-batches forwarded but not yet backwarded */
     uint64_t peak_act_bytes; /* most activation bytes at once (stash + rebuilt state) */
+    /* at that peak, each of the stage's cells' part of it (chunk v at [v]; they add up to
+     * peak_act_bytes) */
+    uint64_t peak_chunk_bytes[GP_SCHEDULE_MAX_CHUNKS];
 } gp_sim_stage;
 
 typedef struct gp_sim_result {

@@ -91,7 +91,7 @@ def check(prefix, combos, extra=()):
              and p.get("remat") == m, f"{name}: pipeline {p}")
         # each cell's own mode: selective without a memory limit keeps every cell's state
         need(p.get("chunks") == cps, f"{name}: chunks {p.get('chunks')}")
-        need(p.get("cell_remat") == [m if m != "selective" else "none"] * k,
+        need(p.get("cell_remat") == [m if m != "selective" else "none"] * (k * cps),
              f"{name}: cell_remat {p.get('cell_remat')}")
         st = p.get("stage_peak_bytes", [])
         need(len(st) == k and all(x.get("parameters", 0) > 0 and x.get("total", 0) > 0 for x in st),
