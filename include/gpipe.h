@@ -708,8 +708,8 @@ typedef struct gp_plan_cell {
     uint64_t peak_act_bytes;
     /* Beside those at the peak: the backward's gradients and kernel workspace, and the messages
      * sent and not yet reclaimed (the memory model of the partitioner, an upper bound); with V
-     * cells per stage, the workspace only on the cell with the stage's largest (a stage runs
-     * one action at a time). */
+     * cells per stage, the gradients and workspace only on the cell with the stage's largest (a
+     * stage runs one action at a time), the messages on every cell. */
     uint64_t transient_bytes;
     uint64_t total_bytes;        /* params + grads + optimizer state + peak activations + transient */
     int peak_in_flight;          /* most micro-batches forwarded and not yet backwarded */

@@ -25,6 +25,7 @@ static const uint64_t SEED = 77;
 typedef struct run {
     float loss[STEPS];
     uint64_t hash;
+    uint64_t tensor_bytes; /* the last step's, every device's together */
 } run;
 
 static void batch_of(int step, gp_test_batch *b) {
@@ -60,6 +61,10 @@ static void train(int T, int K, gp_schedule_kind sk, gp_remat rm, const gp_optim
         REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
     }
     REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &r->hash));
+    uint64_t tb[64];
+    REQUIRE_OK(gp_pipeline_bytes_tensor(p, tb, 64));
+    r->tensor_bytes = 0;
+    for (int i = 0; i < 64; i++) r->tensor_bytes += tb[i];
     if (save) {
         char written[1024];
         REQUIRE_OK(gp_pipeline_checkpoint_save(p, save, steps, NULL, 0, written, sizeof written));
@@ -165,6 +170,7 @@ static void fixed_t(int T, int maxk, bool quick) {
     run ref;
     train(T, 1, GP_SCHEDULE_GPIPE, GP_REMAT_CELL, &o, 3, NULL, &ref);
     int runs = 0;
+    uint64_t tensor_bytes[2] = {0, 0}; /* per remat mode: the same on every K and schedule */
     gp_model *shape = gp_test_net_build(GP_TEST_TRANSFORMER);
     const int L = gp_model_nlayers(shape);
     gp_model_free(shape);
@@ -179,6 +185,16 @@ static void fixed_t(int T, int maxk, bool quick) {
                 run r;
                 train(T, K, (gp_schedule_kind)sk, (gp_remat)rm, &o, 3, NULL, &r);
                 runs++;
+                /* each cell's collectives counted, V cells per stage included */
+                if (!tensor_bytes[rm]) tensor_bytes[rm] = r.tensor_bytes;
+                if (r.tensor_bytes != tensor_bytes[rm] || r.tensor_bytes == 0) {
+                    fprintf(stderr, "T = %d K = %d %s remat %s: %llu bytes to the tensor axis, "
+                                    "%llu on the first run\n",
+                            T, K, gp_schedule_kind_name((gp_schedule_kind)sk),
+                            gp_remat_name((gp_remat)rm), (unsigned long long)r.tensor_bytes,
+                            (unsigned long long)tensor_bytes[rm]);
+                    gp_test_failures++;
+                }
                 if (memcmp(r.loss, ref.loss, 3 * sizeof *r.loss) || r.hash != ref.hash) {
                     fprintf(stderr, "T = %d K = %d %s remat %s: not bit-identical (hash %016llx vs "
                                     "%016llx)\n",
@@ -189,9 +205,10 @@ static void fixed_t(int T, int maxk, bool quick) {
                 }
             }
     printf("T = %d: %d runs (K = 1..%d x gpipe/1f1b/zbh1/interleaved/zbv x remat cell/none) "
-           "bit-identical: loss "
+           "bit-identical, as many bytes to the tensor axis (%llu remat cell, %llu none): loss "
            "%.6f -> %.6f, params %016llx\n",
-           T, runs, maxk, ref.loss[0], ref.loss[2], (unsigned long long)ref.hash);
+           T, runs, maxk, (unsigned long long)tensor_bytes[0], (unsigned long long)tensor_bytes[1],
+           ref.loss[0], ref.loss[2], (unsigned long long)ref.hash);
 }
 
 /* Each shard's device counts exactly its part of the stage's parameters. */

@@ -161,7 +161,7 @@ static gp_status choose_first(const gp_partition_req *req, const gp_pipeline_opt
 /* Whether every stage's cells fit po's limit together (gp_cells_memory's shares). */
 static gp_status stages_fit(const gp_layer_est *est, int L, const int *first,
                             const gp_remat *cell_remat, int K, int M, const gp_pipeline_opts *po,
-                            int V) {
+                            int V, uint64_t *fullest) {
     gp_remat *modes = malloc((size_t)K * sizeof *modes);
     gp_cell_mem *mem = malloc((size_t)K * sizeof *mem);
     uint64_t *stage = malloc((size_t)K * sizeof *stage);
@@ -175,6 +175,8 @@ static gp_status stages_fit(const gp_layer_est *est, int L, const int *first,
                    : po->remat == GP_REMAT_SELECTIVE ? cell_remat[c]
                                                      : po->remat;
     if (s == GP_OK) s = gp_cells_memory(est, L, first, modes, K, M, po->schedule, V, mem, stage);
+    for (int k = 0; s == GP_OK && k < K / V; k++)
+        if (stage[k] > *fullest) *fullest = stage[k];
     for (int k = 0; s == GP_OK && k < K / V; k++)
         if (stage[k] > po->memory_limit)
             s = gp_error(GP_MEMORY_LIMIT, "stage %d's %d cells need %llu bytes together", k, V,
@@ -255,6 +257,7 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                             .cell_remat = cell_remat};
     gp_status s = GP_OK;
     bool chosen = false;
+    uint64_t together = 0; /* the fullest stage's cells balanced within the whole limit */
     if (V > 1 && po->memory_limit) {
         /* First each cell within the whole limit, then the stages checked exactly: each one's
          * cells' shares of its simulated peak together. Where that fails, each cell within a
@@ -262,15 +265,22 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
         gp_partition_req whole = req;
         whole.mem_limit = po->memory_limit;
         s = choose_first(&whole, po, K, V, first);
-        if (s == GP_OK) s = stages_fit(est, L, first, cell_remat, K, M, po, V);
+        if (s == GP_OK) s = stages_fit(est, L, first, cell_remat, K, M, po, V, &together);
         chosen = s == GP_OK;
     }
     if (!chosen) s = choose_first(&req, po, K, V, first);
     for (int k = 0; split && cell_remat && s == GP_OK && k < K; k++)
         cell_remat[k] = po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE;
-    if (s != GP_OK && V > 1)
+    if (s != GP_OK && V > 1 && together)
         gp_error_context(s,
-                         "schedule %s: each of a stage's %d cells planned with a %d-th of the "
+                         "schedule %s: each of a stage's %d cells planned with 1/%d of the "
+                         "device's limit and %d of the M = %d micro-batches in flight (balanced "
+                         "within the whole limit, a stage's cells needed %llu bytes together)",
+                         gp_schedule_kind_name(po->schedule), V, V, in_flight, M,
+                         (unsigned long long)together);
+    else if (s != GP_OK && V > 1)
+        gp_error_context(s,
+                         "schedule %s: each of a stage's %d cells planned with 1/%d of the "
                          "device's limit and %d of the M = %d micro-batches in flight",
                          gp_schedule_kind_name(po->schedule), V, V, in_flight, M);
     else if (s != GP_OK && tapered)

@@ -145,7 +145,7 @@ static gp_status local_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor 
         s = run_threads(p);
     }
     p->step_s = gp_now() - t0;
-    for (int w = 0; w < gp_workers(p); w++) p->tp_bytes[w] = p->st[w].tp_bytes;
+    for (int w = 0; w < gp_workers(p); w++) p->tp_bytes[w] = gp_worker_tp_bytes(p, &p->st[w]);
     GP_TRY(s);
     *loss = (float)gp_worker(p, p->K - 1, 0)->loss;
     s = gp_timeline_trace_comm(p);

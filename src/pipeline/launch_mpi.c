@@ -70,7 +70,7 @@ static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
     gp_grid_bytes(l->grid, &p2p, &ar);
     w[L + p->D + 3 * p->rank] = (double)p2p;
     w[L + p->D + 3 * p->rank + 1] = (double)ar;
-    w[L + p->D + 3 * p->rank + 2] = (double)s->tp_bytes;
+    w[L + p->D + 3 * p->rank + 2] = (double)gp_worker_tp_bytes(p, s);
     gp_status st = gp_transport_allreduce_sum(gp_grid_world(l->grid), p->rank, w, n);
     if (st == GP_OK) {
         memcpy(v, w, (size_t)L * sizeof *v);

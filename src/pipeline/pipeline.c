@@ -583,7 +583,7 @@ gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes,
 gp_status gp_pipeline_bytes_tensor(const gp_pipeline *p, uint64_t *tensor, int n) {
     if (!p || !tensor)
         return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_bytes_tensor: NULL argument");
-    const int devices = p->my_stage >= 0 ? p->nranks : p->K * p->T;
+    const int devices = p->my_stage >= 0 ? p->nranks : gp_workers(p);
     if (n < devices)
         return gp_error(GP_INVALID_ARGUMENT,
                         "gp_pipeline_bytes_tensor: room for %d devices, %d needed", n, devices);

@@ -190,6 +190,13 @@ static inline int gp_workers(const struct gp_pipeline *p) { return p->nstages * 
 static inline gp_stage *gp_chunk_of(struct gp_pipeline *p, const gp_stage *s, int v) {
     return gp_worker(p, gp_schedule_cell(&p->sched, s->dk, v), s->t);
 }
+/* Bytes the worker led by s gave to the tensor axis this step: each of its cells counts its
+ * own collectives. */
+static inline uint64_t gp_worker_tp_bytes(struct gp_pipeline *p, const gp_stage *s) {
+    uint64_t n = 0;
+    for (int v = 0; v < p->V; v++) n += gp_chunk_of(p, s, v)->tp_bytes;
+    return n;
+}
 
 /* mesh.c: the tensor axis. */
 /* With T > 1: the layouts checked (named errors), the T shard models, the split masks and the

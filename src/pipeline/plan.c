@@ -127,8 +127,10 @@ static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, 
         const int e = k + 1 < K ? first[k + 1] : L;
         uint64_t fwd = 0, bwd = 0;
         for (int i = first[k]; i < e; i++) fwd += est[i].tp_fwd_bytes, bwd += est[i].tp_bwd_bytes;
-        /* The split cross-entropy: the row maximum, then the sums, 3 floats a row. */
-        if (k == K - 1 && vocab_split) bwd += 3 * (uint64_t)rows * sizeof(float);
+        /* The split cross-entropy: the row maximum, then the sums, 3 floats a row (4 with
+         * label smoothing: the row's sum of logits too). */
+        const uint64_t per_row = po->label_smoothing > 0 ? 4 : 3;
+        if (k == K - 1 && vocab_split) bwd += per_row * (uint64_t)rows * sizeof(float);
         const uint64_t recompute = cell_remat[k] == GP_REMAT_CELL ? fwd : 0;
         c->tensor_bytes = T > 1 ? (uint64_t)M * (fwd + recompute + bwd) : 0;
         c->pipe_bytes = 0;
