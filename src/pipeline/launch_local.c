@@ -92,7 +92,9 @@ static gp_status make_transports(gp_pipeline *p, bool pipes) {
         s = gp_transport_threads_new(&to, &l->tensors[k]);
     to.nranks = gp_workers(p);
     if (s == GP_OK && pipes) {
-        if (to.nranks == K)
+        /* one stage per cell and one shard: the workers are the pipe's ranks (with V cells and
+         * T shards, T = V gives as many workers as cells, but not the same ones) */
+        if (T == 1 && p->V == 1)
             l->all = l->pipes[0];
         else
             s = gp_transport_threads_new(&to, &l->all);
