@@ -126,8 +126,9 @@ demo-long: build
 	  "$(BUILD)/demo_long_timeline.svg; metrics: $(BUILD)/demo_long_metrics.jsonl; report: $(BUILD)/demo_long_report.json"
 
 demo-fashion: build
-	$(GPIPE) train --model examples/resnet_fashion.json --stages 2 --micro-batches 8 --remat none \
-	  --schedule zbh1 --epochs 7 --lr 0.1 --lr-schedule cosine --warmup 200 --weight-decay 1e-3 \
+	$(GPIPE) train --model examples/resnet_fashion.json --stages 2 --batch 32 --micro-batches 4 \
+	  --remat none --schedule zbh1 --epochs 7 --lr 0.1 --lr-schedule cosine --warmup 800 \
+	  --weight-decay 1e-3 \
 	  --report $(BUILD)/fashion_report.json --metrics $(BUILD)/fashion_metrics.jsonl \
 	  --curve $(BUILD)/fashion_curve.svg --timeline $(BUILD)/fashion_timeline.svg
 	@echo "learning curve: $(BUILD)/fashion_curve.svg; last step's pipeline timeline:" \
