@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "testutil.h"
@@ -1627,7 +1628,12 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
  * col2im), kernels wider than the stride (overlaps), a batch above the 16 gradient groups, and
  * an image large enough that its columns go in bands of rows; more 3x3 "same" layers with odd
  * sizes, a 1x1 image, and the ConvNets' 28x28 and 14x14 planes; small outputs whose examples go
- * into a GEMM in chunks (7x7 and 14x14 to 7x7, batches that the groups and chunks do not divide). */
+ * into a GEMM in chunks (7x7 and 14x14 to 7x7, batches that the groups and chunks do not divide);
+ * output channel counts that the direct path tiles 8, 16 and 24 wide, with padded lanes (20,
+ * 40), pixels and taps that do not fill its last tile, and batches whose weight gradients it
+ * sums in several chunks of examples (with and without padding, stride 2). Every case runs on
+ * both paths of the CPU (the direct tile where the processor has AVX2 and FMA, im2col and
+ * OpenBLAS). */
 static const int64_t conv_cases[][8] = {
     {1, 1, 1, 1, 1, 0, 1, 1},   {4, 3, 5, 1, 1, 0, 3, 2},   {1, 5, 5, 3, 1, 1, 2, 3},
     {3, 7, 6, 3, 2, 1, 3, 2},   {2, 8, 8, 5, 2, 2, 1, 4},   {2, 9, 7, 4, 3, 0, 2, 1},
@@ -1635,7 +1641,10 @@ static const int64_t conv_cases[][8] = {
     {3, 6, 7, 3, 1, 1, 19, 5},  {2, 5, 4, 1, 2, 0, 3, 3},   {64, 48, 48, 3, 1, 1, 1, 4},
     {8, 7, 9, 3, 1, 1, 5, 6},   {4, 14, 14, 3, 1, 1, 12, 4}, {5, 28, 28, 3, 1, 1, 3, 8},
     {4, 1, 1, 3, 1, 1, 2, 4},   {6, 7, 7, 3, 1, 1, 7, 5},   {4, 14, 14, 3, 2, 1, 9, 6},
-    {3, 14, 14, 1, 2, 0, 10, 4}};
+    {3, 14, 14, 1, 2, 0, 10, 4}, {24, 7, 7, 3, 1, 1, 3, 48},  {6, 14, 14, 3, 2, 1, 2, 32},
+    {16, 5, 5, 3, 1, 1, 2, 24},  {3, 9, 9, 3, 1, 1, 2, 20},  {2, 6, 6, 3, 1, 0, 2, 40},
+    {33, 4, 4, 1, 1, 0, 2, 16},  {4, 28, 28, 3, 1, 1, 13, 20}, {3, 30, 30, 3, 1, 0, 9, 16},
+    {2, 60, 60, 3, 2, 1, 7, 8}};
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
 static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {
@@ -1648,10 +1657,27 @@ static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {
     return g;
 }
 
+/* The CPU's convolution path under test (see conv_paths). */
+static const char *g_conv_path = "";
+
 static void conv_set_case(const gp_conv_geom *g, int64_t B, int64_t OC, const char *extra) {
-    set_case("B %lld, C %lld H %lld W %lld -> OC %lld, k %lld stride %lld pad %lld -> %lldx%lld%s",
+    set_case("B %lld, C %lld H %lld W %lld -> OC %lld, k %lld stride %lld pad %lld -> %lldx%lld%s%s",
              LL(B), LL(g->channels), LL(g->height), LL(g->width), LL(OC), LL(g->kernel),
-             LL(g->stride), LL(g->pad), LL(g->out_h), LL(g->out_w), extra);
+             LL(g->stride), LL(g->pad), LL(g->out_h), LL(g->out_w), extra, g_conv_path);
+}
+
+/* Runs a convolution test on each path of the CPU's kernels: the direct tile (where the
+ * processor has it; other devices ignore the switch) and im2col with OpenBLAS. */
+static void conv_paths(gp_device *dev, const gp_kernels *K,
+                       void (*cases)(gp_device *, const gp_kernels *)) {
+    const bool was = gp_conv_direct_enable(true);
+    g_conv_path = " (direct)";
+    cases(dev, K);
+    gp_conv_direct_enable(false);
+    g_conv_path = " (im2col)";
+    cases(dev, K);
+    gp_conv_direct_enable(was);
+    g_conv_path = "";
 }
 
 /* Index in one example's x of tap (c, ki, kj) of output pixel (oh, ow), or -1 for padding. */
@@ -1662,7 +1688,7 @@ static int64_t tap(const gp_conv_geom *g, int64_t c, int64_t ki, int64_t kj, int
     return (c * g->height + ih) * g->width + iw;
 }
 
-static void test_conv2d_ws(gp_device *dev, const gp_kernels *K) {
+static void conv2d_ws_cases(gp_device *dev, const gp_kernels *K) {
     for (int ci = 0; ci < NCONV; ci++) {
         int64_t B, OC;
         const gp_conv_geom g = conv_geom(ci, &B, &OC);
@@ -1679,7 +1705,7 @@ static void test_conv2d_ws(gp_device *dev, const gp_kernels *K) {
     }
 }
 
-static void test_conv2d_forward(gp_device *dev, const gp_kernels *K) {
+static void conv2d_forward_cases(gp_device *dev, const gp_kernels *K) {
     for (int ci = 0; ci < NCONV; ci++) {
         int64_t B, OC;
         const gp_conv_geom g = conv_geom(ci, &B, &OC);
@@ -1719,7 +1745,7 @@ static void test_conv2d_forward(gp_device *dev, const gp_kernels *K) {
     }
 }
 
-static void test_conv2d_backward(gp_device *dev, const gp_kernels *K) {
+static void conv2d_backward_cases(gp_device *dev, const gp_kernels *K) {
     for (int ci = 0; ci < NCONV; ci++)
         for (int want_dx = 0; want_dx < 2; want_dx++) {
             int64_t B, OC;
@@ -1765,6 +1791,16 @@ static void test_conv2d_backward(gp_device *dev, const gp_kernels *K) {
             check_close("dw", dw, rw, mw, nw, TOL);
             if (want_dx) check_close("dx", dx, rx, mx, nx, TOL);
         }
+}
+
+static void test_conv2d_ws(gp_device *dev, const gp_kernels *K) {
+    conv_paths(dev, K, conv2d_ws_cases);
+}
+static void test_conv2d_forward(gp_device *dev, const gp_kernels *K) {
+    conv_paths(dev, K, conv2d_forward_cases);
+}
+static void test_conv2d_backward(gp_device *dev, const gp_kernels *K) {
+    conv_paths(dev, K, conv2d_backward_cases);
 }
 
 static const int64_t cb_cases[][3] = {{1, 1, 1}, {2, 3, 7}, {4, 5, 49}, {1, 16, 1}, {3, 2, 1000}};

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/conv_geom.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 /* The output columns ow whose input column ow*s - pad + kj lies inside
@@ -143,7 +145,7 @@ static void col2im_add(const gp_conv_geom *g, const float *col, int64_t ld, int6
 /* ------------------------------------------------------------ convolution */
 
 /* 1x1, stride 1, no padding: the input plane already is the column matrix. */
-static bool is_direct(const gp_conv_geom *g) {
+static bool is_pointwise(const gp_conv_geom *g) {
     return g->kernel == 1 && g->stride == 1 && g->pad == 0;
 }
 
@@ -167,16 +169,16 @@ static int64_t band_rows(const gp_conv_geom *g) {
 #define CHUNK_PIX 512
 static int64_t chunk_examples(const gp_conv_geom *g) {
     const int64_t npix = npix_of(g), per_example = kdim_of(g) * npix;
-    if (is_direct(g) || npix <= 0 || npix >= CHUNK_PIX) return 1;
+    if (is_pointwise(g) || npix <= 0 || npix >= CHUNK_PIX) return 1;
     const int64_t want = (CHUNK_PIX + npix - 1) / npix;
     const int64_t fit = CONV_COL_MAX / (per_example > 0 ? per_example : 1);
     return want < fit ? want : fit < 1 ? 1 : fit;
 }
 
-/* Floats of one thread's columns (0 for a direct convolution): a band of one example, or a
+/* Floats of one thread's columns (0 for a pointwise convolution): a band of one example, or a
  * chunk of examples. */
 static int64_t col_floats(const gp_conv_geom *g) {
-    if (is_direct(g)) return 0;
+    if (is_pointwise(g)) return 0;
     const int64_t e = chunk_examples(g);
     return e > 1 ? kdim_of(g) * e * npix_of(g) : kdim_of(g) * band_rows(g) * g->out_w;
 }
@@ -187,17 +189,6 @@ static int64_t chunk_out_floats(const gp_conv_geom *g, int64_t oc) {
     return e > 1 ? oc * e * npix_of(g) : 0;
 }
 
-/* The input gradient of a stride-1 convolution is itself a stride-1 convolution: of dy with
- * the weights flipped in space and with their channel axes swapped, padded by k - 1 - pad.
- * Its GEMM is shaped as the forward one and writes dx once, instead of a K x P dcol that
- * col2im adds back onto dx. *gt is that convolution's geometry. */
-static bool dx_by_conv(const gp_conv_geom *g, int64_t out_ch, gp_conv_geom *gt) {
-    if (is_direct(g) || g->stride != 1 || g->pad > g->kernel - 1) return false;
-    *gt = (gp_conv_geom){.channels = out_ch, .height = g->out_h, .width = g->out_w,
-                         .kernel = g->kernel, .stride = 1, .pad = g->kernel - 1 - g->pad,
-                         .out_h = g->height, .out_w = g->width};
-    return true;
-}
 
 /* Groups of examples whose weight gradients are summed apart, then added in group order: a
  * number set by the batch and the geometry alone, so the sums are the same on any number of
@@ -235,7 +226,7 @@ static conv_bwd_layout bwd_layout(const gp_conv_geom *g, int64_t batch, int64_t 
                          .col_x = col_floats(g), .dy_chunk = chunk_out_floats(g, out_ch)};
     gp_conv_geom gt;
     L.per_thread = L.col_x + L.dy_chunk;
-    if (want_dx && dx_by_conv(g, out_ch, &gt)) {
+    if (want_dx && gp_conv_dx_geom(g, out_ch, &gt)) {
         L.flipped = out_ch * kdim_of(g);
         L.per_thread += fwd_floats(&gt, g->channels);
     } else if (want_dx) {
@@ -244,14 +235,25 @@ static conv_bwd_layout bwd_layout(const gp_conv_geom *g, int64_t batch, int64_t 
     return L;
 }
 
-int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
-                         bool backward, bool want_dx) {
+/* The im2col path's workspace. */
+static int64_t gemm_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                       bool backward, bool want_dx) {
     if (!backward) {
         const int64_t e = chunk_examples(g), chunks = (batch + e - 1) / e;
         return conv_threads(dev, chunks) * fwd_floats(g, out_ch);
     }
     const conv_bwd_layout L = bwd_layout(g, batch, out_ch, want_dx);
     return L.partials + L.flipped + conv_threads(dev, conv_groups(g, batch)) * L.per_thread;
+}
+
+int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                         bool backward, bool want_dx) {
+    if (!gp_conv_direct_applies(g, out_ch))
+        return gemm_ws(dev, g, batch, out_ch, backward, want_dx);
+    gp_conv_geom gt;
+    const bool dx_conv = want_dx && gp_conv_dx_geom(g, out_ch, &gt);
+    return gp_conv_direct_ws(dev, g, batch, out_ch, backward, dx_conv) +
+           (backward && want_dx && !dx_conv ? gemm_ws(dev, g, batch, out_ch, true, true) : 0);
 }
 
 typedef struct conv_args {
@@ -291,7 +293,7 @@ static void chunk_im2col(const gp_conv_geom *g, const float *x, int64_t ne, floa
 static void conv_one(const gp_conv_geom *g, int64_t oc, const float *w, const float *x,
                      float *y, float *col) {
     const int64_t npix = npix_of(g), kdim = kdim_of(g);
-    if (is_direct(g))
+    if (is_pointwise(g))
         gp_cpu_sgemm(false, false, oc, npix, kdim, 1.0f, w, kdim, x, npix, 0.0f, y, npix);
     else
         conv_bands(g, oc, x, col, false, w, y, 0.0f);
@@ -332,7 +334,7 @@ static void conv_forward_part(void *ctx, int t, int nt) {
     const int64_t e = chunk_examples(g), chunks = (a->batch + e - 1) / e;
     int64_t lo, hi;
     gp_cpu_split(chunks, t, nt, 1, &lo, &hi);
-    float *ws = a->ws ? a->ws + t * fwd_floats(g, a->oc) : NULL; /* NULL: direct, one by one */
+    float *ws = a->ws ? a->ws + t * fwd_floats(g, a->oc) : NULL; /* NULL: pointwise, one by one */
     const int64_t b1 = hi * e < a->batch ? hi * e : a->batch;
     if (lo < hi) conv_examples(g, a->oc, a->w, a->x, lo * e, b1, a->y, ws);
 }
@@ -340,6 +342,10 @@ static void conv_forward_part(void *ctx, int t, int nt) {
 gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                 int64_t out_ch, const float *x, const float *w, float *y,
                                 float *ws) {
+    if (gp_conv_direct_applies(g, out_ch)) {
+        if (batch > 0) gp_conv_direct_forward(dev, g, batch, out_ch, x, w, y, ws);
+        return GP_OK;
+    }
     conv_args a = {.g = g, .batch = batch, .oc = out_ch, .x = x, .w = w, .y = y, .ws = ws};
     const int64_t e = chunk_examples(g);
     if (batch > 0)
@@ -362,7 +368,7 @@ static void conv_dw_chunk(const conv_args *a, const float *x, const float *dy, i
                           float beta, float *pw, float *col, float *dyc) {
     const gp_conv_geom *g = a->g;
     const int64_t oc = a->oc, npix = npix_of(g), kdim = kdim_of(g);
-    if (is_direct(g)) { /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C) */
+    if (is_pointwise(g)) { /* dW (OC, C) += dy_b (OC, P) . x_b^T (P, C) */
         gp_cpu_sgemm(false, true, oc, kdim, npix, 1.0f, dy, npix, x, npix, beta, pw, kdim);
         return;
     }
@@ -381,7 +387,7 @@ static void conv_dx_col2im(const gp_conv_geom *g, int64_t oc, const float *w, co
                            int64_t ne, float *dx, float *dcol, float *dyc) {
     const int64_t npix = npix_of(g), kdim = kdim_of(g);
     const int64_t in_elems = in_elems_of(g);
-    if (is_direct(g)) { /* dx_b (C, P) = W^T . dy_b */
+    if (is_pointwise(g)) { /* dx_b (C, P) = W^T . dy_b */
         gp_cpu_sgemm(true, false, kdim, npix, oc, 1.0f, w, kdim, dy, npix, 0.0f, dx, npix);
         return;
     }
@@ -416,7 +422,7 @@ static void conv_backward_part(void *ctx, int t, int nt) {
     float *dyc = col + a->L.col_x;
     float *dxws = dyc + a->L.dy_chunk; /* the flipped convolution's workspace, or dcol */
     gp_conv_geom gt;
-    const bool by_conv = a->dx && dx_by_conv(g, oc, &gt);
+    const bool by_conv = a->dx && gp_conv_dx_geom(g, oc, &gt);
     int64_t g0, g1;
     gp_cpu_split(a->groups, t, nt, 1, &g0, &g1);
     for (int64_t gi = g0; gi < g1; gi++) {
@@ -441,14 +447,6 @@ static void conv_backward_part(void *ctx, int t, int nt) {
     }
 }
 
-/* wflip (C, OC, k, k) [c][o][ki][kj] = w (OC, C, k, k) [o][c][k-1-ki][k-1-kj]. */
-static void flip_weights(const gp_conv_geom *g, int64_t oc, const float *w, float *wflip) {
-    const int64_t C = g->channels, k = g->kernel, kk = k * k;
-    for (int64_t c = 0; c < C; c++)
-        for (int64_t o = 0; o < oc; o++)
-            for (int64_t i = 0; i < kk; i++)
-                wflip[(c * oc + o) * kk + i] = w[(o * C + c) * kk + (kk - 1 - i)];
-}
 
 /* dw[i] += the group partials' sum, groups in order. */
 static void conv_reduce_range(void *ctx, int64_t lo, int64_t hi) {
@@ -463,16 +461,36 @@ static void conv_reduce_range(void *ctx, int64_t lo, int64_t hi) {
     }
 }
 
+static gp_status gemm_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                               int64_t out_ch, const float *x, const float *w, const float *dy,
+                               float *dx, float *dw, float *ws);
+
 gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                  int64_t out_ch, const float *x, const float *w, const float *dy,
                                  float *dx, float *dw, float *ws) {
     if (batch <= 0) return GP_OK;
+    if (gp_conv_direct_applies(g, out_ch)) { /* dx through im2col where it is no convolution */
+        gp_conv_geom gt;
+        const bool dx_conv = dx && gp_conv_dx_geom(g, out_ch, &gt);
+        gp_conv_direct_backward(dev, g, batch, out_ch, x, w, dy, dx_conv ? dx : NULL, dw, ws);
+        if (!dx || dx_conv) return GP_OK;
+        return gemm_backward(dev, g, batch, out_ch, x, w, dy, dx, NULL,
+                             ws + gp_conv_direct_ws(dev, g, batch, out_ch, true, false));
+    }
+    return gemm_backward(dev, g, batch, out_ch, x, w, dy, dx, dw, ws);
+}
+
+/* The im2col path's backward (also the direct path's input gradient where that is no
+ * convolution: strides above 1). */
+static gp_status gemm_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
+                               int64_t out_ch, const float *x, const float *w, const float *dy,
+                               float *dx, float *dw, float *ws) {
     const int64_t groups = conv_groups(g, batch);
     conv_args a = {.g = g, .batch = batch, .oc = out_ch, .groups = groups, .x = x, .w = w,
                    .dy = dy, .dx = dx, .dw = dw, .ws = ws, .partial = ws,
                    .L = bwd_layout(g, batch, out_ch, dx != NULL)};
     if (a.L.flipped) {
-        flip_weights(g, out_ch, w, ws + a.L.partials);
+        gp_conv_flip_weights(g, out_ch, w, ws + a.L.partials);
         a.wflip = ws + a.L.partials;
     }
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);

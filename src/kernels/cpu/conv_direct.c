@@ -1,0 +1,445 @@
+/* The direct convolution: its tile, the passes over one example or a chunk, and the device's
+ * threads around them (see conv_direct.h). */
+#include "kernels/cpu/conv_direct.h"
+
+#include "kernels/cpu/conv_geom.h"
+#include "kernels/cpu/pool.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GP_HAVE_AVX2_TILE 1
+#include <immintrin.h>
+#define GP_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define GP_HAVE_AVX2_TILE 0
+#endif
+
+/* The tables of offsets live in the float workspace, 4 bytes an entry. */
+_Static_assert(sizeof(int32_t) == sizeof(float), "offset tables share the float workspace");
+
+/* Tiles: MR_WIDE rows x 2 vectors, or MR_NARROW rows x 1 vector, of 8 floats. */
+#define MR_WIDE 6
+#define MR_NARROW 8
+#define MR_MAX 8
+#define LANES 8
+/* Taps below which the im2col path is kept: a 3x3 convolution of one channel (a network's
+ * first) has too few multiply-adds per tile for the tile's stores and the weight gradient's
+ * transposed dy to pay (measured slower than im2col, 20 against 22 GFLOP/s). */
+#define MIN_TAPS 16
+/* One example's buffers (floats) beyond which the im2col path is kept. */
+#define DIRECT_MAX_FLOATS ((int64_t)1 << 23)
+
+/* The switch: GP_CPU_CONV=im2col in the environment turns the path off, read once. */
+static bool g_enabled = true;
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+
+static void read_env(void) {
+    const char *v = getenv("GP_CPU_CONV");
+    if (v && strcmp(v, "im2col") == 0) g_enabled = false;
+}
+
+bool gp_conv_direct_enable(bool on) {
+    pthread_once(&g_env_once, read_env);
+    const bool was = g_enabled;
+    g_enabled = on;
+    return was;
+}
+
+static bool cpu_has_avx2_fma(void) {
+#if GP_HAVE_AVX2_TILE
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
+/* Output channels go in panels of 16 (the 6 x 16 tile: 12 accumulators, 2 loads and 6
+ * broadcasts per 12 multiply-adds), and a last panel of 8 (an 8 x 8 tile) where 8 or fewer are
+ * left. A 12 x 8 tile would need more pointers than there are registers, a 4 x 24 one more
+ * loads than the 6 x 16: both measured at about half its speed. */
+#define WIDE (2 * LANES)
+static int64_t wide_panels(int64_t oc) {
+    return oc % WIDE > LANES || oc % WIDE == 0 ? (oc + WIDE - 1) / WIDE : oc / WIDE;
+}
+static bool narrow_panel(int64_t oc) { return oc % WIDE > 0 && oc % WIDE <= LANES; }
+
+static int64_t oc_padded(int64_t oc) {
+    return wide_panels(oc) * WIDE + (narrow_panel(oc) ? LANES : 0);
+}
+
+static int64_t kdim(const gp_conv_geom *g) { return g->channels * g->kernel * g->kernel; }
+static int64_t npix(const gp_conv_geom *g) { return g->out_h * g->out_w; }
+static int64_t padded_w(const gp_conv_geom *g) { return g->width + 2 * g->pad; }
+static int64_t padded_h(const gp_conv_geom *g) { return g->height + 2 * g->pad; }
+/* Floats of the padded copy of one example (none without padding: x itself is read). */
+static int64_t xpad_floats(const gp_conv_geom *g) {
+    return g->pad > 0 ? g->channels * padded_h(g) * padded_w(g) : 0;
+}
+
+static int64_t packed_floats(const gp_conv_geom *g, int64_t oc) {
+    return oc_padded(oc) * kdim(g);
+}
+
+static int64_t forward_floats(const gp_conv_geom *g) {
+    return xpad_floats(g) + kdim(g);
+}
+
+/* Pixels of a weight-gradient chunk: each tile runs over all of them (a 7x7 image alone would
+ * give it 49 steps between stores), and the threads split the chunk's tiles, waking once per
+ * chunk. */
+#define DW_CHUNK_PIX 1024
+static int64_t dw_example_floats(const gp_conv_geom *g, int64_t oc) {
+    return xpad_floats(g) + npix(g) * (oc_padded(oc) + 1);
+}
+
+static int64_t dw_chunk(const gp_conv_geom *g, int64_t oc, int64_t batch) {
+    const int64_t P = npix(g) > 0 ? npix(g) : 1;
+    int64_t e = (DW_CHUNK_PIX + P - 1) / P;
+    const int64_t fit = DIRECT_MAX_FLOATS / dw_example_floats(g, oc);
+    if (e > fit) e = fit;
+    if (e > batch) e = batch;
+    return e < 1 ? 1 : e;
+}
+
+static int64_t dw_floats(const gp_conv_geom *g, int64_t oc, int64_t batch) {
+    return dw_chunk(g, oc, batch) * dw_example_floats(g, oc) + kdim(g);
+}
+
+bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc) {
+    pthread_once(&g_env_once, read_env);
+    if (!g_enabled || !cpu_has_avx2_fma() || oc <= 0 || kdim(g) < MIN_TAPS) return false;
+    const int64_t image = g->channels * padded_h(g) * padded_w(g);
+    /* one example within bounds; a chunk of them is then too (gp_conv_direct_dw_chunk) */
+    return image * (dw_chunk(g, oc, INT32_MAX) + 1) < INT32_MAX &&
+           dw_example_floats(g, oc) + kdim(g) <= DIRECT_MAX_FLOATS &&
+           forward_floats(g) <= DIRECT_MAX_FLOATS;
+}
+
+/* ------------------------------------------------------------------- tile */
+
+/* out (MR, NR x 8) = sum over steps t < n of broadcast(rows[i][steps[t]]) x b[t bstride ..]
+ * (NR vectors), t in order. */
+#if GP_HAVE_AVX2_TILE
+/* The accumulators are named variables, not an array: GCC keeps an array of vectors in
+ * registers but also stores it to the stack every step, which halves the tile's speed. */
+#define ZERO1(i) __m256 c##i##0 = _mm256_setzero_ps();
+#define ZERO2(i) ZERO1(i) __m256 c##i##1 = _mm256_setzero_ps();
+#define ZERO3(i) ZERO2(i) __m256 c##i##2 = _mm256_setzero_ps();
+#define ROW(i) const float *r##i = rows[i];
+#define FMA1(i)                                      \
+    const __m256 a##i = _mm256_broadcast_ss(r##i + s); \
+    c##i##0 = _mm256_fmadd_ps(a##i, b0, c##i##0);
+#define FMA2(i) FMA1(i) c##i##1 = _mm256_fmadd_ps(a##i, b1, c##i##1);
+#define FMA3(i) FMA2(i) c##i##2 = _mm256_fmadd_ps(a##i, b2, c##i##2);
+#define PUT1(i, nr) _mm256_storeu_ps(out + ((i) * (nr)) * LANES, c##i##0);
+#define PUT2(i, nr) PUT1(i, nr) _mm256_storeu_ps(out + ((i) * (nr) + 1) * LANES, c##i##1);
+#define PUT3(i, nr) PUT2(i, nr) _mm256_storeu_ps(out + ((i) * (nr) + 2) * LANES, c##i##2);
+#define LOADB1 const __m256 b0 = _mm256_loadu_ps(b);
+#define LOADB2 LOADB1 const __m256 b1 = _mm256_loadu_ps(b + LANES);
+#define LOADB3 LOADB2 const __m256 b2 = _mm256_loadu_ps(b + 2 * LANES);
+#define ROWS4(M) M(0) M(1) M(2) M(3)
+#define ROWS6(M) ROWS4(M) M(4) M(5)
+#define ROWS8(M) ROWS6(M) M(6) M(7)
+#define PUTS4(M, nr) M(0, nr) M(1, nr) M(2, nr) M(3, nr)
+#define PUTS6(M, nr) PUTS4(M, nr) M(4, nr) M(5, nr)
+#define PUTS8(M, nr) PUTS6(M, nr) M(6, nr) M(7, nr)
+#define DEFINE_TILE(NR, MR)                                                                    \
+    GP_AVX2 static void tile_##NR(const float *const *rows, const int32_t *steps, int64_t n,   \
+                                  const float *b, int64_t bstride, float *out) {               \
+        ROWS##MR(ROW) ROWS##MR(ZERO##NR)                                                       \
+        for (int64_t t = 0; t < n; t++, b += bstride) {                                        \
+            const int64_t s = steps[t];                                                        \
+            LOADB##NR ROWS##MR(FMA##NR)                                                        \
+        }                                                                                      \
+        PUTS##MR(PUT##NR, NR)                                                                  \
+    }
+#else /* the same sums in plain C: the path is never chosen here (applies() is false) */
+#define DEFINE_TILE(NR, MR)                                                                    \
+    static void tile_##NR(const float *const *rows, const int32_t *steps, int64_t n,           \
+                          const float *b, int64_t bstride, float *out) {                       \
+        memset(out, 0, sizeof(float) * MR * NR * LANES);                                       \
+        for (int64_t t = 0; t < n; t++, b += bstride)                                          \
+            for (int i = 0; i < MR; i++)                                                       \
+                for (int j = 0; j < NR * LANES; j++)                                           \
+                    out[i * NR * LANES + j] =                                          \
+                        fmaf(rows[i][steps[t]], b[j], out[i * NR * LANES + j]);               \
+    }
+#endif
+DEFINE_TILE(1, 8)
+DEFINE_TILE(2, 6)
+
+typedef void (*tile_fn)(const float *const *, const int32_t *, int64_t, const float *, int64_t,
+                        float *);
+
+/* Output channels [o0, o0 + wv) of the packed weights, their tile and its rows. */
+typedef struct panel {
+    int64_t o0, wv;
+    int mr;
+    tile_fn tile;
+} panel;
+
+/* Panel j of oc output channels: the wide ones, then the narrow one if any. Its packed
+ * weights start at o0 x K floats. */
+static void panel_at(int64_t oc, int64_t j, panel *p) {
+    if (j < wide_panels(oc))
+        *p = (panel){j * WIDE, WIDE, MR_WIDE, tile_2};
+    else
+        *p = (panel){j * WIDE, LANES, MR_NARROW, tile_1};
+}
+static int64_t panel_count(int64_t oc) { return wide_panels(oc) + (narrow_panel(oc) ? 1 : 0); }
+
+/* ------------------------------------------------------------ the passes */
+
+static void pack(const gp_conv_geom *g, int64_t oc, const float *w, float *packed) {
+    const int64_t K = kdim(g), np = panel_count(oc);
+    for (int64_t j = 0; j < np; j++) {
+        panel p;
+        panel_at(oc, j, &p);
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t o = 0; o < p.wv; o++) {
+                const int64_t oo = p.o0 + o;
+                packed[p.o0 * K + k * p.wv + o] = oo < oc ? w[oo * K + k] : 0.0f;
+            }
+    }
+}
+
+/* x (C, H, W) with pad zeros around each plane into xp; x itself without padding. */
+static const float *pad_input(const gp_conv_geom *g, const float *x, float *xp) {
+    const int64_t p = g->pad, H = g->height, W = g->width, Hp = padded_h(g), Wp = padded_w(g);
+    if (p == 0) return x;
+    for (int64_t c = 0; c < g->channels; c++) {
+        float *d = xp + c * Hp * Wp;
+        const float *s = x + c * H * W;
+        memset(d, 0, (size_t)(p * Wp) * sizeof *d);
+        for (int64_t h = 0; h < H; h++) {
+            float *row = d + (p + h) * Wp;
+            memset(row, 0, (size_t)p * sizeof *row);
+            memcpy(row + p, s + h * W, (size_t)W * sizeof *row);
+            memset(row + p + W, 0, (size_t)p * sizeof *row);
+        }
+        memset(d + (p + H) * Wp, 0, (size_t)(p * Wp) * sizeof *d);
+    }
+    return xp;
+}
+
+/* off[k] for tap k = (c, ki, kj): its offset from a pixel's first tap in the padded image. */
+static void tap_offsets(const gp_conv_geom *g, int32_t *off) {
+    const int64_t k = g->kernel, Hp = padded_h(g), Wp = padded_w(g);
+    int64_t t = 0;
+    for (int64_t c = 0; c < g->channels; c++)
+        for (int64_t ki = 0; ki < k; ki++)
+            for (int64_t kj = 0; kj < k; kj++) off[t++] = (int32_t)((c * Hp + ki) * Wp + kj);
+}
+
+/* The first tap of output pixel p in the padded image. */
+static int64_t pixel_base(const gp_conv_geom *g, int64_t p) {
+    return (p / g->out_w) * g->stride * padded_w(g) + (p % g->out_w) * g->stride;
+}
+
+static void forward_example(const gp_conv_geom *g, int64_t oc, const float *packed,
+                                    const float *x, float *y, float *ws) {
+    const int64_t K = kdim(g), P = npix(g), np = panel_count(oc);
+    const float *xp = pad_input(g, x, ws);
+    int32_t *off = (int32_t *)(void *)(ws + xpad_floats(g));
+    tap_offsets(g, off);
+    float out[MR_MAX * WIDE];
+    for (int64_t j = 0; j < np; j++) {
+        panel pn;
+        panel_at(oc, j, &pn);
+        const int64_t no = oc - pn.o0 < pn.wv ? oc - pn.o0 : pn.wv;
+        for (int64_t p0 = 0; p0 < P; p0 += pn.mr) {
+            const float *rows[MR_MAX];
+            const int64_t npx = P - p0 < pn.mr ? P - p0 : pn.mr;
+            for (int i = 0; i < pn.mr; i++) /* past the last pixel: recompute it, stored once */
+                rows[i] = xp + pixel_base(g, i < npx ? p0 + i : P - 1);
+            pn.tile(rows, off, K, packed + pn.o0 * K, pn.wv, out);
+            for (int64_t o = 0; o < no; o++)
+                for (int64_t i = 0; i < npx; i++) y[(pn.o0 + o) * P + p0 + i] = out[i * pn.wv + o];
+        }
+    }
+}
+
+/* A chunk's buffers: the padded images (none without padding: x is read), dy transposed
+ * (ne P, oc padded; zero past oc), the taps' offsets (K) and the steps' (ne P: example and
+ * pixel). */
+typedef struct dw_buffers {
+    float *xpad, *dyt;
+    int32_t *off, *base;
+} dw_buffers;
+
+static dw_buffers dw_buffers_of(const gp_conv_geom *g, int64_t oc, int64_t chunk, float *buf) {
+    dw_buffers b = {.xpad = buf, .dyt = buf + chunk * xpad_floats(g)};
+    b.off = (int32_t *)(void *)(b.dyt + chunk * npix(g) * oc_padded(oc));
+    b.base = b.off + kdim(g);
+    return b;
+}
+
+static void dw_prepare(const gp_conv_geom *g, int64_t oc, int64_t chunk, const float *x,
+                               const float *dy, int64_t e0, int64_t e1, float *buf) {
+    const int64_t P = npix(g), ocp = oc_padded(oc);
+    const int64_t image = g->channels * padded_h(g) * padded_w(g);
+    const int64_t in_elems = g->channels * g->height * g->width;
+    const dw_buffers b = dw_buffers_of(g, oc, chunk, buf);
+    if (e0 == 0) tap_offsets(g, b.off);
+    for (int64_t e = e0; e < e1; e++) {
+        if (g->pad > 0) pad_input(g, x + e * in_elems, b.xpad + e * image);
+        for (int64_t p = 0; p < P; p++) {
+            float *row = b.dyt + (e * P + p) * ocp;
+            for (int64_t o = 0; o < oc; o++) row[o] = dy[(e * oc + o) * P + p];
+            for (int64_t o = oc; o < ocp; o++) row[o] = 0.0f;
+            b.base[e * P + p] = (int32_t)(e * image + pixel_base(g, p));
+        }
+    }
+}
+
+/* Tiles of panel pn: one per MR taps. */
+static int64_t tap_tiles(const gp_conv_geom *g, const panel *pn) {
+    return (kdim(g) + pn->mr - 1) / pn->mr;
+}
+
+static int64_t dw_tiles(const gp_conv_geom *g, int64_t oc) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < panel_count(oc); j++) {
+        panel pn;
+        panel_at(oc, j, &pn);
+        n += tap_tiles(g, &pn);
+    }
+    return n;
+}
+
+static void dw_run(const gp_conv_geom *g, int64_t oc, int64_t chunk, int64_t ne,
+                           const float *x, const float *buf, int64_t t0, int64_t t1, float *dw) {
+    const int64_t K = kdim(g), ocp = oc_padded(oc);
+    const dw_buffers b = dw_buffers_of(g, oc, chunk, (float *)buf);
+    const float *xp = g->pad > 0 ? b.xpad : x;
+    float out[MR_MAX * WIDE];
+    int64_t first = 0; /* the first tile of panel j */
+    for (int64_t j = 0; j < panel_count(oc) && first < t1; j++) {
+        panel pn;
+        panel_at(oc, j, &pn);
+        const int64_t n = tap_tiles(g, &pn);
+        const int64_t no = oc - pn.o0 < pn.wv ? oc - pn.o0 : pn.wv;
+        for (int64_t t = t0 > first ? t0 - first : 0; t < n && first + t < t1; t++) {
+            const int64_t k0 = t * pn.mr, nk = K - k0 < pn.mr ? K - k0 : pn.mr;
+            const float *rows[MR_MAX];
+            for (int i = 0; i < pn.mr; i++) rows[i] = xp + b.off[i < nk ? k0 + i : K - 1];
+            pn.tile(rows, b.base, ne * npix(g), b.dyt + pn.o0, ocp, out);
+            for (int64_t o = 0; o < no; o++)
+                for (int64_t i = 0; i < nk; i++) dw[(pn.o0 + o) * K + k0 + i] += out[i * pn.wv + o];
+        }
+        first += n;
+    }
+}
+
+/* ------------------------------------------------------- over the threads */
+
+static int threads_for(gp_device *dev, int64_t parts) {
+    const int threads = gp_cpu_pool_threads(gp_cpu_pool_of(dev));
+    return parts < threads ? (int)(parts > 0 ? parts : 1) : threads;
+}
+
+/* The backward workspace: the flipped weights and their packing, each thread's forward
+ * workspace (dx by the flipped convolution), then one chunk's buffers (dw). */
+typedef struct bwd_layout {
+    int64_t flipped, packed, dx_thread, dx_threads, chunk_buf;
+    gp_conv_geom gt;
+} bwd_layout;
+
+static bwd_layout bwd_layout_of(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                                bool dx_conv) {
+    bwd_layout L = {.chunk_buf = dw_floats(g, oc, batch)};
+    if (dx_conv && gp_conv_dx_geom(g, oc, &L.gt)) {
+        L.flipped = oc * kdim(g);
+        L.packed = packed_floats(&L.gt, g->channels);
+        L.dx_thread = forward_floats(&L.gt);
+        L.dx_threads = threads_for(dev, batch) * L.dx_thread;
+    }
+    return L;
+}
+
+int64_t gp_conv_direct_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                          bool backward, bool dx_conv) {
+    if (!backward) return packed_floats(g, oc) + threads_for(dev, batch) * forward_floats(g);
+    const bwd_layout L = bwd_layout_of(dev, g, batch, oc, dx_conv);
+    return L.flipped + L.packed + L.dx_threads + L.chunk_buf;
+}
+
+typedef struct direct_job {
+    const gp_conv_geom *g;
+    int64_t oc, batch, chunk, ne, tiles;
+    const float *x, *dy, *packed;
+    float *y, *dw, *ws, *buf;
+    int64_t thread_floats;
+} direct_job;
+
+/* Examples of part t: the convolution of g (y = conv(x)). */
+static void forward_part(void *ctx, int t, int nt) {
+    const direct_job *j = ctx;
+    const gp_conv_geom *g = j->g;
+    const int64_t in_elems = g->channels * g->height * g->width, out_elems = j->oc * npix(g);
+    int64_t lo, hi;
+    gp_cpu_split(j->batch, t, nt, 1, &lo, &hi);
+    for (int64_t b = lo; b < hi; b++)
+        forward_example(g, j->oc, j->packed, j->x + b * in_elems, j->y + b * out_elems,
+                        j->ws + t * j->thread_floats);
+}
+
+static void run_forward(gp_device *dev, direct_job *j) {
+    gp_cpu_pool_run(gp_cpu_pool_of(dev), threads_for(dev, j->batch), forward_part, j);
+}
+
+void gp_conv_direct_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                            const float *x, const float *w, float *y, float *ws) {
+    pack(g, oc, w, ws);
+    direct_job j = {.g = g, .oc = oc, .batch = batch, .x = x, .packed = ws, .y = y,
+                    .ws = ws + packed_floats(g, oc), .thread_floats = forward_floats(g)};
+    run_forward(dev, &j);
+}
+
+/* Examples of part t of the current chunk into its buffers. */
+static void dw_prepare_part(void *ctx, int t, int nt) {
+    const direct_job *j = ctx;
+    int64_t lo, hi;
+    gp_cpu_split(j->ne, t, nt, 1, &lo, &hi);
+    if (lo < hi) dw_prepare(j->g, j->oc, j->chunk, j->x, j->dy, lo, hi, j->buf);
+}
+
+/* Tiles of part t of the current chunk into dw. */
+static void dw_run_part(void *ctx, int t, int nt) {
+    const direct_job *j = ctx;
+    int64_t lo, hi;
+    gp_cpu_split(j->tiles, t, nt, 1, &lo, &hi);
+    if (lo < hi) dw_run(j->g, j->oc, j->chunk, j->ne, j->x, j->buf, lo, hi, j->dw);
+}
+
+void gp_conv_direct_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                             const float *x, const float *w, const float *dy, float *dx,
+                             float *dw, float *ws) {
+    if (batch <= 0) return;
+    const bwd_layout L = bwd_layout_of(dev, g, batch, oc, dx != NULL);
+    float *flipped = ws, *packed = flipped + L.flipped, *dx_ws = packed + L.packed;
+    float *buf = dx_ws + L.dx_threads;
+    gp_cpu_pool *pool = gp_cpu_pool_of(dev);
+    if (dx && L.flipped) { /* dx = conv(dy) with the flipped weights */
+        gp_conv_flip_weights(g, oc, w, flipped);
+        pack(&L.gt, g->channels, flipped, packed);
+        direct_job j = {.g = &L.gt, .oc = g->channels, .batch = batch, .x = dy, .packed = packed,
+                        .y = dx, .ws = dx_ws, .thread_floats = L.dx_thread};
+        run_forward(dev, &j);
+    }
+    if (!dw) return;
+    const int64_t chunk = dw_chunk(g, oc, batch), in_elems = g->channels * g->height * g->width;
+    const int64_t tiles = dw_tiles(g, oc), out_elems = oc * npix(g);
+    for (int64_t b = 0; b < batch; b += chunk) {
+        direct_job j = {.g = g, .oc = oc, .chunk = chunk,
+                        .ne = batch - b < chunk ? batch - b : chunk,
+                        .tiles = tiles, .x = x + b * in_elems, .dy = dy + b * out_elems,
+                        .dw = dw, .buf = buf};
+        gp_cpu_pool_run(pool, threads_for(dev, j.ne), dw_prepare_part, &j);
+        gp_cpu_pool_run(pool, threads_for(dev, tiles), dw_run_part, &j);
+    }
+}

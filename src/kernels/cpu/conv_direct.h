@@ -1,0 +1,52 @@
+/* Convolutions without im2col: an AVX2/FMA register tile that reads the taps straight from a
+ * zero-padded copy of one example, for the CPU's conv2d when the processor has AVX2 and FMA.
+ *
+ * The im2col path writes every example's K x P column matrix, OpenBLAS packs it again, and a
+ * chunk of examples' outputs is scattered back to NCHW: at the small channel counts of the
+ * ConvNets (24-96) that is a third of a convolution's time. Here a tile of MR output pixels by
+ * NR x 8 output channels (MR x NR = 12 accumulators) walks the K taps, each step broadcasting
+ * one input value per pixel from the padded image (an address, not a copy) against NR vectors
+ * of the packed weights; the weight gradient is the same tile with taps for pixels and pixels
+ * for the steps. The widths NR x 8 come from the channel count (24 and 48 use three vectors, 16,
+ * 32 and 64 two) so that few lanes are padding.
+ *
+ * Sums run in an order fixed by the geometry alone: over the taps in order for an output, over
+ * an example's pixels in order for its weight gradient, examples in order within a group. The
+ * bits therefore do not depend on the number of threads. */
+#ifndef GP_KERNELS_CPU_CONV_DIRECT_H
+#define GP_KERNELS_CPU_CONV_DIRECT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/device.h"
+#include "kernels/kernels.h"
+
+/* Whether this path serves a convolution of g with oc output channels: the CPU has AVX2 and
+ * FMA, the path is enabled, and one example's buffers stay within bounds. */
+bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc);
+/* On by default where the CPU has AVX2 and FMA, unless the environment has GP_CPU_CONV=im2col;
+ * off makes conv2d use im2col and OpenBLAS (for tests of both paths and benchmarks of one
+ * against the other). Not thread-safe: set it while no device computes. Returns the previous
+ * setting. */
+bool gp_conv_direct_enable(bool on);
+
+/* Workspace floats of gp_conv_direct_forward (backward false) or gp_conv_direct_backward
+ * (with the input gradient by the flipped convolution, dx_conv, or without one). */
+int64_t gp_conv_direct_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                          bool backward, bool dx_conv);
+/* y (batch, oc, P) = the convolution of x (batch, C, H, W) with w (oc, C, k, k); the threads
+ * split the examples. */
+void gp_conv_direct_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                            const float *x, const float *w, float *y, float *ws);
+/* dw += the weight gradient (if dw), dx = the input gradient (if dx; only where
+ * gp_conv_dx_geom makes it a convolution). The weight gradient goes chunk by chunk of
+ * examples (a number fixed by the geometry and the batch): their inputs padded and dy
+ * transposed into shared buffers (the threads splitting the examples), then the chunk's tiles
+ * split over the threads, each adding its sum over the chunk's examples and pixels, in order,
+ * into dw: dw = ((dw + chunk 0) + chunk 1) + ... on any number of threads. */
+void gp_conv_direct_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                             const float *x, const float *w, const float *dy, float *dx,
+                             float *dw, float *ws);
+
+#endif
