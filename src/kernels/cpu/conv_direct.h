@@ -1,18 +1,20 @@
 /* Convolutions without im2col: an AVX2/FMA register tile that reads the taps straight from a
- * zero-padded copy of one example, for the CPU's conv2d when the processor has AVX2 and FMA.
+ * zero-padded copy of each example, for the CPU's conv2d when the processor has AVX2 and FMA.
  *
  * The im2col path writes every example's K x P column matrix, OpenBLAS packs it again, and a
  * chunk of examples' outputs is scattered back to NCHW: at the small channel counts of the
- * ConvNets (24-96) that is a third of a convolution's time. Here a tile of MR output pixels by
- * NR x 8 output channels (MR x NR = 12 accumulators) walks the K taps, each step broadcasting
- * one input value per pixel from the padded image (an address, not a copy) against NR vectors
- * of the packed weights; the weight gradient is the same tile with taps for pixels and pixels
- * for the steps. The widths NR x 8 come from the channel count (24 and 48 use three vectors, 16,
- * 32 and 64 two) so that few lanes are padding.
+ * ConvNets (24-96) that costs a good part of a convolution's time. Here a tile of MR output
+ * pixels by NR x 8 output channels (MR x NR = 12 accumulators) walks the K taps, each step
+ * broadcasting one input value per pixel from the padded image (an address, not a copy)
+ * against NR vectors of the packed weights, and stores NCHW outputs; the weight gradient is the
+ * same tile with taps for pixels and pixels (of a chunk of examples) for the steps. The widths
+ * come from the channel count (multiples of 24 in panels of 24, others in panels of 16 and
+ * one of 8) so that few lanes are padding.
  *
- * Sums run in an order fixed by the geometry alone: over the taps in order for an output, over
- * an example's pixels in order for its weight gradient, examples in order within a group. The
- * bits therefore do not depend on the number of threads. */
+ * Sums run in an order fixed by the geometry and the batch alone: over the taps in order for
+ * an output; over a chunk's examples and pixels in order for the weight gradient, chunks in
+ * order. The bits therefore do not depend on the number of threads. The tests run every
+ * convolution case on both paths (test_kernels). */
 #ifndef GP_KERNELS_CPU_CONV_DIRECT_H
 #define GP_KERNELS_CPU_CONV_DIRECT_H
 
