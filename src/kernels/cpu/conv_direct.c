@@ -209,15 +209,43 @@ static int64_t panel_count(int64_t oc) {
 
 /* ------------------------------------------------------------ the passes */
 
+/* Taps per block of the packing: 16 floats of a weight row read at a time. */
+#define PACK_TAPS 16
+
+/* w (oc, K) into the panels: panel p holds [k][lane] = w[o0 + lane][k], zero past oc. */
 static void pack(const gp_conv_geom *g, int64_t oc, const float *w, float *packed) {
     const int64_t K = kdim(g), np = panel_count(oc);
     for (int64_t j = 0; j < np; j++) {
         panel p;
         panel_at(oc, j, &p);
-        for (int64_t k = 0; k < K; k++)
+        float *dst = packed + p.o0 * K;
+        const int64_t valid = oc - p.o0 < p.wv ? oc - p.o0 : p.wv;
+        for (int64_t k0 = 0; k0 < K; k0 += PACK_TAPS) {
+            const int64_t k1 = k0 + PACK_TAPS < K ? k0 + PACK_TAPS : K;
             for (int64_t o = 0; o < p.wv; o++) {
-                const int64_t oo = p.o0 + o;
-                packed[p.o0 * K + k * p.wv + o] = oo < oc ? w[oo * K + k] : 0.0f;
+                const float *src = w + (p.o0 + o) * K;
+                for (int64_t k = k0; k < k1; k++) dst[k * p.wv + o] = o < valid ? src[k] : 0.0f;
+            }
+        }
+    }
+}
+
+/* The packing of the input gradient's convolution (gp_conv_dx_geom: its output channels are
+ * g's C, its taps (o, ki, kj) over g's oc): [k'][lane] = w[o][c0 + lane][k-1-ki][k-1-kj],
+ * flipped and packed in one pass. */
+static void pack_flipped(const gp_conv_geom *g, int64_t oc, const float *w, float *packed) {
+    const int64_t C = g->channels, kk = g->kernel * g->kernel, K = oc * kk;
+    const int64_t np = panel_count(C);
+    for (int64_t j = 0; j < np; j++) {
+        panel p;
+        panel_at(C, j, &p);
+        float *dst = packed + p.o0 * K;
+        const int64_t valid = C - p.o0 < p.wv ? C - p.o0 : p.wv;
+        for (int64_t o = 0; o < oc; o++)
+            for (int64_t t = 0; t < kk; t++) {
+                float *d = dst + (o * kk + t) * p.wv;
+                const float *src = w + (o * C + p.o0) * kk + (kk - 1 - t);
+                for (int64_t c = 0; c < p.wv; c++) d[c] = c < valid ? src[c * kk] : 0.0f;
             }
     }
 }
@@ -357,10 +385,10 @@ static int threads_for(gp_device *dev, int64_t parts) {
     return parts < threads ? (int)(parts > 0 ? parts : 1) : threads;
 }
 
-/* The backward workspace: the flipped weights and their packing, each thread's forward
- * workspace (dx by the flipped convolution), then one chunk's buffers (dw). */
+/* The backward workspace: the flipped weights packed, each thread's forward workspace (dx by
+ * the flipped convolution), then one chunk's buffers (dw). */
 typedef struct bwd_layout {
-    int64_t flipped, packed, dx_thread, dx_threads, chunk_buf;
+    int64_t packed, dx_thread, dx_threads, chunk_buf;
     gp_conv_geom gt;
 } bwd_layout;
 
@@ -368,7 +396,6 @@ static bwd_layout bwd_layout_of(gp_device *dev, const gp_conv_geom *g, int64_t b
                                 bool dx_conv) {
     bwd_layout L = {.chunk_buf = dw_floats(g, oc, batch)};
     if (dx_conv && gp_conv_dx_geom(g, oc, &L.gt)) {
-        L.flipped = oc * kdim(g);
         L.packed = packed_floats(&L.gt, g->channels);
         L.dx_thread = forward_floats(&L.gt);
         L.dx_threads = threads_for(dev, batch) * L.dx_thread;
@@ -380,7 +407,7 @@ int64_t gp_conv_direct_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, 
                           bool backward, bool dx_conv) {
     if (!backward) return packed_floats(g, oc) + threads_for(dev, batch) * forward_floats(g);
     const bwd_layout L = bwd_layout_of(dev, g, batch, oc, dx_conv);
-    return L.flipped + L.packed + L.dx_threads + L.chunk_buf;
+    return L.packed + L.dx_threads + L.chunk_buf;
 }
 
 typedef struct direct_job {
@@ -436,12 +463,10 @@ void gp_conv_direct_backward(gp_device *dev, const gp_conv_geom *g, int64_t batc
                              float *dw, float *ws) {
     if (batch <= 0) return;
     const bwd_layout L = bwd_layout_of(dev, g, batch, oc, dx != NULL);
-    float *flipped = ws, *packed = flipped + L.flipped, *dx_ws = packed + L.packed;
-    float *buf = dx_ws + L.dx_threads;
+    float *packed = ws, *dx_ws = packed + L.packed, *buf = dx_ws + L.dx_threads;
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
-    if (dx && L.flipped) { /* dx = conv(dy) with the flipped weights */
-        gp_conv_flip_weights(g, oc, w, flipped);
-        pack(&L.gt, g->channels, flipped, packed);
+    if (dx && L.packed) { /* dx = conv(dy) with the flipped weights */
+        pack_flipped(g, oc, w, packed);
         direct_job j = {.g = &L.gt, .oc = g->channels, .batch = batch, .x = dy, .packed = packed,
                         .y = dx, .ws = dx_ws, .thread_floats = L.dx_thread};
         run_forward(dev, &j);
