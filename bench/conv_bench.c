@@ -1,0 +1,151 @@
+/* Times the CPU's two convolution paths, the direct AVX2/FMA tile (kernels/cpu/conv_direct.c)
+ * and im2col with OpenBLAS (GP_CPU_CONV=im2col), on the convolutions of the Fashion demo
+ * (examples/resnet_fashion.json, micro-batches of 8) and of C1 (batch 128), forward and
+ * backward (weight and input gradients), in one process: the two paths alternate round by
+ * round, and the sgemm ceiling (2048^3 on the same threads) is measured after each case's
+ * rounds.
+ * Prints GFLOP/s (2 x multiply-adds; backward counts both gradients), each path's fraction of
+ * the ceiling, and direct over im2col. Built as build/bench_conv.
+ * Usage: bench_conv [threads (1)] [rounds (7)] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/conv_direct.h"
+#include "kernels/kernels.h"
+#include "support/support.h"
+
+typedef struct conv_case {
+    const char *name;
+    int64_t c, hw, k, stride, oc, batch;
+} conv_case;
+
+/* Every convolution of the two networks that the direct path serves (16 taps or more). */
+static const conv_case cases[] = {
+    {"fashion block 1, 24->24 3x3 at 28x28", 24, 28, 3, 1, 24, 8},
+    {"fashion block 2, 24->48 3x3 stride 2", 24, 28, 3, 2, 48, 8},
+    {"fashion block 2, 24->48 1x1 stride 2", 24, 28, 1, 2, 48, 8},
+    {"fashion block 2, 48->48 3x3 at 14x14", 48, 14, 3, 1, 48, 8},
+    {"fashion block 3, 48->96 3x3 stride 2", 48, 14, 3, 2, 96, 8},
+    {"fashion block 3, 48->96 1x1 stride 2", 48, 14, 1, 2, 96, 8},
+    {"fashion blocks 3-4, 96->96 3x3 at 7x7", 96, 7, 3, 1, 96, 8},
+    {"C1 conv 2, 32->64 3x3 at 14x14", 32, 14, 3, 1, 64, 128},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static float *filled(int64_t n, uint32_t stream) {
+    float *p = malloc((size_t)n * sizeof *p);
+    if (!p) exit(1);
+    gp_rng_stream s = {.seed = 7, .purpose = GP_RNG_TEST, .a = stream};
+    gp_rng_normal(&s, 0, p, n);
+    return p;
+}
+
+/* Seconds of one forward (pass 0) or backward (pass 1) of case cc on the current path: the
+ * least of 3 calls, after one that warms the caches. */
+static double time_pass(gp_device *dev, const gp_kernels *kt, const conv_case *cc,
+                        const gp_conv_geom *g, const float *x, const float *w, const float *dy,
+                        float *y, float *dx, float *dw, int pass) {
+    const int64_t nws = kt->conv2d_ws(dev, g, cc->batch, cc->oc, pass == 1, true);
+    float *ws = nws ? malloc((size_t)nws * sizeof *ws) : NULL;
+    if (nws && !ws) exit(1);
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        const double t0 = gp_cli_now();
+        if (pass == 0)
+            kt->conv2d_forward(dev, g, cc->batch, cc->oc, x, w, y, ws);
+        else
+            kt->conv2d_backward(dev, g, cc->batch, cc->oc, x, w, dy, dx, dw, ws);
+        const double t = gp_cli_now() - t0;
+        if (r > 0 && t < best) best = t;
+    }
+    free(ws);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const int threads = argc > 1 ? atoi(argv[1]) : 1, rounds = argc > 2 ? atoi(argv[2]) : 7;
+    if (threads < 1 || rounds < 1 || rounds > 64) {
+        fprintf(stderr, "usage: bench_conv [threads >= 1] [rounds 1..64]\n");
+        return 2;
+    }
+    gp_device *dev = NULL;
+    if (gp_device_cpu_new_threads("bench", threads, &dev) != GP_OK) {
+        fprintf(stderr, "bench_conv: %s\n", gp_last_error());
+        return 1;
+    }
+    const gp_kernels *kt = gp_kernels_of(dev);
+    gp_conv_direct_enable(true);
+    gp_conv_geom probe = {.channels = 24, .height = 28, .width = 28, .kernel = 3, .stride = 1,
+                          .pad = 1, .out_h = 28, .out_w = 28};
+    if (!gp_conv_direct_applies(&probe, 24)) {
+        printf("bench_conv: the direct path is not available here (no AVX2 and FMA, or "
+               "GP_CPU_CONV=im2col): nothing to compare\n");
+        return 0;
+    }
+    double warm; /* wakes the device's threads and the clock before the first case */
+    char why[128];
+    if (!gp_cli_bench_sgemm(2048, 2048, 2048, threads, false, 1, &warm, why, sizeof why)) {
+        fprintf(stderr, "bench_conv: %s\n", why);
+        return 1;
+    }
+    printf("CPU device of %d thread(s); %d rounds, the two paths alternating; medians\n",
+           threads, rounds);
+    double ceil_rounds[2 * NCASES];
+    int nceil = 0;
+    printf("| convolution | batch | pass | direct GFLOP/s | im2col GFLOP/s | direct / im2col |"
+           " direct of ceiling | im2col of ceiling |\n|---|---:|---|---:|---:|---:|---:|---:|\n");
+    double sum_t[2] = {0, 0};
+    for (int ci = 0; ci < NCASES; ci++) {
+        const conv_case *cc = &cases[ci];
+        const int64_t pad = cc->k / 2;
+        gp_conv_geom g = {.channels = cc->c, .height = cc->hw, .width = cc->hw,
+                          .kernel = cc->k, .stride = cc->stride, .pad = pad};
+        g.out_h = g.out_w = (cc->hw + 2 * pad - cc->k) / cc->stride + 1;
+        const int64_t nx = cc->batch * cc->c * cc->hw * cc->hw, nw = cc->oc * cc->c * cc->k * cc->k;
+        const int64_t ny = cc->batch * cc->oc * g.out_h * g.out_w;
+        float *x = filled(nx, 1), *w = filled(nw, 2), *dy = filled(ny, 3);
+        float *y = filled(ny, 4), *dx = filled(nx, 5), *dw = filled(nw, 6);
+        const double macs = (double)ny * (double)(cc->c * cc->k * cc->k);
+        for (int pass = 0; pass < 2; pass++) {
+            double t[2][64];
+            for (int r = 0; r < rounds; r++) {
+                for (int path = 0; path < 2; path++) {
+                    gp_conv_direct_enable(path == 0);
+                    t[path][r] = time_pass(dev, kt, cc, &g, x, w, dy, y, dx, dw, pass);
+                }
+            }
+            double rate;
+            if (nceil < 2 * NCASES &&
+                gp_cli_bench_sgemm(2048, 2048, 2048, threads, false, 1, &rate, why, sizeof why))
+                ceil_rounds[nceil++] = rate;
+            const double flops = 2.0 * macs * (pass ? 2.0 : 1.0);
+            const double td = median(t[0], rounds), ti = median(t[1], rounds);
+            const double ceiling = median(ceil_rounds, nceil);
+            sum_t[0] += td, sum_t[1] += ti;
+            printf("| %s | %lld | %s | %.1f | %.1f | %.2fx | %.3f | %.3f |\n", cc->name,
+                   (long long)cc->batch, pass ? "backward" : "forward", flops / td / 1e9,
+                   flops / ti / 1e9, ti / td, flops / td / 1e9 / ceiling,
+                   flops / ti / 1e9 / ceiling);
+            fflush(stdout);
+        }
+        free(x), free(w), free(dy), free(y), free(dx), free(dw);
+    }
+    gp_conv_direct_enable(true);
+    printf("sgemm 2048^3 ceiling: %.1f GFLOP/s (median of %d, one after each case)\n",
+           median(ceil_rounds, nceil), nceil);
+    printf("all cases, one call of each pass: direct %.2f ms, im2col %.2f ms (%.2fx)\n",
+           sum_t[0] * 1e3, sum_t[1] * 1e3, sum_t[1] / sum_t[0]);
+    gp_device_free(dev);
+    return 0;
+}
