@@ -2,7 +2,7 @@
  * and im2col with OpenBLAS (GP_CPU_CONV=im2col), on the convolutions of the Fashion demo
  * (examples/resnet_fashion.json, micro-batches of 8) and of C1 (batch 128), forward and
  * backward (weight and input gradients), in one process: the two paths alternate round by
- * round, and the sgemm ceiling (2048^3 on the same threads) is measured after each case's
+ * round, and the sgemm ceiling (2048^3 on the same threads) is measured after each pass's
  * rounds.
  * Prints GFLOP/s (2 x multiply-adds; backward counts both gradients), each path's fraction of
  * the ceiling, and direct over im2col. Built as build/bench_conv.
@@ -85,18 +85,20 @@ int main(int argc, char **argv) {
         return 1;
     }
     const gp_kernels *kt = gp_kernels_of(dev);
-    gp_conv_direct_enable(true);
+    gp_conv_direct_enable(true); /* whatever GP_CPU_CONV says: both paths are timed */
     gp_conv_geom probe = {.channels = 24, .height = 28, .width = 28, .kernel = 3, .stride = 1,
                           .pad = 1, .out_h = 28, .out_w = 28};
     if (!gp_conv_direct_applies(&probe, 24)) {
-        printf("bench_conv: the direct path is not available here (no AVX2 and FMA, or "
-               "GP_CPU_CONV=im2col): nothing to compare\n");
+        printf("bench_conv: the direct path is not available on this CPU (it needs AVX2 and "
+               "FMA): nothing to compare\n");
+        gp_device_free(dev);
         return 0;
     }
     double warm; /* wakes the device's threads and the clock before the first case */
     char why[128];
     if (!gp_cli_bench_sgemm(2048, 2048, 2048, threads, false, 1, &warm, why, sizeof why)) {
         fprintf(stderr, "bench_conv: %s\n", why);
+        gp_device_free(dev);
         return 1;
     }
     printf("CPU device of %d thread(s); %d rounds, the two paths alternating; medians\n",
@@ -129,6 +131,8 @@ int main(int argc, char **argv) {
             if (nceil < 2 * NCASES &&
                 gp_cli_bench_sgemm(2048, 2048, 2048, threads, false, 1, &rate, why, sizeof why))
                 ceil_rounds[nceil++] = rate;
+            else
+                ceil_rounds[nceil++] = warm; /* (a failed run: the first measurement stands) */
             const double flops = 2.0 * macs * (pass ? 2.0 : 1.0);
             const double td = median(t[0], rounds), ti = median(t[1], rounds);
             const double ceiling = median(ceil_rounds, nceil);
@@ -142,7 +146,7 @@ int main(int argc, char **argv) {
         free(x), free(w), free(dy), free(y), free(dx), free(dw);
     }
     gp_conv_direct_enable(true);
-    printf("sgemm 2048^3 ceiling: %.1f GFLOP/s (median of %d, one after each case)\n",
+    printf("sgemm 2048^3 ceiling: %.1f GFLOP/s (median of %d, one after each pass)\n",
            median(ceil_rounds, nceil), nceil);
     printf("all cases, one call of each pass: direct %.2f ms, im2col %.2f ms (%.2fx)\n",
            sum_t[0] * 1e3, sum_t[1] * 1e3, sum_t[1] / sum_t[0]);

@@ -1631,7 +1631,9 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
  * into a GEMM in chunks (7x7 and 14x14 to 7x7, batches that the groups and chunks do not divide);
  * output channel counts that the direct path tiles 8, 16 and 24 wide, with padded lanes (20,
  * 40), pixels and taps that do not fill its last tile, and batches whose weight gradients it
- * sums in several chunks of examples (with and without padding, stride 2). Every case runs on
+ * sums in several chunks of examples (with and without padding, stride 2); its input gradients
+ * by phase at strides 2 and 3, with phases that no tap reaches (1x1 at stride 2, k 2 at stride
+ * 3), and padding beyond k - 1 at stride 1 (dx through im2col after it). Every case runs on
  * both paths of the CPU (the direct tile where the processor has AVX2 and FMA, im2col and
  * OpenBLAS). */
 static const int64_t conv_cases[][8] = {
@@ -1644,7 +1646,8 @@ static const int64_t conv_cases[][8] = {
     {3, 14, 14, 1, 2, 0, 10, 4}, {24, 7, 7, 3, 1, 1, 3, 48},  {6, 14, 14, 3, 2, 1, 2, 32},
     {16, 5, 5, 3, 1, 1, 2, 24},  {3, 9, 9, 3, 1, 1, 2, 20},  {2, 6, 6, 3, 1, 0, 2, 40},
     {33, 4, 4, 1, 1, 0, 2, 16},  {4, 28, 28, 3, 1, 1, 13, 20}, {3, 30, 30, 3, 1, 0, 9, 16},
-    {2, 60, 60, 3, 2, 1, 7, 8}};
+    {2, 60, 60, 3, 2, 1, 7, 8},  {4, 5, 5, 3, 1, 3, 2, 8},    {24, 9, 9, 1, 2, 0, 3, 24},
+    {16, 8, 7, 2, 3, 0, 2, 8}};
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
 static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {

@@ -5,7 +5,6 @@
 #include "kernels/cpu/conv_geom.h"
 #include "kernels/cpu/pool.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #define GP_AVX2 __attribute__((target("avx2,fma")))
 #else
 #define GP_HAVE_AVX2_TILE 0
+#include <math.h>
 #endif
 
 /* The tables of offsets live in the float workspace, 4 bytes an entry. */
@@ -114,11 +114,27 @@ static int64_t dw_floats(const gp_conv_geom *g, int64_t oc, int64_t batch) {
     return dw_chunk(g, oc, batch) * dw_example_floats(g, oc) + kdim(g);
 }
 
+/* dy's copy for the input gradient at strides above 1 (see the phases below). */
+typedef struct phase_geom {
+    int64_t s, lead, Hq, Wq; /* the stride; dy's copy: zeros before, rows, columns */
+} phase_geom;
+
+static phase_geom phase_geom_of(const gp_conv_geom *g) {
+    const int64_t s = g->stride, lead = (g->kernel + s - 1) / s - 1;
+    const int64_t last_h = (g->height - 1 + g->pad) / s, last_w = (g->width - 1 + g->pad) / s;
+    return (phase_geom){.s = s, .lead = lead,
+                        .Hq = lead + (last_h + 1 > g->out_h ? last_h + 1 : g->out_h),
+                        .Wq = lead + (last_w + 1 > g->out_w ? last_w + 1 : g->out_w)};
+}
+
 bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc) {
     pthread_once(&g_env_once, read_env);
     if (!g_enabled || !cpu_has_avx2_fma() || oc <= 0 || kdim(g) < MIN_TAPS) return false;
     const int64_t image = g->channels * padded_h(g) * padded_w(g);
-    /* one example within bounds; a chunk of them is then too (gp_conv_direct_dw_chunk) */
+    /* one example within bounds; a chunk of them is then too (dw_chunk) */
+    const phase_geom q = phase_geom_of(g);
+    if (g->stride > 1 && (oc * q.Hq * q.Wq >= INT32_MAX || oc * q.Hq * q.Wq > DIRECT_MAX_FLOATS))
+        return false;
     return image * (dw_chunk(g, oc, INT32_MAX) + 1) < INT32_MAX &&
            dw_example_floats(g, oc) + kdim(g) <= DIRECT_MAX_FLOATS &&
            forward_floats(g) <= DIRECT_MAX_FLOATS;
@@ -250,22 +266,28 @@ static void pack_flipped(const gp_conv_geom *g, int64_t oc, const float *w, floa
     }
 }
 
+/* planes (C, H, W) into dst (C, Hq, Wq) at row top and column left, zeros around. */
+static void pad_planes(const float *x, int64_t C, int64_t H, int64_t W, float *dst, int64_t Hq,
+                       int64_t Wq, int64_t top, int64_t left) {
+    const int64_t right = Wq - left - W, bottom = Hq - top - H;
+    for (int64_t c = 0; c < C; c++) {
+        float *d = dst + c * Hq * Wq;
+        const float *s = x + c * H * W;
+        memset(d, 0, (size_t)(top * Wq) * sizeof *d);
+        for (int64_t h = 0; h < H; h++) {
+            float *row = d + (top + h) * Wq;
+            memset(row, 0, (size_t)left * sizeof *row);
+            memcpy(row + left, s + h * W, (size_t)W * sizeof *row);
+            memset(row + left + W, 0, (size_t)right * sizeof *row);
+        }
+        memset(d + (top + H) * Wq, 0, (size_t)(bottom * Wq) * sizeof *d);
+    }
+}
+
 /* x (C, H, W) with pad zeros around each plane into xp; x itself without padding. */
 static const float *pad_input(const gp_conv_geom *g, const float *x, float *xp) {
-    const int64_t p = g->pad, H = g->height, W = g->width, Hp = padded_h(g), Wp = padded_w(g);
-    if (p == 0) return x;
-    for (int64_t c = 0; c < g->channels; c++) {
-        float *d = xp + c * Hp * Wp;
-        const float *s = x + c * H * W;
-        memset(d, 0, (size_t)(p * Wp) * sizeof *d);
-        for (int64_t h = 0; h < H; h++) {
-            float *row = d + (p + h) * Wp;
-            memset(row, 0, (size_t)p * sizeof *row);
-            memcpy(row + p, s + h * W, (size_t)W * sizeof *row);
-            memset(row + p + W, 0, (size_t)p * sizeof *row);
-        }
-        memset(d + (p + H) * Wp, 0, (size_t)(p * Wp) * sizeof *d);
-    }
+    if (g->pad == 0) return x;
+    pad_planes(x, g->channels, g->height, g->width, xp, padded_h(g), padded_w(g), g->pad, g->pad);
     return xp;
 }
 
@@ -327,7 +349,6 @@ static void dw_prepare(const gp_conv_geom *g, int64_t oc, int64_t chunk, const f
     const int64_t image = g->channels * padded_h(g) * padded_w(g);
     const int64_t in_elems = g->channels * g->height * g->width;
     const dw_buffers b = dw_buffers_of(g, oc, chunk, buf);
-    if (e0 == 0) tap_offsets(g, b.off);
     for (int64_t e = e0; e < e1; e++) {
         if (g->pad > 0) pad_input(g, x + e * in_elems, b.xpad + e * image);
         for (int64_t p = 0; p < P; p++) {
@@ -378,6 +399,111 @@ static void dw_run(const gp_conv_geom *g, int64_t oc, int64_t chunk, int64_t ne,
     }
 }
 
+/* ------------------------------------ the input gradient at strides above 1 */
+
+/* At stride s the input gradient splits by phase: the input pixels (ih, iw) with
+ * (ih + pad) mod s = ph and (iw + pad) mod s = pw receive only the taps ki = ph + s a,
+ * kj = pw + s b, each from dy at (oh0 - a, ow0 - b), oh0 = (ih + pad) / s (ow0 likewise): per
+ * phase a correlation of dy with a sub-kernel, written to a sub-grid of dx. The tile runs it
+ * with the phase's input pixels for rows and its taps (o, a, b) for steps, reading a copy of dy
+ * with lead = ceil(k / s) - 1 zeros before each row and column and enough after. */
+/* Taps of a phase along one axis: ki = ph + s a < k. */
+static int64_t phase_taps(int64_t k, int64_t s, int64_t ph) { return ph < k ? (k - ph + s - 1) / s : 0; }
+
+/* The first input row (column) of a phase, and how many of the extent n there are. */
+static int64_t phase_first(int64_t pad, int64_t s, int64_t ph) { return ((ph - pad) % s + s) % s; }
+static int64_t phase_count(int64_t n, int64_t first, int64_t s) {
+    return first < n ? (n - first + s - 1) / s : 0;
+}
+
+/* Taps (o, a, b) of phase (ph, pw) for oc output channels. */
+static int64_t phase_kdim(const gp_conv_geom *g, int64_t oc, int64_t ph, int64_t pw) {
+    return oc * phase_taps(g->kernel, g->stride, ph) * phase_taps(g->kernel, g->stride, pw);
+}
+
+/* Floats of every phase's packed weights, and ints of their offset tables. */
+static void phase_sizes(const gp_conv_geom *g, int64_t oc, int64_t *packed, int64_t *offsets) {
+    const int64_t s = g->stride, cp = oc_padded(g->channels);
+    *packed = *offsets = 0;
+    for (int64_t ph = 0; ph < s; ph++)
+        for (int64_t pw = 0; pw < s; pw++) {
+            const int64_t kd = phase_kdim(g, oc, ph, pw);
+            *packed += cp * kd, *offsets += kd;
+        }
+}
+
+/* Each phase's weights packed over the input channels, [tap (o, a, b)][lane c] =
+ * w[o][c0 + c][ph + s a][pw + s b], and its taps' offsets in dy's copy from a pixel's base. */
+static void phase_pack(const gp_conv_geom *g, int64_t oc, const float *w, float *packed,
+                       int32_t *off) {
+    const int64_t s = g->stride, k = g->kernel, C = g->channels, kk = k * k;
+    const phase_geom q = phase_geom_of(g);
+    for (int64_t ph = 0; ph < s; ph++)
+        for (int64_t pw = 0; pw < s; pw++) {
+            const int64_t na = phase_taps(k, s, ph), nb = phase_taps(k, s, pw), K = oc * na * nb;
+            for (int64_t o = 0, t = 0; o < oc; o++)
+                for (int64_t a = 0; a < na; a++)
+                    for (int64_t b = 0; b < nb; b++, t++)
+                        off[t] = (int32_t)((o * q.Hq - a) * q.Wq - b);
+            for (int64_t j = 0; j < panel_count(C); j++) {
+                panel p;
+                panel_at(C, j, &p);
+                const int64_t valid = C - p.o0 < p.wv ? C - p.o0 : p.wv;
+                float *d = packed + p.o0 * K;
+                for (int64_t o = 0; o < oc; o++)
+                    for (int64_t a = 0; a < na; a++)
+                        for (int64_t b = 0; b < nb; b++, d += p.wv) {
+                            const float *src = w + (o * C + p.o0) * kk + (ph + s * a) * k + pw + s * b;
+                            for (int64_t c = 0; c < p.wv; c++) d[c] = c < valid ? src[c * kk] : 0.0f;
+                        }
+            }
+            packed += oc_padded(C) * K, off += K;
+        }
+}
+
+/* dx (C, H, W) of one example from its dy (oc, OH, OW), the phases packed by phase_pack;
+ * dyq: the thread's copy of dy. */
+static void dx_strided_example(const gp_conv_geom *g, int64_t oc, const float *packed,
+                               const int32_t *off, const float *dy, float *dx, float *dyq) {
+    const int64_t s = g->stride, C = g->channels, H = g->height, W = g->width;
+    const phase_geom q = phase_geom_of(g);
+    pad_planes(dy, oc, g->out_h, g->out_w, dyq, q.Hq, q.Wq, q.lead, q.lead);
+    float out[MR_MAX * WIDEST];
+    for (int64_t ph = 0; ph < s; ph++)
+        for (int64_t pw = 0; pw < s; pw++) {
+            const int64_t K = phase_kdim(g, oc, ph, pw);
+            const int64_t ih0 = phase_first(g->pad, s, ph), iw0 = phase_first(g->pad, s, pw);
+            const int64_t nw = phase_count(W, iw0, s), n = phase_count(H, ih0, s) * nw;
+            if (K == 0) { /* no tap reaches these pixels */
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t i = 0; i < n; i++)
+                        dx[(c * H + ih0 + s * (i / nw)) * W + iw0 + s * (i % nw)] = 0.0f;
+                continue;
+            }
+            for (int64_t j = 0; j < panel_count(C); j++) {
+                panel pn;
+                panel_at(C, j, &pn);
+                const int64_t nc = C - pn.o0 < pn.wv ? C - pn.o0 : pn.wv;
+                for (int64_t p0 = 0; p0 < n; p0 += pn.mr) {
+                    const float *rows[MR_MAX];
+                    int64_t at[MR_MAX]; /* the pixels' offsets in a plane of dx */
+                    const int64_t np = n - p0 < pn.mr ? n - p0 : pn.mr;
+                    for (int i = 0; i < pn.mr; i++) {
+                        const int64_t pi = i < np ? p0 + i : n - 1;
+                        const int64_t ih = ih0 + s * (pi / nw), iw = iw0 + s * (pi % nw);
+                        rows[i] = dyq + (q.lead + (ih + g->pad) / s) * q.Wq + q.lead + (iw + g->pad) / s;
+                        at[i] = ih * W + iw;
+                    }
+                    pn.tile(rows, off, K, packed + pn.o0 * K, pn.wv, out);
+                    for (int64_t c = 0; c < nc; c++)
+                        for (int64_t i = 0; i < np; i++)
+                            dx[(pn.o0 + c) * H * W + at[i]] = out[i * pn.wv + c];
+                }
+            }
+            packed += oc_padded(C) * K, off += K;
+        }
+}
+
 /* ------------------------------------------------------- over the threads */
 
 static int threads_for(gp_device *dev, int64_t parts) {
@@ -385,34 +511,56 @@ static int threads_for(gp_device *dev, int64_t parts) {
     return parts < threads ? (int)(parts > 0 ? parts : 1) : threads;
 }
 
-/* The backward workspace: the flipped weights packed, each thread's forward workspace (dx by
- * the flipped convolution), then one chunk's buffers (dw). */
+/* The stride-1 input gradient as the flipped convolution (gp_conv_dx_geom), where that
+ * convolution's padded copy of dy stays within the bounds applies() sets for g's input. */
+static bool dx_by_conv(const gp_conv_geom *g, int64_t oc, gp_conv_geom *gt) {
+    if (!gp_conv_dx_geom(g, oc, gt)) return false;
+    const int64_t image = gt->channels * padded_h(gt) * padded_w(gt);
+    return image < INT32_MAX && forward_floats(gt) <= DIRECT_MAX_FLOATS;
+}
+
+/* The backward workspace: the input gradient's packed weights (flipped, or by phase) and the
+ * phases' offsets, each thread's buffer for it (the flipped convolution's forward workspace,
+ * or its copy of dy), then one chunk's buffers (dw). */
 typedef struct bwd_layout {
-    int64_t packed, dx_thread, dx_threads, chunk_buf;
+    int64_t packed, offsets, dx_thread, dx_threads, chunk_buf;
+    bool dx_conv, dx_phases;
     gp_conv_geom gt;
 } bwd_layout;
 
 static bwd_layout bwd_layout_of(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                                bool dx_conv) {
+                                bool want_dx) {
     bwd_layout L = {.chunk_buf = dw_floats(g, oc, batch)};
-    if (dx_conv && gp_conv_dx_geom(g, oc, &L.gt)) {
+    if (want_dx && dx_by_conv(g, oc, &L.gt)) {
+        L.dx_conv = true;
         L.packed = packed_floats(&L.gt, g->channels);
         L.dx_thread = forward_floats(&L.gt);
-        L.dx_threads = threads_for(dev, batch) * L.dx_thread;
+    } else if (want_dx && g->stride > 1) {
+        const phase_geom q = phase_geom_of(g);
+        L.dx_phases = true;
+        phase_sizes(g, oc, &L.packed, &L.offsets);
+        L.dx_thread = oc * q.Hq * q.Wq;
     }
+    L.dx_threads = threads_for(dev, batch) * L.dx_thread;
     return L;
 }
 
+bool gp_conv_direct_dx(const gp_conv_geom *g, int64_t oc) {
+    gp_conv_geom gt;
+    return dx_by_conv(g, oc, &gt) || g->stride > 1;
+}
+
 int64_t gp_conv_direct_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                          bool backward, bool dx_conv) {
+                          bool backward, bool with_dx) {
     if (!backward) return packed_floats(g, oc) + threads_for(dev, batch) * forward_floats(g);
-    const bwd_layout L = bwd_layout_of(dev, g, batch, oc, dx_conv);
-    return L.packed + L.dx_threads + L.chunk_buf;
+    const bwd_layout L = bwd_layout_of(dev, g, batch, oc, with_dx);
+    return L.packed + L.offsets + L.dx_threads + L.chunk_buf;
 }
 
 typedef struct direct_job {
     const gp_conv_geom *g;
     int64_t oc, batch, chunk, ne, tiles;
+    const int32_t *off; /* the phases' offsets (dx at strides above 1) */
     const float *x, *dy, *packed;
     float *y, *dw, *ws, *buf;
     int64_t thread_floats;
@@ -442,6 +590,18 @@ void gp_conv_direct_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch
     run_forward(dev, &j);
 }
 
+/* Examples of part t: their input gradients by phase (y: dx, x: dy). */
+static void dx_phases_part(void *ctx, int t, int nt) {
+    const direct_job *j = ctx;
+    const gp_conv_geom *g = j->g;
+    const int64_t in_elems = g->channels * g->height * g->width, out_elems = j->oc * npix(g);
+    int64_t lo, hi;
+    gp_cpu_split(j->batch, t, nt, 1, &lo, &hi);
+    for (int64_t b = lo; b < hi; b++)
+        dx_strided_example(g, j->oc, j->packed, j->off, j->x + b * out_elems, j->y + b * in_elems,
+                           j->ws + t * j->thread_floats);
+}
+
 /* Examples of part t of the current chunk into its buffers. */
 static void dw_prepare_part(void *ctx, int t, int nt) {
     const direct_job *j = ctx;
@@ -463,17 +623,24 @@ void gp_conv_direct_backward(gp_device *dev, const gp_conv_geom *g, int64_t batc
                              float *dw, float *ws) {
     if (batch <= 0) return;
     const bwd_layout L = bwd_layout_of(dev, g, batch, oc, dx != NULL);
-    float *packed = ws, *dx_ws = packed + L.packed, *buf = dx_ws + L.dx_threads;
+    float *packed = ws, *dx_ws = packed + L.packed + L.offsets, *buf = dx_ws + L.dx_threads;
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
-    if (dx && L.packed) { /* dx = conv(dy) with the flipped weights */
+    if (dx && L.dx_conv) { /* dx = conv(dy) with the flipped weights */
         pack_flipped(g, oc, w, packed);
         direct_job j = {.g = &L.gt, .oc = g->channels, .batch = batch, .x = dy, .packed = packed,
                         .y = dx, .ws = dx_ws, .thread_floats = L.dx_thread};
         run_forward(dev, &j);
+    } else if (dx && L.dx_phases) {
+        int32_t *off = (int32_t *)(void *)(packed + L.packed);
+        phase_pack(g, oc, w, packed, off);
+        direct_job j = {.g = g, .oc = oc, .batch = batch, .off = off, .x = dy, .packed = packed,
+                        .y = dx, .ws = dx_ws, .thread_floats = L.dx_thread};
+        gp_cpu_pool_run(pool, threads_for(dev, batch), dx_phases_part, &j);
     }
     if (!dw) return;
     const int64_t chunk = dw_chunk(g, oc, batch), in_elems = g->channels * g->height * g->width;
     const int64_t tiles = dw_tiles(g, oc), out_elems = oc * npix(g);
+    tap_offsets(g, dw_buffers_of(g, oc, chunk, buf).off); /* the same for every chunk */
     for (int64_t b = 0; b < batch; b += chunk) {
         direct_job j = {.g = g, .oc = oc, .chunk = chunk,
                         .ne = batch - b < chunk ? batch - b : chunk,

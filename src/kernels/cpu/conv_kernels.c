@@ -189,7 +189,6 @@ static int64_t chunk_out_floats(const gp_conv_geom *g, int64_t oc) {
     return e > 1 ? oc * e * npix_of(g) : 0;
 }
 
-
 /* Groups of examples whose weight gradients are summed apart, then added in group order: a
  * number set by the batch and the geometry alone, so the sums are the same on any number of
  * threads. Up to CONV_GROUPS; fewer where an example's output is small, so that each group has
@@ -250,10 +249,9 @@ int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, i
                          bool backward, bool want_dx) {
     if (!gp_conv_direct_applies(g, out_ch))
         return gemm_ws(dev, g, batch, out_ch, backward, want_dx);
-    gp_conv_geom gt;
-    const bool dx_conv = want_dx && gp_conv_dx_geom(g, out_ch, &gt);
-    return gp_conv_direct_ws(dev, g, batch, out_ch, backward, dx_conv) +
-           (backward && want_dx && !dx_conv ? gemm_ws(dev, g, batch, out_ch, true, true) : 0);
+    const bool dx_direct = want_dx && gp_conv_direct_dx(g, out_ch);
+    return gp_conv_direct_ws(dev, g, batch, out_ch, backward, dx_direct) +
+           (backward && want_dx && !dx_direct ? gemm_ws(dev, g, batch, out_ch, true, true) : 0);
 }
 
 typedef struct conv_args {
@@ -447,7 +445,6 @@ static void conv_backward_part(void *ctx, int t, int nt) {
     }
 }
 
-
 /* dw[i] += the group partials' sum, groups in order. */
 static void conv_reduce_range(void *ctx, int64_t lo, int64_t hi) {
     const conv_args *a = ctx;
@@ -469,19 +466,18 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
                                  int64_t out_ch, const float *x, const float *w, const float *dy,
                                  float *dx, float *dw, float *ws) {
     if (batch <= 0) return GP_OK;
-    if (gp_conv_direct_applies(g, out_ch)) { /* dx through im2col where it is no convolution */
-        gp_conv_geom gt;
-        const bool dx_conv = dx && gp_conv_dx_geom(g, out_ch, &gt);
-        gp_conv_direct_backward(dev, g, batch, out_ch, x, w, dy, dx_conv ? dx : NULL, dw, ws);
-        if (!dx || dx_conv) return GP_OK;
+    if (gp_conv_direct_applies(g, out_ch)) { /* dx by im2col where the direct path has none */
+        const bool dx_direct = dx && gp_conv_direct_dx(g, out_ch);
+        gp_conv_direct_backward(dev, g, batch, out_ch, x, w, dy, dx_direct ? dx : NULL, dw, ws);
+        if (!dx || dx_direct) return GP_OK;
         return gemm_backward(dev, g, batch, out_ch, x, w, dy, dx, NULL,
                              ws + gp_conv_direct_ws(dev, g, batch, out_ch, true, false));
     }
     return gemm_backward(dev, g, batch, out_ch, x, w, dy, dx, dw, ws);
 }
 
-/* The im2col path's backward (also the direct path's input gradient where that is no
- * convolution: strides above 1). */
+/* The im2col path's backward (also the direct path's input gradient where it has none:
+ * gp_conv_direct_dx). */
 static gp_status gemm_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                int64_t out_ch, const float *x, const float *w, const float *dy,
                                float *dx, float *dw, float *ws) {
