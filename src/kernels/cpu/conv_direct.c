@@ -468,18 +468,15 @@ static void dx_strided_example(const gp_conv_geom *g, int64_t oc, const float *p
     const int64_t s = g->stride, C = g->channels, H = g->height, W = g->width;
     const phase_geom q = phase_geom_of(g);
     pad_planes(dy, oc, g->out_h, g->out_w, dyq, q.Hq, q.Wq, q.lead, q.lead);
+    if (g->kernel < s) /* phases no tap reaches (a 1x1 at stride 2): their pixels are 0 */
+        memset(dx, 0, (size_t)(C * H * W) * sizeof *dx);
     float out[MR_MAX * WIDEST];
     for (int64_t ph = 0; ph < s; ph++)
         for (int64_t pw = 0; pw < s; pw++) {
             const int64_t K = phase_kdim(g, oc, ph, pw);
             const int64_t ih0 = phase_first(g->pad, s, ph), iw0 = phase_first(g->pad, s, pw);
             const int64_t nw = phase_count(W, iw0, s), n = phase_count(H, ih0, s) * nw;
-            if (K == 0) { /* no tap reaches these pixels */
-                for (int64_t c = 0; c < C; c++)
-                    for (int64_t i = 0; i < n; i++)
-                        dx[(c * H + ih0 + s * (i / nw)) * W + iw0 + s * (i % nw)] = 0.0f;
-                continue;
-            }
+            if (K == 0) continue; /* zeroed above */
             for (int64_t j = 0; j < panel_count(C); j++) {
                 panel pn;
                 panel_at(C, j, &pn);
