@@ -563,20 +563,26 @@ typedef struct direct_job {
     int64_t thread_floats;
 } direct_job;
 
-/* Examples of part t: the convolution of g (y = conv(x)). */
-static void forward_part(void *ctx, int t, int nt) {
+/* Examples of part t: the convolution of g (y = conv(x)), or with the phases' offsets (off)
+ * its input gradient by phase (x: dy, y: dx). */
+static void examples_part(void *ctx, int t, int nt) {
     const direct_job *j = ctx;
     const gp_conv_geom *g = j->g;
     const int64_t in_elems = g->channels * g->height * g->width, out_elems = j->oc * npix(g);
     int64_t lo, hi;
     gp_cpu_split(j->batch, t, nt, 1, &lo, &hi);
-    for (int64_t b = lo; b < hi; b++)
-        forward_example(g, j->oc, j->packed, j->x + b * in_elems, j->y + b * out_elems,
-                        j->ws + t * j->thread_floats);
+    for (int64_t b = lo; b < hi; b++) {
+        float *ws = j->ws + t * j->thread_floats;
+        if (j->off)
+            dx_strided_example(g, j->oc, j->packed, j->off, j->x + b * out_elems,
+                               j->y + b * in_elems, ws);
+        else
+            forward_example(g, j->oc, j->packed, j->x + b * in_elems, j->y + b * out_elems, ws);
+    }
 }
 
-static void run_forward(gp_device *dev, direct_job *j) {
-    gp_cpu_pool_run(gp_cpu_pool_of(dev), threads_for(dev, j->batch), forward_part, j);
+static void run_examples(gp_device *dev, direct_job *j) {
+    gp_cpu_pool_run(gp_cpu_pool_of(dev), threads_for(dev, j->batch), examples_part, j);
 }
 
 void gp_conv_direct_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
@@ -584,19 +590,7 @@ void gp_conv_direct_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch
     pack(g, oc, w, ws);
     direct_job j = {.g = g, .oc = oc, .batch = batch, .x = x, .packed = ws, .y = y,
                     .ws = ws + packed_floats(g, oc), .thread_floats = forward_floats(g)};
-    run_forward(dev, &j);
-}
-
-/* Examples of part t: their input gradients by phase (y: dx, x: dy). */
-static void dx_phases_part(void *ctx, int t, int nt) {
-    const direct_job *j = ctx;
-    const gp_conv_geom *g = j->g;
-    const int64_t in_elems = g->channels * g->height * g->width, out_elems = j->oc * npix(g);
-    int64_t lo, hi;
-    gp_cpu_split(j->batch, t, nt, 1, &lo, &hi);
-    for (int64_t b = lo; b < hi; b++)
-        dx_strided_example(g, j->oc, j->packed, j->off, j->x + b * out_elems, j->y + b * in_elems,
-                           j->ws + t * j->thread_floats);
+    run_examples(dev, &j);
 }
 
 /* Examples of part t of the current chunk into its buffers. */
@@ -626,13 +620,13 @@ void gp_conv_direct_backward(gp_device *dev, const gp_conv_geom *g, int64_t batc
         pack_flipped(g, oc, w, packed);
         direct_job j = {.g = &L.gt, .oc = g->channels, .batch = batch, .x = dy, .packed = packed,
                         .y = dx, .ws = dx_ws, .thread_floats = L.dx_thread};
-        run_forward(dev, &j);
+        run_examples(dev, &j);
     } else if (dx && L.dx_phases) {
         int32_t *off = (int32_t *)(void *)(packed + L.packed);
         phase_pack(g, oc, w, packed, off);
         direct_job j = {.g = g, .oc = oc, .batch = batch, .off = off, .x = dy, .packed = packed,
                         .y = dx, .ws = dx_ws, .thread_floats = L.dx_thread};
-        gp_cpu_pool_run(pool, threads_for(dev, batch), dx_phases_part, &j);
+        run_examples(dev, &j);
     }
     if (!dw) return;
     const int64_t chunk = dw_chunk(g, oc, batch), in_elems = g->channels * g->height * g->width;
