@@ -116,13 +116,13 @@ static int64_t dw_floats(const gp_conv_geom *g, int64_t oc, int64_t batch) {
 
 /* dy's copy for the input gradient at strides above 1 (see the phases below). */
 typedef struct phase_geom {
-    int64_t s, lead, Hq, Wq; /* the stride; dy's copy: zeros before, rows, columns */
+    int64_t lead, Hq, Wq; /* dy's copy: zeros before each row and column, rows, columns */
 } phase_geom;
 
 static phase_geom phase_geom_of(const gp_conv_geom *g) {
     const int64_t s = g->stride, lead = (g->kernel + s - 1) / s - 1;
     const int64_t last_h = (g->height - 1 + g->pad) / s, last_w = (g->width - 1 + g->pad) / s;
-    return (phase_geom){.s = s, .lead = lead,
+    return (phase_geom){.lead = lead,
                         .Hq = lead + (last_h + 1 > g->out_h ? last_h + 1 : g->out_h),
                         .Wq = lead + (last_w + 1 > g->out_w ? last_w + 1 : g->out_w)};
 }
