@@ -217,15 +217,25 @@ void gp_grid_free(gp_grid *g) {
     gp_transport_free(g->pipe);
     gp_transport_free(g->tensor);
     gp_transport_free(g->world);
+    /* An abort note still in flight reads note_buf: it stays (a few hundred bytes) until MPI is
+     * done with it, which nothing will report once its request is freed. */
+    bool notes_in_flight = false;
     if (g->sh.note_req)
-        for (int r = 0; r < g->sh.world_size; r++)
-            if (g->sh.note_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&g->sh.note_req[r]);
+        for (int r = 0; r < g->sh.world_size; r++) {
+            int done = 1;
+            if (g->sh.note_req[r] != MPI_REQUEST_NULL)
+                MPI_Test(&g->sh.note_req[r], &done, MPI_STATUS_IGNORE);
+            if (!done) {
+                MPI_Request_free(&g->sh.note_req[r]);
+                notes_in_flight = true;
+            }
+        }
     if (g->pipe_comm != MPI_COMM_NULL) MPI_Comm_free(&g->pipe_comm);
     if (g->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->dp_comm);
     if (g->tp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->tp_comm);
     if (g->sh.world != MPI_COMM_NULL) MPI_Comm_free(&g->sh.world);
     free(g->sh.note_req);
-    free(g->sh.note_buf);
+    if (!notes_in_flight) free(g->sh.note_buf);
     free(g->bucket_req);
     free(g);
 }
@@ -300,16 +310,19 @@ gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void *
     int W = g->sh.world_size;
     if (nbytes > (size_t)1 << 30)
         return gp_error(GP_INVALID_ARGUMENT, "%s: gather of %zu bytes (at most 1 GiB)", w, nbytes);
-    int *counts = calloc((size_t)W, sizeof *counts), *displs = calloc((size_t)W, sizeof *displs);
+    /* counts[W] holds this rank's size: MPI reads it from there, not from the stack. */
+    int *counts = calloc((size_t)W + 1, sizeof *counts), *displs = calloc((size_t)W, sizeof *displs);
     if (!counts || !displs) {
         free(counts);
         free(displs);
         return gp_error(GP_OUT_OF_MEMORY, "%s: cannot gather from %d ranks", w, W);
     }
     int me = (int)nbytes;
-    MPI_Request req;
-    gp_status s = mpi_check(MPI_Iallgather(&me, 1, MPI_INT, counts, 1, MPI_INT, g->sh.world, &req),
-                            "MPI_Iallgather");
+    counts[W] = me;
+    MPI_Request req = MPI_REQUEST_NULL;
+    gp_status s = mpi_check(
+        MPI_Iallgather(&counts[W], 1, MPI_INT, counts, 1, MPI_INT, g->sh.world, &req),
+        "MPI_Iallgather");
     if (s == GP_OK) s = gp_mpi_wait(&g->sh, &req, gp_mpi_deadline(&g->sh), w, "gathering sizes");
     size_t total = 0;
     for (int r = 0; s == GP_OK && r < W; r++) {
@@ -329,6 +342,12 @@ gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void *
                                       g->sh.world, &req),
                       "MPI_Iallgatherv");
     if (s == GP_OK) s = gp_mpi_wait(&g->sh, &req, gp_mpi_deadline(&g->sh), w, "gathering");
+    if (s != GP_OK && req != MPI_REQUEST_NULL) {
+        /* A failure left the gather posted (collectives cannot be cancelled): MPI may still
+         * write its buffers, so they are not freed; the failed run ends the process. */
+        *all = NULL;
+        return s;
+    }
     free(counts);
     free(displs);
     if (s != GP_OK) {

@@ -41,6 +41,9 @@ typedef struct mpi_ctx {
     float *fscratch; /* the float collectives' blocks from every rank */
     size_t fscratch_cap;
     int *counts, *displs; /* (4 * size) alltoallv / allgatherv arguments */
+    /* A collective was left unfinished by a failure: MPI may still write gather or fscratch
+     * (collectives cannot be cancelled), so they outlive the transport. */
+    bool abandoned;
 } mpi_ctx;
 
 static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
@@ -172,6 +175,20 @@ static gp_status check_header(const mpi_ctx *c, const msg_header *h, int rank, i
                     gp_dtype_name((gp_dtype)h->dtype), gs, (unsigned long long)h->seq);
 }
 
+/* Waits for a posted receive. A receive that did not complete (a peer's failure, the timeout)
+ * is cancelled before returning: left posted, a late message would land in a buffer that is
+ * gone by then (the header is on the caller's stack), and a later grid's progress would write
+ * it. A cancelled receive's wait is guaranteed to return, whatever the peers do. */
+static gp_status wait_recv(mpi_ctx *c, MPI_Request *req, double deadline, const char *who,
+                           const char *doing) {
+    gp_status s = gp_mpi_wait(c->sh, req, deadline, who, doing);
+    if (s != GP_OK && *req != MPI_REQUEST_NULL) {
+        MPI_Cancel(req);
+        MPI_Wait(req, MPI_STATUS_IGNORE);
+    }
+    return s;
+}
+
 static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tensor *out) {
     mpi_ctx *c = ctx;
     char who[64], them[64], ts[32], doing[160];
@@ -188,7 +205,7 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     MPI_Request req;
     if (MPI_Irecv(&h, (int)sizeof h, MPI_BYTE, peer, tag_hdr(tag), c->comm, &req) != MPI_SUCCESS)
         return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
-    GP_TRY(gp_mpi_wait(c->sh, &req, deadline, who, doing));
+    GP_TRY(wait_recv(c, &req, deadline, who, doing));
     gp_status s = check_header(c, &h, rank, peer, tag, out);
     if (s != GP_OK) {
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
@@ -197,7 +214,7 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     if (MPI_Irecv(out->data, (int)h.nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &req) !=
         MPI_SUCCESS)
         return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
-    GP_TRY(gp_mpi_wait(c->sh, &req, deadline, who, doing));
+    GP_TRY(wait_recv(c, &req, deadline, who, doing));
     c->got[peer]++;
     return GP_OK;
 }
@@ -220,6 +237,19 @@ static gp_status mpi_flush(void *ctx, int rank) {
     return GP_OK;
 }
 
+/* Starts an MPI collective (rc), then waits for it within the timeout, naming `doing`. */
+static gp_status run_coll(mpi_ctx *c, int rc, MPI_Request *req, const char *who,
+                          const char *doing, const char *fn) {
+    if (rc != MPI_SUCCESS) {
+        gp_status s = gp_error(GP_IO, "%s: %s failed %s", who, fn, doing);
+        gp_mpi_shared_abort(c->sh, c->world_of[c->rank], s, gp_last_error());
+        return s;
+    }
+    gp_status s = gp_mpi_wait(c->sh, req, gp_mpi_deadline(c->sh), who, doing);
+    if (s != GP_OK && *req != MPI_REQUEST_NULL) c->abandoned = true;
+    return s;
+}
+
 /* All-gather every rank's n values, then sum them in rank order 0..size-1: the same bits on
  * every rank and every run, whatever MPI's own reduction order would be. */
 static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
@@ -231,11 +261,7 @@ static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
     GP_TRY(reclaim(c));
     if (gp_mpi_shared_poll(c->sh)) return gp_mpi_aborted_error(c->sh, who, doing);
     MPI_Request req;
-    if (n == 0) {
-        if (MPI_Ibarrier(c->comm, &req) != MPI_SUCCESS)
-            return gp_error(GP_IO, "%s: MPI_Ibarrier failed", who);
-        return gp_mpi_wait(c->sh, &req, gp_mpi_deadline(c->sh), who, doing);
-    }
+    if (n == 0) return run_coll(c, MPI_Ibarrier(c->comm, &req), &req, who, doing, "MPI_Ibarrier");
     size_t need = (size_t)c->size * (size_t)n;
     if (need > c->gather_cap) {
         double *g = realloc(c->gather, need * sizeof *g);
@@ -243,9 +269,8 @@ static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
         c->gather = g;
         c->gather_cap = need;
     }
-    if (MPI_Iallgather(x, n, MPI_DOUBLE, c->gather, n, MPI_DOUBLE, c->comm, &req) != MPI_SUCCESS)
-        return gp_error(GP_IO, "%s: MPI_Iallgather failed", who);
-    GP_TRY(gp_mpi_wait(c->sh, &req, gp_mpi_deadline(c->sh), who, doing));
+    GP_TRY(run_coll(c, MPI_Iallgather(x, n, MPI_DOUBLE, c->gather, n, MPI_DOUBLE, c->comm, &req),
+                    &req, who, doing, "MPI_Iallgather"));
     for (int i = 0; i < n; i++) {
         double acc = c->gather[i];
         for (int r = 1; r < c->size; r++) acc += c->gather[(size_t)r * (size_t)n + (size_t)i];
@@ -256,16 +281,6 @@ static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
 
 /* ---------------------------------------------------------- float collectives */
 
-/* Starts an MPI collective (rc), then waits for it within the timeout, naming `doing`. */
-static gp_status run_coll(mpi_ctx *c, int rc, MPI_Request *req, const char *who,
-                          const char *doing, const char *fn) {
-    if (rc != MPI_SUCCESS) {
-        gp_status s = gp_error(GP_IO, "%s: %s failed %s", who, fn, doing);
-        gp_mpi_shared_abort(c->sh, c->world_of[c->rank], s, gp_last_error());
-        return s;
-    }
-    return gp_mpi_wait(c->sh, req, gp_mpi_deadline(c->sh), who, doing);
-}
 
 static gp_status fscratch(mpi_ctx *c, const char *who, size_t need) {
     if (need <= c->fscratch_cap) return GP_OK;
@@ -388,8 +403,10 @@ static void mpi_free(void *ctx) {
     free(c->world_of);
     free(c->sent);
     free(c->got);
-    free(c->gather);
-    free(c->fscratch);
+    if (!c->abandoned) {
+        free(c->gather);
+        free(c->fscratch);
+    }
     free(c->counts);
     free(c);
 }
