@@ -25,6 +25,36 @@ int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
 /* a + b, or UINT64_MAX where it would wrap (the memory model's sums saturate) */
 static uint64_t sat_sum(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
+void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
+                            const gp_remat *cell_remat, gp_schedule_kind schedule,
+                            const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
+                            uint64_t *stage_total) {
+    const int S = s->stages, V = s->chunks, ncells = S * V;
+    /* a split backward holds its state to the weight part: the transient of HELD */
+    const bool split = gp_schedule_kind_splits(schedule);
+    for (int c = 0; c < ncells; c++) {
+        const int e = c + 1 < ncells ? first[c + 1] : L;
+        out[c] = gp_cell_memory(est, first[c], e, L, 1, split ? GP_REMAT_HELD : cell_remat[c]);
+    }
+    for (int k = 0; k < S; k++) {
+        int largest = -1; /* the stage's cell with the largest transient, the first of equals */
+        for (int v = 0; v < V; v++) {
+            const int c = gp_schedule_cell(s, k, v);
+            if (largest < 0 || out[c].transient > out[largest].transient) largest = c;
+        }
+        for (int v = 0; v < V; v++) {
+            const int c = gp_schedule_cell(s, k, v);
+            gp_cell_mem *m = &out[c];
+            m->stash = st[k].peak_chunk_bytes[v];
+            m->work = 0;
+            if (c != largest) m->transient = 0;
+            m->total = sat_sum(sat_sum(sat_sum(m->params, m->grads), sat_sum(m->optim, m->stash)),
+                               sat_sum(m->transient, m->messages));
+            if (stage_total) stage_total[k] = sat_sum(v ? stage_total[k] : 0, m->total);
+        }
+    }
+}
+
 gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
                           const gp_remat *cell_remat, int ncells, int M,
                           gp_schedule_kind schedule, int V, gp_cell_mem *out,
@@ -39,34 +69,13 @@ gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
     gp_status status = sc && st ? GP_OK
                                 : gp_error(GP_OUT_OF_MEMORY, "cell memory: %d cells", ncells);
     if (status == GP_OK) status = gp_schedule_generate(gp_schedule_kind_name(schedule), S, M, V, &s);
-    /* a split backward holds its state to the weight part: the transient of HELD */
-    const gp_remat split = gp_schedule_kind_splits(schedule) ? GP_REMAT_HELD : GP_REMAT_CELL;
-    for (int c = 0; status == GP_OK && c < ncells; c++) {
-        const int e = c + 1 < ncells ? first[c + 1] : L;
-        sc[c] = gp_sim_cell_from_layers(est, first[c], e);
-        out[c] = gp_cell_memory(est, first[c], e, L, 1,
-                                split == GP_REMAT_HELD ? split : cell_remat[c]);
-    }
+    for (int c = 0; status == GP_OK && c < ncells; c++)
+        sc[c] = gp_sim_cell_from_layers(est, first[c], c + 1 < ncells ? first[c + 1] : L);
     gp_sim_opts so = {.capacity = GP_MAILBOX_CAPACITY, .cell_remat = cell_remat};
     gp_sim_result res;
     if (status == GP_OK) status = gp_schedule_simulate(&s, sc, &so, st, &res);
-    for (int k = 0; status == GP_OK && k < S; k++) {
-        int largest = -1; /* the stage's cell with the largest transient, the first of equals */
-        for (int v = 0; v < V; v++) {
-            const int c = gp_schedule_cell(&s, k, v);
-            if (largest < 0 || out[c].transient > out[largest].transient) largest = c;
-        }
-        for (int v = 0; v < V; v++) {
-            const int c = gp_schedule_cell(&s, k, v);
-            gp_cell_mem *m = &out[c];
-            m->stash = st[k].peak_chunk_bytes[v];
-            m->work = 0;
-            if (c != largest) m->transient = 0;
-            m->total = sat_sum(sat_sum(sat_sum(m->params, m->grads), sat_sum(m->optim, m->stash)),
-                               sat_sum(m->transient, m->messages));
-            if (stage_total) stage_total[k] = sat_sum(v ? stage_total[k] : 0, m->total);
-        }
-    }
+    if (status == GP_OK)
+        gp_cells_memory_shares(est, L, first, cell_remat, schedule, &s, st, out, stage_total);
     gp_schedule_free(&s);
     free(sc);
     free(st);

@@ -191,9 +191,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     const double data_s = allreduce_s((double)grads, out->data_parallel, po->link_gbytes_per_s * 1e9);
     out->step_s = res.step_time + data_s;
     /* the memory columns: each cell's share of its stage's peak */
-    status = gp_cells_memory(est, L, first, cell_remat, K, M, po->schedule, out->chunks, mem,
-                             NULL);
-    if (status != GP_OK) goto done;
+    gp_cells_memory_shares(est, L, first, cell_remat, po->schedule, &s, st, mem, NULL);
     out->comm_s = worst_comm + data_s;
     out->bubble_simulated = res.bubble;
     for (int k = 0; k < K; k++) {

@@ -198,6 +198,13 @@ typedef struct gp_sim_result {
     double bubble;    /* sum of idle / (K * step_time): (K-1)/(M+K-1) for balanced GPipe */
 } gp_sim_result;
 
+/* gp_cells_memory's shares (partition.h) from a simulation already made of schedule s (of
+ * `schedule`'s kind, with any times: the peaks depend on each stage's order alone), st holding
+ * its s->stages stages: the planner's, so that it replays each candidate once. */
+void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
+                            const gp_remat *cell_remat, gp_schedule_kind schedule,
+                            const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
+                            uint64_t *stage_total);
 /* Validates s with o->capacity, then plays it with cells[K V] figures (cell c's at c; a stage's
  * optimizer step takes the sum of its cells' opt_time): actions of a stage run one
  * after another; a RECV ends when its message has arrived (send end + latency); a SEND waits
