@@ -320,10 +320,10 @@ static int child_mismatch(void) {
 
 /* Runs one case under mpirun, its output echoed, and returns its exit status (124: timed
  * out). `passed`, when given, counts the ranks that printed "header rank R: checks passed"
- * (the header case, which ends with MPI_Abort: only its Open MPI noise is left out). Open
- * MPI's launcher now and then hangs before a rank gets through MPI_Init (seen once in CI: no
- * output at all until the timeout); such a launch is said so and tried once more, while a
- * hang after every rank launched fails the case. */
+ * (the header case, which ends with MPI_Abort: only its Open MPI noise is left out). A CI run
+ * once saw the header case print nothing until its timeout, without a trace of where it hung:
+ * now every rank says when it got through MPI_Init. A launch that timed out before that
+ * (Open MPI's start-up, not gpipe) is said so and tried once more; a hang after it fails. */
 static int run_case(const char *self, const char *name, int np, int *passed) {
     for (int attempt = 1;; attempt++) {
         char cmd[8192], line[1024];

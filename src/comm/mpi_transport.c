@@ -281,7 +281,6 @@ static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
 
 /* ---------------------------------------------------------- float collectives */
 
-
 static gp_status fscratch(mpi_ctx *c, const char *who, size_t need) {
     if (need <= c->fscratch_cap) return GP_OK;
     float *f = realloc(c->fscratch, need * sizeof *f);
