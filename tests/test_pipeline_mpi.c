@@ -297,6 +297,37 @@ static int child_header(void) {
     return 1; /* not reached: MPI_Abort ends every rank */
 }
 
+/* A peer stuck outside MPI mid-message: rank 0 starts sending 64 MiB (more than Open MPI sends
+ * unasked, so the rest waits for rank 0 to call MPI again), then sleeps. Rank 1's receive must
+ * time out within --comm-timeout and the cancel's grace, not wait for rank 0: Open MPI cannot
+ * cancel a receive already under way. Run over TCP (the parent sets the BTL), where the transfer
+ * needs the sender; rank 1 reports, then ends the run. */
+static int child_stuck(void) {
+    gp_grid *g = NULL;
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 2.0, &g));
+    gp_transport *tr = gp_grid_pipe(g);
+    const int k = gp_grid_stage(g);
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("stuck", &dev));
+    gp_tensor t = {0};
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape1(16 << 20), GP_F32, &t));
+    const gp_msg_tag tag = {GP_MSG_ACT, 0, 0};
+    if (k == 0) {
+        CHECK_OK(gp_transport_send(tr, 0, 1, tag, &t));
+        sleep(60); /* ended by rank 1's MPI_Abort long before */
+        return 1;
+    }
+    const double t0 = gp_cli_now();
+    CHECK_FAILS(gp_transport_recv(tr, 1, 0, tag, &t), GP_IO, "timed out after 2 s");
+    const double took = gp_cli_now() - t0;
+    CHECK(took < 20);
+    printf("stuck rank 1: the receive gave up after %.1f s: %s\n", took,
+           gp_test_failures ? "FAILED" : "checks passed");
+    fflush(stdout);
+    gp_cli_mpi_abort(0);
+    return 1; /* not reached */
+}
+
 /* A launch of the wrong size: every rank gets the error, before anything is allocated. */
 static int child_mismatch(void) {
     gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
@@ -340,8 +371,8 @@ static int run_case(const char *self, const char *name, int np, int *passed) {
         if (passed) *passed = 0;
         while (fgets(line, sizeof line, f)) {
             if (strstr(line, ": rank ") && strstr(line, " launched")) launched++;
-            bool header_line = strstr(line, "header rank") || strstr(line, "CHECK") ||
-                               strstr(line, "FAILED");
+            bool header_line = strstr(line, "header rank") || strstr(line, "stuck rank") ||
+                               strstr(line, "CHECK") || strstr(line, "FAILED");
             if (passed && header_line && strstr(line, "checks passed")) (*passed)++;
             if (!passed || header_line) fputs(line, stdout);
         }
@@ -377,6 +408,7 @@ static int run_child(const char *c) {
     if (!strcmp(c, "transformer-k2t2-zbv")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 2, GP_SCHEDULE_ZBV);
     if (!strcmp(c, "mismatch")) return child_mismatch();
     if (!strcmp(c, "header")) return child_header();
+    if (!strcmp(c, "stuck")) return child_stuck();
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
 }
@@ -435,6 +467,12 @@ int main(int argc, char **argv) {
     run_case(self, "header", 2, &passed);
     printf("case header (2 ranks): %d of 2 ranks passed\n", passed);
     CHECK_EQ_INT(passed, 2);
+    /* The stuck peer, over TCP; its one verdict (rank 1's) is also read from the output. */
+    setenv("OMPI_MCA_btl", "tcp,self", 1);
+    run_case(self, "stuck", 2, &passed);
+    unsetenv("OMPI_MCA_btl");
+    printf("case stuck (2 ranks): %d of 1 rank passed\n", passed);
+    CHECK_EQ_INT(passed, 1);
     gp_scratch_cleanup();
     return gp_test_finish("test_pipeline_mpi");
 }

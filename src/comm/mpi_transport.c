@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/mpi_internal.h"
+#include "core/clock.h"
 
 #define HEADER_MAGIC 0x67704d31 /* "gpM1" */
 
@@ -41,8 +43,9 @@ typedef struct mpi_ctx {
     float *fscratch; /* the float collectives' blocks from every rank */
     size_t fscratch_cap;
     int *counts, *displs; /* (4 * size) alltoallv / allgatherv arguments */
-    /* A collective was left unfinished by a failure: MPI may still write gather or fscratch
-     * (collectives cannot be cancelled), so they outlive the transport. */
+    msg_header *hdr_in;   /* where a header is received */
+    /* A failure left a collective or a receive unfinished: MPI may still use gather, fscratch,
+     * counts or hdr_in, so they outlive the transport. */
     bool abandoned;
 } mpi_ctx;
 
@@ -175,16 +178,27 @@ static gp_status check_header(const mpi_ctx *c, const msg_header *h, int rank, i
                     gp_dtype_name((gp_dtype)h->dtype), gs, (unsigned long long)h->seq);
 }
 
+/* Seconds a cancelled receive is given to complete. */
+#define CANCEL_GRACE_S 2.0
+
 /* Waits for a posted receive. A receive that did not complete (a peer's failure, the timeout)
- * is cancelled before returning: left posted, a late message would land in a buffer that is
- * gone by then (the header is on the caller's stack), and a later grid's progress would write
- * it. A cancelled receive's wait is guaranteed to return, whatever the peers do. */
+ * is cancelled: left posted, a late message would land in a buffer that may be gone by then,
+ * written by whatever MPI call comes next. Open MPI cannot cancel a receive whose message has
+ * begun to arrive, and its wait would then last until the sender calls MPI again (a stuck peer:
+ * never), so the cancel gets a bounded grace; a receive still unfinished after it is let go,
+ * its header buffer kept (the transport is abandoned), and the failure returned. */
 static gp_status wait_recv(mpi_ctx *c, MPI_Request *req, double deadline, const char *who,
                            const char *doing) {
     gp_status s = gp_mpi_wait(c->sh, req, deadline, who, doing);
-    if (s != GP_OK && *req != MPI_REQUEST_NULL) {
-        MPI_Cancel(req);
-        MPI_Wait(req, MPI_STATUS_IGNORE);
+    if (s == GP_OK || *req == MPI_REQUEST_NULL) return s;
+    MPI_Cancel(req);
+    const double until = gp_now() + CANCEL_GRACE_S;
+    int done = 0;
+    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && gp_now() < until)
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+    if (!done) {
+        MPI_Request_free(req);
+        c->abandoned = true;
     }
     return s;
 }
@@ -201,11 +215,12 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     GP_TRY(reclaim(c));
     if (gp_mpi_shared_poll(c->sh)) return gp_mpi_aborted_error(c->sh, who, doing);
     double deadline = gp_mpi_deadline(c->sh);
-    msg_header h;
     MPI_Request req;
-    if (MPI_Irecv(&h, (int)sizeof h, MPI_BYTE, peer, tag_hdr(tag), c->comm, &req) != MPI_SUCCESS)
+    if (MPI_Irecv(c->hdr_in, (int)sizeof *c->hdr_in, MPI_BYTE, peer, tag_hdr(tag), c->comm,
+                  &req) != MPI_SUCCESS)
         return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
     GP_TRY(wait_recv(c, &req, deadline, who, doing));
+    const msg_header h = *c->hdr_in;
     gp_status s = check_header(c, &h, rank, peer, tag, out);
     if (s != GP_OK) {
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
@@ -405,8 +420,9 @@ static void mpi_free(void *ctx) {
     if (!c->abandoned) {
         free(c->gather);
         free(c->fscratch);
+        free(c->counts);
+        free(c->hdr_in);
     }
-    free(c->counts);
     free(c);
 }
 
@@ -445,10 +461,11 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
     c->sent = calloc((size_t)c->size, sizeof *c->sent);
     c->got = calloc((size_t)c->size, sizeof *c->got);
     c->counts = calloc(4 * (size_t)c->size, sizeof *c->counts);
+    c->hdr_in = calloc(1, sizeof *c->hdr_in);
     tr->iface = &mpi_iface;
     tr->context = c;
     tr->nranks = c->size;
-    if (!c->world_of || !c->sent || !c->got || !c->counts) {
+    if (!c->world_of || !c->sent || !c->got || !c->counts || !c->hdr_in) {
         gp_transport_free(tr);
         return gp_error(GP_OUT_OF_MEMORY, "MPI transport: cannot allocate %d ranks", c->size);
     }

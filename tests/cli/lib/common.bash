@@ -126,7 +126,8 @@ cli_mpirun() {
         rc=0
         timeout -k 10 300 "${MPIRUN[@]}" -np "$np" "$GPIPE" train "$@" >"$TMP/$name.out" \
             2>"$TMP/$name.err" || rc=$?
-        if [ "$rc" = 124 ] && [ ! -s "$TMP/$name.out" ] && [ "$attempt" = 1 ]; then
+        if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ ! -s "$TMP/$name.out" ] &&
+            [ "$attempt" = 1 ]; then
             echo "$name: mpirun -np $np timed out with nothing from rank 0 (Open MPI's start-up): trying once more"
             continue
         fi
