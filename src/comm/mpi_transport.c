@@ -197,7 +197,7 @@ static gp_status wait_recv(mpi_ctx *c, MPI_Request *req, double deadline, const 
     while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && gp_now() < until)
         nanosleep(&(struct timespec){0, 100000}, NULL);
     if (!done) {
-        MPI_Request_free(req);
+        if (*req != MPI_REQUEST_NULL) MPI_Request_free(req);
         c->abandoned = true;
     }
     return s;
