@@ -1,17 +1,21 @@
-/* Times the CPU's two convolution paths, the direct AVX2/FMA tile (kernels/cpu/conv_direct.c)
- * and im2col with OpenBLAS (GP_CPU_CONV=im2col), on the convolutions of the Fashion demo
- * (examples/resnet_fashion.json, micro-batches of 8) and of C1 (batch 128), forward and
- * backward (weight and input gradients), in one process: the two paths alternate round by
+/* Times the CPU's convolution paths: the default (Winograd's F(2x2, 3x3) for the 3x3 stride-1
+ * convolutions it serves, kernels/cpu/conv_winograd.c, forward and input gradient; the direct
+ * tile for the rest), the direct AVX2/FMA tile alone (kernels/cpu/conv_direct.c,
+ * GP_CPU_CONV=direct) and im2col with OpenBLAS (GP_CPU_CONV=im2col), on the convolutions of the
+ * Fashion demo (examples/resnet_fashion.json, micro-batches of 8) and of C1 (batch 128), forward
+ * and backward (weight and input gradients), in one process: the paths alternate round by
  * round, and the sgemm ceiling (2048^3 on the same threads) is measured after each pass's
  * rounds.
- * Prints GFLOP/s (2 x multiply-adds; backward counts both gradients), each path's fraction of
- * the ceiling, and direct over im2col. Built as build/bench_conv.
+ * Prints GFLOP/s (2 x the direct sum's multiply-adds, whatever the path computes: Winograd's
+ * are effective rates; backward counts both gradients), each path's fraction of the ceiling,
+ * default over direct and direct over im2col. Built as build/bench_conv.
  * Usage: bench_conv [threads (1)] [rounds (7)] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/conv_winograd.h"
 #include "kernels/kernels.h"
 #include "support/support.h"
 
@@ -21,6 +25,15 @@ typedef struct conv_case {
 } conv_case;
 
 /* Every convolution of the two networks that the direct path serves (16 taps or more). */
+#define NPATHS 3
+static const char *const path_names[NPATHS] = {"default", "direct", "im2col"};
+
+/* Path 0: Winograd where it applies, the direct tile elsewhere; 1: the direct tile; 2: im2col. */
+static void use_path(int path) {
+    gp_conv_winograd_enable(path == 0);
+    gp_conv_direct_enable(path < 2);
+}
+
 static const conv_case cases[] = {
     {"fashion block 1, 24->24 3x3 at 28x28", 24, 28, 3, 1, 24, 8},
     {"fashion block 2, 24->48 3x3 stride 2", 24, 28, 3, 2, 48, 8},
@@ -29,7 +42,9 @@ static const conv_case cases[] = {
     {"fashion block 3, 48->96 3x3 stride 2", 48, 14, 3, 2, 96, 8},
     {"fashion block 3, 48->96 1x1 stride 2", 48, 14, 1, 2, 96, 8},
     {"fashion blocks 3-4, 96->96 3x3 at 7x7", 96, 7, 3, 1, 96, 8},
+    {"C1 conv 1, 32->32 3x3 at 28x28", 32, 28, 3, 1, 32, 128},
     {"C1 conv 2, 32->64 3x3 at 14x14", 32, 14, 3, 1, 64, 128},
+    {"C1 conv 3, 64->64 3x3 at 14x14", 64, 14, 3, 1, 64, 128},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -85,7 +100,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const gp_kernels *kt = gp_kernels_of(dev);
-    gp_conv_direct_enable(true); /* whatever GP_CPU_CONV says: both paths are timed */
+    use_path(0); /* whatever GP_CPU_CONV says: every path is timed */
     gp_conv_geom probe = {.channels = 24, .height = 28, .width = 28, .kernel = 3, .stride = 1,
                           .pad = 1, .out_h = 28, .out_w = 28};
     if (!gp_conv_direct_applies(&probe, 24)) {
@@ -101,13 +116,14 @@ int main(int argc, char **argv) {
         gp_device_free(dev);
         return 1;
     }
-    printf("CPU device of %d thread(s); %d rounds, the two paths alternating; medians\n",
+    printf("CPU device of %d thread(s); %d rounds, the three paths alternating; medians\n",
            threads, rounds);
     double ceil_rounds[2 * NCASES];
     int nceil = 0;
-    printf("| convolution | batch | pass | direct GFLOP/s | im2col GFLOP/s | direct / im2col |"
-           " direct of ceiling | im2col of ceiling |\n|---|---:|---|---:|---:|---:|---:|---:|\n");
-    double sum_t[2] = {0, 0};
+    printf("| convolution | batch | pass | default (Winograd) GFLOP/s | direct GFLOP/s | im2col "
+           "GFLOP/s | default / direct | direct / im2col | default of ceiling | direct of "
+           "ceiling |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    double sum_t[NPATHS] = {0, 0, 0};
     for (int ci = 0; ci < NCASES; ci++) {
         const conv_case *cc = &cases[ci];
         const int64_t pad = cc->k / 2;
@@ -120,10 +136,10 @@ int main(int argc, char **argv) {
         float *y = filled(ny, 4), *dx = filled(nx, 5), *dw = filled(nw, 6);
         const double macs = (double)ny * (double)(cc->c * cc->k * cc->k);
         for (int pass = 0; pass < 2; pass++) {
-            double t[2][64];
+            double t[NPATHS][64];
             for (int r = 0; r < rounds; r++) {
-                for (int path = 0; path < 2; path++) {
-                    gp_conv_direct_enable(path == 0);
+                for (int path = 0; path < NPATHS; path++) {
+                    use_path(path);
                     t[path][r] = time_pass(dev, kt, cc, &g, x, w, dy, y, dx, dw, pass);
                 }
             }
@@ -134,22 +150,24 @@ int main(int argc, char **argv) {
             else
                 ceil_rounds[nceil++] = warm; /* (a failed run: the first measurement stands) */
             const double flops = 2.0 * macs * (pass ? 2.0 : 1.0);
-            const double td = median(t[0], rounds), ti = median(t[1], rounds);
+            const double tw = median(t[0], rounds), td = median(t[1], rounds),
+                         ti = median(t[2], rounds);
             const double ceiling = median(ceil_rounds, nceil);
-            sum_t[0] += td, sum_t[1] += ti;
-            printf("| %s | %lld | %s | %.1f | %.1f | %.2fx | %.3f | %.3f |\n", cc->name,
-                   (long long)cc->batch, pass ? "backward" : "forward", flops / td / 1e9,
-                   flops / ti / 1e9, ti / td, flops / td / 1e9 / ceiling,
-                   flops / ti / 1e9 / ceiling);
+            sum_t[0] += tw, sum_t[1] += td, sum_t[2] += ti;
+            printf("| %s | %lld | %s | %.1f | %.1f | %.1f | %.2fx | %.2fx | %.3f | %.3f |\n",
+                   cc->name, (long long)cc->batch, pass ? "backward" : "forward",
+                   flops / tw / 1e9, flops / td / 1e9, flops / ti / 1e9, td / tw, ti / td,
+                   flops / tw / 1e9 / ceiling, flops / td / 1e9 / ceiling);
             fflush(stdout);
         }
         free(x), free(w), free(dy), free(y), free(dx), free(dw);
     }
-    gp_conv_direct_enable(true);
+    use_path(0);
     printf("sgemm 2048^3 ceiling: %.1f GFLOP/s (median of %d, one after each pass)\n",
            median(ceil_rounds, nceil), nceil);
-    printf("all cases, one call of each pass: direct %.2f ms, im2col %.2f ms (%.2fx)\n",
-           sum_t[0] * 1e3, sum_t[1] * 1e3, sum_t[1] / sum_t[0]);
+    printf("all cases, one call of each pass: %s %.2f ms, %s %.2f ms, %s %.2f ms\n",
+           path_names[0], sum_t[0] * 1e3, path_names[1], sum_t[1] * 1e3, path_names[2],
+           sum_t[2] * 1e3);
     gp_device_free(dev);
     return 0;
 }

@@ -26,6 +26,8 @@
 
 #include "core/device.h"
 #include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/conv_geom.h"
+#include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "testutil.h"
@@ -1633,9 +1635,11 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
  * 40), pixels and taps that do not fill its last tile, and batches whose weight gradients it
  * sums in several chunks of examples (with and without padding, stride 2); its input gradients
  * by phase at strides 2 and 3, with phases that no tap reaches (1x1 at stride 2, k 2 at stride
- * 3), and padding beyond k - 1 at stride 1 (dx through im2col after it). Every case runs on
- * both paths of the CPU (the direct tile where the processor has AVX2 and FMA, im2col and
- * OpenBLAS). */
+ * 3), and padding beyond k - 1 at stride 1 (dx through im2col after it); 3x3 "same" layers
+ * where Winograd applies both ways (forward and dx), with odd sizes (tiles past the edge),
+ * output channels that its panels of 4 do not divide, images narrower than a row of 8 tiles
+ * and wider than two, chunks of tile rows that cross examples, and one example of 28x28 alone. Every case runs on each path of the CPU (Winograd with the direct tile, the direct tile
+ * alone, where the processor has AVX2 and FMA; im2col and OpenBLAS). */
 static const int64_t conv_cases[][8] = {
     {1, 1, 1, 1, 1, 0, 1, 1},   {4, 3, 5, 1, 1, 0, 3, 2},   {1, 5, 5, 3, 1, 1, 2, 3},
     {3, 7, 6, 3, 2, 1, 3, 2},   {2, 8, 8, 5, 2, 2, 1, 4},   {2, 9, 7, 4, 3, 0, 2, 1},
@@ -1647,7 +1651,9 @@ static const int64_t conv_cases[][8] = {
     {16, 5, 5, 3, 1, 1, 2, 24},  {3, 9, 9, 3, 1, 1, 2, 20},  {2, 6, 6, 3, 1, 0, 2, 40},
     {33, 4, 4, 1, 1, 0, 2, 16},  {4, 28, 28, 3, 1, 1, 13, 20}, {3, 30, 30, 3, 1, 0, 9, 16},
     {2, 60, 60, 3, 2, 1, 7, 8},  {4, 5, 5, 3, 1, 3, 2, 8},    {24, 9, 9, 1, 2, 0, 3, 24},
-    {16, 8, 7, 2, 3, 0, 2, 8}};
+    {16, 8, 7, 2, 3, 0, 2, 8},   {32, 28, 28, 3, 1, 1, 3, 32}, {20, 9, 13, 3, 1, 1, 5, 30},
+    {24, 3, 37, 3, 1, 1, 3, 26}, {16, 2, 64, 3, 1, 1, 2, 40}, {96, 7, 7, 3, 1, 1, 9, 48},
+    {18, 28, 28, 3, 1, 1, 1, 29}};
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
 static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {
@@ -1669,17 +1675,35 @@ static void conv_set_case(const gp_conv_geom *g, int64_t B, int64_t OC, const ch
              LL(g->stride), LL(g->pad), LL(g->out_h), LL(g->out_w), extra, g_conv_path);
 }
 
-/* Runs a convolution test on each path of the CPU's kernels: the direct tile (where the
- * processor has it; other devices ignore the switch) and im2col with OpenBLAS. */
+/* Runs a convolution test on each path of the CPU's kernels: Winograd and the direct tile,
+ * the direct tile alone (where the processor has them; other devices ignore the switches), and
+ * im2col with OpenBLAS. */
 static void conv_paths(gp_device *dev, const gp_kernels *K,
                        void (*cases)(gp_device *, const gp_kernels *)) {
-    const bool was = gp_conv_direct_enable(true);
+    const bool was = gp_conv_direct_enable(true), was_wg = gp_conv_winograd_enable(true);
+    int64_t B, OC;
+    const gp_conv_geom probe = conv_geom(NCONV - 6, &B, &OC); /* 32 channels, 28x28 */
+    if (gp_conv_direct_applies(&probe, OC)) { /* AVX2 and FMA: the cases must reach Winograd */
+        int fwd = 0, dx = 0;
+        for (int ci = 0; ci < NCONV; ci++) {
+            const gp_conv_geom g = conv_geom(ci, &B, &OC);
+            gp_conv_geom gt;
+            fwd += gp_conv_winograd_applies(&g, OC);
+            dx += gp_conv_dx_geom(&g, OC, &gt) && gp_conv_winograd_applies(&gt, g.channels);
+        }
+        if (fwd < 6 || dx < 6)
+            fail("Winograd serves %d forward and %d input-gradient cases, expected 6 each", fwd, dx);
+    }
+    g_conv_path = " (winograd)";
+    cases(dev, K);
+    gp_conv_winograd_enable(false);
     g_conv_path = " (direct)";
     cases(dev, K);
     gp_conv_direct_enable(false);
     g_conv_path = " (im2col)";
     cases(dev, K);
     gp_conv_direct_enable(was);
+    gp_conv_winograd_enable(was_wg);
     g_conv_path = "";
 }
 

@@ -28,8 +28,8 @@
  * FMA, the path is enabled, and one example's buffers stay within bounds. */
 bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc);
 /* On by default where the CPU has AVX2 and FMA, unless the environment has GP_CPU_CONV=im2col;
- * off makes conv2d use im2col and OpenBLAS (for tests of both paths and benchmarks of one
- * against the other). Not thread-safe: set it while no device computes. Returns the previous
+ * off makes conv2d use im2col and OpenBLAS wherever Winograd (conv_winograd.h, switched on its
+ * own) does not serve it (for tests of every path and benchmarks of one against another). Not thread-safe: set it while no device computes. Returns the previous
  * setting. */
 bool gp_conv_direct_enable(bool on);
 

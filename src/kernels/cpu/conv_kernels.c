@@ -1,5 +1,6 @@
-/* CPU kernels of the ConvNet layers: convolutions (on the direct path of conv_direct.c where it
- * applies, else here as GEMMs over im2col columns), channel biases, batch norm with its
+/* CPU kernels of the ConvNet layers: convolutions (3x3 ones at stride 1 by Winograd's F(2x2,
+ * 3x3) in conv_winograd.c, forward and input gradient, where it applies; the rest on the direct
+ * path of conv_direct.c where that applies, else here as GEMMs over im2col columns), channel biases, batch norm with its
  * statistics summed in double in a fixed lane order (the same bits on any compiler), max and
  * global average pooling. The device's threads split the examples of an im2col convolution
  * (each chunk of examples with its own columns, its GEMMs single-threaded), and
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_geom.h"
+#include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 /* The output columns ow whose input column ow*s - pad + kj lies inside
@@ -246,8 +248,34 @@ static int64_t gemm_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int
     return L.partials + L.flipped + conv_threads(dev, conv_groups(g, batch)) * L.per_thread;
 }
 
+/* The input gradient by Winograd: the flipped convolution's geometry (*gt) where it applies. */
+static bool dx_by_winograd(const gp_conv_geom *g, int64_t out_ch, gp_conv_geom *gt) {
+    return gp_conv_dx_geom(g, out_ch, gt) && gp_conv_winograd_applies(gt, g->channels);
+}
+
+static int64_t flipped_floats(const gp_conv_geom *g, int64_t out_ch) {
+    return out_ch * g->channels * g->kernel * g->kernel;
+}
+
+static int64_t conv_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                       bool backward, bool want_dx);
+
 int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
                          bool backward, bool want_dx) {
+    if (!backward && gp_conv_winograd_applies(g, out_ch))
+        return gp_conv_winograd_ws(dev, g, batch, out_ch);
+    gp_conv_geom gt;
+    if (backward && want_dx && dx_by_winograd(g, out_ch, &gt)) { /* dx first, then dw alone */
+        const int64_t dx_ws = flipped_floats(g, out_ch) + gp_conv_winograd_ws(dev, &gt, batch, g->channels);
+        const int64_t dw_ws = conv_ws(dev, g, batch, out_ch, true, false);
+        return dx_ws > dw_ws ? dx_ws : dw_ws;
+    }
+    return conv_ws(dev, g, batch, out_ch, backward, want_dx);
+}
+
+/* The workspace of the direct path, or of im2col. */
+static int64_t conv_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
+                       bool backward, bool want_dx) {
     if (!gp_conv_direct_applies(g, out_ch))
         return gemm_ws(dev, g, batch, out_ch, backward, want_dx);
     const bool dx_direct = want_dx && gp_conv_direct_dx(g, out_ch);
@@ -341,6 +369,10 @@ static void conv_forward_part(void *ctx, int t, int nt) {
 gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                 int64_t out_ch, const float *x, const float *w, float *y,
                                 float *ws) {
+    if (gp_conv_winograd_applies(g, out_ch)) {
+        gp_conv_winograd_forward(dev, g, batch, out_ch, x, w, y, ws);
+        return GP_OK;
+    }
     if (gp_conv_direct_applies(g, out_ch)) {
         if (batch > 0) gp_conv_direct_forward(dev, g, batch, out_ch, x, w, y, ws);
         return GP_OK;
@@ -467,6 +499,14 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
                                  int64_t out_ch, const float *x, const float *w, const float *dy,
                                  float *dx, float *dw, float *ws) {
     if (batch <= 0) return GP_OK;
+    gp_conv_geom gt;
+    if (dx && dx_by_winograd(g, out_ch, &gt)) { /* dx = conv(dy) with the flipped weights */
+        gp_conv_flip_weights(g, out_ch, w, ws);
+        gp_conv_winograd_forward(dev, &gt, batch, g->channels, dy, ws, dx,
+                                 ws + flipped_floats(g, out_ch));
+        if (!dw) return GP_OK;
+        dx = NULL;
+    }
     if (gp_conv_direct_applies(g, out_ch)) { /* dx by im2col where the direct path has none */
         const bool dx_direct = dx && gp_conv_direct_dx(g, out_ch);
         gp_conv_direct_backward(dev, g, batch, out_ch, x, w, dy, dx_direct ? dx : NULL, dw, ws);

@@ -1,0 +1,40 @@
+/* 3x3 stride-1 convolutions by Winograd's minimal filtering F(2x2, 3x3), for the CPU's conv2d
+ * where the processor has AVX2 and FMA.
+ *
+ * Each 2x2 block of outputs is A^T [ U (.) V ] A, with V = B^T d B the transform of the 4x4
+ * input tile d under it and U = G w G^T the transform of a 3x3 kernel: 16 multiplies per channel
+ * pair where the direct sum has 36. Across channels the 16 products are 16 independent matrix
+ * products M_p (OC, tiles) = U_p (OC, C) V_p (C, tiles), which run on a register tile of 6 output
+ * channels by 16 tiles reading V_p row by row; the transforms run on 8 tiles at a time.
+ *
+ * Rounding differs from the direct sum (within a few units in the last place of the largest
+ * term; test_kernels compares both with the float64 reference) but not with the threads or the
+ * batch: each output is the same expression of its tile's inputs, the sum over channels in
+ * channel order, whatever chunk or thread holds the tile. The input gradient of such a
+ * convolution is one too (the flipped convolution, gp_conv_dx_geom), so it runs here as well. */
+#ifndef GP_KERNELS_CPU_CONV_WINOGRAD_H
+#define GP_KERNELS_CPU_CONV_WINOGRAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/device.h"
+#include "kernels/kernels.h"
+
+/* Whether this path serves a convolution of g with oc output channels: the CPU has AVX2 and
+ * FMA, the path is enabled, g is 3x3 at stride 1 with padding 1, and its channels are within
+ * the range where it was measured faster than the direct tile. */
+bool gp_conv_winograd_applies(const gp_conv_geom *g, int64_t oc);
+/* On by default; off where the environment has GP_CPU_CONV=direct or GP_CPU_CONV=im2col (then
+ * the direct tile, or im2col, serves these convolutions). Not thread-safe: set it while no
+ * device computes. Returns the previous setting. */
+bool gp_conv_winograd_enable(bool on);
+
+/* Workspace floats of gp_conv_winograd_forward. */
+int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc);
+/* y (batch, oc, H, W) = the convolution of x (batch, C, H, W) with w (oc, C, 3, 3), padding 1;
+ * the threads split chunks of examples. */
+void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                              const float *x, const float *w, float *y, float *ws);
+
+#endif
