@@ -253,10 +253,6 @@ static bool dx_by_winograd(const gp_conv_geom *g, int64_t out_ch, gp_conv_geom *
     return gp_conv_dx_geom(g, out_ch, gt) && gp_conv_winograd_applies(gt, g->channels);
 }
 
-static int64_t flipped_floats(const gp_conv_geom *g, int64_t out_ch) {
-    return out_ch * g->channels * g->kernel * g->kernel;
-}
-
 static int64_t conv_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
                        bool backward, bool want_dx);
 
@@ -266,7 +262,7 @@ int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, i
         return gp_conv_winograd_ws(dev, g, batch, out_ch);
     gp_conv_geom gt;
     if (backward && want_dx && dx_by_winograd(g, out_ch, &gt)) { /* dx first, then dw alone */
-        const int64_t dx_ws = flipped_floats(g, out_ch) + gp_conv_winograd_ws(dev, &gt, batch, g->channels);
+        const int64_t dx_ws = gp_conv_winograd_ws(dev, &gt, batch, g->channels);
         const int64_t dw_ws = conv_ws(dev, g, batch, out_ch, true, false);
         return dx_ws > dw_ws ? dx_ws : dw_ws;
     }
@@ -370,7 +366,7 @@ gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t b
                                 int64_t out_ch, const float *x, const float *w, float *y,
                                 float *ws) {
     if (gp_conv_winograd_applies(g, out_ch)) {
-        gp_conv_winograd_forward(dev, g, batch, out_ch, x, w, y, ws);
+        gp_conv_winograd_forward(dev, g, batch, out_ch, x, w, false, y, ws);
         return GP_OK;
     }
     if (gp_conv_direct_applies(g, out_ch)) {
@@ -501,9 +497,7 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
     if (batch <= 0) return GP_OK;
     gp_conv_geom gt;
     if (dx && dx_by_winograd(g, out_ch, &gt)) { /* dx = conv(dy) with the flipped weights */
-        gp_conv_flip_weights(g, out_ch, w, ws);
-        gp_conv_winograd_forward(dev, &gt, batch, g->channels, dy, ws, dx,
-                                 ws + flipped_floats(g, out_ch));
+        gp_conv_winograd_forward(dev, &gt, batch, g->channels, dy, w, true, dx, ws);
         if (!dw) return GP_OK;
         dx = NULL;
     }

@@ -32,9 +32,11 @@ bool gp_conv_winograd_enable(bool on);
 
 /* Workspace floats of gp_conv_winograd_forward. */
 int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc);
-/* y (batch, oc, H, W) = the convolution of x (batch, C, H, W) with w (oc, C, 3, 3), padding 1;
- * the threads split chunks of examples. */
+/* y (batch, oc, H, W) = the convolution of x (batch, C, H, W) with w (oc, C, 3, 3), padding 1,
+ * or, flipped, with w (C, oc, 3, 3) flipped (gp_conv_flip_weights: the input gradient of the
+ * convolution with those weights, x its output gradient); the threads split chunks of rows of
+ * tiles. */
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                              const float *x, const float *w, float *y, float *ws);
+                              const float *x, const float *w, bool flipped, float *y, float *ws);
 
 #endif
