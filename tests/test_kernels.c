@@ -1638,7 +1638,9 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
  * 3), and padding beyond k - 1 at stride 1 (dx through im2col after it); 3x3 "same" layers
  * where Winograd applies both ways (forward and dx), with odd sizes (tiles past the edge),
  * output channels that its panels of 4 do not divide, images narrower than a row of 8 tiles
- * and wider than two, chunks of tile rows that cross examples, and one example of 28x28 alone. Every case runs on each path of the CPU (Winograd with the direct tile, the direct tile
+ * and wider than two, chunks of tile rows that cross examples, and one example of 28x28 alone;
+ * three where it computes the weight gradient too, in groups of tile rows (odd sizes, input
+ * channels its panels of 3 do not divide, groups across examples). Every case runs on each path of the CPU (Winograd with the direct tile, the direct tile
  * alone, where the processor has AVX2 and FMA; im2col and OpenBLAS). */
 static const int64_t conv_cases[][8] = {
     {1, 1, 1, 1, 1, 0, 1, 1},   {4, 3, 5, 1, 1, 0, 3, 2},   {1, 5, 5, 3, 1, 1, 2, 3},
@@ -1653,7 +1655,7 @@ static const int64_t conv_cases[][8] = {
     {2, 60, 60, 3, 2, 1, 7, 8},  {4, 5, 5, 3, 1, 3, 2, 8},    {24, 9, 9, 1, 2, 0, 3, 24},
     {16, 8, 7, 2, 3, 0, 2, 8},   {32, 28, 28, 3, 1, 1, 3, 32}, {20, 9, 13, 3, 1, 1, 5, 30},
     {24, 3, 37, 3, 1, 1, 3, 26}, {16, 2, 64, 3, 1, 1, 2, 40}, {96, 7, 7, 3, 1, 1, 9, 48},
-    {18, 28, 28, 3, 1, 1, 1, 29}};
+    {18, 28, 28, 3, 1, 1, 1, 29}, {40, 9, 13, 3, 1, 1, 8, 30}, {96, 7, 7, 3, 1, 1, 20, 48}};
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
 static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {
@@ -1682,17 +1684,19 @@ static void conv_paths(gp_device *dev, const gp_kernels *K,
                        void (*cases)(gp_device *, const gp_kernels *)) {
     const bool was = gp_conv_direct_enable(true), was_wg = gp_conv_winograd_enable(true);
     int64_t B, OC;
-    const gp_conv_geom probe = conv_geom(NCONV - 6, &B, &OC); /* 32 channels, 28x28 */
+    const gp_conv_geom probe = conv_geom(NCONV - 8, &B, &OC); /* 32 channels, 28x28 */
     if (gp_conv_direct_applies(&probe, OC)) { /* AVX2 and FMA: the cases must reach Winograd */
-        int fwd = 0, dx = 0;
+        int fwd = 0, dx = 0, dw = 0;
         for (int ci = 0; ci < NCONV; ci++) {
             const gp_conv_geom g = conv_geom(ci, &B, &OC);
             gp_conv_geom gt;
             fwd += gp_conv_winograd_applies(&g, OC);
             dx += gp_conv_dx_geom(&g, OC, &gt) && gp_conv_winograd_applies(&gt, g.channels);
+            dw += gp_conv_winograd_dw_applies(&g, B, OC);
         }
-        if (fwd < 6 || dx < 6)
-            fail("Winograd serves %d forward and %d input-gradient cases, expected 6 each", fwd, dx);
+        if (fwd < 8 || dx < 8 || dw < 3)
+            fail("Winograd serves %d forward, %d input-gradient and %d weight-gradient cases, "
+                 "expected 8, 8 and 3", fwd, dx, dw);
     }
     g_conv_path = " (winograd)";
     cases(dev, K);

@@ -258,15 +258,23 @@ static int64_t conv_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int
 
 int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
                          bool backward, bool want_dx) {
-    if (!backward && gp_conv_winograd_applies(g, out_ch))
-        return gp_conv_winograd_ws(dev, g, batch, out_ch);
+    if (!backward)
+        return gp_conv_winograd_applies(g, out_ch) ? gp_conv_winograd_ws(dev, g, batch, out_ch)
+                                                   : conv_ws(dev, g, batch, out_ch, false, false);
+    /* one after the other: dw by Winograd, dx by Winograd, then what is left on the others */
     gp_conv_geom gt;
-    if (backward && want_dx && dx_by_winograd(g, out_ch, &gt)) { /* dx first, then dw alone */
-        const int64_t dx_ws = gp_conv_winograd_ws(dev, &gt, batch, g->channels);
-        const int64_t dw_ws = conv_ws(dev, g, batch, out_ch, true, false);
-        return dx_ws > dw_ws ? dx_ws : dw_ws;
+    const bool wg_dw = gp_conv_winograd_dw_applies(g, batch, out_ch);
+    const bool wg_dx = want_dx && dx_by_winograd(g, out_ch, &gt);
+    int64_t need = wg_dw ? gp_conv_winograd_dw_ws(dev, g, batch, out_ch) : 0;
+    if (wg_dx) {
+        const int64_t n = gp_conv_winograd_ws(dev, &gt, batch, g->channels);
+        if (n > need) need = n;
     }
-    return conv_ws(dev, g, batch, out_ch, backward, want_dx);
+    if (!wg_dw || (want_dx && !wg_dx)) {
+        const int64_t n = conv_ws(dev, g, batch, out_ch, true, want_dx && !wg_dx);
+        if (n > need) need = n;
+    }
+    return need;
 }
 
 /* The workspace of the direct path, or of im2col. */
@@ -495,12 +503,16 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
                                  int64_t out_ch, const float *x, const float *w, const float *dy,
                                  float *dx, float *dw, float *ws) {
     if (batch <= 0) return GP_OK;
+    if (dw && gp_conv_winograd_dw_applies(g, batch, out_ch)) {
+        gp_conv_winograd_dw(dev, g, batch, out_ch, x, dy, dw, ws);
+        dw = NULL;
+    }
     gp_conv_geom gt;
     if (dx && dx_by_winograd(g, out_ch, &gt)) { /* dx = conv(dy) with the flipped weights */
         gp_conv_winograd_forward(dev, &gt, batch, g->channels, dy, w, true, dx, ws);
-        if (!dw) return GP_OK;
         dx = NULL;
     }
+    if (!dx && !dw) return GP_OK;
     if (gp_conv_direct_applies(g, out_ch)) { /* dx by im2col where the direct path has none */
         const bool dx_direct = dx && gp_conv_direct_dx(g, out_ch);
         gp_conv_direct_backward(dev, g, batch, out_ch, x, w, dy, dx_direct ? dx : NULL, dw, ws);

@@ -39,4 +39,16 @@ int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
                               const float *x, const float *w, bool flipped, float *y, float *ws);
 
+/* Whether gp_conv_winograd_dw serves the weight gradient of g at this batch (where
+ * gp_conv_winograd_applies and the batch has enough tiles). */
+bool gp_conv_winograd_dw_applies(const gp_conv_geom *g, int64_t batch, int64_t oc);
+/* Workspace floats of gp_conv_winograd_dw. */
+int64_t gp_conv_winograd_dw_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc);
+/* dw (oc, C, 3, 3) += the weight gradient of the convolution of x (batch, C, H, W) with output
+ * gradient dy (batch, oc, H, W): per position of the transformed tiles, the output gradient's
+ * transforms times the input's over the batch's tiles, summed in groups of tile rows fixed by
+ * the batch and the geometry, groups in order (the threads split the groups). */
+void gp_conv_winograd_dw(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
+                         const float *x, const float *dy, float *dw, float *ws);
+
 #endif
