@@ -1640,7 +1640,8 @@ static void test_softmax_xent(gp_device *dev, const gp_kernels *K) {
  * output channels that its panels of 4 do not divide, images narrower than a row of 8 tiles
  * and wider than two, chunks of tile rows that cross examples, and one example of 28x28 alone;
  * three where it computes the weight gradient too, in groups of tile rows (odd sizes, input
- * channels its panels of 3 do not divide, groups across examples). Every case runs on each path of the CPU (Winograd with the direct tile, the direct tile
+ * channels its panels of 3 do not divide, groups across examples; more groups than a round
+ * holds: conv2d_dw_rounds). Every case runs on each path of the CPU (Winograd with the direct tile, the direct tile
  * alone, where the processor has AVX2 and FMA; im2col and OpenBLAS). */
 static const int64_t conv_cases[][8] = {
     {1, 1, 1, 1, 1, 0, 1, 1},   {4, 3, 5, 1, 1, 0, 3, 2},   {1, 5, 5, 3, 1, 1, 2, 3},
@@ -1830,8 +1831,57 @@ static void test_conv2d_ws(gp_device *dev, const gp_kernels *K) {
 static void test_conv2d_forward(gp_device *dev, const gp_kernels *K) {
     conv_paths(dev, K, conv2d_forward_cases);
 }
+/* Winograd's weight gradient over a batch of 17 groups of tile rows, more than a round of 16
+ * (its sums add round by round): against the direct tile's (checked against the double
+ * reference on the cases above; a reference here would cost minutes under the sanitizers),
+ * within 1e-5 of a bound on the magnitude of each sum, max |x| times the sum of |dy| over the
+ * output channel. */
+static void conv2d_dw_rounds(gp_device *dev, const gp_kernels *K) {
+    const int64_t B = 32, C = 32, OC = 32, H = 28, P = H * H;
+    const gp_conv_geom g = {.channels = C, .height = H, .width = H, .kernel = 3, .stride = 1,
+                            .pad = 1, .out_h = H, .out_w = H};
+    const bool was = gp_conv_winograd_enable(true);
+    if (!gp_conv_winograd_dw_applies(&g, B, OC)) { /* no AVX2 and FMA here */
+        gp_conv_winograd_enable(was);
+        return;
+    }
+    set_case("B %lld, C %lld %lldx%lld -> OC %lld: Winograd's weight gradient in two rounds of "
+             "groups against the direct tile's", LL(B), LL(C), LL(H), LL(H), LL(OC));
+    const int64_t nx = B * C * P, ny = B * OC * P, nw = OC * C * 9;
+    const float *x = rnd(nx, 1.0f, 0.0f), *dy = rnd(ny, 1.0f, 0.0f), *dw0 = rnd(nw, 1.0f, 0.0f);
+    float *dw[2] = {fa(nw), fa(nw)};
+    for (int path = 0; path < 2; path++) { /* Winograd, then the direct tile */
+        gp_conv_winograd_enable(path == 0);
+        const int64_t nws = K->conv2d_ws(dev, &g, B, OC, true, false);
+        kt t;
+        kt_begin(&t, dev, 0);
+        const float *d_x = kt_in(&t, x, nx), *d_dy = kt_in(&t, dy, ny);
+        float *d_dw = kt_io(&t, dw0, nw), *d_ws = nws ? kt_out(&t, nws) : NULL;
+        CHECK_OK(K->conv2d_backward(dev, &g, B, OC, d_x, NULL, d_dy, NULL, d_dw, d_ws));
+        kt_get(&t, d_dw, dw[path], nw);
+        kt_end(&t);
+    }
+    gp_conv_winograd_enable(was);
+    double xmax = 0;
+    for (int64_t i = 0; i < nx; i++) xmax = fmax(xmax, fabs(x[i]));
+    int64_t bad = 0;
+    for (int64_t o = 0; o < OC; o++) {
+        double dysum = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t p = 0; p < P; p++) dysum += fabs(dy[(b * OC + o) * P + p]);
+        for (int64_t i = o * C * 9; i < (o + 1) * C * 9; i++)
+            if (!(fabs((double)dw[0][i] - dw[1][i]) <= 1e-5 * (xmax * dysum + fabs(dw0[i]))))
+                if (bad++ < MAX_SHOWN)
+                    fail("dw[%lld] = %.9g by Winograd, %.9g by the direct tile (bound %.3g)",
+                         LL(i), dw[0][i], dw[1][i], xmax * dysum);
+    }
+    if (bad > MAX_SHOWN) fail("dw: %lld more values apart", LL(bad - MAX_SHOWN));
+    g_st[g_op].compared += nw;
+}
+
 static void test_conv2d_backward(gp_device *dev, const gp_kernels *K) {
     conv_paths(dev, K, conv2d_backward_cases);
+    if (strcmp(gp_device_kind(dev), "cpu") == 0) conv2d_dw_rounds(dev, K);
 }
 
 static const int64_t cb_cases[][3] = {{1, 1, 1}, {2, 3, 7}, {4, 5, 49}, {1, 16, 1}, {3, 2, 1000}};

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/conv_winograd.h"
 #include "testutil.h"
 
 static bool quick(void) {
@@ -60,7 +62,16 @@ static void test_gradchecks(void) {
         {2, 3, 5, 1, 2, true, gp_shape4(1, 2, 6, 6)},  /* 5x5 same */
         {2, 2, 5, 2, 1, false, gp_shape4(2, 2, 7, 8)}, /* 5x5, stride 2, pad 1 */
         {1, 2, 3, 1, 1, false, gp_shape4(3, 1, 4, 4)}, /* C1's first layer */
+        {32, 32, 3, 1, 1, false, gp_shape4(11, 32, 10, 10)}, /* Winograd: forward, dx, dw */
     };
+    { /* (the last case reaches every part of Winograd where the CPU has AVX2 and FMA) */
+        const gp_conv_geom g = {.channels = 32, .height = 10, .width = 10, .kernel = 3,
+                                .stride = 1, .pad = 1, .out_h = 10, .out_w = 10};
+        if (gp_conv_direct_applies(&g, 32)) {
+            CHECK(gp_conv_winograd_applies(&g, 32));
+            CHECK(gp_conv_winograd_dw_applies(&g, 11, 32));
+        }
+    }
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         gp_layer *l = gp_conv2d(convs[i].in_ch, convs[i].out_ch, convs[i].k, convs[i].s, convs[i].p,
                                 convs[i].bias);

@@ -1,10 +1,12 @@
-/* Winograd F(2x2, 3x3): the transforms, the products' register tile, and the device's threads
- * around them (see conv_winograd.h).
+/* Winograd F(2x2, 3x3): the transforms, the products' register tiles, and the device's threads
+ * around them (see conv_winograd.h). The forward (and input gradient) first, then the weight
+ * gradient.
  *
- * Layout of a chunk of E examples (its tiles numbered e T + ty tw + tx, T = th tw per example):
- * V (16, C, Tp) the input tiles' transforms, M (16, OCp, Tp) their products, Tp the chunk's
- * tiles rounded up to the product tile's 16. The 16 positions p = 4 i + j of a transformed tile
- * are the outer axis, so each product reads one contiguous V_p. */
+ * The forward's unit of work is a chunk: R rows of tiles of the batch's batch x th, in order
+ * (tile i of the chunk is column i of its buffers, rows of examples side by side): V (16, C, Tp)
+ * the input tiles' transforms, M (16, OCp, Tp) their products, Tp the chunk's tiles rounded up
+ * to the product tile's 24 (and room for 7 more). The 16 positions p = 4 i + j of a transformed
+ * tile are the outer axis, so each product reads one V_p. */
 #include "kernels/cpu/conv_winograd.h"
 
 #include "kernels/cpu/pool.h"
@@ -348,6 +350,26 @@ GP_AVX2 static void transform_output(const wg_geom *q, const float *M, int64_t o
 }
 
 
+/* Example b's part of the tile rows [r0, r1) of the batch: its tile rows [*ty0, *ty1), the
+ * first at column *base of the buffers. */
+static void example_span(const wg_geom *q, int64_t r0, int64_t r1, int64_t b, int64_t *ty0,
+                         int64_t *ty1, int64_t *base) {
+    *ty0 = r0 > b * q->th ? r0 - b * q->th : 0;
+    *ty1 = r1 < (b + 1) * q->th ? r1 - b * q->th : q->th;
+    *base = (b * q->th + *ty0 - r0) * q->tw;
+}
+
+/* V's tiles of every channel of one example, xb, in tile rows [ty0, ty1), the first at column
+ * base. */
+static void transform_inputs(const wg_geom *q, const float *xb, int64_t ty0, int64_t ty1,
+                             int64_t base, float *ev, float *od, float *pad, float *V) {
+    const int64_t plane = q->H * q->W;
+    for (int64_t c = 0; c < q->C; c++) {
+        split_columns(q, xb + c * plane, 2 * ty0, 2 * ty1 + 2, ev, od, pad);
+        transform_input(q, ev, od, c, ty0, ty1, base, V);
+    }
+}
+
 typedef struct wg_job {
     const wg_geom *q;
     int64_t batch;
@@ -381,21 +403,15 @@ static void chunks_part(void *ctx, int t, int nt) {
     for (int64_t ch = lo; ch < hi; ch++) {
         const int64_t r0 = ch * q->R, r1 = r0 + q->R < q->rows ? r0 + q->R : q->rows;
         const int64_t n = (r1 - r0) * q->tw;
-        /* the examples the chunk's rows cross, and each one's tile rows [ty0, ty1) */
         for (int64_t b = r0 / q->th; b * q->th < r1; b++) {
-            const int64_t ty0 = r0 > b * q->th ? r0 - b * q->th : 0;
-            const int64_t ty1 = r1 < (b + 1) * q->th ? r1 - b * q->th : q->th;
-            const int64_t base = (b * q->th + ty0 - r0) * q->tw;
-            for (int64_t c = 0; c < q->C; c++) {
-                split_columns(q, j->x + (b * q->C + c) * plane, 2 * ty0, 2 * ty1 + 2, ev, od, pad);
-                transform_input(q, ev, od, c, ty0, ty1, base, V);
-            }
+            int64_t ty0, ty1, base;
+            example_span(q, r0, r1, b, &ty0, &ty1, &base);
+            transform_inputs(q, j->x + b * q->C * plane, ty0, ty1, base, ev, od, pad, V);
         }
         products(q, j->U, V, M, n);
         for (int64_t b = r0 / q->th; b * q->th < r1; b++) {
-            const int64_t ty0 = r0 > b * q->th ? r0 - b * q->th : 0;
-            const int64_t ty1 = r1 < (b + 1) * q->th ? r1 - b * q->th : q->th;
-            const int64_t base = (b * q->th + ty0 - r0) * q->tw;
+            int64_t ty0, ty1, base;
+            example_span(q, r0, r1, b, &ty0, &ty1, &base);
             for (int64_t o = 0; o < q->OC; o++)
                 transform_output(q, M, o, ty0, ty1, base, j->y + (b * q->OC + o) * plane);
         }
@@ -423,13 +439,15 @@ void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t bat
  * DW_MIN_GROUPS where there are as many rows, and as many more as keep each within
  * DW_GROUP_TILES tiles. A thread transforms a whole group, then runs the products over all of
  * its tiles on a tile of 4 output by 3 input channels (12 accumulators of 8 lanes, tile t into
- * lane t mod 8), summing the lanes once at the end: the group's dU. The threads split the
- * groups; then the groups' dU add up in order, and dw += G^T dU G. The bits do not depend on
- * the number of threads. (Groups of one chunk of the forward's size, summed across their lanes
+ * lane t mod 8), summing the lanes once at the end: the group's dU. The groups go in rounds of
+ * DW_ROUND, the threads splitting a round's groups; after each round its groups' dU add in
+ * order onto the running sum (so the workspace holds DW_ROUND of them, whatever the batch), and
+ * at the end dw += G^T dU G. The bits do not depend on the number of threads. (Groups of one chunk of the forward's size, summed across their lanes
  * after each, spent a third of the time on the sums; lanes kept across chunks spent it on
  * loading and storing them.) */
 #define DW_MIN_GROUPS 4
 #define DW_GROUP_TILES 384
+#define DW_ROUND 16
 #define DW_COLS 3
 
 /* The geometry of the weight gradient: the forward's, with R the most rows of a group and Tp,
@@ -472,7 +490,8 @@ int64_t gp_conv_winograd_dw_ws(gp_device *dev, const gp_conv_geom *g, int64_t ba
                                int64_t oc) {
     int64_t groups;
     const wg_geom q = dw_geom_of(g, batch, oc, &groups);
-    return groups * du_floats(&q) + threads_for(dev, groups) * dw_thread_floats(&q);
+    const int64_t slots = groups < DW_ROUND ? groups : DW_ROUND;
+    return (1 + slots) * du_floats(&q) + threads_for(dev, slots) * dw_thread_floats(&q);
 }
 
 /* Y's tiles of output channel o in tile rows [ty0, ty1) of an example, the first at column
@@ -570,12 +589,14 @@ static void dw_products(const wg_geom *q, const float *V, const float *Y, const 
 
 typedef struct wg_dw_job {
     const wg_geom *q;
-    int64_t groups;
+    int64_t groups, g0, g1; /* all of them; this round's [g0, g1) */
     const float *x, *dy;
-    float *du, *ws, *dw;
+    float *du;    /* the running sum */
+    float *slots; /* the round's groups' dU, in order */
+    float *ws, *dw;
 } wg_dw_job;
 
-/* The groups of part t: each transformed whole, then its products into its dU. */
+/* The round's groups of part t: each transformed whole, then its products into its slot. */
 static void dw_groups_part(void *ctx, int t, int nt) {
     const wg_dw_job *j = ctx;
     const wg_geom *q = j->q;
@@ -590,34 +611,32 @@ static void dw_groups_part(void *ctx, int t, int nt) {
     memset(Y, 0, (size_t)(16 * q->mplane) * sizeof *Y);
     zero_padding(q, pad);
     int64_t glo, ghi;
-    gp_cpu_split(j->groups, t, nt, 1, &glo, &ghi);
-    for (int64_t gi = glo; gi < ghi; gi++) {
+    gp_cpu_split(j->g1 - j->g0, t, nt, 1, &glo, &ghi);
+    for (int64_t gi = j->g0 + glo; gi < j->g0 + ghi; gi++) {
         int64_t r0, r1;
         gp_cpu_split(q->rows, (int)gi, (int)j->groups, 1, &r0, &r1);
         for (int64_t b = r0 / q->th; b * q->th < r1; b++) {
-            const int64_t ty0 = r0 > b * q->th ? r0 - b * q->th : 0;
-            const int64_t ty1 = r1 < (b + 1) * q->th ? r1 - b * q->th : q->th;
-            const int64_t base = (b * q->th + ty0 - r0) * q->tw;
-            for (int64_t c = 0; c < q->C; c++) {
-                split_columns(q, j->x + (b * q->C + c) * plane, 2 * ty0, 2 * ty1 + 2, ev, od, pad);
-                transform_input(q, ev, od, c, ty0, ty1, base, V);
-            }
+            int64_t ty0, ty1, base;
+            example_span(q, r0, r1, b, &ty0, &ty1, &base);
+            transform_inputs(q, j->x + b * q->C * plane, ty0, ty1, base, ev, od, pad, V);
             for (int64_t o = 0; o < q->OC; o++) {
                 split_columns(q, j->dy + (b * q->OC + o) * plane, 2 * ty0 + 1, 2 * ty1 + 1, ev,
                               od, pad);
                 transform_grad(q, ev, od, o, ty0, ty1, base, Y);
             }
         }
-        dw_products(q, V, Y, zeros, (r1 - r0) * q->tw, j->du + gi * du_floats(q));
+        dw_products(q, V, Y, zeros, (r1 - r0) * q->tw, j->slots + (gi - j->g0) * du_floats(q));
     }
 }
 
-/* dU (group 0's) += the other groups' in order, elements [lo, hi). */
+/* The running dU (the first round: its first group's) + the round's groups in order, elements
+ * [lo, hi). */
 static void dw_reduce_range(void *ctx, int64_t lo, int64_t hi) {
     const wg_dw_job *j = ctx;
     const int64_t n = du_floats(j->q);
-    for (int64_t gi = 1; gi < j->groups; gi++) {
-        const float *src = j->du + gi * n;
+    if (j->g0 == 0) memcpy(j->du + lo, j->slots + lo, (size_t)(hi - lo) * sizeof *j->du);
+    for (int64_t gi = j->g0 == 0 ? 1 : 0; gi < j->g1 - j->g0; gi++) {
+        const float *src = j->slots + gi * n;
         for (int64_t i = lo; i < hi; i++) j->du[i] += src[i];
     }
 }
@@ -651,11 +670,15 @@ void gp_conv_winograd_dw(gp_device *dev, const gp_conv_geom *g, int64_t batch, i
     if (batch <= 0) return;
     int64_t groups;
     const wg_geom q = dw_geom_of(g, batch, oc, &groups);
+    const int64_t slots = groups < DW_ROUND ? groups : DW_ROUND;
     wg_dw_job j = {.q = &q, .groups = groups, .x = x, .dy = dy, .du = ws,
-                   .ws = ws + groups * du_floats(&q), .dw = dw};
+                   .slots = ws + du_floats(&q), .ws = ws + (1 + slots) * du_floats(&q), .dw = dw};
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
-    gp_cpu_pool_run(pool, threads_for(dev, groups), dw_groups_part, &j);
-    if (groups > 1) gp_cpu_parallel_for(pool, du_floats(&q), LANES, 1 << 14, dw_reduce_range, &j);
+    for (j.g0 = 0; j.g0 < groups; j.g0 = j.g1) {
+        j.g1 = j.g0 + DW_ROUND < groups ? j.g0 + DW_ROUND : groups;
+        gp_cpu_pool_run(pool, threads_for(dev, j.g1 - j.g0), dw_groups_part, &j);
+        gp_cpu_parallel_for(pool, du_floats(&q), LANES, 1 << 14, dw_reduce_range, &j);
+    }
     gp_cpu_parallel_for(pool, oc, 1, WEIGHTS_GRAIN, dw_transform_range, &j);
 }
 

@@ -11,7 +11,9 @@
  * term; test_kernels compares both with the float64 reference) but not with the threads or the
  * batch: each output is the same expression of its tile's inputs, the sum over channels in
  * channel order, whatever chunk or thread holds the tile. The input gradient of such a
- * convolution is one too (the flipped convolution, gp_conv_dx_geom), so it runs here as well. */
+ * convolution is one too (the flipped convolution, gp_conv_dx_geom), so it runs here as well;
+ * so does the weight gradient, dw = G^T [sum over tiles of (A dy A^T) . V] G, summed in groups
+ * of tile rows fixed by the batch and the geometry (not by the threads). */
 #ifndef GP_KERNELS_CPU_CONV_WINOGRAD_H
 #define GP_KERNELS_CPU_CONV_WINOGRAD_H
 
