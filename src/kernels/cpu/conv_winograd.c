@@ -171,8 +171,9 @@ GP_AVX2 static void transform_weights(const wg_geom *q, const float *w, bool fli
             }
             float *dst = U + o0 * C + c * ROWS;
             for (int a = 0; a < 4; a++) {
-                const __m128 u1 = _mm_mul_ps(half, _mm_add_ps(_mm_add_ps(t[a][0], t[a][1]), t[a][2]));
-                const __m128 u2 = _mm_mul_ps(half, _mm_add_ps(_mm_sub_ps(t[a][0], t[a][1]), t[a][2]));
+                const __m128 sum = _mm_add_ps(t[a][0], t[a][1]), dif = _mm_sub_ps(t[a][0], t[a][1]);
+                const __m128 u1 = _mm_mul_ps(half, _mm_add_ps(sum, t[a][2]));
+                const __m128 u2 = _mm_mul_ps(half, _mm_add_ps(dif, t[a][2]));
                 _mm_storeu_ps(dst + (a * 4 + 0) * pstride, t[a][0]);
                 _mm_storeu_ps(dst + (a * 4 + 1) * pstride, u1);
                 _mm_storeu_ps(dst + (a * 4 + 2) * pstride, u2);
@@ -187,6 +188,11 @@ GP_AVX2 static void transform_weights(const wg_geom *q, const float *w, bool fli
 static int64_t padded_row(const wg_geom *q) { return 2 * q->Lk + LANES; }
 static void zero_padding(const wg_geom *q, float *pad) {
     memset(pad, 0, (size_t)((2 * q->th + 2) * padded_row(q)) * sizeof *pad);
+}
+
+/* [a0 a2 b0 b2 | a4 a6 b4 b6] (two vectors' even lanes, shuffled) -> [a0 a2 a4 a6 b0 b2 b4 b6]. */
+GP_AVX2 static __m256 in_order(__m256 v) {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
 }
 
 /* Rows [r0, r1) of one channel of an example, x, into its padded plane's even and odd columns:
@@ -205,18 +211,18 @@ GP_AVX2 static void split_columns(const wg_geom *q, const float *x, int64_t r0, 
         for (; i < W; i++) dst[i] = row[i];
         /* the same row of the next plane (the next channel, or the next example's first): the
          * hardware's prefetcher does not follow jumps of a plane (a prefetch never faults) */
-        for (int64_t f = 0; f < W; f += 16) _mm_prefetch((const char *)(row + H * W + f), _MM_HINT_T0);
+        for (int64_t f = 0; f < W; f += 16)
+            _mm_prefetch((const char *)(row + H * W + f), _MM_HINT_T0);
     }
     for (int64_t r = r0; r < r1; r++) {
         const float *src = pad + r * pw;
         float *e = ev + r * Lk, *o = od + r * Lk;
         for (int64_t k = 0; k < Lk; k += LANES) {
             const __m256 a = _mm256_loadu_ps(src + 2 * k), b = _mm256_loadu_ps(src + 2 * k + LANES);
-            /* [a0 a2 b0 b2 | a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6], and the odd lanes */
             const __m256 lo = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
             const __m256 hi = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-            _mm256_storeu_ps(e + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(lo), 0xd8)));
-            _mm256_storeu_ps(o + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(hi), 0xd8)));
+            _mm256_storeu_ps(e + k, in_order(lo));
+            _mm256_storeu_ps(o + k, in_order(hi));
         }
     }
 }
@@ -300,7 +306,8 @@ static void products(const wg_geom *q, const float *U, const float *V, float *M,
  * columns, the first n of them stored. */
 GP_AVX2 static void store_pairs(__m256 a, __m256 b, float *dst, int64_t n) {
     const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
-    const __m256 r0 = _mm256_permute2f128_ps(lo, hi, 0x20), r1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+    const __m256 r0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+    const __m256 r1 = _mm256_permute2f128_ps(lo, hi, 0x31);
     if (n >= 2 * LANES) {
         _mm256_storeu_ps(dst, r0);
         _mm256_storeu_ps(dst + LANES, r1);
@@ -442,9 +449,9 @@ void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t bat
  * lane t mod 8), summing the lanes once at the end: the group's dU. The groups go in rounds of
  * DW_ROUND, the threads splitting a round's groups; after each round its groups' dU add in
  * order onto the running sum (so the workspace holds DW_ROUND of them, whatever the batch), and
- * at the end dw += G^T dU G. The bits do not depend on the number of threads. (Groups of one chunk of the forward's size, summed across their lanes
- * after each, spent a third of the time on the sums; lanes kept across chunks spent it on
- * loading and storing them.) */
+ * at the end dw += G^T dU G. The bits do not depend on the number of threads. (Groups of one
+ * chunk of the forward's size, summed across their lanes after each, spent a third of the time
+ * on the sums; lanes kept across chunks spent it on loading and storing them.) */
 #define DW_MIN_GROUPS 4
 #define DW_GROUP_TILES 384
 #define DW_ROUND 16
