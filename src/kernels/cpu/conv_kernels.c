@@ -1,12 +1,12 @@
 /* CPU kernels of the ConvNet layers: convolutions (3x3 ones at stride 1 by Winograd's F(2x2,
  * 3x3) in conv_winograd.c where it applies, forward and both gradients; the rest on the direct
  * path of conv_direct.c where that applies, else here as GEMMs over im2col columns), channel
- * biases, batch norm with its statistics summed in double in a fixed lane order (the same bits on any compiler), max and
- * global average pooling. The device's threads split the examples of an im2col convolution
- * (each chunk of examples with its own columns, its GEMMs single-threaded), and
- * the channels or planes of everything else; a sum over examples goes through partial sums over
- * groups of examples fixed by the batch and the geometry alone, so the bits do not depend on the
- * number of threads. */
+ * biases, batch norm with its statistics summed in double in a fixed lane order (the same bits
+ * on any compiler), max and global average pooling. The device's threads split the examples of
+ * an im2col convolution (each chunk of examples with its own columns, its GEMMs
+ * single-threaded), and the channels or planes of everything else; a sum over examples goes
+ * through partial sums over groups of examples fixed by the batch and the geometry alone, so the
+ * bits do not depend on the number of threads. */
 #include <math.h>
 #include <string.h>
 
