@@ -1,6 +1,6 @@
 /* Times the CPU's convolution paths: the default (Winograd's F(2x2, 3x3) for the 3x3 stride-1
- * convolutions it serves, kernels/cpu/conv_winograd.c, forward and input gradient; the direct
- * tile for the rest), the direct AVX2/FMA tile alone (kernels/cpu/conv_direct.c,
+ * convolutions it serves, kernels/cpu/conv_winograd.c, forward and both gradients where it
+ * applies; the direct tile for the rest), the direct AVX2/FMA tile alone (kernels/cpu/conv_direct.c,
  * GP_CPU_CONV=direct) and im2col with OpenBLAS (GP_CPU_CONV=im2col), on the convolutions of the
  * Fashion demo (examples/resnet_fashion.json, micro-batches of 8) and of C1 (batch 128), forward
  * and backward (weight and input gradients), in one process: the paths alternate round by
@@ -24,7 +24,6 @@ typedef struct conv_case {
     int64_t c, hw, k, stride, oc, batch;
 } conv_case;
 
-/* Every convolution of the two networks that the direct path serves (16 taps or more). */
 #define NPATHS 3
 static const char *const path_names[NPATHS] = {"default", "direct", "im2col"};
 
@@ -34,6 +33,7 @@ static void use_path(int path) {
     gp_conv_direct_enable(path < 2);
 }
 
+/* Every convolution of the two networks that the direct path serves (16 taps or more). */
 static const conv_case cases[] = {
     {"fashion block 1, 24->24 3x3 at 28x28", 24, 28, 3, 1, 24, 8},
     {"fashion block 2, 24->48 3x3 stride 2", 24, 28, 3, 2, 48, 8},

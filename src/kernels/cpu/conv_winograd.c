@@ -379,7 +379,6 @@ static void transform_inputs(const wg_geom *q, const float *xb, int64_t ty0, int
 
 typedef struct wg_job {
     const wg_geom *q;
-    int64_t batch;
     const float *x, *w;
     bool flipped;
     float *U, *y, *ws;
@@ -429,7 +428,7 @@ void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t bat
                               const float *x, const float *w, bool flipped, float *y, float *ws) {
     if (batch <= 0) return;
     const wg_geom q = wg_geom_of(g, batch, oc);
-    wg_job j = {.q = &q, .batch = batch, .x = x, .w = w, .flipped = flipped, .U = ws, .y = y,
+    wg_job j = {.q = &q, .x = x, .w = w, .flipped = flipped, .U = ws, .y = y,
                 .ws = ws + u_floats(&q)};
     /* (each a pure function of its kernel: the same bits on any split) */
     gp_cpu_parallel_for(gp_cpu_pool_of(dev), q.OCp, ROWS, WEIGHTS_GRAIN, weights_range, &j);
