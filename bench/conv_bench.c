@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/conv_path.h"
 #include "kernels/cpu/conv_winograd.h"
 #include "kernels/kernels.h"
 #include "support/support.h"
@@ -29,8 +30,8 @@ static const char *const path_names[NPATHS] = {"default", "direct", "im2col"};
 
 /* Path 0: Winograd where it applies, the direct tile elsewhere; 1: the direct tile; 2: im2col. */
 static void use_path(int path) {
-    gp_conv_winograd_enable(path == 0);
-    gp_conv_direct_enable(path < 2);
+    gp_conv_path_enable(GP_CONV_WINOGRAD, path == 0);
+    gp_conv_path_enable(GP_CONV_DIRECT, path < 2);
 }
 
 /* Every convolution of the two networks that the direct path serves (16 taps or more). */

@@ -27,6 +27,7 @@
 #include "core/device.h"
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_geom.h"
+#include "kernels/cpu/conv_path.h"
 #include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
@@ -1683,7 +1684,8 @@ static void conv_set_case(const gp_conv_geom *g, int64_t B, int64_t OC, const ch
  * im2col with OpenBLAS. */
 static void conv_paths(gp_device *dev, const gp_kernels *K,
                        void (*cases)(gp_device *, const gp_kernels *)) {
-    const bool was = gp_conv_direct_enable(true), was_wg = gp_conv_winograd_enable(true);
+    const bool was = gp_conv_path_enable(GP_CONV_DIRECT, true);
+    const bool was_wg = gp_conv_path_enable(GP_CONV_WINOGRAD, true);
     int64_t B, OC;
     const gp_conv_geom probe = conv_geom(NCONV - 8, &B, &OC); /* 32 channels, 28x28 */
     if (gp_conv_direct_applies(&probe, OC)) { /* AVX2 and FMA: the cases must reach Winograd */
@@ -1701,14 +1703,14 @@ static void conv_paths(gp_device *dev, const gp_kernels *K,
     }
     g_conv_path = " (winograd)";
     cases(dev, K);
-    gp_conv_winograd_enable(false);
+    gp_conv_path_enable(GP_CONV_WINOGRAD, false);
     g_conv_path = " (direct)";
     cases(dev, K);
-    gp_conv_direct_enable(false);
+    gp_conv_path_enable(GP_CONV_DIRECT, false);
     g_conv_path = " (im2col)";
     cases(dev, K);
-    gp_conv_direct_enable(was);
-    gp_conv_winograd_enable(was_wg);
+    gp_conv_path_enable(GP_CONV_DIRECT, was);
+    gp_conv_path_enable(GP_CONV_WINOGRAD, was_wg);
     g_conv_path = "";
 }
 
@@ -1840,9 +1842,9 @@ static void conv2d_dw_rounds(gp_device *dev, const gp_kernels *K) {
     const int64_t B = 32, C = 32, OC = 32, H = 28, P = H * H;
     const gp_conv_geom g = {.channels = C, .height = H, .width = H, .kernel = 3, .stride = 1,
                             .pad = 1, .out_h = H, .out_w = H};
-    const bool was = gp_conv_winograd_enable(true);
+    const bool was = gp_conv_path_enable(GP_CONV_WINOGRAD, true);
     if (!gp_conv_winograd_dw_applies(&g, B, OC)) { /* no AVX2 and FMA here */
-        gp_conv_winograd_enable(was);
+        gp_conv_path_enable(GP_CONV_WINOGRAD, was);
         return;
     }
     set_case("B %lld, C %lld %lldx%lld -> OC %lld: Winograd's weight gradient in two rounds of "
@@ -1851,7 +1853,7 @@ static void conv2d_dw_rounds(gp_device *dev, const gp_kernels *K) {
     const float *x = rnd(nx, 1.0f, 0.0f), *dy = rnd(ny, 1.0f, 0.0f), *dw0 = rnd(nw, 1.0f, 0.0f);
     float *dw[2] = {fa(nw), fa(nw)};
     for (int path = 0; path < 2; path++) { /* Winograd, then the direct tile */
-        gp_conv_winograd_enable(path == 0);
+        gp_conv_path_enable(GP_CONV_WINOGRAD, path == 0);
         const int64_t nws = K->conv2d_ws(dev, &g, B, OC, true, false);
         kt t;
         kt_begin(&t, dev, 0);
@@ -1861,7 +1863,7 @@ static void conv2d_dw_rounds(gp_device *dev, const gp_kernels *K) {
         kt_get(&t, d_dw, dw[path], nw);
         kt_end(&t);
     }
-    gp_conv_winograd_enable(was);
+    gp_conv_path_enable(GP_CONV_WINOGRAD, was);
     double xmax = 0;
     for (int64_t i = 0; i < nx; i++) xmax = fmax(xmax, fabs(x[i]));
     int64_t bad = 0;

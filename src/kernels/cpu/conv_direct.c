@@ -3,6 +3,7 @@
 #include "kernels/cpu/conv_direct.h"
 
 #include "kernels/cpu/conv_geom.h"
+#include "kernels/cpu/conv_path.h"
 #include "kernels/cpu/pool.h"
 
 #include <pthread.h>
@@ -34,29 +35,6 @@ _Static_assert(sizeof(int32_t) == sizeof(float), "offset tables share the float 
 /* One example's buffers (floats) beyond which the im2col path is kept. */
 #define DIRECT_MAX_FLOATS ((int64_t)1 << 23)
 
-/* The switch: GP_CPU_CONV=im2col in the environment turns the path off, read once. */
-static bool g_enabled = true;
-static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
-
-static void read_env(void) {
-    const char *v = getenv("GP_CPU_CONV");
-    if (v && strcmp(v, "im2col") == 0) g_enabled = false;
-}
-
-bool gp_conv_direct_enable(bool on) {
-    pthread_once(&g_env_once, read_env);
-    const bool was = g_enabled;
-    g_enabled = on;
-    return was;
-}
-
-static bool cpu_has_avx2_fma(void) {
-#if GP_HAVE_AVX2_TILE
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
 
 /* Output channels go in panels of 24 (a 4 x 24 tile: 12 accumulators, 3 loads and 4
  * broadcasts per 12 multiply-adds) where they are a multiple of 24, else in panels of 16 (6 x
@@ -128,8 +106,8 @@ static phase_geom phase_geom_of(const gp_conv_geom *g) {
 }
 
 bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc) {
-    pthread_once(&g_env_once, read_env);
-    if (!g_enabled || !cpu_has_avx2_fma() || oc <= 0 || kdim(g) < MIN_TAPS) return false;
+    if (!GP_HAVE_AVX2_TILE || !gp_conv_path_on(GP_CONV_DIRECT) || oc <= 0 || kdim(g) < MIN_TAPS)
+        return false;
     const int64_t image = g->channels * padded_h(g) * padded_w(g);
     /* one example within bounds; a chunk of them is then too (dw_chunk) */
     const phase_geom q = phase_geom_of(g);

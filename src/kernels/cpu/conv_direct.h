@@ -25,13 +25,8 @@
 #include "kernels/kernels.h"
 
 /* Whether this path serves a convolution of g with oc output channels: the CPU has AVX2 and
- * FMA, the path is enabled, and one example's buffers stay within bounds. */
+ * FMA, the path is on (conv_path.h), and one example's buffers stay within bounds. */
 bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc);
-/* On by default where the CPU has AVX2 and FMA, unless the environment has GP_CPU_CONV=im2col;
- * off makes conv2d use im2col and OpenBLAS wherever Winograd (conv_winograd.h, switched on its
- * own) does not serve it (for tests of every path and benchmarks of one against another). Not thread-safe: set it while no device computes. Returns the previous
- * setting. */
-bool gp_conv_direct_enable(bool on);
 
 /* Whether gp_conv_direct_backward computes the input gradient of g: at stride 1 as the
  * flipped convolution (gp_conv_dx_geom), at larger strides phase by phase; not for a 1x1

@@ -9,6 +9,7 @@
  * tile are the outer axis, so each product reads one V_p. */
 #include "kernels/cpu/conv_winograd.h"
 
+#include "kernels/cpu/conv_path.h"
 #include "kernels/cpu/pool.h"
 
 #include <pthread.h>
@@ -35,28 +36,6 @@
 #define CHUNK_FLOATS (1 << 16)
 #define CHUNK_MIN_TILES 32
 
-static bool g_enabled = true;
-static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
-
-static void read_env(void) {
-    const char *v = getenv("GP_CPU_CONV");
-    if (v && (strcmp(v, "direct") == 0 || strcmp(v, "im2col") == 0)) g_enabled = false;
-}
-
-bool gp_conv_winograd_enable(bool on) {
-    pthread_once(&g_env_once, read_env);
-    const bool was = g_enabled;
-    g_enabled = on;
-    return was;
-}
-
-static bool cpu_has_avx2_fma(void) {
-#if GP_HAVE_WINOGRAD
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
 
 /* The geometry of one call: tiles per row (tw) and column (th) of an image; a chunk is R rows
  * of tiles of the batch's batch x th, in order (a row's tiles never split), Tp columns of V. */
@@ -100,8 +79,7 @@ static wg_geom wg_geom_of(const gp_conv_geom *g, int64_t batch, int64_t oc) {
 }
 
 bool gp_conv_winograd_applies(const gp_conv_geom *g, int64_t oc) {
-    pthread_once(&g_env_once, read_env);
-    if (!g_enabled || !cpu_has_avx2_fma()) return false;
+    if (!GP_HAVE_WINOGRAD || !gp_conv_path_on(GP_CONV_WINOGRAD)) return false;
     if (g->kernel != 3 || g->stride != 1 || g->pad != 1 || g->out_h != g->height ||
         g->out_w != g->width)
         return false;

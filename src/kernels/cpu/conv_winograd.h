@@ -24,13 +24,9 @@
 #include "kernels/kernels.h"
 
 /* Whether this path serves a convolution of g with oc output channels: the CPU has AVX2 and
- * FMA, the path is enabled, g is 3x3 at stride 1 with padding 1, and its channels are within
- * the range where it was measured faster than the direct tile. */
+ * FMA, the path is on (conv_path.h), g is 3x3 at stride 1 with padding 1, and its channels
+ * are within the range where it was measured faster than the direct tile. */
 bool gp_conv_winograd_applies(const gp_conv_geom *g, int64_t oc);
-/* On by default; off where the environment has GP_CPU_CONV=direct or GP_CPU_CONV=im2col (then
- * the direct tile, or im2col, serves these convolutions). Not thread-safe: set it while no
- * device computes. Returns the previous setting. */
-bool gp_conv_winograd_enable(bool on);
 
 /* Workspace floats of gp_conv_winograd_forward. */
 int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc);
