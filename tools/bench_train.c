@@ -223,10 +223,16 @@ int gp_cli_bench_train(gp_cli_bench *b) {
                 b->step_bubble_replay[i] = b->last.bubble_replayed;
             }
             /* The ceiling next to each step: a shared machine's speed drifts
-             * over a run, and a ratio of neighbours cancels most of it. */
+             * over a run, and a ratio of neighbours cancels most of it. On the threads
+             * launcher every device's threads at once, as a step keeps them busy: cores that
+             * clock lower when more of them work, or share caches and memory, lower the
+             * ceiling as they lower the step (K times one device's sgemm would not show it).
+             * Under MPI each rank measures its own device, all at about the same moment. */
+            const int ceiling_threads =
+                b->threads * (pipelined && b->place.launcher != GP_LAUNCHER_MPI ? b->ndevices : 1);
             char why[256];
-            if (!gp_cli_bench_sgemm(2048, 2048, 2048, b->threads, false, 1, &b->step_ceiling[i], why,
-                                    sizeof why)) {
+            if (!gp_cli_bench_sgemm(2048, 2048, 2048, ceiling_threads, false, 1,
+                                    &b->step_ceiling[i], why, sizeof why)) {
                 fprintf(stderr, "gpipe bench: %s\n", why);
                 rc = GP_CLI_EXIT_RUNTIME;
                 goto done;

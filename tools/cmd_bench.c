@@ -102,7 +102,8 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "T1, T2 and C1 report the median step time over --steps after --warmup steps, its\n"
            "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
            "process right after each step, split over as many threads as a device splits\n"
-           "it (with K stages of T threads: K times the T-thread ceiling).\n"
+           "it (with K stages of T threads: on all K x T threads at once, as a step keeps\n"
+           "them busy).\n"
            "Under mpirun, T2 runs over MPI: one stage per rank, D x K ranks with\n"
            "--data-parallel D (ceiling: ranks times the T-thread sgemm); rank 0 reports,\n"
            "with the bytes each rank sent in the last step on each mesh axis.\n"
@@ -288,10 +289,12 @@ static int run_training(const bench_opts *o, cJSON *r) {
         free_bench(&b);
         return rc;
     }
-    /* K x T stage shards (x D replicas), each a device of T threads: their ceiling is that many
-     * times the T-thread sgemm measured after each step. */
-    const double cores =
-        b.stages > 0 ? (double)b.stages * b.place.data_parallel * b.popts.tensor_parallel : 1;
+    /* Under MPI, D x K x T ranks, each a device of T threads: their ceiling is that many times
+     * the T-thread sgemm each measured after each step. On threads the sgemm ran on every
+     * device's threads at once (gp_cli_bench_train): already the whole. */
+    const double cores = b.stages > 0 && b.place.launcher == GP_LAUNCHER_MPI
+                             ? (double)b.stages * b.place.data_parallel * b.popts.tensor_parallel
+                             : 1;
     for (int i = 0; i < b.steps; i++) {
         b.step_ceiling[i] *= cores;
         ratio[i] = b.flops_per_step / b.step_seconds[i] / 1e9 / b.step_ceiling[i];
@@ -326,8 +329,10 @@ static int run_training(const bench_opts *o, cJSON *r) {
     if (strcmp(o->workload, "T2") == 0 || strcmp(o->workload, "C1") == 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",
-                                b.stages > 0 ? "devices (D x K x T) x 2048^3 sgemm on a device's threads"
-                                             : "2048^3 sgemm on the device's threads");
+                                b.stages == 0 ? "2048^3 sgemm on the device's threads"
+                                : b.place.launcher == GP_LAUNCHER_MPI
+                                    ? "ranks (D x K x T) x 2048^3 sgemm on a rank's threads"
+                                    : "2048^3 sgemm on all devices' threads at once");
         if (b.stages > 0)
             report_pipeline(r, &b);
         else
