@@ -5,8 +5,10 @@
 # machine with 8 cores or more (run_t2.sh and run_schedules.sh cover K = 2 on two cores;
 # run_scaling_sim.sh simulates these rows where they cannot be run). Each run appends one line to
 # $OUT/rows.tsv as soon as it ends (a run cut short keeps the rows before it), and the table at
-# the end gives tokens/s, the speed-up over K = 1 of the same model and M, and the bubble
-# measured / theory / simulated / replayed.
+# the end gives tokens/s, the speed-up over K = 1 of the same model and M, the bubble
+# measured / theory / simulated / replayed, and the sgemm ceiling of the K busy cores (one
+# 2048^3 sgemm over all K stage threads at once after each step) with the step's fraction of it:
+# a ceiling below K times K = 1's is what the cores lose by working together.
 # Usage: bash bench/run_scaling_k8.sh [path/to/gpipe] (reports go to ${GP_BENCH_OUT:-out/k8});
 # GP_BENCH_STEPS (2) timed steps after GP_BENCH_WARMUP (1).
 set -eu
@@ -39,10 +41,11 @@ print("\t".join(sys.argv[2:6] + [
     "%.1f" % r["throughput"]["tokens_per_s"],
     "%.3f" % r["step_seconds"]["median"],
     " / ".join("%.3f" % p.get("bubble_" + k, 0.0)
-               for k in ("measured", "theory", "simulated", "replayed"))]))
+               for k in ("measured", "theory", "simulated", "replayed")),
+    "%.1f" % r["ceiling_gflops"], "%.3f" % r["fraction_of_ceiling"]]))
 PY
     else
-        printf '%s\t%s\t%s\t%s\tfailed\t-\t-\n' "$layers" "$M" "$K" "$S" >>"$OUT/rows.tsv"
+        printf '%s\t%s\t%s\t%s\tfailed\t-\t-\t-\t-\n' "$layers" "$M" "$K" "$S" >>"$OUT/rows.tsv"
     fi
 }
 
@@ -78,10 +81,11 @@ python3 - "$OUT/rows.tsv" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 base = {(r[0], r[1]): float(r[4]) for r in rows if r[2] == "1" and r[4] != "failed"}
-print("| model | M | K | schedule | tokens/s | step s | speed-up over K = 1 | bubble measured / theory / simulated / replayed |")
-print("|---|---|---|---|---|---|---|---|")
-for layers, M, K, S, tps, step, bub in rows:
+print("| model | M | K | schedule | tokens/s | step s | speed-up over K = 1 | bubble measured / theory / simulated / replayed | ceiling GFLOP/s (K cores at once) | fraction of it |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for layers, M, K, S, tps, step, bub, ceiling, frac in rows:
     key = (layers, M)
     up = "%.2fx" % (float(tps) / base[key]) if tps != "failed" and key in base else "-"
-    print("| T2 (%s blocks) | %s | %s | %s | %s | %s | %s | %s |" % (layers, M, K, S, tps, step, up, bub))
+    print("| T2 (%s blocks) | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+          % (layers, M, K, S, tps, step, up, bub, ceiling, frac))
 PY
