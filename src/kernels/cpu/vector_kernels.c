@@ -161,16 +161,18 @@ gp_status gp_cpu_sgd_update(gp_device *dev, int64_t n, float *w, const float *g,
 
 static void adamw_range(void *ctx, int64_t lo, int64_t hi) {
     const flat_args *f = ctx;
-    const gp_adamw_step *s = f->step;
-    const float b1 = s->beta1, b2 = s->beta2;
+    /* The step's constants in locals: read through f->step, the compiler reloads them after
+     * every store (they might alias w, m or v) and keeps the loop scalar. */
+    const gp_adamw_step s = *f->step;
+    const float b1 = s.beta1, b2 = s.beta2;
     float *restrict w = f->w, *restrict m = f->m, *restrict v = f->v;
     const float *restrict g = f->g;
     for (int64_t i = lo; i < hi; i++) {
-        float wi = w[i] * s->decay;
+        float wi = w[i] * s.decay;
         m[i] = m[i] * b1 + g[i] * (1.0f - b1);
         v[i] = v[i] * b2 + g[i] * g[i] * (1.0f - b2);
-        float denom = sqrtf(v[i]) / s->bc2_sqrt + s->eps;
-        w[i] = wi - s->step_size * (m[i] / denom);
+        float denom = sqrtf(v[i]) / s.bc2_sqrt + s.eps;
+        w[i] = wi - s.step_size * (m[i] / denom);
     }
 }
 
