@@ -95,6 +95,9 @@ need(r.get("flops_per_step") == 41976594432, f"T2 flops_per_step {r.get('flops_p
 st = r.get("step_seconds", {})
 need(0 < st.get("min", 0) <= st.get("median", 0) <= st.get("max", 0), f"T2 step_seconds {st}")
 need(r.get("fraction_of_ceiling", 0) > 0 and r.get("achieved_gflops", 0) > 0, "T2 GFLOP/s")
+# The ceiling of 2 stages on threads: one sgemm over both stages' threads at once.
+need(r.get("ceiling_basis") == "2048^3 sgemm on all devices' threads at once",
+     f"T2 ceiling_basis {r.get('ceiling_basis')}")
 p = r.get("pipeline") or {}
 for key in ("stages", "micro_batches", "schedule", "remat", "partition", "busy_fraction",
             "bubble_measured", "bubble_theory", "bubble_simulated", "bubble_replayed"):
