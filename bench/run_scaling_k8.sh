@@ -8,7 +8,8 @@
 # the end gives tokens/s, the speed-up over K = 1 of the same model and M, the bubble
 # measured / theory / simulated / replayed, and the sgemm ceiling of the K busy cores (one
 # 2048^3 sgemm over all K stage threads at once after each step) with the step's fraction of it:
-# a ceiling below K times K = 1's is what the cores lose by working together.
+# the last column, that ceiling over K times one core's alone (timed right after), is what the
+# cores lose by working together (the all-core clock, shared caches and memory).
 # Usage: bash bench/run_scaling_k8.sh [path/to/gpipe] (reports go to ${GP_BENCH_OUT:-out/k8});
 # GP_BENCH_STEPS (2) timed steps after GP_BENCH_WARMUP (1).
 set -eu
@@ -42,10 +43,11 @@ print("\t".join(sys.argv[2:6] + [
     "%.3f" % r["step_seconds"]["median"],
     " / ".join("%.3f" % p.get("bubble_" + k, 0.0)
                for k in ("measured", "theory", "simulated", "replayed")),
-    "%.1f" % r["ceiling_gflops"], "%.3f" % r["fraction_of_ceiling"]]))
+    "%.1f" % r["ceiling_gflops"], "%.3f" % r["fraction_of_ceiling"],
+    "%.3f" % r["ceiling_together_over_alone"] if "ceiling_together_over_alone" in r else "-"]))
 PY
     else
-        printf '%s\t%s\t%s\t%s\tfailed\t-\t-\t-\t-\n' "$layers" "$M" "$K" "$S" >>"$OUT/rows.tsv"
+        printf '%s\t%s\t%s\t%s\tfailed\t-\t-\t-\t-\t-\n' "$layers" "$M" "$K" "$S" >>"$OUT/rows.tsv"
     fi
 }
 
@@ -81,11 +83,11 @@ python3 - "$OUT/rows.tsv" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 base = {(r[0], r[1]): float(r[4]) for r in rows if r[2] == "1" and r[4] != "failed"}
-print("| model | M | K | schedule | tokens/s | step s | speed-up over K = 1 | bubble measured / theory / simulated / replayed | ceiling GFLOP/s (K cores at once) | fraction of it |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for layers, M, K, S, tps, step, bub, ceiling, frac in rows:
+print("| model | M | K | schedule | tokens/s | step s | speed-up over K = 1 | bubble measured / theory / simulated / replayed | ceiling GFLOP/s (K cores at once) | fraction of it | ceiling at once / K x one core alone |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for layers, M, K, S, tps, step, bub, ceiling, frac, together in rows:
     key = (layers, M)
     up = "%.2fx" % (float(tps) / base[key]) if tps != "failed" and key in base else "-"
-    print("| T2 (%s blocks) | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
-          % (layers, M, K, S, tps, step, up, bub, ceiling, frac))
+    print("| T2 (%s blocks) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+          % (layers, M, K, S, tps, step, up, bub, ceiling, frac, together))
 PY

@@ -190,7 +190,10 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         b->stage_mem = calloc((size_t)b->ndevices, sizeof *b->stage_mem);
         b->last_stages = calloc((size_t)b->stages, sizeof *b->last_stages);
     }
-    if (!b->step_seconds || !b->step_ceiling ||
+    const bool ceiling_alone = pipelined && b->place.launcher != GP_LAUNCHER_MPI && b->ndevices > 1;
+    if (ceiling_alone)
+        b->step_ceiling_alone = calloc((size_t)b->steps, sizeof *b->step_ceiling_alone);
+    if (!b->step_seconds || !b->step_ceiling || (ceiling_alone && !b->step_ceiling_alone) ||
         (pipelined && (!b->step_bubble || !b->step_bubble_sim || !b->step_bubble_replay ||
                        !b->stage_mem || !b->last_stages))) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
@@ -231,8 +234,12 @@ int gp_cli_bench_train(gp_cli_bench *b) {
             const int ceiling_threads =
                 b->threads * (pipelined && b->place.launcher != GP_LAUNCHER_MPI ? b->ndevices : 1);
             char why[256];
+            /* and one device's alone: how much the devices lose by working together */
             if (!gp_cli_bench_sgemm(2048, 2048, 2048, ceiling_threads, false, 1,
-                                    &b->step_ceiling[i], why, sizeof why)) {
+                                    &b->step_ceiling[i], why, sizeof why) ||
+                (ceiling_alone && !gp_cli_bench_sgemm(2048, 2048, 2048, b->threads, false, 1,
+                                                      &b->step_ceiling_alone[i], why,
+                                                      sizeof why))) {
                 fprintf(stderr, "gpipe bench: %s\n", why);
                 rc = GP_CLI_EXIT_RUNTIME;
                 goto done;

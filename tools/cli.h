@@ -352,6 +352,9 @@ typedef struct gp_cli_bench {
     /* results */
     double *step_seconds; /* the `steps` timed steps, owned */
     double *step_ceiling; /* 2048^3 sgemm GFLOP/s measured right after each timed step, owned */
+    /* Pipelines of several devices on threads: the same sgemm on one device's threads alone,
+     * right after; owned (NULL otherwise). */
+    double *step_ceiling_alone;
     double flops_per_step;
     int64_t examples_per_step, tokens_per_example; /* tokens: 0 for C1 */
     int64_t nparams;

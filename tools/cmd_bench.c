@@ -103,7 +103,8 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
            "process right after each step, split over as many threads as a device splits\n"
            "it (with K stages of T threads: on all K x T threads at once, as a step keeps\n"
-           "them busy).\n"
+           "them busy; then on one stage's T threads alone, for the report's\n"
+           "ceiling_together_over_alone: what the cores lose by working together).\n"
            "Under mpirun, T2 runs over MPI: one stage per rank, D x K ranks with\n"
            "--data-parallel D (ceiling: ranks times the T-thread sgemm); rank 0 reports,\n"
            "with the bytes each rank sent in the last step on each mesh axis.\n"
@@ -185,6 +186,7 @@ static int run_g1(const bench_opts *o, cJSON *r) {
 static void free_bench(gp_cli_bench *b) {
     free(b->step_seconds);
     free(b->step_ceiling);
+    free(b->step_ceiling_alone);
     free(b->step_bubble);
     free(b->step_bubble_sim);
     free(b->step_bubble_replay);
@@ -319,6 +321,12 @@ static int run_training(const bench_opts *o, cJSON *r) {
     cJSON_AddNumberToObject(r, "ceiling_gflops", ceiling);
     cJSON_AddNumberToObject(r, "fraction_of_ceiling", fraction);
     add_spread(r, "step_ceiling_gflops", b.step_ceiling, b.steps);
+    if (b.step_ceiling_alone) {
+        /* One device's ceiling alone, and the share of K x it the devices keep together. */
+        const double alone = gp_cli_median(b.step_ceiling_alone, b.steps);
+        cJSON_AddNumberToObject(r, "ceiling_one_device_alone_gflops", alone);
+        cJSON_AddNumberToObject(r, "ceiling_together_over_alone", ceiling / (alone * b.ndevices));
+    }
     add_spread(r, "step_fraction_of_ceiling", ratio, b.steps);
     add_spread(r, "step_seconds", b.step_seconds, b.steps);
     cJSON_AddNumberToObject(r, "final_loss", b.final_loss);

@@ -98,6 +98,9 @@ need(r.get("fraction_of_ceiling", 0) > 0 and r.get("achieved_gflops", 0) > 0, "T
 # The ceiling of 2 stages on threads: one sgemm over both stages' threads at once.
 need(r.get("ceiling_basis") == "2048^3 sgemm on all devices' threads at once",
      f"T2 ceiling_basis {r.get('ceiling_basis')}")
+alone = r.get("ceiling_one_device_alone_gflops", 0)
+need(alone > 0 and abs(r.get("ceiling_together_over_alone", 0) - r.get("ceiling_gflops", 0) / (2 * alone)) < 1e-9,
+     f"T2 one device's ceiling alone {alone}, together over alone {r.get('ceiling_together_over_alone')}")
 p = r.get("pipeline") or {}
 for key in ("stages", "micro_batches", "schedule", "remat", "partition", "busy_fraction",
             "bubble_measured", "bubble_theory", "bubble_simulated", "bubble_replayed"):
