@@ -35,7 +35,6 @@ _Static_assert(sizeof(int32_t) == sizeof(float), "offset tables share the float 
 /* One example's buffers (floats) beyond which the im2col path is kept. */
 #define DIRECT_MAX_FLOATS ((int64_t)1 << 23)
 
-
 /* Output channels go in panels of 24 (a 4 x 24 tile: 12 accumulators, 3 loads and 4
  * broadcasts per 12 multiply-adds) where they are a multiple of 24, else in panels of 16 (6 x
  * 16: 2 loads and 6 broadcasts) and a last panel of 8 (an 8 x 8 tile) where 8 or fewer are

@@ -36,7 +36,6 @@
 #define CHUNK_FLOATS (1 << 16)
 #define CHUNK_MIN_TILES 32
 
-
 /* The geometry of one call: tiles per row (tw) and column (th) of an image; a chunk is R rows
  * of tiles of the batch's batch x th, in order (a row's tiles never split), Tp columns of V. */
 typedef struct wg_geom {
