@@ -1,9 +1,9 @@
 /* Times the CPU's convolution paths: the default (Winograd's F(2x2, 3x3) for the 3x3 stride-1
  * convolutions it serves, kernels/cpu/conv_winograd.c, forward and both gradients where it
- * applies; the direct tile for the rest), the direct AVX2/FMA tile alone (kernels/cpu/conv_direct.c,
- * GP_CPU_CONV=direct) and im2col with OpenBLAS (GP_CPU_CONV=im2col), on the convolutions of the
- * Fashion demo (examples/resnet_fashion.json, micro-batches of 8) and of C1 (batch 128), forward
- * and backward (weight and input gradients), in one process: the paths alternate round by
+ * applies; the direct tile for the rest), the direct AVX2/FMA tile alone
+ * (kernels/cpu/conv_direct.c, GP_CPU_CONV=direct) and im2col with OpenBLAS
+ * (GP_CPU_CONV=im2col), on the convolutions of the Fashion demo (examples/resnet_fashion.json,
+ * micro-batches of 8) and of C1 (batch 128), forward and backward (weight and input gradients), in one process: the paths alternate round by
  * round, and the sgemm ceiling (2048^3 on the same threads) is measured after each pass's
  * rounds.
  * Prints GFLOP/s (2 x the direct sum's multiply-adds, whatever the path computes: Winograd's

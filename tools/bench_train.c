@@ -231,8 +231,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
              * clock lower when more of them work, or share caches and memory, lower the
              * ceiling as they lower the step (K times one device's sgemm would not show it).
              * Under MPI each rank measures its own device, all at about the same moment. */
-            const int ceiling_threads =
-                b->threads * (pipelined && b->place.launcher != GP_LAUNCHER_MPI ? b->ndevices : 1);
+            const int ceiling_threads = b->threads * (ceiling_alone ? b->ndevices : 1);
             char why[256];
             /* and one device's alone: how much the devices lose by working together */
             if (!gp_cli_bench_sgemm(2048, 2048, 2048, ceiling_threads, false, 1,
