@@ -3,13 +3,13 @@
  * its stage (shard), the ranks sync the parameters, and rank 0 compares with a reference it
  * computes itself: D = 1 must give bit-identical losses and params_fnv1a64 to the threads
  * pipeline with the same K, M, T and seed (T = 1 and T = 2); D = 2 must match the single-device
- * trainer on the same global batch (M = D x M' micro-batches) within 1e-6 relative error, and
- * the mesh D x K x T = 2 x 2 x 2 (8 ranks) within 1e-5, read back from the set of whole tensors
- * its shards saved; a launch of the wrong size must fail in gp_pipeline_new with a message
+ * trainer on the same global batch (M = D x M' micro-batches) within 1e-5 relative error, as
+ * must the mesh D x K x T = 2 x 2 x 2 (8 ranks), read back from the set of whole tensors its
+ * shards saved; a launch of the wrong size must fail in gp_pipeline_new with a message
  * naming both sizes; the MPI transport hands a message over bit-exact, refuses one of the wrong
  * shape naming both ranks, and the other rank stops with that rank's message. The two-cell
  * schedules (interleaved, zbv: a rank runs two cells) give the threads pipeline's bits with
- * D = 1 and the single device's within 1e-6 with D = 2, and their set of 2K parts (one per cell,
+ * D = 1 and the single device's within 1e-5 with D = 2, and their set of 2K parts (one per cell,
  * a rank writing two) reads back to the parameters trained. Skipped (exit 77) without MPI or
  * mpirun. */
 #include <stdio.h>
@@ -193,7 +193,12 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
         free_with_device(ref);
     }
     if (D > 1 && T == 1) {
-        /* Each rank against the single-device run, on the layers it holds. */
+        /* Each rank against the single-device run, on the layers it holds. The replicas' sums
+         * add the micro-batches' gradients in another order, so float rounding, grown over the
+         * steps, is all that may differ: 2-4e-7 on most tensors, 1.03e-6 on the ConvNet's second
+         * batch-norm bias on an AVX-512 machine (a small vector, so its relative error is the
+         * largest). The limit is the tensor-parallel check's above; a wrong gradient is off by
+         * orders of magnitude more. */
         outcome want;
         gp_model *ref = NULL;
         reference(net, true, 0, D * M, 1, sk, &want, &ref);
@@ -203,10 +208,10 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
             if (e > lerr) lerr = e;
         }
         printf("%s: rank %d: D=%d K=%d M=%d vs one device M=%d: max relative error params %.3g, "
-               "loss %.3g (limit 1e-6)\n",
+               "loss %.3g (limit 1e-5)\n",
                name, rank, D, K, M, D * M, err, lerr);
-        CHECK(err <= 1e-6);
-        CHECK(lerr <= 1e-6);
+        CHECK(err <= 1e-5);
+        CHECK(lerr <= 1e-5);
         gp_param_info pi;
         REQUIRE_OK(gp_model_param(ref, 0, &pi));
         gp_device *dev = pi.value->dev;
