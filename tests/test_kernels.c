@@ -2152,8 +2152,11 @@ static void test_relu_backward(gp_device *dev, const gp_kernels *K) {
 static const int64_t pool_cases[][5] = {/* planes, H, W, kernel, stride */
                                         {1, 1, 1, 1, 1}, {2, 5, 5, 2, 2},   {3, 7, 6, 3, 2},
                                         {1, 4, 4, 3, 1}, {2, 9, 8, 3, 3},   {4, 28, 28, 2, 2},
-                                        {1, 8, 7, 4, 3}, {3, 6, 6, 3, 2} /* NaN, -inf */};
+                                        {1, 8, 7, 4, 3}, {3, 14, 14, 2, 2},
+                                        /* the last two: NaNs and a plane of -inf */
+                                        {3, 14, 30, 2, 2}, {3, 6, 6, 3, 2}};
 #define NPOOL ((int)(sizeof pool_cases / sizeof pool_cases[0]))
+#define POOL_SPECIAL(ci) ((ci) >= NPOOL - 2)
 
 static gp_pool_dims pool_dims(int ci) {
     const int64_t *c = pool_cases[ci];
@@ -2162,14 +2165,16 @@ static gp_pool_dims pool_dims(int ci) {
                           .kernel = c[3], .stride = c[4]};
 }
 
-/* Small integers, so windows have ties; the last case has one NaN (plane 0) and a plane of
- * -inf (plane 1). */
+/* Small integers, so windows have ties; the last two cases have a NaN in plane 0 (2x2 windows:
+ * two, in different windows, one a row's right column, one a window's second row) and a plane
+ * of -inf (plane 1). */
 static float *pool_inputs(int ci, const gp_pool_dims *d) {
     const int64_t hw = d->height * d->width, n = d->planes * hw;
     float *x = rnd(n, 2.0f, 0.0f);
     for (int64_t i = 0; i < n; i++) x[i] = roundf(x[i]);
-    if (ci == NPOOL - 1) {
+    if (POOL_SPECIAL(ci)) {
         x[2 * d->width + 3] = NAN;
+        if (d->kernel == 2) x[5 * d->width + 8] = NAN;
         for (int64_t i = 0; i < hw; i++) x[hw + i] = -INFINITY;
     }
     return x;
@@ -2205,7 +2210,7 @@ static void test_maxpool_forward(gp_device *dev, const gp_kernels *K) {
         const int64_t n = d.planes * d.height * d.width, no = d.planes * d.out_h * d.out_w;
         set_case("planes %lld H %lld W %lld, kernel %lld stride %lld -> %lldx%lld%s",
                  LL(d.planes), LL(d.height), LL(d.width), LL(d.kernel), LL(d.stride),
-                 LL(d.out_h), LL(d.out_w), ci == NPOOL - 1 ? ", a NaN and a plane of -inf" : "");
+                 LL(d.out_h), LL(d.out_w), POOL_SPECIAL(ci) ? ", NaNs and a plane of -inf" : "");
         const float *x = pool_inputs(ci, &d);
         float *y = fa(no), *want = fa(no);
         int32_t *arg = ia(no), *want_arg = ia(no);

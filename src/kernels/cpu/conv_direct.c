@@ -10,12 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GP_HAVE_AVX2_TILE 1
-#include <immintrin.h>
-#define GP_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define GP_HAVE_AVX2_TILE 0
+#include "kernels/cpu/simd.h"
+#define GP_HAVE_AVX2_TILE GP_HAVE_AVX2
+#if !GP_HAVE_AVX2
 #include <math.h>
 #endif
 

@@ -14,6 +14,7 @@
 #include "kernels/cpu/conv_geom.h"
 #include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd.h"
 
 /* The output columns ow whose input column ow*s - pad + kj lies inside
  * [0, W): [*lo, *hi). Empty when *lo == *hi. */
@@ -765,15 +766,84 @@ static void maxpool2_forward(const float *xp, int64_t w, int64_t oh_n, int64_t o
     }
 }
 
+#if GP_HAVE_AVX2
+/* Lane j takes element 2j of (lo, hi), or 2j + 1 with odd: a row's left or right window
+ * columns, in window order. */
+GP_AVX2 static __m256 pool_columns(__m256 lo, __m256 hi, bool odd) {
+    const __m256 q = odd ? _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))
+                         : _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(q), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* maxpool2_forward, eight windows a vector: each lane makes POOL_TAKE's choices in the same
+ * order (its first value taken as it is, whatever it is), so values and indices are the
+ * scalar code's bit for bit. A row's last windows are loaded under a mask (C1's rows are 14 and
+ * 7 windows wide). */
+GP_AVX2 static void maxpool2_forward_avx2(const float *xp, int64_t w, int64_t oh_n, int64_t ow_n,
+                                          float *yp, int32_t *ap) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i even = _mm256_add_epi32(lane, lane);
+    for (int64_t oh = 0; oh < oh_n; oh++) {
+        const float *r0 = xp + 2 * oh * w, *r1 = r0 + w;
+        for (int64_t ow = 0; ow < ow_n; ow += 8) {
+            const int n = ow_n - ow < 8 ? (int)(ow_n - ow) : 8;
+            const __m256i in_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n), lane);
+            const __m256i in_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n - 8), lane);
+            const float *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
+            __m256 a0, a1, b0, b1;
+            if (n == 8) {
+                a0 = _mm256_loadu_ps(p0), a1 = _mm256_loadu_ps(p0 + 8);
+                b0 = _mm256_loadu_ps(p1), b1 = _mm256_loadu_ps(p1 + 8);
+            } else {
+                a0 = _mm256_maskload_ps(p0, in_lo), a1 = _mm256_maskload_ps(p0 + 8, in_hi);
+                b0 = _mm256_maskload_ps(p1, in_lo), b1 = _mm256_maskload_ps(p1 + 8, in_hi);
+            }
+            const __m256i i0 = _mm256_add_epi32(_mm256_set1_epi32((int32_t)(2 * oh * w + 2 * ow)), even);
+            const __m256 cand[3] = {pool_columns(a0, a1, true), pool_columns(b0, b1, false),
+                                    pool_columns(b0, b1, true)};
+            const int32_t step[3] = {1, (int32_t)w, (int32_t)w + 1};
+            __m256 best = pool_columns(a0, a1, false);
+            __m256 idx = _mm256_castsi256_ps(i0);
+            for (int c = 0; c < 3; c++) {
+                const __m256 v = cand[c];
+                const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                                                 _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+                const __m256i at = _mm256_add_epi32(i0, _mm256_set1_epi32(step[c]));
+                best = _mm256_blendv_ps(best, v, take);
+                idx = _mm256_blendv_ps(idx, _mm256_castsi256_ps(at), take);
+            }
+            float *yo = yp + oh * ow_n + ow;
+            int32_t *ao = ap + oh * ow_n + ow;
+            if (n == 8) {
+                _mm256_storeu_ps(yo, best);
+                _mm256_storeu_si256((__m256i *)ao, _mm256_castps_si256(idx));
+            } else { /* (a masked store is microcoded, slow, on AMD's cores) */
+                float yv[8];
+                int32_t av[8];
+                _mm256_storeu_ps(yv, best);
+                _mm256_storeu_si256((__m256i *)av, _mm256_castps_si256(idx));
+                memcpy(yo, yv, (size_t)n * sizeof *yo);
+                memcpy(ao, av, (size_t)n * sizeof *ao);
+            }
+        }
+    }
+}
+#endif
+
 static void maxpool_forward_range(void *ctx, int64_t lo, int64_t hi) {
     const plane_args *a = ctx;
     const gp_pool_dims *d = a->pd;
     const int64_t h = d->height, w = d->width, oh_n = d->out_h, ow_n = d->out_w;
     const int64_t k = d->kernel, s = d->stride;
     if (k == 2 && s == 2) {
+        void (*plane)(const float *, int64_t, int64_t, int64_t, float *, int32_t *) =
+            maxpool2_forward;
+#if GP_HAVE_AVX2
+        if (gp_cpu_has_avx2_fma()) plane = maxpool2_forward_avx2;
+#endif
         for (int64_t p = lo; p < hi; p++)
-            maxpool2_forward(a->x + p * h * w, w, oh_n, ow_n, a->y + p * oh_n * ow_n,
-                             a->argmax + p * oh_n * ow_n);
+            plane(a->x + p * h * w, w, oh_n, ow_n, a->y + p * oh_n * ow_n,
+                  a->argmax + p * oh_n * ow_n);
         return;
     }
     for (int64_t p = lo; p < hi; p++) {

@@ -1,6 +1,8 @@
 /* One switch for the convolution paths, so each path asks the same question the same way. */
 #include "kernels/cpu/conv_path.h"
 
+#include "kernels/cpu/simd.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,17 +17,9 @@ static void read_env(void) {
     if (strcmp(v, "im2col") == 0) g_enabled[GP_CONV_DIRECT] = false;
 }
 
-static bool cpu_has_avx2_fma(void) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
-
 bool gp_conv_path_on(gp_conv_path p) {
     pthread_once(&g_env_once, read_env);
-    return g_enabled[p] && cpu_has_avx2_fma();
+    return g_enabled[p] && gp_cpu_has_avx2_fma();
 }
 
 bool gp_conv_path_enable(gp_conv_path p, bool on) {

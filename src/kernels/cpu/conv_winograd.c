@@ -16,13 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GP_HAVE_WINOGRAD 1
-#include <immintrin.h>
-#define GP_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define GP_HAVE_WINOGRAD 0
-#endif
+#include "kernels/cpu/simd.h"
+#define GP_HAVE_WINOGRAD GP_HAVE_AVX2
 
 #define LANES 8
 /* The product tile: 4 output channels by 24 tiles (three vectors; 12 accumulators, 3 loads and
