@@ -798,7 +798,8 @@ GP_AVX2 static void maxpool2_forward_avx2(const float *xp, int64_t w, int64_t oh
                 a0 = _mm256_maskload_ps(p0, in_lo), a1 = _mm256_maskload_ps(p0 + 8, in_hi);
                 b0 = _mm256_maskload_ps(p1, in_lo), b1 = _mm256_maskload_ps(p1 + 8, in_hi);
             }
-            const __m256i i0 = _mm256_add_epi32(_mm256_set1_epi32((int32_t)(2 * oh * w + 2 * ow)), even);
+            const __m256i i0 =
+                _mm256_add_epi32(_mm256_set1_epi32((int32_t)(2 * oh * w + 2 * ow)), even);
             const __m256 cand[3] = {pool_columns(a0, a1, true), pool_columns(b0, b1, false),
                                     pool_columns(b0, b1, true)};
             const int32_t step[3] = {1, (int32_t)w, (int32_t)w + 1};
