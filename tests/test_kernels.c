@@ -2165,16 +2165,16 @@ static gp_pool_dims pool_dims(int ci) {
                           .kernel = c[3], .stride = c[4]};
 }
 
-/* Small integers, so windows have ties; the last two cases have a NaN in plane 0 (2x2 windows:
- * two, in different windows, one a row's right column, one a window's second row) and a plane
- * of -inf (plane 1). */
+/* Small integers, so windows have ties; the last two cases have a NaN in plane 0 (with 2x2
+ * windows a second one, in a window's second row among the last windows of its row, which the
+ * vector form loads under a mask) and a plane of -inf (plane 1). */
 static float *pool_inputs(int ci, const gp_pool_dims *d) {
     const int64_t hw = d->height * d->width, n = d->planes * hw;
     float *x = rnd(n, 2.0f, 0.0f);
     for (int64_t i = 0; i < n; i++) x[i] = roundf(x[i]);
     if (POOL_SPECIAL(ci)) {
         x[2 * d->width + 3] = NAN;
-        if (d->kernel == 2) x[5 * d->width + 8] = NAN;
+        if (d->kernel == 2) x[5 * d->width + d->width - 9] = NAN;
         for (int64_t i = 0; i < hw; i++) x[hw + i] = -INFINITY;
     }
     return x;

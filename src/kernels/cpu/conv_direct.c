@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "kernels/cpu/simd.h"
-#define GP_HAVE_AVX2_TILE GP_HAVE_AVX2
 #if !GP_HAVE_AVX2
 #include <math.h>
 #endif
@@ -102,7 +101,7 @@ static phase_geom phase_geom_of(const gp_conv_geom *g) {
 }
 
 bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc) {
-    if (!GP_HAVE_AVX2_TILE || !gp_conv_path_on(GP_CONV_DIRECT) || oc <= 0 || kdim(g) < MIN_TAPS)
+    if (!GP_HAVE_AVX2 || !gp_conv_path_on(GP_CONV_DIRECT) || oc <= 0 || kdim(g) < MIN_TAPS)
         return false;
     const int64_t image = g->channels * padded_h(g) * padded_w(g);
     /* one example within bounds; a chunk of them is then too (dw_chunk) */
@@ -118,7 +117,7 @@ bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc) {
 
 /* out (MR, NR x 8) = sum over steps t < n of broadcast(rows[i][steps[t]]) x b[t bstride ..]
  * (NR vectors), t in order. */
-#if GP_HAVE_AVX2_TILE
+#if GP_HAVE_AVX2
 /* The accumulators are named variables, not an array: GCC keeps an array of vectors in
  * registers but also stores it to the stack every step, which halves the tile's speed. */
 #define ZERO1(i) __m256 c##i##0 = _mm256_setzero_ps();

@@ -787,14 +787,15 @@ GP_AVX2 static void maxpool2_forward_avx2(const float *xp, int64_t w, int64_t oh
         const float *r0 = xp + 2 * oh * w, *r1 = r0 + w;
         for (int64_t ow = 0; ow < ow_n; ow += 8) {
             const int n = ow_n - ow < 8 ? (int)(ow_n - ow) : 8;
-            const __m256i in_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n), lane);
-            const __m256i in_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n - 8), lane);
             const float *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
             __m256 a0, a1, b0, b1;
             if (n == 8) {
                 a0 = _mm256_loadu_ps(p0), a1 = _mm256_loadu_ps(p0 + 8);
                 b0 = _mm256_loadu_ps(p1), b1 = _mm256_loadu_ps(p1 + 8);
             } else {
+                /* the row's 2n columns left: lanes below 2n of the first, 2n - 8 of the second */
+                const __m256i in_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n), lane);
+                const __m256i in_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n - 8), lane);
                 a0 = _mm256_maskload_ps(p0, in_lo), a1 = _mm256_maskload_ps(p0 + 8, in_hi);
                 b0 = _mm256_maskload_ps(p1, in_lo), b1 = _mm256_maskload_ps(p1 + 8, in_hi);
             }

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "kernels/cpu/simd.h"
-#define GP_HAVE_WINOGRAD GP_HAVE_AVX2
 
 #define LANES 8
 /* The product tile: 4 output channels by 24 tiles (three vectors; 12 accumulators, 3 loads and
@@ -73,7 +72,7 @@ static wg_geom wg_geom_of(const gp_conv_geom *g, int64_t batch, int64_t oc) {
 }
 
 bool gp_conv_winograd_applies(const gp_conv_geom *g, int64_t oc) {
-    if (!GP_HAVE_WINOGRAD || !gp_conv_path_on(GP_CONV_WINOGRAD)) return false;
+    if (!GP_HAVE_AVX2 || !gp_conv_path_on(GP_CONV_WINOGRAD)) return false;
     if (g->kernel != 3 || g->stride != 1 || g->pad != 1 || g->out_h != g->height ||
         g->out_w != g->width)
         return false;
@@ -109,7 +108,7 @@ int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch
     return u_floats(&q) + threads_for(dev, chunks_of(&q)) * thread_floats(&q);
 }
 
-#if GP_HAVE_WINOGRAD
+#if GP_HAVE_AVX2
 
 /* U_p = G w G^T for the kernels (o, c) of output channels [o_lo, o_hi) (multiples of 4), w's
  * kernel (o, c), or flipped, its kernel (c, o) turned by 180 degrees (gp_conv_flip_weights),
