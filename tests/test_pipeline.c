@@ -10,6 +10,10 @@
 
 #include <cjson/cJSON.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pipeline/cores.h"
 #include "pipeline/schedule.h"
 #include "testutil.h"
 
@@ -400,8 +404,84 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     gp_model_free(m);
 }
 
+/* Writes cpuN/topology/thread_siblings_list under dir for cpus 0..n-1 (lists[i] NULL: no file,
+ * as where sysfs is missing), or removes those files and folders again (lists NULL). */
+static void fake_topology(const char *dir, const char *const *lists, int n) {
+    char path[256];
+    for (int c = 0; c < n; c++) {
+        static const char *const parts[] = {"", "/topology", "/topology/thread_siblings_list"};
+        if (!lists) {
+            for (int i = 2; i >= 0; i--) {
+                snprintf(path, sizeof path, "%s/cpu%d%s", dir, c, parts[i]);
+                (i == 2 ? unlink : rmdir)(path);
+            }
+            continue;
+        }
+        for (int i = 0; i < 2; i++) {
+            snprintf(path, sizeof path, "%s/cpu%d%s", dir, c, parts[i]);
+            CHECK(mkdir(path, 0700) == 0);
+        }
+        if (!lists[c]) continue;
+        snprintf(path, sizeof path, "%s/cpu%d%s", dir, c, parts[2]);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            fprintf(stderr, "test_pipeline: cannot write %s\n", path);
+            exit(1);
+        }
+        fprintf(f, "%s\n", lists[c]);
+        fclose(f);
+    }
+}
+
+/* Pinned stages take one hardware thread of each physical core before any core's second, for
+ * both numberings of SMT siblings; without SMT, or without sysfs, the order stays as given. */
+static void core_order(void) {
+    char dir[] = "/tmp/gp_cores_XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "test_pipeline: cannot make %s\n", dir);
+        exit(1);
+    }
+    /* siblings adjacent (0-1, 2-3, ...): as on many cloud machines */
+    static const char *const adjacent[8] = {"0-1", "0-1", "2-3", "2-3", "4-5", "4-5", "6-7", "6-7"};
+    fake_topology(dir, adjacent, 8);
+    int cores[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    gp_cores_order_by_siblings(dir, cores, 8);
+    static const int adjacent_want[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(cores[i], adjacent_want[i]);
+    /* a process allowed only part of the machine: 3 and 5 without their siblings 2 and 4 */
+    int part[4] = {0, 1, 3, 5};
+    gp_cores_order_by_siblings(dir, part, 4);
+    static const int part_want[4] = {0, 3, 5, 1};
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(part[i], part_want[i]);
+    fake_topology(dir, NULL, 8);
+    /* siblings n/2 apart (0,4 and 1,5 ...): the order stays 0..n-1 for the first n/2 */
+    static const char *const halves[8] = {"0,4", "1,5", "2,6", "3,7", "0,4", "1,5", "2,6", "3,7"};
+    fake_topology(dir, halves, 8);
+    for (int i = 0; i < 8; i++) cores[i] = 7 - i;
+    gp_cores_order_by_siblings(dir, cores, 8);
+    static const int halves_want[8] = {7, 6, 5, 4, 3, 2, 1, 0};
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(cores[i], halves_want[i]);
+    fake_topology(dir, NULL, 8);
+    /* no SMT, and a cpu whose list is missing: unchanged */
+    static const char *const single[4] = {"0", "1", NULL, "3"};
+    fake_topology(dir, single, 4);
+    int four[4] = {3, 0, 2, 1};
+    gp_cores_order_by_siblings(dir, four, 4);
+    static const int four_want[4] = {3, 0, 2, 1};
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(four[i], four_want[i]);
+    fake_topology(dir, NULL, 4);
+    CHECK(rmdir(dir) == 0);
+    /* this machine's own cores: each once, however ordered */
+    int mine[1024];
+    const int n = gp_pinning_cores(mine, 1024);
+    CHECK(n >= 1);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) CHECK(mine[i] != mine[j]);
+}
+
 int main(void) {
     int quick = getenv("GP_TEST_QUICK") != NULL;
+    core_order();
     errors();
     stage_failure();
     exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4);

@@ -5,7 +5,7 @@
  * enough, over threads transports: one per shard index along the pipeline (its K cells), one
  * per cell across its T shards (the tensor axis), and one over all workers for the norms; each
  * shard's kernels run on its device's threads. */
-#define _GNU_SOURCE /* sched_getaffinity: the cores this process may use */
+#define _GNU_SOURCE /* CPU_SETSIZE: the most cores there can be */
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/hash.h"
+#include "pipeline/cores.h"
 #include "pipeline/pipeline_internal.h"
 
 typedef struct local_launch {
@@ -288,18 +289,15 @@ static const gp_launcher_iface local_iface = {
     .free = local_free,
 };
 
-/* Worker w (stage shard w of the workers) gets core w x S of those this process may run on (S:
- * threads per stage device), when there are at least workers x S of them (with fewer, pinned
- * workers would share cores the scheduler could balance better); its device's other threads are
- * left to the scheduler. With one cell the stage runs on the caller's thread, never pinned. */
+/* Worker w (stage shard w of the workers) gets core w x S of those this process may run on, in
+ * cores.h's order (one hardware thread of every physical core first; S: threads per stage
+ * device), when there are at least workers x S of them (with fewer, pinned workers would share
+ * cores the scheduler could balance better); its device's other threads are left to the
+ * scheduler. With one cell the stage runs on the caller's thread, never pinned. */
 static void assign_cores(gp_pipeline *p, const gp_pipeline_opts *po) {
-    cpu_set_t set;
     int cores[CPU_SETSIZE], n = 0;
     const int S = po->stage_threads > 0 ? po->stage_threads : 1, W = gp_workers(p);
-    CPU_ZERO(&set);
-    if (!po->no_pinning && W > 1 && sched_getaffinity(0, sizeof set, &set) == 0)
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &set)) cores[n++] = c;
+    if (!po->no_pinning && W > 1) n = gp_pinning_cores(cores, CPU_SETSIZE);
     for (int w = 0; w < W; w++) p->st[w].cpu = n >= W * S ? cores[w * S] : -1;
     for (int w = W; w < p->K * p->T; w++) p->st[w].cpu = -1; /* cells their stage's lead runs */
 }

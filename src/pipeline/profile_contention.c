@@ -13,6 +13,7 @@
 #include "model/param_store.h"
 #include "model/sequence.h"
 #include "model/shard.h"
+#include "pipeline/cores.h"
 #include "pipeline/partition.h"
 
 #define ROUNDS 7
@@ -130,12 +131,8 @@ gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_b
                         (long long)micro_batch, n, inflight);
     if (n == 1) return GP_OK;
     /* the cores the stages would get (launch_local.c's assignment): core k for device k */
-    cpu_set_t set;
-    int cores[CPU_SETSIZE], ncores = 0;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-            if (CPU_ISSET(cpu, &set)) cores[ncores++] = cpu;
+    int cores[CPU_SETSIZE];
+    const int ncores = gp_pinning_cores(cores, CPU_SETSIZE);
     contender *c = calloc((size_t)n, sizeof *c);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     if (!c || !th) {
