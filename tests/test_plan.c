@@ -616,7 +616,22 @@ static void test_interleaved(void) {
     gp_model_free(m);
 }
 
+/* The planner's rate (gpipe plan, --plan auto) and G1 time one-thread parts, as a device runs
+ * them, even before any device has set OpenBLAS to one thread: OpenBLAS's default is every core,
+ * which doubled the "one-thread" rate on two cores. Run first, before any device exists. */
+extern int openblas_get_num_threads(void) __attribute__((weak));
+static void test_sgemm_rate_single_threaded(void) {
+    double gflops = 0;
+    char why[256];
+    CHECK(gp_cli_bench_sgemm(64, 64, 64, 1, false, 1, &gflops, why, sizeof why));
+    CHECK(gflops > 0);
+    if (openblas_get_num_threads) CHECK_EQ_INT(openblas_get_num_threads(), 1);
+    CHECK(gp_cli_bench_sgemm(64, 64, 64, 2, true, 1, &gflops, why, sizeof why));
+    if (openblas_get_num_threads) CHECK_EQ_INT(openblas_get_num_threads(), 1);
+}
+
 int main(void) {
+    test_sgemm_rate_single_threaded();
     test_interleaved();
     test_search();
     test_cells_match_partitioner();

@@ -47,6 +47,10 @@ static bool sgemm_once(int64_t m, int64_t n, int64_t k, int threads, bool openbl
         if (openblas_set_num_threads) openblas_set_num_threads(1); /* the library's setting */
         return true;
     }
+    /* Each part single-threaded, as a CPU device sets it: OpenBLAS's own default is every core,
+     * which made "1 thread" time all of them where no device had been made yet (gpipe bench
+     * --workload G1, gpipe plan's measured GFLOP/s). */
+    if (openblas_set_num_threads) openblas_set_num_threads(1);
     sgemm_part parts[GP_CLI_SGEMM_MAX_THREADS] = {{0}};
     pthread_t tid[GP_CLI_SGEMM_MAX_THREADS];
     for (int t = 0; t < threads; t++) {
