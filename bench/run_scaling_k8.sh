@@ -51,33 +51,37 @@ PY
     fi
 }
 
-# T2 (32 blocks) at M = 32: every K, the schedules each K needs most first.
+# Which hardware threads share a physical core: stages are pinned one per physical core first
+# (src/pipeline/cores.h), so this says which cores K stages ran on.
+for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    printf '%s\t%s\n' "${c##*/}" "$(cat "$c/topology/thread_siblings_list" 2>/dev/null || echo '?')"
+done | sort -V >"$OUT/siblings.tsv"
+
+# In the order of what matters most, so that a run cut short keeps it: T2 (32 blocks) at M = 32,
+# K = 1 and 8 on every schedule, then K = 2 and 4; the 64-block T2 at M = 32; then M = 8, where
+# the bubble's share grows.
 one 32 32 1 gpipe
 one 32 32 8 zbh1
 one 32 32 8 interleaved
 one 32 32 8 zbv
-one 32 32 8 gpipe
 one 32 32 8 1f1b
+one 32 32 8 gpipe
 one 32 32 2 zbh1
 one 32 32 2 interleaved
 one 32 32 4 zbh1
 one 32 32 4 interleaved
-one 32 32 4 zbv
-one 32 32 4 gpipe
-# M = 8: the bubble's share grows; K = 8 and 4.
-one 32 8 1 gpipe
-one 32 8 8 zbh1
-one 32 8 8 interleaved
-one 32 8 8 zbv
-one 32 8 8 gpipe
-one 32 8 4 zbh1
-one 32 8 4 interleaved
-# The 64-block T2 at M = 32.
 one 64 32 1 gpipe
 one 64 32 8 zbh1
 one 64 32 8 interleaved
 one 64 32 8 zbv
-one 64 32 2 zbh1
+one 64 32 2 interleaved
+one 64 32 4 interleaved
+one 32 8 1 gpipe
+one 32 8 8 zbv
+one 32 8 8 zbh1
+one 32 8 8 interleaved
+one 32 32 4 zbv
+one 32 32 4 gpipe
 
 python3 - "$OUT/rows.tsv" <<'PY'
 import sys
