@@ -1,22 +1,35 @@
-/* Data augmentation of `gpipe train --augment` for image classifiers: each training image shifted
- * by up to 2 pixels in each direction (a random 28x28 crop of the image padded by 2 background
- * pixels, as torchvision's RandomCrop(28, padding=2)) and, with crop-flip, mirrored left-right with
- * probability 1/2. The draws are keyed by (seed, step, position in the batch), so a run and its
- * resumption see the same images, and every K and schedule trains on the same data. */
+/* Data augmentation of `gpipe train --augment` for image classifiers: crop: each training image
+ * shifted by up to 2 pixels in each direction (a random 28x28 crop of the image padded by 2
+ * background pixels, as torchvision's RandomCrop(28, padding=2)); crop1: by up to 1 pixel;
+ * flip: mirrored left-right with probability 1/2; crop-flip: both of crop's and flip's. The draws
+ * are keyed by (seed, step, position in the batch), so a run and its resumption see the same
+ * images, and every K and schedule trains on the same data. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
-#define AUG_SHIFT 2
+/* Each mode's largest shift and whether it mirrors, in gp_cli_augment's order. */
+static const struct {
+    const char *name;
+    int shift;
+    bool flip;
+} modes[] = {
+    [GP_CLI_AUGMENT_NONE] = {"none", 0, false},
+    [GP_CLI_AUGMENT_CROP] = {"crop", 2, false},
+    [GP_CLI_AUGMENT_CROP_FLIP] = {"crop-flip", 2, true},
+    [GP_CLI_AUGMENT_CROP1] = {"crop1", 1, false},
+    [GP_CLI_AUGMENT_FLIP] = {"flip", 0, true},
+};
+#define NMODES ((int)(sizeof modes / sizeof modes[0]))
 
 const char *gp_cli_augment_name(gp_cli_augment a) {
-    return a == GP_CLI_AUGMENT_CROP ? "crop" : a == GP_CLI_AUGMENT_CROP_FLIP ? "crop-flip" : "none";
+    return (int)a >= 0 && (int)a < NMODES ? modes[a].name : "none";
 }
 
 bool gp_cli_augment_parse(const char *s, gp_cli_augment *out) {
-    for (int a = GP_CLI_AUGMENT_NONE; a <= GP_CLI_AUGMENT_CROP_FLIP; a++)
-        if (strcmp(s, gp_cli_augment_name((gp_cli_augment)a)) == 0) {
+    for (int a = 0; a < NMODES; a++)
+        if (strcmp(s, modes[a].name) == 0) {
             *out = (gp_cli_augment)a;
             return true;
         }
@@ -35,12 +48,13 @@ int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, i
         return gp_cli_fail("train", "--augment: the batch is not in host memory, or out of memory");
     }
     const gp_rng_stream s = {.seed = seed, .purpose = GP_RNG_AUGMENT, .a = (uint32_t)step};
-    const uint64_t span = 2 * AUG_SHIFT + 1;
+    const int64_t shift = modes[mode].shift;
+    const uint64_t span = 2 * (uint64_t)shift + 1;
     for (int64_t b = 0; b < B; b++) {
         const uint64_t u = gp_rng_u64(&s, (uint64_t)b);
-        const int64_t dx = (int64_t)(u % span) - AUG_SHIFT;
-        const int64_t dy = (int64_t)((u / span) % span) - AUG_SHIFT;
-        const bool flip = mode == GP_CLI_AUGMENT_CROP_FLIP && ((u >> 32) & 1);
+        const int64_t dx = (int64_t)(u % span) - shift;
+        const int64_t dy = (int64_t)((u / span) % span) - shift;
+        const bool flip = modes[mode].flip && ((u >> 32) & 1);
         for (int64_t c = 0; c < C; c++) {
             float *img = data + (b * C + c) * H * W;
             memcpy(plane, img, (size_t)(H * W) * sizeof *plane);

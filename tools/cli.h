@@ -77,7 +77,9 @@ typedef struct gp_cli_mpi_place {
 typedef enum gp_cli_augment {
     GP_CLI_AUGMENT_NONE = 0,
     GP_CLI_AUGMENT_CROP,      /* shifted by -2..2 pixels each way, background filling */
-    GP_CLI_AUGMENT_CROP_FLIP  /* and mirrored left-right with probability 1/2 */
+    GP_CLI_AUGMENT_CROP_FLIP, /* and mirrored left-right with probability 1/2 */
+    GP_CLI_AUGMENT_CROP1,     /* shifted by -1..1 pixels each way */
+    GP_CLI_AUGMENT_FLIP       /* mirrored left-right with probability 1/2, not shifted */
 } gp_cli_augment;
 const char *gp_cli_augment_name(gp_cli_augment a);
 bool gp_cli_augment_parse(const char *s, gp_cli_augment *out);

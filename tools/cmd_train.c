@@ -131,10 +131,11 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "one sample after a newline", 0, false, NULL, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
-        {"--augment", GP_CLI_STRING, &o->augment, "none|crop|crop-flip",
+        {"--augment", GP_CLI_STRING, &o->augment, "none|crop|crop1|flip|crop-flip",
          "classifier: crop: each training image shifted by -2..2 pixels each way (a random crop of "
-         "it padded by 2 background pixels); crop-flip: also mirrored left-right with probability "
-         "1/2; drawn per (seed, step, image)",
+         "it padded by 2 background pixels); crop1: by -1..1; flip: mirrored left-right with "
+         "probability 1/2; crop-flip: crop's shifts and flip's mirroring; drawn per (seed, step, "
+         "image)",
          "none", 0, false, NULL, false},
         {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
          "one JSON object per line: {\"type\":\"train\", step, loss, loss_mean, lr, "
@@ -273,7 +274,7 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                            "but --model %s is a language model",
                                   o->model);
     if (o->augment && !gp_cli_augment_parse(o->augment, &t->augment))
-        return gp_cli_usage_error("train", "--augment %s: expected none, crop or crop-flip",
+        return gp_cli_usage_error("train", "--augment %s: expected none, crop, crop1, flip or crop-flip",
                                   o->augment);
     if (SEEN("--prompts") && !SEEN("--sample"))
         return gp_cli_usage_error("train", "--prompts: only with --sample N (language models)");

@@ -93,9 +93,10 @@ run r --model convnet --data "$TMP/syn" --steps 1 --batch 16 --quiet --report "$
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/r.json" || bad "replaced report is not JSON"
 ls "$TMP" | grep -q '\.tmp\.' && bad "temporary report files left: $(ls "$TMP")"
 
-# --augment: same seed same parameters; crop and crop-flip each change them against none (the
-# images differ); a 2-stage pipeline trains on the same augmented images as one device (same
-# hash at one thread per device); a checkpoint of an augmented run refuses a resume without it.
+# --augment: same seed same parameters; crop, crop-flip, crop1 and flip each change them against
+# none and one another (the images differ); a 2-stage pipeline trains on the same augmented images
+# as one device (same hash at one thread per device); a checkpoint of an augmented run refuses a
+# resume without it.
 AUG=(--model convnet --data "$TMP/syn" --steps 4 --batch 16 --threads 1 --quiet)
 run g0 "${AUG[@]}" --report "$TMP/g0.json"
 run g1 "${AUG[@]}" --augment crop --report "$TMP/g1.json"
@@ -103,15 +104,21 @@ run g2 "${AUG[@]}" --augment crop-flip --report "$TMP/g2.json"
 run g3 "${AUG[@]}" --augment crop-flip --report "$TMP/g3.json"
 run g4 "${AUG[@]}" --augment crop-flip --stages 2 --micro-batches 2 --report "$TMP/g4.json"
 run g5 "${AUG[@]}" --augment crop-flip --micro-batches 2 --report "$TMP/g5.json"
+run g6 "${AUG[@]}" --augment crop1 --report "$TMP/g6.json"
+run g7 "${AUG[@]}" --augment flip --report "$TMP/g7.json"
+run g8 "${AUG[@]}" --augment flip --report "$TMP/g8.json"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import finish, need
 d = sys.argv[1]
-h = {n: json.load(open(f"{d}/{n}.json")) for n in ("g0", "g1", "g2", "g3", "g4")}
+h = {n: json.load(open(f"{d}/{n}.json")) for n in ("g0", "g1", "g2", "g3", "g4", "g6", "g7", "g8")}
 hx = {n: r["params_fnv1a64"] for n, r in h.items()}
-need(len({hx["g0"], hx["g1"], hx["g2"]}) == 3, f"augmentation does not change training: {hx}")
+need(len({hx["g0"], hx["g1"], hx["g2"], hx["g6"], hx["g7"]}) == 5,
+     f"augmentation does not change training, or two modes train alike: {hx}")
 need(hx["g2"] == hx["g3"], "crop-flip: same seed, different parameters")
+need(hx["g7"] == hx["g8"], "flip: same seed, different parameters")
 need(h["g2"]["augment"] == "crop-flip" and h["g0"]["augment"] == "none", "report's augment")
+need(h["g6"]["augment"] == "crop1" and h["g7"]["augment"] == "flip", "report's augment (crop1, flip)")
 finish()
 PY
 python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); sys.exit(a["train"]["step_losses"]!=b["train"]["step_losses"])' \
@@ -120,8 +127,8 @@ run ga "${AUG[@]}" --augment crop --checkpoint-dir "$TMP/gck" --stop-after 2
 "$GPIPE" train "${AUG[@]}" --checkpoint-dir "$TMP/gck" --resume >/dev/null 2>"$TMP/ga.err"
 rc=$?
 [ $rc -ne 0 ] && grep -q -- "--augment none differs" "$TMP/ga.err" || bad "resume without --augment: exit $rc, $(cat "$TMP/ga.err")"
-"$GPIPE" train "${AUG[@]}" --augment flip >/dev/null 2>"$TMP/gb.err"
-[ $? -eq 2 ] && grep -q "expected none, crop or crop-flip" "$TMP/gb.err" || bad "--augment flip: $(cat "$TMP/gb.err")"
+"$GPIPE" train "${AUG[@]}" --augment mirror >/dev/null 2>"$TMP/gb.err"
+[ $? -eq 2 ] && grep -q "expected none, crop, crop1, flip or crop-flip" "$TMP/gb.err" || bad "--augment mirror: $(cat "$TMP/gb.err")"
 
 # --label-smoothing: recorded in the report; other targets, other losses from the first step;
 # 2 stages give one device's losses; a checkpoint refuses a resume without it; out of range is a
