@@ -202,9 +202,6 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
 /* Both return an exit status and fill the results. */
 int gp_cli_train_classifier(gp_cli_train *t);
 int gp_cli_train_lm(gp_cli_train *t);
-/* Prints "gpipe <cmd>: <what>: <gp_last_error()>" and returns the runtime
- * exit status. */
-int gp_cli_fail(const char *cmd, const char *what);
 
 /* Builds the model that --model names (convnet, transformer or a JSON file)
  * for subcommand `cmd`; a bad name is a usage error of --model. */

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpipe.h"
+
 int gp_cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "gpipe %s: ", cmd);
@@ -22,6 +24,11 @@ int gp_cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "\nTry 'gpipe %s --help' for the list of options.\n", cmd);
     return GP_CLI_EXIT_USAGE;
+}
+
+int gp_cli_fail(const char *cmd, const char *what) {
+    fprintf(stderr, "gpipe %s: %s: %s\n", cmd, what, gp_last_error());
+    return GP_CLI_EXIT_RUNTIME;
 }
 
 gp_cli_opt *gp_cli_find(gp_cli_opt *opts, int nopts, const char *name) {

@@ -60,6 +60,9 @@ int gp_cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Prints "gpipe <cmd>: <what>: <gp_last_error()>" and returns the runtime
+ * exit status, for a library call that failed. */
+int gp_cli_fail(const char *cmd, const char *what);
 
 /* The most threads an option may ask for: the cores this process may run on (its CPU
  * affinity, as nproc counts them). More would only contend for them. */

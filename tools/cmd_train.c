@@ -9,11 +9,6 @@
 
 #include "cli.h"
 
-int gp_cli_fail(const char *cmd, const char *what) {
-    fprintf(stderr, "gpipe %s: %s: %s\n", cmd, what, gp_last_error());
-    return GP_CLI_EXIT_RUNTIME;
-}
-
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
     const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline, *prompts;
