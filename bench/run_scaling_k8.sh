@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline scaling to K = 8 stages, measured (issue 12): `gpipe bench --workload T2` with K = 1,
-# 2, 4, 8 stages of one thread each (pinned to cores 0..K-1, --pin auto), no re-materialization,
-# at M = 32 and 8, on the schedules that matter at each K, then the 64-block T2 at M = 32. For a
+# 2, 4, 8 stages of one thread each (pinned one per physical core, --pin auto), no
+# re-materialization, at M = 32 and 8, on the schedules that matter at each K, then the 64-block T2 at M = 32. For a
 # machine with 8 cores or more (run_t2.sh and run_schedules.sh cover K = 2 on two cores;
 # run_scaling_sim.sh simulates these rows where they cannot be run). Each run appends one line to
 # $OUT/rows.tsv as soon as it ends (a run cut short keeps the rows before it), and the table at

@@ -454,13 +454,22 @@ static void core_order(void) {
     static const int part_want[4] = {0, 3, 5, 1};
     for (int i = 0; i < 4; i++) CHECK_EQ_INT(part[i], part_want[i]);
     fake_topology(dir, NULL, 8);
-    /* siblings n/2 apart (0,4 and 1,5 ...): the order stays 0..n-1 for the first n/2 */
+    /* siblings n/2 apart (0,4 and 1,5 ...), given siblings side by side */
     static const char *const halves[8] = {"0,4", "1,5", "2,6", "3,7", "0,4", "1,5", "2,6", "3,7"};
     fake_topology(dir, halves, 8);
-    for (int i = 0; i < 8; i++) cores[i] = 7 - i;
+    static const int halves_in[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    for (int i = 0; i < 8; i++) cores[i] = halves_in[i];
     gp_cores_order_by_siblings(dir, cores, 8);
-    static const int halves_want[8] = {7, 6, 5, 4, 3, 2, 1, 0};
-    for (int i = 0; i < 8; i++) CHECK_EQ_INT(cores[i], halves_want[i]);
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(cores[i], i);
+    fake_topology(dir, NULL, 8);
+    /* four threads a core, listed as a range and a comma: 0-1,4-5 and 2-3,6-7 */
+    static const char *const smt4[8] = {"0-1,4-5", "0-1,4-5", "2-3,6-7", "2-3,6-7",
+                                        "0-1,4-5", "0-1,4-5", "2-3,6-7", "2-3,6-7"};
+    fake_topology(dir, smt4, 8);
+    for (int i = 0; i < 8; i++) cores[i] = i;
+    gp_cores_order_by_siblings(dir, cores, 8);
+    static const int smt4_want[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(cores[i], smt4_want[i]);
     fake_topology(dir, NULL, 8);
     /* no SMT, and a cpu whose list is missing: unchanged */
     static const char *const single[4] = {"0", "1", NULL, "3"};

@@ -626,8 +626,6 @@ static void test_sgemm_rate_single_threaded(void) {
     CHECK(gp_cli_bench_sgemm(64, 64, 64, 1, false, 1, &gflops, why, sizeof why));
     CHECK(gflops > 0);
     if (openblas_get_num_threads) CHECK_EQ_INT(openblas_get_num_threads(), 1);
-    CHECK(gp_cli_bench_sgemm(64, 64, 64, 2, true, 1, &gflops, why, sizeof why));
-    if (openblas_get_num_threads) CHECK_EQ_INT(openblas_get_num_threads(), 1);
 }
 
 int main(void) {

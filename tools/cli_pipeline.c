@@ -32,8 +32,9 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
          "balance cells by FLOP estimates, or by per-layer times measured first", "cost", 0,
          false, "cost|time", false},
         {"--pin", GP_CLI_CHOICE, &a->pin, "auto|off",
-         "auto: each stage's (shard's) thread on a core of its own, worker w on core w x "
-         "--threads, when there are >= K x T x --threads cores",
+         "auto: each stage's (shard's) thread on a core of its own, worker w on the w-th core "
+         "(one hardware thread of each physical core first), when there are >= K x T x --threads "
+         "cores",
          "auto", 0, false,
          "auto|off", false},
         {"--tensor-parallel", GP_CLI_INT, &a->tensor_parallel, "T",

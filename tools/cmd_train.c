@@ -269,7 +269,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                            "but --model %s is a language model",
                                   o->model);
     if (o->augment && !gp_cli_augment_parse(o->augment, &t->augment))
-        return gp_cli_usage_error("train", "--augment %s: expected none, crop, crop1, flip or crop-flip",
+        return gp_cli_usage_error("train",
+                                  "--augment %s: expected none, crop, crop1, flip or crop-flip",
                                   o->augment);
     if (SEEN("--prompts") && !SEEN("--sample"))
         return gp_cli_usage_error("train", "--prompts: only with --sample N (language models)");

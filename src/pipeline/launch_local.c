@@ -289,16 +289,17 @@ static const gp_launcher_iface local_iface = {
     .free = local_free,
 };
 
-/* Worker w (stage shard w of the workers) gets core w x S of those this process may run on, in
- * cores.h's order (one hardware thread of every physical core first; S: threads per stage
- * device), when there are at least workers x S of them (with fewer, pinned workers would share
- * cores the scheduler could balance better); its device's other threads are left to the
- * scheduler. With one cell the stage runs on the caller's thread, never pinned. */
+/* Worker w (stage shard w of the workers) gets the w-th of the cores this process may run on, in
+ * cores.h's order (one hardware thread of every physical core first, so the workers' threads
+ * have a physical core each while there are enough), when there are at least workers x S of them
+ * (S: threads per stage device; with fewer, pinned workers would share cores the scheduler could
+ * balance better); its device's other threads are left to the scheduler, on the cores no worker
+ * holds. With one cell the stage runs on the caller's thread, never pinned. */
 static void assign_cores(gp_pipeline *p, const gp_pipeline_opts *po) {
     int cores[CPU_SETSIZE], n = 0;
     const int S = po->stage_threads > 0 ? po->stage_threads : 1, W = gp_workers(p);
     if (!po->no_pinning && W > 1) n = gp_pinning_cores(cores, CPU_SETSIZE);
-    for (int w = 0; w < W; w++) p->st[w].cpu = n >= W * S ? cores[w * S] : -1;
+    for (int w = 0; w < W; w++) p->st[w].cpu = n >= W * S ? cores[w] : -1;
     for (int w = W; w < p->K * p->T; w++) p->st[w].cpu = -1; /* cells their stage's lead runs */
 }
 

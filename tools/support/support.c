@@ -47,10 +47,6 @@ static bool sgemm_once(int64_t m, int64_t n, int64_t k, int threads, bool openbl
         if (openblas_set_num_threads) openblas_set_num_threads(1); /* the library's setting */
         return true;
     }
-    /* Each part single-threaded, as a CPU device sets it: OpenBLAS's own default is every core,
-     * which made "1 thread" time all of them where no device had been made yet (gpipe bench
-     * --workload G1, gpipe plan's measured GFLOP/s). */
-    if (openblas_set_num_threads) openblas_set_num_threads(1);
     sgemm_part parts[GP_CLI_SGEMM_MAX_THREADS] = {{0}};
     pthread_t tid[GP_CLI_SGEMM_MAX_THREADS];
     for (int t = 0; t < threads; t++) {
@@ -89,6 +85,10 @@ bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openb
     for (int64_t i = 0; i < m * k; i++) a[i] = (float)(i % 13) * 0.01f;
     for (int64_t i = 0; i < k * n; i++) b[i] = (float)(i % 7) * 0.01f;
     const double ops = 2.0 * (double)m * (double)n * (double)k;
+    /* Each part single-threaded, as a CPU device sets it: OpenBLAS's own default is every core,
+     * which made "1 thread" time all of them where no device had been made yet (gpipe bench
+     * --workload G1, gpipe plan's measured GFLOP/s). */
+    if (!openblas_threads && openblas_set_num_threads) openblas_set_num_threads(1);
     double best = 1e300;
     bool all_threads = true;
     for (int r = -1; r < reps; r++) { /* r = -1: the warm-up run */
