@@ -448,6 +448,13 @@ gp_status gp_model_predict(gp_model *m, const gp_tensor *x, gp_tensor *logits);
  * in eval mode; labels -1 are not counted. */
 gp_status gp_model_evaluate(gp_model *m, const gp_tensor *x, const gp_tensor *y,
                             double *loss_sum, int64_t *ncorrect, int64_t *ncount);
+/* gp_model_evaluate's figures from logits already computed for views of the same examples
+ * (an image and its mirror image, say): logits[0..views-1], float32 of one shape (..., classes)
+ * anywhere, y int32 with one label per row. views 1: the same bits as gp_model_evaluate's;
+ * more: each row's prediction is the mean of its views' softmax, its loss -log of that mean's
+ * entry at the label (in double). Labels -1 are not counted. */
+gp_status gp_score_views(int views, const gp_tensor *logits, const gp_tensor *y,
+                         double *loss_sum, int64_t *ncorrect, int64_t *ncount);
 
 /* ---------------------------------------------------------------- data */
 
@@ -866,6 +873,11 @@ gp_status gp_pipeline_evaluate(gp_pipeline *p, const gp_tensor *x, const gp_tens
 gp_status gp_pipeline_evaluate_batches(gp_pipeline *p, int n, const gp_tensor *xs,
                                        const gp_tensor *ys, double *loss_sum, int64_t *ncorrect,
                                        int64_t *ncount);
+/* Collective: gp_pipeline_predict over n batches into logits[i] (float32 host tensors of the
+ * output's shape), the same bits as n calls, the stages at once where evaluate_batches runs
+ * them so. */
+gp_status gp_pipeline_predict_batches(gp_pipeline *p, int n, const gp_tensor *xs,
+                                      gp_tensor *logits);
 gp_status gp_pipeline_params_fnv1a64(gp_pipeline *p, uint64_t *out);
 
 /* Figures of the last step, from its recorded timeline: every stage's forward,

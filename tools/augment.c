@@ -1,9 +1,9 @@
 /* Data augmentation of `gpipe train --augment` for image classifiers: crop: each training image
  * shifted by up to 2 pixels in each direction (a random 28x28 crop of the image padded by 2
  * background pixels, as torchvision's RandomCrop(28, padding=2)); crop1: by up to 1 pixel;
- * flip: mirrored left-right with probability 1/2; crop-flip: both of crop's and flip's. The draws
- * are keyed by (seed, step, position in the batch), so a run and its resumption see the same
- * images, and every K and schedule trains on the same data. */
+ * flip: mirrored left-right with probability 1/2; crop-flip and crop1-flip: shifted and
+ * mirrored. The draws are keyed by (seed, step, position in the batch), so a run and its
+ * resumption see the same images, and every K and schedule trains on the same data. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +20,7 @@ static const struct {
     [GP_CLI_AUGMENT_CROP_FLIP] = {"crop-flip", 2, true},
     [GP_CLI_AUGMENT_CROP1] = {"crop1", 1, false},
     [GP_CLI_AUGMENT_FLIP] = {"flip", 0, true},
+    [GP_CLI_AUGMENT_CROP1_FLIP] = {"crop1-flip", 1, true},
 };
 #define NMODES ((int)(sizeof modes / sizeof modes[0]))
 

@@ -79,7 +79,8 @@ typedef enum gp_cli_augment {
     GP_CLI_AUGMENT_CROP,      /* shifted by -2..2 pixels each way, background filling */
     GP_CLI_AUGMENT_CROP_FLIP, /* and mirrored left-right with probability 1/2 */
     GP_CLI_AUGMENT_CROP1,     /* shifted by -1..1 pixels each way */
-    GP_CLI_AUGMENT_FLIP       /* mirrored left-right with probability 1/2, not shifted */
+    GP_CLI_AUGMENT_FLIP,      /* mirrored left-right with probability 1/2, not shifted */
+    GP_CLI_AUGMENT_CROP1_FLIP /* crop1's shifts and flip's mirroring */
 } gp_cli_augment;
 const char *gp_cli_augment_name(gp_cli_augment a);
 bool gp_cli_augment_parse(const char *s, gp_cli_augment *out);
@@ -112,6 +113,7 @@ typedef struct gp_cli_train {
     gp_cli_prompts prompts; /* --prompts: one sample after each (n 0: one after a newline) */
     const char *metrics, *curve; /* --metrics FILE.jsonl, --curve FILE.svg, or NULL */
     gp_cli_augment augment;      /* --augment (classifiers) */
+    bool tta_flip;               /* --tta flip (classifiers) */
     FILE *metrics_f;             /* open on rank 0 while training (learning_log.c) */
     double run_t0;               /* gp_cli_now() when training began */
     double log_loss_sum;         /* losses since the last metrics line */
@@ -158,6 +160,8 @@ typedef struct gp_cli_train {
     int64_t examples_seen;
     bool have_eval;
     double eval_loss, eval_accuracy; /* accuracy: classifier only */
+    bool eval_mirrored;              /* --tta flip: the last evaluation's mirrored figures */
+    double eval_mirrored_loss, eval_mirrored_accuracy;
     int64_t eval_count;              /* test examples or validation windows */
     cJSON *eval_history;             /* array of {step, loss, ...}, owned */
     uint64_t params_hash;            /* params_fnv1a64 at the end, over every stage */
@@ -196,9 +200,33 @@ typedef struct gp_cli_eval_pass {
     /* for the messages: "<name>: out of host memory", "<name> counted no <units>" */
     const char *name, *units;
     const char *alloc_what, *eval_what; /* what failed, before the library's message */
+    bool mirror; /* --tta flip: images also mirrored (gp_cli_eval_mirrored) */
 } gp_cli_eval_pass;
-/* Mean loss per counted target and (accuracy not NULL) the fraction right. */
-int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy);
+/* An evaluation's figures: the mean loss per counted target and the fraction right (classifiers);
+ * with --tta flip also those of each image's softmax averaged with its mirror image's. */
+typedef struct gp_cli_eval_result {
+    double loss, accuracy;
+    bool mirrored;
+    double mirrored_loss, mirrored_accuracy;
+} gp_cli_eval_result;
+int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, gp_cli_eval_result *r);
+/* --tta of train and eval: "none" or "flip" (*flip set); false for anything else. */
+bool gp_cli_tta_parse(const char *s, bool *flip);
+#define GP_CLI_TTA_HELP                                                                           \
+    "classifier: test-time augmentation; flip: each test image's softmax averaged with its "      \
+    "mirror image's, reported beside the plain figures (mirrored_accuracy, mirrored_loss); the "  \
+    "plain figures stay the same bits"
+/* Sums over batches: loss, predictions right, targets counted. */
+typedef struct gp_cli_tally {
+    double loss;
+    int64_t correct, count;
+} gp_cli_tally;
+/* --tta flip (eval_mirror.c): n batches of images through the pipeline as they are and
+ * mirrored; plain: the figures of the images alone (the bits of gp_pipeline_evaluate_batches),
+ * mirrored: of both views' mean softmax. Returns an exit status; `what` names the evaluation in
+ * a failure's message. */
+int gp_cli_eval_mirrored(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tensor *ys,
+                         const char *what, gp_cli_tally *plain, gp_cli_tally *mirrored);
 /* Both return an exit status and fill the results. */
 int gp_cli_train_classifier(gp_cli_train *t);
 int gp_cli_train_lm(gp_cli_train *t);
@@ -241,10 +269,11 @@ int gp_cli_ckpt_resume(gp_cli_train *t);
  * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done);
 /* Runs the evaluation of gpipe train on a loaded model: the LM's validation
- * windows (loss) or the classifier's t10k images (loss, accuracy). */
+ * windows (loss) or the classifier's t10k images (loss, accuracy; mirrored too with
+ * t->tta_flip). */
 int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss);
 int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t count,
-                           double *loss, double *accuracy);
+                           gp_cli_eval_result *r);
 int gp_cli_eval_main(int argc, char **argv);
 int gp_cli_sample_main(int argc, char **argv);
 

@@ -9,7 +9,7 @@
 #include "cli.h"
 
 typedef struct ckpt_opts {
-    const char *checkpoint, *model, *data, *report, *prompt;
+    const char *checkpoint, *model, *data, *report, *prompt, *tta;
     int eval_size, batch, threads, nbytes;
     double temperature;
     uint64_t seed;
@@ -142,8 +142,12 @@ static int data_fail(const char *path, const char *what) {
 }
 
 static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
-    double loss = 0, acc = 0;
+    double loss = 0;
     int rc;
+    if (t->is_lm && o->tta)
+        return gp_cli_usage_error("eval", "--tta: only for image classifiers, but the model of %s "
+                                          "is a language model",
+                                  o->checkpoint);
     if (t->is_lm) {
         const char *path = o->data ? o->data : GP_FORTUNES_DIR;
         gp_text_corpus c = {0};
@@ -168,20 +172,28 @@ static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
     } else {
         const char *dir = o->data ? o->data : GP_CLI_FASHION_DIR;
         gp_idx_dataset test = {0};
+        gp_cli_eval_result r = {0};
         int64_t count = 0;
         if (gp_idx_load_dir(dir, "t10k", &test) != GP_OK) {
             rc = data_fail(dir, "cannot load the t10k IDX split");
         } else {
             count = o->eval_size > 0 && o->eval_size < test.n ? o->eval_size : test.n;
             rc = check_test_set(o, t, &test, dir);
-            if (rc == GP_CLI_EXIT_OK) rc = gp_cli_eval_classifier(t, &test, count, &loss, &acc);
+            if (rc == GP_CLI_EXIT_OK) rc = gp_cli_eval_classifier(t, &test, count, &r);
         }
         gp_idx_free(&test);
         if (rc != GP_CLI_EXIT_OK) return rc;
-        printf("test accuracy %.4f, loss %.4f (%lld images of %s)\n", acc, loss, (long long)count,
-               dir);
-        cJSON_AddNumberToObject(report, "loss", loss);
-        cJSON_AddNumberToObject(report, "accuracy", acc);
+        printf("test accuracy %.4f, loss %.4f", r.accuracy, r.loss);
+        if (r.mirrored)
+            printf("; with mirror images (--tta flip) %.4f, loss %.4f", r.mirrored_accuracy,
+                   r.mirrored_loss);
+        printf(" (%lld images of %s)\n", (long long)count, dir);
+        cJSON_AddNumberToObject(report, "loss", r.loss);
+        cJSON_AddNumberToObject(report, "accuracy", r.accuracy);
+        if (r.mirrored) {
+            cJSON_AddNumberToObject(report, "mirrored_loss", r.mirrored_loss);
+            cJSON_AddNumberToObject(report, "mirrored_accuracy", r.mirrored_accuracy);
+        }
         cJSON_AddNumberToObject(report, "examples", (double)count);
     }
     fflush(stdout);
@@ -211,6 +223,8 @@ int gp_cli_eval_main(int argc, char **argv) {
          "the cores this process may use", 1, false, NULL, false},
         {"--report", GP_CLI_STRING, &o.report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
+        {"--tta", GP_CLI_STRING, &o.tta, "none|flip", GP_CLI_TTA_HELP, "none", 0, false, NULL,
+         false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "eval");
@@ -232,6 +246,9 @@ int gp_cli_eval_main(int argc, char **argv) {
     rc = open_checkpoint("eval", &o, outs, 1, &c);
     if (rc != GP_CLI_EXIT_OK) return rc;
     gp_cli_train t = {.cmd = "eval", .data = o.data};
+    if (o.tta && !gp_cli_tta_parse(o.tta, &t.tta_flip))
+        return gp_cli_usage_error("eval", "--tta %s: expected none or flip", o.tta);
+    if (o.tta && !t.tta_flip) o.tta = NULL; /* none */
     t.batch = o.batch ? o.batch : 128;
     rc = load_model("eval", &o, c, &t, stdout);
     gp_checkpoint_close(c);

@@ -12,7 +12,7 @@
 /* Raw option values; 0 / NULL / negative where the default depends on the model. */
 typedef struct train_opts {
     const char *model, *data, *report, *optimizer, *schedule, *trace, *timeline, *prompts;
-    const char *metrics, *curve, *augment, *plan, *device;
+    const char *metrics, *curve, *augment, *tta, *plan, *device;
     int devices;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample;
@@ -126,12 +126,14 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "one sample after a newline", 0, false, NULL, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
-        {"--augment", GP_CLI_STRING, &o->augment, "none|crop|crop1|flip|crop-flip",
+        {"--augment", GP_CLI_STRING, &o->augment, "none|crop|crop1|flip|crop-flip|crop1-flip",
          "classifier: crop: each training image shifted by -2..2 pixels each way (a random crop of "
          "it padded by 2 background pixels); crop1: by -1..1; flip: mirrored left-right with "
-         "probability 1/2; crop-flip: crop's shifts and flip's mirroring; drawn per (seed, step, "
+         "probability 1/2; crop-flip, crop1-flip: shifted and mirrored; drawn per (seed, step, "
          "image)",
          "none", 0, false, NULL, false},
+        {"--tta", GP_CLI_STRING, &o->tta, "none|flip", GP_CLI_TTA_HELP, "none", 0, false, NULL,
+         false},
         {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
          "one JSON object per line: {\"type\":\"train\", step, loss, loss_mean, lr, "
          "tokens_per_s or images_per_s, train_s, elapsed_s, ...} at each logged step (--log-every) "
@@ -270,8 +272,14 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   o->model);
     if (o->augment && !gp_cli_augment_parse(o->augment, &t->augment))
         return gp_cli_usage_error("train",
-                                  "--augment %s: expected none, crop, crop1, flip or crop-flip",
+                                  "--augment %s: expected none, crop, crop1, flip, crop-flip or crop1-flip",
                                   o->augment);
+    if (SEEN("--tta") && lm)
+        return gp_cli_usage_error("train", "--tta: only for image classifiers (float input), but "
+                                           "--model %s is a language model",
+                                  o->model);
+    if (o->tta && !gp_cli_tta_parse(o->tta, &t->tta_flip))
+        return gp_cli_usage_error("train", "--tta %s: expected none or flip", o->tta);
     if (SEEN("--prompts") && !SEEN("--sample"))
         return gp_cli_usage_error("train", "--prompts: only with --sample N (language models)");
     if (!SEEN("--checkpoint-dir"))
@@ -442,6 +450,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "warmup", t->warmup);
     cJSON_AddStringToObject(r, "lr_schedule", t->schedule);
     if (!t->is_lm) cJSON_AddStringToObject(r, "augment", gp_cli_augment_name(t->augment));
+    if (!t->is_lm) cJSON_AddStringToObject(r, "tta", t->tta_flip ? "flip" : "none");
     cJSON_AddNumberToObject(r, "clip", t->clip);
     cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
@@ -464,6 +473,10 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
             cJSON_AddNumberToObject(ev, "windows", (double)t->eval_count);
         } else {
             cJSON_AddNumberToObject(ev, "accuracy", t->eval_accuracy);
+            if (t->eval_mirrored) {
+                cJSON_AddNumberToObject(ev, "mirrored_loss", t->eval_mirrored_loss);
+                cJSON_AddNumberToObject(ev, "mirrored_accuracy", t->eval_mirrored_accuracy);
+            }
             cJSON_AddNumberToObject(ev, "examples", (double)t->eval_count);
         }
     }

@@ -96,14 +96,16 @@ static int loss_points(const gp_cli_train *t, double **xs, double **ys) {
 
 static int write_curve(gp_cli_train *t) {
     if (!t->curve || !writer(t) || !t->step_losses) return GP_CLI_EXIT_OK;
-    double *lx = NULL, *ly = NULL, *ex = NULL, *el = NULL, *er = NULL;
+    double *lx = NULL, *ly = NULL, *ex = NULL, *el = NULL, *er = NULL, *em = NULL;
+    int nm = 0; /* evaluations with mirrored figures */
     int rc = GP_CLI_EXIT_OK;
     const int nl = loss_points(t, &lx, &ly);
     const int ne = t->eval_history ? cJSON_GetArraySize(t->eval_history) : 0;
     ex = malloc(((size_t)ne + 1) * sizeof *ex);
     el = malloc(((size_t)ne + 1) * sizeof *el);
     er = malloc(((size_t)ne + 1) * sizeof *er);
-    if (nl < 0 || !ex || !el || !er) {
+    em = malloc(((size_t)ne + 1) * sizeof *em);
+    if (nl < 0 || !ex || !el || !er || !em) {
         rc = gp_cli_fail("train", "--curve: out of host memory");
         goto done;
     }
@@ -113,6 +115,8 @@ static int write_curve(gp_cli_train *t) {
         ex[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "step"));
         el[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "loss"));
         er[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(e, right));
+        const cJSON *m = cJSON_GetObjectItem(e, "mirrored_accuracy"); /* --tta flip */
+        if (m) em[nm++] = cJSON_GetNumberValue(m);
     }
     const gp_cli_series series[] = {
         {.name = nl < t->steps_done - t->start_step ? "training loss (mean per point)" : "training loss",
@@ -120,7 +124,9 @@ static int write_curve(gp_cli_train *t) {
         {.name = t->is_lm ? "validation loss" : "test loss", .color = "#ff7f0e", .x = ex, .y = el,
          .n = ne, .markers = true},
         {.name = t->is_lm ? "validation bits per byte" : "test accuracy", .color = "#2ca02c",
-         .x = ex, .y = er, .n = ne, .right = true, .markers = true}};
+         .x = ex, .y = er, .n = ne, .right = true, .markers = true},
+        {.name = "test accuracy, mirror images too (--tta flip)", .color = "#9467bd", .x = ex,
+         .y = em, .n = nm, .right = true, .markers = true}};
     char title[256];
     snprintf(title, sizeof title, "gpipe train --model %s: %d of %d steps", t->model_name,
              t->steps_done, t->total_steps);
@@ -129,7 +135,7 @@ static int write_curve(gp_cli_train *t) {
                             .left_label = "loss (nats)",
                             .right_label = t->is_lm ? "bits per byte" : "accuracy",
                             .series = series,
-                            .nseries = 3};
+                            .nseries = nm == ne && ne > 0 ? 4 : 3};
     if (gp_cli_curve_write(t->curve, &c) != GP_OK) rc = gp_cli_fail("train", "--curve");
 done:
     free(lx);
@@ -137,6 +143,7 @@ done:
     free(ex);
     free(el);
     free(er);
+    free(em);
     return rc;
 }
 

@@ -14,7 +14,7 @@ static gp_status fill_test(void *ctx, int64_t first, int64_t nb, int64_t *idx, g
 
 /* Evaluates, prints the line and appends it to the history. */
 int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t count,
-                           double *loss, double *accuracy) {
+                           gp_cli_eval_result *r) {
     char what[4200]; /* the data named, for a failure in the middle of it */
     snprintf(what, sizeof what, "evaluation on the t10k split of --data %s",
              t->data ? t->data : GP_CLI_FASHION_DIR);
@@ -24,34 +24,46 @@ int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t 
                              .name = "evaluation",
                              .units = "test examples",
                              .alloc_what = "evaluation: cannot allocate a test batch",
-                             .eval_what = what};
-    return gp_cli_evaluate(t, &pass, loss, accuracy);
+                             .eval_what = what,
+                             .mirror = t->tta_flip};
+    return gp_cli_evaluate(t, &pass, r);
 }
 
 static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_progress *p, int step,
                         bool epoch_end) {
     int64_t count = t->eval_size > 0 && t->eval_size < test->n ? t->eval_size : test->n;
-    double t0 = gp_cli_now(), loss, acc;
-    int rc = gp_cli_eval_classifier(t, test, count, &loss, &acc);
+    double t0 = gp_cli_now();
+    gp_cli_eval_result r;
+    int rc = gp_cli_eval_classifier(t, test, count, &r);
     if (rc != GP_CLI_EXIT_OK) return rc;
     double secs = gp_cli_now() - t0;
     t->have_eval = true;
-    t->eval_loss = loss;
-    t->eval_accuracy = acc;
+    t->eval_loss = r.loss;
+    t->eval_accuracy = r.accuracy;
+    t->eval_mirrored = r.mirrored;
+    t->eval_mirrored_loss = r.mirrored_loss;
+    t->eval_mirrored_accuracy = r.mirrored_accuracy;
     t->eval_count = count;
     gp_cli_progress_clear(p);
     if (epoch_end)
         printf("epoch %d (step %d): ", t->epochs_done, step);
     else
         printf("step %d: ", step);
-    printf("test accuracy %.4f, loss %.4f (%lld images, %.1fs)\n", acc, loss, (long long)count,
-           secs);
+    printf("test accuracy %.4f, loss %.4f", r.accuracy, r.loss);
+    if (r.mirrored)
+        printf("; with mirror images (--tta flip) %.4f, loss %.4f", r.mirrored_accuracy,
+               r.mirrored_loss);
+    printf(" (%lld images, %.1fs)\n", (long long)count, secs);
     fflush(stdout);
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "step", step);
     cJSON_AddNumberToObject(e, "epoch", t->epochs_done);
-    cJSON_AddNumberToObject(e, "loss", loss);
-    cJSON_AddNumberToObject(e, "accuracy", acc);
+    cJSON_AddNumberToObject(e, "loss", r.loss);
+    cJSON_AddNumberToObject(e, "accuracy", r.accuracy);
+    if (r.mirrored) {
+        cJSON_AddNumberToObject(e, "mirrored_loss", r.mirrored_loss);
+        cJSON_AddNumberToObject(e, "mirrored_accuracy", r.mirrored_accuracy);
+    }
     cJSON_AddNumberToObject(e, "seconds", secs);
     cJSON_AddItemToArray(t->eval_history, e);
     return gp_cli_log_eval(t, e);

@@ -36,7 +36,10 @@ int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss) {
                              .units = "tokens",
                              .alloc_what = "validation: cannot allocate a batch",
                              .eval_what = what};
-    return gp_cli_evaluate(t, &pass, loss, NULL);
+    gp_cli_eval_result r;
+    int rc = gp_cli_evaluate(t, &pass, &r);
+    if (rc == GP_CLI_EXIT_OK) *loss = r.loss;
+    return rc;
 }
 
 static int eval_and_log(gp_cli_train *t, const gp_text_corpus *c, gp_cli_progress *p, int step) {

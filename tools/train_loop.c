@@ -106,7 +106,7 @@ int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_te
     return rc == GP_CLI_EXIT_OK ? gp_cli_ckpt_after_step(t, p, step + 1) : rc;
 }
 
-int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, double *accuracy) {
+int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, gp_cli_eval_result *r) {
     const char *cmd = t->cmd ? t->cmd : "train"; /* gpipe eval runs it too */
     const int64_t count = e->count;
     /* Under a memory limit, planned for training's micro-batches, evaluation takes one
@@ -120,8 +120,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
     int64_t *rows = malloc((size_t)B * sizeof *rows);
     gp_tensor xs[EVAL_GROUP] = {{0}}, ys[EVAL_GROUP] = {{0}};
     int rc = GP_CLI_EXIT_OK;
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
+    gp_cli_tally all = {0}, mirrored = {0};
     if (!rows) {
         fprintf(stderr, "gpipe %s: %s: out of host memory\n", cmd, e->name);
         return GP_CLI_EXIT_RUNTIME;
@@ -143,27 +142,32 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, double *loss, do
                 break;
             }
         }
-        double ls = 0;
-        int64_t nc = 0, nn = 0;
-        if (rc == GP_CLI_EXIT_OK &&
-            gp_pipeline_evaluate_batches(t->pipeline, n, xs, ys, &ls, &nc, &nn) != GP_OK)
+        gp_cli_tally a = {0}, b = {0};
+        if (rc == GP_CLI_EXIT_OK && e->mirror)
+            rc = gp_cli_eval_mirrored(t, n, xs, ys, e->eval_what, &a, &b);
+        else if (rc == GP_CLI_EXIT_OK && gp_pipeline_evaluate_batches(t->pipeline, n, xs, ys, &a.loss,
+                                                                    &a.correct, &a.count) != GP_OK)
             rc = gp_cli_fail(cmd, e->eval_what);
-        loss_sum += ls;
-        correct += nc;
-        seen += nn;
+        all.loss += a.loss, all.correct += a.correct, all.count += a.count;
+        mirrored.loss += b.loss, mirrored.correct += b.correct, mirrored.count += b.count;
     }
     for (int i = 0; i < EVAL_GROUP; i++) {
         gp_tensor_release(&xs[i]);
         gp_tensor_release(&ys[i]);
     }
     free(rows);
-    if (rc == GP_CLI_EXIT_OK && seen <= 0) {
+    if (rc == GP_CLI_EXIT_OK && all.count <= 0) {
         fprintf(stderr, "gpipe %s: %s counted no %s\n", cmd, e->name, e->units);
         rc = GP_CLI_EXIT_RUNTIME;
     }
     if (rc == GP_CLI_EXIT_OK) {
-        *loss = loss_sum / (double)seen;
-        if (accuracy) *accuracy = (double)correct / (double)seen;
+        *r = (gp_cli_eval_result){.loss = all.loss / (double)all.count,
+                                  .accuracy = (double)all.correct / (double)all.count,
+                                  .mirrored = e->mirror};
+        if (e->mirror) {
+            r->mirrored_loss = mirrored.loss / (double)mirrored.count;
+            r->mirrored_accuracy = (double)mirrored.correct / (double)mirrored.count;
+        }
     }
     return rc;
 }

@@ -1,6 +1,7 @@
 /* Inference: a forward pass in eval mode (batch norm on running statistics, no dropout), each
  * layer on the device its parameters live on, and the scoring of logits against labels (loss sum
  * and correct predictions). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,92 @@ gp_status gp_model_score(const gp_tensor *logits, const gp_tensor *y, double *lo
         if (ncount) *ncount = count;
     }
     free(lcopy);
+    free(ycopy);
+    return s;
+}
+
+/* The mean of the views' softmax for each labelled row: its -log at the label and whether its
+ * largest entry (the first of equals, as gp_model_score's argmax) is the label. In double:
+ * nothing here has a twin whose bits it must match. */
+static void score_mean_softmax(int views, const float *const *lb, const int32_t *lab, int64_t rows,
+                               int64_t classes, double *mean, double *loss, int64_t *correct,
+                               int64_t *count) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (lab[r] < 0) continue;
+        for (int64_t c = 0; c < classes; c++) mean[c] = 0;
+        for (int v = 0; v < views; v++) {
+            const float *row = lb[v] + r * classes;
+            float top = row[0];
+            for (int64_t c = 1; c < classes; c++) top = row[c] > top ? row[c] : top;
+            double z = 0;
+            for (int64_t c = 0; c < classes; c++) z += exp((double)row[c] - top);
+            for (int64_t c = 0; c < classes; c++) mean[c] += exp((double)row[c] - top) / z / views;
+        }
+        int64_t best = 0;
+        for (int64_t c = 1; c < classes; c++)
+            if (mean[c] > mean[best]) best = c;
+        *loss -= log(mean[lab[r]]);
+        *correct += best == lab[r];
+        (*count)++;
+    }
+}
+
+gp_status gp_score_views(int views, const gp_tensor *logits, const gp_tensor *y,
+                         double *loss_sum, int64_t *ncorrect, int64_t *ncount) {
+    char got[96], want[96];
+    if (views < 1 || !logits || !y)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_score_views: %d views, expected at least 1, "
+                                             "and the logits and labels", views);
+    const gp_shape *ws = &logits[0].shape;
+    for (int v = 0; v < views; v++)
+        if (!logits[v].data || logits[v].dtype != GP_F32 || logits[v].shape.ndim < 1 ||
+            !gp_shape_equal(&logits[v].shape, ws))
+            return gp_error(GP_SHAPE, "gp_score_views: view %d's logits %s %s, expected float32 %s "
+                                      "as view 0's",
+                            v, gp_shape_str(&logits[v].shape, got, sizeof got),
+                            gp_dtype_name(logits[v].dtype), gp_shape_str(ws, want, sizeof want));
+    const int64_t classes = ws->dim[ws->ndim - 1];
+    const int64_t rows = classes > 0 ? gp_shape_nelem(ws) / classes : 0;
+    if (!y->data || y->dtype != GP_I32 || gp_shape_nelem(&y->shape) != rows || classes < 1)
+        return gp_error(GP_SHAPE, "gp_score_views: labels %s %s, expected int32 with one per "
+                                  "row of the logits %s",
+                        gp_shape_str(&y->shape, got, sizeof got), gp_dtype_name(y->dtype),
+                        gp_shape_str(ws, want, sizeof want));
+    if (views == 1) return gp_model_score(&logits[0], y, loss_sum, ncorrect, ncount);
+    const float **lb = calloc((size_t)views, sizeof *lb);
+    void **copies = calloc((size_t)views, sizeof *copies);
+    double *mean = malloc((size_t)classes * sizeof *mean);
+    const void *yb = NULL;
+    void *ycopy = NULL;
+    gp_status s = lb && copies && mean
+                      ? GP_OK
+                      : gp_error(GP_OUT_OF_MEMORY, "gp_score_views: %d views of %lld classes",
+                                 views, (long long)classes);
+    for (int v = 0; v < views && s == GP_OK; v++) {
+        const void *b = NULL;
+        s = host_bytes(&logits[v], &b, &copies[v]);
+        lb[v] = b;
+    }
+    if (s == GP_OK) s = host_bytes(y, &yb, &ycopy);
+    if (s == GP_OK) {
+        double l = 0;
+        int64_t correct = 0, count = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const int32_t lab = ((const int32_t *)yb)[r];
+            if (lab >= classes)
+                s = gp_error(GP_INVALID_ARGUMENT, "gp_score_views: label %d of row %lld, expected "
+                                                  "below %lld classes",
+                             lab, (long long)r, (long long)classes);
+        }
+        if (s == GP_OK) score_mean_softmax(views, lb, yb, rows, classes, mean, &l, &correct, &count);
+        if (s == GP_OK && loss_sum) *loss_sum = l;
+        if (s == GP_OK && ncorrect) *ncorrect = correct;
+        if (s == GP_OK && ncount) *ncount = count;
+    }
+    for (int v = 0; copies && v < views; v++) free(copies[v]);
+    free(copies);
+    free(lb);
+    free(mean);
     free(ycopy);
     return s;
 }

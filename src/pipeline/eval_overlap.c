@@ -2,7 +2,8 @@
  * k on batch i while stage k + 1 is on batch i - 1, each stage on its own thread (and core, as
  * in training). Each stage runs the very forward that gp_pipeline_evaluate runs for a batch, on
  * the same device, so the figures are the same bits; only the wall time shrinks, to about the
- * slowest stage's share. A device's allocator belongs to one thread: a stage copies the previous
+ * slowest stage's share. gp_pipeline_predict_batches runs it too, the last stage's outputs
+ * copied out instead of scored. A device's allocator belongs to one thread: a stage copies the previous
  * stage's output into its own device's memory, and the previous stage frees it, so at most two
  * outputs per stage wait at once, which is why a pipeline under a memory limit goes batch after
  * batch instead. */
@@ -16,6 +17,7 @@ typedef struct overlap {
     gp_pipeline *p;
     int n;
     const gp_tensor *xs, *ys;
+    gp_tensor *logits; /* (n) host tensors the last stage copies its output into, or NULL: scored */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int *done;      /* (K) batches stage k has put out */
@@ -91,7 +93,8 @@ static void *stage_eval(void *arg) {
         if (st == GP_OK) st = gp_seq_forward_output(p->m, s->first, s->last, s->dev, &run, &in, &y);
         gp_tensor_release(&in);
         if (st == GP_OK && k == K - 1) {
-            st = gp_model_score(&y, &o->ys[i], &o->loss[i], &o->correct[i], &o->count[i]);
+            st = o->logits ? gp_tensor_copy(&o->logits[i], &y)
+                           : gp_model_score(&y, &o->ys[i], &o->loss[i], &o->correct[i], &o->count[i]);
             gp_tensor_release(&y);
         }
         if (st != GP_OK) {
@@ -131,9 +134,10 @@ bool gp_eval_overlap_applies(const gp_pipeline *p) {
 }
 
 gp_status gp_eval_overlap(gp_pipeline *p, int n, const gp_tensor *xs, const gp_tensor *ys,
-                          double *loss_sum, int64_t *ncorrect, int64_t *ncount) {
+                          gp_tensor *logits, double *loss_sum, int64_t *ncorrect,
+                          int64_t *ncount) {
     const int K = p->K;
-    overlap o = {.p = p, .n = n, .xs = xs, .ys = ys};
+    overlap o = {.p = p, .n = n, .xs = xs, .ys = ys, .logits = logits};
     o.done = calloc((size_t)K, sizeof *o.done);
     o.copied = calloc((size_t)K, sizeof *o.copied);
     o.out = calloc((size_t)(2 * K), sizeof *o.out);
@@ -163,7 +167,7 @@ gp_status gp_eval_overlap(gp_pipeline *p, int n, const gp_tensor *xs, const gp_t
         for (int i = 0; i < 2 * K; i++) gp_tensor_release(&o.out[i]); /* after a failure */
     }
     if (st == GP_OK && o.failed) st = gp_error(o.st, "%s", o.msg);
-    if (st == GP_OK) { /* batch by batch, as n calls of gp_pipeline_evaluate add up */
+    if (st == GP_OK && !logits) { /* batch by batch, as n calls of gp_pipeline_evaluate add up */
         double l = 0;
         int64_t c = 0, m = 0;
         for (int i = 0; i < n; i++) l += o.loss[i], c += o.correct[i], m += o.count[i];

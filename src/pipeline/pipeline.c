@@ -515,6 +515,32 @@ gp_status gp_pipeline_predict(gp_pipeline *p, const gp_tensor *x, gp_tensor *log
     return p->launcher->predict(p, x, logits);
 }
 
+gp_status gp_pipeline_predict_batches(gp_pipeline *p, int n, const gp_tensor *xs,
+                                      gp_tensor *logits) {
+    if (!p || n < 0 || (n > 0 && (!xs || !logits)))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_pipeline_predict_batches: NULL argument or %d batches", n);
+    for (int i = 0; i < n; i++) {
+        char got[96], want[96];
+        gp_shape ws;
+        gp_status s = check_input(p, &xs[i], "gp_pipeline_predict_batches");
+        if (s == GP_OK) s = gp_model_shape(p->m, p->m->nlayers - 1, xs[i].shape.dim[0], &ws);
+        if (s == GP_OK && (!gp_tensor_host_data(&logits[i]) ||
+                           !gp_shape_equal(&logits[i].shape, &ws) || logits[i].dtype != GP_F32))
+            s = gp_error(GP_SHAPE, "logits tensor %s, expected float32 %s in host memory",
+                         gp_shape_str(&logits[i].shape, got, sizeof got),
+                         gp_shape_str(&ws, want, sizeof want));
+        if (s != GP_OK)
+            return gp_error_context(s, "gp_pipeline_predict_batches: batch %d of %d", i, n);
+    }
+    if (n > 1 && gp_eval_overlap_applies(p)) {
+        gp_status s = gp_eval_overlap(p, n, xs, NULL, logits, NULL, NULL, NULL);
+        return s == GP_OK ? GP_OK : gp_error_context(s, "gp_pipeline_predict_batches");
+    }
+    for (int i = 0; i < n; i++) GP_TRY(p->launcher->predict(p, &xs[i], &logits[i]));
+    return GP_OK;
+}
+
 gp_status gp_pipeline_evaluate(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
                                double *loss_sum, int64_t *ncorrect, int64_t *ncount) {
     if (!p) return gp_error(GP_INVALID_ARGUMENT, "gp_pipeline_evaluate: pipeline is NULL");
@@ -544,7 +570,7 @@ gp_status gp_pipeline_evaluate_batches(gp_pipeline *p, int n, const gp_tensor *x
         if (s != GP_OK) return gp_error_context(s, "batch %d of %d", i, n);
     }
     if (n > 1 && gp_eval_overlap_applies(p)) {
-        gp_status s = gp_eval_overlap(p, n, xs, ys, loss_sum, ncorrect, ncount);
+        gp_status s = gp_eval_overlap(p, n, xs, ys, NULL, loss_sum, ncorrect, ncount);
         return s == GP_OK ? GP_OK : gp_error_context(s, "gp_pipeline_evaluate_batches");
     }
     double l = 0;

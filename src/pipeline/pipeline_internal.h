@@ -176,10 +176,12 @@ gp_status gp_stage_begin_step(gp_stage *s);
 void gp_stage_pin_thread(gp_stage *s);
 
 /* Evaluation of many batches with the stages at work at once (eval_overlap.c): for in-process
- * pipelines of one cell per stage, without shards, each stage on a host device of its own. */
+ * pipelines of one cell per stage, without shards, each stage on a host device of its own.
+ * logits NULL: each batch scored against ys; else its logits copied into logits[i]. */
 bool gp_eval_overlap_applies(const struct gp_pipeline *p);
 gp_status gp_eval_overlap(struct gp_pipeline *p, int n, const gp_tensor *xs, const gp_tensor *ys,
-                          double *loss_sum, int64_t *ncorrect, int64_t *ncount);
+                          gp_tensor *logits, double *loss_sum, int64_t *ncorrect,
+                          int64_t *ncount);
 
 /* Cell k's shard t. */
 static inline gp_stage *gp_worker(struct gp_pipeline *p, int k, int t) { return &p->st[k * p->T + t]; }

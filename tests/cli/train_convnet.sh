@@ -93,10 +93,10 @@ run r --model convnet --data "$TMP/syn" --steps 1 --batch 16 --quiet --report "$
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/r.json" || bad "replaced report is not JSON"
 ls "$TMP" | grep -q '\.tmp\.' && bad "temporary report files left: $(ls "$TMP")"
 
-# --augment: same seed same parameters; crop, crop-flip, crop1 and flip each change them against
-# none and one another (the images differ); a 2-stage pipeline trains on the same augmented images
-# as one device (same hash at one thread per device); a checkpoint of an augmented run refuses a
-# resume without it.
+# --augment: same seed same parameters; crop, crop-flip, crop1, flip and crop1-flip each change
+# them against none and one another (the images differ); a 2-stage pipeline trains on the same
+# augmented images as one device (same hash at one thread per device); a checkpoint of an
+# augmented run refuses a resume without it.
 AUG=(--model convnet --data "$TMP/syn" --steps 4 --batch 16 --threads 1 --quiet)
 run g0 "${AUG[@]}" --report "$TMP/g0.json"
 run g1 "${AUG[@]}" --augment crop --report "$TMP/g1.json"
@@ -107,13 +107,14 @@ run g5 "${AUG[@]}" --augment crop-flip --micro-batches 2 --report "$TMP/g5.json"
 run g6 "${AUG[@]}" --augment crop1 --report "$TMP/g6.json"
 run g7 "${AUG[@]}" --augment flip --report "$TMP/g7.json"
 run g8 "${AUG[@]}" --augment flip --report "$TMP/g8.json"
+run g9 "${AUG[@]}" --augment crop1-flip --report "$TMP/g9.json"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import finish, need
 d = sys.argv[1]
-h = {n: json.load(open(f"{d}/{n}.json")) for n in ("g0", "g1", "g2", "g3", "g4", "g6", "g7", "g8")}
+h = {n: json.load(open(f"{d}/{n}.json")) for n in ("g0", "g1", "g2", "g3", "g4", "g6", "g7", "g8", "g9")}
 hx = {n: r["params_fnv1a64"] for n, r in h.items()}
-need(len({hx["g0"], hx["g1"], hx["g2"], hx["g6"], hx["g7"]}) == 5,
+need(len({hx["g0"], hx["g1"], hx["g2"], hx["g6"], hx["g7"], hx["g9"]}) == 6,
      f"augmentation does not change training, or two modes train alike: {hx}")
 need(hx["g2"] == hx["g3"], "crop-flip: same seed, different parameters")
 need(hx["g7"] == hx["g8"], "flip: same seed, different parameters")
@@ -128,7 +129,7 @@ run ga "${AUG[@]}" --augment crop --checkpoint-dir "$TMP/gck" --stop-after 2
 rc=$?
 [ $rc -ne 0 ] && grep -q -- "--augment none differs" "$TMP/ga.err" || bad "resume without --augment: exit $rc, $(cat "$TMP/ga.err")"
 "$GPIPE" train "${AUG[@]}" --augment mirror >/dev/null 2>"$TMP/gb.err"
-[ $? -eq 2 ] && grep -q "expected none, crop, crop1, flip or crop-flip" "$TMP/gb.err" || bad "--augment mirror: $(cat "$TMP/gb.err")"
+[ $? -eq 2 ] && grep -q "expected none, crop, crop1, flip, crop-flip or crop1-flip" "$TMP/gb.err" || bad "--augment mirror: $(cat "$TMP/gb.err")"
 
 # --label-smoothing: recorded in the report; other targets, other losses from the first step;
 # 2 stages give one device's losses; a checkpoint refuses a resume without it; out of range is a
@@ -157,5 +158,52 @@ rc=$?
 "$GPIPE" train "${AUG[@]}" --label-smoothing 1 >/dev/null 2>"$TMP/lsb.err"
 [ $? -eq 2 ] && grep -q -- "--label-smoothing 1: expected a number in \[0, 1)" "$TMP/lsb.err" ||
     bad "--label-smoothing 1: $(cat "$TMP/lsb.err")"
+
+# --tta flip: the plain figures of every evaluation and the parameters are those of a run without
+# it; each evaluation also has mirrored figures (in the report, its history, --metrics and the
+# curve), and
+# gpipe eval --tta flip on the final checkpoint gives them again; a bad mode, and --tta on a
+# language model, are usage errors.
+TTA=(--model convnet --data "$TMP/syn" --epochs 2 --batch 16 --threads 1 --quiet --stages 2
+     --micro-batches 2 --eval-size 40)
+run t0 "${TTA[@]}" --report "$TMP/t0.json"
+run t1 "${TTA[@]}" --tta flip --report "$TMP/t1.json" --metrics "$TMP/t1.jsonl" \
+    --curve "$TMP/t1.svg" --checkpoint-dir "$TMP/tck"
+grep -q "mirror images too" "$TMP/t1.svg" || bad "--tta flip: the curve has no mirrored accuracy"
+"$GPIPE" eval --checkpoint "$TMP/tck/ckpt-00000010.safetensors" --data "$TMP/syn" --tta flip \
+    --threads 1 --report "$TMP/te.json" >"$TMP/te.out" 2>&1 || bad "gpipe eval --tta flip: $(cat "$TMP/te.out")"
+grep -q "with mirror images (--tta flip)" "$TMP/te.out" || bad "gpipe eval --tta flip printed no mirrored figures"
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d = sys.argv[1]
+t0, t1, te = (json.load(open(f"{d}/{n}.json")) for n in ("t0", "t1", "te"))
+need(t0["params_fnv1a64"] == t1["params_fnv1a64"], "--tta flip changed the training")
+need(t0["tta"] == "none" and t1["tta"] == "flip", f"report's tta: {t0['tta']} {t1['tta']}")
+h0, h1 = t0["eval_history"], t1["eval_history"]
+need(len(h0) == len(h1) == 2, f"evaluations {len(h0)} {len(h1)}, expected one per epoch")
+for a, b in zip(h0, h1):
+    need(a["loss"] == b["loss"] and a["accuracy"] == b["accuracy"],
+         f"--tta flip changed the plain figures: {a} vs {b}")
+    need("mirrored_accuracy" not in a, "mirrored figures without --tta")
+    need(0 <= b["mirrored_accuracy"] <= 1 and b["mirrored_loss"] > 0, f"mirrored figures {b}")
+need(any(b["mirrored_loss"] != b["loss"] for b in h1), "the mirrored loss is the plain one")
+ev = t1["eval"]
+need(ev["mirrored_accuracy"] == h1[-1]["mirrored_accuracy"], "report's final mirrored accuracy")
+need(abs(te["eval"]["mirrored_loss"] - ev["mirrored_loss"]) <= 1e-9 * ev["mirrored_loss"] and
+     te["eval"]["mirrored_accuracy"] == ev["mirrored_accuracy"],
+     f"gpipe eval --tta flip: {te['eval']} vs training's {ev}")
+# (its batches of 128 sum the loss in another order than training's of 16)
+need(abs(te["eval"]["loss"] - ev["loss"]) <= 1e-9 * ev["loss"] and te["eval"]["accuracy"] == ev["accuracy"],
+     f"gpipe eval --tta flip: plain figures {te['eval']} vs {ev}")
+lines = [json.loads(l) for l in open(f"{d}/t1.jsonl")]
+evs = [l for l in lines if l["type"] == "eval"]
+need(len(evs) == 2 and all("mirrored_accuracy" in l for l in evs), f"--metrics eval lines {evs}")
+finish("FAIL: --tta:")
+PY
+"$GPIPE" train "${AUG[@]}" --tta mirror >/dev/null 2>"$TMP/tb.err"
+[ $? -eq 2 ] && grep -q -- "--tta mirror: expected none or flip" "$TMP/tb.err" || bad "--tta mirror: $(cat "$TMP/tb.err")"
+"$GPIPE" train --model transformer --steps 1 --tta flip >/dev/null 2>"$TMP/tc.err"
+[ $? -eq 2 ] && grep -q -- "--tta: only for image classifiers" "$TMP/tc.err" || bad "--tta on a language model: $(cat "$TMP/tc.err")"
 
 cli_finish train_convnet
