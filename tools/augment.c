@@ -37,6 +37,15 @@ bool gp_cli_augment_parse(const char *s, gp_cli_augment *out) {
     return false;
 }
 
+void gp_cli_move_image(const float *in, int64_t H, int64_t W, int64_t dx, int64_t dy, bool flip,
+                       float background, float *out) {
+    for (int64_t i = 0; i < H; i++)
+        for (int64_t j = 0; j < W; j++) {
+            const int64_t si = i + dy, sj = (flip ? W - 1 - j : j) + dx;
+            out[i * W + j] = si >= 0 && si < H && sj >= 0 && sj < W ? in[si * W + sj] : background;
+        }
+}
+
 int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, int step,
                          gp_tensor *x) {
     if (mode == GP_CLI_AUGMENT_NONE) return GP_CLI_EXIT_OK;
@@ -59,12 +68,7 @@ int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, i
         for (int64_t c = 0; c < C; c++) {
             float *img = data + (b * C + c) * H * W;
             memcpy(plane, img, (size_t)(H * W) * sizeof *plane);
-            for (int64_t i = 0; i < H; i++)
-                for (int64_t j = 0; j < W; j++) {
-                    const int64_t si = i + dy, sj = (flip ? W - 1 - j : j) + dx;
-                    img[i * W + j] = si >= 0 && si < H && sj >= 0 && sj < W ? plane[si * W + sj]
-                                                                             : background;
-                }
+            gp_cli_move_image(plane, H, W, dx, dy, flip, background, img);
         }
     }
     free(plane);

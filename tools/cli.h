@@ -84,9 +84,20 @@ typedef enum gp_cli_augment {
 } gp_cli_augment;
 const char *gp_cli_augment_name(gp_cli_augment a);
 bool gp_cli_augment_parse(const char *s, gp_cli_augment *out);
+/* out (H x W) = in mirrored left-right (flip), then moved so that out[i][j] = in[i + dy][j + dx],
+ * background where that falls outside: what --augment and --tta do to an image plane. */
+void gp_cli_move_image(const float *in, int64_t H, int64_t W, int64_t dx, int64_t dy, bool flip,
+                       float background, float *out);
 /* Augments the (B, C, H, W) batch x in place (host memory), keyed by (seed, step, example). */
 int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, int step,
                          gp_tensor *x);
+
+/* --tta of train and eval (eval_views.c): test-time augmentation of classifiers. */
+typedef enum gp_cli_tta {
+    GP_CLI_TTA_NONE = 0,
+    GP_CLI_TTA_FLIP,      /* the image and its mirror image */
+    GP_CLI_TTA_FLIP_SHIFT /* both, as they are and moved by a pixel each way: 10 views */
+} gp_cli_tta;
 
 /* The prompts of --prompts FILE: text[i] points into buffer (owned). */
 #define GP_CLI_MAX_PROMPTS 32
@@ -113,7 +124,7 @@ typedef struct gp_cli_train {
     gp_cli_prompts prompts; /* --prompts: one sample after each (n 0: one after a newline) */
     const char *metrics, *curve; /* --metrics FILE.jsonl, --curve FILE.svg, or NULL */
     gp_cli_augment augment;      /* --augment (classifiers) */
-    bool tta_flip;               /* --tta flip (classifiers) */
+    gp_cli_tta tta;              /* --tta (classifiers) */
     FILE *metrics_f;             /* open on rank 0 while training (learning_log.c) */
     double run_t0;               /* gp_cli_now() when training began */
     double log_loss_sum;         /* losses since the last metrics line */
@@ -160,8 +171,8 @@ typedef struct gp_cli_train {
     int64_t examples_seen;
     bool have_eval;
     double eval_loss, eval_accuracy; /* accuracy: classifier only */
-    bool eval_mirrored;              /* --tta flip: the last evaluation's mirrored figures */
-    double eval_mirrored_loss, eval_mirrored_accuracy;
+    bool eval_tta;                   /* --tta: the last evaluation's augmented figures */
+    double eval_tta_loss, eval_tta_accuracy;
     int64_t eval_count;              /* test examples or validation windows */
     cJSON *eval_history;             /* array of {step, loss, ...}, owned */
     uint64_t params_hash;            /* params_fnv1a64 at the end, over every stage */
@@ -200,33 +211,36 @@ typedef struct gp_cli_eval_pass {
     /* for the messages: "<name>: out of host memory", "<name> counted no <units>" */
     const char *name, *units;
     const char *alloc_what, *eval_what; /* what failed, before the library's message */
-    bool mirror; /* --tta flip: images also mirrored (gp_cli_eval_mirrored) */
+    bool tta; /* --tta: the images' other views too (gp_cli_eval_views) */
 } gp_cli_eval_pass;
 /* An evaluation's figures: the mean loss per counted target and the fraction right (classifiers);
- * with --tta flip also those of each image's softmax averaged with its mirror image's. */
+ * with --tta also those of each image's softmax averaged over its views. */
 typedef struct gp_cli_eval_result {
     double loss, accuracy;
-    bool mirrored;
-    double mirrored_loss, mirrored_accuracy;
+    bool tta;
+    double tta_loss, tta_accuracy;
 } gp_cli_eval_result;
 int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, gp_cli_eval_result *r);
-/* --tta of train and eval: "none" or "flip" (*flip set); false for anything else. */
-bool gp_cli_tta_parse(const char *s, bool *flip);
+/* --tta's modes (eval_views.c) */
+bool gp_cli_tta_parse(const char *s, gp_cli_tta *out);
+const char *gp_cli_tta_name(gp_cli_tta m);
+int gp_cli_tta_views(gp_cli_tta m); /* 1 for none */
 #define GP_CLI_TTA_HELP                                                                           \
-    "classifier: test-time augmentation; flip: each test image's softmax averaged with its "      \
-    "mirror image's, reported beside the plain figures (mirrored_accuracy, mirrored_loss); the "  \
-    "plain figures stay the same bits"
+    "classifier: test-time augmentation, each test image's softmax averaged over views of it, "   \
+    "reported beside the plain figures (tta_accuracy, tta_loss), which stay the same bits; "      \
+    "flip: the image and its mirror image; flip-shift: both, as they are and moved by one pixel " \
+    "left, right, up and down (10 views)"
 /* Sums over batches: loss, predictions right, targets counted. */
 typedef struct gp_cli_tally {
     double loss;
     int64_t correct, count;
 } gp_cli_tally;
-/* --tta flip (eval_mirror.c): n batches of images through the pipeline as they are and
- * mirrored; plain: the figures of the images alone (the bits of gp_pipeline_evaluate_batches),
- * mirrored: of both views' mean softmax. Returns an exit status; `what` names the evaluation in
+/* --tta (eval_views.c): n batches of images through the pipeline in each of t->tta's views;
+ * plain: the figures of the images as they are (the bits of gp_pipeline_evaluate_batches),
+ * augmented: of the views' mean softmax. Returns an exit status; `what` names the evaluation in
  * a failure's message. */
-int gp_cli_eval_mirrored(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tensor *ys,
-                         const char *what, gp_cli_tally *plain, gp_cli_tally *mirrored);
+int gp_cli_eval_views(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tensor *ys,
+                      const char *what, gp_cli_tally *plain, gp_cli_tally *augmented);
 /* Both return an exit status and fill the results. */
 int gp_cli_train_classifier(gp_cli_train *t);
 int gp_cli_train_lm(gp_cli_train *t);
@@ -269,8 +283,8 @@ int gp_cli_ckpt_resume(gp_cli_train *t);
  * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done);
 /* Runs the evaluation of gpipe train on a loaded model: the LM's validation
- * windows (loss) or the classifier's t10k images (loss, accuracy; mirrored too with
- * t->tta_flip). */
+ * windows (loss) or the classifier's t10k images (loss, accuracy; with t->tta the augmented
+ * figures too). */
 int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss);
 int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t count,
                            gp_cli_eval_result *r);

@@ -184,15 +184,16 @@ static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
         gp_idx_free(&test);
         if (rc != GP_CLI_EXIT_OK) return rc;
         printf("test accuracy %.4f, loss %.4f", r.accuracy, r.loss);
-        if (r.mirrored)
-            printf("; with mirror images (--tta flip) %.4f, loss %.4f", r.mirrored_accuracy,
-                   r.mirrored_loss);
+        if (r.tta)
+            printf("; --tta %s (%d views) %.4f, loss %.4f", gp_cli_tta_name(t->tta),
+                   gp_cli_tta_views(t->tta), r.tta_accuracy, r.tta_loss);
         printf(" (%lld images of %s)\n", (long long)count, dir);
         cJSON_AddNumberToObject(report, "loss", r.loss);
         cJSON_AddNumberToObject(report, "accuracy", r.accuracy);
-        if (r.mirrored) {
-            cJSON_AddNumberToObject(report, "mirrored_loss", r.mirrored_loss);
-            cJSON_AddNumberToObject(report, "mirrored_accuracy", r.mirrored_accuracy);
+        if (r.tta) {
+            cJSON_AddStringToObject(report, "tta", gp_cli_tta_name(t->tta));
+            cJSON_AddNumberToObject(report, "tta_loss", r.tta_loss);
+            cJSON_AddNumberToObject(report, "tta_accuracy", r.tta_accuracy);
         }
         cJSON_AddNumberToObject(report, "examples", (double)count);
     }
@@ -223,7 +224,7 @@ int gp_cli_eval_main(int argc, char **argv) {
          "the cores this process may use", 1, false, NULL, false},
         {"--report", GP_CLI_STRING, &o.report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
-        {"--tta", GP_CLI_STRING, &o.tta, "none|flip", GP_CLI_TTA_HELP, "none", 0, false, NULL,
+        {"--tta", GP_CLI_STRING, &o.tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0, false, NULL,
          false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
@@ -246,9 +247,9 @@ int gp_cli_eval_main(int argc, char **argv) {
     rc = open_checkpoint("eval", &o, outs, 1, &c);
     if (rc != GP_CLI_EXIT_OK) return rc;
     gp_cli_train t = {.cmd = "eval", .data = o.data};
-    if (o.tta && !gp_cli_tta_parse(o.tta, &t.tta_flip))
-        return gp_cli_usage_error("eval", "--tta %s: expected none or flip", o.tta);
-    if (o.tta && !t.tta_flip) o.tta = NULL; /* none */
+    if (o.tta && !gp_cli_tta_parse(o.tta, &t.tta))
+        return gp_cli_usage_error("eval", "--tta %s: expected none, flip or flip-shift", o.tta);
+    if (o.tta && t.tta == GP_CLI_TTA_NONE) o.tta = NULL;
     t.batch = o.batch ? o.batch : 128;
     rc = load_model("eval", &o, c, &t, stdout);
     gp_checkpoint_close(c);

@@ -132,7 +132,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "probability 1/2; crop-flip, crop1-flip: shifted and mirrored; drawn per (seed, step, "
          "image)",
          "none", 0, false, NULL, false},
-        {"--tta", GP_CLI_STRING, &o->tta, "none|flip", GP_CLI_TTA_HELP, "none", 0, false, NULL,
+        {"--tta", GP_CLI_STRING, &o->tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0, false, NULL,
          false},
         {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
          "one JSON object per line: {\"type\":\"train\", step, loss, loss_mean, lr, "
@@ -278,8 +278,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         return gp_cli_usage_error("train", "--tta: only for image classifiers (float input), but "
                                            "--model %s is a language model",
                                   o->model);
-    if (o->tta && !gp_cli_tta_parse(o->tta, &t->tta_flip))
-        return gp_cli_usage_error("train", "--tta %s: expected none or flip", o->tta);
+    if (o->tta && !gp_cli_tta_parse(o->tta, &t->tta))
+        return gp_cli_usage_error("train", "--tta %s: expected none, flip or flip-shift", o->tta);
     if (SEEN("--prompts") && !SEEN("--sample"))
         return gp_cli_usage_error("train", "--prompts: only with --sample N (language models)");
     if (!SEEN("--checkpoint-dir"))
@@ -450,7 +450,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "warmup", t->warmup);
     cJSON_AddStringToObject(r, "lr_schedule", t->schedule);
     if (!t->is_lm) cJSON_AddStringToObject(r, "augment", gp_cli_augment_name(t->augment));
-    if (!t->is_lm) cJSON_AddStringToObject(r, "tta", t->tta_flip ? "flip" : "none");
+    if (!t->is_lm) cJSON_AddStringToObject(r, "tta", gp_cli_tta_name(t->tta));
     cJSON_AddNumberToObject(r, "clip", t->clip);
     cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
@@ -473,9 +473,9 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
             cJSON_AddNumberToObject(ev, "windows", (double)t->eval_count);
         } else {
             cJSON_AddNumberToObject(ev, "accuracy", t->eval_accuracy);
-            if (t->eval_mirrored) {
-                cJSON_AddNumberToObject(ev, "mirrored_loss", t->eval_mirrored_loss);
-                cJSON_AddNumberToObject(ev, "mirrored_accuracy", t->eval_mirrored_accuracy);
+            if (t->eval_tta) {
+                cJSON_AddNumberToObject(ev, "tta_loss", t->eval_tta_loss);
+                cJSON_AddNumberToObject(ev, "tta_accuracy", t->eval_tta_accuracy);
             }
             cJSON_AddNumberToObject(ev, "examples", (double)t->eval_count);
         }

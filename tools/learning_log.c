@@ -97,7 +97,9 @@ static int loss_points(const gp_cli_train *t, double **xs, double **ys) {
 static int write_curve(gp_cli_train *t) {
     if (!t->curve || !writer(t) || !t->step_losses) return GP_CLI_EXIT_OK;
     double *lx = NULL, *ly = NULL, *ex = NULL, *el = NULL, *er = NULL, *em = NULL;
-    int nm = 0; /* evaluations with mirrored figures */
+    int nm = 0; /* evaluations with --tta figures */
+    char tta_name[64];
+    snprintf(tta_name, sizeof tta_name, "test accuracy, --tta %s", gp_cli_tta_name(t->tta));
     int rc = GP_CLI_EXIT_OK;
     const int nl = loss_points(t, &lx, &ly);
     const int ne = t->eval_history ? cJSON_GetArraySize(t->eval_history) : 0;
@@ -115,7 +117,7 @@ static int write_curve(gp_cli_train *t) {
         ex[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "step"));
         el[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "loss"));
         er[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(e, right));
-        const cJSON *m = cJSON_GetObjectItem(e, "mirrored_accuracy"); /* --tta flip */
+        const cJSON *m = cJSON_GetObjectItem(e, "tta_accuracy"); /* --tta */
         if (m) em[nm++] = cJSON_GetNumberValue(m);
     }
     const gp_cli_series series[] = {
@@ -125,8 +127,8 @@ static int write_curve(gp_cli_train *t) {
          .n = ne, .markers = true},
         {.name = t->is_lm ? "validation bits per byte" : "test accuracy", .color = "#2ca02c",
          .x = ex, .y = er, .n = ne, .right = true, .markers = true},
-        {.name = "test accuracy, mirror images too (--tta flip)", .color = "#9467bd", .x = ex,
-         .y = em, .n = nm, .right = true, .markers = true}};
+        {.name = tta_name, .color = "#9467bd", .x = ex, .y = em, .n = nm, .right = true,
+         .markers = true}};
     char title[256];
     snprintf(title, sizeof title, "gpipe train --model %s: %d of %d steps", t->model_name,
              t->steps_done, t->total_steps);

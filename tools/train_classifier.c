@@ -25,7 +25,7 @@ int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t 
                              .units = "test examples",
                              .alloc_what = "evaluation: cannot allocate a test batch",
                              .eval_what = what,
-                             .mirror = t->tta_flip};
+                             .tta = t->tta != GP_CLI_TTA_NONE};
     return gp_cli_evaluate(t, &pass, r);
 }
 
@@ -40,9 +40,9 @@ static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_prog
     t->have_eval = true;
     t->eval_loss = r.loss;
     t->eval_accuracy = r.accuracy;
-    t->eval_mirrored = r.mirrored;
-    t->eval_mirrored_loss = r.mirrored_loss;
-    t->eval_mirrored_accuracy = r.mirrored_accuracy;
+    t->eval_tta = r.tta;
+    t->eval_tta_loss = r.tta_loss;
+    t->eval_tta_accuracy = r.tta_accuracy;
     t->eval_count = count;
     gp_cli_progress_clear(p);
     if (epoch_end)
@@ -50,9 +50,9 @@ static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_prog
     else
         printf("step %d: ", step);
     printf("test accuracy %.4f, loss %.4f", r.accuracy, r.loss);
-    if (r.mirrored)
-        printf("; with mirror images (--tta flip) %.4f, loss %.4f", r.mirrored_accuracy,
-               r.mirrored_loss);
+    if (r.tta)
+        printf("; --tta %s (%d views) %.4f, loss %.4f", gp_cli_tta_name(t->tta),
+               gp_cli_tta_views(t->tta), r.tta_accuracy, r.tta_loss);
     printf(" (%lld images, %.1fs)\n", (long long)count, secs);
     fflush(stdout);
     cJSON *e = cJSON_CreateObject();
@@ -60,9 +60,9 @@ static int eval_and_log(gp_cli_train *t, const gp_idx_dataset *test, gp_cli_prog
     cJSON_AddNumberToObject(e, "epoch", t->epochs_done);
     cJSON_AddNumberToObject(e, "loss", r.loss);
     cJSON_AddNumberToObject(e, "accuracy", r.accuracy);
-    if (r.mirrored) {
-        cJSON_AddNumberToObject(e, "mirrored_loss", r.mirrored_loss);
-        cJSON_AddNumberToObject(e, "mirrored_accuracy", r.mirrored_accuracy);
+    if (r.tta) {
+        cJSON_AddNumberToObject(e, "tta_loss", r.tta_loss);
+        cJSON_AddNumberToObject(e, "tta_accuracy", r.tta_accuracy);
     }
     cJSON_AddNumberToObject(e, "seconds", secs);
     cJSON_AddItemToArray(t->eval_history, e);

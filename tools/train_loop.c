@@ -120,7 +120,7 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, gp_cli_eval_resu
     int64_t *rows = malloc((size_t)B * sizeof *rows);
     gp_tensor xs[EVAL_GROUP] = {{0}}, ys[EVAL_GROUP] = {{0}};
     int rc = GP_CLI_EXIT_OK;
-    gp_cli_tally all = {0}, mirrored = {0};
+    gp_cli_tally all = {0}, augmented = {0};
     if (!rows) {
         fprintf(stderr, "gpipe %s: %s: out of host memory\n", cmd, e->name);
         return GP_CLI_EXIT_RUNTIME;
@@ -143,13 +143,13 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, gp_cli_eval_resu
             }
         }
         gp_cli_tally a = {0}, b = {0};
-        if (rc == GP_CLI_EXIT_OK && e->mirror)
-            rc = gp_cli_eval_mirrored(t, n, xs, ys, e->eval_what, &a, &b);
+        if (rc == GP_CLI_EXIT_OK && e->tta)
+            rc = gp_cli_eval_views(t, n, xs, ys, e->eval_what, &a, &b);
         else if (rc == GP_CLI_EXIT_OK && gp_pipeline_evaluate_batches(t->pipeline, n, xs, ys, &a.loss,
                                                                     &a.correct, &a.count) != GP_OK)
             rc = gp_cli_fail(cmd, e->eval_what);
         all.loss += a.loss, all.correct += a.correct, all.count += a.count;
-        mirrored.loss += b.loss, mirrored.correct += b.correct, mirrored.count += b.count;
+        augmented.loss += b.loss, augmented.correct += b.correct, augmented.count += b.count;
     }
     for (int i = 0; i < EVAL_GROUP; i++) {
         gp_tensor_release(&xs[i]);
@@ -163,10 +163,10 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, gp_cli_eval_resu
     if (rc == GP_CLI_EXIT_OK) {
         *r = (gp_cli_eval_result){.loss = all.loss / (double)all.count,
                                   .accuracy = (double)all.correct / (double)all.count,
-                                  .mirrored = e->mirror};
-        if (e->mirror) {
-            r->mirrored_loss = mirrored.loss / (double)mirrored.count;
-            r->mirrored_accuracy = (double)mirrored.correct / (double)mirrored.count;
+                                  .tta = e->tta};
+        if (e->tta) {
+            r->tta_loss = augmented.loss / (double)augmented.count;
+            r->tta_accuracy = (double)augmented.correct / (double)augmented.count;
         }
     }
     return rc;

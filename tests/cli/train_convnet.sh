@@ -159,25 +159,27 @@ rc=$?
 [ $? -eq 2 ] && grep -q -- "--label-smoothing 1: expected a number in \[0, 1)" "$TMP/lsb.err" ||
     bad "--label-smoothing 1: $(cat "$TMP/lsb.err")"
 
-# --tta flip: the plain figures of every evaluation and the parameters are those of a run without
-# it; each evaluation also has mirrored figures (in the report, its history, --metrics and the
-# curve), and
-# gpipe eval --tta flip on the final checkpoint gives them again; a bad mode, and --tta on a
-# language model, are usage errors.
+# --tta: the plain figures of every evaluation and the parameters are those of a run without it;
+# with flip each evaluation also has augmented figures (in the report, its history, --metrics and
+# the curve), and gpipe eval --tta flip on the final checkpoint gives them again; flip-shift's
+# ten views give others; a bad mode, and --tta on a language model, are usage errors.
 TTA=(--model convnet --data "$TMP/syn" --epochs 2 --batch 16 --threads 1 --quiet --stages 2
      --micro-batches 2 --eval-size 40)
 run t0 "${TTA[@]}" --report "$TMP/t0.json"
 run t1 "${TTA[@]}" --tta flip --report "$TMP/t1.json" --metrics "$TMP/t1.jsonl" \
     --curve "$TMP/t1.svg" --checkpoint-dir "$TMP/tck"
-grep -q "mirror images too" "$TMP/t1.svg" || bad "--tta flip: the curve has no mirrored accuracy"
-"$GPIPE" eval --checkpoint "$TMP/tck/ckpt-00000010.safetensors" --data "$TMP/syn" --tta flip \
-    --threads 1 --report "$TMP/te.json" >"$TMP/te.out" 2>&1 || bad "gpipe eval --tta flip: $(cat "$TMP/te.out")"
-grep -q "with mirror images (--tta flip)" "$TMP/te.out" || bad "gpipe eval --tta flip printed no mirrored figures"
+grep -q "test accuracy, --tta flip" "$TMP/t1.svg" || bad "--tta flip: the curve has no augmented accuracy"
+for m in flip flip-shift; do
+    "$GPIPE" eval --checkpoint "$TMP/tck/ckpt-00000010.safetensors" --data "$TMP/syn" --tta $m \
+        --threads 1 --report "$TMP/te-$m.json" >"$TMP/te-$m.out" 2>&1 || bad "gpipe eval --tta $m: $(cat "$TMP/te-$m.out")"
+done
+grep -q -- "--tta flip (2 views)" "$TMP/te-flip.out" || bad "gpipe eval --tta flip printed no augmented figures"
+grep -q -- "--tta flip-shift (10 views)" "$TMP/te-flip-shift.out" || bad "gpipe eval --tta flip-shift printed no augmented figures"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import finish, need
 d = sys.argv[1]
-t0, t1, te = (json.load(open(f"{d}/{n}.json")) for n in ("t0", "t1", "te"))
+t0, t1, te, ts = (json.load(open(f"{d}/{n}.json")) for n in ("t0", "t1", "te-flip", "te-flip-shift"))
 need(t0["params_fnv1a64"] == t1["params_fnv1a64"], "--tta flip changed the training")
 need(t0["tta"] == "none" and t1["tta"] == "flip", f"report's tta: {t0['tta']} {t1['tta']}")
 h0, h1 = t0["eval_history"], t1["eval_history"]
@@ -185,24 +187,27 @@ need(len(h0) == len(h1) == 2, f"evaluations {len(h0)} {len(h1)}, expected one pe
 for a, b in zip(h0, h1):
     need(a["loss"] == b["loss"] and a["accuracy"] == b["accuracy"],
          f"--tta flip changed the plain figures: {a} vs {b}")
-    need("mirrored_accuracy" not in a, "mirrored figures without --tta")
-    need(0 <= b["mirrored_accuracy"] <= 1 and b["mirrored_loss"] > 0, f"mirrored figures {b}")
-need(any(b["mirrored_loss"] != b["loss"] for b in h1), "the mirrored loss is the plain one")
+    need("tta_accuracy" not in a, "augmented figures without --tta")
+    need(0 <= b["tta_accuracy"] <= 1 and b["tta_loss"] > 0, f"augmented figures {b}")
+need(any(b["tta_loss"] != b["loss"] for b in h1), "the augmented loss is the plain one")
 ev = t1["eval"]
-need(ev["mirrored_accuracy"] == h1[-1]["mirrored_accuracy"], "report's final mirrored accuracy")
-need(abs(te["eval"]["mirrored_loss"] - ev["mirrored_loss"]) <= 1e-9 * ev["mirrored_loss"] and
-     te["eval"]["mirrored_accuracy"] == ev["mirrored_accuracy"],
+need(ev["tta_accuracy"] == h1[-1]["tta_accuracy"], "report's final augmented accuracy")
+# (gpipe eval's batches of 128 sum the loss in another order than training's of 16)
+close = lambda x, y: abs(x - y) <= 1e-9 * abs(y)
+need(close(te["eval"]["tta_loss"], ev["tta_loss"]) and te["eval"]["tta_accuracy"] == ev["tta_accuracy"],
      f"gpipe eval --tta flip: {te['eval']} vs training's {ev}")
-# (its batches of 128 sum the loss in another order than training's of 16)
-need(abs(te["eval"]["loss"] - ev["loss"]) <= 1e-9 * ev["loss"] and te["eval"]["accuracy"] == ev["accuracy"],
+need(close(te["eval"]["loss"], ev["loss"]) and te["eval"]["accuracy"] == ev["accuracy"],
      f"gpipe eval --tta flip: plain figures {te['eval']} vs {ev}")
+need(te["eval"]["tta"] == "flip" and ts["eval"]["tta"] == "flip-shift", "gpipe eval's report: tta")
+need(close(ts["eval"]["loss"], ev["loss"]) and not close(ts["eval"]["tta_loss"], ev["tta_loss"]),
+     f"--tta flip-shift: {ts['eval']} against flip's {te['eval']}")
 lines = [json.loads(l) for l in open(f"{d}/t1.jsonl")]
 evs = [l for l in lines if l["type"] == "eval"]
-need(len(evs) == 2 and all("mirrored_accuracy" in l for l in evs), f"--metrics eval lines {evs}")
+need(len(evs) == 2 and all("tta_accuracy" in l for l in evs), f"--metrics eval lines {evs}")
 finish("FAIL: --tta:")
 PY
 "$GPIPE" train "${AUG[@]}" --tta mirror >/dev/null 2>"$TMP/tb.err"
-[ $? -eq 2 ] && grep -q -- "--tta mirror: expected none or flip" "$TMP/tb.err" || bad "--tta mirror: $(cat "$TMP/tb.err")"
+[ $? -eq 2 ] && grep -q -- "--tta mirror: expected none, flip or flip-shift" "$TMP/tb.err" || bad "--tta mirror: $(cat "$TMP/tb.err")"
 "$GPIPE" train --model transformer --steps 1 --tta flip >/dev/null 2>"$TMP/tc.err"
 [ $? -eq 2 ] && grep -q -- "--tta: only for image classifiers" "$TMP/tc.err" || bad "--tta on a language model: $(cat "$TMP/tc.err")"
 
