@@ -224,8 +224,8 @@ int gp_cli_eval_main(int argc, char **argv) {
          "the cores this process may use", 1, false, NULL, false},
         {"--report", GP_CLI_STRING, &o.report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false},
-        {"--tta", GP_CLI_STRING, &o.tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0, false, NULL,
-         false},
+        {"--tta", GP_CLI_STRING, &o.tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0,
+         false, NULL, false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "eval");

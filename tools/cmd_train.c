@@ -132,8 +132,8 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "probability 1/2; crop-flip, crop1-flip: shifted and mirrored; drawn per (seed, step, "
          "image)",
          "none", 0, false, NULL, false},
-        {"--tta", GP_CLI_STRING, &o->tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0, false, NULL,
-         false},
+        {"--tta", GP_CLI_STRING, &o->tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0,
+         false, NULL, false},
         {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
          "one JSON object per line: {\"type\":\"train\", step, loss, loss_mean, lr, "
          "tokens_per_s or images_per_s, train_s, elapsed_s, ...} at each logged step (--log-every) "
@@ -272,7 +272,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   o->model);
     if (o->augment && !gp_cli_augment_parse(o->augment, &t->augment))
         return gp_cli_usage_error("train",
-                                  "--augment %s: expected none, crop, crop1, flip, crop-flip or crop1-flip",
+                                  "--augment %s: expected none, crop, crop1, flip, crop-flip or "
+                                  "crop1-flip",
                                   o->augment);
     if (SEEN("--tta") && lm)
         return gp_cli_usage_error("train", "--tta: only for image classifiers (float input), but "

@@ -106,7 +106,8 @@ int gp_cli_eval_views(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tens
     for (int i = 0; i < n && s == GP_OK; i++) {
         gp_cli_tally a = {0}, b = {0};
         s = gp_score_views(1, &logits[V * i], &ys[i], &a.loss, &a.correct, &a.count);
-        if (s == GP_OK) s = gp_score_views(V, &logits[V * i], &ys[i], &b.loss, &b.correct, &b.count);
+        if (s == GP_OK)
+            s = gp_score_views(V, &logits[V * i], &ys[i], &b.loss, &b.correct, &b.count);
         plain->loss += a.loss, plain->correct += a.correct, plain->count += a.count;
         augmented->loss += b.loss, augmented->correct += b.correct, augmented->count += b.count;
     }

@@ -145,8 +145,9 @@ int gp_cli_evaluate(gp_cli_train *t, const gp_cli_eval_pass *e, gp_cli_eval_resu
         gp_cli_tally a = {0}, b = {0};
         if (rc == GP_CLI_EXIT_OK && e->tta)
             rc = gp_cli_eval_views(t, n, xs, ys, e->eval_what, &a, &b);
-        else if (rc == GP_CLI_EXIT_OK && gp_pipeline_evaluate_batches(t->pipeline, n, xs, ys, &a.loss,
-                                                                    &a.correct, &a.count) != GP_OK)
+        else if (rc == GP_CLI_EXIT_OK &&
+                 gp_pipeline_evaluate_batches(t->pipeline, n, xs, ys, &a.loss, &a.correct,
+                                              &a.count) != GP_OK)
             rc = gp_cli_fail(cmd, e->eval_what);
         all.loss += a.loss, all.correct += a.correct, all.count += a.count;
         augmented.loss += b.loss, augmented.correct += b.correct, augmented.count += b.count;

@@ -197,7 +197,8 @@ gp_status gp_score_views(int views, const gp_tensor *logits, const gp_tensor *y,
                                                   "below %lld classes",
                              lab, (long long)r, (long long)classes);
         }
-        if (s == GP_OK) score_mean_softmax(views, lb, yb, rows, classes, mean, &l, &correct, &count);
+        if (s == GP_OK)
+            score_mean_softmax(views, lb, yb, rows, classes, mean, &l, &correct, &count);
         if (s == GP_OK && loss_sum) *loss_sum = l;
         if (s == GP_OK && ncorrect) *ncorrect = correct;
         if (s == GP_OK && ncount) *ncount = count;

@@ -3,10 +3,10 @@
  * in training). Each stage runs the very forward that gp_pipeline_evaluate runs for a batch, on
  * the same device, so the figures are the same bits; only the wall time shrinks, to about the
  * slowest stage's share. gp_pipeline_predict_batches runs it too, the last stage's outputs
- * copied out instead of scored. A device's allocator belongs to one thread: a stage copies the previous
- * stage's output into its own device's memory, and the previous stage frees it, so at most two
- * outputs per stage wait at once, which is why a pipeline under a memory limit goes batch after
- * batch instead. */
+ * copied out instead of scored. A device's allocator belongs to one thread: a stage copies the
+ * previous stage's output into its own device's memory, and the previous stage frees it, so at
+ * most two outputs per stage wait at once, which is why a pipeline under a memory limit goes
+ * batch after batch instead. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +94,8 @@ static void *stage_eval(void *arg) {
         gp_tensor_release(&in);
         if (st == GP_OK && k == K - 1) {
             st = o->logits ? gp_tensor_copy(&o->logits[i], &y)
-                           : gp_model_score(&y, &o->ys[i], &o->loss[i], &o->correct[i], &o->count[i]);
+                           : gp_model_score(&y, &o->ys[i], &o->loss[i], &o->correct[i],
+                                            &o->count[i]);
             gp_tensor_release(&y);
         }
         if (st != GP_OK) {
