@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `gpipe train` under mpirun (Open MPI, oversubscribed on 2 cores): D = 1 over MPI gives the
 # threads launcher's parameter hash, losses and evaluation bit for bit (tiny byte LM with 1f1b,
-# convnet with gpipe); the report counts the bytes each rank sent (activations and gradients at
+# convnet with gpipe and --tta flip); the report counts the bytes each rank sent (activations and gradients at
 # the cell boundary, plus each stage's gradients in the all-reduce with D = 2) as the formulas
 # say; a launch of the wrong size is a usage error before any training; a rank killed with
 # SIGKILL mid-step makes the other exit non-zero within --comm-timeout naming the rank, the
@@ -29,8 +29,9 @@ CN=(--model convnet --data "$TMP/syn" --steps 2 --batch 16 --micro-batches 4 --e
 
 run lm_thr "${LM[@]}" --micro-batches 4 --schedule 1f1b --report "$TMP/lm_thr.json"
 cli_mpirun lm_mpi 2 "${LM[@]}" --micro-batches 4 --schedule 1f1b --report "$TMP/lm_mpi.json" --trace "$TMP/lm_mpi_trace.json"
-run cn_thr "${CN[@]}" --remat none --report "$TMP/cn_thr.json"
-cli_mpirun cn_mpi 2 "${CN[@]}" --remat none --report "$TMP/cn_mpi.json"
+# (--tta flip: the mirrored test images go through the ranks' stages as well)
+run cn_thr "${CN[@]}" --remat none --tta flip --report "$TMP/cn_thr.json"
+cli_mpirun cn_mpi 2 "${CN[@]}" --remat none --tta flip --report "$TMP/cn_mpi.json"
 cli_mpirun lm_d2 4 "${LM[@]}" --data-parallel 2 --micro-batches 2 --report "$TMP/lm_d2.json"
 # Rank 0 alone prints.
 [ "$(grep -c '^trained 3 steps' "$TMP/lm_mpi.out")" = 1 ] || bad "lm_mpi: not exactly one summary line"
@@ -51,6 +52,7 @@ for name in ("lm", "cn"):
     need(len(p["stage_peak_bytes"]) == 2 and all(s["parameters"] > 0 for s in p["stage_peak_bytes"]),
          f"{name}: stage_peak_bytes {p['stage_peak_bytes']}")
     need(thr["pipeline"]["partition"] == p["partition"], f"{name}: partitions differ")
+need("tta_accuracy" in json.load(open(f"{d}/cn_mpi.json"))["eval"], "cn_mpi: no --tta figures")
 # The LM's cell boundary carries (b, T, d) = (2, 16, 16) floats per micro-batch, M = 4 of them:
 # stage 0 sends activations, stage 1 their gradients, nothing to the all-reduce with D = 1.
 b = json.load(open(f"{d}/lm_mpi.json"))["pipeline"]["bytes_sent_last_step"]
