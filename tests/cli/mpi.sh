@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# `gpipe train` under mpirun (Open MPI, oversubscribed on 2 cores): D = 1 over MPI gives the
-# threads launcher's parameter hash, losses and evaluation bit for bit (tiny byte LM with 1f1b,
-# convnet with gpipe and --tta flip); the report counts the bytes each rank sent (activations and gradients at
-# the cell boundary, plus each stage's gradients in the all-reduce with D = 2) as the formulas
-# say; a launch of the wrong size is a usage error before any training; a rank killed with
-# SIGKILL mid-step makes the other exit non-zero within --comm-timeout naming the rank, the
-# action and the peer; and two network namespaces, each a "host" with its own hostname and
-# address, train together over Open MPI's TCP transport. Exit 77 (skipped) without MPI.
+# `gpipe train` under mpirun (Open MPI, oversubscribed on 2 cores): D = 1 over MPI gives the threads
+# launcher's parameter hash, losses and evaluation bit for bit (tiny byte LM with 1f1b, convnet with
+# gpipe and --tta flip); the report counts the bytes each rank sent (activations and gradients at
+# the cell boundary, plus each stage's gradients in the all-reduce with D = 2) as the formulas say;
+# a launch of the wrong size is a usage error before any training; a rank killed with SIGKILL mid-
+# step makes the other exit non-zero within --comm-timeout naming the rank, the action and the peer;
+# and two network namespaces, each a "host" with its own hostname and address, train together over
+# Open MPI's TCP transport. Exit 77 (skipped) without MPI.
 # Run from the repository root: bash tests/cli/mpi.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
