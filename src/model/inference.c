@@ -190,7 +190,7 @@ gp_status gp_score_views(int views, const gp_tensor *logits, const gp_tensor *y,
     if (s == GP_OK) {
         double l = 0;
         int64_t correct = 0, count = 0;
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t r = 0; r < rows && s == GP_OK; r++) {
             const int32_t lab = ((const int32_t *)yb)[r];
             if (lab >= classes)
                 s = gp_error(GP_INVALID_ARGUMENT, "gp_score_views: label %d of row %lld, expected "
