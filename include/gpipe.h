@@ -404,6 +404,10 @@ typedef struct gp_optim_opts {
     int warmup_steps;   /* linear warm-up from 0 to lr */
     int total_steps;    /* cosine decay to min_lr over the rest; 0: constant after warm-up */
     float min_lr;
+    /* total_steps split into this many cosine cycles of equal length (warm restarts, Loshchilov
+     * and Hutter's SGDR), each from lr down to min_lr, the warm-up at the start of the first;
+     * 0 or 1: one cycle */
+    int lr_cycles;
     float clip_norm;    /* clip by global gradient norm; 0: off */
 } gp_optim_opts;
 gp_optim_opts gp_sgd_defaults(float lr, float momentum);

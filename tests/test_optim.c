@@ -22,6 +22,49 @@ static void test_schedule(void) {
     gp_optim_opts c = gp_sgd_defaults(0.05f, 0.9f);
     CHECK_NEAR(gp_optim_lr_at(&c, 0), 0.05, 1e-9);
     CHECK_NEAR(gp_optim_lr_at(&c, 1000), 0.05, 1e-9);
+    /* lr_cycles 0 and 1: the one cosine above */
+    for (int n = 0; n <= 1; n++) {
+        gp_optim_opts one = o;
+        one.lr_cycles = n;
+        for (int s = 0; s < 120; s += 7) CHECK(gp_optim_lr_at(&one, s) == gp_optim_lr_at(&o, s));
+    }
+}
+
+/* Warm restarts: 120 steps in 2 cycles of 60, the warm-up in the first; 3 cycles of 100 steps
+ * start at 33 and 66. */
+static void test_schedule_cycles(void) {
+    const double PI = 3.14159265358979323846;
+    gp_optim_opts o = gp_sgd_defaults(1e-3f, 0.9f);
+    o.warmup_steps = 10;
+    o.total_steps = 120;
+    o.min_lr = 1e-4f;
+    o.lr_cycles = 2;
+    CHECK_OK(gp_optim_check(&o));
+    CHECK_NEAR(gp_optim_lr_at(&o, 4), 5e-4, 1e-9);        /* warm-up */
+    CHECK_NEAR(gp_optim_lr_at(&o, 10), 1e-3, 1e-9);       /* the first cycle's top */
+    CHECK_NEAR(gp_optim_lr_at(&o, 35), 1e-4 + 0.5 * 9e-4, 1e-9); /* its middle: cos = 0 */
+    CHECK_NEAR(gp_optim_lr_at(&o, 59), 1e-4 + 0.5 * 9e-4 * (1 + cos(PI * 49.0 / 50)), 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 60), 1e-3, 1e-9);       /* the restart, without a warm-up */
+    CHECK_NEAR(gp_optim_lr_at(&o, 90), 1e-4 + 0.5 * 9e-4, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 119), 1e-4 + 0.5 * 9e-4 * (1 + cos(PI * 59.0 / 60)), 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 500), 1e-4, 1e-9);
+    o.lr_cycles = 3;
+    o.total_steps = 100;
+    o.warmup_steps = 0;
+    CHECK_NEAR(gp_optim_lr_at(&o, 0), 1e-3, 1e-9);
+    CHECK(gp_optim_lr_at(&o, 32) < 2e-4f);
+    CHECK_NEAR(gp_optim_lr_at(&o, 33), 1e-3, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 49), 1e-4 + 0.5 * 9e-4 * (1 + cos(PI * 16.0 / 33)), 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 66), 1e-3, 1e-9);
+    CHECK_NEAR(gp_optim_lr_at(&o, 83), 1e-4 + 0.5 * 9e-4 * (1 + cos(PI * 17.0 / 34)), 1e-9);
+    /* refused: a negative count, cycles no longer than the warm-up */
+    o.lr_cycles = -1;
+    CHECK_FAILS(gp_optim_check(&o), GP_CONFIG, "learning-rate cycles");
+    o.lr_cycles = 4;
+    o.warmup_steps = 25;
+    CHECK_FAILS(gp_optim_check(&o), GP_CONFIG, "longer than the 25 warm-up steps");
+    o.warmup_steps = 24;
+    CHECK_OK(gp_optim_check(&o));
 }
 
 /* A flat run of n elements as a store holds it: values, gradients, the optimizer's states. */
@@ -155,6 +198,7 @@ int main(void) {
     gp_device *d;
     REQUIRE_OK(gp_device_cpu_new("optim", &d));
     test_schedule();
+    test_schedule_cycles();
     test_adamw(d);
     test_sgd(d);
     test_clip_and_checks();

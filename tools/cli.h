@@ -120,6 +120,7 @@ typedef struct gp_cli_train {
     const char *data;  /* NULL: the family's default */
     int epochs, steps; /* one of them is 0 before the data is loaded */
     int batch, micro_batches, threads, warmup, eval_every, eval_size, log_every, sample;
+    int lr_cycles; /* --lr-cycles: cosine cycles (1: one) */
     double lr, min_lr, weight_decay, clip, momentum, temperature;
     gp_cli_prompts prompts; /* --prompts: one sample after each (n 0: one after a newline) */
     const char *metrics, *curve; /* --metrics FILE.jsonl, --curve FILE.svg, or NULL */
@@ -152,6 +153,10 @@ typedef struct gp_cli_train {
     gp_model *model;
     gp_device *dev;        /* the batches' device, and the single stage's without --stages */
     gp_pipeline *pipeline; /* once the step count is known (gp_cli_train_begin) */
+    /* gpipe eval --ensemble: more models on `dev`, whose softmax evaluation averages with the
+     * pipeline's (gp_cli_eval_views) */
+    gp_pipeline **members;
+    int nmembers;
     gp_optim_opts optim;
     bool is_lm;
     gp_shape in_shape;  /* (batch, ...) */
@@ -235,9 +240,10 @@ typedef struct gp_cli_tally {
     double loss;
     int64_t correct, count;
 } gp_cli_tally;
-/* --tta (eval_views.c): n batches of images through the pipeline in each of t->tta's views;
- * plain: the figures of the images as they are (the bits of gp_pipeline_evaluate_batches),
- * augmented: of the views' mean softmax. Returns an exit status; `what` names the evaluation in
+/* --tta and --ensemble (eval_views.c): n batches of images through the pipeline, and through
+ * each of t->members, in each of t->tta's views; plain: the figures of the pipeline's images as
+ * they are (the bits of gp_pipeline_evaluate_batches), augmented: of the mean softmax over the
+ * models and views. Returns an exit status; `what` names the evaluation in
  * a failure's message. */
 int gp_cli_eval_views(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tensor *ys,
                       const char *what, gp_cli_tally *plain, gp_cli_tally *augmented);

@@ -238,6 +238,8 @@ static cJSON *train_options(const gp_cli_train *t) {
     cJSON_AddNumberToObject(o, "warmup", t->warmup);
     cJSON_AddStringToObject(o, "lr_schedule", t->schedule);
     cJSON_AddNumberToObject(o, "clip", t->clip);
+    /* Only when on: checkpoints written before --lr-cycles existed resume without it. */
+    if (t->lr_cycles > 1) cJSON_AddNumberToObject(o, "lr_cycles", t->lr_cycles);
     /* Only when on: checkpoints written before --augment existed resume without it. */
     if (t->augment != GP_CLI_AUGMENT_NONE)
         cJSON_AddStringToObject(o, "augment", gp_cli_augment_name(t->augment));
@@ -259,7 +261,8 @@ static const char *option_of(const char *key) {
         {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"},
         {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
         {"clip", "--clip"},      {"seed", "--seed"},
-        {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"}};
+        {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"},
+        {"lr_cycles", "--lr-cycles"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i][0], key) == 0) return map[i][1];
     return key;
@@ -304,7 +307,8 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
         rc = GP_CLI_EXIT_RUNTIME;
     }
     /* The options written only when on: on in the checkpoint, off now. */
-    static const char *const optional[][2] = {{"augment", "none"}, {"label_smoothing", "0"}};
+    static const char *const optional[][2] = {
+        {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}};
     for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
         if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;

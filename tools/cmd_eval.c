@@ -8,8 +8,19 @@
 
 #include "cli.h"
 
+/* The most checkpoints --ensemble takes. */
+#define MAX_MEMBERS 16
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* --ensemble's models (sharing --checkpoint's device) and their paths. */
+typedef struct ensemble {
+    gp_cli_train member[MAX_MEMBERS];
+    char *path[MAX_MEMBERS];
+} ensemble;
+
 typedef struct ckpt_opts {
-    const char *checkpoint, *model, *data, *report, *prompt, *tta;
+    const char *checkpoint, *model, *data, *report, *prompt, *tta, *ensemble;
     int eval_size, batch, threads, nbytes;
     double temperature;
     uint64_t seed;
@@ -39,7 +50,7 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_checkpoint *f, gp_
     }
     if (rc == GP_CLI_EXIT_OK && gp_checkpoint_check_model(f, t->model) != GP_OK)
         rc = gp_cli_fail(cmd, "--checkpoint");
-    if (rc == GP_CLI_EXIT_OK &&
+    if (rc == GP_CLI_EXIT_OK && !t->dev && /* an ensemble's members share the first's */
         gp_device_cpu_new_threads("cpu0", gp_cli_device_threads(o->threads, 1, false), &t->dev) !=
             GP_OK)
         rc = gp_cli_fail(cmd, "cannot create the CPU device");
@@ -141,6 +152,61 @@ static int data_fail(const char *path, const char *what) {
     return gp_cli_fail("eval", msg);
 }
 
+/* --ensemble: each checkpoint of the list loaded as --checkpoint was (on its device), into ens
+ * and t->members. Returns an exit status; on failure t->nmembers counts the members to free. */
+static int load_members(const ckpt_opts *o, const gp_cli_path *outs, gp_cli_train *t,
+                        ensemble *ens) {
+    if (t->is_lm)
+        return gp_cli_usage_error("eval", "--ensemble: only for image classifiers, but the model "
+                                          "of %s is a language model",
+                                  o->checkpoint);
+    t->members = calloc(MAX_MEMBERS, sizeof *t->members);
+    if (!t->members) return gp_cli_fail("eval", "--ensemble: out of host memory");
+    for (const char *p = o->ensemble; *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0)
+            return gp_cli_usage_error("eval", "--ensemble %s: expected FILE[,FILE...], got an "
+                                              "empty path",
+                                      o->ensemble);
+        if (t->nmembers == MAX_MEMBERS)
+            return gp_cli_usage_error("eval", "--ensemble %s: at most %d checkpoints",
+                                      o->ensemble, MAX_MEMBERS);
+        gp_cli_train *u = &ens->member[t->nmembers];
+        *u = (gp_cli_train){.cmd = "eval", .dev = t->dev, .batch = t->batch};
+        ckpt_opts m = *o;
+        char *path = ens->path[t->nmembers] = malloc(len + 1);
+        if (!path) return gp_cli_fail("eval", "--ensemble: out of host memory");
+        memcpy(path, p, len);
+        path[len] = '\0';
+        m.checkpoint = path;
+        gp_checkpoint *c;
+        int rc = open_checkpoint("eval", &m, outs, 1, &c);
+        if (rc == GP_CLI_EXIT_OK) {
+            t->nmembers++;
+            rc = load_model("eval", &m, c, u, stdout);
+            gp_checkpoint_close(c);
+        }
+        char a[96], b[96], ia[96], ib[96];
+        if (rc == GP_CLI_EXIT_OK &&
+            (u->is_lm || !gp_shape_equal(&u->in_shape, &t->in_shape) ||
+             !gp_shape_equal(&u->out_shape, &t->out_shape)))
+            rc = gp_cli_usage_error(
+                "eval", "--ensemble %s: its model takes %s and outputs %s, but that of %s takes "
+                        "%s and outputs %s (an ensemble's models must agree)",
+                path, gp_shape_str(&u->in_shape, ia, sizeof ia),
+                gp_shape_str(&u->out_shape, a, sizeof a), o->checkpoint,
+                gp_shape_str(&t->in_shape, ib, sizeof ib),
+                gp_shape_str(&t->out_shape, b, sizeof b));
+        if (rc != GP_CLI_EXIT_OK) return rc;
+        t->members[t->nmembers - 1] = u->pipeline;
+        p = end ? end + 1 : p + len;
+        if (end && !*p)
+            return gp_cli_usage_error("eval", "--ensemble %s: ends in a comma", o->ensemble);
+    }
+    return GP_CLI_EXIT_OK;
+}
+
 static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
     double loss = 0;
     int rc;
@@ -184,16 +250,25 @@ static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
         gp_idx_free(&test);
         if (rc != GP_CLI_EXIT_OK) return rc;
         printf("test accuracy %.4f, loss %.4f", r.accuracy, r.loss);
-        if (r.tta)
-            printf("; --tta %s (%d views) %.4f, loss %.4f", gp_cli_tta_name(t->tta),
-                   gp_cli_tta_views(t->tta), r.tta_accuracy, r.tta_loss);
+        const int views = gp_cli_tta_views(t->tta);
+        if (r.tta && t->nmembers > 0)
+            printf("; ensemble of %d models x %d view%s (--tta %s) %.4f, loss %.4f",
+                   1 + t->nmembers, views, views > 1 ? "s" : "", gp_cli_tta_name(t->tta),
+                   r.tta_accuracy, r.tta_loss);
+        else if (r.tta)
+            printf("; --tta %s (%d views) %.4f, loss %.4f", gp_cli_tta_name(t->tta), views,
+                   r.tta_accuracy, r.tta_loss);
         printf(" (%lld images of %s)\n", (long long)count, dir);
         cJSON_AddNumberToObject(report, "loss", r.loss);
         cJSON_AddNumberToObject(report, "accuracy", r.accuracy);
         if (r.tta) {
+            const char *what = t->nmembers > 0 ? "ensemble" : "tta";
+            char key[32];
             cJSON_AddStringToObject(report, "tta", gp_cli_tta_name(t->tta));
-            cJSON_AddNumberToObject(report, "tta_loss", r.tta_loss);
-            cJSON_AddNumberToObject(report, "tta_accuracy", r.tta_accuracy);
+            snprintf(key, sizeof key, "%s_loss", what);
+            cJSON_AddNumberToObject(report, key, r.tta_loss);
+            snprintf(key, sizeof key, "%s_accuracy", what);
+            cJSON_AddNumberToObject(report, key, r.tta_accuracy);
         }
         cJSON_AddNumberToObject(report, "examples", (double)count);
     }
@@ -226,6 +301,13 @@ int gp_cli_eval_main(int argc, char **argv) {
          "none", 0, false, NULL, false},
         {"--tta", GP_CLI_STRING, &o.tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0,
          false, NULL, false},
+        {"--ensemble", GP_CLI_STRING, &o.ensemble, "FILE[,FILE...]",
+         "classifier: more checkpoints of models with --checkpoint's input and classes (such as "
+         "the end of each cycle of train --lr-cycles), at most " STR(MAX_MEMBERS) "; "
+         "reported beside --checkpoint's own figures: those of each test image's softmax "
+         "averaged over all the models (and all --tta views), ensemble_accuracy and "
+         "ensemble_loss",
+         "none", 0, false, NULL, false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "eval");
@@ -253,8 +335,17 @@ int gp_cli_eval_main(int argc, char **argv) {
     t.batch = o.batch ? o.batch : 128;
     rc = load_model("eval", &o, c, &t, stdout);
     gp_checkpoint_close(c);
+    ensemble *ens = o.ensemble ? calloc(1, sizeof *ens) : NULL;
+    if (rc == GP_CLI_EXIT_OK && o.ensemble)
+        rc = ens ? load_members(&o, outs, &t, ens) : gp_cli_fail("eval", "--ensemble: out of host "
+                                                                         "memory");
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "checkpoint", o.checkpoint);
+    if (t.nmembers > 0) {
+        cJSON *list = cJSON_AddArrayToObject(r, "ensemble");
+        for (int i = 0; i < t.nmembers; i++)
+            cJSON_AddItemToArray(list, cJSON_CreateString(ens->path[i]));
+    }
     cJSON *ev = cJSON_AddObjectToObject(r, "eval");
     if (rc == GP_CLI_EXIT_OK) rc = run_eval(&o, &t, ev);
     uint64_t hash = 0;
@@ -267,6 +358,15 @@ int gp_cli_eval_main(int argc, char **argv) {
         if (o.report && !gp_cli_report_write("eval", r, o.report, "--report")) rc = GP_CLI_EXIT_RUNTIME;
     }
     cJSON_Delete(r);
+    for (int i = 0; ens && i < MAX_MEMBERS; i++) {
+        if (i < t.nmembers) {
+            ens->member[i].dev = NULL; /* t's */
+            free_model(&ens->member[i]);
+        }
+        free(ens->path[i]);
+    }
+    free(ens);
+    free(t.members);
     free_model(&t);
     return rc;
 }

@@ -15,7 +15,7 @@ typedef struct train_opts {
     const char *metrics, *curve, *augment, *tta, *plan, *device;
     int devices;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
-    int sample;
+    int sample, lr_cycles;
     double lr, min_lr, weight_decay, clip, momentum, temperature, label_smoothing;
     uint64_t seed, memory_limit;
     bool quiet;
@@ -89,6 +89,12 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--lr-schedule", GP_CLI_CHOICE, &o->schedule, "constant|cosine",
          "after warm-up: constant, or cosine decay to the last step",
          "constant classifier, cosine language model", 0, false, "constant|cosine", false},
+        {"--lr-cycles", GP_CLI_INT, &o->lr_cycles, "N",
+         "with --lr-schedule cosine: N cosine cycles of equal length, each from --lr down to "
+         "--min-lr (warm restarts), the warm-up at the start of the first; each cycle's last "
+         "step is a model worth keeping (--checkpoint-every, then gpipe eval --checkpoint A "
+         "--checkpoint B averages them)",
+         "1", 0, false, NULL, false},
         {"--clip", GP_CLI_FLOAT, &o->clip, "X", "clip the global gradient norm at X, 0: off",
          "0 classifier, 1 language model", 0, false, NULL, false},
         {"--label-smoothing", GP_CLI_FLOAT, &o->label_smoothing, "X",
@@ -341,6 +347,13 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     if (!SEEN("--weight-decay")) USED(" weight-decay=%g", t->weight_decay);
     t->schedule = SEEN("--lr-schedule") ? o->schedule : (lm ? "cosine" : "constant");
     if (!SEEN("--lr-schedule")) USED(" lr-schedule=%s", t->schedule);
+    t->lr_cycles = SEEN("--lr-cycles") ? o->lr_cycles : 1;
+    if (t->lr_cycles < 1)
+        return gp_cli_usage_error("train", "--lr-cycles %d: expected at least 1", t->lr_cycles);
+    if (t->lr_cycles > 1 && strcmp(t->schedule, "cosine") != 0)
+        return gp_cli_usage_error("train", "--lr-cycles %d: only with --lr-schedule cosine (the "
+                                           "schedule is %s)",
+                                  t->lr_cycles, t->schedule);
     t->clip = SEEN("--clip") ? o->clip : (lm ? 1.0 : 0.0);
     if (!SEEN("--clip")) USED(" clip=%g", t->clip);
     /* The warm-up of a short run is a tenth of it, so the peak is reached. */
@@ -450,6 +463,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "weight_decay", t->weight_decay);
     cJSON_AddNumberToObject(r, "warmup", t->warmup);
     cJSON_AddStringToObject(r, "lr_schedule", t->schedule);
+    cJSON_AddNumberToObject(r, "lr_cycles", t->lr_cycles);
     if (!t->is_lm) cJSON_AddStringToObject(r, "augment", gp_cli_augment_name(t->augment));
     if (!t->is_lm) cJSON_AddStringToObject(r, "tta", gp_cli_tta_name(t->tta));
     cJSON_AddNumberToObject(r, "clip", t->clip);

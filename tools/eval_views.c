@@ -1,8 +1,10 @@
-/* --tta: a classifier's evaluation with test-time augmentation. Each test image goes through the
- * pipeline once per view of the mode (as it is first, then mirrored and/or moved by a pixel;
- * one more batch per batch and view, the stages at once as in plain evaluation). The plain
- * figures come from the first view's logits alone, so they are the bits an evaluation without
- * --tta gives; the augmented figures from the mean of every view's softmax (gp_score_views). */
+/* --tta and --ensemble: a classifier's evaluation with test-time augmentation, and over several
+ * models. Each test image goes through the pipeline once per view of the mode (as it is first,
+ * then mirrored and/or moved by a pixel; one more batch per batch and view, the stages at once
+ * as in plain evaluation), and through each member of the ensemble the same way. The plain
+ * figures come from the first model's first view alone, so they are the bits an evaluation
+ * without --tta gives; the augmented figures from the mean of every model's and view's softmax
+ * (gp_score_views). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +61,7 @@ static void make_view(const gp_tensor *x, const view *v, float *out) {
 int gp_cli_eval_views(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tensor *ys,
                       const char *what, gp_cli_tally *plain, gp_cli_tally *augmented) {
     const char *cmd = t->cmd ? t->cmd : "train";
-    const int V = gp_cli_tta_views(t->tta);
+    const int V = gp_cli_tta_views(t->tta), E = 1 + t->nmembers;
     const view *vs = modes[t->tta].views;
     int64_t nimg = 0, nlogit = 0;
     gp_shape *ws = calloc((size_t)n + 1, sizeof *ws);
@@ -78,10 +80,12 @@ int gp_cli_eval_views(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tens
             return gp_cli_fail(cmd, what);
         }
         nimg += (V - 1) * gp_tensor_nelem(&xs[i]);
-        nlogit += V * gp_shape_nelem(&ws[i]);
+        nlogit += E * V * gp_shape_nelem(&ws[i]);
     }
-    /* batch i's view v at V i + v: the first view the batch itself, the others made here */
-    gp_tensor *views = calloc((size_t)(2 * V * n + 1), sizeof *views), *logits = views + V * n;
+    /* batch i's view v at V i + v: the first view the batch itself, the others made here; its
+     * logits by model e at (E i + e) V + v, then those of one model (the pipeline's argument) */
+    gp_tensor *views = calloc((size_t)((2 + E) * V * n + 1), sizeof *views);
+    gp_tensor *logits = views + V * n, *mine = logits + E * V * n;
     float *images = malloc((size_t)(nimg + 1) * sizeof *images);
     float *out = malloc((size_t)(nlogit + 1) * sizeof *out);
     int rc = GP_CLI_EXIT_OK;
@@ -90,8 +94,8 @@ int gp_cli_eval_views(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tens
         goto done;
     }
     float *img = images, *lg = out;
-    for (int i = 0; i < n; i++)
-        for (int v = 0; v < V; v++, lg += gp_shape_nelem(&ws[i])) {
+    for (int i = 0; i < n; i++) {
+        for (int v = 0; v < V; v++) {
             if (v == 0) {
                 views[V * i] = gp_tensor_view(gp_tensor_host_data(&xs[i]), xs[i].shape, GP_F32);
             } else {
@@ -99,15 +103,23 @@ int gp_cli_eval_views(gp_cli_train *t, int n, const gp_tensor *xs, const gp_tens
                 views[V * i + v] = gp_tensor_view(img, xs[i].shape, GP_F32);
                 img += gp_tensor_nelem(&xs[i]);
             }
-            logits[V * i + v] = gp_tensor_view(lg, ws[i], GP_F32);
         }
-    gp_status s = gp_pipeline_predict_batches(t->pipeline, V * n, views, logits);
+        for (int k = 0; k < E * V; k++, lg += gp_shape_nelem(&ws[i]))
+            logits[E * V * i + k] = gp_tensor_view(lg, ws[i], GP_F32);
+    }
+    gp_status s = GP_OK;
+    for (int e = 0; e < E && s == GP_OK; e++) {
+        for (int i = 0; i < n; i++)
+            for (int v = 0; v < V; v++) mine[V * i + v] = logits[(E * i + e) * V + v];
+        s = gp_pipeline_predict_batches(e == 0 ? t->pipeline : t->members[e - 1], V * n, views,
+                                        mine);
+    }
     *plain = *augmented = (gp_cli_tally){0};
     for (int i = 0; i < n && s == GP_OK; i++) {
         gp_cli_tally a = {0}, b = {0};
-        s = gp_score_views(1, &logits[V * i], &ys[i], &a.loss, &a.correct, &a.count);
+        s = gp_score_views(1, &logits[E * V * i], &ys[i], &a.loss, &a.correct, &a.count);
         if (s == GP_OK)
-            s = gp_score_views(V, &logits[V * i], &ys[i], &b.loss, &b.correct, &b.count);
+            s = gp_score_views(E * V, &logits[E * V * i], &ys[i], &b.loss, &b.correct, &b.count);
         plain->loss += a.loss, plain->correct += a.correct, plain->count += a.count;
         augmented->loss += b.loss, augmented->correct += b.correct, augmented->count += b.count;
     }

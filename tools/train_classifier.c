@@ -25,7 +25,7 @@ int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t 
                              .units = "test examples",
                              .alloc_what = "evaluation: cannot allocate a test batch",
                              .eval_what = what,
-                             .tta = t->tta != GP_CLI_TTA_NONE};
+                             .tta = t->tta != GP_CLI_TTA_NONE || t->nmembers > 0};
     return gp_cli_evaluate(t, &pass, r);
 }
 

@@ -18,7 +18,13 @@ static int pipeline_start(gp_cli_train *t, int total_steps) {
     oo.total_steps = strcmp(t->schedule, "cosine") == 0 ? total_steps : 0;
     oo.clip_norm = (float)t->clip;
     oo.min_lr = (float)t->min_lr;
+    oo.lr_cycles = t->lr_cycles;
     t->optim = oo;
+    if (t->lr_cycles > 1 && oo.total_steps / t->lr_cycles <= t->warmup)
+        return gp_cli_usage_error("train", "--lr-cycles %d: cycles of %d steps (%d steps in all) "
+                                           "must be longer than the --warmup of %d steps",
+                                  t->lr_cycles, oo.total_steps / t->lr_cycles, oo.total_steps,
+                                  t->warmup);
     gp_status s = gp_pipeline_new(t->model, &oo, &t->popts, t->seed, &t->pipeline);
     /* A list that does not fit the model is a bad value of --partition. */
     if (s == GP_INVALID_ARGUMENT && t->partition)

@@ -32,6 +32,13 @@ gp_status gp_optim_check(const gp_optim_opts *o) {
     if (o->warmup_steps < 0 || o->total_steps < 0)
         return gp_error(GP_CONFIG, "optimizer: warm-up %d and total steps %d must be >= 0",
                         o->warmup_steps, o->total_steps);
+    if (o->lr_cycles < 0 || (o->lr_cycles > 1 && o->total_steps / o->lr_cycles <= o->warmup_steps))
+        return gp_error(GP_CONFIG,
+                        "optimizer: %d learning-rate cycles of %d steps: expected at least 1 (0: "
+                        "one), each longer than the %d warm-up steps (a cosine schedule's steps "
+                        "%d split evenly)",
+                        o->lr_cycles, o->lr_cycles > 0 ? o->total_steps / o->lr_cycles : 0,
+                        o->warmup_steps, o->total_steps);
     if (o->kind == GP_OPTIM_SGD && !(o->momentum >= 0 && o->momentum < 1))
         return gp_error(GP_CONFIG, "SGD: momentum %g must be in [0, 1)", o->momentum);
     if (o->kind == GP_OPTIM_ADAMW &&
@@ -41,10 +48,19 @@ gp_status gp_optim_check(const gp_optim_opts *o) {
     return GP_OK;
 }
 
+/* The first step of cycle c of n over total steps. */
+static int cycle_start(int64_t total, int c, int n) { return (int)(total * c / n); }
+
 float gp_optim_lr_at(const gp_optim_opts *o, int step) {
     if (step < o->warmup_steps) return o->lr * (float)(step + 1) / (float)o->warmup_steps;
     if (o->total_steps <= o->warmup_steps) return o->lr;
-    double progress = (double)(step - o->warmup_steps) / (double)(o->total_steps - o->warmup_steps);
+    const int n = o->lr_cycles > 1 ? o->lr_cycles : 1;
+    int c = n - 1;
+    while (c > 0 && step < cycle_start(o->total_steps, c, n)) c--;
+    const int start = c == 0 ? o->warmup_steps : cycle_start(o->total_steps, c, n);
+    const int end = cycle_start(o->total_steps, c + 1, n);
+    if (end <= start) return o->lr;
+    double progress = (double)(step - start) / (double)(end - start);
     if (progress > 1) progress = 1;
     return (float)(o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(3.14159265358979323846 * progress)));
 }

@@ -211,4 +211,69 @@ PY
 "$GPIPE" train --model transformer --steps 1 --tta flip >/dev/null 2>"$TMP/tc.err"
 [ $? -eq 2 ] && grep -q -- "--tta: only for image classifiers" "$TMP/tc.err" || bad "--tta on a language model: $(cat "$TMP/tc.err")"
 
+# --lr-cycles: --metrics's learning rate climbs back to --lr where the second cycle starts, and a
+# resume without the option, a constant schedule, no cycles and cycles no longer than the
+# warm-up are refused. gpipe eval --ensemble: a model with itself gives its own figures; the end
+# of the first cycle beside the second's gives others, over models x views, and leaves the plain
+# figures those of --checkpoint alone.
+CYC=(--model convnet --data "$TMP/syn" --steps 8 --batch 16 --threads 1 --quiet --warmup 1
+     --eval-size 40)
+run y1 "${CYC[@]}" --lr-schedule cosine --lr-cycles 2 --log-every 1 --metrics "$TMP/y1.jsonl" \
+    --checkpoint-dir "$TMP/yck" --checkpoint-every 4 --report "$TMP/y1.json"
+Y4="$TMP/yck/ckpt-00000004.safetensors" Y8="$TMP/yck/ckpt-00000008.safetensors"
+for e in "$Y8" "$Y4"; do
+    for m in none flip; do
+        "$GPIPE" eval --checkpoint "$Y8" --ensemble "$e" --data "$TMP/syn" --tta $m --threads 1 \
+            --report "$TMP/ye-$(basename "$e")-$m.json" >"$TMP/ye-$m.out" 2>&1 ||
+            bad "gpipe eval --ensemble $e --tta $m: $(cat "$TMP/ye-$m.out")"
+    done
+done
+grep -q -- "ensemble of 2 models x 2 views (--tta flip)" "$TMP/ye-flip.out" ||
+    bad "gpipe eval --ensemble --tta flip: $(cat "$TMP/ye-flip.out")"
+"$GPIPE" eval --checkpoint "$Y8" --data "$TMP/syn" --threads 1 --report "$TMP/ye-alone.json" \
+    >/dev/null 2>&1 || bad "gpipe eval of the last cycle's checkpoint failed"
+"$GPIPE" eval --checkpoint "$Y8" --data "$TMP/syn" --threads 1 --tta flip \
+    --report "$TMP/ye-alone-flip.json" >/dev/null 2>&1 || bad "gpipe eval --tta flip failed"
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d = sys.argv[1]
+lrs = [l["lr"] for l in map(json.loads, open(f"{d}/y1.jsonl")) if l["type"] == "train"]
+need(len(lrs) == 8 and lrs[4] == max(lrs) and abs(lrs[4] - 0.05) < 1e-8 and lrs[1] > lrs[2] > lrs[3] < lrs[4] > lrs[5],
+     f"--lr-cycles 2: learning rates {lrs}")
+need(json.load(open(f"{d}/y1.json"))["lr_cycles"] == 2, "report's lr_cycles")
+ev = lambda n: json.load(open(f"{d}/ye-{n}.json"))
+alone, alone_flip, same, same_flip, pair = (ev(n) for n in ("alone", "alone-flip",
+                                                "ckpt-00000008.safetensors-none",
+                                                "ckpt-00000008.safetensors-flip",
+                                                "ckpt-00000004.safetensors-flip"))
+a, s, p = alone["eval"], same["eval"], pair["eval"]
+close = lambda x, y: abs(x - y) <= 1e-6 * abs(y)
+need(s["ensemble_accuracy"] == a["accuracy"] and close(s["ensemble_loss"], a["loss"]),
+     f"a model with itself: {s} against {a}")
+af, sf = alone_flip["eval"], same_flip["eval"]
+need(sf["ensemble_accuracy"] == af["tta_accuracy"] and close(sf["ensemble_loss"], af["tta_loss"]),
+     f"a model with itself, --tta flip: {sf} against {af}")
+need(p["accuracy"] == a["accuracy"] and p["loss"] == a["loss"], f"plain figures {p} against {a}")
+need(not close(p["ensemble_loss"], a["loss"]) and p["tta"] == "flip" and "tta_loss" not in p,
+     f"the two cycles' ensemble: {p}")
+need(pair["ensemble"] == [f"{d}/yck/ckpt-00000004.safetensors"], f"report's ensemble {pair.get('ensemble')}")
+finish("FAIL: --lr-cycles, --ensemble:")
+PY
+for bad_cycles in "--lr-cycles 2 --lr-schedule constant:only with --lr-schedule cosine" \
+    "--lr-cycles 0 --lr-schedule cosine:--lr-cycles 0: expected at least 1" \
+    "--lr-cycles 8 --lr-schedule cosine:must be longer than the --warmup of 1 steps"; do
+    "$GPIPE" train "${CYC[@]}" ${bad_cycles%%:*} >/dev/null 2>"$TMP/yb.err"
+    [ $? -eq 2 ] && grep -q -- "${bad_cycles#*:}" "$TMP/yb.err" || bad "${bad_cycles%%:*}: $(cat "$TMP/yb.err")"
+done
+"$GPIPE" train "${CYC[@]}" --lr-schedule cosine --checkpoint-dir "$TMP/yck" --resume >/dev/null 2>"$TMP/yr.err"
+[ $? -eq 1 ] && grep -q -- "--lr-cycles 1 differs from the checkpoint's 2" "$TMP/yr.err" ||
+    bad "resume without --lr-cycles: $(cat "$TMP/yr.err")"
+for e in "$Y4,:ends in a comma:2" ",$Y4:got an empty path:2" "$TMP/none.safetensors:cannot open:1"; do
+    "$GPIPE" eval --checkpoint "$Y8" --data "$TMP/syn" --ensemble "${e%%:*}" >/dev/null 2>"$TMP/yx.err"
+    rc=$?
+    rest=${e#*:}
+    [ $rc -eq "${rest##*:}" ] && grep -q -- "${rest%:*}" "$TMP/yx.err" || bad "--ensemble ${e%%:*}: exit $rc, $(cat "$TMP/yx.err")"
+done
+
 cli_finish train_convnet
