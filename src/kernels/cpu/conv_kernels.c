@@ -547,12 +547,13 @@ static gp_status gemm_backward(gp_device *dev, const gp_conv_geom *g, int64_t ba
 /* Sums in double over a channel's planes (`planes` planes of hw floats, `stride` floats apart):
  * independent lanes combined once in a fixed tree. That vectorizes without -ffast-math, and the
  * order is set by this code, not the compiler: within a plane, runs of 32 floats go to the 32
- * lanes, then runs of 4 to the first 4, the last few to the first ones; planes in order, the
- * lanes carried from one to the next. 32 lanes are 8 vectors of 4 doubles, so the additions
- * wait on no latency (8 lanes summed per plane did: 2 floats a cycle, batch norm at 4-9 GB/s on
- * C1's and the Fashion demo's shapes). */
+ * lanes, then runs of 8 to the first 8, and the last few, summed in order, to lane 0; planes in
+ * order, the lanes carried from one to the next. 32 lanes are 8 vectors of 4 doubles, so the
+ * additions wait on no latency (8 lanes summed per plane did: 2 floats a cycle, batch norm at
+ * 4-9 GB/s on C1's and the Fashion demo's shapes). No lane is indexed by a variable, so the
+ * lanes stay in registers. */
 #define F64_LANES 32
-#define F64_SHORT 4
+#define F64_SHORT 8
 
 static double combine(double acc[F64_LANES]) {
     for (int w = F64_LANES / 2; w > 0; w /= 2)
@@ -569,7 +570,7 @@ static double combine(double acc[F64_LANES]) {
             for (int j = 0; j < F64_LANES; j++) F(j, o_ + i_ + j);                             \
         for (; i_ + F64_SHORT <= (hw); i_ += F64_SHORT)                                        \
             for (int j = 0; j < F64_SHORT; j++) F(j, o_ + i_ + j);                             \
-        for (int j = 0; i_ < (hw); i_++, j++) F(j, o_ + i_);                                   \
+        for (; i_ < (hw); i_++) F(0, o_ + i_);                                                 \
     }
 
 static double sum_f64(const float *x, int64_t planes, int64_t hw, int64_t stride) {
