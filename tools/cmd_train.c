@@ -92,8 +92,8 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--lr-cycles", GP_CLI_INT, &o->lr_cycles, "N",
          "with --lr-schedule cosine: N cosine cycles of equal length, each from --lr down to "
          "--min-lr (warm restarts), the warm-up at the start of the first; each cycle's last "
-         "step is a model worth keeping (--checkpoint-every, then gpipe eval --checkpoint A "
-         "--checkpoint B averages them)",
+         "step is a model worth keeping (--checkpoint-every the cycle's steps; gpipe eval "
+         "--ensemble averages such models)",
          "1", 0, false, NULL, false},
         {"--clip", GP_CLI_FLOAT, &o->clip, "X", "clip the global gradient norm at X, 0: off",
          "0 classifier, 1 language model", 0, false, NULL, false},
