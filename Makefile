@@ -153,6 +153,7 @@ bench: build
 	bash bench/run.sh $(GPIPE)
 	$(BUILD)/bench_conv 1
 	$(BUILD)/bench_conv 2
+	$(BUILD)/bench_norm 1
 	bash bench/run_t2.sh $(GPIPE)
 	bash bench/run_table1.sh $(GPIPE)
 	bash bench/run_mpi.sh $(GPIPE)
