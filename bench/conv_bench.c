@@ -59,14 +59,6 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static float *filled(int64_t n, uint32_t stream) {
-    float *p = malloc((size_t)n * sizeof *p);
-    if (!p) exit(1);
-    gp_rng_stream s = {.seed = 7, .purpose = GP_RNG_TEST, .a = stream};
-    gp_rng_normal(&s, 0, p, n);
-    return p;
-}
-
 /* Seconds of one forward (pass 0) or backward (pass 1) of case cc on the current path: the
  * least of 3 calls, after one that warms the caches. */
 static double time_pass(gp_device *dev, const gp_kernels *kt, const conv_case *cc,
@@ -90,16 +82,10 @@ static double time_pass(gp_device *dev, const gp_kernels *kt, const conv_case *c
 }
 
 int main(int argc, char **argv) {
-    const int threads = argc > 1 ? atoi(argv[1]) : 1, rounds = argc > 2 ? atoi(argv[2]) : 7;
-    if (threads < 1 || rounds < 1 || rounds > 64) {
-        fprintf(stderr, "usage: bench_conv [threads >= 1] [rounds 1..64]\n");
-        return 2;
-    }
-    gp_device *dev = NULL;
-    if (gp_device_cpu_new_threads("bench", threads, &dev) != GP_OK) {
-        fprintf(stderr, "bench_conv: %s\n", gp_last_error());
-        return 1;
-    }
+    int threads, rounds, rc;
+    gp_device *dev;
+    if (!gp_cli_bench_start("bench_conv", argc, argv, 7, 64, &threads, &rounds, &dev, &rc))
+        return rc;
     const gp_kernels *kt = gp_kernels_of(dev);
     use_path(0); /* whatever GP_CPU_CONV says: every path is timed */
     gp_conv_geom probe = {.channels = 24, .height = 28, .width = 28, .kernel = 3, .stride = 1,
@@ -133,8 +119,8 @@ int main(int argc, char **argv) {
         g.out_h = g.out_w = (cc->hw + 2 * pad - cc->k) / cc->stride + 1;
         const int64_t nx = cc->batch * cc->c * cc->hw * cc->hw, nw = cc->oc * cc->c * cc->k * cc->k;
         const int64_t ny = cc->batch * cc->oc * g.out_h * g.out_w;
-        float *x = filled(nx, 1), *w = filled(nw, 2), *dy = filled(ny, 3);
-        float *y = filled(ny, 4), *dx = filled(nx, 5), *dw = filled(nw, 6);
+        float *x = gp_cli_bench_normal(nx, 1), *w = gp_cli_bench_normal(nw, 2), *dy = gp_cli_bench_normal(ny, 3);
+        float *y = gp_cli_bench_normal(ny, 4), *dx = gp_cli_bench_normal(nx, 5), *dw = gp_cli_bench_normal(nw, 6);
         const double macs = (double)ny * (double)(cc->c * cc->k * cc->k);
         for (int pass = 0; pass < 2; pass++) {
             double t[NPATHS][64];

@@ -28,14 +28,6 @@ static const norm_case cases[] = {
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
-static float *filled(int64_t n, uint32_t stream) {
-    float *p = malloc((size_t)n * sizeof *p);
-    if (!p) exit(1);
-    gp_rng_stream s = {.seed = 7, .purpose = GP_RNG_TEST, .a = stream};
-    gp_rng_normal(&s, 0, p, n);
-    return p;
-}
-
 enum { BN_FWD, BN_BWD, RELU_FWD, RELU_BWD, AXPY, NKERNELS };
 static const char *const kernel_names[NKERNELS] = {"batch norm forward", "batch norm backward",
                                                    "relu forward", "relu backward", "axpy"};
@@ -63,28 +55,22 @@ static gp_status call(gp_device *dev, const gp_kernels *kt, int k, const gp_bn_d
 }
 
 int main(int argc, char **argv) {
-    const int threads = argc > 1 ? atoi(argv[1]) : 1, reps = argc > 2 ? atoi(argv[2]) : 41;
-    if (threads < 1 || reps < 1) {
-        fprintf(stderr, "usage: bench_norm [threads >= 1] [reps >= 1]\n");
-        return 2;
-    }
-    gp_device *dev = NULL;
-    if (gp_device_cpu_new_threads("bench", threads, &dev) != GP_OK) {
-        fprintf(stderr, "bench_norm: %s\n", gp_last_error());
-        return 1;
-    }
+    int threads, reps, rc;
+    gp_device *dev;
+    if (!gp_cli_bench_start("bench_norm", argc, argv, 41, 100000, &threads, &reps, &dev, &rc))
+        return rc;
     const gp_kernels *kt = gp_kernels_of(dev);
     printf("CPU device of %d thread(s); the least of %d calls each\n", threads, reps);
     printf("| shape | (B, C, H, W) | MB | kernel | ms | GB/s |\n|---|---|---:|---|---:|---:|\n");
-    int rc = 0;
+    rc = 0;
     for (int ci = 0; ci < NCASES && rc == 0; ci++) {
         const norm_case *c = &cases[ci];
         const gp_bn_dims d = {.batch = c->batch, .channels = c->channels, .hw = c->hw * c->hw,
                               .eps = 1e-5, .momentum = 0.1};
         const int64_t n = c->batch * c->channels * c->hw * c->hw, C = c->channels;
-        bufs b = {filled(n, 1), filled(n, 2),  filled(n, 3),  filled(n, 4),
-                  filled(C, 5), filled(C, 6),  filled(C, 7),  filled(C, 8),
-                  filled(2 * C, 9), filled(C, 10), filled(C, 11)};
+        bufs b = {gp_cli_bench_normal(n, 1), gp_cli_bench_normal(n, 2),  gp_cli_bench_normal(n, 3),  gp_cli_bench_normal(n, 4),
+                  gp_cli_bench_normal(C, 5), gp_cli_bench_normal(C, 6),  gp_cli_bench_normal(C, 7),  gp_cli_bench_normal(C, 8),
+                  gp_cli_bench_normal(2 * C, 9), gp_cli_bench_normal(C, 10), gp_cli_bench_normal(C, 11)};
         for (int64_t i = 0; i < C; i++) b.rvar[i] = 1.0f + b.rvar[i] * b.rvar[i];
         for (int k = 0; k < NKERNELS && rc == 0; k++) {
             double best = 1e30;

@@ -1,6 +1,8 @@
 /* The tools' support part (see support.h). */
 #include "support.h"
 
+#include "gpipe.h"
+
 #include <cblas.h>
 #include <pthread.h>
 #include <errno.h>
@@ -101,6 +103,36 @@ bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openb
     free(a), free(b), free(c);
     if (!all_threads) snprintf(why, why_size, "sgemm ceiling: cannot start %d threads", threads);
     return all_threads;
+}
+
+bool gp_cli_bench_start(const char *name, int argc, char **argv, int defreps, int maxreps,
+                        int *threads, int *reps, gp_device **dev, int *exit_code) {
+    *threads = argc > 1 ? atoi(argv[1]) : 1;
+    *reps = argc > 2 ? atoi(argv[2]) : defreps;
+    *dev = NULL;
+    if (*threads < 1 || *reps < 1 || *reps > maxreps) {
+        fprintf(stderr, "usage: %s [threads >= 1 (1)] [repetitions 1..%d (%d)]\n", name,
+                maxreps, defreps);
+        *exit_code = 2;
+        return false;
+    }
+    if (gp_device_cpu_new_threads("bench", *threads, dev) != GP_OK) {
+        fprintf(stderr, "%s: %s\n", name, gp_last_error());
+        *exit_code = 1;
+        return false;
+    }
+    return true;
+}
+
+float *gp_cli_bench_normal(int64_t n, uint32_t stream) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    if (!p) {
+        fprintf(stderr, "benchmark: out of host memory for %lld floats\n", (long long)n);
+        exit(1);
+    }
+    gp_rng_stream s = {.seed = 7, .purpose = GP_RNG_TEST, .a = stream};
+    gp_rng_normal(&s, 0, p, n);
+    return p;
 }
 
 bool gp_cli_parse_partition(const char *text, int *first, int cap, int *n, char *why,

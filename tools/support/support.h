@@ -23,6 +23,15 @@ double gp_cli_now(void);
 bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openblas_threads,
                         int reps, double *gflops, char *why, size_t why_size);
 
+/* A kernel benchmark's start: its CPU device of argv[1] threads (default 1) and its repetitions
+ * argv[2] (default defreps, 1 to maxreps). False after printing the usage or the failure, with
+ * *exit_code the status to exit with. */
+typedef struct gp_device gp_device;
+bool gp_cli_bench_start(const char *name, int argc, char **argv, int defreps, int maxreps,
+                        int *threads, int *reps, gp_device **dev, int *exit_code);
+/* n floats drawn from N(0, 1) by the test stream `stream` of seed 7 (exits when out of memory). */
+float *gp_cli_bench_normal(int64_t n, uint32_t stream);
+
 /* Parses "0,5,9" (the first layer of each cell; spaces allowed around the numbers) into
  * first[0..*n-1], at most cap entries. False with the reason in why (naming the position). */
 bool gp_cli_parse_partition(const char *text, int *first, int cap, int *n, char *why,
