@@ -16,6 +16,7 @@
 /* --ensemble's models (sharing --checkpoint's device) and their paths. */
 typedef struct ensemble {
     gp_cli_train member[MAX_MEMBERS];
+    gp_pipeline *pipeline[MAX_MEMBERS]; /* t->members: each member's */
     char *path[MAX_MEMBERS];
 } ensemble;
 
@@ -160,8 +161,7 @@ static int load_members(const ckpt_opts *o, const gp_cli_path *outs, gp_cli_trai
         return gp_cli_usage_error("eval", "--ensemble: only for image classifiers, but the model "
                                           "of %s is a language model",
                                   o->checkpoint);
-    t->members = calloc(MAX_MEMBERS, sizeof *t->members);
-    if (!t->members) return gp_cli_fail("eval", "--ensemble: out of host memory");
+    t->members = ens->pipeline;
     for (const char *p = o->ensemble; *p;) {
         const char *end = strchr(p, ',');
         const size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -199,7 +199,7 @@ static int load_members(const ckpt_opts *o, const gp_cli_path *outs, gp_cli_trai
                 gp_shape_str(&t->in_shape, ib, sizeof ib),
                 gp_shape_str(&t->out_shape, b, sizeof b));
         if (rc != GP_CLI_EXIT_OK) return rc;
-        t->members[t->nmembers - 1] = u->pipeline;
+        ens->pipeline[t->nmembers - 1] = u->pipeline;
         p = end ? end + 1 : p + len;
         if (end && !*p)
             return gp_cli_usage_error("eval", "--ensemble %s: ends in a comma", o->ensemble);
@@ -366,7 +366,6 @@ int gp_cli_eval_main(int argc, char **argv) {
         free(ens->path[i]);
     }
     free(ens);
-    free(t.members);
     free_model(&t);
     return rc;
 }

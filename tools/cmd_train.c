@@ -94,7 +94,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "--min-lr (warm restarts), the warm-up at the start of the first; each cycle's last "
          "step is a model worth keeping (--checkpoint-every the cycle's steps; gpipe eval "
          "--ensemble averages such models)",
-         "1", 0, false, NULL, false},
+         "1", 1, false, NULL, false},
         {"--clip", GP_CLI_FLOAT, &o->clip, "X", "clip the global gradient norm at X, 0: off",
          "0 classifier, 1 language model", 0, false, NULL, false},
         {"--label-smoothing", GP_CLI_FLOAT, &o->label_smoothing, "X",
@@ -348,8 +348,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->schedule = SEEN("--lr-schedule") ? o->schedule : (lm ? "cosine" : "constant");
     if (!SEEN("--lr-schedule")) USED(" lr-schedule=%s", t->schedule);
     t->lr_cycles = SEEN("--lr-cycles") ? o->lr_cycles : 1;
-    if (t->lr_cycles < 1)
-        return gp_cli_usage_error("train", "--lr-cycles %d: expected at least 1", t->lr_cycles);
     if (t->lr_cycles > 1 && strcmp(t->schedule, "cosine") != 0)
         return gp_cli_usage_error("train", "--lr-cycles %d: only with --lr-schedule cosine (the "
                                            "schedule is %s)",

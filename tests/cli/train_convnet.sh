@@ -261,7 +261,7 @@ need(pair["ensemble"] == [f"{d}/yck/ckpt-00000004.safetensors"], f"report's ense
 finish("FAIL: --lr-cycles, --ensemble:")
 PY
 for bad_cycles in "--lr-cycles 2 --lr-schedule constant:only with --lr-schedule cosine" \
-    "--lr-cycles 0 --lr-schedule cosine:--lr-cycles 0: expected at least 1" \
+    "--lr-cycles 0 --lr-schedule cosine:--lr-cycles: expected an integer >= 1, got '0'" \
     "--lr-cycles 8 --lr-schedule cosine:must be longer than the --warmup of 1 steps"; do
     "$GPIPE" train "${CYC[@]}" ${bad_cycles%%:*} >/dev/null 2>"$TMP/yb.err"
     [ $? -eq 2 ] && grep -q -- "${bad_cycles#*:}" "$TMP/yb.err" || bad "${bad_cycles%%:*}: $(cat "$TMP/yb.err")"
