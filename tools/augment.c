@@ -2,8 +2,13 @@
  * shifted by up to 2 pixels in each direction (a random 28x28 crop of the image padded by 2
  * background pixels, as torchvision's RandomCrop(28, padding=2)); crop1: by up to 1 pixel;
  * flip: mirrored left-right with probability 1/2; crop-flip and crop1-flip: shifted and
- * mirrored. The draws are keyed by (seed, step, position in the batch), so a run and its
- * resumption see the same images, and every K and schedule trains on the same data. */
+ * mirrored. --erase P: then, with probability P, a random rectangle of each image set to 0, the
+ * training set's mean after normalization (random erasing, Zhong et al. 2020, as torchvision's
+ * RandomErasing with its defaults: 2-33% of the image, aspect ratio 0.3-3.3 drawn on a log
+ * scale, up to 10 tries to fit one in the image). The draws are keyed by (seed, step, position
+ * in the batch), so a run and its resumption see the same images, and every K and schedule
+ * trains on the same data. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,9 +51,29 @@ void gp_cli_move_image(const float *in, int64_t H, int64_t W, int64_t dx, int64_
         }
 }
 
-int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, int step,
-                         gp_tensor *x) {
-    if (mode == GP_CLI_AUGMENT_NONE) return GP_CLI_EXIT_OK;
+/* Random erasing's rectangle for one image from its 64 uniform draws u: false when none (not
+ * drawn, or no try fitted). */
+static bool erase_box(const float *u, double p, int64_t H, int64_t W, int64_t box[4]) {
+    if (u[0] >= p) return false;
+    const double area = (double)(H * W), lo = log(0.3), hi = log(1.0 / 0.3);
+    for (int try = 0; try < 10; try++) {
+        const float *v = u + 1 + 4 * try;
+        const double target = area * (0.02 + (0.33 - 0.02) * v[0]);
+        const double ratio = exp(lo + (hi - lo) * v[1]);
+        const int64_t h = (int64_t)lround(sqrt(target * ratio)),
+                      w = (int64_t)lround(sqrt(target / ratio));
+        if (h < 1 || w < 1 || h > H || w > W) continue;
+        box[0] = (int64_t)(v[2] * (float)(H - h + 1)), box[1] = (int64_t)(v[3] * (float)(W - w + 1));
+        box[0] = box[0] > H - h ? H - h : box[0], box[1] = box[1] > W - w ? W - w : box[1];
+        box[2] = h, box[3] = w;
+        return true;
+    }
+    return false;
+}
+
+int gp_cli_augment_batch(gp_cli_augment mode, double erase, float background, uint64_t seed,
+                         int step, gp_tensor *x) {
+    if (mode == GP_CLI_AUGMENT_NONE && erase <= 0) return GP_CLI_EXIT_OK;
     float *data = gp_tensor_host_data(x);
     const int64_t B = x->shape.dim[0], C = x->shape.dim[1], H = x->shape.dim[2],
                   W = x->shape.dim[3];
@@ -58,6 +83,8 @@ int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, i
         return gp_cli_fail("train", "--augment: the batch is not in host memory, or out of memory");
     }
     const gp_rng_stream s = {.seed = seed, .purpose = GP_RNG_AUGMENT, .a = (uint32_t)step};
+    /* erasing's own stream (b = 1): the shifts and mirrors of a run without it stay the same */
+    const gp_rng_stream es = {.seed = seed, .purpose = GP_RNG_AUGMENT, .a = (uint32_t)step, .b = 1};
     const int64_t shift = modes[mode].shift;
     const uint64_t span = 2 * (uint64_t)shift + 1;
     for (int64_t b = 0; b < B; b++) {
@@ -65,11 +92,19 @@ int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, i
         const int64_t dx = (int64_t)(u % span) - shift;
         const int64_t dy = (int64_t)((u / span) % span) - shift;
         const bool flip = modes[mode].flip && ((u >> 32) & 1);
-        for (int64_t c = 0; c < C; c++) {
+        for (int64_t c = 0; c < C && mode != GP_CLI_AUGMENT_NONE; c++) {
             float *img = data + (b * C + c) * H * W;
             memcpy(plane, img, (size_t)(H * W) * sizeof *plane);
             gp_cli_move_image(plane, H, W, dx, dy, flip, background, img);
         }
+        float draws[64];
+        int64_t box[4];
+        if (erase <= 0) continue;
+        gp_rng_uniform(&es, (uint64_t)b * 64, draws, 64);
+        if (!erase_box(draws, erase, H, W, box)) continue;
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = box[0]; i < box[0] + box[2]; i++)
+                memset(data + ((b * C + c) * H + i) * W + box[1], 0, (size_t)box[3] * sizeof *data);
     }
     free(plane);
     return GP_CLI_EXIT_OK;

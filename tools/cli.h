@@ -88,9 +88,10 @@ bool gp_cli_augment_parse(const char *s, gp_cli_augment *out);
  * background where that falls outside: what --augment and --tta do to an image plane. */
 void gp_cli_move_image(const float *in, int64_t H, int64_t W, int64_t dx, int64_t dy, bool flip,
                        float background, float *out);
-/* Augments the (B, C, H, W) batch x in place (host memory), keyed by (seed, step, example). */
-int gp_cli_augment_batch(gp_cli_augment mode, float background, uint64_t seed, int step,
-                         gp_tensor *x);
+/* Augments the (B, C, H, W) batch x in place (host memory), keyed by (seed, step, example):
+ * mode's shifts and mirrors, then random erasing with probability erase (0: none). */
+int gp_cli_augment_batch(gp_cli_augment mode, double erase, float background, uint64_t seed,
+                         int step, gp_tensor *x);
 
 /* --tta of train and eval (eval_views.c): test-time augmentation of classifiers. */
 typedef enum gp_cli_tta {
@@ -125,6 +126,7 @@ typedef struct gp_cli_train {
     gp_cli_prompts prompts; /* --prompts: one sample after each (n 0: one after a newline) */
     const char *metrics, *curve; /* --metrics FILE.jsonl, --curve FILE.svg, or NULL */
     gp_cli_augment augment;      /* --augment (classifiers) */
+    double erase;                /* --erase: random erasing's probability (classifiers) */
     gp_cli_tta tta;              /* --tta (classifiers) */
     FILE *metrics_f;             /* open on rank 0 while training (learning_log.c) */
     double run_t0;               /* gp_cli_now() when training began */

@@ -243,6 +243,7 @@ static cJSON *train_options(const gp_cli_train *t) {
     /* Only when on: checkpoints written before --augment existed resume without it. */
     if (t->augment != GP_CLI_AUGMENT_NONE)
         cJSON_AddStringToObject(o, "augment", gp_cli_augment_name(t->augment));
+    if (t->erase > 0) cJSON_AddNumberToObject(o, "erase", t->erase);
     if (t->popts.label_smoothing > 0)
         cJSON_AddNumberToObject(o, "label_smoothing", t->popts.label_smoothing);
     char seed[32]; /* a string: exact for every 64-bit seed */
@@ -262,7 +263,7 @@ static const char *option_of(const char *key) {
         {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
         {"clip", "--clip"},      {"seed", "--seed"},
         {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"},
-        {"lr_cycles", "--lr-cycles"}};
+        {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i][0], key) == 0) return map[i][1];
     return key;
@@ -308,7 +309,7 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
     }
     /* The options written only when on: on in the checkpoint, off now. */
     static const char *const optional[][2] = {
-        {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}};
+        {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}, {"erase", "0"}};
     for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
         if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;

@@ -16,7 +16,7 @@ typedef struct train_opts {
     int devices;
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample, lr_cycles;
-    double lr, min_lr, weight_decay, clip, momentum, temperature, label_smoothing;
+    double lr, min_lr, weight_decay, clip, momentum, temperature, label_smoothing, erase;
     uint64_t seed, memory_limit;
     bool quiet;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
@@ -138,6 +138,11 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "probability 1/2; crop-flip, crop1-flip: shifted and mirrored; drawn per (seed, step, "
          "image)",
          "none", 0, false, NULL, false},
+        {"--erase", GP_CLI_FLOAT, &o->erase, "P",
+         "classifier: after --augment, with probability P in [0, 1] a random rectangle of each "
+         "training image (2-33% of it, aspect ratio 0.3-3.3) set to the data's mean (random "
+         "erasing, as torchvision's RandomErasing(p=P)); drawn per (seed, step, image)",
+         "0", 0, false, NULL, false},
         {"--tta", GP_CLI_STRING, &o->tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0,
          false, NULL, false},
         {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
@@ -281,6 +286,13 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                   "--augment %s: expected none, crop, crop1, flip, crop-flip or "
                                   "crop1-flip",
                                   o->augment);
+    if (SEEN("--erase") && lm)
+        return gp_cli_usage_error("train", "--erase: only for image classifiers (float input), "
+                                           "but --model %s is a language model",
+                                  o->model);
+    if (SEEN("--erase") && !(o->erase >= 0 && o->erase <= 1))
+        return gp_cli_usage_error("train", "--erase %g: expected a probability in [0, 1]", o->erase);
+    t->erase = SEEN("--erase") ? o->erase : 0.0;
     if (SEEN("--tta") && lm)
         return gp_cli_usage_error("train", "--tta: only for image classifiers (float input), but "
                                            "--model %s is a language model",
@@ -463,6 +475,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddStringToObject(r, "lr_schedule", t->schedule);
     cJSON_AddNumberToObject(r, "lr_cycles", t->lr_cycles);
     if (!t->is_lm) cJSON_AddStringToObject(r, "augment", gp_cli_augment_name(t->augment));
+    if (!t->is_lm) cJSON_AddNumberToObject(r, "erase", t->erase);
     if (!t->is_lm) cJSON_AddStringToObject(r, "tta", gp_cli_tta_name(t->tta));
     cJSON_AddNumberToObject(r, "clip", t->clip);
     cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);

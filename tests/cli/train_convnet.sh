@@ -131,6 +131,42 @@ rc=$?
 "$GPIPE" train "${AUG[@]}" --augment mirror >/dev/null 2>"$TMP/gb.err"
 [ $? -eq 2 ] && grep -q "expected none, crop, crop1, flip, crop-flip or crop1-flip" "$TMP/gb.err" || bad "--augment mirror: $(cat "$TMP/gb.err")"
 
+# --erase: random erasing changes the parameters (alone and after flip), the same seed gives the
+# same ones, --erase 0 is no erasing, 2 stages train on one device's images; a checkpoint refuses
+# a resume without it; out of [0, 1] and on a language model it is a usage error.
+run e1 "${AUG[@]}" --erase 0.5 --report "$TMP/e1.json"
+run e2 "${AUG[@]}" --erase 0.5 --report "$TMP/e2.json"
+run e3 "${AUG[@]}" --erase 0 --report "$TMP/e3.json"
+run e4 "${AUG[@]}" --augment flip --erase 0.5 --report "$TMP/e4.json"
+run e5 "${AUG[@]}" --erase 1 --stages 2 --micro-batches 2 --report "$TMP/e5.json"
+run e6 "${AUG[@]}" --erase 1 --micro-batches 2 --report "$TMP/e6.json"
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d = sys.argv[1]
+r = {n: json.load(open(f"{d}/{n}.json")) for n in ("g0", "g7", "e1", "e2", "e3", "e4", "e5", "e6")}
+hx = {n: x["params_fnv1a64"] for n, x in r.items()}
+need(hx["e1"] == hx["e2"], "--erase 0.5: same seed, different parameters")
+need(hx["e3"] == hx["g0"], "--erase 0 trained otherwise than no --erase")
+need(len({hx["g0"], hx["e1"], hx["g7"], hx["e4"], hx["e6"]}) == 5,
+     f"--erase does not change training: {hx}")
+need(r["e1"]["erase"] == 0.5 and r["g0"]["erase"] == 0, "report's erase")
+need(r["e5"]["train"]["step_losses"] == r["e6"]["train"]["step_losses"],
+     "--erase: 2 stages trained on other images than one device (losses differ)")
+finish("FAIL: --erase:")
+PY
+run ea "${AUG[@]}" --erase 0.5 --checkpoint-dir "$TMP/eck" --stop-after 2
+"$GPIPE" train "${AUG[@]}" --checkpoint-dir "$TMP/eck" --resume >/dev/null 2>"$TMP/ea.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q -- "--erase 0 differs from the checkpoint's 0.5" "$TMP/ea.err" ||
+    bad "resume without --erase: exit $rc, $(cat "$TMP/ea.err")"
+"$GPIPE" train "${AUG[@]}" --erase 1.5 >/dev/null 2>"$TMP/eb.err"
+[ $? -eq 2 ] && grep -q -- "--erase 1.5: expected a probability in \[0, 1\]" "$TMP/eb.err" ||
+    bad "--erase 1.5: $(cat "$TMP/eb.err")"
+"$GPIPE" train --model transformer --steps 1 --erase 0.5 >/dev/null 2>"$TMP/ec.err"
+[ $? -eq 2 ] && grep -q -- "--erase: only for image classifiers" "$TMP/ec.err" ||
+    bad "--erase on a language model: $(cat "$TMP/ec.err")"
+
 # --label-smoothing: recorded in the report; other targets, other losses from the first step;
 # 2 stages give one device's losses; a checkpoint refuses a resume without it; out of range is a
 # usage error.
