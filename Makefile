@@ -129,7 +129,7 @@ demo-fashion: build
 	rm -rf $(BUILD)/fashion_checkpoint
 	$(GPIPE) train --model examples/resnet_fashion.json --stages 2 --batch 32 --micro-batches 4 \
 	  --remat none --schedule zbh1 --epochs 11 --lr 0.1 --lr-schedule cosine --warmup 800 \
-	  --weight-decay 5e-4 --augment flip --checkpoint-dir $(BUILD)/fashion_checkpoint \
+	  --weight-decay 5e-4 --augment flip --erase 0.5 --checkpoint-dir $(BUILD)/fashion_checkpoint \
 	  --report $(BUILD)/fashion_report.json --metrics $(BUILD)/fashion_metrics.jsonl \
 	  --curve $(BUILD)/fashion_curve.svg --timeline $(BUILD)/fashion_timeline.svg
 	$(GPIPE) eval --checkpoint $(BUILD)/fashion_checkpoint/ckpt-00020625.safetensors \
