@@ -133,7 +133,7 @@ rc=$?
 
 # --erase: random erasing changes the parameters (alone and after flip), the same seed gives the
 # same ones, --erase 0 is no erasing, 2 stages train on one device's images; a checkpoint refuses
-# a resume without it; out of [0, 1] and on a language model it is a usage error.
+# a resume without it, and a resume with it ends where the straight run does; out of [0, 1] and on a language model it is a usage error.
 run e1 "${AUG[@]}" --erase 0.5 --report "$TMP/e1.json"
 run e2 "${AUG[@]}" --erase 0.5 --report "$TMP/e2.json"
 run e3 "${AUG[@]}" --erase 0 --report "$TMP/e3.json"
@@ -160,6 +160,9 @@ run ea "${AUG[@]}" --erase 0.5 --checkpoint-dir "$TMP/eck" --stop-after 2
 rc=$?
 [ $rc -ne 0 ] && grep -q -- "--erase 0 differs from the checkpoint's 0.5" "$TMP/ea.err" ||
     bad "resume without --erase: exit $rc, $(cat "$TMP/ea.err")"
+run eb "${AUG[@]}" --erase 0.5 --checkpoint-dir "$TMP/eck" --resume --report "$TMP/eb.json"
+python3 -c 'import json,sys; a,b=(json.load(open(p))["params_fnv1a64"] for p in sys.argv[1:]); sys.exit(a!=b)' \
+    "$TMP/e1.json" "$TMP/eb.json" || bad "--erase: the resumed run trained otherwise than the straight one"
 "$GPIPE" train "${AUG[@]}" --erase 1.5 >/dev/null 2>"$TMP/eb.err"
 [ $? -eq 2 ] && grep -q -- "--erase 1.5: expected a probability in \[0, 1\]" "$TMP/eb.err" ||
     bad "--erase 1.5: $(cat "$TMP/eb.err")"
