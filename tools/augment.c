@@ -63,8 +63,10 @@ static bool erase_box(const float *u, double p, int64_t H, int64_t W, int64_t bo
         const int64_t h = (int64_t)lround(sqrt(target * ratio)),
                       w = (int64_t)lround(sqrt(target / ratio));
         if (h < 1 || w < 1 || h > H || w > W) continue;
-        box[0] = (int64_t)(v[2] * (float)(H - h + 1)), box[1] = (int64_t)(v[3] * (float)(W - w + 1));
-        box[0] = box[0] > H - h ? H - h : box[0], box[1] = box[1] > W - w ? W - w : box[1];
+        /* the corner uniform over the H - h + 1 rows and W - w + 1 columns it can take */
+        const int64_t i0 = (int64_t)(v[2] * (float)(H - h + 1)),
+                      j0 = (int64_t)(v[3] * (float)(W - w + 1));
+        box[0] = i0 < H - h ? i0 : H - h, box[1] = j0 < W - w ? j0 : W - w;
         box[2] = h, box[3] = w;
         return true;
     }
@@ -97,9 +99,9 @@ int gp_cli_augment_batch(gp_cli_augment mode, double erase, float background, ui
             memcpy(plane, img, (size_t)(H * W) * sizeof *plane);
             gp_cli_move_image(plane, H, W, dx, dy, flip, background, img);
         }
+        if (erase <= 0) continue;
         float draws[64];
         int64_t box[4];
-        if (erase <= 0) continue;
         gp_rng_uniform(&es, (uint64_t)b * 64, draws, 64);
         if (!erase_box(draws, erase, H, W, box)) continue;
         for (int64_t c = 0; c < C; c++)

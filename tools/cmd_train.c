@@ -291,7 +291,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
                                            "but --model %s is a language model",
                                   o->model);
     if (SEEN("--erase") && !(o->erase >= 0 && o->erase <= 1))
-        return gp_cli_usage_error("train", "--erase %g: expected a probability in [0, 1]", o->erase);
+        return gp_cli_usage_error("train", "--erase %g: expected a probability in [0, 1]",
+                                  o->erase);
     t->erase = SEEN("--erase") ? o->erase : 0.0;
     if (SEEN("--tta") && lm)
         return gp_cli_usage_error("train", "--tta: only for image classifiers (float input), but "

@@ -143,8 +143,8 @@ int gp_cli_train_classifier(gp_cli_train *t) {
             rc = gp_cli_fail("train", "cannot assemble a training batch");
             goto done;
         }
-        rc = gp_cli_augment_batch(t->augment, t->erase, -GP_CLI_IMAGE_MEAN / GP_CLI_IMAGE_STD, t->seed, step,
-                                  &x);
+        rc = gp_cli_augment_batch(t->augment, t->erase, -GP_CLI_IMAGE_MEAN / GP_CLI_IMAGE_STD,
+                                  t->seed, step, &x);
         if (rc != GP_CLI_EXIT_OK) goto done;
         rc = gp_cli_train_step(t, &prog, step, &x, &y, t0, "a lower --lr, or --clip");
         if (rc != GP_CLI_EXIT_OK) goto done;
