@@ -119,8 +119,9 @@ int main(int argc, char **argv) {
         g.out_h = g.out_w = (cc->hw + 2 * pad - cc->k) / cc->stride + 1;
         const int64_t nx = cc->batch * cc->c * cc->hw * cc->hw, nw = cc->oc * cc->c * cc->k * cc->k;
         const int64_t ny = cc->batch * cc->oc * g.out_h * g.out_w;
-        float *x = gp_cli_bench_normal(nx, 1), *w = gp_cli_bench_normal(nw, 2), *dy = gp_cli_bench_normal(ny, 3);
-        float *y = gp_cli_bench_normal(ny, 4), *dx = gp_cli_bench_normal(nx, 5), *dw = gp_cli_bench_normal(nw, 6);
+        float *x = gp_cli_bench_normal(nx, 1), *w = gp_cli_bench_normal(nw, 2);
+        float *dy = gp_cli_bench_normal(ny, 3), *y = gp_cli_bench_normal(ny, 4);
+        float *dx = gp_cli_bench_normal(nx, 5), *dw = gp_cli_bench_normal(nw, 6);
         const double macs = (double)ny * (double)(cc->c * cc->k * cc->k);
         for (int pass = 0; pass < 2; pass++) {
             double t[NPATHS][64];

@@ -68,9 +68,14 @@ int main(int argc, char **argv) {
         const gp_bn_dims d = {.batch = c->batch, .channels = c->channels, .hw = c->hw * c->hw,
                               .eps = 1e-5, .momentum = 0.1};
         const int64_t n = c->batch * c->channels * c->hw * c->hw, C = c->channels;
-        bufs b = {gp_cli_bench_normal(n, 1), gp_cli_bench_normal(n, 2),  gp_cli_bench_normal(n, 3),  gp_cli_bench_normal(n, 4),
-                  gp_cli_bench_normal(C, 5), gp_cli_bench_normal(C, 6),  gp_cli_bench_normal(C, 7),  gp_cli_bench_normal(C, 8),
-                  gp_cli_bench_normal(2 * C, 9), gp_cli_bench_normal(C, 10), gp_cli_bench_normal(C, 11)};
+        /* x, y, dy, dx of n floats; gamma, beta, running mean and variance, stats (2C), dgamma,
+         * dbeta */
+        bufs b = {gp_cli_bench_normal(n, 1),     gp_cli_bench_normal(n, 2),
+                  gp_cli_bench_normal(n, 3),     gp_cli_bench_normal(n, 4),
+                  gp_cli_bench_normal(C, 5),     gp_cli_bench_normal(C, 6),
+                  gp_cli_bench_normal(C, 7),     gp_cli_bench_normal(C, 8),
+                  gp_cli_bench_normal(2 * C, 9), gp_cli_bench_normal(C, 10),
+                  gp_cli_bench_normal(C, 11)};
         for (int64_t i = 0; i < C; i++) b.rvar[i] = 1.0f + b.rvar[i] * b.rvar[i];
         for (int k = 0; k < NKERNELS && rc == 0; k++) {
             double best = 1e30;

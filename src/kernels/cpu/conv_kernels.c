@@ -671,6 +671,10 @@ gp_status gp_cpu_channel_bias_grad(gp_device *dev, int64_t batch, int64_t channe
  * were half of batch norm's forward on C1's 12.85 MB). */
 #define STREAM_BYTES ((int64_t)8 << 20)
 
+static bool streams(const gp_bn_dims *d) {
+    return d->batch * d->channels * d->hw * (int64_t)sizeof(float) > STREAM_BYTES;
+}
+
 /* y = (x - m) * scale + shift over n floats, as the scalar expression rounds it (no FMA). */
 #if GP_HAVE_AVX2
 GP_AVX2 static void normalize_plane(const float *x, int64_t n, float m, float scale, float shift,
@@ -728,6 +732,7 @@ static void bn_forward_range(void *ctx, int64_t lo, int64_t hi) {
     const int64_t batch = d->batch, nch = d->channels, hw = d->hw, count = batch * hw;
     const float *x = a->x;
     float *mean_out = a->out_stats, *invstd_out = a->out_stats + nch; /* (C), (C) */
+    const bool stream = streams(d);
     for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (a->batch_stats) {
@@ -748,7 +753,6 @@ static void bn_forward_range(void *ctx, int64_t lo, int64_t hi) {
         }
         const float m = (float)mean, is = (float)invstd;
         const float scale = a->gamma[c] * is, shift = a->beta[c];
-        const bool stream = count * nch * (int64_t)sizeof(float) > STREAM_BYTES;
         mean_out[c] = m;
         invstd_out[c] = is;
         for (int64_t b = 0; b < batch; b++)
@@ -777,6 +781,7 @@ static void bn_backward_range(void *ctx, int64_t lo, int64_t hi) {
     const double count = (double)(batch * hw);
     const float *mean_in = a->stats, *invstd_in = a->stats + nch;
     const float *x = a->x, *dy = a->dy;
+    const bool stream = streams(d);
     for (int64_t c = lo; c < hi; c++) {
         const float m = mean_in[c], is = invstd_in[c];
         double sdy, sdy_xc; /* sum dy, sum dy * (x - mean) */
@@ -791,7 +796,6 @@ static void bn_backward_range(void *ctx, int64_t lo, int64_t hi) {
          * running statistics are constants: dx = gamma*invstd * dy. */
         const float ma = a->batch_stats ? (float)(sdy / count) : 0.0f;
         const float bc = a->batch_stats ? (float)(sdy_xhat / count * is) : 0.0f;
-        const bool stream = batch * nch * hw * (int64_t)sizeof(float) > STREAM_BYTES;
         for (int64_t b = 0; b < batch; b++) {
             const int64_t at = (b * nch + c) * hw;
             input_grad_plane(x + at, dy + at, hw, m, k1, ma, bc, stream, a->dx + at);
