@@ -165,25 +165,41 @@ typedef struct gp_mem_stats {
 gp_status gp_device_cpu_new(const char *name, gp_device **out);
 gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **out);
 /* CUDA GPUs, in a build with CUDA (CMake's GP_CUDA: AUTO, the default, builds it wherever nvcc
- * is found; ON requires it; OFF leaves it out). A CUDA device holds its tensors in the memory of
- * GPU `ordinal` (cudaMalloc: gp_device_is_host is false, so bytes move with gp_tensor_copy and
- * the gp_tensor_to_host / from_host pair), counts them by category and honours a limit as every
- * device does, and runs its kernels in order on one stream of its own: cuBLAS for the GEMMs, in
- * fp32 with TF32 off, and gpipe's own kernels for the rest. Its results are the same bits run
- * after run on one GPU (no reduction's order depends on scheduling: no float atomics); they agree
- * with the CPU's within 1e-5 relative, and bit for bit in what only selects or copies (dropout
- * masks, embedding rows, pooling maxima and their indices). Ops that validate token ids or
- * labels copy them to the host first and wait for them, as the CPU's messages need.
- * Not yet run on a GPU: the CUDA code is compiled and checked by the build, and the GPU tests
+ * is found; ON requires it; OFF leaves it out). The CUDA device is a module of its own,
+ * libgpipe_cuda.so, linked with the CUDA runtime and cuBLAS, which the library loads (dlopen)
+ * the first time a GPU is asked for (these three calls, or the CUDA kind through the
+ * gp_device_type_* calls below): a program that never asks maps neither the module nor the
+ * CUDA libraries, whatever the build. The module is installed in LIBDIR/gpipe/ and found from
+ * the folder DIR of the library's own file (libgpipe.so, or the program linked with
+ * libgpipe.a): DIR/gpipe/; for a program in BINDIR, LIBDIR/gpipe/ relative to it
+ * (DIR/../lib/gpipe/ by default); DIR/ (the build tree); then the configured LIBDIR/gpipe/.
+ * The environment variable GP_CUDA_MODULE, where set, names the one file to load instead (in
+ * any build). A module that is missing, that does not load (the message quotes dlerror(): a
+ * CUDA library it needs is missing, say), that is no gpipe module or that was built with
+ * another version of the library is GP_UNSUPPORTED from the call, naming the files tried;
+ * nothing fails before a GPU is asked for.
+ *
+ * A CUDA device holds its tensors in the memory of GPU `ordinal` (cudaMalloc:
+ * gp_device_is_host is false, so bytes move with gp_tensor_copy and the gp_tensor_to_host /
+ * from_host pair), counts them by category and honours a limit as every device does, and runs
+ * its kernels in order on one stream of its own: cuBLAS for the GEMMs, in fp32 with TF32 off,
+ * and gpipe's own kernels for the rest. Its results are the same bits run after run on one GPU
+ * (no reduction's order depends on scheduling: no float atomics); they agree with the CPU's
+ * within 1e-5 relative, and bit for bit in what only selects or copies (dropout masks,
+ * embedding rows, pooling maxima and their indices). Ops that validate token ids or labels
+ * copy them to the host first and wait for them, as the CPU's messages need. Not yet run on a
+ * GPU: the CUDA code is compiled and checked by the build, and the GPU tests
  * (test_kernels_cuda) skip where there is none.
  *
- * gp_cuda_built: whether this build has the CUDA device. gp_cuda_device_count: the number of
- * GPUs visible (CUDA_VISIBLE_DEVICES applies), at least 1 on GP_OK; GP_UNSUPPORTED with *count
- * 0 when built without CUDA ("gpipe was built without CUDA (GP_CUDA=OFF or no nvcc)") or when
- * the CUDA runtime finds no GPU (the message quotes its error). gp_device_cuda_new: a device on
- * GPU ordinal (0 to count - 1), failing as gp_cuda_device_count does, and with
- * GP_INVALID_ARGUMENT for an ordinal out of range. A device is used by one thread at a time, as
- * every device; each call makes the GPU current on the calling thread. */
+ * gp_cuda_built: whether this build made the CUDA device's module (loads nothing).
+ * gp_cuda_device_count: the number of GPUs visible (CUDA_VISIBLE_DEVICES applies), at least 1
+ * on GP_OK; GP_UNSUPPORTED with *count 0 when built without CUDA ("gpipe was built without
+ * CUDA (GP_CUDA=OFF or no nvcc)") and GP_CUDA_MODULE is not set, when the module cannot be
+ * loaded (above), or when the CUDA runtime finds no GPU (the message quotes its error).
+ * gp_device_cuda_new: a device on GPU ordinal (0 to count - 1), failing as
+ * gp_cuda_device_count does, and with GP_INVALID_ARGUMENT for an ordinal out of range. A device
+ * is used by one thread at a time, as every device; each call makes the GPU current on the
+ * calling thread. */
 bool gp_cuda_built(void);
 gp_status gp_cuda_device_count(int *count);
 gp_status gp_device_cuda_new(const char *name, int ordinal, gp_device **out);
@@ -583,8 +599,22 @@ const char *gp_remat_name(gp_remat r);                 /* "cell", "none", "selec
 typedef enum gp_balance { GP_BALANCE_COST = 0, GP_BALANCE_TIME = 1 } gp_balance;
 const char *gp_balance_name(gp_balance b); /* "cost", "time" */
 
-/* The kind of the stage devices a pipeline makes (gp_pipeline_opts.device_type). */
+/* The kind of the stage devices a pipeline makes (gp_pipeline_opts.device_type). Each kind is
+ * an entry of the library's registry of device kinds, which these calls ask:
+ * gp_device_type_name: "cpu", "cuda" (gp_device_kind of its devices); "unknown" for a value that
+ * is no kind. gp_device_type_parse: the kind of that name, or GP_INVALID_ARGUMENT naming the
+ * kinds. gp_device_type_count: the devices of the kind this process can reach, at least 1 on
+ * GP_OK: 1 for the CPU (the host), the GPUs visible for CUDA (as gp_cuda_device_count, loading
+ * the CUDA module the first time). gp_device_type_new: a device of the kind named name, device
+ * `index` (>= 0) mod the count (GPU index mod the GPUs; every CPU device is the host's), with
+ * `threads` threads where the kind runs its kernels on host threads (the CPU: 1 to 1024; CUDA
+ * ignores it); failing as the kind's own constructor does. */
 typedef enum gp_device_type { GP_DEVICE_CPU = 0, GP_DEVICE_CUDA = 1 } gp_device_type;
+const char *gp_device_type_name(gp_device_type type);
+gp_status gp_device_type_parse(const char *name, gp_device_type *type);
+gp_status gp_device_type_count(gp_device_type type, int *count);
+gp_status gp_device_type_new(gp_device_type type, const char *name, int index, int threads,
+                             gp_device **out);
 
 typedef struct gp_pipeline_opts {
     int stages;        /* K >= 1 (0 means 1) */
@@ -633,9 +663,10 @@ typedef struct gp_pipeline_opts {
      * and a model already initialized on one device, that device is used. memory_limit is not
      * applied to the caller's devices: they keep their own limits. */
     gp_device **devices;
-    /* The devices the pipeline makes when devices is NULL: CPU (the default) or CUDA GPUs (stage
-     * shard w on GPU w mod the GPUs visible, memory_limit each; failing as
-     * gp_cuda_device_count does where there is none). Not yet run on a GPU. */
+    /* The kind of the devices the pipeline makes when devices is NULL: CPU (the default) or
+     * CUDA GPUs; stage shard w is gp_device_type_new(device_type, name, w, stage_threads), with
+     * memory_limit (on CUDA: GPU w mod the GPUs visible; failing as gp_cuda_device_count does
+     * where there is none). Not yet run on a GPU. */
     gp_device_type device_type;
     /* T >= 1 tensor-parallel shards per stage (0 means 1): the mesh is D x K x T devices. Each
      * layer whose kind has a layout is split over the T shards of its stage (the Transformer

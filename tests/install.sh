@@ -83,6 +83,40 @@ if build shared "$EXAMPLE" --cflags --libs; then
     fi
 fi
 
+# The CUDA device's module, where the build made it: installed in LIBDIR/gpipe/, and found
+# there by a program on the shared library and by the installed gpipe (libgpipe.a linked in),
+# neither of which links a CUDA library. Asking for a GPU then reaches the CUDA runtime: a
+# GPU, or "no CUDA GPU available", never a module that is not found.
+cat >"$TMP/cuda_probe.c" <<'EOF'
+#include <stdio.h>
+#include "gpipe.h"
+int main(void) {
+    int n = 0;
+    gp_status s = gp_cuda_device_count(&n);
+    printf("%s: %s\n", gp_status_name(s), s == GP_OK ? "GPUs found" : gp_last_error());
+    return 0;
+}
+EOF
+if [ -f "$BUILD/libgpipe_cuda.so" ]; then
+    [ -f "$libdir/gpipe/libgpipe_cuda.so" ] ||
+        bad "the CUDA module is not installed in $libdir/gpipe/"
+    if command -v ldd >/dev/null 2>&1; then
+        for f in "$PREFIX/bin/gpipe" "$libdir"/libgpipe.so; do
+            ! LD_LIBRARY_PATH="$libdir" ldd "$f" | grep -qE 'libcudart|libcublas' ||
+                bad "$f links CUDA libraries"
+        done
+    fi
+    if build cuda_probe "$TMP/cuda_probe.c" --cflags --libs; then
+        LD_LIBRARY_PATH="$libdir" "$TMP/cuda_probe" >"$TMP/cuda_probe.out" 2>&1
+        grep -qE "^GP_OK|no CUDA GPU available" "$TMP/cuda_probe.out" || bad "a program on" \
+            "the installed libgpipe.so asking for a GPU: $(head -c 600 "$TMP/cuda_probe.out")"
+    fi
+    "$PREFIX/bin/gpipe" train --model transformer --device cuda --data "$TMP/none" --steps 1 \
+        >"$TMP/gpipe_cuda.out" 2>&1
+    ! grep -q "CUDA device's module" "$TMP/gpipe_cuda.out" ||
+        bad "the installed gpipe --device cuda: $(head -c 600 "$TMP/gpipe_cuda.out")"
+fi
+
 # Static: with the shared library gone, -lgpipe can only be libgpipe.a, which needs the
 # private dependencies --static adds (cJSON, zlib, OpenBLAS, MPI where built with it).
 rm -f "$libdir"/libgpipe.so*

@@ -396,13 +396,13 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     int rc = gp_cli_pipeline_resolve("train", &o->pipe, t->micro_batches, t->batch,
                                      t->memory_limit, &t->popts, &t->partition);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    if (o->device && strcmp(o->device, "cuda") == 0) {
-        int ngpu = 0;
-        if (gp_cuda_device_count(&ngpu) != GP_OK) {
-            fprintf(stderr, "gpipe train: --device cuda: %s\n", gp_last_error());
+    if (o->device) { /* a kind with no device here fails now, before any work */
+        int count = 0;
+        if (gp_device_type_parse(o->device, &t->popts.device_type) != GP_OK ||
+            gp_device_type_count(t->popts.device_type, &count) != GP_OK) {
+            fprintf(stderr, "gpipe train: --device %s: %s\n", o->device, gp_last_error());
             return GP_CLI_EXIT_RUNTIME;
         }
-        t->popts.device_type = GP_DEVICE_CUDA;
     }
     gp_cli_mpi_apply(&t->place, &t->popts);
     if (SEEN("--label-smoothing") && !(o->label_smoothing >= 0 && o->label_smoothing < 1))
@@ -420,11 +420,11 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         if (!SEEN("--partition") && !SEEN("--balance")) USED(" balance=cost");
         if (!SEEN("--pin")) USED(" pin=auto");
     } else {
-        /* One device: each micro-batch's forward then its backward, nothing recomputed; on the
-         * CPU that is cpu0, which holds the batches; a GPU the pipeline makes. */
+        /* One device: each micro-batch's forward then its backward, nothing recomputed; cpu0,
+         * which holds the batches, where it is of the kind asked for (main), else one the
+         * pipeline makes. */
         t->popts.schedule = GP_SCHEDULE_1F1B;
         t->popts.remat = GP_REMAT_NONE;
-        if (t->popts.device_type == GP_DEVICE_CPU) t->popts.devices = &t->dev;
     }
     /* No output may replace an input or a checkpoint: checked before any work. */
     const gp_cli_path outs[] = {{"--report", o->report, GP_CLI_PATH_READ},
@@ -724,6 +724,9 @@ int gp_cli_train_main(int argc, char **argv) {
         rc = gp_cli_fail("train", "--memory-limit");
         goto done;
     }
+    if (t.stages == 0 &&
+        strcmp(gp_device_kind(t.dev), gp_device_type_name(t.popts.device_type)) == 0)
+        t.popts.devices = &t.dev;
     /* The pipeline initializes the layers on its stage devices itself. */
     rc = t.is_lm ? gp_cli_train_lm(&t) : gp_cli_train_classifier(&t);
     if (rc == GP_CLI_EXIT_OK) rc = gp_cli_log_finish(&t);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/devices.h"
 #include "optim/optim.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline_internal.h"
@@ -67,10 +68,9 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
                         GP_SCHEDULE_INTERLEAVED, GP_SCHEDULE_ZBV);
     if (po->chunks < 0)
         return gp_error(GP_INVALID_ARGUMENT, "pipeline: chunks %d must be >= 0", po->chunks);
-    if (po->device_type != GP_DEVICE_CPU && po->device_type != GP_DEVICE_CUDA)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: device type %d is neither cpu (%d) nor cuda (%d)",
-                        (int)po->device_type, GP_DEVICE_CPU, GP_DEVICE_CUDA);
+    const gp_device_entry *kind;
+    if (gp_device_registry_get(po->device_type, &kind) != GP_OK)
+        return gp_error_context(GP_INVALID_ARGUMENT, "pipeline");
     GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, V));
     if (*V == 1 && *K > m->nlayers)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -163,14 +163,9 @@ static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opt
         snprintf(name, sizeof name, "stage%d.%d", s->dk, s->t);
     else
         snprintf(name, sizeof name, "stage%d", s->dk);
-    if (po->device_type == GP_DEVICE_CUDA) {
-        int n = 0;
-        GP_TRY(gp_cuda_device_count(&n));
-        GP_TRY(gp_device_cuda_new(name, s->w % n, &s->dev));
-    } else {
-        GP_TRY(gp_device_cpu_new_threads(name, po->stage_threads > 0 ? po->stage_threads : 1,
-                                         &s->dev));
-    }
+    /* Stage shard w on device w of the kind (mod the kind's count: GPU w mod the GPUs). */
+    GP_TRY(gp_device_type_new(po->device_type, name, s->w,
+                              po->stage_threads > 0 ? po->stage_threads : 1, &s->dev));
     s->own_dev = true;
     return po->memory_limit ? gp_device_set_limit(s->dev, po->memory_limit) : GP_OK;
 }

@@ -17,6 +17,7 @@ extern "C" {
 #endif
 
 struct gp_kernels;
+struct gp_cuda_host;
 
 typedef struct gp_cuda_ctx {
     char name[64]; /* the device's name, for messages */
@@ -26,6 +27,9 @@ typedef struct gp_cuda_ctx {
     void *host;          /* pinned host scratch (gp_cuda_host_scratch) */
     size_t host_cap;
 } gp_cuda_ctx;
+
+/* Binds the library's calls the module makes (host_calls.c; kernels/cuda_module.h). */
+void gp_cuda_bind_host(const struct gp_cuda_host *host);
 
 /* The device's state; makes its GPU current on the calling thread (a stream can only take
  * work from the thread whose current device is its own). NULL with the message set on failure. */

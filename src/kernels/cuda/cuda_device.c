@@ -1,7 +1,8 @@
 /* The CUDA device: GPU memory behind the device interface (cudaMalloc / cudaFree; copies and
  * fills queued on the device's one stream), its state (cuda_context.h) and its kernel table,
- * the functions of this folder's .cu files. The wrapper in core/device.c does the accounting,
- * the limit and the cache, as for every device. */
+ * the functions of this folder's .cu files, given to the library through the module's entry
+ * (kernels/cuda_module.h). The wrapper in core/device.c does the accounting, the limit and the
+ * cache, as for every device. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda_module.h"
 
 static gp_status cuda_alloc(void *ctx, size_t nbytes, void **ptr) {
     gp_cuda_ctx *c = ctx;
@@ -123,10 +125,7 @@ static const gp_kernels cuda_kernels = {
     .xent_shard_finish = gp_cuda_xent_shard_finish,
 };
 
-bool gp_cuda_built(void) { return true; }
-
-gp_status gp_cuda_device_count(int *count) {
-    if (!count) return gp_error(GP_INVALID_ARGUMENT, "gp_cuda_device_count: count is NULL");
+static gp_status cuda_device_count(int *count) {
     *count = 0;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -139,12 +138,10 @@ gp_status gp_cuda_device_count(int *count) {
     return GP_OK;
 }
 
-gp_status gp_device_cuda_new(const char *name, int ordinal, gp_device **out) {
-    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_device_cuda_new: out is NULL");
-    *out = NULL;
-    if (!name) name = "cuda";
+/* The library's gp_device_cuda_new has checked out and name. */
+static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out) {
     int count;
-    gp_status s = gp_cuda_device_count(&count);
+    gp_status s = cuda_device_count(&count);
     if (s != GP_OK) return gp_error_context(s, "CUDA device %s (GPU %d)", name, ordinal);
     if (ordinal < 0 || ordinal >= count)
         return gp_error(GP_INVALID_ARGUMENT, "CUDA device %s: GPU %d, expected 0 to %d", name,
@@ -170,4 +167,16 @@ gp_status gp_device_cuda_new(const char *name, int ordinal, gp_device **out) {
     if (s == GP_OK) s = gp_device_new(name, &cuda_iface, c, &cuda_kernels, out);
     if (s != GP_OK) cuda_destroy(c);
     return s;
+}
+
+static const gp_cuda_module cuda_module = {
+    .abi = GP_CUDA_MODULE_ABI,
+    .bind = gp_cuda_bind_host,
+    .device_count = cuda_device_count,
+    .device_new = cuda_device_new,
+    .kernels = &cuda_kernels,
+};
+
+__attribute__((visibility("default"))) const gp_cuda_module *gp_cuda_module_entry(void) {
+    return &cuda_module;
 }
