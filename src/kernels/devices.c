@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda_module.h"
 
+/* The host is one device; every CPU device made is on it. */
 static gp_status cpu_count(int *count) {
     *count = 1;
     return GP_OK;
@@ -24,6 +25,7 @@ static gp_status cpu_ops(const gp_kernels **table) {
     return GP_OK;
 }
 
+/* Device index on GPU index mod the GPUs visible: a pipeline's stage shard w on GPU w mod n. */
 static gp_status cuda_make(const char *name, int index, int threads, gp_device **out) {
     (void)threads;
     int count = 0;
