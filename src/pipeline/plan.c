@@ -218,8 +218,8 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         c->peak_in_flight = sk->peak_in_flight;
         c->busy_s = sk->busy;
         c->idle_s = sk->idle;
-        /* The partitioner checked the limit with the schedule's most micro-batches in flight;
-         * the simulated peak can only be lower. */
+        /* gp_cells_choose checked these very figures (stages_fit: the same cells, modes and
+         * schedule, whose memory does not depend on the times) against the limit. */
         GP_ASSERT(!po->memory_limit || c->total_bytes <= po->memory_limit);
     }
 done:
