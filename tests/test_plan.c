@@ -2,6 +2,7 @@
  * given rate, the bubble of equal cells against (K-1)/(M+K-1), the memory columns against the
  * memory model, optimizer state per optimizer, the optimizer step's time, the contention figure,
  * memory limits per schedule, explicit partitions, and the errors that name the numbers. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -526,6 +527,13 @@ static void test_search(void) {
     CHECK(r.n == 1 && r.plans[0].stages == 2 && r.plans[0].data_parallel == 3 &&
           r.plans[0].micro_batches == 4 && r.plans[0].schedule == GP_SCHEDULE_1F1B &&
           r.plans[0].remat == GP_REMAT_CELL);
+    gp_plan_search_free(&r);
+    /* as many of the fastest as asked for, at most every plan tried (INT_MAX once failed to
+     * allocate that many) */
+    so = (gp_plan_search_opts){.devices = 2, .max_plans = INT_MAX};
+    REQUIRE_OK(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r));
+    CHECK(r.n >= 1 && r.n <= r.fitting && r.fitting <= r.candidates);
+    for (int i = 1; i < r.n; i++) CHECK(r.plans[i].step_s >= r.plans[i - 1].step_s * (1 - 1e-9));
     gp_plan_search_free(&r);
     /* errors */
     so = (gp_plan_search_opts){.devices = 0};

@@ -212,7 +212,8 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
     candidate *c = NULL;
     int nc = 0;
     GP_TRY(enumerate(L, batch, T, base->memory_limit, so, &c, &nc));
-    const int cap = so->max_plans ? so->max_plans : 5;
+    /* no more kept than tried: a large max_plans lists them all */
+    const int want = so->max_plans ? so->max_plans : 5, cap = want < nc ? want : nc;
     gp_pipeline_opts timed = *base;
     /* measured layer times, measured optimizer steps */
     if (timed.balance == GP_BALANCE_TIME && o && timed.optim_s_per_param == 0) {
