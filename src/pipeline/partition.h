@@ -142,10 +142,10 @@ gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
                           uint64_t *stage_total);
 
 /* The K cells for pipeline options po (partition given or balanced, balance by cost or by
- * po->layer_times, memory limit checked with the schedule's micro-batches in flight): what
- * gp_plan_make and gp_pipeline_new both use. est (L entries) receives the layers' figures at
- * micro_batch_size, times in FLOPs or (balance TIME) measured seconds; first and cell_remat
- * (each cell's own mode, CELL or NONE): K entries. */
+ * po->layer_times, the memory limit checked on every stage's simulated peak, as the plan reports
+ * it, for every schedule): what gp_plan_make and gp_pipeline_new both use. est (L entries)
+ * receives the layers' figures at micro_batch_size, times in FLOPs or (balance TIME) measured
+ * seconds; first and cell_remat (each cell's own mode, CELL or NONE): K entries, both needed. */
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first, gp_remat *cell_remat);
