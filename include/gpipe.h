@@ -616,6 +616,13 @@ gp_status gp_device_type_count(gp_device_type type, int *count);
 gp_status gp_device_type_new(gp_device_type type, const char *name, int index, int threads,
                              gp_device **out);
 
+/* Bounds of the pipeline and planning options the library checks (a front end can check its
+ * own against the same): the most devices of one mesh axis (tensor_parallel, data_parallel) or
+ * of a plan search (gp_plan_search_opts.devices), and the most threads of a stage device
+ * (stage_threads). */
+#define GP_MAX_DEVICES 4096
+#define GP_MAX_STAGE_THREADS 1024
+
 typedef struct gp_pipeline_opts {
     int stages;        /* K >= 1 (0 means 1) */
     int micro_batches; /* M >= 1 (0 means 1); the batch must divide by it */

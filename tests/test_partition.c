@@ -23,6 +23,14 @@ typedef struct brute {
     bool found;
 } brute;
 
+/* Cell k of r as layers [first, end): on its profile, or with fl micro-batches stashed. */
+static gp_cell_mem cell_mem(const gp_partition_req *r, int k, int first, int end, int fl,
+                            gp_remat how) {
+    if (r->profile)
+        return gp_cell_memory_at(r->layers, first, end, r->nlayers, &r->profile[k], how, r->split);
+    return gp_cell_memory(r->layers, first, end, r->nlayers, fl, how);
+}
+
 static void brute_rec(brute *b, int c, int start) {
     const gp_partition_req *r = b->r;
     int K = r->stages, L = r->nlayers;
@@ -33,12 +41,12 @@ static void brute_rec(brute *b, int c, int start) {
             int e = k + 1 < K ? b->cur[k + 1] : L;
             double t = gp_cell_time(r->layers, b->cur[k], e);
             const uint64_t lim = r->mem_limit ? r->mem_limit : UINT64_MAX;
-            /* 1F1B (tapered): stage k stashes min(K - k, M) */
+            /* 1F1B (tapered): stage k stashes min(K - k, M); or cell k's own profile */
             const int fl = r->tapered && K - k < r->micro_batches ? K - k : r->micro_batches;
             gp_remat how = r->remat;
             if (how == GP_REMAT_SELECTIVE) {
                 /* keep the state where it fits; recomputing costs the cell's forward again */
-                how = gp_cell_memory(r->layers, b->cur[k], e, L, fl, GP_REMAT_NONE).total <= lim
+                how = cell_mem(r, k, b->cur[k], e, fl, GP_REMAT_NONE).total <= lim
                           ? GP_REMAT_NONE
                           : GP_REMAT_CELL;
                 double f = 0; /* summed apart, then added: the partitioner's rounding */
@@ -46,7 +54,7 @@ static void brute_rec(brute *b, int c, int start) {
                 if (how == GP_REMAT_CELL) t += f;
             }
             b->cur_remat[k] = how;
-            gp_cell_mem m = gp_cell_memory(r->layers, b->cur[k], e, L, fl, how);
+            gp_cell_mem m = cell_mem(r, k, b->cur[k], e, fl, how);
             if (m.total > lim) return;
             if (t > worst) worst = t;
         }
@@ -63,7 +71,7 @@ static void brute_rec(brute *b, int c, int start) {
 
 static void test_random_against_brute_force(void) {
     int ncases = getenv("GP_TEST_QUICK") ? 400 : 3000;
-    int infeasible = 0, limited = 0, selective_mixed = 0;
+    int infeasible = 0, limited = 0, selective_mixed = 0, profiled = 0;
     for (int seed = 0; seed < ncases; seed++) {
         uint64_t i = 0, sd = (uint64_t)seed;
         gp_layer_est ly[10];
@@ -91,6 +99,23 @@ static void test_random_against_brute_force(void) {
                               .remat = (gp_remat)rnd(sd, &i, 3),
                               .tapered = seed % 4 == 1,
                               .mem_limit = rnd(sd, &i, 2) ? 200 + rnd(sd, &i, 1500) : 0};
+        /* a schedule's profiles: up to 3 points per cell, a split backward's keep_bytes */
+        gp_stash_point pts[16][3];
+        gp_stash_profile prof[16];
+        if (seed % 4 == 3) {
+            for (int l = 0; l < L; l++) ly[l].keep_bytes = rnd(sd, &i, 30);
+            for (int k = 0; k < K; k++) {
+                prof[k] = (gp_stash_profile){.pt = pts[k], .n = 1 + (int)rnd(sd, &i, 3)};
+                for (int q = 0; q < prof[k].n; q++) {
+                    const int f = (int)rnd(sd, &i, 5), w = (int)rnd(sd, &i, 3);
+                    const int bwd = f > 0 ? (int)rnd(sd, &i, 2) : 0;
+                    pts[k][q] = (gp_stash_point){f, w, bwd, w + (bwd ? (int)rnd(sd, &i, 2) : 0)};
+                }
+            }
+            r.profile = prof;
+            r.split = rnd(sd, &i, 2);
+            profiled++;
+        }
         brute b = {.r = &r};
         brute_rec(&b, 0, 0);
         gp_remat cell_remat[16];
@@ -135,6 +160,7 @@ static void test_random_against_brute_force(void) {
     /* the random instances must exercise both outcomes of the limit */
     CHECK(infeasible > 10);
     CHECK(limited > ncases / 3);
+    CHECK(profiled > ncases / 5);
 }
 
 static gp_layer_est timed(double t) {
@@ -237,13 +263,14 @@ static void test_memory_limit(void) {
      * cell holding it needs. */
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_MEMORY_LIMIT,
                 "layer 7 (big) fits in no cell: the smallest cell holding it (layers 6-7) needs "
-                "364 MiB with M = 8 (remat cell), over the 256 MiB per-device limit by 108 MiB");
+                "364 MiB with 8 micro-batches held at its peak (remat cell), over the 256 MiB "
+                "per-device limit by 108 MiB");
     /* As the first layer it has nothing to start behind (and no input gradient to send). */
     gp_layer_est swap = ly[0];
     ly[0] = ly[7], ly[7] = swap;
     CHECK_FAILS(gp_partition_balance(&r, first, NULL), GP_MEMORY_LIMIT,
-                "layer 0 (big) alone needs 360 MiB with M = 8 (remat cell), over the 256 MiB "
-                "per-device limit by 104 MiB");
+                "layer 0 (big) alone needs 360 MiB with 8 micro-batches held at its peak (remat "
+                "cell), over the 256 MiB per-device limit by 104 MiB");
     ly[7] = ly[0], ly[0] = swap;
     /* Every layer fits alone, but two cells cannot hold four 100 MiB layers under 150 MiB. */
     gp_layer_est fat[4];
@@ -322,8 +349,8 @@ static void test_errors_and_explicit(void) {
     for (int l = 0; l < 14; l++) ly[l].param_bytes = MIB;
     r.mem_limit = 4 * MIB;
     CHECK_FAILS(gp_partition_check(&r, first, 4), GP_MEMORY_LIMIT,
-                "cell 0 (layers 0-4) needs 5 MiB with M = 2 (remat none), over the 4 MiB "
-                "per-device limit by 1 MiB");
+                "cell 0 (layers 0-4) needs 5 MiB with 2 micro-batches held at its peak (remat "
+                "none), over the 4 MiB per-device limit by 1 MiB");
     CHECK_PARSE_FAILS("0,,5", 16, "position 2");
     CHECK_PARSE_FAILS("0;5", 16, "unexpected ';'");
     CHECK_PARSE_FAILS("", 16, "layer index");

@@ -2,6 +2,7 @@
  * given rate, the bubble of equal cells against (K-1)/(M+K-1), the memory columns against the
  * memory model, optimizer state per optimizer, the optimizer step's time, the contention figure,
  * memory limits per schedule, explicit partitions, and the errors that name the numbers. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -267,7 +268,7 @@ static void test_memory_limits(void) {
     gp_pipeline_opts po = {.stages = 6, .micro_batches = M, .memory_limit = big - 100};
     gp_plan p;
     CHECK_FAILS(gp_plan_make(m, batch, &sgd, &po, 1, &p), GP_MEMORY_LIMIT,
-                "still needs 1.41 MiB in its cell of layers 5-5");
+                "layer 5 (linear) alone needs 1.41 MiB with 8 micro-batches held at its peak");
     CHECK(strstr(gp_last_error(), "over the") && strstr(gp_last_error(), "by 100 bytes"));
     CHECK(p.cells == NULL && p.stages == 0);
     gp_plan_free(&p); /* safe after a failure */
@@ -446,15 +447,18 @@ static double brute_fastest(gp_model *m, int64_t batch, const gp_optim_opts *o, 
     return best;
 }
 
-static bool same_plan(const gp_plan *a, const gp_plan *b) {
-    if (a->stages != b->stages || a->micro_batches != b->micro_batches ||
-        a->data_parallel != b->data_parallel || a->schedule != b->schedule ||
-        a->remat != b->remat || a->step_s != b->step_s || a->ncells != b->ncells)
-        return false;
+static bool same_cells(const gp_plan *a, const gp_plan *b) {
+    if (a->ncells != b->ncells) return false;
     for (int k = 0; k < a->ncells; k++)
         if (a->cells[k].first != b->cells[k].first || a->cells[k].remat != b->cells[k].remat)
             return false;
     return true;
+}
+
+static bool same_plan(const gp_plan *a, const gp_plan *b) {
+    return a->stages == b->stages && a->micro_batches == b->micro_batches &&
+           a->data_parallel == b->data_parallel && a->schedule == b->schedule &&
+           a->remat == b->remat && a->step_s == b->step_s && same_cells(a, b);
 }
 
 /* The search against trying every plan by hand: the same fastest step, every plan it keeps
@@ -526,6 +530,13 @@ static void test_search(void) {
     CHECK(r.n == 1 && r.plans[0].stages == 2 && r.plans[0].data_parallel == 3 &&
           r.plans[0].micro_batches == 4 && r.plans[0].schedule == GP_SCHEDULE_1F1B &&
           r.plans[0].remat == GP_REMAT_CELL);
+    gp_plan_search_free(&r);
+    /* as many of the fastest as asked for, at most every plan tried (INT_MAX once failed to
+     * allocate that many) */
+    so = (gp_plan_search_opts){.devices = 2, .max_plans = INT_MAX};
+    REQUIRE_OK(gp_plan_search(m, batch, &sgd, &base, 1, &so, &r));
+    CHECK(r.n >= 1 && r.n <= r.fitting && r.fitting <= r.candidates);
+    for (int i = 1; i < r.n; i++) CHECK(r.plans[i].step_s >= r.plans[i - 1].step_s * (1 - 1e-9));
     gp_plan_search_free(&r);
     /* errors */
     so = (gp_plan_search_opts){.devices = 0};
@@ -616,6 +627,107 @@ static void test_interleaved(void) {
     gp_model_free(m);
 }
 
+/* The partitioner and the plan report agree, for every schedule and remat mode: the fullest
+ * device of the plan made without a limit is a limit that plan meets, so planning under it
+ * gives the same cells (a split backward's plan was once refused, its partitioner counting
+ * every micro-batch as held to the weight part); a byte less gives other cells within it, or a
+ * memory error. Below a byte per cell of a stage (1 byte, V = 2) the limit is still one, not
+ * "none", and the plan a memory error (it once aborted), in the search too. */
+static void test_limit_agrees_with_report(void) {
+    gp_model *m = mlp();
+    gp_optim_opts sgd = gp_sgd_defaults(0.1f, 0.9f);
+    int met = 0, moved = 0;
+    for (int s = 0; s <= GP_SCHEDULE_ZBV; s++)
+        for (int r = 0; r <= GP_REMAT_SELECTIVE; r++)
+            for (int K = 2; K <= 3; K++)
+                for (int M = 3; M <= 6; M += 3) {
+                    if (s == GP_SCHEDULE_INTERLEAVED && M % K) continue;
+                    gp_pipeline_opts po = {.stages = K, .micro_batches = M,
+                                           .schedule = (gp_schedule_kind)s, .remat = (gp_remat)r};
+                    gp_plan free_plan, p;
+                    REQUIRE_OK(gp_plan_make(m, 48, &sgd, &po, 1, &free_plan));
+                    const uint64_t need = gp_plan_fullest_bytes(&free_plan);
+                    po.memory_limit = need;
+                    gp_status st = gp_plan_make(m, 48, &sgd, &po, 1, &p);
+                    CHECK_OK(st);
+                    if (st == GP_OK) {
+                        met++;
+                        CHECK(same_cells(&p, &free_plan));
+                        CHECK_EQ_INT(gp_plan_fullest_bytes(&p), need);
+                        gp_plan_free(&p);
+                    } else {
+                        fprintf(stderr, "%s remat %s K %d M %d: %s\n",
+                                gp_schedule_kind_name((gp_schedule_kind)s),
+                                gp_remat_name((gp_remat)r), K, M, gp_last_error());
+                    }
+                    po.memory_limit = need - 1;
+                    st = gp_plan_make(m, 48, &sgd, &po, 1, &p);
+                    if (st == GP_OK) {
+                        moved++;
+                        CHECK(gp_plan_fullest_bytes(&p) <= need - 1);
+                        gp_plan_free(&p);
+                    } else {
+                        CHECK_EQ_INT(st, GP_MEMORY_LIMIT);
+                    }
+                    po.memory_limit = 1;
+                    CHECK_FAILS(gp_plan_make(m, 48, &sgd, &po, 1, &p), GP_MEMORY_LIMIT,
+                                "over the");
+                    gp_plan_free(&free_plan);
+                }
+    CHECK_EQ_INT(met, 5 * 3 * 2 * 2 - 3); /* interleaved takes no M = 3 with K = 2 */
+    CHECK(moved > 0);
+    gp_plan_search_opts so = {.devices = 4};
+    gp_pipeline_opts base = {.memory_limit = 1};
+    gp_plan_search_result res;
+    CHECK_FAILS(gp_plan_search(m, 48, &sgd, &base, 1, &so, &res), GP_MEMORY_LIMIT,
+                "per-device limit");
+    gp_model_free(m);
+}
+
+/* Selective re-materialization never fits less than cell: for every schedule, at limits from
+ * below what the cell plan needs to above what the none plan does, wherever remat cell plans,
+ * selective plans too, within the limit (interleaved once refused it where its cells that kept
+ * their state fitted alone but not beside their stage's others). */
+static void test_selective_fits_where_cell_does(void) {
+    gp_model *m = mlp();
+    gp_optim_opts sgd = gp_sgd_defaults(0.1f, 0.9f);
+    int both = 0;
+    for (int s = 0; s <= GP_SCHEDULE_ZBV; s++)
+        for (int K = 2; K <= 3; K++) {
+            const int M = 6;
+            gp_pipeline_opts po = {.stages = K, .micro_batches = M,
+                                   .schedule = (gp_schedule_kind)s, .remat = GP_REMAT_CELL};
+            gp_plan p;
+            REQUIRE_OK(gp_plan_make(m, 48, &sgd, &po, 1, &p));
+            const uint64_t cell = gp_plan_fullest_bytes(&p);
+            gp_plan_free(&p);
+            po.remat = GP_REMAT_NONE;
+            REQUIRE_OK(gp_plan_make(m, 48, &sgd, &po, 1, &p));
+            const uint64_t none = gp_plan_fullest_bytes(&p);
+            gp_plan_free(&p);
+            for (int i = 0; i <= 40; i++) {
+                po.memory_limit = cell - cell / 10 + (none + none / 10 - cell + cell / 10) / 40 * i;
+                po.remat = GP_REMAT_CELL;
+                if (gp_plan_make(m, 48, &sgd, &po, 1, &p) != GP_OK) continue;
+                gp_plan_free(&p);
+                po.remat = GP_REMAT_SELECTIVE;
+                gp_status st = gp_plan_make(m, 48, &sgd, &po, 1, &p);
+                CHECK_OK(st);
+                if (st != GP_OK) {
+                    fprintf(stderr, "%s K %d limit %llu: %s\n",
+                            gp_schedule_kind_name((gp_schedule_kind)s), K,
+                            (unsigned long long)po.memory_limit, gp_last_error());
+                    continue;
+                }
+                both++;
+                CHECK(gp_plan_fullest_bytes(&p) <= po.memory_limit);
+                gp_plan_free(&p);
+            }
+        }
+    CHECK(both > 20);
+    gp_model_free(m);
+}
+
 /* The planner's rate (gpipe plan, --plan auto) and G1 time one-thread parts, as a device runs
  * them, even before any device has set OpenBLAS to one thread: OpenBLAS's default is every core,
  * which doubled the "one-thread" rate on two cores. Run first, before any device exists. */
@@ -631,6 +743,8 @@ static void test_sgemm_rate_single_threaded(void) {
 int main(void) {
     test_sgemm_rate_single_threaded();
     test_interleaved();
+    test_limit_agrees_with_report();
+    test_selective_fits_where_cell_does();
     test_search();
     test_cells_match_partitioner();
     test_bubble_equal_cells();

@@ -284,6 +284,68 @@ static void test_bubble_and_memory(void) {
         }
 }
 
+/* The cells' profiles against the simulation, for every schedule, remat mode and many cell
+ * figures: with one cell per stage its largest point is the stage's simulated peak exactly (the
+ * partitioner's check is the plan's); with several, each cell's is at least its share of the
+ * peak, and together at least the peak. */
+static void test_stash_profiles(void) {
+    int exact = 0;
+    for (int kind = 0; kind <= GP_SCHEDULE_ZBV; kind++)
+        for (int K = 1; K <= 4; K++)
+            for (int M = 1; M <= 8; M++)
+                for (int V = 1; V <= 3; V++) {
+                    const bool chunked = kind == GP_SCHEDULE_INTERLEAVED || kind == GP_SCHEDULE_ZBV;
+                    if (chunked != (V > 1) || (kind == GP_SCHEDULE_ZBV && V != 2)) continue;
+                    if (kind == GP_SCHEDULE_INTERLEAVED && M % K) continue;
+                    gp_schedule s = {0};
+                    REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name((gp_schedule_kind)kind),
+                                                     K, M, V, &s));
+                    const int C = K * V;
+                    gp_stash_profile prof[12] = {{0}};
+                    REQUIRE_OK(gp_stash_profiles(&s, prof));
+                    for (int trial = 0; trial < 4; trial++) {
+                        gp_sim_cell cells[12];
+                        gp_layer_est one[12];
+                        gp_remat rm[12];
+                        for (int c = 0; c < C; c++) {
+                            const uint64_t in = 10 + 7 * (uint64_t)((c + trial) % 5);
+                            const uint64_t state = 1 + 97 * (uint64_t)((3 * c + trial) % 4);
+                            const uint64_t keep = 13 * (uint64_t)((c + 2 * trial) % 3);
+                            cells[c] = (gp_sim_cell){.fwd_time = 1, .bwd_time = 2, .wgt_time = 1,
+                                                     .in_bytes = in, .state_bytes = state,
+                                                     .keep_bytes = keep};
+                            one[c] = (gp_layer_est){.in_bytes = in, .out_bytes = state,
+                                                    .keep_bytes = keep};
+                            rm[c] = (gp_remat)((c + trial) % 2);
+                        }
+                        gp_sim_opts o = {.capacity = 2, .cell_remat = rm};
+                        gp_sim_stage st[4];
+                        gp_sim_result res;
+                        REQUIRE_OK(gp_schedule_simulate(&s, cells, &o, st, &res));
+                        const bool split = gp_schedule_kind_splits((gp_schedule_kind)kind);
+                        for (int k = 0; k < K; k++) {
+                            uint64_t sum = 0;
+                            for (int v = 0; v < V; v++) {
+                                const int c = gp_schedule_cell(&s, k, v);
+                                gp_cell_mem cm =
+                                    gp_cell_memory_at(&one[c], 0, 1, 1, &prof[c], rm[c], split);
+                                CHECK(cm.stash + cm.work >= st[k].peak_chunk_bytes[v]);
+                                sum += cm.stash + cm.work;
+                            }
+                            if (V == 1) {
+                                CHECK_EQ_INT(sum, st[k].peak_act_bytes);
+                                exact++;
+                            } else {
+                                CHECK(sum >= st[k].peak_act_bytes);
+                            }
+                        }
+                    }
+                    gp_stash_profiles_free(prof, C);
+                    gp_schedule_free(&s);
+                }
+    CHECK(exact > 300);
+}
+
 static void test_hand_computed(void) {
     /* K = 2, M = 2, mailboxes of 1: stage 0 forward 1, backward 3; stage 1 forward 2,
      * backward 4. By hand (see the timeline):
@@ -653,6 +715,7 @@ static void test_broken_split(void) {
 }
 
 int main(void) {
+    test_stash_profiles();
     test_zbh1();
     test_broken_split();
     test_interleaved();

@@ -153,7 +153,12 @@ static int set_value(gp_cli_opt *o, const char *val, const char *cmd) {
         *(bool *)o->dst = true;
         return GP_CLI_PARSED;
     case GP_CLI_INT:
-        if (!parse_i64(val, &i) || i > INT_MAX || (double)i < o->min) {
+        if (!parse_i64(val, &i) || i > INT_MAX || (double)i < o->min ||
+            (o->max > 0 && (double)i > o->max)) {
+            if (o->max > 0)
+                return gp_cli_usage_error(cmd,
+                                          "%s: expected an integer from %.0f to %.0f, got '%s'",
+                                          o->name, o->min, o->max, val);
             if (o->min >= 1)
                 return gp_cli_usage_error(cmd, "%s: expected an integer >= %.0f, got '%s'", o->name,
                                           o->min, val);
@@ -179,7 +184,12 @@ static int set_value(gp_cli_opt *o, const char *val, const char *cmd) {
         *(uint64_t *)o->dst = u;
         return GP_CLI_PARSED;
     case GP_CLI_FLOAT:
-        if (!parse_f64(val, &d) || d < o->min || (o->min_exclusive && d == o->min)) {
+        if (!parse_f64(val, &d) || d < o->min || (o->min_exclusive && d == o->min) ||
+            (o->max > 0 && (d > o->max || (o->max_exclusive && d == o->max)))) {
+            if (o->max > 0)
+                return gp_cli_usage_error(cmd, "%s: expected a number %s %g and %s %g, got '%s'",
+                                          o->name, o->min_exclusive ? ">" : ">=", o->min,
+                                          o->max_exclusive ? "<" : "<=", o->max, val);
             return gp_cli_usage_error(cmd, "%s: expected a finite number %s %g, got '%s'", o->name,
                                       o->min_exclusive ? ">" : ">=", o->min, val);
         }

@@ -13,10 +13,11 @@ enum { GP_CLI_EXIT_OK = 0, GP_CLI_EXIT_RUNTIME = 1, GP_CLI_EXIT_USAGE = 2 };
 
 typedef enum gp_cli_kind {
     GP_CLI_FLAG,   /* no value; dst: bool */
-    GP_CLI_INT,    /* dst: int, at least `min` */
+    GP_CLI_INT,    /* dst: int, at least `min`, at most `max` (INT_MAX without one) */
     GP_CLI_THREADS, /* dst: int, 1 to gp_cli_max_threads() */
     GP_CLI_U64,    /* dst: uint64_t, any non-negative integer */
-    GP_CLI_FLOAT,  /* dst: double, finite, >= min (> min when min_exclusive) */
+    GP_CLI_FLOAT,  /* dst: double, finite, >= min (> min when min_exclusive), <= max (< max
+                    * when max_exclusive) when there is one */
     GP_CLI_BYTES,  /* dst: uint64_t > 0, with K/M/G/T or KiB/MiB/GiB/TiB suffix */
     GP_CLI_STRING, /* dst: const char *, non-empty */
     GP_CLI_CHOICE  /* dst: const char *, one of `choices` ("sgd|adamw") */
@@ -33,6 +34,11 @@ typedef struct gp_cli_opt {
     bool min_exclusive;
     const char *choices;
     bool seen; /* set by gp_cli_parse */
+    /* The largest value (INT and FLOAT; 0: none), where the library, or what the value turns
+     * into (an int product, a float), has one: out of range is a usage error naming the option
+     * here, not a failure deep inside. */
+    double max;
+    bool max_exclusive;
 } gp_cli_opt;
 
 /* Results of gp_cli_parse besides the exit statuses. */

@@ -8,18 +8,22 @@
 
 #include "cli.h"
 
+/* The longest --comm-timeout: about 31 years, a deadline every clock the transports wait on
+ * still holds (a larger double overflows their whole seconds). */
+#define MAX_WAIT_S 1e9
+
 void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a) {
     gp_cli_opt tab[GP_CLI_MPI_NOPTS] = {
         {"--launcher", GP_CLI_CHOICE, &a->launcher, "threads|mpi",
          "how the stages are started: threads of this process, or MPI processes (mpirun -np "
          "D*K)",
-         "mpi when started by mpirun/srun, else threads", 0, false, "threads|mpi", false},
+         "mpi when started by mpirun/srun, else threads", 0, false, "threads|mpi", false, 0, false},
         {"--data-parallel", GP_CLI_INT, &a->data_parallel, "D",
          "MPI: D replicas of the K stages, each on its slice of the mini-batch", "1", 1, false,
-         NULL, false},
+         NULL, false, GP_MAX_DEVICES, false},
         {"--comm-timeout", GP_CLI_FLOAT, &a->comm_timeout, "SECONDS",
          "longest wait on another stage (thread or rank) before the step fails, naming it", "60",
-         0, true, NULL, false},
+         0, true, NULL, false, MAX_WAIT_S, false},
     };
     memcpy(out, tab, sizeof tab);
 }
@@ -53,20 +57,20 @@ int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi
     out->data_parallel = gp_cli_seen(tab, n, "--data-parallel") ? a->data_parallel : 1;
     if (gp_mpi_init(&out->rank, &out->nranks) != GP_OK)
         return gp_cli_fail(cmd, "--launcher mpi: cannot initialize MPI");
-    int need = out->data_parallel * K * T;
+    const long long need = (long long)out->data_parallel * K * T; /* each up to GP_MAX_DEVICES */
     if (out->nranks != need && out->rank != 0) return GP_CLI_EXIT_USAGE; /* rank 0 says why */
     if (out->nranks != need && T > 1)
         return gp_cli_usage_error(cmd,
                                   "launched with %d MPI rank%s, but --data-parallel %d x --stages "
-                                  "%d x --tensor-parallel %d needs D x K x T = %d ranks (one per "
-                                  "replica, stage and shard): start mpirun -np %d",
+                                  "%d x --tensor-parallel %d needs D x K x T = %lld ranks (one per "
+                                  "replica, stage and shard): start mpirun -np %lld",
                                   out->nranks, out->nranks == 1 ? "" : "s", out->data_parallel, K,
                                   T, need, need);
     if (out->nranks != need)
         return gp_cli_usage_error(cmd,
                                   "launched with %d MPI rank%s, but --data-parallel %d x --stages "
-                                  "%d needs D x K = %d ranks (one per replica and stage): start "
-                                  "mpirun -np %d",
+                                  "%d needs D x K = %lld ranks (one per replica and stage): start "
+                                  "mpirun -np %lld",
                                   out->nranks, out->nranks == 1 ? "" : "s", out->data_parallel, K,
                                   need, need);
     /* One voice: rank 0 prints progress, summaries and reports. */

@@ -14,36 +14,36 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
                              const char *stages_default) {
     gp_cli_opt tab[GP_CLI_PIPELINE_NOPTS] = {
         {"--stages", GP_CLI_INT, &a->stages, "K", "pipeline stages (cells of contiguous layers)",
-         stages_default, 1, false, NULL, false},
+         stages_default, 1, false, NULL, false, GP_MAX_DEVICES, false},
         {"--schedule", GP_CLI_CHOICE, &a->schedule, "gpipe|1f1b|zbh1|interleaved|zbv",
          "fill-drain (all forwards, then backwards), 1F1B, zero bubble H1 (1F1B with each "
          "backward split: weight gradients run where 1F1B idles), interleaved 1F1B (--chunks "
          "cells per stage; M a multiple of K), or zero bubble V (2 cells per stage, down the "
          "stages and back up, backwards split)",
-         "gpipe", 0, false, "gpipe|1f1b|zbh1|interleaved|zbv", false},
+         "gpipe", 0, false, "gpipe|1f1b|zbh1|interleaved|zbv", false, 0, false},
         {"--remat", GP_CLI_CHOICE, &a->remat, "cell|none|selective",
          "cell: stash inputs, recompute; none: keep all state; selective: none in the cells "
          "that fit the memory limit so, cell in the others",
-         "cell", 0, false, "cell|none|selective", false},
+         "cell", 0, false, "cell|none|selective", false, 0, false},
         {"--partition", GP_CLI_STRING, &a->partition, "LIST",
          "first layer of each cell, e.g. 0,5,9 (no balancing)", "balanced (see --balance)", 0,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         {"--balance", GP_CLI_CHOICE, &a->balance, "cost|time",
          "balance cells by FLOP estimates, or by per-layer times measured first", "cost", 0,
-         false, "cost|time", false},
+         false, "cost|time", false, 0, false},
         {"--pin", GP_CLI_CHOICE, &a->pin, "auto|off",
          "auto: each stage's (shard's) thread on a core of its own, worker w on the w-th core "
          "(one hardware thread of each physical core first), when there are >= K x T x --threads "
          "cores",
          "auto", 0, false,
-         "auto|off", false},
+         "auto|off", false, 0, false},
         {"--tensor-parallel", GP_CLI_INT, &a->tensor_parallel, "T",
          "split each stage's layers over T devices (heads, d_ff, vocabulary)", "1", 1, false,
-         NULL, false},
+         NULL, false, GP_MAX_DEVICES, false},
         {"--chunks", GP_CLI_INT, &a->chunks, "V",
          "interleaved: cells per stage (the model is cut into K x V cells, cell v K + k on "
          "stage k)",
-         "2 interleaved and zbv, 1 otherwise", 1, false, NULL, false},
+         "2 interleaved and zbv, 1 otherwise", 1, false, NULL, false, 0, false},
     };
     memcpy(out, tab, sizeof tab);
 }
@@ -61,7 +61,6 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
                             int **first) {
     const int K = a->stages > 0 ? a->stages : 1;
     *first = NULL;
-    if (K > MAX_CELLS) return gp_cli_usage_error(cmd, "--stages %d: at most %d", K, MAX_CELLS);
     const bool by_time = a->balance && strcmp(a->balance, "time") == 0;
     int V = 1; /* cells per stage: the schedule's, or --chunks where it takes several */
     if (gp_schedule_kind_chunks(gp_cli_schedule_kind(a->schedule), a->chunks, &V) != GP_OK)

@@ -20,6 +20,10 @@ typedef struct bench_opts {
 } bench_opts;
 
 enum { NOPTS = 24 };
+/* The most Transformer blocks of T2: those a JSON model config may declare (10000 layers with
+ * the two embeddings, the final norm and the head). Far more would be allocated layer by layer
+ * until the system ran out of memory, rather than refused. */
+enum { MAX_LAYERS = 9996 };
 /* The options only T2 takes. */
 static const char *const t2_only[] = {"--layers", "--d-ff", "--data-parallel", "--comm-timeout",
                                       "--tensor-parallel"};
@@ -32,24 +36,24 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     gp_cli_opt tab[] = {
         {"--workload", GP_CLI_CHOICE, &o->workload, "G1|T1|T2|C1",
          "G1 sgemm GFLOP/s, T1/T2 Transformer LM step, C1 convnet step (required)", NULL, 0,
-         false, "G1|T1|T2|C1", false},
+         false, "G1|T1|T2|C1", false, 0, false},
         {"--threads", GP_CLI_THREADS, &o->threads, "N",
          "threads of the device (of each stage with --stages), at most the cores this process "
          "may use",
          "the cores this process may use, shared among the stages; 1 per MPI rank", 1, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--steps", GP_CLI_INT, &o->steps, "N", "timed steps (G1: timed calls per shape)", "10", 1,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         {"--warmup", GP_CLI_INT, &o->warmup, "N", "untimed steps (or calls) first", "3", 0, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--batch", GP_CLI_INT, &o->batch, "N", "mini-batch of T1, T2 or C1",
-         "32 for T1 and T2, 128 for C1", 1, false, NULL, false},
+         "32 for T1 and T2, 128 for C1", 1, false, NULL, false, 0, false},
         {"--seed", GP_CLI_U64, &o->seed, "S", "seed of the parameters and the random data", "1", 0,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
         {"--quiet", GP_CLI_FLAG, &o->quiet, NULL, "no per-step lines on stderr", NULL, 0, false,
-         NULL, false},
+         NULL, false, 0, false},
     };
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
     gp_cli_pipeline_options(pipe, &o->pa, "none: one device");
@@ -57,16 +61,16 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     memcpy(t, tab, sizeof tab);
     t[n++] = (gp_cli_opt){"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
                           "T2: micro-batches per mini-batch", "1", 1,
-                          false, NULL, false};
+                          false, NULL, false, 0, false};
     t[n++] = (gp_cli_opt){"--layers", GP_CLI_INT, &o->layers, "N",
                           "T2: Transformer blocks (the memory table varies them)", "32", 1, false,
-                          NULL, false};
+                          NULL, false, MAX_LAYERS, false};
     t[n++] = (gp_cli_opt){"--d-ff", GP_CLI_INT, &o->d_ff, "N",
                           "T2: the MLP's width (the width table grows it)", "1024", 1, false, NULL,
-                          false};
+                          false, 0, false};
     t[n++] = (gp_cli_opt){"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
                           "T2 with --stages: each stage device's limit (K M G, KiB MiB GiB)",
-                          "none", 0, false, NULL, false};
+                          "none", 0, false, NULL, false, 0, false};
     /* The shared entries, so that bench words them like train and plan. */
     for (int i = 0; i < GP_CLI_PIPELINE_NOPTS && n < NOPTS; i++)
         if (strcmp(pipe[i].name, "--partition") != 0) {

@@ -22,10 +22,21 @@ typedef struct ensemble {
 
 typedef struct ckpt_opts {
     const char *checkpoint, *model, *data, *report, *prompt, *tta, *ensemble;
+    const char *from; /* the option that gave checkpoint: --checkpoint (NULL), or --ensemble */
     int eval_size, batch, threads, nbytes;
     double temperature;
     uint64_t seed;
 } ckpt_opts;
+
+/* The option that named o->checkpoint, for messages. */
+static const char *ckpt_option(const ckpt_opts *o) { return o->from ? o->from : "--checkpoint"; }
+
+/* gp_cli_fail's message "<the option of o->checkpoint><what>". */
+static int ckpt_fail(const char *cmd, const ckpt_opts *o, const char *what) {
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s%s", ckpt_option(o), what);
+    return gp_cli_fail(cmd, buf);
+}
 
 /* Builds t->model from the checkpoint f (or --model), checks f's tensors against it before
  * anything is allocated (a model_config of another or a huge model costs nothing), then places
@@ -39,18 +50,18 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_checkpoint *f, gp_
         rc = gp_cli_load_model(cmd, o->model, &t->model);
         t->model_name = o->model;
     } else if (!config) {
-        rc = gp_cli_usage_error(cmd, "--checkpoint %s has no model_config in its metadata (not "
+        rc = gp_cli_usage_error(cmd, "%s %s has no model_config in its metadata (not "
                                      "written by gpipe train): give --model",
-                                o->checkpoint);
+                                ckpt_option(o), o->checkpoint);
     } else {
         char origin[4200];
         snprintf(origin, sizeof origin, "%s (model_config)", o->checkpoint);
         if (gp_model_from_json_string(config, origin, &t->model) != GP_OK)
-            rc = gp_cli_fail(cmd, "--checkpoint: cannot rebuild the model");
+            rc = ckpt_fail(cmd, o, ": cannot rebuild the model");
         t->model_name = o->checkpoint;
     }
     if (rc == GP_CLI_EXIT_OK && gp_checkpoint_check_model(f, t->model) != GP_OK)
-        rc = gp_cli_fail(cmd, "--checkpoint");
+        rc = ckpt_fail(cmd, o, "");
     if (rc == GP_CLI_EXIT_OK && !t->dev && /* an ensemble's members share the first's */
         gp_device_cpu_new_threads("cpu0", gp_cli_device_threads(o->threads, 1, false), &t->dev) !=
             GP_OK)
@@ -59,11 +70,11 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_checkpoint *f, gp_
     if (rc == GP_CLI_EXIT_OK && gp_pipeline_new(t->model, NULL, &po, 1, &t->pipeline) != GP_OK)
         rc = gp_cli_fail(cmd, "cannot allocate the parameters");
     if (rc == GP_CLI_EXIT_OK && gp_pipeline_checkpoint_load(t->pipeline, f) != GP_OK)
-        rc = gp_cli_fail(cmd, "--checkpoint");
+        rc = ckpt_fail(cmd, o, "");
     int step = -1;
     if (rc == GP_CLI_EXIT_OK && gp_checkpoint_meta(f, "step") &&
         gp_checkpoint_saved_step(f, &step) != GP_OK)
-        rc = gp_cli_fail(cmd, "--checkpoint");
+        rc = ckpt_fail(cmd, o, "");
     if (rc != GP_CLI_EXIT_OK) return rc;
     t->is_lm = gp_model_input_dtype(t->model) == GP_I32;
     if (gp_model_shape(t->model, -1, t->batch, &t->in_shape) != GP_OK ||
@@ -88,12 +99,14 @@ static int check_outputs(const char *cmd, const ckpt_opts *o, const gp_cli_path 
         return GP_CLI_EXIT_RUNTIME;
     }
     int nin = 0;
-    ins[nin++] = (gp_cli_path){"--checkpoint", o->checkpoint, GP_CLI_PATH_READ};
+    char part[32];
+    snprintf(part, sizeof part, "%s's part", ckpt_option(o));
+    ins[nin++] = (gp_cli_path){ckpt_option(o), o->checkpoint, GP_CLI_PATH_READ};
     if (o->model)
         ins[nin++] = (gp_cli_path){"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ};
     if (o->data) ins[nin++] = (gp_cli_path){"--data", o->data, GP_CLI_PATH_READ};
     for (int i = 0; i < nparts; i++)
-        ins[nin++] = (gp_cli_path){"--checkpoint's part", gp_checkpoint_part_path(c, i),
+        ins[nin++] = (gp_cli_path){part, gp_checkpoint_part_path(c, i),
                                    GP_CLI_PATH_READ};
     int rc = gp_cli_check_outputs(cmd, outs, nout, ins, nin);
     free(ins);
@@ -106,7 +119,7 @@ static int open_checkpoint(const char *cmd, const ckpt_opts *o, const gp_cli_pat
     *c = NULL;
     int rc = check_outputs(cmd, o, outs, nout, NULL);
     if (rc != GP_CLI_EXIT_OK) return rc;
-    if (gp_checkpoint_open(o->checkpoint, c) != GP_OK) return gp_cli_fail(cmd, "--checkpoint");
+    if (gp_checkpoint_open(o->checkpoint, c) != GP_OK) return ckpt_fail(cmd, o, "");
     rc = check_outputs(cmd, o, outs, nout, *c);
     if (rc != GP_CLI_EXIT_OK) {
         gp_checkpoint_close(*c);
@@ -175,6 +188,7 @@ static int load_members(const ckpt_opts *o, const gp_cli_path *outs, gp_cli_trai
         gp_cli_train *u = &ens->member[t->nmembers];
         *u = (gp_cli_train){.cmd = "eval", .dev = t->dev, .batch = t->batch};
         ckpt_opts m = *o;
+        m.from = "--ensemble";
         char *path = ens->path[t->nmembers] = malloc(len + 1);
         if (!path) return gp_cli_fail("eval", "--ensemble: out of host memory");
         memcpy(path, p, len);
@@ -282,32 +296,32 @@ int gp_cli_eval_main(int argc, char **argv) {
         {"--checkpoint", GP_CLI_STRING, &o.checkpoint, "FILE",
          "a checkpoint of gpipe train (a .safetensors file, or the .safetensors.index.json of one "
          "saved under MPI), or a safetensors weights file with --model (required)",
-         NULL, 0, false, NULL, false},
+         NULL, 0, false, NULL, false, 0, false},
         {"--model", GP_CLI_STRING, &o.model, "NAME|FILE",
          "the model, for a file without model_config metadata", "the checkpoint's", 0, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--data", GP_CLI_STRING, &o.data, "PATH",
          "IDX directory (classifier) or text file/directory (language model)",
-         GP_CLI_FASHION_DIR " or " GP_FORTUNES_DIR, 0, false, NULL, false},
+         GP_CLI_FASHION_DIR " or " GP_FORTUNES_DIR, 0, false, NULL, false, 0, false},
         {"--eval-size", GP_CLI_INT, &o.eval_size, "N",
          "test images (classifier) or fixed validation windows (language model)",
-         "all test images; 128 windows", 1, false, NULL, false},
+         "all test images; 128 windows", 1, false, NULL, false, 0, false},
         {"--batch", GP_CLI_INT, &o.batch, "N", "examples per evaluation batch", "128", 1, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--threads", GP_CLI_THREADS, &o.threads, "N",
          "threads of the device, at most the cores this process may use",
-         "the cores this process may use", 1, false, NULL, false},
+         "the cores this process may use", 1, false, NULL, false, 0, false},
         {"--report", GP_CLI_STRING, &o.report, "FILE.json", "write a JSON report (atomically)",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
         {"--tta", GP_CLI_STRING, &o.tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         {"--ensemble", GP_CLI_STRING, &o.ensemble, "FILE[,FILE...]",
          "classifier: more checkpoints of models with --checkpoint's input and classes (such as "
          "the end of each cycle of train --lr-cycles), at most " STR(MAX_MEMBERS) "; "
          "reported beside --checkpoint's own figures: those of each test image's softmax "
          "averaged over all the models (and all --tta views), ensemble_accuracy and "
          "ensemble_loss",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "eval");
@@ -374,21 +388,22 @@ int gp_cli_sample_main(int argc, char **argv) {
     ckpt_opts o = {0};
     gp_cli_opt tab[] = {
         {"--checkpoint", GP_CLI_STRING, &o.checkpoint, "FILE",
-         "a language model's checkpoint (required)", NULL, 0, false, NULL, false},
+         "a language model's checkpoint (required)", NULL, 0, false, NULL, false, 0, false},
         {"--model", GP_CLI_STRING, &o.model, "NAME|FILE",
          "the model, for a file without model_config metadata", "the checkpoint's", 0, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--prompt", GP_CLI_STRING, &o.prompt, "TEXT", "the text to continue", "a newline", 0,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         {"--bytes", GP_CLI_INT, &o.nbytes, "N", "bytes to generate", "200", 1, false, NULL,
-         false},
+         false, 0, false},
         {"--temperature", GP_CLI_FLOAT, &o.temperature, "X",
-         "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false},
+         "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false, 0,
+         false},
         {"--seed", GP_CLI_U64, &o.seed, "S", "keys the draws: a seed always gives the same text",
-         "1", 0, false, NULL, false},
+         "1", 0, false, NULL, false, 0, false},
         {"--threads", GP_CLI_THREADS, &o.threads, "N",
          "threads of the device, at most the cores this process may use",
-         "the cores this process may use", 1, false, NULL, false},
+         "the cores this process may use", 1, false, NULL, false, 0, false},
     };
     const int n = (int)(sizeof tab / sizeof tab[0]);
     int rc = gp_cli_parse(tab, n, argc, argv, 2, "sample");

@@ -2,6 +2,7 @@
  * training: one table row per cell (layers, parameters, time, bytes by category) and the
  * predicted step time and bubble, optionally as a JSON report. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,14 +24,15 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_pipeline_options(pipe, &o->pipe, "1");
     gp_cli_opt tab[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
-         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false},
+         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
+         false},
         pipe[0], /* --stages */
         {"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
          "micro-batches per mini-batch (must divide --batch)", "1", 1, false, NULL,
-         false},
+         false, 0, false},
         {"--batch", GP_CLI_INT, &o->batch, "N",
          "examples per mini-batch (images or sequences)",
-         "128 classifier, 32 language model", 1, false, NULL, false},
+         "128 classifier, 32 language model", 1, false, NULL, false, 0, false},
         pipe[1], /* --schedule */
         pipe[2], /* --remat */
         pipe[3], /* --partition */
@@ -39,31 +41,31 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
         pipe[7], /* --chunks */
         {"--data-parallel", GP_CLI_INT, &o->data_parallel, "D",
          "replicas, each on its slice of the batch (a gradient all-reduce)", "1", 1, false, NULL,
-         false},
+         false, GP_MAX_DEVICES, false},
         {"--bandwidth", GP_CLI_FLOAT, &o->bandwidth, "GB/S",
          "links the collectives cross, to time them (0: count bytes only)", "10", 0, false, NULL,
-         false},
+         false, 0, false},
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "per-device bytes no cell may exceed (512M, 2GiB...)", "none", 0, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--threads", GP_CLI_INT, &o->threads, "N",
          "threads of each stage's device, which size its kernels' workspace (as train's "
          "--threads per stage)",
-         "1", 1, false, NULL, false},
+         "1", 1, false, NULL, false, GP_MAX_STAGE_THREADS, false},
         {"--optimizer", GP_CLI_CHOICE, &o->optimizer, "sgd|adamw",
          "state counted: sgd momentum 1, adamw 2 per param",
-         "sgd classifier, adamw language model", 0, false, "sgd|adamw", false},
+         "sgd classifier, adamw language model", 0, false, "sgd|adamw", false, 0, false},
         {"--gflops", GP_CLI_FLOAT, &o->gflops, "X",
          "rate turning FLOP estimates into seconds",
-         "measure a 2048^3 sgemm on 1 thread", 0, true, NULL, false},
+         "measure a 2048^3 sgemm on 1 thread", 0, true, NULL, false, 0, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
         {"--devices", GP_CLI_INT, &o->devices, "N",
          "search plans of D x K x T = N devices: every K, D, M (dividing --batch), schedule and "
          "remat mode not given; list the fastest that fit, then show the fastest in full",
-         "no search: the plan of the options given", 1, false, NULL, false},
+         "no search: the plan of the options given", 1, false, NULL, false, GP_MAX_DEVICES, false},
         {"--top", GP_CLI_INT, &o->top, "N", "with --devices: how many of the fastest to list", "5",
-         1, false, NULL, false},
+         1, false, NULL, false, 0, false},
     };
     memcpy(t, tab, sizeof tab);
     return NOPTS;
@@ -282,11 +284,6 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (rc != GP_CLI_EXIT_OK) goto done;
     const bool lm = gp_model_input_dtype(m) == GP_I32;
     if (!gp_cli_seen(tab, n, "--batch")) o.batch = lm ? 32 : 128;
-    if (o.threads > 1024) {
-        rc = gp_cli_usage_error("plan", "--threads %d: expected at most 1024 per device",
-                                o.threads);
-        goto done;
-    }
     if (o.batch % o.micro_batches != 0) {
         rc = gp_cli_usage_error("plan", "--micro-batches %d: must divide --batch %d",
                                 o.micro_batches, o.batch);
@@ -296,7 +293,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     po.data_parallel = o.data_parallel;
     po.link_gbytes_per_s = o.bandwidth;
     po.stage_threads = o.threads;
-    if (o.batch % (o.micro_batches * o.data_parallel) != 0) {
+    if (o.batch % ((int64_t)o.micro_batches * o.data_parallel) != 0) {
         rc = gp_cli_usage_error("plan", "--batch %d: must divide by --data-parallel %d x "
                                         "--micro-batches %d",
                                 o.batch, o.data_parallel, o.micro_batches);
@@ -329,8 +326,9 @@ int gp_cli_plan_main(int argc, char **argv) {
         po.layer_times = times;
         po.layer_times_split = split;
         /* every stage device at work at once runs each layer slower than the profile alone */
-        const int devices = po.stages * o.data_parallel *
-                            (po.tensor_parallel > 0 ? po.tensor_parallel : 1);
+        const int64_t mesh = (int64_t)po.stages * o.data_parallel *
+                             (po.tensor_parallel > 0 ? po.tensor_parallel : 1);
+        const int devices = mesh < INT_MAX ? (int)mesh : INT_MAX;
         if (gp_layer_times_contend(m, mb, devices, split ? 4 : 2, times, &contention) != GP_OK) {
             rc = gp_cli_fail("plan", "timing the layers on every device at once");
             free(times);

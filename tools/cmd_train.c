@@ -2,6 +2,7 @@
  * model and the trainer, then the classifier or language-model loop, the
  * summary and the JSON report. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,27 +36,29 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_mpi_options(mpi, &o->mpi);
     gp_cli_opt t[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
-         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false},
+         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
+         false},
         {"--data", GP_CLI_STRING, &o->data, "PATH",
          "IDX directory (classifier) or text file/directory (language model)",
-         GP_CLI_FASHION_DIR " or " GP_FORTUNES_DIR, 0, false, NULL, false},
+         GP_CLI_FASHION_DIR " or " GP_FORTUNES_DIR, 0, false, NULL, false, 0, false},
         {"--epochs", GP_CLI_INT, &o->epochs, "N", "passes over the training set (classifier)",
-         "1 if --steps is not given", 1, false, NULL, false},
+         "1 if --steps is not given", 1, false, NULL, false, 0, false},
         {"--steps", GP_CLI_INT, &o->steps, "N", "optimizer steps (instead of --epochs)",
-         "1000 for a language model", 1, false, NULL, false},
+         "1000 for a language model", 1, false, NULL, false, 0, false},
         {"--batch", GP_CLI_INT, &o->batch, "N",
          "mini-batch: images, or sequences of the model's length",
-         "128 classifier, 32 language model", 1, false, NULL, false},
+         "128 classifier, 32 language model", 1, false, NULL, false, 0, false},
         {"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
          "split each mini-batch into M micro-batches (must divide --batch)", "1", 1, false, NULL,
-         false},
+         false, 0, false},
         {"--plan", GP_CLI_CHOICE, &o->plan, "auto",
          "choose --stages, --micro-batches, --schedule and --remat (those not given) by the "
          "fastest simulated step that fits --memory-limit on --devices (gpipe plan --devices)",
-         "none", 0, false, "auto", false},
+         "none", 0, false, "auto", false, 0, false},
         {"--devices", GP_CLI_INT, &o->devices, "N",
          "with --plan auto: stage devices to plan for (K x T = N)",
-         "the cores this process may use / --threads", 1, false, NULL, false},
+         "the cores this process may use / --threads", 1, false, NULL, false, GP_MAX_DEVICES,
+         false},
         pipe[0], /* --stages */
         pipe[1], /* --schedule */
         pipe[2], /* --remat */
@@ -69,112 +72,118 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         mpi[2],  /* --comm-timeout */
         {"--trace", GP_CLI_STRING, &o->trace, "FILE.json",
          "with --stages: Chrome trace of the last step, one track per stage (Perfetto)", "none",
-         0, false, NULL, false},
+         0, false, NULL, false, 0, false},
         {"--timeline", GP_CLI_STRING, &o->timeline, "FILE.svg",
          "with --stages: SVG picture of the last step, stages as rows", "none", 0, false, NULL,
-         false},
+         false, 0, false},
         {"--optimizer", GP_CLI_CHOICE, &o->optimizer, "sgd|adamw", "optimizer",
-         "sgd classifier, adamw language model", 0, false, "sgd|adamw", false},
-        {"--lr", GP_CLI_FLOAT, &o->lr, "X", "peak learning rate", "0.05 sgd, 3e-4 adamw", 0, true,
-         NULL, false},
+         "sgd classifier, adamw language model", 0, false, "sgd|adamw", false, 0, false},
+        /* the float values the optimizer takes: --lr > 0 as a float too */
+        {"--lr", GP_CLI_FLOAT, &o->lr, "X", "peak learning rate", "0.05 sgd, 3e-4 adamw",
+         FLT_TRUE_MIN, false, NULL, false, FLT_MAX, false},
         {"--min-lr", GP_CLI_FLOAT, &o->min_lr, "X", "where the cosine schedule ends, at most --lr",
-         "0", 0, false, NULL, false},
+         "0", 0, false, NULL, false, FLT_MAX, false},
         {"--momentum", GP_CLI_FLOAT, &o->momentum, "X", "SGD momentum, in [0, 1)", "0.9", 0, false,
-         NULL, false},
+         NULL, false, 1, true},
         {"--weight-decay", GP_CLI_FLOAT, &o->weight_decay, "X",
          "weight decay of matrices (decoupled for adamw, L2 for sgd)", "0 sgd, 0.01 adamw", 0,
-         false, NULL, false},
+         false, NULL, false, FLT_MAX, false},
         {"--warmup", GP_CLI_INT, &o->warmup, "N", "steps of linear learning-rate warm-up",
-         "0 classifier; language model 100, at most a tenth of the steps", 0, false, NULL, false},
+         "0 classifier; language model 100, at most a tenth of the steps", 0, false, NULL, false, 0,
+         false},
         {"--lr-schedule", GP_CLI_CHOICE, &o->schedule, "constant|cosine",
          "after warm-up: constant, or cosine decay to the last step",
-         "constant classifier, cosine language model", 0, false, "constant|cosine", false},
+         "constant classifier, cosine language model", 0, false, "constant|cosine", false, 0,
+         false},
         {"--lr-cycles", GP_CLI_INT, &o->lr_cycles, "N",
          "with --lr-schedule cosine: N cosine cycles of equal length, each from --lr down to "
          "--min-lr (warm restarts), the warm-up at the start of the first; each cycle's last "
          "step is a model worth keeping (--checkpoint-every the cycle's steps; gpipe eval "
          "--ensemble averages such models)",
-         "1", 1, false, NULL, false},
+         "1", 1, false, NULL, false, 0, false},
         {"--clip", GP_CLI_FLOAT, &o->clip, "X", "clip the global gradient norm at X, 0: off",
-         "0 classifier, 1 language model", 0, false, NULL, false},
+         "0 classifier, 1 language model", 0, false, NULL, false, FLT_MAX, false},
         {"--label-smoothing", GP_CLI_FLOAT, &o->label_smoothing, "X",
          "train against targets smoothed by X in [0, 1): 1 - X + X/C on the label, X/C on each "
          "of the other C - 1 classes (PyTorch's CrossEntropyLoss label_smoothing); evaluation "
          "losses stay the plain cross-entropy",
-         "0", 0, false, NULL, false},
+         "0", 0, false, NULL, false, 1, true},
         {"--seed", GP_CLI_U64, &o->seed, "S", "seed of initialization, data order and sampling",
-         "1", 0, false, NULL, false},
+         "1", 0, false, NULL, false, 0, false},
         {"--device", GP_CLI_CHOICE, &o->device, "cpu|cuda",
          "where the stages compute: CPU devices, or CUDA GPUs (stage k on GPU k mod the GPUs "
          "visible; not yet run on a GPU: without one, exits 1 naming why)",
-         "cpu", 0, false, "cpu|cuda", false},
+         "cpu", 0, false, "cpu|cuda", false, 0, false},
         {"--threads", GP_CLI_THREADS, &o->threads, "N",
          "threads of each device (each stage with --stages), at most the cores this process "
          "may use; the same count gives the same bits",
          "the cores this process may use, shared among the stages; 1 per MPI rank", 1, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
          "fail cleanly past this many bytes on any device (K M G, KiB MiB GiB)", "none", 0, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--eval-every", GP_CLI_INT, &o->eval_every, "N", "also evaluate every N steps",
-         "classifier: after each epoch; language model: at the end", 1, false, NULL, false},
+         "classifier: after each epoch; language model: at the end", 1, false, NULL, false, 0,
+         false},
         {"--eval-size", GP_CLI_INT, &o->eval_size, "N",
          "test examples (classifier) or fixed validation windows (language model) to evaluate on",
-         "all 10000 test images; 128 windows", 1, false, NULL, false},
+         "all 10000 test images; 128 windows", 1, false, NULL, false, 0, false},
         {"--sample", GP_CLI_INT, &o->sample, "N",
          "after training, print N bytes generated by the language model", "none", 1, false, NULL,
-         false},
+         false, 0, false},
         {"--temperature", GP_CLI_FLOAT, &o->temperature, "X",
-         "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false},
+         "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false, 0,
+         false},
         {"--prompts", GP_CLI_STRING, &o->prompts, "FILE",
          "with --sample: one sample after each line of FILE (a UTF-8 text file; empty lines and "
          "lines starting with # skipped; at most 32 prompts)",
-         "one sample after a newline", 0, false, NULL, false},
+         "one sample after a newline", 0, false, NULL, false, 0, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
         {"--augment", GP_CLI_STRING, &o->augment, "none|crop|crop1|flip|crop-flip|crop1-flip",
          "classifier: crop: each training image shifted by -2..2 pixels each way (a random crop of "
          "it padded by 2 background pixels); crop1: by -1..1; flip: mirrored left-right with "
          "probability 1/2; crop-flip, crop1-flip: shifted and mirrored; drawn per (seed, step, "
          "image)",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
         {"--erase", GP_CLI_FLOAT, &o->erase, "P",
          "classifier: after --augment, with probability P in [0, 1] a random rectangle of each "
          "training image (2-33% of it, aspect ratio 0.3-3.3) set to the data's mean (random "
          "erasing, as torchvision's RandomErasing(p=P)); drawn per (seed, step, image)",
-         "0", 0, false, NULL, false},
+         "0", 0, false, NULL, false, 1, false},
         {"--tta", GP_CLI_STRING, &o->tta, "none|flip|flip-shift", GP_CLI_TTA_HELP, "none", 0,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         {"--metrics", GP_CLI_STRING, &o->metrics, "FILE.jsonl",
          "one JSON object per line: {\"type\":\"train\", step, loss, loss_mean, lr, "
          "tokens_per_s or images_per_s, train_s, elapsed_s, ...} at each logged step (--log-every) "
          "and {\"type\":\"eval\", step, loss, bits_per_byte or accuracy, ...} at each "
          "evaluation; flushed line by line, appended to on --resume",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
         {"--curve", GP_CLI_STRING, &o->curve, "FILE.svg",
          "SVG learning curve: training loss and evaluation figures against steps, rewritten "
          "after each evaluation (atomically)",
-         "none", 0, false, NULL, false},
+         "none", 0, false, NULL, false, 0, false},
         {"--log-every", GP_CLI_INT, &o->log_every, "N",
          "log line every N steps when stderr is not a terminal, and --metrics line every N steps", "about 20 lines per run", 1, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--quiet", GP_CLI_FLAG, &o->quiet, NULL, "no progress bar or step log lines", NULL, 0,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         /* checkpoints */
         {"--checkpoint-dir", GP_CLI_STRING, &o->ckpt_dir, "DIR",
          "write checkpoints DIR/ckpt-<step>.safetensors (created if missing)", "none", 0, false,
-         NULL, false},
+         NULL, false, 0, false},
         {"--checkpoint-every", GP_CLI_INT, &o->ckpt_every, "N",
          "with --checkpoint-dir: also a checkpoint every N steps", "only at the stop and the end",
-         1, false, NULL, false},
+         1, false, NULL, false, 0, false},
         {"--keep", GP_CLI_INT, &o->keep, "K",
-         "with --checkpoint-dir: keep only the newest K checkpoints", "3", 1, false, NULL, false},
+         "with --checkpoint-dir: keep only the newest K checkpoints", "3", 1, false, NULL, false, 0,
+         false},
         {"--resume", GP_CLI_FLAG, &o->resume, NULL,
          "continue from the newest checkpoint in --checkpoint-dir (none: start fresh)", "off", 0,
-         false, NULL, false},
+         false, NULL, false, 0, false},
         {"--stop-after", GP_CLI_INT, &o->stop_after, "N",
          "end this run after step N (--steps still sets the schedule)", "none", 1, false, NULL,
-         false},
+         false, 0, false},
     };
     int n = (int)(sizeof t / sizeof t[0]);
     for (int i = 0; i < NOPTS; i++) tab[i] = i < n ? t[i] : (gp_cli_opt){0};
@@ -290,9 +299,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         return gp_cli_usage_error("train", "--erase: only for image classifiers (float input), "
                                            "but --model %s is a language model",
                                   o->model);
-    if (SEEN("--erase") && !(o->erase >= 0 && o->erase <= 1))
-        return gp_cli_usage_error("train", "--erase %g: expected a probability in [0, 1]",
-                                  o->erase);
     t->erase = SEEN("--erase") ? o->erase : 0.0;
     if (SEEN("--tta") && lm)
         return gp_cli_usage_error("train", "--tta: only for image classifiers (float input), but "
@@ -335,7 +341,7 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     if (t->batch % t->micro_batches != 0)
         return gp_cli_usage_error("train", "--micro-batches %d: must divide --batch %d",
                                   t->micro_batches, t->batch);
-    if (t->batch % (t->micro_batches * t->place.data_parallel) != 0)
+    if (t->batch % ((int64_t)t->micro_batches * t->place.data_parallel) != 0)
         return gp_cli_usage_error("train",
                                   "--batch %d: must divide by --data-parallel %d x "
                                   "--micro-batches %d (each replica takes its slice)",
@@ -345,9 +351,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     const bool sgd = strcmp(t->optimizer, "sgd") == 0;
     if (SEEN("--momentum") && !sgd)
         return gp_cli_usage_error("train", "--momentum: only for --optimizer sgd");
-    if (SEEN("--momentum") && o->momentum >= 1.0)
-        return gp_cli_usage_error("train", "--momentum: expected a number in [0, 1), got %g",
-                                  o->momentum);
     t->momentum = SEEN("--momentum") ? o->momentum : 0.9;
     if (sgd && !SEEN("--momentum")) USED(" momentum=0.9");
     t->lr = SEEN("--lr") ? o->lr : (sgd ? 0.05 : 3e-4);
@@ -405,9 +408,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         }
     }
     gp_cli_mpi_apply(&t->place, &t->popts);
-    if (SEEN("--label-smoothing") && !(o->label_smoothing >= 0 && o->label_smoothing < 1))
-        return gp_cli_usage_error("train", "--label-smoothing %g: expected a number in [0, 1)",
-                                  o->label_smoothing);
     t->popts.label_smoothing = SEEN("--label-smoothing") ? o->label_smoothing : 0.0;
     t->threads = gp_cli_device_threads(SEEN("--threads") ? o->threads : 0,
                                        (t->stages > 0 ? t->stages : 1) * T,

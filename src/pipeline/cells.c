@@ -1,7 +1,7 @@
 /* The cells of a pipeline: one routine that turns the pipeline options into K contiguous cells,
  * shared by the planner and the runtime so that `gpipe plan` shows exactly the cells a training
- * run gets (same per-layer figures, same micro-batch size, same memory model, same schedule-aware
- * number of micro-batches in flight). */
+ * run gets (same per-layer figures, same micro-batch size, same memory model, and one memory
+ * check for every schedule: each stage's simulated peak, the figure the plan reports). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,13 +13,67 @@ const char *gp_balance_name(gp_balance b) {
     return b == GP_BALANCE_COST ? "cost" : b == GP_BALANCE_TIME ? "time" : "?";
 }
 
-int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M) {
-    /* Fill-drain stashes all M micro-batches; 1F1B's stage 0 at most K of them (later stages
-     * fewer: the partitioner counts each stage's, tapered), so min(K, M) bounds every stage of
-     * it; ZB-H1 keeps min(K, M) on every stage (up to each micro-batch's weight part).
-     * Interleaved: gp_cells_choose bounds each cell by its stage 0's peak over all its cells
-     * (below), since a cell holds at most what its stage does. */
-    return schedule != GP_SCHEDULE_GPIPE && schedule != GP_SCHEDULE_INTERLEAVED && K < M ? K : M;
+/* A point is at or above another in all four counts. */
+static bool covers(const gp_stash_point *a, const gp_stash_point *b) {
+    return a->fwd >= b->fwd && a->wgt >= b->wgt && a->bwd >= b->bwd && a->keep >= b->keep;
+}
+
+/* Adds q to p unless a point covers it, dropping the points it covers. */
+static gp_status profile_add(gp_stash_profile *p, gp_stash_point q) {
+    for (int i = 0; i < p->n; i++)
+        if (covers(&p->pt[i], &q)) return GP_OK;
+    int n = 0;
+    for (int i = 0; i < p->n; i++)
+        if (!covers(&q, &p->pt[i])) p->pt[n++] = p->pt[i];
+    p->n = n;
+    if (p->n == p->cap) {
+        const int cap = p->cap ? 2 * p->cap : 8;
+        gp_stash_point *pt = realloc(p->pt, (size_t)cap * sizeof *pt);
+        if (!pt) return gp_error(GP_OUT_OF_MEMORY, "stash profile: %d points", cap);
+        p->pt = pt;
+        p->cap = cap;
+    }
+    p->pt[p->n++] = q;
+    return GP_OK;
+}
+
+gp_status gp_stash_profiles(const gp_schedule *s, gp_stash_profile *out) {
+    const int V = s->chunks > 1 ? s->chunks : 1;
+    gp_status st = GP_OK;
+    for (int k = 0; st == GP_OK && k < s->stages; k++) {
+        /* the replay's stash of each chunk: forwarded, and waiting for the weight part */
+        int f[GP_SCHEDULE_MAX_CHUNKS] = {0}, w[GP_SCHEDULE_MAX_CHUNKS] = {0};
+        for (int v = 0; st == GP_OK && v < V; v++)
+            st = profile_add(&out[gp_schedule_cell(s, k, v)], (gp_stash_point){0});
+        for (int i = 0; st == GP_OK && i < s->stage[k].n; i++) {
+            const gp_action *a = &s->stage[k].a[i];
+            const int v = a->chunk;
+            gp_stash_profile *p = &out[gp_schedule_cell(s, k, v)];
+            switch (a->kind) {
+            case GP_ACT_FORWARD: f[v]++; break;
+            case GP_ACT_BACKWARD:
+                st = profile_add(p, (gp_stash_point){f[v], w[v], 1, w[v]});
+                f[v]--;
+                break;
+            case GP_ACT_BACKWARD_INPUT:
+                /* its keep_bytes on top, then held with the input to the weight part */
+                st = profile_add(p, (gp_stash_point){f[v], w[v], 1, w[v] + 1});
+                f[v]--, w[v]++;
+                break;
+            case GP_ACT_BACKWARD_WEIGHT: w[v]--; break;
+            default: continue;
+            }
+            if (st == GP_OK) st = profile_add(p, (gp_stash_point){f[v], w[v], 0, w[v]});
+        }
+    }
+    return st;
+}
+
+void gp_stash_profiles_free(gp_stash_profile *p, int n) {
+    for (int i = 0; p && i < n; i++) {
+        free(p[i].pt);
+        p[i] = (gp_stash_profile){0};
+    }
 }
 
 /* a + b, or UINT64_MAX where it would wrap (the memory model's sums saturate) */
@@ -30,11 +84,12 @@ void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
                             const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
                             uint64_t *stage_total) {
     const int S = s->stages, V = s->chunks, ncells = S * V;
-    /* a split backward holds its state to the weight part: the transient of HELD */
+    /* the static bytes, transient and messages; the activations are the simulation's */
     const bool split = gp_schedule_kind_splits(schedule);
+    const gp_stash_profile none = {0};
     for (int c = 0; c < ncells; c++) {
         const int e = c + 1 < ncells ? first[c + 1] : L;
-        out[c] = gp_cell_memory(est, first[c], e, L, 1, split ? GP_REMAT_HELD : cell_remat[c]);
+        out[c] = gp_cell_memory_at(est, first[c], e, L, &none, cell_remat[c], split);
     }
     for (int k = 0; k < S; k++) {
         int largest = -1; /* the stage's cell with the largest transient, the first of equals */
@@ -167,33 +222,102 @@ static gp_status choose_first(const gp_partition_req *req, const gp_pipeline_opt
     return V > 1 ? balance_stages(req, po->schedule, V, first, req->cell_remat) : GP_OK;
 }
 
-/* Whether every stage's cells fit po's limit together (gp_cells_memory's shares). */
+/* The one memory check of every schedule: each stage's cells (modes cell_remat) within po's
+ * limit together, at their stage's simulated peak (gp_cells_memory, the figures the plan shows).
+ * *fullest: the fullest stage's bytes. */
 static gp_status stages_fit(const gp_layer_est *est, int L, const int *first,
                             const gp_remat *cell_remat, int K, int M, const gp_pipeline_opts *po,
                             int V, uint64_t *fullest) {
-    gp_remat *modes = malloc((size_t)K * sizeof *modes);
     gp_cell_mem *mem = malloc((size_t)K * sizeof *mem);
     uint64_t *stage = malloc((size_t)K * sizeof *stage);
-    gp_status s = modes && mem && stage ? GP_OK
-                                        : gp_error(GP_OUT_OF_MEMORY, "cells: %d cells", K);
-    /* each cell's mode as gp_cells_choose leaves it: a split backward's CELL or NONE as asked
-     * (SELECTIVE: NONE), else SELECTIVE's own per cell */
-    const bool split = gp_schedule_kind_splits(po->schedule);
-    for (int c = 0; s == GP_OK && c < K; c++)
-        modes[c] = split ? (po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE)
-                   : po->remat == GP_REMAT_SELECTIVE ? cell_remat[c]
-                                                     : po->remat;
-    if (s == GP_OK) s = gp_cells_memory(est, L, first, modes, K, M, po->schedule, V, mem, stage);
+    gp_status s = mem && stage ? GP_OK : gp_error(GP_OUT_OF_MEMORY, "cells: %d cells", K);
+    if (s == GP_OK)
+        s = gp_cells_memory(est, L, first, cell_remat, K, M, po->schedule, V, mem, stage);
+    int worst = 0;
     for (int k = 0; s == GP_OK && k < K / V; k++)
-        if (stage[k] > *fullest) *fullest = stage[k];
-    for (int k = 0; s == GP_OK && k < K / V; k++)
-        if (stage[k] > po->memory_limit)
-            s = gp_error(GP_MEMORY_LIMIT, "stage %d's %d cells need %llu bytes together", k, V,
-                         (unsigned long long)stage[k]);
-    free(modes);
+        if (stage[k] > stage[worst]) worst = k;
+    if (s == GP_OK) *fullest = stage[worst];
+    if (s == GP_OK && stage[worst] > po->memory_limit) {
+        char need[48], lim[48], over[48];
+        s = gp_error(GP_MEMORY_LIMIT,
+                     "stage %d's %d cell%s need %s together at the stage's simulated peak, over "
+                     "the %s per-device limit by %s",
+                     worst, V, V == 1 ? "" : "s", gp_plan_bytes_str(stage[worst], need, sizeof need),
+                     gp_plan_bytes_str(po->memory_limit, lim, sizeof lim),
+                     gp_plan_bytes_str(stage[worst] - po->memory_limit, over, sizeof over));
+    }
     free(mem);
     free(stage);
     return s;
+}
+
+/* SELECTIVE's modes for the cells first: CELL everywhere, then, cell after cell, NONE wherever
+ * its stage still fits so. */
+static gp_status selective_modes(const gp_layer_est *est, int L, const int *first,
+                                 gp_remat *cell_remat, int K, int M, const gp_pipeline_opts *po,
+                                 int V, uint64_t *fullest) {
+    for (int c = 0; c < K; c++) cell_remat[c] = GP_REMAT_CELL;
+    GP_TRY(stages_fit(est, L, first, cell_remat, K, M, po, V, fullest));
+    for (int c = 0; c < K; c++) {
+        cell_remat[c] = GP_REMAT_NONE;
+        uint64_t b;
+        if (stages_fit(est, L, first, cell_remat, K, M, po, V, &b) == GP_OK)
+            *fullest = b;
+        else
+            cell_remat[c] = GP_REMAT_CELL;
+    }
+    return GP_OK;
+}
+
+/* The cells of req within po's limit, checked by stages_fit for every schedule. With one cell
+ * per stage the partitioner's own check is that exactly (each cell on its schedule's profile),
+ * so its cells are the answer. With V per stage it checks cells alone, and the stages are checked
+ * after it, trying in turn: the cells balanced without a limit (the fastest, so the answer
+ * whenever they fit), within the whole limit each, and within a V-th of it each (which fits
+ * whenever it partitions: the cells' largest points add up to at least their stage's peak; a
+ * limit under V bytes has no V-th); SELECTIVE where its own modes fail takes its cells' CELL and
+ * NONE by selective_modes, and then tries CELL's cells the same way, so that it never fits less
+ * than CELL. The error kept is that of the most constrained try (*together: the fullest stage of
+ * the whole limit's cells, 0 if they were not made; *share: whether that try was a V-th's). */
+static gp_status choose_within(const gp_partition_req *base, const gp_pipeline_opts *po, int M,
+                               int V, int *first, uint64_t *together, bool *share) {
+    const gp_layer_est *est = base->layers;
+    const int L = base->nlayers, K = base->stages;
+    const uint64_t limit = po->memory_limit;
+    gp_partition_req req = *base;
+    uint64_t fullest = 0;
+    *together = 0;
+    *share = false;
+    if (V == 1 || !limit) {
+        GP_TRY(choose_first(&req, po, K, V, first));
+        return limit ? stages_fit(est, L, first, req.cell_remat, K, M, po, V, &fullest) : GP_OK;
+    }
+    const uint64_t tries[3] = {0, limit, limit / V};
+    const int ntries = po->partition ? 1 : limit / V ? 3 : 2;
+    const bool sel = po->remat == GP_REMAT_SELECTIVE;
+    gp_status kept = GP_OK;
+    char why[2048] = "";
+    for (int mode = 0; mode < (sel ? 2 : 1); mode++)
+        for (int t = 0; t < ntries; t++) {
+            req.remat = mode ? GP_REMAT_CELL : po->remat;
+            req.mem_limit = tries[t];
+            gp_status s = choose_first(&req, po, K, V, first);
+            const bool parted = s == GP_OK;
+            if (parted && !mode) {
+                s = stages_fit(est, L, first, req.cell_remat, K, M, po, V, &fullest);
+                if (t == 1) *together = fullest;
+            }
+            if (parted && sel && (mode || s == GP_MEMORY_LIMIT))
+                s = selective_modes(est, L, first, req.cell_remat, K, M, po, V, &fullest);
+            if (s == GP_OK) return GP_OK;
+            if (s != GP_MEMORY_LIMIT) return s;
+            if (mode == 0 && t == ntries - 1) {
+                kept = s;
+                *share = t == 2;
+                snprintf(why, sizeof why, "%s", gp_last_error());
+            }
+        }
+    return gp_error(kept, "%s", why);
 }
 
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
@@ -240,68 +364,53 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     }
     int V;
     GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, &V));
-    int in_flight = gp_cells_in_flight(po->schedule, K, M);
-    if (V > 1) {
-        /* Interleaved: stage 0 (of S = K / V) runs 2 (S - 1) + (V - 1) S warm-up forwards, then
-         * one more before each backward, over its V cells; ZBV holds at most 2 S on a stage.
-         * No cell holds more than its stage, nor more than M: each cell alone is bounded so,
-         * then its stage's cells are checked together (below). */
-        const int S = K / V;
-        const int peak = po->schedule == GP_SCHEDULE_ZBV ? 2 * S : 2 * (S - 1) + (V - 1) * S + 1;
-        in_flight = peak < M ? peak : M;
-    }
-    /* A split backward holds each micro-batch's state to its weight part, recomputed or not:
-     * the memory of HELD for every cell, whose time is that of the mode asked for (SELECTIVE:
-     * NONE, which then costs no more memory). */
-    const bool split = gp_schedule_kind_splits(po->schedule);
-    /* 1F1B's stage k stashes min(K - k, M): the partitioner counts each stage's own */
-    const bool tapered = po->schedule == GP_SCHEDULE_1F1B;
-    gp_partition_req req = {.layers = est,
-                            .nlayers = L,
-                            .stages = K,
-                            .micro_batches = tapered ? M : in_flight,
-                            .tapered = tapered,
-                            .remat = split ? GP_REMAT_HELD : po->remat,
-                            .mem_limit = po->memory_limit / (uint64_t)V,
-                            .cell_remat = cell_remat};
-    gp_status s = GP_OK;
-    bool chosen = false;
+    /* each cell's points of its stage's order of actions: what the memory model counts */
+    const int S = K / V;
+    gp_schedule sched = {0};
+    gp_stash_profile *prof = calloc((size_t)K, sizeof *prof);
+    gp_status s = prof ? GP_OK : gp_error(GP_OUT_OF_MEMORY, "cells: %d profiles", K);
+    if (s == GP_OK)
+        s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), S, M, V, &sched);
+    if (s == GP_OK) s = gp_stash_profiles(&sched, prof);
+    gp_schedule_free(&sched);
+    const gp_partition_req req = {.layers = est,
+                                  .nlayers = L,
+                                  .stages = K,
+                                  .micro_batches = M,
+                                  .profile = prof,
+                                  .split = gp_schedule_kind_splits(po->schedule),
+                                  .remat = po->remat,
+                                  .mem_limit = po->memory_limit,
+                                  .cell_remat = cell_remat};
     uint64_t together = 0; /* the fullest stage's cells balanced within the whole limit */
-    if (V > 1 && po->memory_limit) {
-        /* First each cell within the whole limit, then the stages checked exactly: each one's
-         * cells' shares of its simulated peak together. Where that fails, each cell within a
-         * V-th of it (below), which needs no check. */
-        gp_partition_req whole = req;
-        whole.mem_limit = po->memory_limit;
-        s = choose_first(&whole, po, K, V, first);
-        if (s == GP_OK) s = stages_fit(est, L, first, cell_remat, K, M, po, V, &together);
-        chosen = s == GP_OK;
-    }
-    if (!chosen) s = choose_first(&req, po, K, V, first);
-    for (int k = 0; split && cell_remat && s == GP_OK && k < K; k++)
-        cell_remat[k] = po->remat == GP_REMAT_CELL ? GP_REMAT_CELL : GP_REMAT_NONE;
-    if (s != GP_OK && V > 1 && together)
+    bool share = false;
+    if (s == GP_OK) s = choose_within(&req, po, M, V, first, &together, &share);
+    gp_stash_profiles_free(prof, K);
+    free(prof);
+    if (s != GP_OK && share && together)
         gp_error_context(s,
                          "schedule %s: each of a stage's %d cells planned with 1/%d of the "
-                         "device's limit and %d of the M = %d micro-batches in flight (balanced "
-                         "within the whole limit, a stage's cells needed %llu bytes together)",
-                         gp_schedule_kind_name(po->schedule), V, V, in_flight, M,
-                         (unsigned long long)together);
+                         "device's limit (balanced within the whole limit, a stage's cells needed "
+                         "%llu bytes together)",
+                         gp_schedule_kind_name(po->schedule), V, V, (unsigned long long)together);
+    else if (s != GP_OK && share)
+        gp_error_context(s, "schedule %s: each of a stage's %d cells planned with 1/%d of the "
+                            "device's limit",
+                         gp_schedule_kind_name(po->schedule), V, V);
     else if (s != GP_OK && V > 1)
-        gp_error_context(s,
-                         "schedule %s: each of a stage's %d cells planned with 1/%d of the "
-                         "device's limit and %d of the M = %d micro-batches in flight",
-                         gp_schedule_kind_name(po->schedule), V, V, in_flight, M);
-    else if (s != GP_OK && tapered)
+        gp_error_context(s, "schedule %s: a stage's %d cells planned together",
+                         gp_schedule_kind_name(po->schedule), V);
+    else if (s != GP_OK && po->schedule == GP_SCHEDULE_1F1B)
         gp_error_context(s,
                          "schedule 1f1b: stage k keeps at most min(K - k, M) of the M = %d "
                          "micro-batches in flight",
                          M);
-    else if (s != GP_OK && in_flight != M)
+    else if (s != GP_OK && po->schedule == GP_SCHEDULE_ZBH1)
         gp_error_context(s,
-                         "schedule %s keeps at most min(K, M) = %d of the M = %d micro-batches "
-                         "in flight per stage",
-                         gp_schedule_kind_name(po->schedule), in_flight, M);
+                         "schedule zbh1: stage k keeps at most min(K - k, M) of the M = %d "
+                         "micro-batches between forward and input backward, and as many waiting "
+                         "for their weight parts",
+                         M);
     if (s != GP_OK)
         gp_error_context(s, "micro-batches of %lld example%s", (long long)micro_batch_size,
                          micro_batch_size == 1 ? "" : "s");

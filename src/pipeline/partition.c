@@ -1,6 +1,7 @@
-/* The memory model of a cell and the exact balanced partitioner: a dynamic program over suffixes
- * (fewest cells for the rest of the layers) that minimizes the slowest cell under a per-device
- * byte limit and breaks ties towards the lexicographically smallest boundaries. */
+/* The memory model of a cell at the points of its schedule's profile, and the exact balanced
+ * partitioner: a dynamic program over suffixes (fewest cells for the rest of the layers) that
+ * minimizes the slowest cell under a per-device byte limit and breaks ties towards the
+ * lexicographically smallest boundaries. */
 #include "pipeline/partition.h"
 
 #include <errno.h>
@@ -17,7 +18,6 @@ const char *gp_remat_name(gp_remat r) {
     return r == GP_REMAT_CELL        ? "cell"
            : r == GP_REMAT_NONE      ? "none"
            : r == GP_REMAT_SELECTIVE ? "selective"
-           : r == GP_REMAT_HELD      ? "held to the weight part"
                                      : "?";
 }
 
@@ -44,27 +44,38 @@ char *gp_plan_bytes_str(uint64_t nbytes, char *buf, size_t n) {
     return buf;
 }
 
+
 /* ------------------------------------------------------------ memory model */
 
-/* The model grows a cell one layer at a time in O(1) (cell_acc below, which the partitioner uses):
- * base = head(first) + sum over its layers of per_layer(l), plus the backward's transient peak
- * and the messages; gp_cell_memory spells out the same terms by category. Keep them together. */
+/* A cell's bytes grow one layer at a time in O(points) (cell_acc below, which the partitioner
+ * uses): the static bytes, state and keep_bytes summed, the largest point of the profile over
+ * them, the backward's transient peak and the messages; gp_cell_memory_at spells out the same
+ * terms by category. Keep them together. */
 static uint64_t mem_state(const gp_layer_est *l) { return sat_add(l->out_bytes, l->saved_bytes); }
 
-/* HELD: in_flight micro-batches between forward and input part and as many between input and
- * weight part, each holding its input. */
-static uint64_t mem_head(const gp_layer_est *first, int in_flight, gp_remat remat) {
-    const uint64_t n = (uint64_t)in_flight * (remat == GP_REMAT_HELD ? 2 : 1);
-    return sat_mul(n, first->in_bytes);
+/* The activations at one point (partition.h): *stash, and *work, the state rebuilt for the
+ * running backward (CELL); returns their sum. */
+static uint64_t act_at(const gp_stash_point *p, uint64_t in, uint64_t state, uint64_t keep,
+                       gp_remat remat, uint64_t *stash, uint64_t *work) {
+    const uint64_t held = (uint64_t)p->fwd + (uint64_t)p->wgt;
+    *stash = sat_add(sat_mul(held, in), sat_mul((uint64_t)p->keep, keep));
+    if (remat == GP_REMAT_NONE) *stash = sat_add(*stash, sat_mul((uint64_t)p->fwd, state));
+    *work = remat == GP_REMAT_CELL ? sat_mul((uint64_t)p->bwd, state) : 0;
+    return sat_add(*stash, *work);
 }
 
-static uint64_t mem_per_layer(const gp_layer_est *l, int in_flight, gp_remat remat) {
-    uint64_t s = sat_add(sat_add(l->param_bytes, l->grad_bytes), l->optim_bytes);
-    if (remat == GP_REMAT_HELD)
-        return sat_add(s, sat_mul((uint64_t)in_flight, sat_add(mem_state(l), l->keep_bytes)));
-    /* NONE keeps every micro-batch's state; CELL rebuilds one micro-batch's during backward. */
-    uint64_t w = remat == GP_REMAT_NONE ? (uint64_t)in_flight : 1;
-    return sat_add(s, sat_mul(w, mem_state(l)));
+/* The profile's largest activations: their sum, split into *stash and *work; *at: the point
+ * (-1 for a profile of none). The first of equal points. */
+static uint64_t act_max(const gp_stash_profile *pr, uint64_t in, uint64_t state, uint64_t keep,
+                        gp_remat remat, uint64_t *stash, uint64_t *work, int *at) {
+    uint64_t best = 0, s, w;
+    *stash = *work = 0;
+    *at = -1;
+    for (int i = 0; i < pr->n; i++) {
+        const uint64_t v = act_at(&pr->pt[i], in, state, keep, remat, &s, &w);
+        if (*at < 0 || v > best) best = v, *stash = s, *work = w, *at = i;
+    }
+    return best;
 }
 
 /* The backward's transient bytes, grown one layer at a time. Backward through layer i of a
@@ -81,7 +92,7 @@ static int64_t clamp_bytes(uint64_t b) { return b > (uint64_t)TRANSIENT_CAP ? TR
 
 typedef struct transient_acc {
     int first, last;         /* layers so far, first..last (last < first: none) */
-    bool held;               /* HELD: the state above i is not released (above_i = 0) */
+    bool held;               /* split: the state above i is not released (above_i = 0) */
     int64_t g_last;          /* g of layer last */
     int64_t m_first;         /* g_first - above_first */
     int64_t m_mid;           /* max over first < i < last of g_i - above_i */
@@ -94,11 +105,10 @@ static int64_t mem_g(const gp_layer_est *l, int i, int first) {
     return clamp_bytes(l->out_bytes) + clamp_bytes(dx) + clamp_bytes(l->ws_bytes);
 }
 
-static transient_acc transient_start(const gp_layer_est *ly, int first, gp_remat remat) {
-    return (transient_acc){.first = first, .last = first - 1, .held = remat == GP_REMAT_HELD,
+static transient_acc transient_start(const gp_layer_est *ly, int first, bool split) {
+    return (transient_acc){.first = first, .last = first - 1, .held = split,
                            .x = first > 0 ? clamp_bytes(ly[first].in_bytes) : 0};
 }
-
 static void transient_grow(transient_acc *t, const gp_layer_est *l) {
     const int i = t->last + 1;
     const int64_t state = t->held ? 0 : clamp_bytes(mem_state(l)), g = mem_g(l, i, t->first);
@@ -137,52 +147,64 @@ static uint64_t mem_messages(const gp_layer_est *ly, int first, int end, int nla
     return m;
 }
 
-/* A cell [first, end) grown one layer at a time. Only the base never shrinks as the cell grows
- * (the transient may: a layer with a smaller output gradient on top), so a partitioner may stop
- * growing a cell once its base is over the limit; the total adds the transient and the
- * messages. */
+/* A cell [first, end) grown one layer at a time at the points of its profile. Only its base (the
+ * static bytes and the activations) never shrinks as the cell grows (the transient may: a layer
+ * with a smaller output gradient on top), so a partitioner may stop growing a cell once its base
+ * is over the limit; the total adds the transient and the messages. */
 typedef struct cell_acc {
     const gp_layer_est *ly;
-    int end, in_flight;
-    gp_remat remat;
-    uint64_t base;
+    const gp_stash_profile *prof;
+    int end;
+    uint64_t stat, state, keep; /* static bytes, state and keep_bytes of the layers so far */
     transient_acc t;
 } cell_acc;
 
-static cell_acc acc_start(const gp_layer_est *ly, int first, int in_flight, gp_remat remat) {
-    return (cell_acc){.ly = ly, .end = first, .in_flight = in_flight, .remat = remat,
-                      .base = mem_head(&ly[first], in_flight, remat),
-                      .t = transient_start(ly, first, remat)};
+static cell_acc acc_start(const gp_layer_est *ly, int first, const gp_stash_profile *prof,
+                          bool split) {
+    return (cell_acc){.ly = ly, .prof = prof, .end = first,
+                      .t = transient_start(ly, first, split)};
 }
 
 static void acc_grow(cell_acc *a) {
     const gp_layer_est *l = &a->ly[a->end];
-    a->base = sat_add(a->base, mem_per_layer(l, a->in_flight, a->remat));
+    a->stat = sat_add(a->stat, sat_add(sat_add(l->param_bytes, l->grad_bytes), l->optim_bytes));
+    a->state = sat_add(a->state, mem_state(l));
+    a->keep = sat_add(a->keep, l->keep_bytes);
     transient_grow(&a->t, l);
     a->end++;
 }
 
-static uint64_t acc_total(const cell_acc *a, int nlayers) {
-    return sat_add(sat_add(a->base, transient_bytes(&a->t)),
+/* The activations at the profile's largest point; *at: which point. */
+static uint64_t acc_act(const cell_acc *a, gp_remat remat, int *at) {
+    uint64_t stash, work;
+    return act_max(a->prof, a->ly[a->t.first].in_bytes, a->state, a->keep, remat, &stash, &work,
+                   at);
+}
+
+static uint64_t acc_base(const cell_acc *a, gp_remat remat) {
+    int at;
+    return sat_add(a->stat, acc_act(a, remat, &at));
+}
+
+static uint64_t acc_total(const cell_acc *a, int nlayers, gp_remat remat) {
+    return sat_add(sat_add(acc_base(a, remat), transient_bytes(&a->t)),
                    mem_messages(a->ly, a->t.first, a->end, nlayers));
 }
 
-/* A candidate cell under a request's remat mode, grown one layer at a time: its time and, for
- * SELECTIVE, both ways of keeping its activations, to take NONE (no recomputation) whenever it
- * fits and CELL otherwise. A recomputing cell's time counts its second forward, so the balance
- * sees what the recomputation costs; CELL and NONE modes balance forward + backward as before
- * (every cell pays alike). */
+/* A candidate cell under a request's remat mode, grown one layer at a time: its time and memory,
+ * and for SELECTIVE both ways of keeping its activations, to take NONE (no recomputation)
+ * whenever it fits and CELL otherwise. A recomputing cell's time counts its second forward, so
+ * the balance sees what the recomputation costs; CELL and NONE modes balance forward + backward
+ * as before (every cell pays alike). */
 typedef struct cell_fit {
     gp_remat mode;
-    cell_acc a;    /* the mode's memory (SELECTIVE: CELL's, the smaller) */
-    cell_acc none; /* SELECTIVE only: NONE's */
-    double t, f;   /* forward + backward, and forward alone, summed left to right */
+    cell_acc a;
+    double t, f; /* forward + backward, and forward alone, summed left to right */
 } cell_fit;
 
-static cell_fit fit_start(const gp_layer_est *ly, int first, int in_flight, gp_remat mode) {
-    const bool sel = mode == GP_REMAT_SELECTIVE;
-    return (cell_fit){.mode = mode, .a = acc_start(ly, first, in_flight, sel ? GP_REMAT_CELL : mode),
-                      .none = acc_start(ly, first, in_flight, GP_REMAT_NONE)};
+static cell_fit fit_start(const gp_layer_est *ly, int first, const gp_stash_profile *prof,
+                          bool split, gp_remat mode) {
+    return (cell_fit){.mode = mode, .a = acc_start(ly, first, prof, split)};
 }
 
 static void fit_grow(cell_fit *x) {
@@ -190,35 +212,40 @@ static void fit_grow(cell_fit *x) {
     x->t += gp_layer_est_time(l);
     x->f += l->fwd_time;
     acc_grow(&x->a);
-    if (x->mode == GP_REMAT_SELECTIVE) acc_grow(&x->none);
 }
 
-/* Once over the limit, every larger cell is too: the base never shrinks (and SELECTIVE's CELL
- * base is the smaller of its two: one micro-batch's state against in_flight of them). */
-static bool fit_hopeless(const cell_fit *x, uint64_t limit) { return x->a.base > limit; }
+/* The mode whose memory decides whether a cell can fit: SELECTIVE's CELL, the smaller of its
+ * two (a point's running backward is among its stashed micro-batches: bwd <= fwd). */
+static gp_remat leanest(gp_remat mode) {
+    return mode == GP_REMAT_SELECTIVE ? GP_REMAT_CELL : mode;
+}
+
+/* Once over the limit, every larger cell is too: the base never shrinks. */
+static bool fit_hopeless(const cell_fit *x, uint64_t limit) {
+    return acc_base(&x->a, leanest(x->mode)) > limit;
+}
 
 /* The cell's time under the limit and the mode it takes (*how), or INFINITY when it fits no
  * way the mode allows. */
 static double fit_cost(const cell_fit *x, int nlayers, uint64_t limit, gp_remat *how) {
     const bool sel = x->mode == GP_REMAT_SELECTIVE;
-    if (sel && acc_total(&x->none, nlayers) <= limit) {
+    if (sel && acc_total(&x->a, nlayers, GP_REMAT_NONE) <= limit) {
         *how = GP_REMAT_NONE;
         return x->t;
     }
-    if (acc_total(&x->a, nlayers) <= limit) {
-        *how = sel ? GP_REMAT_CELL : x->mode;
+    if (acc_total(&x->a, nlayers, leanest(x->mode)) <= limit) {
+        *how = leanest(x->mode);
         return sel ? x->t + x->f : x->t;
     }
     return INFINITY;
 }
 
-gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int nlayers,
-                           int in_flight, gp_remat remat) {
+gp_cell_mem gp_cell_memory_at(const gp_layer_est *layers, int first, int end, int nlayers,
+                              const gp_stash_profile *profile, gp_remat remat, bool split) {
     gp_cell_mem c = {0};
-    if (!layers || first < 0 || end <= first || end > nlayers) return c;
-    if (in_flight < 0) in_flight = 0;
+    if (!layers || !profile || first < 0 || end <= first || end > nlayers) return c;
     uint64_t state = 0, keep = 0;
-    transient_acc t = transient_start(layers, first, remat);
+    transient_acc t = transient_start(layers, first, split);
     for (int i = first; i < end; i++) {
         c.params = sat_add(c.params, layers[i].param_bytes);
         c.grads = sat_add(c.grads, layers[i].grad_bytes);
@@ -227,18 +254,20 @@ gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int n
         keep = sat_add(keep, layers[i].keep_bytes);
         transient_grow(&t, &layers[i]);
     }
+    int at;
+    act_max(profile, layers[first].in_bytes, state, keep, remat, &c.stash, &c.work, &at);
     c.transient = transient_bytes(&t);
-    c.stash = mem_head(&layers[first], in_flight, remat);
-    if (remat == GP_REMAT_HELD)
-        c.stash = sat_add(c.stash, sat_mul((uint64_t)in_flight, sat_add(state, keep)));
-    else if (remat == GP_REMAT_NONE)
-        c.stash = sat_add(c.stash, sat_mul((uint64_t)in_flight, state));
-    else
-        c.work = state;
     c.messages = mem_messages(layers, first, end, nlayers);
     c.total = sat_add(sat_add(sat_add(c.params, c.grads), sat_add(c.optim, c.stash)), c.work);
     c.total = sat_add(c.total, sat_add(c.transient, c.messages));
     return c;
+}
+
+gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int nlayers,
+                           int in_flight, gp_remat remat) {
+    gp_stash_point p = {.fwd = in_flight > 0 ? in_flight : 0, .bwd = 1};
+    const gp_stash_profile one = {.pt = &p, .n = 1, .cap = 1};
+    return gp_cell_memory_at(layers, first, end, nlayers, &one, remat, false);
 }
 
 double gp_cell_time(const gp_layer_est *layers, int first, int end) {
@@ -300,6 +329,7 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
     return GP_OK;
 }
 
+
 /* ------------------------------------------------------------ partitioner */
 
 static gp_status check_req(const gp_partition_req *r) {
@@ -317,12 +347,20 @@ static gp_status check_req(const gp_partition_req *r) {
     if (r->micro_batches < 1)
         return gp_error(GP_INVALID_ARGUMENT, "partition: M = %d micro-batches, expected >= 1",
                         r->micro_batches);
-    if (r->remat != GP_REMAT_CELL && r->remat != GP_REMAT_NONE &&
-        r->remat != GP_REMAT_SELECTIVE && r->remat != GP_REMAT_HELD)
+    if (r->remat != GP_REMAT_CELL && r->remat != GP_REMAT_NONE && r->remat != GP_REMAT_SELECTIVE)
         return gp_error(GP_INVALID_ARGUMENT,
                         "partition: unknown remat mode %d (expected %d cell, %d none or %d "
                         "selective)",
                         (int)r->remat, GP_REMAT_CELL, GP_REMAT_NONE, GP_REMAT_SELECTIVE);
+    for (int k = 0; r->profile && k < r->stages; k++)
+        for (int i = 0; i < r->profile[k].n; i++) {
+            const gp_stash_point *p = &r->profile[k].pt[i];
+            if (p->fwd < 0 || p->wgt < 0 || p->bwd < 0 || p->keep < 0)
+                return gp_error(GP_INVALID_ARGUMENT,
+                                "partition: cell %d's point %d holds %d, %d, %d and %d "
+                                "micro-batches; expected counts >= 0",
+                                k, i, p->fwd, p->wgt, p->bwd, p->keep);
+        }
     for (int i = 0; i < r->nlayers; i++) {
         double t = gp_layer_est_time(&r->layers[i]);
         if (!isfinite(t) || r->layers[i].fwd_time < 0 || r->layers[i].bwd_time < 0)
@@ -336,51 +374,96 @@ static gp_status check_req(const gp_partition_req *r) {
 
 static const char *kind_of(const gp_layer_est *l) { return l->kind ? l->kind : "layer"; }
 
-/* Micro-batches stage k stashes at most under the request. */
+/* Micro-batches stage k stashes at most under a request without a profile. */
 static int stage_in_flight(const gp_partition_req *r, int k) {
     return r->tapered && r->stages - k < r->micro_batches ? r->stages - k : r->micro_batches;
 }
 
+/* The request's profiles: its own, or one point per cell from micro_batches and tapered, in
+ * *owned (the caller frees it). */
+static gp_status req_profiles(const gp_partition_req *r, const gp_stash_profile **out,
+                              gp_stash_profile **owned) {
+    *owned = NULL;
+    *out = r->profile;
+    if (r->profile) return GP_OK;
+    const int K = r->stages;
+    gp_stash_profile *p = malloc((size_t)K * (sizeof *p + sizeof(gp_stash_point)));
+    if (!p) return gp_error(GP_OUT_OF_MEMORY, "partition: no memory for %d cells", K);
+    gp_stash_point *pt = (gp_stash_point *)(p + K);
+    for (int k = 0; k < K; k++) {
+        pt[k] = (gp_stash_point){.fwd = stage_in_flight(r, k), .bwd = 1};
+        p[k] = (gp_stash_profile){.pt = &pt[k], .n = 1, .cap = 1};
+    }
+    *out = *owned = p;
+    return GP_OK;
+}
+
+/* " with N micro-batches held at its peak (remat R)": the largest point of the cell
+ * [first, end) on its profile. */
+static const char *held_str(const gp_partition_req *r, const gp_stash_profile *prof, int first,
+                            int end, gp_remat remat, char *buf, size_t n) {
+    cell_acc a = acc_start(r->layers, first, prof, r->split);
+    while (a.end < end) acc_grow(&a);
+    int at;
+    acc_act(&a, remat, &at);
+    const long long held = at < 0 ? 0 : (long long)prof->pt[at].fwd + prof->pt[at].wgt;
+    snprintf(buf, n, "with %lld micro-batch%s held at its peak (remat %s)", held,
+             held == 1 ? "" : "es", gp_remat_name(remat));
+    return buf;
+}
+
 /* When no partition fits the limit: the error names the layer that alone cannot fit, or else the
  * partition needing the least memory in its largest cell (a min-max DP on bytes) and by how much
- * that cell is over. */
-static gp_status explain_no_fit(const gp_partition_req *req) {
-    /* SELECTIVE fits wherever CELL does: the explanation is CELL's. */
-    gp_partition_req loosest = *req;
-    if (loosest.remat == GP_REMAT_SELECTIVE) loosest.remat = GP_REMAT_CELL;
-    const gp_partition_req *r = &loosest;
+ * that cell is over. SELECTIVE fits wherever CELL does: the explanation is CELL's. */
+static gp_status explain_no_fit(const gp_partition_req *r, const gp_stash_profile *prof) {
+    const gp_remat mode = leanest(r->remat);
     const gp_layer_est *ly = r->layers;
-    int L = r->nlayers, K = r->stages, M = r->micro_batches;
-    char need[48], lim[48], over[48];
+    const int L = r->nlayers, K = r->stages;
+    char need[48], lim[48], over[48], held[96];
     gp_plan_bytes_str(r->mem_limit, lim, sizeof lim);
-    /* A layer that fits in no cell at all. The smallest cell holding layer i
-     * ends at i, but need not start there: a cell stashes only its first
-     * input, so an earlier start can be smaller than the layer alone. (Tapered: on the latest
-     * stage it can be on, the one that stashes the fewest micro-batches.) */
-    for (int i = 0; i < L; i++) {
-        uint64_t b = UINT64_MAX;
-        int from = i;
-        M = stage_in_flight(r, i < K - 1 ? i : K - 1);
-        for (int j = i; j >= 0; j--) {
-            uint64_t bj = gp_cell_memory(ly, j, i + 1, L, M, r->remat).total;
-            if (bj < b) b = bj, from = j;
+    /* A layer that fits in no cell at all. The smallest cell holding layer i ends at i, but need
+     * not start there: a cell stashes only its first input, so an earlier start can be smaller
+     * than the layer alone; and it may be any cell c that can hold layer i, c <= i <= L - K + c
+     * (each cell at least one layer), on its profile. Among equals, the latest start. */
+    uint64_t *least = malloc((size_t)L * sizeof *least);
+    int *from = malloc(2 * (size_t)L * sizeof *from);
+    if (!least || !from) {
+        free(least);
+        free(from);
+        return gp_error(GP_OUT_OF_MEMORY, "partition: no memory to explain %d layers", L);
+    }
+    int *cell = from + L;
+    for (int i = 0; i < L; i++) least[i] = UINT64_MAX, from[i] = i, cell[i] = 0;
+    for (int c = 0; c < K; c++)
+        for (int j = c; j <= L - K + c; j++) {
+            cell_acc a = acc_start(ly, j, &prof[c], r->split);
+            for (int i = j; i <= L - K + c; i++) {
+                acc_grow(&a);
+                const uint64_t b = acc_total(&a, L, mode);
+                if (b <= least[i]) least[i] = b, from[i] = j, cell[i] = c;
+            }
         }
+    for (int i = 0; i < L; i++) {
+        const uint64_t b = least[i];
+        const int j = from[i], c = cell[i];
         if (b <= r->mem_limit) continue;
-        if (from == i)
+        free(least);
+        free(from);
+        held_str(r, &prof[c], j, i + 1, mode, held, sizeof held);
+        if (j == i)
             return gp_error(GP_MEMORY_LIMIT,
-                            "partition: layer %d (%s) alone needs %s with M = %d (remat %s), over "
-                            "the %s per-device limit by %s",
-                            i, kind_of(&ly[i]), gp_plan_bytes_str(b, need, sizeof need), M,
-                            gp_remat_name(r->remat), lim,
-                            gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
+                            "partition: layer %d (%s) alone needs %s %s, over the %s per-device "
+                            "limit by %s",
+                            i, kind_of(&ly[i]), gp_plan_bytes_str(b, need, sizeof need), held,
+                            lim, gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
         return gp_error(GP_MEMORY_LIMIT,
                         "partition: layer %d (%s) fits in no cell: the smallest cell holding it "
-                        "(layers %d-%d) needs %s with M = %d (remat %s), over the %s per-device "
-                        "limit by %s",
-                        i, kind_of(&ly[i]), from, i, gp_plan_bytes_str(b, need, sizeof need), M,
-                        gp_remat_name(r->remat), lim,
-                        gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
+                        "(layers %d-%d) needs %s %s, over the %s per-device limit by %s",
+                        i, kind_of(&ly[i]), j, i, gp_plan_bytes_str(b, need, sizeof need), held,
+                        lim, gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
     }
+    free(least);
+    free(from);
     size_t w = (size_t)L + 1;
     uint64_t *suf = malloc((size_t)(K + 1) * w * sizeof *suf);
     if (!suf) return gp_error(GP_OUT_OF_MEMORY, "partition: no memory for the DP table");
@@ -388,50 +471,52 @@ static gp_status explain_no_fit(const gp_partition_req *req) {
     suf[0 * w + (size_t)L] = 0;
     for (int c = 1; c <= K; c++)
         for (int j = 0; j <= L - c; j++) {
-            cell_acc a = acc_start(ly, j, stage_in_flight(r, K - c), r->remat);
+            cell_acc a = acc_start(ly, j, &prof[K - c], r->split);
             uint64_t best = UINT64_MAX;
             for (int i = j + 1; i <= L - c + 1; i++) {
                 acc_grow(&a);
-                const uint64_t acc = acc_total(&a, L), rest = suf[(size_t)(c - 1) * w + (size_t)i];
+                const uint64_t acc = acc_total(&a, L, mode);
+                const uint64_t rest = suf[(size_t)(c - 1) * w + (size_t)i];
                 uint64_t v = acc > rest ? acc : rest;
                 if (v < best) best = v;
             }
             suf[(size_t)c * w + (size_t)j] = best;
         }
     uint64_t opt = suf[(size_t)K * w];
-    /* Walk the lexicographically smallest partition achieving opt; report its first worst cell. */
-    int j = 0, wf = -1, we = L, wm = r->micro_batches;
+    /* Walk the lexicographically smallest partition achieving opt; report its first worst cell
+     * (one there is: the walk's cells are within opt, and no split does better). */
+    int j = 0, wf = 0, we = L, wc = 0;
+    bool found = false;
     char list[256];
     size_t len = 0;
     list[0] = '\0';
     for (int c = K; c >= 1; c--) {
+        cell_acc a = acc_start(ly, j, &prof[K - c], r->split);
         int e = L;
-        M = stage_in_flight(r, K - c);
-        if (c > 1) {
-            cell_acc a = acc_start(ly, j, M, r->remat);
-            for (int i = j + 1; i <= L - c + 1; i++) {
-                acc_grow(&a);
-                const uint64_t acc = acc_total(&a, L), rest = suf[(size_t)(c - 1) * w + (size_t)i];
-                if ((acc > rest ? acc : rest) <= opt) {
-                    e = i;
-                    break;
-                }
+        uint64_t bytes = 0;
+        for (int i = j + 1; i <= L - c + 1; i++) {
+            acc_grow(&a);
+            bytes = acc_total(&a, L, mode);
+            const uint64_t rest = suf[(size_t)(c - 1) * w + (size_t)i];
+            if ((bytes > rest ? bytes : rest) <= opt && (c > 1 || i == L)) {
+                e = i;
+                break;
             }
         }
         if (len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", c == K ? "" : ",", j);
-        if (wf < 0 && gp_cell_memory(ly, j, e, L, M, r->remat).total == opt) wf = j, we = e, wm = M;
+        if (!found && bytes == opt) found = true, wf = j, we = e, wc = K - c;
         j = e;
     }
     free(suf);
-    GP_ASSERT(wf >= 0);
+    held_str(r, &prof[wc], wf, we, mode, held, sizeof held);
     return gp_error(GP_MEMORY_LIMIT,
                     "partition: no split of the %d layers into K = %d cells fits the %s "
-                    "per-device limit with M = %d (remat %s): the best split (%s) still needs %s "
-                    "in its cell of layers %d-%d, over the limit by %s",
-                    L, K, lim, wm, gp_remat_name(r->remat), list,
+                    "per-device limit: the best split (%s) still needs %s in its cell of layers "
+                    "%d-%d, over the limit by %s, %s",
+                    L, K, lim, list,
                     gp_plan_bytes_str(opt, need, sizeof need), wf, we - 1,
-                    gp_plan_bytes_str(opt - r->mem_limit, over, sizeof over));
+                    gp_plan_bytes_str(opt - r->mem_limit, over, sizeof over), held);
 }
 
 gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bottleneck) {
@@ -439,19 +524,25 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     if (!first) return gp_error(GP_INVALID_ARGUMENT, "partition: NULL output");
     const gp_layer_est *ly = r->layers;
     int L = r->nlayers, K = r->stages;
+    const gp_stash_profile *prof;
+    gp_stash_profile *owned;
+    GP_TRY(req_profiles(r, &prof, &owned));
     size_t w = (size_t)L + 1;
     /* suf[c][j]: the least possible slowest-cell time splitting layers [j, L) into c cells that
      * each fit the limit (INFINITY when none). Cell times are summed left to right, exactly as
      * gp_cell_time does, so comparisons below are between identical doubles. */
     double *suf = malloc((size_t)(K + 1) * w * sizeof *suf);
-    if (!suf) return gp_error(GP_OUT_OF_MEMORY, "partition: no memory for the DP table");
+    if (!suf) {
+        free(owned);
+        return gp_error(GP_OUT_OF_MEMORY, "partition: no memory for the DP table");
+    }
     for (size_t x = 0; x < (size_t)(K + 1) * w; x++) suf[x] = INFINITY;
     suf[(size_t)L] = 0;
     uint64_t limit = r->mem_limit ? r->mem_limit : UINT64_MAX;
     for (int c = 1; c <= K; c++)
         for (int j = 0; j <= L - c; j++) {
             double best = INFINITY;
-            cell_fit x = fit_start(ly, j, stage_in_flight(r, K - c), r->remat);
+            cell_fit x = fit_start(ly, j, &prof[K - c], r->split, r->remat);
             for (int i = j + 1; i <= L - c + 1; i++) {
                 fit_grow(&x);
                 if (fit_hopeless(&x, limit)) break;
@@ -467,13 +558,15 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
     double opt = suf[(size_t)K * w];
     if (isinf(opt)) {
         free(suf);
-        return explain_no_fit(r);
+        gp_status s = explain_no_fit(r, prof);
+        free(owned);
+        return s;
     }
     /* Smallest next boundary that still allows an optimal completion, cell by cell. */
     int j = 0;
     for (int c = K; c >= 1; c--) {
         first[K - c] = j;
-        cell_fit x = fit_start(ly, j, stage_in_flight(r, K - c), r->remat);
+        cell_fit x = fit_start(ly, j, &prof[K - c], r->split, r->remat);
         int e = -1;
         gp_remat how = r->remat;
         for (int i = j + 1; i <= L - c + 1; i++) {
@@ -492,6 +585,7 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
         j = e;
     }
     free(suf);
+    free(owned);
     if (bottleneck) *bottleneck = opt;
     return GP_OK;
 }
@@ -519,28 +613,30 @@ gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nf
                             "partition: entry %d is layer %d but the model has %d layers (0..%d)",
                             k, first[k], L, L - 1);
     }
+    const gp_stash_profile *prof;
+    gp_stash_profile *owned;
+    GP_TRY(req_profiles(r, &prof, &owned));
     const uint64_t limit = r->mem_limit ? r->mem_limit : UINT64_MAX;
-    for (int k = 0; k < K; k++) {
-        int e = k + 1 < K ? first[k + 1] : L;
-        gp_remat how = r->remat;
-        const int in_flight = stage_in_flight(r, k);
-        if (how == GP_REMAT_SELECTIVE)
-            how = gp_cell_memory(r->layers, first[k], e, L, in_flight, GP_REMAT_NONE).total <= limit
-                      ? GP_REMAT_NONE
-                      : GP_REMAT_CELL;
-        if (r->cell_remat) r->cell_remat[k] = how;
-        uint64_t b = gp_cell_memory(r->layers, first[k], e, L, in_flight, how).total;
-        if (b > limit) {
-            char need[48], lim[48], over[48];
-            return gp_error(GP_MEMORY_LIMIT,
-                            "partition: cell %d (layers %d-%d) needs %s with M = %d (remat %s), "
-                            "over the %s per-device limit by %s",
-                            k, first[k], e - 1, gp_plan_bytes_str(b, need, sizeof need),
-                            in_flight, gp_remat_name(how),
-                            gp_plan_bytes_str(r->mem_limit, lim, sizeof lim),
-                            gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
+    gp_status s = GP_OK;
+    for (int k = 0; s == GP_OK && k < K; k++) {
+        const int e = k + 1 < K ? first[k + 1] : L;
+        cell_fit x = fit_start(r->layers, first[k], &prof[k], r->split, r->remat);
+        while (x.a.end < e) fit_grow(&x);
+        gp_remat how;
+        if (!isinf(fit_cost(&x, L, limit, &how))) {
+            if (r->cell_remat) r->cell_remat[k] = how;
+            continue;
         }
+        const uint64_t b = acc_total(&x.a, L, leanest(r->remat));
+        char need[48], lim[48], over[48], held[96];
+        s = gp_error(GP_MEMORY_LIMIT,
+                     "partition: cell %d (layers %d-%d) needs %s %s, over the %s per-device "
+                     "limit by %s",
+                     k, first[k], e - 1, gp_plan_bytes_str(b, need, sizeof need),
+                     held_str(r, &prof[k], first[k], e, leanest(r->remat), held, sizeof held),
+                     gp_plan_bytes_str(r->mem_limit, lim, sizeof lim),
+                     gp_plan_bytes_str(b - r->mem_limit, over, sizeof over));
     }
-    return GP_OK;
+    free(owned);
+    return s;
 }
-

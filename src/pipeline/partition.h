@@ -37,15 +37,26 @@ double gp_layer_est_time(const gp_layer_est *l);
 gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, int optim_states,
                                   gp_device *dev, gp_layer_est *out);
 
-/* The memory model's mode for schedules that split backwards (zbh1), beside the public ones:
- * up to in_flight micro-batches between forward and input backward hold their input and full
- * state (recomputed or not), and up to as many more, between input backward and weight part,
- * their input and what the weight parts read (keep_bytes). */
-#define GP_REMAT_HELD ((gp_remat)3)
-
 /* Messages a sender keeps per link until the receiver has taken them (the transports'
  * capacity, which every pipeline uses). */
 #define GP_MAILBOX_CAPACITY 2
+
+/* One moment of a stage's order of actions, as one of its cells sees it: the cell's micro-batches
+ * forwarded and not yet backwarded (fwd), those backwarded by a split backward's input part whose
+ * weight part is still to come (wgt), whether the cell's backward is running (bwd: 1, holding the
+ * state it rebuilds on top), and how many micro-batches' keep_bytes are held (keep: wgt, plus the
+ * running input part's own). */
+typedef struct gp_stash_point {
+    int fwd, wgt, bwd, keep;
+} gp_stash_point;
+
+/* The moments of a cell that can hold its most activation bytes, whatever its layers' figures:
+ * no point is at or below another in all four counts. The schedule decides them (gp_stash_profiles
+ * in schedule.h); its memory simulation peaks at the largest of them. */
+typedef struct gp_stash_profile {
+    gp_stash_point *pt;
+    int n, cap;
+} gp_stash_profile;
 
 /* Memory of one cell, bytes. */
 typedef struct gp_cell_mem {
@@ -58,30 +69,32 @@ typedef struct gp_cell_mem {
 } gp_cell_mem;
 
 /* The memory model, shared by the partitioner, the simulator and the plan, for the cell of
- * layers [first, end) of nlayers with `in_flight` micro-batches stashed at once (M for
- * fill-drain GPipe, fewer for 1F1B). It is the runtime's allocations at their peak, an upper
- * bound on what a stage's device counts:
+ * layers [first, end) of nlayers at the points of a profile. It is the runtime's allocations at
+ * their peak, an upper bound on what a stage's device counts:
  *   static = sum of params + grads + optimizer state;
  *   state  = sum over the cell's layers of out_bytes + saved_bytes (one micro-batch's full
- *            saved state, the cell's input excluded);
- *   remat CELL: stash = in_flight * in_bytes[first]; work = state (one micro-batch
- *            recomputed during its backward);
- *   remat NONE: stash = in_flight * (in_bytes[first] + state); work = 0;
- *   HELD: stash = in_flight * (2 in_bytes[first] + state + the layers' keep_bytes) (as many
- *            micro-batches between input and weight part, holding their input and keep_bytes,
- *            as between forward and input part, holding input and state); work = 0, and the
- *            transient term below keeps the state of the layers above i;
+ *            saved state, the cell's input excluded); keep = sum of their keep_bytes;
+ *   at a point: stash = (fwd + wgt) in_bytes[first] + keep x keep, plus fwd x state under remat
+ *            NONE; work = bwd x state under CELL (the micro-batch recomputed during its
+ *            backward); the cell's activations are the stash + work of its largest point;
  *   transient = the most, over the cell's layers i, that backward through layer i holds beside
- *            the state of layers first..i (those above i are released by then): the gradients
- *            of its output and input (out_bytes + in_bytes; no input gradient for the model's
- *            first layer) and its workspace ws_bytes, less the state of the layers above i,
- *            plus the cell's output gradient (out_bytes[end-1]) and input gradient
- *            (in_bytes[first], first > 0), alive for the whole backward;
+ *            the state of layers first..i (those above i are released by then; a split backward,
+ *            split, keeps them to the weight part): the gradients of its output and input
+ *            (out_bytes + in_bytes; no input gradient for the model's first layer) and its
+ *            workspace ws_bytes, less the state of the layers above i, plus the cell's output
+ *            gradient (out_bytes[end-1]) and input gradient (in_bytes[first], first > 0), alive
+ *            for the whole backward;
  *   messages = GP_MAILBOX_CAPACITY sent outputs (out_bytes[end-1], unless the cell ends the
  *            model) and input gradients (in_bytes[first], unless first is 0) held until the
  *            sender reclaims them.
  * Not counted: the labels a last stage reads (a few KiB of int32 per micro-batch) and the
- * vocabulary-split loss's workspace. Sums saturate at UINT64_MAX instead of wrapping. */
+ * vocabulary-split loss's workspace. Sums saturate at UINT64_MAX instead of wrapping. A profile
+ * of no points gives no activations (stash and work 0). remat: CELL or NONE. */
+gp_cell_mem gp_cell_memory_at(const gp_layer_est *layers, int first, int end, int nlayers,
+                              const gp_stash_profile *profile, gp_remat remat, bool split);
+
+/* The same with in_flight micro-batches stashed and one backward running, unsplit: fill-drain
+ * GPipe's M, fewer for 1F1B (the profile of one point {in_flight, 0, 1, 0}). */
 gp_cell_mem gp_cell_memory(const gp_layer_est *layers, int first, int end, int nlayers,
                            int in_flight, gp_remat remat);
 
@@ -90,8 +103,12 @@ typedef struct gp_partition_req {
     const gp_layer_est *layers;
     int nlayers;          /* L */
     int stages;           /* K, 1 <= K <= L */
-    int micro_batches;    /* M >= 1: micro-batches stashed at once by the memory model */
-    bool tapered;         /* 1F1B: stage k stashes at most min(K - k, M) of them, not M */
+    int micro_batches;    /* M >= 1: micro-batches stashed at once, without a profile */
+    bool tapered;         /* without a profile, 1F1B: stage k stashes min(K - k, M), not M */
+    /* Optional, K entries: cell k's points (its schedule's), replacing micro_batches and
+     * tapered; with split, a schedule splitting backwards. */
+    const gp_stash_profile *profile;
+    bool split;
     gp_remat remat;       /* what a stage keeps per micro-batch (gpipe.h) */
     uint64_t mem_limit;   /* per-device bytes; 0: no limit */
     /* Optional output, K entries: each cell's own mode, CELL or NONE (SELECTIVE: NONE where
@@ -111,10 +128,6 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
  * strictly increasing, each < L; then that every cell fits the memory limit of r. */
 gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nfirst);
 
-/* Micro-batches a stage keeps stashed at most under a schedule: M for gpipe, min(K, M) for 1f1b
- * (stage k: min(K - k, M), which the partitioner counts) and zbh1. */
-int gp_cells_in_flight(gp_schedule_kind schedule, int K, int M);
-
 /* The bytes of ncells cells (starts first[], modes cell_remat: CELL or NONE) that `schedule`
  * runs V to a stage over M micro-batches, as shares of each stage's peak: out[c] (ncells
  * entries) holds cell c's static bytes, its part of its stage's simulated peak of activations
@@ -129,10 +142,10 @@ gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
                           uint64_t *stage_total);
 
 /* The K cells for pipeline options po (partition given or balanced, balance by cost or by
- * po->layer_times, memory limit checked with the schedule's micro-batches in flight): what
- * gp_plan_make and gp_pipeline_new both use. est (L entries) receives the layers' figures at
- * micro_batch_size, times in FLOPs or (balance TIME) measured seconds; first and cell_remat
- * (each cell's own mode, CELL or NONE): K entries. */
+ * po->layer_times, the memory limit checked on every stage's simulated peak, as the plan reports
+ * it, for every schedule): what gp_plan_make and gp_pipeline_new both use. est (L entries)
+ * receives the layers' figures at micro_batch_size, times in FLOPs or (balance TIME) measured
+ * seconds; first and cell_remat (each cell's own mode, CELL or NONE): K entries, both needed. */
 gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first, gp_remat *cell_remat);

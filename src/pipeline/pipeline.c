@@ -52,8 +52,9 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
     *M = po->micro_batches ? po->micro_batches : 1;
     *T = po->tensor_parallel ? po->tensor_parallel : 1;
     if (*K < 1) return gp_error(GP_INVALID_ARGUMENT, "pipeline: stages %d must be >= 1", *K);
-    if (*T < 1 || *T > 4096)
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: tensor_parallel %d must be 1 to 4096", *T);
+    if (*T < 1 || *T > GP_MAX_DEVICES)
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: tensor_parallel %d must be 1 to %d", *T,
+                        GP_MAX_DEVICES);
     if (*T > 1 && po->balance == GP_BALANCE_TIME)
         return gp_error(GP_UNSUPPORTED,
                         "pipeline: balance by measured time with tensor_parallel %d: a shard layer "
@@ -99,9 +100,9 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
                         po->data_parallel, po->comm_timeout_s);
     if (gp_kernels_check_smoothing(po->label_smoothing) != GP_OK)
         return gp_error_context(GP_INVALID_ARGUMENT, "pipeline");
-    if (po->stage_threads < 0 || po->stage_threads > 1024)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: stage_threads %d, expected 0 (one) to 1024", po->stage_threads);
+    if (po->stage_threads < 0 || po->stage_threads > GP_MAX_STAGE_THREADS)
+        return gp_error(GP_INVALID_ARGUMENT, "pipeline: stage_threads %d, expected 0 (one) to %d",
+                        po->stage_threads, GP_MAX_STAGE_THREADS);
     if (po->data_parallel > 1 && po->launcher != GP_LAUNCHER_MPI)
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: data_parallel %d needs the MPI launcher (one process per "

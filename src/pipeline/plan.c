@@ -43,9 +43,10 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
     *M = po->micro_batches ? po->micro_batches : 1;
     *T = po->tensor_parallel ? po->tensor_parallel : 1;
     *D = po->data_parallel ? po->data_parallel : 1;
-    if (*T < 1 || *D < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "T = %d shards and D = %d replicas; expected >= 1",
-                        *T, *D);
+    if (*T < 1 || *D < 1 || *T > GP_MAX_DEVICES || *D > GP_MAX_DEVICES)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "T = %d shards and D = %d replicas; expected 1 to %d each", *T, *D,
+                        GP_MAX_DEVICES);
     if (!(po->link_gbytes_per_s >= 0) || !isfinite(po->link_gbytes_per_s))
         return gp_error(GP_INVALID_ARGUMENT, "link bandwidth %g GB/s; expected >= 0",
                         po->link_gbytes_per_s);
@@ -79,9 +80,9 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
                       : gp_error(GP_INVALID_ARGUMENT,
                                  "batch %lld is not divisible by %d micro-batches",
                                  (long long)batch, *M);
-    if (po->stage_threads < 0 || po->stage_threads > 1024)
-        return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to 1024",
-                        po->stage_threads);
+    if (po->stage_threads < 0 || po->stage_threads > GP_MAX_STAGE_THREADS)
+        return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to %d",
+                        po->stage_threads, GP_MAX_STAGE_THREADS);
     if ((unsigned)po->schedule > GP_SCHEDULE_ZBV)
         return gp_error(GP_INVALID_ARGUMENT,
                         "unknown schedule %d (expected gpipe, 1f1b, zbh1, interleaved or zbv)",
@@ -218,8 +219,8 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         c->peak_in_flight = sk->peak_in_flight;
         c->busy_s = sk->busy;
         c->idle_s = sk->idle;
-        /* The partitioner checked the limit with the schedule's most micro-batches in flight;
-         * the simulated peak can only be lower. */
+        /* gp_cells_choose checked these very figures (stages_fit: the same cells, modes and
+         * schedule, whose memory does not depend on the times) against the limit. */
         GP_ASSERT(!po->memory_limit || c->total_bytes <= po->memory_limit);
     }
 done:

@@ -192,9 +192,9 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_search: NULL output");
     memset(out, 0, sizeof *out);
     if (!m || !base || !so) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_search: NULL argument");
-    if (so->devices < 1 || so->devices > 4096)
-        return gp_error(GP_INVALID_ARGUMENT, "plan search: %d devices; expected 1 to 4096",
-                        so->devices);
+    if (so->devices < 1 || so->devices > GP_MAX_DEVICES)
+        return gp_error(GP_INVALID_ARGUMENT, "plan search: %d devices; expected 1 to %d",
+                        so->devices, GP_MAX_DEVICES);
     if (so->stages < 0 || so->micro_batches < 0 || so->data_parallel < 0 || so->max_plans < 0)
         return gp_error(GP_INVALID_ARGUMENT,
                         "plan search: K = %d, M = %d, D = %d, %d plans kept; expected >= 0 (0: "
@@ -212,7 +212,8 @@ gp_status gp_plan_search(gp_model *m, int64_t batch, const gp_optim_opts *o,
     candidate *c = NULL;
     int nc = 0;
     GP_TRY(enumerate(L, batch, T, base->memory_limit, so, &c, &nc));
-    const int cap = so->max_plans ? so->max_plans : 5;
+    /* no more kept than tried: a large max_plans lists them all */
+    const int want = so->max_plans ? so->max_plans : 5, cap = want < nc ? want : nc;
     gp_pipeline_opts timed = *base;
     /* measured layer times, measured optimizer steps */
     if (timed.balance == GP_BALANCE_TIME && o && timed.optim_s_per_param == 0) {

@@ -205,6 +205,13 @@ void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
                             const gp_remat *cell_remat, gp_schedule_kind schedule,
                             const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
                             uint64_t *stage_total);
+/* Each cell's profile (partition.h) under schedule s: out[c] for its K V cells (zeroed by the
+ * caller), the points of its stage's order of actions at which the cell's part of the stage's
+ * activations can peak, as the simulator counts them. With one cell per stage the largest point
+ * is the stage's simulated peak exactly; with several, the cells' largest points add up to at
+ * least it. Free the points with gp_stash_profiles_free. */
+gp_status gp_stash_profiles(const gp_schedule *s, gp_stash_profile *out);
+void gp_stash_profiles_free(gp_stash_profile *p, int n);
 /* Validates s with o->capacity, then plays it with cells[K V] figures (cell c's at c; a stage's
  * optimizer step takes the sum of its cells' opt_time): actions of a stage run one
  * after another; a RECV ends when its message has arrived (send end + latency); a SEND waits

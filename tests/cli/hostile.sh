@@ -16,7 +16,8 @@
 #   both shapes, before the model is allocated (fast, little memory);
 # - --threads beyond the cores the process may use is a usage error in train, bench, eval and
 #   sample, and --help says so;
-# - gpipe eval's errors say "gpipe eval", name the --data path, and no internal function.
+# - gpipe eval's errors say "gpipe eval", name the --data path, and no internal function; an
+#   --ensemble member's name --ensemble.
 # Run from the repository root: bash tests/cli/hostile.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -279,5 +280,14 @@ expect 1 "gpipe eval: --data $TMP/nodata: cannot load the t10k IDX split" \
 cat "$TMP/last.err" >>"$TMP/eval_msgs.err"
 ! grep -E "gpipe train|gp_[a-z_]+:" "$TMP/eval_msgs.err" ||
     bad "gpipe eval's messages name another subcommand or an internal function"
+# An --ensemble member's errors name --ensemble, not --checkpoint (which loaded fine).
+expect 1 "gpipe eval: --ensemble: $TMP/nomember.safetensors: cannot open" \
+    eval --checkpoint "$CN" --data "$TMP/syn" --ensemble "$TMP/nomember.safetensors"
+expect 1 "gpipe eval: --ensemble: $TMP/corpus: " eval --checkpoint "$CN" --data "$TMP/syn" \
+    --ensemble "$CN,$TMP/corpus"
+cp "$TMP/corpus" "$TMP/member.safetensors"
+expect 2 "--report $TMP/member.safetensors is the file that --ensemble $TMP/member.safetensors reads" \
+    eval --checkpoint "$CN" --data "$TMP/syn" --ensemble "$TMP/member.safetensors" \
+    --report "$TMP/member.safetensors"
 
 cli_finish hostile

@@ -183,6 +183,61 @@ for v in 0 -1 two; do expect 2 "--devices" $T --devices "$v"; done
 expect 1 "the leanest balanced one" $T --devices 2 --memory-limit 20M
 expect 1 "no plan of 3 devices meets the constraints" $T --devices 3 --stages 2
 
+# Out of the library's range: usage errors naming the option (not its failure, exit 1, in words
+# of the library's fields), and products of options that could overflow refused first.
+expect 2 "--devices: expected an integer from 1 to 4096, got '1000000'" $T --devices 1000000
+expect 2 "--tensor-parallel: expected an integer from 1 to 4096, got '2147483647'" \
+    $T --tensor-parallel 2147483647
+expect 2 "--data-parallel: expected an integer from 1 to 4096, got '2147483647'" \
+    $T --micro-batches 2 --data-parallel 2147483647
+expect 2 "--threads: expected an integer from 1 to 1024, got '1025'" $T --threads 1025
+expect 2 "--stages: expected an integer from 1 to 4096, got '4097'" $T --stages 4097
+# as many of the fastest as asked for: every plan that fits, when that is fewer
+"$GPIPE" plan $T --devices 2 --top 2147483647 >"$TMP/top.out" 2>"$TMP/top.err" ||
+    bad "plan --devices 2 --top 2147483647: $(cat "$TMP/top.err")"
+grep -qE "^[0-9]+ plans of 2 devices tried, [0-9]+ within the memory limit; the fastest [0-9]+:" \
+    "$TMP/top.out" || bad "plan --top 2147483647 lists no plans: $(head -3 "$TMP/top.out")"
+
+# A memory limit under a byte per cell of a stage is a limit, not "none": refused naming it,
+# for every schedule that runs several cells a stage and in the search (it once aborted on an
+# internal assertion).
+for s in "--schedule zbv" "--schedule interleaved --micro-batches 2" \
+    "--schedule interleaved --micro-batches 2 --remat selective"; do
+    expect 1 "over the 1 bytes per-device limit" $T --stages 2 $s --memory-limit 1
+done
+expect 1 "none of the" $T --devices 4 --memory-limit 1
+
+# For every schedule the plan's own fullest device is a limit that plan meets, with the same
+# cells (zbh1 once refused it); selective keeps each cell's state where the stage fits it.
+fullest() { # fullest REPORT: the most bytes of a stage's cells together, and the partition
+    python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1]))['pipeline']
+stages = {}
+for c in p['cells']:
+    stages[c['stage']] = stages.get(c['stage'], 0) + c['peak_bytes']['total']
+print(max(stages.values()), ','.join(str(x) for x in p['partition']),
+      ','.join(c['remat'] for c in p['cells']))" "$1"
+}
+for s in gpipe 1f1b zbh1 interleaved zbv; do
+    for r in cell none selective; do
+        args=($T --stages 2 --micro-batches 8 --schedule "$s" --remat "$r")
+        if ! "$GPIPE" plan "${args[@]}" --report "$TMP/free.json" >/dev/null 2>"$TMP/free.err"; then
+            bad "plan ${args[*]}: $(cat "$TMP/free.err")"
+            continue
+        fi
+        read -r need cells modes < <(fullest "$TMP/free.json")
+        if ! "$GPIPE" plan "${args[@]}" --memory-limit "$need" --report "$TMP/lim.json" \
+            >/dev/null 2>"$TMP/lim.err"; then
+            bad "plan ${args[*]} --memory-limit $need (its own fullest device): $(cat "$TMP/lim.err")"
+            continue
+        fi
+        read -r got gcells gmodes < <(fullest "$TMP/lim.json")
+        [ "$got $gcells $gmodes" = "$need $cells $modes" ] ||
+            bad "plan ${args[*]} under its own $need bytes: $got bytes, cells $gcells ($gmodes), expected $cells ($modes)"
+    done
+done
+
 # Each stage device's threads size its kernels' workspace (attention keeps a T x T score block
 # per thread): more threads, more transient bytes, the rest unchanged.
 transient() { # transient THREADS: stage 0's transient bytes in the report

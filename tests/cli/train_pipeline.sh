@@ -177,7 +177,7 @@ expect2() {
         bad "gpipe train $*: exit $rc, expected 2 naming '$needle': $(head -c 300 "$TMP/bad.err")"
     fi
 }
-expect2 "--stages: expected an integer >= 1, got '0'" "${LM[@]}" --stages 0
+expect2 "--stages: expected an integer from 1 to 4096, got '0'" "${LM[@]}" --stages 0
 expect2 "--stages 9: more than the" "${LM[@]}" --stages 9
 expect2 "--micro-batches 3: must divide --batch 8" "${LM[@]:0:8}" --micro-batches 3 --stages 2
 expect2 "--schedule: expected one of gpipe|1f1b|zbh1|interleaved|zbv, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
@@ -203,6 +203,16 @@ expect2 "--balance: expected one of cost|time" "${LM[@]}" --stages 2 --balance f
 expect2 "--pin: expected one of auto|off" "${LM[@]}" --stages 2 --pin yes
 expect2 "--partition 0,2 with --balance time" "${LM[@]}" --stages 2 --partition 0,2 --balance time
 expect2 "--devices: only with --plan auto" "${LM[@]}" --devices 2
+# A memory limit under a byte per cell of a stage is a limit, not "none": the cells are refused
+# naming it before any parameter is placed, and --plan auto's search says no plan fits (it once
+# partitioned as if no limit were given, and aborted on an internal assertion).
+for args in "--stages 2 --schedule zbv" "--plan auto --devices 2"; do
+    "$GPIPE" train "${LM[@]}" $args --memory-limit 1 >"$TMP/lim.out" 2>"$TMP/lim.err"
+    rc=$?
+    [ "$rc" -eq 1 ] && grep -qE "(over|fits) the 1 bytes per-device limit" "$TMP/lim.err" &&
+        ! grep -q "allocating" "$TMP/lim.err" ||
+        bad "train $args --memory-limit 1: exit $rc: $(head -c 400 "$TMP/lim.err")"
+done
 expect2 "--partition: fits one plan only" "${LM[@]}" --plan auto --partition 0,2
 expect2 "--plan: expected one of auto" "${LM[@]}" --plan fastest
 expect2 "--trace: only with --stages K" "${LM[@]}" --trace "$TMP/t.json"

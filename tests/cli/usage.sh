@@ -83,6 +83,30 @@ expect 2 "--sample" train --model "$TMP/lm.json" --sample 0
 expect 2 "--temperature" train --model "$TMP/lm.json" --sample 5 --temperature -1
 expect 2 "--report" $C --report ""
 
+# Out of range where the library, or a float or product the value becomes, has a bound: usage
+# errors naming the option and its range, before any work (once the library's failures, exit 1)
+expect 2 "--tensor-parallel: expected an integer from 1 to 4096, got '2147483647'" \
+    $C --tensor-parallel 2147483647
+expect 2 "--stages: expected an integer from 1 to 4096, got '4097'" $C --stages 4097
+expect 2 "--devices: expected an integer from 1 to 4096, got '1000000'" $C --plan auto --devices 1000000
+expect 2 "--data-parallel: expected an integer from 1 to 4096, got '2147483647'" \
+    $C --data-parallel 2147483647
+FLOAT_MAX="3.40282e+38"
+for v in 1e300 1e-300; do
+    expect 2 "--lr: expected a number >= 1.4013e-45 and <= $FLOAT_MAX, got '$v'" $C --lr "$v"
+done
+for opt in --weight-decay --clip --min-lr; do
+    expect 2 "$opt: expected a number >= 0 and <= $FLOAT_MAX, got '1e300'" $C "$opt" 1e300
+done
+expect 2 "--momentum: expected a number >= 0 and < 1, got '1'" $C --momentum 1
+expect 2 "--label-smoothing: expected a number >= 0 and < 1, got '1'" $C --label-smoothing 1
+expect 2 "--erase: expected a number >= 0 and <= 1, got '1.5'" $C --erase 1.5
+expect 2 "--comm-timeout: expected a number > 0 and <= 1e+09, got '1e300'" $C --comm-timeout 1e300
+expect 2 "--layers: expected an integer from 1 to 9996, got '2147483647'" \
+    bench --workload T2 --layers 2147483647
+expect 2 "--tensor-parallel: expected an integer from 1 to 4096, got '2147483647'" \
+    bench --workload T2 --tensor-parallel 2147483647
+
 # Runtime failures: exit 1 with the library's message
 expect 1 "cannot load the IDX data from $TMP/nodata" $C --data "$TMP/nodata" --steps 1
 expect 1 "cannot load the text corpus $TMP/nodata" train --model "$TMP/lm.json" --data "$TMP/nodata" --steps 1
