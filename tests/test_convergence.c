@@ -1,6 +1,12 @@
 /* Convergence: the C1 ConvNet on a fixed 5,000-image subset of
  * Fashion-MNIST reaches a stated loss and accuracy after a fixed number of
- * steps (steps, not seconds, so a slow machine cannot make it flaky). */
+ * steps (steps, not seconds, so a slow machine cannot make it flaky).
+ *
+ * The learning rate decays to 0 along a cosine over the run: at a constant rate the last steps
+ * still move the model so much that the final accuracy depended on the BLAS kernels' rounding
+ * (0.781 to over 0.80 across OpenBLAS's kernel sets). With the decay it measured 0.851-0.858 and
+ * the last epoch's loss 0.314-0.324 under six kernel sets (Prescott, Nehalem, Sandybridge,
+ * Haswell, Zen, SkylakeX), so the bounds below leave a margin several times that spread. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +17,8 @@
 #define STEPS 150 /* three epochs of the subset */
 #define QUICK_STEPS 20 /* GP_TEST_QUICK (sanitizer builds): the same path, checked for memory errors */
 #define TEST_IMAGES 1000
-#define MAX_FINAL_LOSS 0.45 /* mean training loss over the last epoch */
-#define MIN_TEST_ACCURACY 0.80
+#define MAX_FINAL_LOSS 0.38 /* mean training loss over the last epoch */
+#define MIN_TEST_ACCURACY 0.83
 
 int main(void) {
     gp_idx_dataset train, test;
@@ -25,15 +31,16 @@ int main(void) {
     gp_model *m;
     REQUIRE_OK(gp_model_convnet(&cc, &m));
     REQUIRE_OK(gp_model_init(m, d, 2024));
+    const bool quick = getenv("GP_TEST_QUICK") != NULL;
+    const int steps = quick ? QUICK_STEPS : STEPS;
     gp_optim_opts o = gp_sgd_defaults(0.05f, 0.9f);
+    o.total_steps = steps; /* cosine decay to 0 at the last step */
     gp_pipeline *t = gp_test_single(m, &o, 1);
     gp_tensor x, y;
     REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape4(BATCH, 1, 28, 28), GP_F32, &x));
     REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_WORKSPACE, gp_shape1(BATCH), GP_I32, &y));
     int64_t perm[SUBSET];
     double epoch_loss = 0, first_loss = 0;
-    const bool quick = getenv("GP_TEST_QUICK") != NULL;
-    const int steps = quick ? QUICK_STEPS : STEPS;
     double t0 = gp_cli_now();
     for (int s = 0; s < steps; s++) {
         int per_epoch = SUBSET / BATCH;
