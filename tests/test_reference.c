@@ -1,7 +1,8 @@
 /* gpipe against PyTorch: the fixtures in tests/reference/fixtures/ (written by
  * tests/reference/make_fixtures.py in float64) hold fixed weights and inputs of a small Transformer
  * and ConvNet with their logits, loss, every gradient (also against label-smoothed targets), 5
- * optimizer-step losses and the final parameters; this test rebuilds both models and compares every value within 1e-4 relative. */
+ * optimizer-step losses and the final parameters; this test rebuilds both models and compares every
+ * value within 1e-4 relative (RTOL, FLOOR and ATOL below). */
 #include <stdint.h>
 #include <string.h>
 
@@ -9,9 +10,14 @@
 #include "pipeline/pipeline_internal.h"
 #include "testutil.h"
 
-/* |got - want| <= RTOL * max(|got|, |want|) + ATOL, element by element. */
+/* |got - want| <= RTOL * max(|got|, |want|, FLOOR * the tensor's largest |want|) + ATOL,
+ * element by element. The floor is for elements far smaller than their tensor's largest: a
+ * float32 dot product's rounding follows the size of its terms, not of its sum, so a logit near
+ * 1e-3 among logits near 1 carries the error of those (7.5e-7 measured on Haswell's and Zen's
+ * kernels, 0.67 of ATOL alone). */
 #define RTOL 1e-4
 #define ATOL 1e-6
+#define FLOOR 1e-2
 
 /* ------------------------------------------------------------ safetensors */
 
@@ -108,11 +114,12 @@ typedef struct worst {
 
 /* Compares n values; on a mismatch prints the count and the worst element. */
 static void compare(worst *w, const char *what, const float *got, const float *want, int64_t n) {
-    double max_excess = 0;
+    double max_excess = 0, mag = 0;
     int64_t at = 0, nbad = 0;
+    for (int64_t i = 0; i < n; i++) mag = fmax(mag, fabs(want[i]));
     for (int64_t i = 0; i < n; i++) {
         double g = got[i], r = want[i];
-        double tol = RTOL * fmax(fabs(g), fabs(r)) + ATOL;
+        double tol = RTOL * fmax(fmax(fabs(g), fabs(r)), FLOOR * mag) + ATOL;
         double excess = fabs(g - r) / tol;
         if (!(excess <= 1)) nbad++;
         if (!(excess <= max_excess)) {
@@ -127,8 +134,8 @@ static void compare(worst *w, const char *what, const float *got, const float *w
                 nbad ? "FAIL" : "ok", what, (long long)n, (long long)at, (double)got[at],
                 (double)want[at], max_excess);
     if (nbad) {
-        fprintf(stderr, "       %lld of %lld elements outside |d| <= %g*max + %g\n",
-                (long long)nbad, (long long)n, RTOL, ATOL);
+        fprintf(stderr, "       %lld of %lld elements outside |d| <= %g*max(|x|, %g*%g) + %g\n",
+                (long long)nbad, (long long)n, RTOL, FLOOR, mag, ATOL);
         gp_test_failures++;
     }
     if (max_excess >= w->excess) {

@@ -95,11 +95,13 @@ PY
     bad "--stop-after before the checkpoint's step: $(cat "$TMP/sa.err")"
 
 # --- eval and sample --------------------------------------------------------------------------
+# In training's batches (--batch 8 and 16) and threads: the same GEMM shapes, so its figures bit
+# for bit (other batches may round otherwise: OpenBLAS picks kernels by shape).
 CK=$TMP/fresh/ckpt-00000008.safetensors
-"$GPIPE" eval --checkpoint "$CK" --data "$TMP/corpus" --eval-size 4 --threads 1 --report "$TMP/ev_lm.json" \
+"$GPIPE" eval --checkpoint "$CK" --data "$TMP/corpus" --eval-size 4 --batch 8 --threads 1 --report "$TMP/ev_lm.json" \
     >"$TMP/ev_lm.out" 2>&1 || bad "gpipe eval (LM) failed: $(cat "$TMP/ev_lm.out")"
 "$GPIPE" eval --checkpoint "$TMP/cn/ckpt-00000007.safetensors" --data "$TMP/syn" \
-    --eval-size 16 --threads 1 --report "$TMP/ev_cn.json" >"$TMP/ev_cn.out" 2>&1 ||
+    --eval-size 16 --batch 16 --threads 1 --report "$TMP/ev_cn.json" >"$TMP/ev_cn.out" 2>&1 ||
     bad "gpipe eval (convnet) failed: $(cat "$TMP/ev_cn.out")"
 grep -q "test accuracy" "$TMP/ev_cn.out" || bad "gpipe eval (convnet) printed no accuracy"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))

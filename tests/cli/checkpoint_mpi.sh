@@ -90,7 +90,7 @@ cli_mpirun d2b 4 "${D2[@]}" --checkpoint-dir "$TMP/d2" --resume --report "$TMP/d
 
 # --- gpipe eval and sample read the index -----------------------------------------------------
 IDX=$TMP/ck/ckpt-00000008.safetensors.index.json
-"$GPIPE" eval --checkpoint "$IDX" --data "$TMP/corpus" --eval-size 4 --threads 1 \
+"$GPIPE" eval --checkpoint "$IDX" --data "$TMP/corpus" --eval-size 4 --batch 8 --threads 1 \
     --report "$TMP/ev.json" >"$TMP/ev.out" 2>&1 || bad "gpipe eval of an index: $(cat "$TMP/ev.out")"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
