@@ -6,10 +6,15 @@
 #include "support/blas_core.h"
 #include "testutil.h"
 
+/* Equal strings, or both NULL. */
+static bool same(const char *a, const char *b) {
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
 #define CHECK_STR(got, want)                                                                 \
     do {                                                                                     \
         const char *g_ = (got), *w_ = (want);                                                \
-        if (!((g_ == NULL && w_ == NULL) || (g_ && w_ && strcmp(g_, w_) == 0))) {            \
+        if (!same(g_, w_)) {                                                                 \
             fprintf(stderr, "%s:%d: %s: got %s, expected %s\n", __FILE__, __LINE__, #got,   \
                     g_ ? g_ : "NULL", w_ ? w_ : "NULL");                                     \
             gp_test_failures++;                                                              \
@@ -80,7 +85,7 @@ static void test_decisions(void) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *got = gp_cli_blas_core_better(cases[i].chosen, cases[i].f);
         const char *want = cases[i].want;
-        if (!((got == NULL && want == NULL) || (got && want && strcmp(got, want) == 0))) {
+        if (!same(got, want)) {
             fprintf(stderr, "%s:%d: case %zu: %s -> %s, expected %s\n", __FILE__, __LINE__, i,
                     cases[i].chosen ? cases[i].chosen : "NULL", got ? got : "NULL",
                     want ? want : "NULL");
@@ -90,18 +95,20 @@ static void test_decisions(void) {
 }
 
 /* The flags of the first processor in /proc/cpuinfo (Linux clears those the OS does not
- * save registers for), as " flag flag ... " for whole-word search; false when there is none. */
+ * save registers for), as " flag flag ... " for whole-word search; false when there is none.
+ * Read line by line: the file's size reads as 0. */
 static bool cpuinfo_flags(char *out, size_t size) {
-    char *text = gp_test_read_file("/proc/cpuinfo");
-    if (!text) return false;
-    char *line = strstr(text, "\nflags");
-    char *colon = line ? strchr(line, ':') : NULL;
-    bool ok = colon != NULL;
-    if (ok) {
-        size_t n = strcspn(colon + 1, "\n");
-        snprintf(out, size, "%.*s ", (int)n, colon + 1);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return false;
+    char line[8192];
+    bool ok = false;
+    while (!ok && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "flags", 5) != 0 || !colon) continue;
+        snprintf(out, size, "%.*s ", (int)strcspn(colon + 1, "\n"), colon + 1);
+        ok = true;
     }
-    free(text);
+    fclose(f);
     return ok;
 }
 

@@ -59,26 +59,36 @@ c=$(core hook)
 gp zen GP_BLAS_DETECTED_CORE=Zen -- --version
 ! grep -q "set by gpipe" "$TMP/zen.out" || bad "a Zen choice was replaced: $(cat "$TMP/zen.out")"
 
+# The restarted program keeps its name for ps, pgrep and top (its file's, not "exe").
+env -u OPENBLAS_CORETYPE -u GP_BLAS_CORE_REPLACED GP_BLAS_DETECTED_CORE=Core2 \
+    "$GPIPE" bench --workload G1 --threads 1 --steps 1000 --quiet >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do
+    grep -qz "^GP_BLAS_CORE_REPLACED=Core2$" "/proc/$pid/environ" 2>/dev/null && break
+    sleep 0.05
+done
+comm=$(cat "/proc/$pid/comm" 2>/dev/null)
+grep -qz "^GP_BLAS_CORE_REPLACED=Core2$" "/proc/$pid/environ" 2>/dev/null ||
+    bad "the restarted gpipe's environment lacks GP_BLAS_CORE_REPLACED=Core2"
+kill "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+want=$(basename "$GPIPE" | cut -c1-15)
+[ "$comm" = "$want" ] || bad "the restarted gpipe is named '$comm' in /proc/PID/comm, expected '$want'"
+
 # The restart keeps the arguments (the report lands where they say) and reports who chose.
 gp g1_hook GP_BLAS_DETECTED_CORE=Core2 -- bench --workload G1 --threads 1 --steps 1 --warmup 0 --report "$TMP/g1_hook.json"
 grep -q "BLAS core .* (set by gpipe: OpenBLAS .* chose Core2 for this processor)" "$TMP/g1_hook.out" ||
     bad "gpipe bench's line does not say gpipe set the core: $(head -1 "$TMP/g1_hook.out")"
 gp g1_user OPENBLAS_CORETYPE=Haswell -- bench --workload G1 --threads 1 --steps 1 --warmup 0 --report "$TMP/g1_user.json"
 python3 - "$TMP" "$SSE_ONLY" <<'PY' || fail=$((fail + 1))
-import json, os, sys
-from clicheck import errors, finish, need
+import sys
+from clicheck import finish, load, need
 d, sse = sys.argv[1], sys.argv[2].split()
-def load(name):
-    try:
-        return json.load(open(os.path.join(d, name + ".json")))
-    except Exception as e:
-        errors.append(f"{name}: {e}")
-        return {}
-h = load("g1_hook")
+h = load(d, "g1_hook")
 need(h.get("blas_core_chosen_by") == "gpipe" and h.get("blas_core_openblas_chose") == "Core2"
      and h.get("blas_core") not in sse + [None], f"restarted: {h.get('blas_core')}, "
      f"{h.get('blas_core_chosen_by')}, {h.get('blas_core_openblas_chose')}")
-u = load("g1_user")
+u = load(d, "g1_user")
 need(u.get("blas_core") == "Haswell" and u.get("blas_core_chosen_by") == "OPENBLAS_CORETYPE"
      and "blas_core_openblas_chose" not in u, f"the user's: {u.get('blas_core')}, "
      f"{u.get('blas_core_chosen_by')}")

@@ -59,16 +59,27 @@ const char *gp_cli_blas_core_better(const char *chosen, const gp_cli_cpu_feature
 
 void gp_cli_blas_core_check(const char *program, char **argv) {
     if (!openblas_get_corename || getenv(GP_CLI_BLAS_CORETYPE_ENV)) return;
+    /* A build for one target has those kernels alone and ignores OPENBLAS_CORETYPE. */
+    if (openblas_get_config && !strstr(openblas_get_config(), "DYNAMIC_ARCH")) return;
     const char *chosen = getenv(GP_CLI_BLAS_DETECTED_ENV);
     if (!chosen) chosen = openblas_get_corename();
     const gp_cli_cpu_features f = gp_cli_cpu_features_now();
     const char *core = gp_cli_blas_core_better(chosen, &f);
     if (!core) return;
     /* Nothing has been printed or written yet, so the new image loses nothing; the pid stays,
-     * so under mpirun the rank restarts in place, before MPI_Init. */
+     * so under mpirun the rank restarts in place, before MPI_Init. The program's own path,
+     * not /proc/self/exe, so that its name (ps, pgrep, top) stays; /proc/self/exe where that
+     * path is gone (the file was replaced since it started). */
     if (setenv(GP_CLI_BLAS_CORETYPE_ENV, core, 1) == 0 &&
-        setenv(GP_CLI_BLAS_REPLACED_ENV, chosen, 1) == 0)
+        setenv(GP_CLI_BLAS_REPLACED_ENV, chosen, 1) == 0) {
+        char self[4096];
+        const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) {
+            self[n] = '\0';
+            execv(self, argv);
+        }
         execv("/proc/self/exe", argv);
+    }
     const int err = errno;
     unsetenv(GP_CLI_BLAS_CORETYPE_ENV);
     unsetenv(GP_CLI_BLAS_REPLACED_ENV);

@@ -34,12 +34,13 @@ gp_cli_cpu_features gp_cli_cpu_features_now(void);
  * an AVX-512 processor, say) is OpenBLAS's judgement and is kept; so are names it does not know. */
 const char *gp_cli_blas_core_better(const char *chosen, const gp_cli_cpu_features *f);
 
-/* The first thing in main, before any output: when OPENBLAS_CORETYPE is unset and
- * gp_cli_blas_core_better replaces OpenBLAS's choice, sets it (and GP_BLAS_CORE_REPLACED) and
- * executes /proc/self/exe again with the same argv (argv[argc] NULL, as main's is). Returns only
- * when nothing is to be done, or when the restart failed: then it says so on stderr in one line
- * (naming `program`) and the program goes on with OpenBLAS's kernels. A core the user set is
- * never changed. */
+/* The first thing in main, before any output: when OPENBLAS_CORETYPE is unset, OpenBLAS was
+ * built with DYNAMIC_ARCH (else it has one target's kernels alone) and gp_cli_blas_core_better
+ * replaces its choice, sets it (and GP_BLAS_CORE_REPLACED) and executes the program's file
+ * (/proc/self/exe's target) again with the same argv (argv[argc] NULL, as main's is). Returns
+ * only when nothing is to be done, or when the restart failed: then it says so on stderr in one
+ * line (naming `program`) and the program goes on with OpenBLAS's kernels. A core the user set
+ * is never changed. */
 void gp_cli_blas_core_check(const char *program, char **argv);
 
 /* Who chose the kernels in use: "OpenBLAS", "OPENBLAS_CORETYPE" (the user, or whoever set it),
