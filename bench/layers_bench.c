@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "layers/transformer_ops.h"
+#include "support/blas_core.h"
 #include "support/support.h"
 
 #define F32(t) ((float *)(t).data)
@@ -64,6 +65,7 @@ static double gemm_rate(int64_t m, int64_t n, int64_t k, int reps) {
 }
 
 int main(int argc, char **argv) {
+    gp_cli_blas_core_check("bench_layers", argv);
     const int reps = argc > 1 ? atoi(argv[1]) : 5;
 #ifdef __GLIBC__
     /* GP_BENCH_KEEP_HEAP=1: freed blocks stay mapped, to show what fresh-page
@@ -76,7 +78,8 @@ int main(int argc, char **argv) {
 #endif
     if (gp_device_cpu_new("bench", &dev) != GP_OK) return 1;
     kt = gp_kernels_of(dev);
-    printf("OpenBLAS core %s, one thread\n", gp_blas_corename());
+    char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
+    printf("OpenBLAS core %s, one thread\n", gp_cli_blas_core_text(core, sizeof core));
     const double ceiling = gemm_rate(2048, 2048, 2048, 3);
     printf("sgemm 2048^3: %.1f GFLOP/s (the ceiling)\n", ceiling);
     printf("sgemm 4096x512x1536 %.1f, 4096x2048x512 %.1f, 4096x512x2048 %.1f GFLOP/s\n",

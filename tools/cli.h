@@ -8,6 +8,7 @@
 
 #include "cli_args.h"
 #include "gpipe.h"
+#include "support/blas_core.h"
 #include "support/support.h"
 
 /* ------------------------------------------------------------ subcommands */
@@ -439,6 +440,10 @@ double gp_cli_median(const double *v, int n);
 /* Adds "memory": {"peak_bytes": {<category>: n, ..., "total": n},
  * "limit_bytes": n, "allocations": n} from a device's counters. */
 void gp_cli_report_memory(cJSON *root, const gp_mem_stats *st);
+/* Adds "blas_core": the OpenBLAS core in use, "blas_core_chosen_by": "OpenBLAS",
+ * "OPENBLAS_CORETYPE" or "gpipe" (gp_cli_blas_core_chosen_by; absent for another BLAS), and with
+ * "gpipe", "blas_core_openblas_chose": the core OpenBLAS had chosen itself. */
+void gp_cli_report_blas_core(cJSON *root);
 /* Adds an exact unsigned integer (cJSON numbers are doubles). */
 void gp_cli_report_u64(cJSON *obj, const char *key, uint64_t v);
 /* Writes the JSON to path.tmp.<pid> and renames it over path, checking every

@@ -424,14 +424,15 @@ int gp_cli_bench_main(int argc, char **argv) {
     o.threads = gp_cli_device_threads(o.threads, (o.pa.stages > 0 ? o.pa.stages : 1) * T,
                                       o.place.launcher == GP_LAUNCHER_MPI);
     double t0 = gp_cli_now();
+    char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
     printf("gpipe bench %s: %d thread(s)%s, BLAS core %s, %d timed after %d warm-up\n",
-           o.workload, o.threads, o.pa.stages > 0 ? " per stage" : "", gp_blas_corename(),
-           o.steps, o.warmup);
+           o.workload, o.threads, o.pa.stages > 0 ? " per stage" : "",
+           gp_cli_blas_core_text(core, sizeof core), o.steps, o.warmup);
     fflush(stdout);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "workload", o.workload);
     cJSON_AddNumberToObject(r, "threads", o.threads); /* per device (stage) */
-    cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
+    gp_cli_report_blas_core(r);
     cJSON_AddStringToObject(r, "gpipe_version", gp_version());
     cJSON_AddNumberToObject(r, "steps", o.steps);
     cJSON_AddNumberToObject(r, "warmup", o.warmup);

@@ -189,7 +189,7 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
     cJSON_AddStringToObject(r, "optimizer", o->optimizer);
     cJSON_AddNumberToObject(r, "gflops_assumed", p->gflops_assumed);
     cJSON_AddBoolToObject(r, "gflops_measured", measured);
-    if (measured) cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
+    if (measured) gp_cli_report_blas_core(r);
     cJSON *pl = cJSON_AddObjectToObject(r, "pipeline");
     cJSON_AddNumberToObject(pl, "stages", p->stages);
     cJSON_AddNumberToObject(pl, "tensor_parallel", p->tensor_parallel);

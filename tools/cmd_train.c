@@ -481,7 +481,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "clip", t->clip);
     cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
-    cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
+    gp_cli_report_blas_core(r);
     cJSON_AddNumberToObject(r, "elapsed_s", elapsed);
     cJSON *tr = cJSON_AddObjectToObject(r, "train");
     cJSON_AddNumberToObject(tr, "final_loss", t->final_loss);
@@ -688,10 +688,12 @@ int gp_cli_train_main(int argc, char **argv) {
         rc = gp_cli_fail("train", "--model: cannot infer the model's shapes");
         goto done;
     }
+    char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
     printf("gpipe train: model %s (%s, %lld parameters), %d thread(s) per device, BLAS core "
            "%s\n",
            o.model, t.is_lm ? "language model" : "classifier",
-           (long long)gp_model_nparams(t.model), t.threads, gp_blas_corename());
+           (long long)gp_model_nparams(t.model), t.threads,
+           gp_cli_blas_core_text(core, sizeof core));
     printf("defaults used:%s\n", used[0] ? used : " none");
     if (t.stages > 0)
         printf("pipeline: %d stage(s), %d micro-batch(es), schedule %s, remat %s, partition %s%s "

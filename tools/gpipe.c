@@ -19,11 +19,20 @@ static void print_help(void) {
            "  bench   measure the G1, T1 and C1 workloads (gpipe bench --help)\n\n"
            "Options:\n"
            "  -h, --help      show this help and exit\n"
-           "  -V, --version   print the version and exit\n\n"
+           "  -V, --version   print the version and the OpenBLAS kernels in use, and exit\n\n"
+           "Environment:\n"
+           "  OPENBLAS_CORETYPE  the OpenBLAS kernels to run (Haswell, SkylakeX, Zen, ...).\n"
+           "      Unset, OpenBLAS picks them by the processor's model, and falls back to\n"
+           "      SSE-only kernels on a model it does not know; gpipe then sets it to the\n"
+           "      kernels the processor can run (SkylakeX, Haswell or Sandybridge) and\n"
+           "      restarts itself (--version says so). A value that is set is kept: set it\n"
+           "      to OpenBLAS's own choice to turn this off.\n\n"
            "Exit status: 0 success, 1 runtime failure, 2 bad usage.\n");
 }
 
 int main(int argc, char **argv) {
+    /* First: it may restart the program, which loses anything done before it. */
+    gp_cli_blas_core_check("gpipe", argv);
     if (argc < 2) {
         fprintf(stderr, "gpipe: missing command (expected train, eval, sample, plan or bench)\n"
                         "Try 'gpipe --help'.\n");
@@ -35,7 +44,9 @@ int main(int argc, char **argv) {
         return GP_CLI_EXIT_OK;
     }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("gpipe %s (BLAS core %s)\n", gp_version(), gp_blas_corename());
+        char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
+        printf("gpipe %s, BLAS core %s\n", gp_version(),
+               gp_cli_blas_core_text(core, sizeof core));
         return GP_CLI_EXIT_OK;
     }
     /* train and bench may have started MPI: it ends here, after everything is freed (or, after

@@ -1,4 +1,4 @@
-/* JSON reports of the CLI: memory figures from the device counters, exact
+/* JSON reports of the CLI: the OpenBLAS core, memory figures from the device counters, exact
  * 64-bit integers, and an atomic write (gp_file_out) so that a crash never
  * leaves a half report that looks whole. */
 #include <inttypes.h>
@@ -13,6 +13,14 @@ void gp_cli_report_u64(cJSON *obj, const char *key, uint64_t v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%" PRIu64, v);
     cJSON_AddRawToObject(obj, key, buf);
+}
+
+void gp_cli_report_blas_core(cJSON *root) {
+    cJSON_AddStringToObject(root, "blas_core", gp_blas_corename());
+    const char *replaced;
+    const char *by = gp_cli_blas_core_chosen_by(&replaced);
+    if (by) cJSON_AddStringToObject(root, "blas_core_chosen_by", by);
+    if (replaced) cJSON_AddStringToObject(root, "blas_core_openblas_chose", replaced);
 }
 
 void gp_cli_report_memory(cJSON *root, const gp_mem_stats *st) {

@@ -21,16 +21,10 @@ grep -q "images/s" "$TMP/C1.out" || bad "C1 summary lacks images/s"
 grep -q "tokens/s" "$TMP/T1.out" || bad "T1 summary lacks tokens/s"
 
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
-import json, os, sys
-from clicheck import errors, finish, need
+import sys
+from clicheck import finish, load, need
 d = sys.argv[1]
-def load(name):
-    try:
-        return json.load(open(os.path.join(d, name + ".json")))
-    except Exception as e:
-        errors.append(f"{name}: {e}")
-        return {}
-g = load("G1")
+g = load(d, "G1")
 need(g.get("workload") == "G1" and g.get("threads") == 1, "G1 workload/threads")
 shapes = [(s.get("m"), s.get("n"), s.get("k")) for s in g.get("sgemm", [])]
 need(shapes == [(2048, 2048, 2048), (4096, 1536, 512), (4096, 512, 512), (4096, 2048, 512),
@@ -39,7 +33,7 @@ need(all(s["gflops"]["min"] <= s["gflops"]["median"] <= s["gflops"]["max"] and s
          for s in g.get("sgemm", [])), "G1 spreads")
 need(g.get("ceiling_gflops", 0) > 0 and isinstance(g.get("blas_core"), str), "G1 ceiling/blas_core")
 for name in ("C1", "T1"):
-    r = load(name)
+    r = load(d, name)
     for key in ("workload", "threads", "throughput", "achieved_gflops", "ceiling_gflops",
                 "fraction_of_ceiling", "step_seconds", "blas_core", "memory"):
         need(key in r, f"{name}: missing key {key}")
@@ -59,10 +53,10 @@ for name in ("C1", "T1"):
     need(all(isinstance(peak.get(c), int) for c in
              ("parameters", "gradients", "optimizer_state", "activations", "workspace", "total")),
          f"{name}: memory.peak_bytes {peak}")
-c1 = load("C1")
+c1 = load(d, "C1")
 need(c1.get("throughput", {}).get("examples_per_s", 0) > 0 and c1.get("batch") == 8, "C1 throughput/batch")
 need(c1.get("nparams") == 870826, f"C1 nparams {c1.get('nparams')}")
-t1 = load("T1")
+t1 = load(d, "T1")
 need(t1.get("throughput", {}).get("tokens_per_s", 0) > 0, "T1 tokens_per_s")
 need(t1.get("nparams") == 25547776, f"T1 nparams {t1.get('nparams')} (WORKLOADS.md: 25,547,776)")
 # 647.5 GFLOP for 32 sequences: 6 x 25,296,896 x 128 + 12 x 8 x 128 x 512 x 128 for one

@@ -1,6 +1,8 @@
 /* The tools' support part (see support.h). */
 #include "support.h"
 
+#include "blas_core.h"
+
 #include "gpipe.h"
 
 #include <cblas.h>
@@ -107,6 +109,7 @@ bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openb
 
 bool gp_cli_bench_start(const char *name, int argc, char **argv, int defreps, int maxreps,
                         int *threads, int *reps, gp_device **dev, int *exit_code) {
+    gp_cli_blas_core_check(name, argv);
     *threads = argc > 1 ? atoi(argv[1]) : 1;
     *reps = argc > 2 ? atoi(argv[2]) : defreps;
     *dev = NULL;

@@ -23,7 +23,8 @@ double gp_cli_now(void);
 bool gp_cli_bench_sgemm(int64_t m, int64_t n, int64_t k, int threads, bool openblas_threads,
                         int reps, double *gflops, char *why, size_t why_size);
 
-/* A kernel benchmark's start: its CPU device of argv[1] threads (default 1) and its repetitions
+/* A kernel benchmark's start (its first call: it may restart the program with OpenBLAS's
+ * kernels corrected, gp_cli_blas_core_check): its CPU device of argv[1] threads (default 1) and its repetitions
  * argv[2] (default defreps, 1 to maxreps). False after printing the usage or the failure, with
  * *exit_code the status to exit with. */
 typedef struct gp_device gp_device;
