@@ -420,14 +420,18 @@ int gp_cli_bench_main(int argc, char **argv) {
     o.threads = gp_cli_device_threads(o.threads, (o.pa.stages > 0 ? o.pa.stages : 1) * T,
                                       o.place.launcher == GP_LAUNCHER_MPI);
     double t0 = gp_cli_now();
-    printf("gpipe bench %s: %d thread(s)%s, BLAS core %s, %d timed after %d warm-up\n",
-           o.workload, o.threads, o.pa.stages > 0 ? " per stage" : "", gp_blas_corename(),
+    const char *isa;
+    (void)gp_cpu_isa(&isa); /* its error stopped main() already */
+    printf("gpipe bench %s: %d thread(s)%s, BLAS core %s, CPU kernels %s, %d timed after %d "
+           "warm-up\n",
+           o.workload, o.threads, o.pa.stages > 0 ? " per stage" : "", gp_blas_corename(), isa,
            o.steps, o.warmup);
     fflush(stdout);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "workload", o.workload);
     cJSON_AddNumberToObject(r, "threads", o.threads); /* per device (stage) */
     cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
+    cJSON_AddStringToObject(r, "cpu_isa", isa);
     cJSON_AddStringToObject(r, "gpipe_version", gp_version());
     cJSON_AddNumberToObject(r, "steps", o.steps);
     cJSON_AddNumberToObject(r, "warmup", o.warmup);

@@ -482,6 +482,9 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
     cJSON_AddStringToObject(r, "blas_core", gp_blas_corename());
+    const char *isa;
+    (void)gp_cpu_isa(&isa); /* its error stopped main() already */
+    cJSON_AddStringToObject(r, "cpu_isa", isa);
     cJSON_AddNumberToObject(r, "elapsed_s", elapsed);
     cJSON *tr = cJSON_AddObjectToObject(r, "train");
     cJSON_AddNumberToObject(tr, "final_loss", t->final_loss);
@@ -688,10 +691,12 @@ int gp_cli_train_main(int argc, char **argv) {
         rc = gp_cli_fail("train", "--model: cannot infer the model's shapes");
         goto done;
     }
+    const char *isa;
+    (void)gp_cpu_isa(&isa); /* its error stopped main() already */
     printf("gpipe train: model %s (%s, %lld parameters), %d thread(s) per device, BLAS core "
-           "%s\n",
+           "%s, CPU kernels %s\n",
            o.model, t.is_lm ? "language model" : "classifier",
-           (long long)gp_model_nparams(t.model), t.threads, gp_blas_corename());
+           (long long)gp_model_nparams(t.model), t.threads, gp_blas_corename(), isa);
     printf("defaults used:%s\n", used[0] ? used : " none");
     if (t.stages > 0)
         printf("pipeline: %d stage(s), %d micro-batch(es), schedule %s, remat %s, partition %s%s "

@@ -20,6 +20,10 @@ static void print_help(void) {
            "Options:\n"
            "  -h, --help      show this help and exit\n"
            "  -V, --version   print the version and exit\n\n"
+           "Environment:\n"
+           "  GP_CPU_ISA      the variant of gpipe's CPU kernels: baseline, avx2, avx512, or\n"
+           "                  native in a -DGP_NATIVE=ON build (default: the fastest this CPU\n"
+           "                  runs; --version lists them)\n\n"
            "Exit status: 0 success, 1 runtime failure, 2 bad usage.\n");
 }
 
@@ -34,8 +38,16 @@ int main(int argc, char **argv) {
         print_help();
         return GP_CLI_EXIT_OK;
     }
+    /* A GP_CPU_ISA that cannot run stops every command before it starts. */
+    const char *isa;
+    if (gp_cpu_isa(&isa) != GP_OK) {
+        fprintf(stderr, "gpipe: %s\n", gp_last_error());
+        return GP_CLI_EXIT_RUNTIME;
+    }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("gpipe %s (BLAS core %s)\n", gp_version(), gp_blas_corename());
+        printf("gpipe %s (BLAS core %s, CPU kernels %s)\n", gp_version(), gp_blas_corename(),
+               isa);
+        printf("CPU kernel variants this CPU runs: %s\n", gp_cpu_isa_runnable());
         return GP_CLI_EXIT_OK;
     }
     /* train and bench may have started MPI: it ends here, after everything is freed (or, after
