@@ -5,7 +5,10 @@
 # target of the Makefile) for a fixed number of steps: each workload run with one build, then
 # the other, for a number of rounds (a shared machine drifts: alternating puts both under the
 # same drift; the order flips every round). Prints a markdown table of the medians over rounds,
-# the ratio of the medians and the median of each round's ratio (portable / native).
+# the ratio of the medians and the median of each round's ratio (portable / native), of the
+# throughput and of the CPU seconds the steps took (every thread's: on a machine other
+# processes load, the work done, which their load hardly moves; native / portable, so that
+# above 1 is the portable build faster either way).
 # Usage: bash bench/run_portable.sh [NATIVE_GPIPE [PORTABLE_GPIPE]]
 #   NATIVE_GPIPE defaults to build/gpipe (make build); without PORTABLE_GPIPE the portable
 #   build is configured and built in ${INSTALL_BUILD:-build-install} as `make install` does.
@@ -58,23 +61,32 @@ done
 python3 - "$OUT" "$ROUNDS" "$NATIVE" "$PORTABLE" <<'PY'
 import json, statistics, sys
 out, rounds, native, portable = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-def rate(rep):
+def figures(rep):
+    """(throughput per wall second, CPU seconds per step or over the run's steps)"""
     t = rep["throughput"]
-    return t.get("tokens_per_s", t["examples_per_s"])
+    if "step_cpu_seconds" in rep:
+        return t.get("tokens_per_s", t["examples_per_s"]), rep["step_cpu_seconds"]["median"]
+    return t["examples_per_s"], rep["train"]["cpu_seconds"]
 first = json.load(open(f"{out}/c1_native_1.json"))
-kernels = {s: json.load(open(f"{out}/c1_{s}_1.json"))["cpu_isa"] for s in ("native", "portable")}
+kernels = {s: json.load(open(f"{out}/c1_{s}_1.json")).get("cpu_isa", "not reported")
+           for s in ("native", "portable")}
 print(f"native = {native} (CPU kernels {kernels['native']}), portable = {portable} "
       f"(CPU kernels {kernels['portable']}); BLAS core {first['blas_core']}; "
       f"medians of {rounds} alternating rounds\n")
-print("| workload | native per s | portable per s | portable / native (medians) "
-      "| median of the rounds' ratios | rounds' ratios min-max |")
-print("|---|---:|---:|---:|---:|---|")
+print("| workload | native per s | portable per s | portable / native: wall, medians "
+      "| median of the rounds' ratios (min-max) | CPU time: native / portable, medians "
+      "| median of the rounds' ratios (min-max) |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+med = statistics.median
 for name, label in (("c1", "C1, 2 threads, images"), ("t1", "T1, 1 thread, tokens"),
                     ("fashion", "Fashion demo model, 2 stages, images")):
-    n = [rate(json.load(open(f"{out}/{name}_native_{r}.json"))) for r in range(1, rounds + 1)]
-    p = [rate(json.load(open(f"{out}/{name}_portable_{r}.json"))) for r in range(1, rounds + 1)]
-    ratios = [b / a for a, b in zip(n, p)]
-    print(f"| {label} | {statistics.median(n):.1f} | {statistics.median(p):.1f} "
-          f"| {statistics.median(p) / statistics.median(n):.3f} | {statistics.median(ratios):.3f} "
-          f"| {min(ratios):.3f}-{max(ratios):.3f} |")
+    n = [figures(json.load(open(f"{out}/{name}_native_{r}.json"))) for r in range(1, rounds + 1)]
+    p = [figures(json.load(open(f"{out}/{name}_portable_{r}.json"))) for r in range(1, rounds + 1)]
+    wall = [b[0] / a[0] for a, b in zip(n, p)]
+    cpu = [a[1] / b[1] for a, b in zip(n, p)]
+    print(f"| {label} | {med(x[0] for x in n):.1f} | {med(x[0] for x in p):.1f} "
+          f"| {med(x[0] for x in p) / med(x[0] for x in n):.3f} "
+          f"| {med(wall):.3f} ({min(wall):.3f}-{max(wall):.3f}) "
+          f"| {med(x[1] for x in n) / med(x[1] for x in p):.3f} "
+          f"| {med(cpu):.3f} ({min(cpu):.3f}-{max(cpu):.3f}) |")
 PY

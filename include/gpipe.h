@@ -516,7 +516,7 @@ const char *gp_blas_corename(void);
  * variant that is unknown or not built (GP_INVALID_ARGUMENT) or that this CPU lacks the
  * instructions for (GP_UNSUPPORTED), that error, which making a CPU device then fails with. */
 gp_status gp_cpu_isa(const char **name);
-/* The variants this build carries that this CPU runs, fastest first, as "avx512, avx2, baseline". */
+/* The variants this build carries that this CPU runs, fastest first: "avx512, avx2, baseline". */
 const char *gp_cpu_isa_runnable(void);
 /* An output file written atomically: text goes to a temporary file beside
  * `path`; gp_file_out_close(o, true) checks every write, fsyncs, renames it

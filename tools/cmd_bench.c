@@ -100,10 +100,11 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "  C1  Fashion-MNIST convnet, SGD(0.05, momentum 0.9), random images: images/s and\n"
            "      GFLOP/s from the model's cost table\n"
            "T1, T2 and C1 report the median step time over --steps after --warmup steps, its\n"
-           "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
-           "process right after each step, split over as many threads as a device splits\n"
-           "it (with K stages of T threads: on all K x T threads at once, as a step keeps\n"
-           "them busy; then on one stage's T threads alone, for the report's\n"
+           "spread, the steps' CPU seconds (every thread's, which other processes' load on\n"
+           "the machine hardly moves), and the fraction of the 2048^3 sgemm ceiling\n"
+           "measured in the same process right after each step, split over as many threads\n"
+           "as a device splits it (with K stages of T threads: on all K x T threads at once,\n"
+           "as a step keeps them busy; then on one stage's T threads alone, for the report's\n"
            "ceiling_together_over_alone: what the cores lose by working together).\n"
            "Under mpirun, T2 runs over MPI: one stage per rank, D x K ranks with\n"
            "--data-parallel D (ceiling: ranks times the T-thread sgemm); rank 0 reports,\n"
@@ -185,6 +186,7 @@ static int run_g1(const bench_opts *o, cJSON *r) {
 
 static void free_bench(gp_cli_bench *b) {
     free(b->step_seconds);
+    free(b->step_cpu_seconds);
     free(b->step_ceiling);
     free(b->step_ceiling_alone);
     free(b->step_bubble);
@@ -329,6 +331,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
     }
     add_spread(r, "step_fraction_of_ceiling", ratio, b.steps);
     add_spread(r, "step_seconds", b.step_seconds, b.steps);
+    add_spread(r, "step_cpu_seconds", b.step_cpu_seconds, b.steps);
     cJSON_AddNumberToObject(r, "final_loss", b.final_loss);
     gp_cli_report_memory(r, &b.mem);
     cJSON *rss = cJSON_AddArrayToObject(r, "rss_peak_bytes"); /* per rank (one on threads) */

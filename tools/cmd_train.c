@@ -489,6 +489,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON *tr = cJSON_AddObjectToObject(r, "train");
     cJSON_AddNumberToObject(tr, "final_loss", t->final_loss);
     cJSON_AddNumberToObject(tr, "seconds", t->train_seconds);
+    cJSON_AddNumberToObject(tr, "cpu_seconds", t->train_cpu_seconds);
     cJSON_AddNumberToObject(tr, "examples", (double)t->examples_seen);
     /* This process's steps: start_step+1 .. steps_done (a resumed run starts late). */
     cJSON_AddNumberToObject(tr, "first_step", t->start_step);

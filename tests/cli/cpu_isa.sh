@@ -43,8 +43,8 @@ PY
 # before anything runs, saying MESSAGE.
 refuse() {
     local rc=0
-    GP_CPU_ISA=$2 "$GPIPE" train "${LM[@]}" --report "$TMP/$1.json" >"$TMP/$1.out" 2>"$TMP/$1.err" ||
-        rc=$?
+    GP_CPU_ISA=$2 "$GPIPE" train "${LM[@]}" --report "$TMP/$1.json" >"$TMP/$1.out" \
+        2>"$TMP/$1.err" || rc=$?
     [ "$rc" = 1 ] || bad "GP_CPU_ISA=$2 gpipe train: exit $rc, expected 1"
     grep -qF "$3" "$TMP/$1.err" || bad "GP_CPU_ISA=$2: no '$3' in: $(head -c 400 "$TMP/$1.err")"
     [ -e "$TMP/$1.json" ] && bad "GP_CPU_ISA=$2: a report was written"
@@ -52,7 +52,8 @@ refuse() {
     GP_CPU_ISA=$2 "$GPIPE" --version >/dev/null 2>&1 || rc=$?
     [ "$rc" = 1 ] || bad "GP_CPU_ISA=$2 gpipe --version: exit $rc, expected 1"
 }
-refuse unknown sse9 "gpipe: GP_CPU_ISA=sse9: unknown variant of the CPU kernels, expected baseline, avx2, avx512 or native"
+refuse unknown sse9 "gpipe: GP_CPU_ISA=sse9: unknown variant of the CPU kernels, expected \
+baseline, avx2, avx512 or native"
 for v in avx2 avx512 native; do
     case ", $runs," in
     *", $v,"*) ;;

@@ -60,7 +60,8 @@ static void blas_single_thread(void) { gp_cpu_blas_set_threads(1); }
 
 gp_status gp_device_cpu_new_isa(const char *name, int threads, const gp_cpu_variant *isa,
                                 gp_device **out) {
-    if (!out) return gp_error(GP_INVALID_ARGUMENT, "CPU device %s: out is NULL", name ? name : "cpu");
+    if (!out)
+        return gp_error(GP_INVALID_ARGUMENT, "CPU device %s: out is NULL", name ? name : "cpu");
     *out = NULL;
     if (threads < 1 || threads > GP_CPU_MAX_THREADS)
         return gp_error(GP_INVALID_ARGUMENT,

@@ -102,37 +102,35 @@ uint32_t gp_cpu_features(void) {
 #endif
 }
 
-/* "a, b, c" into buf: the names of the features in mask, or of the built variants a CPU with
- * `features` runs (variants true). */
-static void list_names(char *buf, size_t cap, uint32_t mask, bool variants, uint32_t features) {
-    size_t used = 0;
+/* Appends name to the list "a, b" in buf (truncated at cap). */
+static void append_name(char *buf, size_t cap, const char *name) {
+    const size_t used = strlen(buf);
+    snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", name);
+}
+
+/* The built variants that a CPU with `features` runs, fastest first. */
+static void variant_names(uint32_t features, char *buf, size_t cap) {
     buf[0] = '\0';
-    const size_t n = variants ? NBUILT : GP_CPU_FEATURES;
-    for (size_t i = 0; i < n; i++) {
-        const char *name;
-        if (variants) {
-            if (g_built[i]->needs & ~features) continue;
-            name = g_built[i]->name;
-        } else {
-            if (!(mask & GP_CPU_BIT(i))) continue;
-            name = g_feature_names[i];
-        }
-        int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", name);
-        if (w < 0 || (size_t)w >= cap - used) return;
-        used += (size_t)w;
-    }
+    for (size_t i = 0; i < NBUILT; i++)
+        if (!(g_built[i]->needs & ~features)) append_name(buf, cap, g_built[i]->name);
+}
+
+static void feature_names(uint32_t mask, char *buf, size_t cap) {
+    buf[0] = '\0';
+    for (int i = 0; i < GP_CPU_FEATURES; i++)
+        if (mask & GP_CPU_BIT(i)) append_name(buf, cap, g_feature_names[i]);
 }
 
 gp_status gp_cpu_isa_find(const char *name, uint32_t features, const gp_cpu_variant **out) {
     *out = NULL;
     char runs[128];
-    list_names(runs, sizeof runs, 0, true, features);
+    variant_names(features, runs, sizeof runs);
     for (size_t i = 0; i < NBUILT; i++) {
         if (strcmp(name, g_built[i]->name) != 0) continue;
         const uint32_t missing = g_built[i]->needs & ~features;
         if (missing) {
             char lacks[256];
-            list_names(lacks, sizeof lacks, missing, false, 0);
+            feature_names(missing, lacks, sizeof lacks);
             return gp_error(GP_UNSUPPORTED,
                             "GP_CPU_ISA=%s: this CPU lacks %s, which the %s kernels use "
                             "(variants it runs: %s)",
@@ -142,15 +140,16 @@ gp_status gp_cpu_isa_find(const char *name, uint32_t features, const gp_cpu_vari
         return GP_OK;
     }
     char built[128];
-    list_names(built, sizeof built, 0, true, ~0u);
+    variant_names(~0u, built, sizeof built);
     for (size_t i = 0; i < NKNOWN; i++)
         if (strcmp(name, g_known[i]) == 0)
             return gp_error(GP_INVALID_ARGUMENT,
                             "GP_CPU_ISA=%s: this build has no %s variant of the CPU kernels%s "
                             "(built: %s)",
                             name, name,
-                            i == NKNOWN - 1 ? " (a build configured with -DGP_NATIVE=ON has)"
-                                            : "",
+                            strcmp(name, "native") == 0
+                                ? " (a build configured with -DGP_NATIVE=ON has)"
+                                : "",
                             built);
     return gp_error(GP_INVALID_ARGUMENT,
                     "GP_CPU_ISA=%s: unknown variant of the CPU kernels, expected baseline, avx2, "
@@ -173,7 +172,7 @@ static char g_runnable[128];
 static void choose(void) {
     const uint32_t features = gp_cpu_features();
     g_active = gp_cpu_isa_best(features);
-    list_names(g_runnable, sizeof g_runnable, 0, true, features);
+    variant_names(features, g_runnable, sizeof g_runnable);
     const char *want = getenv("GP_CPU_ISA");
     if (!want || !want[0]) return;
     const gp_cpu_variant *v;

@@ -4,8 +4,9 @@
  *
  * A file compiled once per variant gets GP_ISA_VARIANT (its name) from the build; the headers
  * it includes then rename every function it defines by that suffix (isa_names.h), so the
- * variants link side by side and each reaches only its own functions. Outside the variants
- * the names in isa_names.h that have a definition here (isa.c) call the chosen variant's. */
+ * variants link side by side and each reaches only its own functions. Outside the variants a
+ * few of those names (gp_cpu_expf, gp_conv_direct_applies, ...: isa.c) call the variant in use,
+ * for tests and benchmarks. */
 #ifndef GP_KERNELS_CPU_ISA_H
 #define GP_KERNELS_CPU_ISA_H
 
@@ -31,8 +32,9 @@ typedef enum gp_cpu_feature {
 #define GP_CPU_BIT(f) ((uint32_t)1 << (f))
 
 /* One variant: its name, the features its code needs (from the compiler's predefined macros,
- * so a native variant asks for what -march=native turned on), its op table, and what tests and
- * benchmarks reach outside the table. */
+ * so a native variant asks for what -march=native turned on, of the features above: not for
+ * the others it may use, VNNI, BF16, ...; a native build is for the CPU that built it), its op
+ * table, and what tests and benchmarks reach outside the table. */
 typedef struct gp_cpu_variant {
     const char *name;
     uint32_t needs;
