@@ -20,7 +20,7 @@ GPIPE      := $(BUILD)/gpipe
 PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
 
-.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers install clean
+.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable install clean
 
 all: build
 
@@ -159,7 +159,13 @@ bench: build
 	bash bench/run_mpi.sh $(GPIPE)
 	bash bench/run_mesh.sh $(GPIPE)
 
-# A separate tree without -march=native: what is installed may run on another CPU than this one.
+# The portable build (the one make install makes) against this machine's native build, on C1,
+# T1 and the Fashion demo's workload, alternating rounds (bench/run_portable.sh).
+bench-portable: build
+	INSTALL_BUILD=$(INSTALL_BUILD) bash bench/run_portable.sh $(GPIPE)
+
+# A separate tree without -march=native: what is installed may run on another CPU than this one
+# (gpipe's CPU kernels in it are compiled for several instruction sets and chosen at start).
 install: deps
 	cmake -S . -B $(INSTALL_BUILD) -DCMAKE_BUILD_TYPE=Release -DGP_NATIVE=OFF -DGP_BUILD_TESTS=OFF
 	cmake --build $(INSTALL_BUILD) -j $(JOBS)

@@ -91,8 +91,8 @@ int main(int argc, char **argv) {
     gp_conv_geom probe = {.channels = 24, .height = 28, .width = 28, .kernel = 3, .stride = 1,
                           .pad = 1, .out_h = 28, .out_w = 28};
     if (!gp_conv_direct_applies(&probe, 24)) {
-        printf("bench_conv: the direct path is not available on this CPU (it needs AVX2 and "
-               "FMA): nothing to compare\n");
+        printf("bench_conv: the direct path is not in these CPU kernels (it needs AVX2 and FMA: "
+               "a CPU without them, or GP_CPU_ISA=baseline): nothing to compare\n");
         gp_device_free(dev);
         return 0;
     }

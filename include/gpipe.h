@@ -522,6 +522,18 @@ gp_status gp_shuffle(uint64_t seed, uint32_t epoch, int64_t n, int64_t *perm);
 
 /* Which kernels OpenBLAS chose for this CPU ("Zen", "Haswell", ...; another CBLAS: "unknown"). */
 const char *gp_blas_corename(void);
+/* Which variant of gpipe's own CPU kernels runs. The library carries them compiled for several
+ * instruction sets: "baseline" (any x86-64, or another CPU), "avx2" (x86-64-v3: AVX2, FMA,
+ * BMI2, F16C, ...), "avx512" (x86-64-v4: AVX-512 F, BW, CD, DQ, VL), and in a build configured
+ * with -DGP_NATIVE=ON "native" (-march=native). The fastest one this CPU runs is chosen once,
+ * at the first call or CPU device, unless the environment's GP_CPU_ISA names one. Every variant
+ * gives the same bits, except that baseline has no AVX2 convolution paths (Winograd's, the
+ * direct tile). *name is the variant in use; the status is GP_OK, or where GP_CPU_ISA names a
+ * variant that is unknown or not built (GP_INVALID_ARGUMENT) or that this CPU lacks the
+ * instructions for (GP_UNSUPPORTED), that error, which making a CPU device then fails with. */
+gp_status gp_cpu_isa(const char **name);
+/* The variants this build carries that this CPU runs, fastest first: "avx512, avx2, baseline". */
+const char *gp_cpu_isa_runnable(void);
 /* An output file written atomically: text goes to a temporary file beside
  * `path`; gp_file_out_close(o, true) checks every write, fsyncs, renames it
  * onto `path` and fsyncs the folder, so a crash or failure never leaves a

@@ -181,6 +181,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         goto done;
     }
     b->step_seconds = calloc((size_t)b->steps, sizeof *b->step_seconds);
+    b->step_cpu_seconds = calloc((size_t)b->steps, sizeof *b->step_cpu_seconds);
     b->step_ceiling = calloc((size_t)b->steps, sizeof *b->step_ceiling);
     if (pipelined) {
         b->step_bubble = calloc((size_t)b->steps, sizeof *b->step_bubble);
@@ -193,7 +194,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     const bool ceiling_alone = pipelined && b->place.launcher != GP_LAUNCHER_MPI && b->ndevices > 1;
     if (ceiling_alone)
         b->step_ceiling_alone = calloc((size_t)b->steps, sizeof *b->step_ceiling_alone);
-    if (!b->step_seconds || !b->step_ceiling || (ceiling_alone && !b->step_ceiling_alone) ||
+    if (!b->step_seconds || !b->step_cpu_seconds || !b->step_ceiling ||
+        (ceiling_alone && !b->step_ceiling_alone) ||
         (pipelined && (!b->step_bubble || !b->step_bubble_sim || !b->step_bubble_replay ||
                        !b->stage_mem || !b->last_stages))) {
         fprintf(stderr, "gpipe bench: out of host memory\n");
@@ -203,17 +205,18 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     for (int step = 0; step < b->warmup + b->steps; step++) {
         fill_batch(b, step, classes, &x, &y);
         float loss;
-        double t0 = gp_cli_now();
+        double t0 = gp_cli_now(), c0 = gp_cli_cpu_now();
         if (gp_pipeline_step(pl, &x, &y, &loss) != GP_OK) {
             rc = gp_cli_fail("bench", "training step");
             goto done;
         }
-        double dt = gp_cli_now() - t0;
+        double dt = gp_cli_now() - t0, dcpu = gp_cli_cpu_now() - c0;
         b->final_loss = loss;
         bool warm = step < b->warmup;
         if (!warm) {
             int i = step - b->warmup;
             b->step_seconds[i] = dt;
+            b->step_cpu_seconds[i] = dcpu;
             if (pipelined) {
                 /* MPI: every rank's timeline and counters, for the stats (a collective). */
                 if (gp_pipeline_gather(pl) != GP_OK ||

@@ -176,6 +176,7 @@ typedef struct gp_cli_train {
     int steps_done, epochs_done;
     double final_loss;
     double train_seconds; /* forward+backward+update and batch assembly, no evaluation */
+    double train_cpu_seconds; /* this process's CPU seconds in the pipeline's steps alone */
     int64_t examples_seen;
     bool have_eval;
     double eval_loss, eval_accuracy; /* accuracy: classifier only */
@@ -402,6 +403,7 @@ typedef struct gp_cli_bench {
     gp_pipeline_opts popts;
     /* results */
     double *step_seconds; /* the `steps` timed steps, owned */
+    double *step_cpu_seconds; /* their CPU seconds (every thread's), owned */
     double *step_ceiling; /* 2048^3 sgemm GFLOP/s measured right after each timed step, owned */
     /* Pipelines of several devices on threads: the same sgemm on one device's threads alone,
      * right after; owned (NULL otherwise). */

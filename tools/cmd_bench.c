@@ -104,10 +104,11 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "  C1  Fashion-MNIST convnet, SGD(0.05, momentum 0.9), random images: images/s and\n"
            "      GFLOP/s from the model's cost table\n"
            "T1, T2 and C1 report the median step time over --steps after --warmup steps, its\n"
-           "spread, and the fraction of the 2048^3 sgemm ceiling measured in the same\n"
-           "process right after each step, split over as many threads as a device splits\n"
-           "it (with K stages of T threads: on all K x T threads at once, as a step keeps\n"
-           "them busy; then on one stage's T threads alone, for the report's\n"
+           "spread, the steps' CPU seconds (every thread's, which other processes' load on\n"
+           "the machine hardly moves), and the fraction of the 2048^3 sgemm ceiling\n"
+           "measured in the same process right after each step, split over as many threads\n"
+           "as a device splits it (with K stages of T threads: on all K x T threads at once,\n"
+           "as a step keeps them busy; then on one stage's T threads alone, for the report's\n"
            "ceiling_together_over_alone: what the cores lose by working together).\n"
            "Under mpirun, T2 runs over MPI: one stage per rank, D x K ranks with\n"
            "--data-parallel D (ceiling: ranks times the T-thread sgemm); rank 0 reports,\n"
@@ -189,6 +190,7 @@ static int run_g1(const bench_opts *o, cJSON *r) {
 
 static void free_bench(gp_cli_bench *b) {
     free(b->step_seconds);
+    free(b->step_cpu_seconds);
     free(b->step_ceiling);
     free(b->step_ceiling_alone);
     free(b->step_bubble);
@@ -333,6 +335,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
     }
     add_spread(r, "step_fraction_of_ceiling", ratio, b.steps);
     add_spread(r, "step_seconds", b.step_seconds, b.steps);
+    add_spread(r, "step_cpu_seconds", b.step_cpu_seconds, b.steps);
     cJSON_AddNumberToObject(r, "final_loss", b.final_loss);
     gp_cli_report_memory(r, &b.mem);
     cJSON *rss = cJSON_AddArrayToObject(r, "rss_peak_bytes"); /* per rank (one on threads) */
@@ -425,14 +428,18 @@ int gp_cli_bench_main(int argc, char **argv) {
                                       o.place.launcher == GP_LAUNCHER_MPI);
     double t0 = gp_cli_now();
     char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
-    printf("gpipe bench %s: %d thread(s)%s, BLAS core %s, %d timed after %d warm-up\n",
+    const char *isa;
+    (void)gp_cpu_isa(&isa); /* its error stopped main() already */
+    printf("gpipe bench %s: %d thread(s)%s, BLAS core %s, CPU kernels %s, %d timed after %d "
+           "warm-up\n",
            o.workload, o.threads, o.pa.stages > 0 ? " per stage" : "",
-           gp_cli_blas_core_text(core, sizeof core), o.steps, o.warmup);
+           gp_cli_blas_core_text(core, sizeof core), isa, o.steps, o.warmup);
     fflush(stdout);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "workload", o.workload);
     cJSON_AddNumberToObject(r, "threads", o.threads); /* per device (stage) */
     gp_cli_report_blas_core(r);
+    cJSON_AddStringToObject(r, "cpu_isa", isa);
     cJSON_AddStringToObject(r, "gpipe_version", gp_version());
     cJSON_AddNumberToObject(r, "steps", o.steps);
     cJSON_AddNumberToObject(r, "warmup", o.warmup);

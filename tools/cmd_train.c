@@ -482,10 +482,14 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
     gp_cli_report_blas_core(r);
+    const char *isa;
+    (void)gp_cpu_isa(&isa); /* its error stopped main() already */
+    cJSON_AddStringToObject(r, "cpu_isa", isa);
     cJSON_AddNumberToObject(r, "elapsed_s", elapsed);
     cJSON *tr = cJSON_AddObjectToObject(r, "train");
     cJSON_AddNumberToObject(tr, "final_loss", t->final_loss);
     cJSON_AddNumberToObject(tr, "seconds", t->train_seconds);
+    cJSON_AddNumberToObject(tr, "cpu_seconds", t->train_cpu_seconds);
     cJSON_AddNumberToObject(tr, "examples", (double)t->examples_seen);
     /* This process's steps: start_step+1 .. steps_done (a resumed run starts late). */
     cJSON_AddNumberToObject(tr, "first_step", t->start_step);
@@ -689,11 +693,13 @@ int gp_cli_train_main(int argc, char **argv) {
         goto done;
     }
     char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
+    const char *isa;
+    (void)gp_cpu_isa(&isa); /* its error stopped main() already */
     printf("gpipe train: model %s (%s, %lld parameters), %d thread(s) per device, BLAS core "
-           "%s\n",
+           "%s, CPU kernels %s\n",
            o.model, t.is_lm ? "language model" : "classifier",
            (long long)gp_model_nparams(t.model), t.threads,
-           gp_cli_blas_core_text(core, sizeof core));
+           gp_cli_blas_core_text(core, sizeof core), isa);
     printf("defaults used:%s\n", used[0] ? used : " none");
     if (t.stages > 0)
         printf("pipeline: %d stage(s), %d micro-batch(es), schedule %s, remat %s, partition %s%s "

@@ -19,14 +19,18 @@ static void print_help(void) {
            "  bench   measure the G1, T1 and C1 workloads (gpipe bench --help)\n\n"
            "Options:\n"
            "  -h, --help      show this help and exit\n"
-           "  -V, --version   print the version and the OpenBLAS kernels in use, and exit\n\n"
+           "  -V, --version   print the version, the OpenBLAS kernels and the variant of gpipe's\n"
+           "                  CPU kernels in use, and exit\n\n"
            "Environment:\n"
            "  OPENBLAS_CORETYPE  the OpenBLAS kernels to run (Haswell, SkylakeX, Zen, ...).\n"
            "      Unset, OpenBLAS picks them by the processor's model, and falls back to\n"
            "      SSE-only kernels on a model it does not know; gpipe then sets it to the\n"
            "      kernels the processor can run (SkylakeX, Haswell or Sandybridge) and\n"
            "      restarts itself (--version says so). A value that is set is kept: set it\n"
-           "      to OpenBLAS's own choice to turn this off.\n\n"
+           "      to OpenBLAS's own choice to turn this off.\n"
+           "  GP_CPU_ISA      the variant of gpipe's CPU kernels: baseline, avx2, avx512, or\n"
+           "                  native in a -DGP_NATIVE=ON build (default: the fastest this CPU\n"
+           "                  runs; --version lists them)\n\n"
            "Exit status: 0 success, 1 runtime failure, 2 bad usage.\n");
 }
 
@@ -43,10 +47,17 @@ int main(int argc, char **argv) {
         print_help();
         return GP_CLI_EXIT_OK;
     }
+    /* A GP_CPU_ISA that cannot run stops every command before it starts. */
+    const char *isa;
+    if (gp_cpu_isa(&isa) != GP_OK) {
+        fprintf(stderr, "gpipe: %s\n", gp_last_error());
+        return GP_CLI_EXIT_RUNTIME;
+    }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
         char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
-        printf("gpipe %s, BLAS core %s\n", gp_version(),
-               gp_cli_blas_core_text(core, sizeof core));
+        printf("gpipe %s, BLAS core %s, CPU kernels %s\n", gp_version(),
+               gp_cli_blas_core_text(core, sizeof core), isa);
+        printf("CPU kernel variants this CPU runs: %s\n", gp_cpu_isa_runnable());
         return GP_CLI_EXIT_OK;
     }
     /* train and bench may have started MPI: it ends here, after everything is freed (or, after

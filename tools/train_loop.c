@@ -89,12 +89,14 @@ int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const ch
 int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_tensor *x,
                       const gp_tensor *y, double t0, const char *diverged_hint) {
     float loss;
+    const double c0 = gp_cli_cpu_now();
     if (gp_pipeline_step(t->pipeline, x, y, &loss) != GP_OK) {
         char what[64];
         gp_cli_progress_clear(p);
         snprintf(what, sizeof what, "training step %d", step + 1);
         return gp_cli_fail("train", what);
     }
+    t->train_cpu_seconds += gp_cli_cpu_now() - c0;
     t->step_seconds[step] = gp_cli_now() - t0;
     t->train_seconds += t->step_seconds[step];
     t->steps_done = step + 1;

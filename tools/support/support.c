@@ -19,11 +19,14 @@
 /* OpenBLAS's own thread count; weak: another CBLAS lacks it (and then runs as it runs). */
 extern void openblas_set_num_threads(int) __attribute__((weak));
 
-double gp_cli_now(void) {
+static double seconds_of(clockid_t clock) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+
+double gp_cli_now(void) { return seconds_of(CLOCK_MONOTONIC); }
+double gp_cli_cpu_now(void) { return seconds_of(CLOCK_PROCESS_CPUTIME_ID); }
 
 typedef struct sgemm_part {
     int64_t m, n, k;

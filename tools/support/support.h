@@ -11,6 +11,9 @@
 
 /* Monotonic wall-clock seconds. */
 double gp_cli_now(void);
+/* This process's CPU seconds, every thread's: the work a step did, which, unlike its wall time,
+ * another process's load on a shared machine hardly moves. */
+double gp_cli_cpu_now(void);
 
 /* Measures row-major sgemm (m x k) by (k x n) on `threads` threads: the best GFLOP/s over
  * `reps` timed runs after one warm-up. As a gpipe CPU device runs a GEMM (the rows of C in

@@ -147,8 +147,8 @@ bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc) {
 #define PUTS6(M, nr) PUTS4(M, nr) M(4, nr) M(5, nr)
 #define PUTS8(M, nr) PUTS6(M, nr) M(6, nr) M(7, nr)
 #define DEFINE_TILE(NR, MR)                                                                    \
-    GP_AVX2 static void tile_##NR(const float *const *rows, const int32_t *steps, int64_t n,   \
-                                  const float *b, int64_t bstride, float *out) {               \
+    static void tile_##NR(const float *const *rows, const int32_t *steps, int64_t n,           \
+                          const float *b, int64_t bstride, float *out) {                       \
         ROWS##MR(ROW) ROWS##MR(ZERO##NR)                                                       \
         for (int64_t t = 0; t < n; t++, b += bstride) {                                        \
             const int64_t s = steps[t];                                                        \

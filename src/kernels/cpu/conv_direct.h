@@ -1,5 +1,6 @@
 /* Convolutions without im2col: an AVX2/FMA register tile that reads the taps straight from a
- * zero-padded copy of each example, for the CPU's conv2d when the processor has AVX2 and FMA.
+ * zero-padded copy of each example, for the CPU's conv2d in the kernels' variants with AVX2 and
+ * FMA (isa.h).
  *
  * The im2col path writes every example's K x P column matrix, OpenBLAS packs it again, and a
  * chunk of examples' outputs is scattered back to NCHW: at the small channel counts of the
@@ -22,10 +23,11 @@
 #include <stdint.h>
 
 #include "core/device.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/kernels.h"
 
-/* Whether this path serves a convolution of g with oc output channels: the CPU has AVX2 and
- * FMA, the path is on (conv_path.h), and one example's buffers stay within bounds. */
+/* Whether this path serves a convolution of g with oc output channels: the variant has AVX2
+ * and FMA, the path is on (conv_path.h), and one example's buffers stay within bounds. */
 bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc);
 
 /* Whether gp_conv_direct_backward computes the input gradient of g: at stride 1 as the

@@ -677,8 +677,8 @@ static bool streams(const gp_bn_dims *d) {
 
 /* y = (x - m) * scale + shift over n floats, as the scalar expression rounds it (no FMA). */
 #if GP_HAVE_AVX2
-GP_AVX2 static void normalize_plane(const float *x, int64_t n, float m, float scale, float shift,
-                                    bool stream, float *y) {
+static void normalize_plane(const float *x, int64_t n, float m, float scale, float shift,
+                            bool stream, float *y) {
     int64_t i = 0;
     if (stream) {
         const __m256 vm = _mm256_set1_ps(m), vs = _mm256_set1_ps(scale),
@@ -693,8 +693,8 @@ GP_AVX2 static void normalize_plane(const float *x, int64_t n, float m, float sc
 }
 
 /* dx = k1 (dy - ma - (x - m) bc) over n floats, as the scalar expression rounds it. */
-GP_AVX2 static void input_grad_plane(const float *x, const float *dy, int64_t n, float m,
-                                     float k1, float ma, float bc, bool stream, float *dx) {
+static void input_grad_plane(const float *x, const float *dy, int64_t n, float m,
+                             float k1, float ma, float bc, bool stream, float *dx) {
     int64_t i = 0;
     if (stream) {
         const __m256 vm = _mm256_set1_ps(m), vk = _mm256_set1_ps(k1), va = _mm256_set1_ps(ma),
@@ -848,7 +848,7 @@ static void maxpool2_forward(const float *xp, int64_t w, int64_t oh_n, int64_t o
 #if GP_HAVE_AVX2
 /* Lane j takes element 2j of (lo, hi), or 2j + 1 with odd: a row's left or right window
  * columns, in window order. */
-GP_AVX2 static __m256 pool_columns(__m256 lo, __m256 hi, bool odd) {
+static __m256 pool_columns(__m256 lo, __m256 hi, bool odd) {
     const __m256 q = odd ? _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))
                          : _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(q), _MM_SHUFFLE(3, 1, 2, 0)));
@@ -858,8 +858,8 @@ GP_AVX2 static __m256 pool_columns(__m256 lo, __m256 hi, bool odd) {
  * order (its first value taken as it is, whatever it is), so values and indices are the
  * scalar code's bit for bit. A row's last windows are loaded under a mask (C1's rows are 14 and
  * 7 windows wide). */
-GP_AVX2 static void maxpool2_forward_avx2(const float *xp, int64_t w, int64_t oh_n, int64_t ow_n,
-                                          float *yp, int32_t *ap) {
+static void maxpool2_forward_avx2(const float *xp, int64_t w, int64_t oh_n, int64_t ow_n,
+                                  float *yp, int32_t *ap) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i even = _mm256_add_epi32(lane, lane);
     for (int64_t oh = 0; oh < oh_n; oh++) {
@@ -920,7 +920,7 @@ static void maxpool_forward_range(void *ctx, int64_t lo, int64_t hi) {
         void (*plane)(const float *, int64_t, int64_t, int64_t, float *, int32_t *) =
             maxpool2_forward;
 #if GP_HAVE_AVX2
-        if (gp_cpu_has_avx2_fma()) plane = maxpool2_forward_avx2;
+        plane = maxpool2_forward_avx2;
 #endif
         for (int64_t p = lo; p < hi; p++)
             plane(a->x + p * h * w, w, oh_n, ow_n, a->y + p * oh_n * ow_n,

@@ -7,9 +7,9 @@
 
 typedef enum gp_conv_path { GP_CONV_WINOGRAD, GP_CONV_DIRECT, GP_CONV_PATHS } gp_conv_path;
 
-/* Whether path p may serve convolutions: the CPU has AVX2 and FMA and the path is on. Both are
- * on by default; the environment's GP_CPU_CONV=direct turns Winograd off, GP_CPU_CONV=im2col
- * both (read once, at the first call). */
+/* Whether path p may serve convolutions (where the CPU kernels' variant carries it: simd.h).
+ * Both are on by default; the environment's GP_CPU_CONV=direct turns Winograd off,
+ * GP_CPU_CONV=im2col both (read once, at the first call). */
 bool gp_conv_path_on(gp_conv_path p);
 /* Turns path p on or off (for tests of every path and benchmarks of one against another); not
  * thread-safe: set it while no device computes. Returns the previous setting. */

@@ -116,8 +116,8 @@ int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch
  * zero past OC. G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]. The four rows of a panel go in
  * the four lanes of a vector, so that each position's four values are one store (scattered
  * scalar stores took 0.5 ms for 96 x 96 channels, as long as the convolution of 8 7x7 images). */
-GP_AVX2 static void transform_weights(const wg_geom *q, const float *w, bool flipped, float *U,
-                                      int64_t o_lo, int64_t o_hi) {
+static void transform_weights(const wg_geom *q, const float *w, bool flipped, float *U,
+                              int64_t o_lo, int64_t o_hi) {
     const int64_t C = q->C, pstride = u_plane(q);
     const __m128 half = _mm_set1_ps(0.5f);
     static const float zeros[9] = {0};
@@ -162,7 +162,7 @@ static void zero_padding(const wg_geom *q, float *pad) {
 }
 
 /* [a0 a2 b0 b2 | a4 a6 b4 b6] (two vectors' even lanes, shuffled) -> [a0 a2 a4 a6 b0 b2 b4 b6]. */
-GP_AVX2 static __m256 in_order(__m256 v) {
+static __m256 in_order(__m256 v) {
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
 }
 
@@ -171,8 +171,8 @@ GP_AVX2 static __m256 in_order(__m256 v) {
  * the padded plane first, all of them, then split by lane parity: loads of a row just stored
  * at another alignment would wait on the stores (masked loads straight from x instead took 17%
  * of the convolution: vmaskmovps is slow on AMD's cores). */
-GP_AVX2 static void split_columns(const wg_geom *q, const float *x, int64_t r0, int64_t r1,
-                                  float *ev, float *od, float *pad) {
+static void split_columns(const wg_geom *q, const float *x, int64_t r0, int64_t r1,
+                          float *ev, float *od, float *pad) {
     const int64_t Lk = q->Lk, H = q->H, W = q->W, pw = padded_row(q);
     for (int64_t r = r0 > 1 ? r0 : 1; r < r1 && r <= H; r++) {
         const float *row = x + (r - 1) * W;
@@ -203,9 +203,9 @@ GP_AVX2 static void split_columns(const wg_geom *q, const float *x, int64_t r0, 
  * time. A row's last group is stored whole: up to 7 columns past the row, which the next row
  * overwrites, or past the chunk's tiles (Tp leaves room). Masked stores instead took this
  * transform 2x longer (they are slow on AMD's cores). */
-GP_AVX2 static void transform_input(const wg_geom *q, const float *ev, const float *od,
-                                    int64_t c, int64_t ty0, int64_t ty1, int64_t base,
-                                    float *V) {
+static void transform_input(const wg_geom *q, const float *ev, const float *od,
+                            int64_t c, int64_t ty0, int64_t ty1, int64_t base,
+                            float *V) {
     const int64_t Lk = q->Lk, plane = q->vplane;
     for (int64_t ty = ty0; ty < ty1; ty++)
         for (int64_t k = 0; k < q->tw; k += LANES) {
@@ -248,8 +248,8 @@ GP_AVX2 static void transform_input(const wg_geom *q, const float *ev, const flo
     _mm256_storeu_ps(m + (i) * mstride + LANES, b##i);         \
     _mm256_storeu_ps(m + (i) * mstride + 2 * LANES, c##i);
 #define FOUR(M) M(0) M(1) M(2) M(3)
-GP_AVX2 static void product_tile(const float *u, const float *v, int64_t C, int64_t vstride,
-                                 float *m, int64_t mstride) {
+static void product_tile(const float *u, const float *v, int64_t C, int64_t vstride,
+                         float *m, int64_t mstride) {
     FOUR(ZERO)
     for (int64_t c = 0; c < C; c++, u += ROWS, v += vstride) {
         __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + LANES),
@@ -275,7 +275,7 @@ static void products(const wg_geom *q, const float *U, const float *V, float *M,
 
 /* Two output rows' worth of 8 tiles: lanes a (even columns) and b (odd) interleaved into 16
  * columns, the first n of them stored. */
-GP_AVX2 static void store_pairs(__m256 a, __m256 b, float *dst, int64_t n) {
+static void store_pairs(__m256 a, __m256 b, float *dst, int64_t n) {
     const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
     const __m256 r0 = _mm256_permute2f128_ps(lo, hi, 0x20);
     const __m256 r1 = _mm256_permute2f128_ps(lo, hi, 0x31);
@@ -303,8 +303,8 @@ GP_AVX2 static void store_pairs(__m256 a, __m256 b, float *dst, int64_t n) {
 
 /* Tile rows [ty0, ty1) of y's plane o of an example from M, the first at column base: each
  * 2x2 block A^T m A, A^T = [1 1 1 0; 0 1 -1 -1]. */
-GP_AVX2 static void transform_output(const wg_geom *q, const float *M, int64_t o, int64_t ty0,
-                                     int64_t ty1, int64_t base, float *y) {
+static void transform_output(const wg_geom *q, const float *M, int64_t o, int64_t ty0,
+                             int64_t ty1, int64_t base, float *y) {
     const int64_t plane = q->mplane, W = q->W;
     for (int64_t ty = ty0; ty < ty1; ty++)
         for (int64_t k = 0; k < q->tw; k += LANES) {
@@ -475,8 +475,8 @@ int64_t gp_conv_winograd_dw_ws(gp_device *dev, const gp_conv_geom *g, int64_t ba
  * base, from the split rows of its output gradient (split_columns of dy as if it were an input:
  * dy[h][2k] = od[h + 1][k], dy[h][2k + 1] = ev[h + 1][k + 1]): Y_p = A D A^T for each 2x2 block
  * D, A = [1 0; 1 1; 1 -1; 0 -1]. Stored 8 tiles whole, as transform_input's. */
-GP_AVX2 static void transform_grad(const wg_geom *q, const float *ev, const float *od,
-                                   int64_t o, int64_t ty0, int64_t ty1, int64_t base, float *Y) {
+static void transform_grad(const wg_geom *q, const float *ev, const float *od,
+                           int64_t o, int64_t ty0, int64_t ty1, int64_t base, float *Y) {
     const int64_t Lk = q->Lk, plane = q->mplane;
     for (int64_t ty = ty0; ty < ty1; ty++)
         for (int64_t k = 0; k < q->tw; k += LANES) {
@@ -500,7 +500,7 @@ GP_AVX2 static void transform_grad(const wg_geom *q, const float *ev, const floa
 }
 
 /* The sum of v's 8 lanes, in a fixed order. */
-GP_AVX2 static float lane_sum(__m256 v) {
+static float lane_sum(__m256 v) {
     const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 d = _mm_add_ps(h, _mm_movehl_ps(h, h));
     return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
@@ -522,8 +522,8 @@ GP_AVX2 static float lane_sum(__m256 v) {
     du[(i) * du_stride] = lane_sum(a##i);                                                      \
     du[(i) * du_stride + 1] = lane_sum(b##i);                                                  \
     du[(i) * du_stride + 2] = lane_sum(c##i);
-GP_AVX2 static void dw_tile(const float *y, int64_t ystride, const float *const *v, int64_t n,
-                            float *du, int64_t du_stride) {
+static void dw_tile(const float *y, int64_t ystride, const float *const *v, int64_t n,
+                    float *du, int64_t du_stride) {
     FOUR(DW_ZERO)
     const float *v0p = v[0], *v1p = v[1], *v2p = v[2];
     int64_t t = 0;
@@ -659,7 +659,7 @@ void gp_conv_winograd_dw(gp_device *dev, const gp_conv_geom *g, int64_t batch, i
     gp_cpu_parallel_for(pool, oc, 1, WEIGHTS_GRAIN, dw_transform_range, &j);
 }
 
-#else /* no AVX2 tiles in this build: applies() is false, and these are never called */
+#else /* no AVX2 tiles in this variant: applies() is false, and these are never called */
 
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
                               const float *x, const float *w, bool flipped, float *y, float *ws) {

@@ -1,5 +1,5 @@
 /* 3x3 stride-1 convolutions by Winograd's minimal filtering F(2x2, 3x3), for the CPU's conv2d
- * where the processor has AVX2 and FMA.
+ * in the kernels' variants with AVX2 and FMA (isa.h).
  *
  * Each 2x2 block of outputs is A^T [ U (.) V ] A, with V = B^T d B the transform of the 4x4
  * input tile d under it and U = G w G^T the transform of a 3x3 kernel: 16 multiplies per channel
@@ -21,10 +21,11 @@
 #include <stdint.h>
 
 #include "core/device.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/kernels.h"
 
-/* Whether this path serves a convolution of g with oc output channels: the CPU has AVX2 and
- * FMA, the path is on (conv_path.h), g is 3x3 at stride 1 with padding 1, and its channels
+/* Whether this path serves a convolution of g with oc output channels: the variant has AVX2
+ * and FMA, the path is on (conv_path.h), g is 3x3 at stride 1 with padding 1, and its channels
  * are within the range where it was measured faster than the direct tile. */
 bool gp_conv_winograd_applies(const gp_conv_geom *g, int64_t oc);
 

@@ -1,6 +1,6 @@
 /* The CPU device: host memory behind the device interface (aligned allocations, memcpy,
  * memset; nothing is queued, so sync has nothing to wait for), its thread pool (the device's
- * context) and its kernel table, the functions of this folder. */
+ * context) and its kernel table, the functions of this folder in the variant in use (isa.h). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,59 +53,15 @@ static const gp_device_iface cpu_iface = {
     .destroy = cpu_destroy,
 };
 
-static const gp_kernels cpu_kernels = {
-    .name = "cpu",
-    .gemm = gp_cpu_gemm,
-    .gemm_batched = gp_cpu_gemm_batched,
-    .fill = gp_cpu_fill,
-    .scale = gp_cpu_scale,
-    .axpy = gp_cpu_axpy,
-    .sum_rows_add = gp_cpu_sum_rows_add,
-    .sumsq = gp_cpu_sumsq,
-    .linear_forward = gp_cpu_linear_forward,
-    .linear_backward = gp_cpu_linear_backward,
-    .layernorm_forward = gp_cpu_layernorm_forward,
-    .layernorm_backward = gp_cpu_layernorm_backward,
-    .gelu_forward = gp_cpu_gelu_forward,
-    .gelu_backward = gp_cpu_gelu_backward,
-    .dropout = gp_cpu_dropout,
-    .attention_forward = gp_cpu_attention_forward,
-    .attention_backward_ws = gp_cpu_attention_backward_ws,
-    .attention_backward = gp_cpu_attention_backward,
-    .embedding_forward = gp_cpu_embedding_forward,
-    .embedding_backward = gp_cpu_embedding_backward,
-    .pos_embedding_forward = gp_cpu_pos_embedding_forward,
-    .pos_embedding_backward = gp_cpu_pos_embedding_backward,
-    .softmax_xent = gp_cpu_softmax_xent,
-    .conv2d_ws = gp_cpu_conv2d_ws,
-    .conv2d_forward = gp_cpu_conv2d_forward,
-    .conv2d_backward = gp_cpu_conv2d_backward,
-    .channel_bias_add = gp_cpu_channel_bias_add,
-    .channel_bias_grad = gp_cpu_channel_bias_grad,
-    .batchnorm_forward = gp_cpu_batchnorm_forward,
-    .batchnorm_backward = gp_cpu_batchnorm_backward,
-    .relu_forward = gp_cpu_relu_forward,
-    .relu_backward = gp_cpu_relu_backward,
-    .maxpool_forward = gp_cpu_maxpool_forward,
-    .maxpool_backward = gp_cpu_maxpool_backward,
-    .avgpool_forward = gp_cpu_avgpool_forward,
-    .avgpool_backward = gp_cpu_avgpool_backward,
-    .sgd_update = gp_cpu_sgd_update,
-    .adamw_update = gp_cpu_adamw_update,
-    .embedding_shard_forward = gp_cpu_embedding_shard_forward,
-    .embedding_shard_backward = gp_cpu_embedding_shard_backward,
-    .row_max = gp_cpu_row_max,
-    .xent_shard_sums = gp_cpu_xent_shard_sums,
-    .xent_shard_finish = gp_cpu_xent_shard_finish,
-};
-
-const gp_kernels *gp_cpu_kernels(void) { return &cpu_kernels; }
+const gp_kernels *gp_cpu_kernels(void) { return gp_cpu_isa_active()->kernels; }
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_thread(void) { gp_cpu_blas_set_threads(1); }
 
-gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **out) {
-    if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_device_cpu_new_threads: out is NULL");
+gp_status gp_device_cpu_new_isa(const char *name, int threads, const gp_cpu_variant *isa,
+                                gp_device **out) {
+    if (!out)
+        return gp_error(GP_INVALID_ARGUMENT, "CPU device %s: out is NULL", name ? name : "cpu");
     *out = NULL;
     if (threads < 1 || threads > GP_CPU_MAX_THREADS)
         return gp_error(GP_INVALID_ARGUMENT,
@@ -116,9 +72,17 @@ gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **o
     pthread_once(&blas_once, blas_single_thread);
     gp_cpu_pool *pool;
     GP_TRY(gp_cpu_pool_new(threads, &pool));
-    gp_status s = gp_device_new(name ? name : "cpu", &cpu_iface, pool, &cpu_kernels, out);
+    gp_status s = gp_device_new(name ? name : "cpu", &cpu_iface, pool, isa->kernels, out);
     if (s != GP_OK) gp_cpu_pool_free(pool);
     return s;
+}
+
+gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **out) {
+    if (out) *out = NULL;
+    /* a GP_CPU_ISA that cannot run fails here, before any kernel could be an illegal
+     * instruction */
+    GP_TRY(gp_cpu_isa_check());
+    return gp_device_cpu_new_isa(name, threads, gp_cpu_isa_active(), out);
 }
 
 gp_status gp_device_cpu_new(const char *name, gp_device **out) {

@@ -1,25 +1,15 @@
-/* Whether this build carries the CPU kernels' AVX2 + FMA code (x86-64 under GCC or clang: the
- * functions marked GP_AVX2 are compiled for those instructions whatever the build's -march) and
- * whether the processor running it has them, so each kernel asks both the same way. */
+/* Whether the variant of the CPU kernels being compiled carries the AVX2 + FMA code (the
+ * convolution tiles, batch norm's streaming stores, the 2x2 max pool's vectors): the avx2,
+ * avx512 and native variants do (isa.h), and the variant runs only on a CPU that has them, so
+ * the code asks nothing at run time. */
 #ifndef GP_KERNELS_CPU_SIMD_H
 #define GP_KERNELS_CPU_SIMD_H
 
-#include <stdbool.h>
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__AVX2__) && defined(__FMA__)
 #define GP_HAVE_AVX2 1
 #include <immintrin.h>
-#define GP_AVX2 __attribute__((target("avx2,fma")))
 #else
 #define GP_HAVE_AVX2 0
 #endif
-
-static inline bool gp_cpu_has_avx2_fma(void) {
-#if GP_HAVE_AVX2
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
 
 #endif

@@ -8,12 +8,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Without hardware FMA, fmaf is a slow library call: use a*b + c there. */
-#if defined(__FMA__)
+/* A fused multiply-add, rounded once in every variant of the kernels (isa.h), so that all of
+ * them give the same bits: one instruction where the variant has FMA, a library call (and
+ * loops that stay scalar) in the baseline variant. */
 #define GP_FMA(a, b, c) fmaf((a), (b), (c))
-#else
-#define GP_FMA(a, b, c) ((a) * (b) + (c))
-#endif
 
 /* Independent partial sums per reduction; combined in a fixed order, so the
  * result never depends on timing, and the compiler may vectorize them. */

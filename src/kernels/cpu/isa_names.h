@@ -1,0 +1,78 @@
+/* Every function a file compiled once per CPU variant defines for other files, renamed by the
+ * variant's suffix (gp_cpu_fill -> gp_cpu_fill_avx2): included through isa.h, ahead of the
+ * declarations, where the build defines GP_ISA_VARIANT. A function missing here is defined by
+ * every variant under one name, which the link refuses. */
+#ifndef GP_KERNELS_CPU_ISA_NAMES_H
+#define GP_KERNELS_CPU_ISA_NAMES_H
+
+/* vector_kernels.c */
+#define gp_cpu_fill GP_ISA_NAME(gp_cpu_fill)
+#define gp_cpu_scale GP_ISA_NAME(gp_cpu_scale)
+#define gp_cpu_axpy GP_ISA_NAME(gp_cpu_axpy)
+#define gp_cpu_sum_rows_add GP_ISA_NAME(gp_cpu_sum_rows_add)
+#define gp_cpu_sumsq GP_ISA_NAME(gp_cpu_sumsq)
+#define gp_cpu_relu_forward GP_ISA_NAME(gp_cpu_relu_forward)
+#define gp_cpu_relu_backward GP_ISA_NAME(gp_cpu_relu_backward)
+#define gp_cpu_sgd_update GP_ISA_NAME(gp_cpu_sgd_update)
+#define gp_cpu_adamw_update GP_ISA_NAME(gp_cpu_adamw_update)
+
+/* transformer_kernels.c */
+#define gp_cpu_expf GP_ISA_NAME(gp_cpu_expf)
+#define gp_cpu_tanhf GP_ISA_NAME(gp_cpu_tanhf)
+#define gp_cpu_tanh GP_ISA_NAME(gp_cpu_tanh)
+#define gp_cpu_linear_forward GP_ISA_NAME(gp_cpu_linear_forward)
+#define gp_cpu_linear_backward GP_ISA_NAME(gp_cpu_linear_backward)
+#define gp_cpu_layernorm_forward GP_ISA_NAME(gp_cpu_layernorm_forward)
+#define gp_cpu_layernorm_backward GP_ISA_NAME(gp_cpu_layernorm_backward)
+#define gp_cpu_gelu_forward GP_ISA_NAME(gp_cpu_gelu_forward)
+#define gp_cpu_gelu_backward GP_ISA_NAME(gp_cpu_gelu_backward)
+#define gp_cpu_dropout GP_ISA_NAME(gp_cpu_dropout)
+#define gp_cpu_embedding_forward GP_ISA_NAME(gp_cpu_embedding_forward)
+#define gp_cpu_embedding_backward GP_ISA_NAME(gp_cpu_embedding_backward)
+#define gp_cpu_pos_embedding_forward GP_ISA_NAME(gp_cpu_pos_embedding_forward)
+#define gp_cpu_pos_embedding_backward GP_ISA_NAME(gp_cpu_pos_embedding_backward)
+
+/* attention_kernels.c */
+#define gp_cpu_attention_forward GP_ISA_NAME(gp_cpu_attention_forward)
+#define gp_cpu_attention_backward_ws GP_ISA_NAME(gp_cpu_attention_backward_ws)
+#define gp_cpu_attention_backward GP_ISA_NAME(gp_cpu_attention_backward)
+
+/* loss_kernels.c */
+#define gp_cpu_softmax_xent GP_ISA_NAME(gp_cpu_softmax_xent)
+
+/* conv_kernels.c */
+#define gp_cpu_conv2d_ws GP_ISA_NAME(gp_cpu_conv2d_ws)
+#define gp_cpu_conv2d_forward GP_ISA_NAME(gp_cpu_conv2d_forward)
+#define gp_cpu_conv2d_backward GP_ISA_NAME(gp_cpu_conv2d_backward)
+#define gp_cpu_channel_bias_add GP_ISA_NAME(gp_cpu_channel_bias_add)
+#define gp_cpu_channel_bias_grad GP_ISA_NAME(gp_cpu_channel_bias_grad)
+#define gp_cpu_batchnorm_forward GP_ISA_NAME(gp_cpu_batchnorm_forward)
+#define gp_cpu_batchnorm_backward GP_ISA_NAME(gp_cpu_batchnorm_backward)
+#define gp_cpu_maxpool_forward GP_ISA_NAME(gp_cpu_maxpool_forward)
+#define gp_cpu_maxpool_backward GP_ISA_NAME(gp_cpu_maxpool_backward)
+#define gp_cpu_avgpool_forward GP_ISA_NAME(gp_cpu_avgpool_forward)
+#define gp_cpu_avgpool_backward GP_ISA_NAME(gp_cpu_avgpool_backward)
+
+/* shard_kernels.c */
+#define gp_cpu_embedding_shard_forward GP_ISA_NAME(gp_cpu_embedding_shard_forward)
+#define gp_cpu_embedding_shard_backward GP_ISA_NAME(gp_cpu_embedding_shard_backward)
+#define gp_cpu_row_max GP_ISA_NAME(gp_cpu_row_max)
+#define gp_cpu_xent_shard_sums GP_ISA_NAME(gp_cpu_xent_shard_sums)
+#define gp_cpu_xent_shard_finish GP_ISA_NAME(gp_cpu_xent_shard_finish)
+
+/* conv_direct.c */
+#define gp_conv_direct_applies GP_ISA_NAME(gp_conv_direct_applies)
+#define gp_conv_direct_dx GP_ISA_NAME(gp_conv_direct_dx)
+#define gp_conv_direct_ws GP_ISA_NAME(gp_conv_direct_ws)
+#define gp_conv_direct_forward GP_ISA_NAME(gp_conv_direct_forward)
+#define gp_conv_direct_backward GP_ISA_NAME(gp_conv_direct_backward)
+
+/* conv_winograd.c */
+#define gp_conv_winograd_applies GP_ISA_NAME(gp_conv_winograd_applies)
+#define gp_conv_winograd_ws GP_ISA_NAME(gp_conv_winograd_ws)
+#define gp_conv_winograd_forward GP_ISA_NAME(gp_conv_winograd_forward)
+#define gp_conv_winograd_dw_applies GP_ISA_NAME(gp_conv_winograd_dw_applies)
+#define gp_conv_winograd_dw_ws GP_ISA_NAME(gp_conv_winograd_dw_ws)
+#define gp_conv_winograd_dw GP_ISA_NAME(gp_conv_winograd_dw)
+
+#endif
