@@ -30,7 +30,7 @@ core() { sed -n '1s/.*BLAS core \([A-Za-z0-9_]*\).*/\1/p' "$TMP/$1.out"; }
 
 # The user's choice is kept, even an SSE-only one on a processor with AVX-512.
 gp user OPENBLAS_CORETYPE=Prescott -- --version
-grep -qxE 'gpipe [0-9]+\.[0-9]+\.[0-9]+, BLAS core Prescott' "$TMP/user.out" ||
+grep -qxE 'gpipe [0-9]+\.[0-9]+\.[0-9]+, BLAS core Prescott, CPU kernels [a-z0-9]+' "$TMP/user.out" ||
     bad "OPENBLAS_CORETYPE=Prescott gpipe --version: '$(cat "$TMP/user.out")', expected core Prescott and nothing else"
 gp user_hook OPENBLAS_CORETYPE=Prescott GP_BLAS_DETECTED_CORE=Prescott -- --version
 [ "$(core user_hook)" = Prescott ] && ! grep -q "set by gpipe" "$TMP/user_hook.out" ||
@@ -48,12 +48,14 @@ gp unset -- --version
 c=$(core unset)
 [ -n "$c" ] && [[ "$SSE_ONLY" != *" $c "* ]] ||
     bad "gpipe --version without OPENBLAS_CORETYPE runs core '$c': $(cat "$TMP/unset.out")"
-[ "$(wc -l <"$TMP/unset.out")" -eq 1 ] || bad "gpipe --version printed $(wc -l <"$TMP/unset.out") lines"
+# (two lines: the cores, then the CPU kernel variants this processor runs)
+[ "$(grep -c "^gpipe " "$TMP/unset.out")" -eq 1 ] && [ "$(wc -l <"$TMP/unset.out")" -eq 2 ] ||
+    bad "gpipe --version printed $(wc -l <"$TMP/unset.out") lines: $(cat "$TMP/unset.out")"
 
 # OpenBLAS choosing an SSE-only core (as 0.3.21 does on Emerald Rapids): replaced, and said.
 gp hook GP_BLAS_DETECTED_CORE=Core2 -- --version
 c=$(core hook)
-[[ "$SSE_ONLY" != *" $c "* ]] && grep -qE "BLAS core $c \(set by gpipe: OpenBLAS [^ ]+ chose Core2 for this processor\)$" "$TMP/hook.out" ||
+[[ "$SSE_ONLY" != *" $c "* ]] && grep -qE "BLAS core $c \(set by gpipe: OpenBLAS [^ ]+ chose Core2 for this processor\), CPU kernels [a-z0-9]+$" "$TMP/hook.out" ||
     bad "GP_BLAS_DETECTED_CORE=Core2 gpipe --version: '$(cat "$TMP/hook.out")'"
 # OpenBLAS's deliberate choices are kept (Zen on an AMD processor with AVX-512).
 gp zen GP_BLAS_DETECTED_CORE=Zen -- --version
