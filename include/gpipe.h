@@ -337,6 +337,13 @@ gp_layer *gp_residual_block(int in_ch, int out_ch, int stride);
 gp_layer *gp_maxpool2d(int kernel, int stride);
 gp_layer *gp_global_avgpool(void); /* (B, C, H, W) -> (B, C) */
 gp_layer *gp_flatten(void);        /* (B, ...) -> (B, prod(...)) */
+/* Skip connections: a merge layer joins its input with the output of layer `layer`, an earlier
+ * layer of the same model (its index; gp_model_add checks it and the shapes), wherever the two
+ * run (a pipeline carries the skip between stages, and its gradient back). add: input + skip,
+ * the same shape. concat: along dimension 1, input's first ((B, C1, ...) and (B, C2, ...) ->
+ * (B, C1 + C2, ...), every other dimension equal). */
+gp_layer *gp_add_from(int layer);
+gp_layer *gp_concat_from(int layer);
 void gp_layer_free(gp_layer *l);
 const char *gp_layer_kind(const gp_layer *l);
 

@@ -13,6 +13,7 @@
 #include "comm/mpi_grid.h"
 #include "core/clock.h"
 #include "core/hash.h"
+#include "model/skips.h"
 #include "pipeline/pipeline_internal.h"
 
 /* Gradient buckets of at least a quarter of the stage's gradients (so that a bucket travels
@@ -204,7 +205,7 @@ static gp_status predict_cell(gp_pipeline *p, gp_stage *s, const gp_tensor *x, v
     const int64_t B = x->shape.dim[0];
     gp_tensor in = {0}, out = {0};
     gp_shape in_shape;
-    gp_status st = gp_model_shape(p->m, s->first - 1, B, &in_shape);
+    gp_status st = gp_model_cut_shape(p->m, s->first, B, &in_shape);
     if (st == GP_OK)
         st = s->k == 0 ? gp_stage_input_rows(s, x, 0, B, &in)
                        : recv_from_prev(p, s, in_shape, GP_F32, &in);

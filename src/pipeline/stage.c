@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layers/tp_ops.h"
+#include "model/skips.h"
 #include "pipeline/pipeline_internal.h"
 
 /* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
@@ -49,8 +50,9 @@ void gp_stage_free_state(gp_stage *s) {
 }
 
 gp_status gp_stage_begin_step(gp_stage *s) {
-    GP_TRY(gp_model_shape(s->m, s->first - 1, s->p->b, &s->in_shape));
-    GP_TRY(gp_model_shape(s->m, s->last - 1, s->p->b, &s->out_shape));
+    /* what crosses the cell's cuts: the activation, and the skips that cross there with it */
+    GP_TRY(gp_model_cut_shape(s->m, s->first, s->p->b, &s->in_shape));
+    GP_TRY(gp_model_cut_shape(s->m, s->last, s->p->b, &s->out_shape));
     s->status = GP_OK;
     s->tp_bytes = 0;
     s->msg[0] = '\0';
@@ -102,9 +104,7 @@ static gp_status do_forward(gp_stage *s, int mb) {
         GP_TRY(gp_seq_forward(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
         if (is_last(s)) return GP_OK;
         /* The pass keeps its output for backward: what is sent is a copy. */
-        const gp_tensor *y = gp_seq_output(&s->pass[mb]);
-        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, y->shape, GP_F32, &s->out[mb]));
-        return gp_tensor_copy(&s->out[mb], y);
+        return gp_seq_cut_output(s->m, &s->pass[mb], &s->out[mb]);
     }
     /* CELL: a training-mode run (batch-norm statistics update here, once) that keeps nothing
      * but the input; backward recomputes from it. */
