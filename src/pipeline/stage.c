@@ -346,6 +346,18 @@ static gp_status do_action(gp_stage *s, gp_action a) {
     }
 }
 
+void gp_stage_msg_label(const gp_stage *s, bool send, gp_msg_kind j, char *buf, size_t n) {
+    static const char *const names[2][GP_MSG_NKINDS] = {{"RECV_ACT", "RECV_GRAD"},
+                                                        {"SEND_ACT", "SEND_GRAD"}};
+    /* activations leave by the cell's last cut and arrive by its first; gradients the reverse */
+    const bool last_cut = send == (j == GP_MSG_ACT);
+    const int nskips = gp_skips_across(s->m, last_cut ? s->last : s->first, NULL);
+    if (nskips)
+        snprintf(buf, n, "%s%s%d", names[send][j], GP_TRACE_SKIP_MARK, nskips);
+    else
+        snprintf(buf, n, "%s", names[send][j]);
+}
+
 /* A stage that cannot have its core still runs, unpinned (the stats say so). */
 void gp_stage_pin_thread(gp_stage *s) {
     s->pinned = false;
