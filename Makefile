@@ -80,7 +80,7 @@ test-tsan: deps
 	cd $(TSAN_BUILD) && NORAND=""; \
 	  if setarch $$(uname -m) -R true 2>/dev/null; then NORAND="setarch $$(uname -m) -R"; fi; \
 	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint|test_kernels|layers_tp|test_plan'
+	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint|test_kernels|layers_tp|test_plan|test_skip'
 
 # libFuzzer (clang, ASan + UBSan) on the checkpoint, checkpoint-index (multi-part sets), JSON
 # config, IDX and text readers, each for FUZZ_SECONDS from its committed seed corpus in

@@ -110,7 +110,12 @@ gp_status gp_model_add(gp_model *m, gp_layer *layer) {
     gp_dtype t = m->nlayers ? GP_F32 : m->input_dtype;
     gp_status s = GP_OK;
     if (gp_layer_merges(layer)) { /* its skip: an earlier layer's output, one example */
-        if (layer->skip_from >= m->nlayers)
+        if (m->nlayers == 0)
+            s = gp_error(GP_INVALID_ARGUMENT,
+                         "gp_model_add: layer 0 (%s) reads layer %d's output: expected an "
+                         "earlier layer, and the model has none yet",
+                         layer->ops->kind, layer->skip_from);
+        else if (layer->skip_from >= m->nlayers)
             s = gp_error(GP_INVALID_ARGUMENT,
                          "gp_model_add: layer %d (%s) reads layer %d's output: expected an "
                          "earlier layer (0..%d)",
