@@ -66,13 +66,13 @@ typedef struct outcome {
     uint64_t hash;
 } outcome;
 
-static void train(const char *json, int K, gp_schedule_kind sk, gp_remat rm, const int *part,
-                  outcome *out) {
+static void train_t(const char *json, int K, int T, gp_schedule_kind sk, gp_remat rm,
+                    const int *part, outcome *out) {
     gp_model *m;
     REQUIRE_OK(gp_model_from_json_string(json, "test", &m));
     gp_optim_opts o = gp_sgd_defaults(0.1f, 0.9f);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk, .remat = rm,
-                           .batch = BATCH, .partition = part};
+                           .batch = BATCH, .partition = part, .tensor_parallel = T};
     gp_pipeline *p;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, 3, &p));
     for (int s = 0; s < STEPS; s++) {
@@ -83,6 +83,11 @@ static void train(const char *json, int K, gp_schedule_kind sk, gp_remat rm, con
     CHECK_OK(gp_pipeline_params_fnv1a64(p, &out->hash));
     gp_pipeline_free(p);
     gp_model_free(m);
+}
+
+static void train(const char *json, int K, gp_schedule_kind sk, gp_remat rm, const int *part,
+                  outcome *out) {
+    train_t(json, K, 1, sk, rm, part, out);
 }
 
 static int same_as(const outcome *ref, const char *what, const outcome *got) {
@@ -257,5 +262,19 @@ int main(void) {
     const int *vparts[] = {v3};
     const int vn[] = {3};
     bitwise_across_pipelines("vector", VECTOR_MODEL, vparts, vn, 1);
+    /* T = 2 shards of each stage (merges replicated, the 4-class head split): every K and
+     * schedule gives the bits of K = 1 at that T */
+    char json[2048];
+    snprintf(json, sizeof json, "%s", IMAGE_MODEL);
+    char *head = strstr(json, "\"out\": 3}");
+    REQUIRE_OK(head ? GP_OK : GP_INTERNAL);
+    head[7] = '4';
+    outcome ref, got;
+    train_t(json, 1, 2, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, NULL, &ref);
+    for (int K = 2; K <= 3; K++) {
+        train_t(json, K, 2, K == 2 ? GP_SCHEDULE_ZBH1 : GP_SCHEDULE_1F1B, GP_REMAT_CELL, NULL,
+                &got);
+        same_as(&ref, K == 2 ? "image T = 2, K = 2 zbh1" : "image T = 2, K = 3 1f1b", &got);
+    }
     return gp_test_finish("test_skip");
 }
