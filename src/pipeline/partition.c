@@ -129,12 +129,14 @@ static void transient_grow(transient_acc *t, const gp_layer_est *l) {
     t->d = clamp_bytes(l->out_bytes);
 }
 
-static uint64_t transient_bytes(const transient_acc *t) {
+/* d_skips: the skip gradients that arrive with the cell's output gradient (its end cut's). */
+static uint64_t transient_bytes(const transient_acc *t, uint64_t d_skips) {
     if (t->last < t->first) return 0;
+    const int64_t d = t->d + clamp_bytes(d_skips); /* both at most 2^60 */
     if (t->last == t->first) return (uint64_t)t->g_last;
     int64_t v = t->g_last + t->x;
-    if (t->m_first + t->d > v) v = t->m_first + t->d;
-    if (t->has_mid && t->m_mid + t->d + t->x > v) v = t->m_mid + t->d + t->x;
+    if (t->m_first + d > v) v = t->m_first + d;
+    if (t->has_mid && t->m_mid + d + t->x > v) v = t->m_mid + d + t->x;
     return v > 0 ? (uint64_t)v : 0;
 }
 
@@ -143,7 +145,7 @@ static uint64_t transient_bytes(const transient_acc *t) {
  * starts it. */
 static uint64_t mem_messages(const gp_layer_est *ly, int first, int end, int nlayers) {
     uint64_t m = 0;
-    if (end < nlayers) m = sat_mul(GP_MAILBOX_CAPACITY, gp_cut_bytes(ly, end));
+    if (end < nlayers) m = sat_mul(GP_MAILBOX_CAPACITY, gp_cut_out_bytes(ly, end));
     if (first > 0) m = sat_add(m, sat_mul(GP_MAILBOX_CAPACITY, gp_cut_bytes(ly, first)));
     return m;
 }
@@ -188,7 +190,8 @@ static uint64_t acc_base(const cell_acc *a, gp_remat remat) {
 }
 
 static uint64_t acc_total(const cell_acc *a, int nlayers, gp_remat remat) {
-    return sat_add(sat_add(acc_base(a, remat), transient_bytes(&a->t)),
+    const uint64_t d_skips = a->end < nlayers ? a->ly[a->end].skip_bytes : 0;
+    return sat_add(sat_add(acc_base(a, remat), transient_bytes(&a->t, d_skips)),
                    mem_messages(a->ly, a->t.first, a->end, nlayers));
 }
 
@@ -257,7 +260,7 @@ gp_cell_mem gp_cell_memory_at(const gp_layer_est *layers, int first, int end, in
     }
     int at;
     act_max(profile, gp_cut_bytes(layers, first), state, keep, remat, &c.stash, &c.work, &at);
-    c.transient = transient_bytes(&t);
+    c.transient = transient_bytes(&t, end < nlayers ? layers[end].skip_bytes : 0);
     c.messages = mem_messages(layers, first, end, nlayers);
     c.total = sat_add(sat_add(sat_add(c.params, c.grads), sat_add(c.optim, c.stash)), c.work);
     c.total = sat_add(c.total, sat_add(c.transient, c.messages));

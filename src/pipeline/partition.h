@@ -36,6 +36,10 @@ typedef struct gp_layer_est {
 static inline uint64_t gp_cut_bytes(const gp_layer_est *ly, int first) {
     return ly[first].in_bytes + ly[first].skip_bytes;
 }
+/* The same seen from the cell that ends at `end` (< nlayers): its output and the skips. */
+static inline uint64_t gp_cut_out_bytes(const gp_layer_est *ly, int end) {
+    return ly[end - 1].out_bytes + ly[end].skip_bytes;
+}
 
 /* What the partitioner balances: forward + backward time of one layer. */
 double gp_layer_est_time(const gp_layer_est *l);
