@@ -2,11 +2,11 @@
 # Skip connections in configs (`"name"` on a layer, `add` and `concat` merges with `"from"`):
 # a classifier whose skips cross stages trains to the single-device parameters, loss and
 # evaluation for every K, schedule and re-materialization mode, relayed through the stages
-# between (a given partition), and under MPI (one stage per rank, and D = 2 replicas); each
-# pipeline message carries its cut's skips (the MPI report's bytes), `gpipe plan` counts them in
-# the stash and on the links, the timeline draws the transfers that carry skips; bad configs
-# exit 2 naming the layer and what was expected; with Fashion-MNIST installed,
-# examples/dense_fashion.json learns on K = 2 and 3.
+# between (a given partition), resumed on another K, and under MPI (one stage per rank, and
+# D = 2 replicas); each pipeline message carries its cut's skips (the MPI report's bytes),
+# `gpipe plan` counts them in the stash and on the links, the timeline draws the transfers that
+# carry skips; bad configs exit 2 naming the layer and what was expected; with Fashion-MNIST
+# installed, examples/dense_fashion.json learns on K = 2 and 3.
 # Run from the repository root: bash tests/cli/skip.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -32,8 +32,9 @@ cat >"$TMP/skip.json" <<'JSON'
  ]}
 JSON
 
-A=(--model "$TMP/skip.json" --data "$TMP/syn" --steps 2 --batch 16 --eval-size 16 --threads 1
-   --quiet --seed 5)
+C=(--model "$TMP/skip.json" --data "$TMP/syn" --batch 16 --eval-size 16 --threads 1 --quiet
+   --seed 5)
+A=("${C[@]}" --steps 2)
 A4=("${A[@]}" --micro-batches 4)
 COMBOS="2:gpipe:none 2:1f1b:cell 3:1f1b:none 3:gpipe:cell 3:zbh1:cell 3:gpipe:selective
         2:interleaved:none 2:zbv:cell"
@@ -49,6 +50,14 @@ run p2 "${A4[@]}" --stages 2 --partition 0,2 --schedule zbh1 --report "$TMP/p2.j
 grep -q "send/recv with skips" "$TMP/p4.svg" && grep -q "SEND_ACT + skips 1" "$TMP/p4.svg" &&
     grep -q "RECV_GRAD + skips 1" "$TMP/p4.svg" ||
     bad "the timeline does not draw the transfers that carry skips: $(grep -c skips "$TMP/p4.svg")"
+
+# A checkpoint saved on K = 2 after 2 of 4 steps resumes on K = 3 to the bits of 4 steps on one
+# device.
+R=("${C[@]}" --micro-batches 4 --steps 4)
+run r_ref "${R[@]}" --report "$TMP/r_ref.json"
+run r_k2 "${R[@]}" --stages 2 --checkpoint-dir "$TMP/ck" --checkpoint-every 2
+rm -f "$TMP"/ck/ckpt-00000004*
+run r_k3 "${R[@]}" --stages 3 --checkpoint-dir "$TMP/ck" --resume --report "$TMP/r_k3.json"
 
 # MPI: the same bits as threads; cut 3 carries r1 beside the activation, (4, 4, 28, 28) floats
 # twice per message.
@@ -93,6 +102,8 @@ for n in names:
     need(r.get("train", {}).get("final_loss") == ref["train"]["final_loss"], f"{n}: final loss differs")
     need(r.get("eval") == ref.get("eval"), f"{n}: eval {r.get('eval')} != {ref.get('eval')}")
 need(load(d, "p4").get("pipeline", {}).get("partition") == [0, 2, 5, 7], "p4: partition not used")
+need(load(d, "r_k3").get("params_fnv1a64") == load(d, "r_ref").get("params_fnv1a64"),
+     "resumed on K = 3 from K = 2: not the one-device parameters")
 MAP, HEADER = 4 * 4 * 28 * 28 * 4, 72
 if mpi:
     b = load(d, "m3")["pipeline"]["bytes_sent_last_step"]
