@@ -218,6 +218,46 @@ static void planner_counts(void) {
     gp_model_free(m);
 }
 
+/* The plan bounds what the stages hold: each stage's measured peak (its device's counters over
+ * two steps) within the plan's bytes for it, skips and their gradients in flight included. */
+static void within_plan(const char *json) {
+    static const gp_schedule_kind sks[] = {GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1};
+    for (int K = 2; K <= 4; K++)
+        for (int si = 0; si < 3; si++)
+            for (int rm = 0; rm < 2; rm++) {
+                gp_model *m;
+                REQUIRE_OK(gp_model_from_json_string(json, "test", &m));
+                gp_optim_opts o = gp_sgd_defaults(0.1f, 0.9f);
+                gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sks[si],
+                                       .remat = (gp_remat)rm, .batch = BATCH};
+                gp_plan plan;
+                REQUIRE_OK(gp_plan_make(m, BATCH, &o, &po, 10, &plan));
+                gp_pipeline *p;
+                REQUIRE_OK(gp_pipeline_new(m, &o, &po, 3, &p));
+                for (int s = 0; s < 2; s++) {
+                    batch b;
+                    float loss;
+                    make_batch(m, s, &b);
+                    CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &loss));
+                }
+                for (int k = 0; k < K; k++) {
+                    uint64_t planned = 0;
+                    for (int c = 0; c < plan.ncells; c++)
+                        if (plan.cells[c].stage == k) planned += plan.cells[c].total_bytes;
+                    gp_mem_stats ms;
+                    CHECK_OK(gp_pipeline_mem_stats(p, k, &ms));
+                    if (ms.peak_total > planned)
+                        printf("K = %d %s remat %s stage %d: peak %llu over the plan's %llu\n", K,
+                               gp_schedule_kind_name(sks[si]), gp_remat_name((gp_remat)rm), k,
+                               (unsigned long long)ms.peak_total, (unsigned long long)planned);
+                    CHECK(ms.peak_total <= planned);
+                }
+                gp_pipeline_free(p);
+                gp_plan_free(&plan);
+                gp_model_free(m);
+            }
+}
+
 static void bad_models(void) {
     gp_model *m;
     REQUIRE_OK(gp_model_new(gp_shape1(4), GP_F32, &m));
@@ -252,6 +292,8 @@ static void bad_models(void) {
 int main(void) {
     bad_models();
     planner_counts();
+    within_plan(IMAGE_MODEL);
+    within_plan(VECTOR_MODEL);
     finite_differences();
     /* r ends cell 0 and a and r cross into cell 1; a relayed through cells 1 and 2, r through 2 */
     static const int p2[] = {0, 3}, p4[] = {0, 1, 4, 9};
