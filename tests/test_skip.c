@@ -2,8 +2,10 @@
  * that cross cells train to the same bits on every K (1 to 4, balanced and given partitions
  * that put a source at a cell's end, a merge at a cell's start, and relay a skip through
  * cells between), every schedule and re-materialization mode; a source read by several merges
- * gets their gradients in one order; the gradients match finite differences; the planner counts
- * the skips each cut carries; bad models are refused with the layer and what was expected. */
+ * gets their gradients in one order (and on T = 2 shards); the gradients match finite
+ * differences; the planner counts the skips each cut carries, and each stage's measured peak
+ * stays within the plan's bytes for it; bad models are refused with the layer and what was
+ * expected. */
 #include <string.h>
 
 #include "model/param_store.h"
