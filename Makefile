@@ -15,10 +15,11 @@ FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := checkpoint checkpoint_index config idx text
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
-# Python packages from PyPI for the tests (the reference `safetensors` reader), in a venv that
-# also sees Debian's python3-numpy (and python3-torch where installed).
+# Python packages from PyPI for the tests (the reference `safetensors` reader, and `tokenizers`
+# for the token datasets' test, which skips without it), in a venv that also sees Debian's
+# python3-numpy (and python3-torch where installed).
 PYENV      ?= .pyenv
-PY_PACKAGES := safetensors
+PY_PACKAGES := safetensors tokenizers
 
 .PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable install clean
 
@@ -35,7 +36,7 @@ deps:
 	fi
 
 pydeps: deps
-	@if ! $(PYENV)/bin/python -c "import safetensors, numpy" 2>/dev/null; then \
+	@if ! $(PYENV)/bin/python -c "import safetensors, tokenizers, numpy" 2>/dev/null; then \
 	  echo "installing into $(PYENV): $(PY_PACKAGES)"; \
 	  /usr/bin/python3 -m venv --system-site-packages $(PYENV) && \
 	  $(PYENV)/bin/pip install -q $(PY_PACKAGES); \
