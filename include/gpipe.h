@@ -555,6 +555,12 @@ gp_status gp_tokenizer_token(const gp_tokenizer *t, int64_t id, const uint8_t **
 /* The bytes of n ids, malloc'd (and NUL-terminated past *len); the caller frees *out. */
 gp_status gp_tokenizer_decode(const gp_tokenizer *t, const int32_t *ids, int64_t n, uint8_t **out,
                               size_t *len);
+/* The ids of n bytes of UTF-8 text: split at added tokens, then into GPT-2's pre-tokens (its
+ * pattern, with Unicode letters, numbers and white space), each pre-token's bytes merged by
+ * model.merges; *ids malloc'd. GP_UNSUPPORTED for a file whose normalizer or pre-tokenizer is
+ * not GPT-2's (it still decodes). */
+gp_status gp_tokenizer_encode(const gp_tokenizer *t, const uint8_t *text, size_t n,
+                              int32_t **ids, int64_t *nids);
 
 /* A permutation of 0..n-1 keyed by (seed, epoch): same on every machine. */
 gp_status gp_shuffle(uint64_t seed, uint32_t epoch, int64_t n, int64_t *perm);

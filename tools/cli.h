@@ -159,8 +159,9 @@ typedef struct gp_cli_train {
     const char *data;  /* NULL: the family's default */
     gp_cli_lm_source lm_src; /* language models: what --data holds (gp_cli_lm_data_resolve) */
     const char *lm_unit;     /* "token" with token data, else "byte": of the bits per unit */
-    bool sample_tokens;      /* sampling: ids are tokens (prompts are ids), not bytes */
-    gp_tokenizer *tokenizer; /* --tokenizer, owned: tokens printed as their text, or NULL */
+    bool sample_tokens;      /* sampling: the model's ids are tokens, not bytes */
+    gp_tokenizer *tokenizer; /* --tokenizer, owned, or NULL: prompts encoded, tokens decoded */
+    bool sample_ids;         /* token ids printed as numbers (no tokenizer, or sample --tokens) */
     int epochs, steps; /* one of them is 0 before the data is loaded */
     int batch, micro_batches, threads, warmup, eval_every, eval_size, log_every, sample;
     int lr_cycles; /* --lr-cycles: cosine cycles (1: one) */
@@ -314,19 +315,19 @@ int gp_cli_log_finish(gp_cli_train *t);
 void gp_cli_log_close(gp_cli_train *t);
 
 /* Generates nbytes bytes (tokens, with t->sample_tokens) after the context `prompt` (NULL: one
- * newline; token ids with t->sample_tokens, none: id 0) and writes them raw (with a tokenizer,
- * each token's bytes; without, " <id>" each) to f (NULL: nowhere, as ranks other than 0 do), drawn with t->temperature and
+ * newline; token models: gp_cli_prompt_ids's, without a tokenizer id 0) and writes them raw
+ * (token models: each token's bytes, or " <id>" with t->sample_ids) to f (NULL: nowhere, as ranks other than 0 do), drawn with t->temperature and
  * keyed by t->seed. Collective under MPI. */
 int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbytes, FILE *f);
-/* Token ids from text ("464 3290,318"), each below vocab; *ids malloc'd. A list that is empty or
- * holds anything else is a usage error naming option. Returns an exit status. */
-int gp_cli_parse_ids(const char *cmd, const char *option, const char *text, int64_t vocab,
-                     int32_t **ids, int *n);
 /* --tokenizer FILE of train and sample: loads it into t->tokenizer (a bad file is a runtime
  * failure naming it). Returns an exit status. */
 int gp_cli_load_tokenizer(const char *cmd, const char *path, gp_cli_train *t);
-/* Writes the prompt before its sample: as given, or with a tokenizer its ids' text. Returns an
- * exit status. */
+/* A token model's prompt as ids: text encoded by t->tokenizer, or without one a list of ids;
+ * each below the model's vocabulary (usage errors naming option). *ids malloc'd. */
+int gp_cli_prompt_ids(const gp_cli_train *t, const char *cmd, const char *option,
+                      const char *prompt, int32_t **ids, int *n);
+/* Writes the prompt before its sample: as given, or with t->sample_ids its ids. Returns an exit
+ * status. */
 int gp_cli_print_prompt(const gp_cli_train *t, const char *cmd, const char *prompt, FILE *f);
 
 /* ------------------------------------------------------------ checkpoints */

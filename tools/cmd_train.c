@@ -146,7 +146,8 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "one sample after a newline", 0, false, NULL, false, 0, false},
         {"--tokenizer", GP_CLI_STRING, &o->tokenizer, "tokenizer.json",
          "token data: --sample prints the tokens' text by this byte-level BPE tokenizer (a "
-         "Hugging Face tokenizer.json); --prompts lines are token ids",
+         "Hugging Face tokenizer.json), which encodes the --prompts lines (without it they are "
+         "token ids)",
          "the token ids as numbers", 0, false, NULL, false, 0, false},
         {"--report", GP_CLI_STRING, &o->report, "FILE.json", "write a JSON report (atomically)",
          "none", 0, false, NULL, false, 0, false},
@@ -719,6 +720,7 @@ int gp_cli_train_main(int argc, char **argv) {
         if (rc != GP_CLI_EXIT_OK) goto done;
         t.lm_unit = t.lm_src.tokens ? "token" : "byte";
         t.sample_tokens = t.lm_src.tokens;
+        t.sample_ids = !o.tokenizer;
         if (o.tokenizer && !t.lm_src.tokens) {
             rc = gp_cli_usage_error("train", "--tokenizer: only with token data (--data-format "
                                              "llmc, u16 or u32); --data %s is text",
@@ -726,12 +728,12 @@ int gp_cli_train_main(int argc, char **argv) {
             goto done;
         }
         if (o.tokenizer) rc = gp_cli_load_tokenizer("train", o.tokenizer, &t);
-        /* A token model's prompts are ids: checked now, not after the training. */
+        /* A token model's prompts (ids, or text the tokenizer encodes): checked now, not after
+         * the training. */
         for (int i = 0; i < t.prompts.n && t.sample_tokens && rc == GP_CLI_EXIT_OK; i++) {
             int32_t *ids;
             int nids;
-            rc = gp_cli_parse_ids("train", "--prompts line", t.prompts.text[i],
-                                  t.out_shape.dim[2], &ids, &nids);
+            rc = gp_cli_prompt_ids(&t, "train", "--prompts line", t.prompts.text[i], &ids, &nids);
             if (rc == GP_CLI_EXIT_OK) free(ids);
         }
         if (rc != GP_CLI_EXIT_OK) goto done;

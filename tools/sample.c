@@ -27,7 +27,9 @@ static int draw(const float *logits, int n, double temperature, float u) {
     return best; /* u within rounding of 1 */
 }
 
-int gp_cli_parse_ids(const char *cmd, const char *option, const char *text, int64_t vocab,
+/* Token ids from text ("464 3290,318"), each below vocab; *ids malloc'd. A list that is empty or
+ * holds anything else is a usage error naming option. Returns an exit status. */
+static int parse_ids(const char *cmd, const char *option, const char *text, int64_t vocab,
                      int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
@@ -56,10 +58,39 @@ int gp_cli_parse_ids(const char *cmd, const char *option, const char *text, int6
     return GP_CLI_EXIT_OK;
 }
 
-/* Writes id's text: its byte (byte models), its tokenizer bytes, or the number. */
+int gp_cli_prompt_ids(const gp_cli_train *t, const char *cmd, const char *option,
+                      const char *prompt, int32_t **ids, int *n) {
+    const int64_t vocab = t->out_shape.dim[2];
+    if (!t->tokenizer) return parse_ids(cmd, option, prompt, vocab, ids, n);
+    int64_t m;
+    if (gp_tokenizer_encode(t->tokenizer, (const uint8_t *)prompt, strlen(prompt), ids, &m) !=
+        GP_OK) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: encoding it with --tokenizer", option);
+        return gp_cli_fail(cmd, what);
+    }
+    *n = (int)m;
+    for (int i = 0; i < *n; i++)
+        if ((*ids)[i] >= vocab) {
+            int id = (*ids)[i];
+            free(*ids);
+            *ids = NULL;
+            return gp_cli_usage_error(cmd, "%s '%s': --tokenizer encodes it with id %d, beyond "
+                                           "the model's vocabulary of %lld",
+                                      option, prompt, id, (long long)vocab);
+        }
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        return gp_cli_usage_error(cmd, "%s: empty", option);
+    }
+    return GP_CLI_EXIT_OK;
+}
+
+/* Writes id's text: its byte (byte models), the number, or its tokenizer bytes. */
 static bool put_id(const gp_cli_train *t, int32_t id, FILE *f) {
     if (!t->sample_tokens) return fputc(id, f) != EOF;
-    if (!t->tokenizer) return fprintf(f, " %d", (int)id) > 0;
+    if (t->sample_ids) return fprintf(f, " %d", (int)id) > 0;
     const uint8_t *b;
     size_t len;
     if (gp_tokenizer_token(t->tokenizer, id, &b, &len) != GP_OK) return false;
@@ -77,15 +108,14 @@ int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbyt
     }
     int32_t *pids = NULL;
     int plen = 0;
-    if (t->sample_tokens && prompt && *prompt) {
-        int rc = gp_cli_parse_ids(cmd, "--prompt", prompt, nvocab, &pids, &plen);
+    if (!prompt || !*prompt) prompt = t->sample_tokens && !t->tokenizer ? "0" : "\n";
+    if (t->sample_tokens) {
+        int rc = gp_cli_prompt_ids(t, cmd, "--prompt", prompt, &pids, &plen);
         if (rc != GP_CLI_EXIT_OK) return rc;
-    } else if (!t->sample_tokens) {
-        if (!prompt || !*prompt) prompt = "\n";
+    } else {
         plen = (int)strlen(prompt);
     }
     gp_tensor x = {0}, logits = {0};
-    /* token models without a prompt start from id 0 */
     int32_t *text = malloc(((size_t)plen + (size_t)nbytes + 1) * sizeof *text);
     if (!text) {
         free(pids);
@@ -99,7 +129,6 @@ int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbyt
         goto done;
     }
     for (int i = 0; i < plen; i++) text[i] = pids ? pids[i] : (uint8_t)prompt[i];
-    if (plen == 0) text[plen++] = 0;
     int32_t *xi = gp_tensor_host_data(&x); /* on the CPU device: host memory */
     const float *lg = gp_tensor_host_data(&logits);
     for (int i = 0; i < nbytes; i++) {
@@ -148,19 +177,14 @@ int gp_cli_load_tokenizer(const char *cmd, const char *path, gp_cli_train *t) {
 }
 
 int gp_cli_print_prompt(const gp_cli_train *t, const char *cmd, const char *prompt, FILE *f) {
-    if (!t->sample_tokens || !t->tokenizer) {
+    if (!t->sample_tokens || !t->sample_ids) {
         fputs(prompt, f);
         return GP_CLI_EXIT_OK;
     }
     int32_t *ids;
     int n;
-    int rc = gp_cli_parse_ids(cmd, "--prompt", prompt, gp_tokenizer_size(t->tokenizer), &ids, &n);
-    uint8_t *text = NULL;
-    size_t len = 0;
-    if (rc == GP_CLI_EXIT_OK && gp_tokenizer_decode(t->tokenizer, ids, n, &text, &len) != GP_OK)
-        rc = gp_cli_fail(cmd, "--prompt");
-    if (rc == GP_CLI_EXIT_OK) fwrite(text, 1, len, f);
-    free(text);
-    free(ids);
+    int rc = gp_cli_prompt_ids(t, cmd, "--prompt", prompt, &ids, &n);
+    for (int i = 0; i < n && rc == GP_CLI_EXIT_OK; i++) fprintf(f, "%s%d", i ? " " : "", ids[i]);
+    if (rc == GP_CLI_EXIT_OK) free(ids);
     return rc;
 }

@@ -4,7 +4,7 @@
 # files. The three formats train to the same bits; ids of bytes written as uint16 train to the
 # bits of the same text read as a corpus; K = 2 gives K = 1's bits; --val-data is the validation
 # set (gpipe eval agrees); every bad file exits 1 before training naming the file and the byte
-# offset; gpipe sample --tokenizer prints what the tokenizers package decodes.
+# offset; gpipe sample --tokenizer encodes text to the package's ids and prints what it decodes.
 # Skipped (exit 77) without the tokenizers package or the fortunes.
 # Run from the repository root: bash tests/cli/tokens.sh /path/to/gpipe
 set -u
@@ -29,7 +29,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 d, src = sys.argv[1], sys.argv[2]
 text = ""
-for name in ("fortunes", "de/anekdoten"):
+for name in ("fortunes", "de/anekdoten", "ru/2001.03"):
     with open(os.path.join(src, name), encoding="utf-8", errors="replace") as f:
         text += f.read()
 tok = Tokenizer(models.BPE())
@@ -54,8 +54,10 @@ train.astype(np.uint16).tofile(f"{d}/train.u16")
 val.astype(np.uint16).tofile(f"{d}/val.u16")
 train.astype(np.uint32).tofile(f"{d}/train.u32")
 val.astype(np.uint32).tofile(f"{d}/val.u32")
-json.dump({"first": [int(i) for i in ids[:200]], "first_text": tok.decode([int(i) for i in ids[:200]])},
-          open(f"{d}/ids.json", "w"))
+# The encoder's check: the whole text (less the final newlines a shell's $(...) drops) and its ids.
+enc = text.rstrip("\n")
+open(f"{d}/enc.txt", "w", encoding="utf-8").write(enc)
+json.dump(tok.encode(enc).ids, open(f"{d}/enc.json", "w"))
 
 # Bad files, each with the message it must give (file and byte offset): "name|format|message".
 bad = []
@@ -171,32 +173,42 @@ need(a.get("eval", {}).get("loss") == b.get("eval", {}).get("loss"), "bytes as t
 finish()
 PY
 
-# Decoding: the sample of the training run and gpipe sample with --tokenizer, against the
-# tokenizers package decoding the ids gpipe sample --tokens draws with the same seed; and 200 ids
-# of the fortunes as a prompt, decoded to the text the package decodes them to.
-"$GPIPE" sample --checkpoint "$CK" --tokens --prompt "10 200 300" --bytes 40 --seed 3 --threads 1 \
-    >"$TMP/ids.out" 2>"$TMP/ids.err" || bad "sample --tokens: $(cat "$TMP/ids.err")"
-"$GPIPE" sample --checkpoint "$CK" --tokenizer "$TMP/tok.json" --prompt "10 200 300" --bytes 40 \
-    --seed 3 --threads 1 >"$TMP/text.out" 2>"$TMP/text.err" || bad "sample --tokenizer: $(cat "$TMP/text.err")"
-FIRST=$(python3 -c 'import json, sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["first"])))' "$TMP/ids.json")
-"$GPIPE" sample --checkpoint "$CK" --tokenizer "$TMP/tok.json" --prompt "$FIRST" --bytes 1 --threads 1 \
-    >"$TMP/first.out" 2>"$TMP/first.err" || bad "sample with a long prompt: $(cat "$TMP/first.err")"
+# Encoding: the fortunes (English, German, Russian) as a prompt, encoded by gpipe sample
+# --tokenizer --tokens to the ids the tokenizers package gives. Decoding: 300 tokens drawn at a
+# high temperature (most of the vocabulary) printed by --tokenizer, against the package's decoding
+# of the ids --tokens prints with the same seed; the training run's sample header.
+"$GPIPE" sample --checkpoint "$CK" --tokenizer "$TMP/tok.json" --tokens --prompt "$(cat "$TMP/enc.txt")" \
+    --bytes 1 --threads 1 >"$TMP/enc.out" 2>"$TMP/enc.err" || bad "sample --tokens with a text prompt: $(cat "$TMP/enc.err")"
+S=(sample --checkpoint "$CK" --prompt "Der Hund" --bytes 300 --temperature 4 --seed 3 --threads 1)
+"$GPIPE" "${S[@]}" --tokenizer "$TMP/tok.json" --tokens >"$TMP/ids.out" 2>"$TMP/ids.err" ||
+    bad "sample --tokens: $(cat "$TMP/ids.err")"
+"$GPIPE" "${S[@]}" --tokenizer "$TMP/tok.json" >"$TMP/text.out" 2>"$TMP/text.err" ||
+    bad "sample --tokenizer: $(cat "$TMP/text.err")"
+"$GPIPE" sample --checkpoint "$CK" --tokens --prompt "10 200,300" --bytes 5 --threads 1 >"$TMP/raw.out" 2>"$TMP/raw.err" ||
+    bad "sample --tokens with ids: $(cat "$TMP/raw.err")"
 "$PY" - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, re, sys
 from tokenizers import Tokenizer
 from clicheck import errors, finish, need
 d = sys.argv[1]
 tok = Tokenizer.from_file(f"{d}/tok.json")
+want = json.load(open(f"{d}/enc.json"))
+got = [int(x) for x in open(f"{d}/enc.out").read().split()]
+need(len(got) == len(want) + 1, f"encoding: {len(got) - 1} ids, tokenizers {len(want)}")
+diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+need(diff is None, f"encoding: id {diff} differs: {got[diff - 3:diff + 3] if diff else ''} vs {want[diff - 3:diff + 3] if diff else ''}")
+prompt = tok.encode("Der Hund").ids
 ids = [int(x) for x in open(f"{d}/ids.out").read().split()]
-need(len(ids) == 43 and ids[:3] == [10, 200, 300], f"sample --tokens: {ids}")
+need(len(ids) == len(prompt) + 300 and ids[:len(prompt)] == prompt, f"sample --tokens: {ids[:10]}...")
+drawn = ids[len(prompt):]
+need(len(set(drawn)) > 100, f"only {len(set(drawn))} distinct ids drawn")
 text = open(f"{d}/text.out", "rb").read()
-need(text.endswith(b"\n"), "sample --tokenizer: no final newline")
-want = tok.decode(ids, skip_special_tokens=False)
-need(text[:-1].decode("utf-8", "replace") == want, f"sample --tokenizer: {text[:-1]!r}, tokenizers: {want!r}")
-first = json.load(open(f"{d}/ids.json"))
-got = open(f"{d}/first.out", "rb").read()
-need(got.decode("utf-8", "replace").startswith(first["first_text"]),
-     f"200 ids of the fortunes: {got[:120]!r}... tokenizers: {first['first_text'][:120]!r}...")
+need(text.startswith(b"Der Hund") and text.endswith(b"\n"), "sample --tokenizer: prompt or final newline")
+dec = tok.decode(drawn, skip_special_tokens=False)
+need(text[len(b"Der Hund"):-1].decode("utf-8", "replace") == dec,
+     f"sample --tokenizer: {text[:80]!r}..., tokenizers: {dec[:80]!r}...")
+raw = open(f"{d}/raw.out").read().split()
+need(raw[:3] == ["10", "200", "300"] and len(raw) == 8, f"sample --tokens with ids: {raw}")
 # train --sample 24 --tokenizer: a sample header counting tokens, then text
 out = open(f"{d}/bin.out", "rb").read()
 need(re.search(rb"^sample \(24 tokens, temperature 0.8, seed 5\):\n", out, re.M) is not None,
@@ -226,19 +238,21 @@ printf '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$TMP/wp.json"
 "$GPIPE" sample --checkpoint "$CK" --tokenizer "$TMP/wp.json" --prompt 1 --bytes 1 >/dev/null 2>"$TMP/bad.err"
 [ $? -eq 1 ] && grep -qF "$TMP/wp.json: model.type is not \"BPE\"" "$TMP/bad.err" || bad "WordPiece tokenizer: $(cat "$TMP/bad.err")"
 
-# Usage errors (exit 2), each naming its option.
+# Usage errors (exit 2), each naming its option; a bad --tokenizer before training (exit 1).
 for case in "--data $TMP/train.bin --vocab 385|--vocab 385: more than the model's vocabulary of 384" \
             "--data $TMP/corpus.txt --val-data $TMP/val.bin|--val-data: only with token data" \
             "--data $TMP/corpus.txt --vocab 10|--vocab: only with token data" \
             "--data-format u16|--data-format u16: give the token file with --data" \
             "--data $TMP/corpus.txt --tokenizer $TMP/tok.json|--tokenizer: only with token data" \
-            "--data $TMP/train.bin --sample 3 --prompts $TMP/prompts.txt|--prompts line 'Hello': expected token ids"; do
+            "--data $TMP/train.bin --sample 3 --prompts $TMP/prompts.txt|--prompts line 'Hello': expected token ids" \
+            "--data $TMP/train.bin --sample 3 --prompts $TMP/prompts.txt --tokenizer $TMP/wp.json|--tokenizer $TMP/wp.json: $TMP/wp.json: model.type is not"; do
     args=${case%|*}; want=${case#*|}
     printf 'Hello\n' >"$TMP/prompts.txt"
     # shellcheck disable=SC2086
     "$GPIPE" train --model "$TMP/tok384.json" --steps 1 $args >"$TMP/u.out" 2>"$TMP/u.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -qF -- "$want" "$TMP/u.err" || bad "usage '$args': exit $rc, $(cat "$TMP/u.err")"
+    case $want in "--tokenizer $TMP/"*) code=1 ;; *) code=2 ;; esac
+    [ $rc -eq $code ] && grep -qF -- "$want" "$TMP/u.err" || bad "usage '$args': exit $rc, $(cat "$TMP/u.err")"
 done
 "$GPIPE" sample --checkpoint "$CK" --tokens --prompt "12 x" >/dev/null 2>"$TMP/u.err"
 [ $? -eq 2 ] && grep -qF "expected token ids from 0 to 383" "$TMP/u.err" || bad "sample --prompt '12 x': $(cat "$TMP/u.err")"
