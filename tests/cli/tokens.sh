@@ -22,7 +22,8 @@ if [ ! -f "$FORTUNES/fortunes" ] || [ ! -d "$FORTUNES/de" ]; then
     exit 77
 fi
 
-# The tokenizer (vocabulary 384: the 256 bytes and 128 merges), the shards and the bad files.
+# The tokenizer (vocabulary 512: the 256 bytes and 256 merges, those of 's and 't among them), the
+# shards and the bad files.
 "$PY" - "$TMP" "$FORTUNES" <<'PY' || { echo "FAIL: cannot make the tokenizer and the shards"; exit 1; }
 import json, os, sys
 import numpy as np
@@ -36,10 +37,10 @@ tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()
 tok.train_from_iterator([text], trainers.BpeTrainer(
-    vocab_size=384, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    vocab_size=512, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
 tok.save(f"{d}/tok.json")
 ids = np.array(tok.encode(text).ids, dtype=np.int64)
-assert ids.max() < 384 and len(ids) > 4000, (ids.max(), len(ids))
+assert ids.max() < 512 and len(ids) > 4000, (ids.max(), len(ids))
 val, train = ids[:len(ids) // 10], ids[len(ids) // 10:]
 
 def llmc(path, a, count=None, magic=20240520, version=1):
@@ -74,14 +75,14 @@ llmc(f"{d}/magic.bin", train, magic=20240521)
 case("magic.bin", "llmc", "magic.bin: byte offset 0: magic 20240521, expected 20240520")
 llmc(f"{d}/version.bin", train, version=2)
 case("version.bin", "llmc", "version.bin: byte offset 4: version 2, expected 1")
-t2 = train.copy(); t2[777] = 384
+t2 = train.copy(); t2[777] = 512
 llmc(f"{d}/id.bin", t2)
-case("id.bin", "llmc", f"id.bin: byte offset {1024 + 2 * 777}: token id 384 (token 777 of the file) is not below the vocabulary of 384")
+case("id.bin", "llmc", f"id.bin: byte offset {1024 + 2 * 777}: token id 512 (token 777 of the file) is not below the vocabulary of 512")
 t2.astype(np.uint16).tofile(f"{d}/id.u16")
-case("id.u16", "u16", f"id.u16: byte offset {2 * 777}: token id 384 (token 777 of the file) is not below the vocabulary of 384")
+case("id.u16", "u16", f"id.u16: byte offset {2 * 777}: token id 512 (token 777 of the file) is not below the vocabulary of 512")
 t3 = train.astype(np.uint32); t3[1234] = 70000
 t3.tofile(f"{d}/id.u32")
-case("id.u32", "u32", f"id.u32: byte offset {4 * 1234}: token id 70000 (token 1234 of the file) is not below the vocabulary of 384")
+case("id.u32", "u32", f"id.u32: byte offset {4 * 1234}: token id 70000 (token 1234 of the file) is not below the vocabulary of 512")
 open(f"{d}/odd.u16", "wb").write(open(f"{d}/train.u16", "rb").read()[:2001])
 case("odd.u16", "u16", "odd.u16: 2001 bytes, not a whole number of uint16 token ids (a partial id at byte offset 2000")
 open(f"{d}/odd.u32", "wb").write(open(f"{d}/train.u32", "rb").read()[:4002])
@@ -91,21 +92,21 @@ case("empty.bin", "llmc", "empty.bin: no token ids after the 1024-byte header")
 open(f"{d}/bad_cases", "w").write("\n".join(bad) + "\n")
 PY
 
-printf '{"family": "transformer", "vocab": 384, "dim": 32, "heads": 4, "d_ff": 64, "layers": 2, "seq_len": 32}\n' >"$TMP/tok384.json"
-M=(--model "$TMP/tok384.json" --steps 6 --batch 4 --micro-batches 2 --eval-size 6 --threads 1 --quiet --seed 5)
+printf '{"family": "transformer", "vocab": 512, "dim": 32, "heads": 4, "d_ff": 64, "layers": 2, "seq_len": 32}\n' >"$TMP/tok512.json"
+M=(--model "$TMP/tok512.json" --steps 6 --batch 4 --micro-batches 2 --eval-size 6 --threads 1 --quiet --seed 5)
 
 # The three formats of the same ids: the same windows, so the same bits.
 run bin "${M[@]}" --data "$TMP/train.bin" --val-data "$TMP/val.bin" --report "$TMP/bin.json" \
     --checkpoint-dir "$TMP/ck" --sample 24 --tokenizer "$TMP/tok.json"
 run u16 "${M[@]}" --data "$TMP/train.u16" --data-format u16 --val-data "$TMP/val.u16" --report "$TMP/u16.json"
-run u32 "${M[@]}" --data "$TMP/train.u32" --data-format u32 --vocab 384 --val-data "$TMP/val.u32" \
+run u32 "${M[@]}" --data "$TMP/train.u32" --data-format u32 --vocab 512 --val-data "$TMP/val.u32" \
     --report "$TMP/u32.json"
 # K = 2 (1 thread per stage, as the one device had) and another schedule: the same bits.
 run k2 "${M[@]}" --data "$TMP/train.bin" --val-data "$TMP/val.bin" --stages 2 --schedule 1f1b \
     --report "$TMP/k2.json"
 # No --val-data: the last 1/20 of --data validates, the rest trains.
 run split "${M[@]}" --data "$TMP/train.bin" --report "$TMP/split.json"
-grep -q "training on $TMP/train.bin (llmc, ids below 384): .* tokens (its last 1/20)" "$TMP/split.out" ||
+grep -q "training on $TMP/train.bin (llmc, ids below 512): .* tokens (its last 1/20)" "$TMP/split.out" ||
     bad "the split run does not say how it split: $(grep 'training on' "$TMP/split.out")"
 "$PY" - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, re, sys
@@ -239,7 +240,7 @@ printf '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$TMP/wp.json"
 [ $? -eq 1 ] && grep -qF "$TMP/wp.json: model.type is not \"BPE\"" "$TMP/bad.err" || bad "WordPiece tokenizer: $(cat "$TMP/bad.err")"
 
 # Usage errors (exit 2), each naming its option; a bad --tokenizer before training (exit 1).
-for case in "--data $TMP/train.bin --vocab 385|--vocab 385: more than the model's vocabulary of 384" \
+for case in "--data $TMP/train.bin --vocab 513|--vocab 513: more than the model's vocabulary of 512" \
             "--data $TMP/corpus.txt --val-data $TMP/val.bin|--val-data: only with token data" \
             "--data $TMP/corpus.txt --vocab 10|--vocab: only with token data" \
             "--data-format u16|--data-format u16: give the token file with --data" \
@@ -249,12 +250,12 @@ for case in "--data $TMP/train.bin --vocab 385|--vocab 385: more than the model'
     args=${case%|*}; want=${case#*|}
     printf 'Hello\n' >"$TMP/prompts.txt"
     # shellcheck disable=SC2086
-    "$GPIPE" train --model "$TMP/tok384.json" --steps 1 $args >"$TMP/u.out" 2>"$TMP/u.err"
+    "$GPIPE" train --model "$TMP/tok512.json" --steps 1 $args >"$TMP/u.out" 2>"$TMP/u.err"
     rc=$?
     case $want in "--tokenizer $TMP/"*) code=1 ;; *) code=2 ;; esac
     [ $rc -eq $code ] && grep -qF -- "$want" "$TMP/u.err" || bad "usage '$args': exit $rc, $(cat "$TMP/u.err")"
 done
 "$GPIPE" sample --checkpoint "$CK" --tokens --prompt "12 x" >/dev/null 2>"$TMP/u.err"
-[ $? -eq 2 ] && grep -qF "expected token ids from 0 to 383" "$TMP/u.err" || bad "sample --prompt '12 x': $(cat "$TMP/u.err")"
+[ $? -eq 2 ] && grep -qF "expected token ids from 0 to 511" "$TMP/u.err" || bad "sample --prompt '12 x': $(cat "$TMP/u.err")"
 
 cli_finish tokens
