@@ -315,7 +315,8 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
     }
     /* The options written only when on: on in the checkpoint, off now. */
     static const char *const optional[][2] = {
-        {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}, {"erase", "0"}};
+        {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}, {"erase", "0"},
+        {"data_format", "text"}, {"val_data", "none"}};
     for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
         if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;

@@ -145,6 +145,12 @@ need(e.get("eval", {}).get("loss") == a.get("eval", {}).get("loss"),
 finish()
 PY
 
+# A resume with other token options is refused naming the option.
+"$GPIPE" train "${M[@]}" --data "$TMP/train.bin" --checkpoint-dir "$TMP/ck" --resume \
+    >/dev/null 2>"$TMP/res.err"
+[ $? -eq 1 ] && grep -qF -- "--val-data none differs from the checkpoint's $TMP/val.bin" "$TMP/res.err" ||
+    bad "resume without --val-data: $(cat "$TMP/res.err")"
+
 # Byte ids as uint16 tokens: the text corpus's windows exactly. A corpus of 20 entries: the first
 # 19 (each with the newline that ends it) train, the 20th validates.
 "$PY" - "$TMP" <<'PY' || fail=$((fail + 1))
