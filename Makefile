@@ -12,7 +12,7 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := checkpoint checkpoint_index config idx text
+FUZZ_TARGETS := checkpoint checkpoint_index config idx text tokens tokenizer
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
 # Python packages from PyPI for the tests (the reference `safetensors` reader, and `tokenizers`
