@@ -210,9 +210,10 @@ static int table_len(const gp_cli_opt *tab) {
 static void print_help(const gp_cli_opt *tab, int n) {
     printf("Usage: gpipe train --model convnet|transformer|FILE.json [options]\n\n"
            "Trains a model on one CPU device (or K stage devices, see --stages). A model\n"
-           "with int32 input (token ids) is a\n"
-           "byte-level language model trained on random windows of a text corpus\n"
-           "(validation loss and bits per byte on fixed windows); a model with float\n"
+           "with int32 input (token ids) is a language model trained on random windows\n"
+           "of a text corpus's bytes or of token files (--data-format: llm.c shards, raw\n"
+           "uint16/uint32 ids; docs/TOKENS.md), with validation loss and bits per byte\n"
+           "(token) on fixed windows; a model with float\n"
            "input is an image classifier trained on IDX data (Fashion-MNIST), shuffled\n"
            "each epoch, inputs standardized with mean %.4f and std %.4f; the last partial\n"
            "batch of an epoch is dropped.\n\n"
