@@ -251,6 +251,12 @@ static void test_tokenizer(void) {
          "{\"a\": -1}}}",
          "token \"a\": id is not an integer"},
         {"{\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+         "{\"a\": 1e80}}}",
+         "token \"a\": id is not an integer"},
+        {"{\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+         "{\"a\": 2000000}}}",
+         "an id of 2000000 among 1 tokens"},
+        {"{\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
          "{\"\xe2\x82\xac\": 0}}}",
          "has a character that is not one of byte-level BPE's 256"},
         {"{\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "

@@ -243,6 +243,12 @@ static gp_status load_encoder(gp_tokenizer *t, const char *path, const cJSON *ro
     return GP_OK;
 }
 
+/* An integer id from 0 to 2^31 - 1 (range first: casting a larger double is undefined). */
+static bool is_id(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= INT32_MAX &&
+           v->valuedouble == (double)(int32_t)v->valuedouble;
+}
+
 static gp_status load(gp_tokenizer *t, const char *path, const cJSON *root) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
@@ -261,8 +267,7 @@ static gp_status load(gp_tokenizer *t, const char *path, const cJSON *root) {
     double max = -1;
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble ||
-            e->valuedouble < 0 || e->valuedouble > INT32_MAX)
+        if (!is_id(e))
             return gp_error(GP_FORMAT, "%s: model.vocab: token \"%s\": id is not an integer from "
                             "0 to 2^31 - 1", path, e->string);
         if (e->valuedouble > max) max = e->valuedouble;
@@ -270,13 +275,18 @@ static gp_status load(gp_tokenizer *t, const char *path, const cJSON *root) {
     cJSON_ArrayForEach(e, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || id->valuedouble < 0 ||
-            id->valuedouble > INT32_MAX || id->valuedouble != (double)(int64_t)id->valuedouble)
+        if (!is_id(id) || !cJSON_IsString(content))
             return gp_error(GP_FORMAT, "%s: added_tokens: an entry without an integer id and a "
                             "content string", path);
         if (id->valuedouble > max) max = id->valuedouble;
     }
     if (max < 0) return gp_error(GP_FORMAT, "%s: model.vocab is empty", path);
+    /* Ids are (nearly) dense in every real file; a few gaps are allowed, but the table of ids is
+     * never much larger than the file's own entries. */
+    const int entries = cJSON_GetArraySize(vocab) + cJSON_GetArraySize(added);
+    if (max >= (double)entries + 65536)
+        return gp_error(GP_FORMAT, "%s: an id of %.0f among %d tokens (expected ids from 0 to "
+                        "about the number of tokens)", path, max, entries);
     t->n = (int64_t)max + 1;
     t->tok = calloc((size_t)t->n, sizeof *t->tok);
     if (!t->tok) return gp_error(GP_OUT_OF_MEMORY, "%s: %lld ids: out of memory", path,
