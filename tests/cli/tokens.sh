@@ -231,6 +231,11 @@ while IFS='|' read -r name fmt msg; do
         bad "$name: exit $rc, $(cat "$TMP/bad.err"), expected: $msg"
     grep -q "^training on\|trained" "$TMP/bad.out" && bad "$name: training started"
 done <"$TMP/bad_cases"
+# A FIFO is refused at once, never waited on
+mkfifo "$TMP/fifo.bin"
+timeout 10 "$GPIPE" train "${M[@]}" --data "$TMP/fifo.bin" >/dev/null 2>"$TMP/bad.err"
+rc=$?
+[ $rc -eq 1 ] && grep -qF "$TMP/fifo.bin" "$TMP/bad.err" || bad "a FIFO as --data: exit $rc, $(cat "$TMP/bad.err")"
 # ... as --val-data too, named so
 "$GPIPE" train "${M[@]}" --data "$TMP/train.bin" --val-data "$TMP/id.bin" >/dev/null 2>"$TMP/bad.err"
 rc=$?
