@@ -59,6 +59,18 @@ val.astype(np.uint32).tofile(f"{d}/val.u32")
 enc = text.rstrip("\n")
 open(f"{d}/enc.txt", "w", encoding="utf-8").write(enc)
 json.dump(tok.encode(enc).ids, open(f"{d}/enc.json", "w"))
+# A second tokenizer with the other options: a prefix space, whole words before merges, an added
+# token; its check: a part of the text with the added token in it.
+tokp = Tokenizer(models.BPE(ignore_merges=True))
+tokp.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+tokp.decoder = decoders.ByteLevel()
+tokp.train_from_iterator([text], trainers.BpeTrainer(
+    vocab_size=512, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    special_tokens=["<|end|>"]))
+tokp.save(f"{d}/tokp.json")
+encp = enc[:3000] + "<|end|>Hello<|end|> world"
+open(f"{d}/encp.txt", "w", encoding="utf-8").write(encp)
+json.dump(tokp.encode(encp).ids, open(f"{d}/encp.json", "w"))
 
 # Bad files, each with the message it must give (file and byte offset): "name|format|message".
 bad = []
@@ -181,11 +193,13 @@ finish()
 PY
 
 # Encoding: the fortunes (English, German, Russian) as a prompt, encoded by gpipe sample
-# --tokenizer --tokens to the ids the tokenizers package gives. Decoding: 300 tokens drawn at a
+# --tokenizer --tokens to the ids the tokenizers package gives, by both tokenizers. Decoding: 300 tokens drawn at a
 # high temperature (most of the vocabulary) printed by --tokenizer, against the package's decoding
 # of the ids --tokens prints with the same seed; the training run's sample header.
 "$GPIPE" sample --checkpoint "$CK" --tokenizer "$TMP/tok.json" --tokens --prompt "$(cat "$TMP/enc.txt")" \
     --bytes 1 --threads 1 >"$TMP/enc.out" 2>"$TMP/enc.err" || bad "sample --tokens with a text prompt: $(cat "$TMP/enc.err")"
+"$GPIPE" sample --checkpoint "$CK" --tokenizer "$TMP/tokp.json" --tokens --prompt "$(cat "$TMP/encp.txt")" \
+    --bytes 1 --threads 1 >"$TMP/encp.out" 2>"$TMP/encp.err" || bad "sample --tokens, prefix space: $(cat "$TMP/encp.err")"
 S=(sample --checkpoint "$CK" --prompt "Der Hund" --bytes 300 --temperature 4 --seed 3 --threads 1)
 "$GPIPE" "${S[@]}" --tokenizer "$TMP/tok.json" --tokens >"$TMP/ids.out" 2>"$TMP/ids.err" ||
     bad "sample --tokens: $(cat "$TMP/ids.err")"
@@ -204,6 +218,10 @@ got = [int(x) for x in open(f"{d}/enc.out").read().split()]
 need(len(got) == len(want) + 1, f"encoding: {len(got) - 1} ids, tokenizers {len(want)}")
 diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
 need(diff is None, f"encoding: id {diff} differs: {got[diff - 3:diff + 3] if diff else ''} vs {want[diff - 3:diff + 3] if diff else ''}")
+want = json.load(open(f"{d}/encp.json"))
+got = [int(x) for x in open(f"{d}/encp.out").read().split()][:-1]
+need(got == want, f"encoding with a prefix space, ignore_merges and an added token: {len(got)} ids, "
+     f"tokenizers {len(want)}, first difference at {next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)}")
 prompt = tok.encode("Der Hund").ids
 ids = [int(x) for x in open(f"{d}/ids.out").read().split()]
 need(len(ids) == len(prompt) + 300 and ids[:len(prompt)] == prompt, f"sample --tokens: {ids[:10]}...")
