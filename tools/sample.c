@@ -1,6 +1,7 @@
 /* Text generation from a trained language model: the context
- * starts as the prompt (one newline by default; a token model's: token ids, id 0 by default),
- * each next byte (token) is drawn from softmax(logits / T) of
+ * starts as the prompt (one newline by default; a token model's encoded by its tokenizer, or
+ * without one a list of ids, id 0 by default), each next byte (token) is drawn from
+ * softmax(logits / T) of
  * the last position with a uniform keyed by (seed, position), so a seed
  * always gives the same text. Under MPI every rank runs it (each forward passes through every
  * rank's stage, and every rank gets the logits, so all draw the same bytes); rank 0 prints. */

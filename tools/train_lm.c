@@ -78,6 +78,11 @@ static int check_shapes(gp_cli_train *t, const gp_cli_lm_data *d) {
                                   d->src.tokens ? "" : " >= 256",
                                   gp_shape_str(out, buf, sizeof buf));
     const int64_t T = in->dim[1];
+    if (d->ntrain >= T + 2 && d->nvalid < T + 2 && d->src.val_path)
+        return gp_cli_usage_error("train", "--val-data %s: %lld tokens, need at least %lld for "
+                                           "windows of %lld",
+                                  d->src.val_path, (long long)d->nvalid, (long long)(T + 2),
+                                  (long long)T);
     if (d->ntrain < T + 2 || d->nvalid < T + 2)
         return gp_cli_usage_error("train",
                                   "--data %s: %lld training and %lld validation %ss, need at "

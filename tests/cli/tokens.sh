@@ -51,6 +51,7 @@ def llmc(path, a, count=None, magic=20240520, version=1):
 
 llmc(f"{d}/train.bin", train)
 llmc(f"{d}/val.bin", val)
+llmc(f"{d}/tiny.bin", val[:10])
 train.astype(np.uint16).tofile(f"{d}/train.u16")
 val.astype(np.uint16).tofile(f"{d}/val.u16")
 train.astype(np.uint32).tofile(f"{d}/train.u32")
@@ -273,6 +274,7 @@ for case in "--data $TMP/train.bin --vocab 513|--vocab 513: more than the model'
             "--data $TMP/corpus.txt --val-data $TMP/val.bin|--val-data: only with token data" \
             "--data $TMP/corpus.txt --vocab 10|--vocab: only with token data" \
             "--data-format u16|--data-format u16: give the token file with --data" \
+            "--data $TMP/train.bin --val-data $TMP/tiny.bin|--val-data $TMP/tiny.bin: 10 tokens, need at least 34" \
             "--data $TMP/corpus.txt --tokenizer $TMP/tok.json|--tokenizer: only with token data" \
             "--data $TMP/train.bin --sample 3 --prompts $TMP/prompts.txt|--prompts line 'Hello': expected token ids" \
             "--data $TMP/train.bin --sample 3 --prompts $TMP/prompts.txt --tokenizer $TMP/wp.json|--tokenizer $TMP/wp.json: $TMP/wp.json: model.type is not"; do
