@@ -19,7 +19,8 @@ GPIPE      := $(BUILD)/gpipe
 # for the token datasets' test, which skips without it), in a venv that also sees Debian's
 # python3-numpy (and python3-torch where installed).
 PYENV      ?= .pyenv
-PY_PACKAGES := safetensors tokenizers
+PY_PACKAGES := safetensors
+PY_OPTIONAL := tokenizers
 
 .PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable install clean
 
@@ -36,10 +37,15 @@ deps:
 	fi
 
 pydeps: deps
-	@if ! $(PYENV)/bin/python -c "import safetensors, tokenizers, numpy" 2>/dev/null; then \
+	@if ! $(PYENV)/bin/python -c "import safetensors, numpy" 2>/dev/null; then \
 	  echo "installing into $(PYENV): $(PY_PACKAGES)"; \
 	  /usr/bin/python3 -m venv --system-site-packages $(PYENV) && \
 	  $(PYENV)/bin/pip install -q $(PY_PACKAGES); \
+	fi
+	@if ! $(PYENV)/bin/python -c "import tokenizers" 2>/dev/null; then \
+	  echo "installing into $(PYENV): $(PY_OPTIONAL)"; \
+	  $(PYENV)/bin/pip install -q $(PY_OPTIONAL) || \
+	    echo "pydeps: $(PY_OPTIONAL) did not install; cli_tokens will be skipped"; \
 	fi
 
 # The local build is optimized for this machine's CPU (-march=native) for the demos, tests and
