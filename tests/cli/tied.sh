@@ -4,7 +4,8 @@
 # selective) give the same losses, parameter hash and evaluation bit for bit, and differ from
 # the untied model's; a checkpoint stores the tied matrix once (under the embedding's name, with
 # "tied" in its metadata) and resumes on another K to the same bits; an untied run refuses a
-# tied checkpoint, naming the config that saved it; a head of another shape is a config error.
+# tied checkpoint, naming the config that saved it; a head of another shape is a config error;
+# `gpipe bench --tie-embeddings` is for the Transformer workloads only.
 # Under mpirun (skipped without MPI): K = 2 and 3 give the threads' bits, and a set saved by
 # 2 ranks (the head's part without the matrix) resumes on 3 ranks and on threads.
 # Run from the repository root: bash tests/cli/tied.sh /path/to/gpipe
@@ -87,6 +88,12 @@ printf '{"input": {"shape": [16], "dtype": "int32"}, "tie_embeddings": true, "la
 rc=$?
 [ "$rc" != 0 ] && grep -q "tie_embeddings.*weight has shape (128, 16)" "$TMP/shape.err" ||
     bad "a head of another shape: exit $rc, $(tail -c 400 "$TMP/shape.err")"
+
+# gpipe bench ties the Transformer workloads only.
+"$GPIPE" bench --workload C1 --tie-embeddings >"$TMP/bc1.out" 2>"$TMP/bc1.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--tie-embeddings: only for --workload T1 or T2 (got C1)" "$TMP/bc1.err" ||
+    bad "bench C1 --tie-embeddings: exit $rc, $(cat "$TMP/bc1.err")"
 
 # --- MPI ---------------------------------------------------------------------------------------
 [ "$fail" = 0 ] || cli_finish tied
