@@ -357,6 +357,13 @@ gp_dtype gp_model_input_dtype(const gp_model *m);
  * model). */
 gp_shape gp_model_example_shape(const gp_model *m);
 gp_layer *gp_model_layer(gp_model *m, int i);
+/* Ties the first embedding layer's table (vocab, dim) to the last linear layer's weight, which
+ * must have that shape (a head of in_features = dim, out_features = vocab; PyTorch's (out, in)
+ * layout, so the same matrix without a transpose): GPT-2's tied embeddings. Each layer keeps a
+ * copy; every step sums both uses' gradients and gives both copies the same update, so they stay
+ * equal bit for bit on any number of stages. Before gp_model_init; checkpoints store the table
+ * once, under the embedding's name. */
+gp_status gp_model_tie_embeddings(gp_model *m);
 /* Allocates every parameter on dev, in one flat block per category, and initializes it from
  * (seed, layer index, parameter index). Initializing again replaces the values. Layers may also
  * be placed on different devices with gp_model_init_range. The parameters stay with the model
@@ -390,6 +397,7 @@ gp_status gp_model_param(gp_model *m, int i, gp_param_info *out);
 typedef struct gp_transformer_config {
     int vocab, dim, heads, d_ff, layers, seq_len;
     float dropout;
+    bool tie_embeddings; /* the head's weight is the embedding's table (gp_model_tie_embeddings) */
 } gp_transformer_config;
 gp_transformer_config gp_transformer_defaults(void); /* T1: 256, 512, 8, 2048, 8, 128, 0 */
 gp_status gp_model_transformer(const gp_transformer_config *c, gp_model **out);

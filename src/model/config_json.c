@@ -106,7 +106,7 @@ static const key_spec transformer_keys[] = {
     INT_OPT("vocab", 0, 1), INT_OPT("dim", 0, 1),     INT_OPT("heads", 0, 1),
     INT_OPT("d_ff", 0, 1),  {"layers", KEY_INT, false, 0, 0, CFG_MAX_LAYERS - 4},
     INT_OPT("seq_len", 0, 1),
-    PROB_OPT("dropout"),    KEYS_END};
+    PROB_OPT("dropout"),    BOOL_OPT("tie_embeddings", 0), KEYS_END};
 static const key_spec convnet_keys[] = {
     INT_OPT("in_ch", 0, 1), INT_OPT("height", 0, 1), INT_OPT("width", 0, 1),
     INT_OPT("classes", 0, 1), INT_OPT("ch1", 0, 1),  INT_OPT("ch2", 0, 1),
@@ -249,6 +249,7 @@ static gp_status build_family(const char *origin, const cJSON *root, const char 
         for (int i = 0; i < 6; i++)
             if (has(root, transformer_keys[i].name)) *f[i] = (int)v[i];
         if (has(root, "dropout")) c.dropout = (float)v[6];
+        c.tie_embeddings = v[7] != 0;
         s = gp_model_transformer(&c, out);
     } else if (strcmp(family, "convnet") == 0) {
         GP_TRY(read_keys(origin, "", root, convnet_keys, "family", "the convnet family", v));
@@ -348,8 +349,12 @@ static gp_status read_layer(const char *origin, const cJSON *j, int i, const kin
 }
 
 static gp_status build_explicit(const char *origin, const cJSON *root, gp_model **out) {
-    static const char *const top[] = {"input", "layers"};
-    GP_TRY(check_keys(origin, "", root, top, 2, "an explicit model (or give \"family\")"));
+    static const char *const top[] = {"input", "layers", "tie_embeddings"};
+    GP_TRY(check_keys(origin, "", root, top, 3, "an explicit model (or give \"family\")"));
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_embeddings");
+    if (tie && !cJSON_IsBool(tie))
+        return cfg_error(origin, "tie_embeddings", "expected true or false, got %s",
+                         json_type(tie));
     gp_shape shape = {0};
     gp_dtype dtype;
     GP_TRY(read_input(origin, root, &shape, &dtype));
@@ -373,6 +378,8 @@ static gp_status build_explicit(const char *origin, const cJSON *root, gp_model 
         s = gp_model_add(m, l);
         if (s != GP_OK) s = gp_error_context(s, "%s: layers[%d] (%s)", origin, i, ks->kind);
     }
+    if (s == GP_OK && cJSON_IsTrue(tie) && (s = gp_model_tie_embeddings(m)) != GP_OK)
+        s = gp_error_context(s, "%s: tie_embeddings", origin);
     if (s != GP_OK) {
         gp_model_free(m);
         return s;

@@ -41,6 +41,13 @@ gp_status gp_model_transformer(const gp_transformer_config *c, gp_model **out) {
         ADD(gp_transformer_block(c->dim, c->heads, c->d_ff, c->dropout));
     ADD(gp_layernorm(c->dim));
     ADD(gp_linear(c->dim, c->vocab, false));
+    if (c->tie_embeddings) {
+        gp_status s = gp_model_tie_embeddings(m);
+        if (s != GP_OK) {
+            gp_model_free(m);
+            return s;
+        }
+    }
     *out = m;
     return GP_OK;
 }
