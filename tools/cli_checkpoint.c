@@ -540,3 +540,16 @@ int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
     fflush(stdout);
     return GP_CLI_EXIT_OK;
 }
+
+int gp_cli_init_params(gp_cli_train *t) {
+    gp_checkpoint *c;
+    if (gp_checkpoint_open(t->init, &c) != GP_OK) return gp_cli_fail("train", "--init");
+    const int L = gp_model_nlayers(t->model);
+    gp_status s = gp_checkpoint_check_model(c, t->model);
+    if (s == GP_OK) s = gp_model_init(t->model, t->dev, t->seed);
+    if (s == GP_OK) s = gp_checkpoint_load_layers(c, t->model, 0, L, NULL);
+    gp_checkpoint_close(c);
+    if (s != GP_OK) return gp_cli_fail("train", "--init");
+    printf("init: loaded the parameters of %s\n", t->init);
+    return GP_CLI_EXIT_OK;
+}
