@@ -48,7 +48,7 @@ static int open_model_file(const char *cmd, const char *name, FILE **out) {
 
 int gp_cli_model_config(const char *cmd, const char *name, char **out) {
     *out = NULL;
-    if (strcmp(name, "convnet") == 0 || strcmp(name, "transformer") == 0) {
+    if (!gp_cli_model_path(name)) { /* a built-in family */
         size_t n = strlen(name) + 16;
         *out = malloc(n);
         if (*out) snprintf(*out, n, "{\"family\":\"%s\"}", name);

@@ -38,7 +38,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_lm_data_options(lm, &o->lm_data);
     gp_cli_opt t[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
-         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
+         "convnet, transformer, gpt2, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
          false},
         {"--data", GP_CLI_STRING, &o->data, "PATH",
          "IDX directory (classifier) or text file/directory (language model)",
@@ -695,7 +695,7 @@ int gp_cli_train_main(int argc, char **argv) {
     }
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.model)
-        return gp_cli_usage_error("train", "--model: required (convnet, transformer or FILE.json)");
+        return gp_cli_usage_error("train", "--model: required (convnet, transformer, gpt2 or FILE.json)");
 
     gp_cli_train t = {0};
     rc = gp_cli_load_model("train", o.model, &t.model);
