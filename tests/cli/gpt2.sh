@@ -5,7 +5,8 @@
 # rows are never drawn); `gpipe train --init` starts from it on 2 stages, and its first step's
 # loss is the imported model's, not the seed's; `gpipe export` writes a GPT2Config for 100 tokens
 # whose re-import has the same parameters bit for bit; bad input exits with the file and what
-# is wrong. The round trip through transformers itself is `make check-hf`.
+# is wrong; under mpirun (skipped without MPI) --init on 2 ranks gives the threads' bits. The
+# round trip through transformers itself is `make check-hf`.
 # Run from the repository root: bash tests/cli/gpt2.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -94,4 +95,19 @@ printf '{"family": "transformer", "vocab": 100, "dim": 32, "heads": 4, "d_ff": 1
 expect 1 "layers.0.weight" train --model "$TMP/t.json" --init "$TMP/imp.safetensors" \
     --data "$TMP/ids.u16" --data-format u16 --steps 1 --batch 4 --quiet
 expect 2 "--checkpoint: required" export --out "$TMP/y"
+
+# --- MPI: --init on 2 ranks gives the threads' run bit for bit (skipped without MPI) ----------
+[ "$fail" = 0 ] || cli_finish gpt2
+cli_need_mpi
+cli_mpirun m2 2 "${TR[@]}" --init "$TMP/imp.safetensors" --stages 2 --launcher mpi \
+    --report "$TMP/m2.json"
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d = sys.argv[1]
+a, b = (json.load(open(f"{d}/{n}.json")) for n in ("init2", "m2"))
+need(a["train"]["step_losses"] == b["train"]["step_losses"], "--init under MPI: other losses")
+need(a["params_fnv1a64"] == b["params_fnv1a64"], "--init under MPI: other parameters")
+finish("FAIL: --init under MPI:")
+PY
 cli_finish gpt2
