@@ -297,6 +297,11 @@ static void test_bad_configs(void) {
     BAD("{\"family\": \"gpt2\", \"vocab\": 100, \"vocab_padded\": 99}",
         "vocab_padded 99 must be >= vocab 100", NULL);
     BAD("{\"family\": \"gpt2\", \"seq_len\": 64, \"max_len\": 32}", "max_len 32", NULL);
+    expect_bad("{\"input\": {\"shape\": [8], \"dtype\": \"int32\"}, \"layers\": [{\"kind\": "
+               "\"embedding\", \"vocab\": 64, \"dim\": 16}, {\"kind\": \"linear\", \"in\": 16, "
+               "\"out\": 50, \"rows\": 40}]}",
+               GP_INVALID_ARGUMENT, "layers[1] (linear)", "rows = 40 at least out_features",
+               __LINE__);
     BAD("{\"family\": \"gpt2\", \"n_embd\": 32}", "n_embd: unknown key for the gpt2 family",
         NULL);
     BAD("{\"family\": \"convnet\", \"hidden\": null}", "hidden: expected an integer", "got null");
