@@ -454,6 +454,7 @@ typedef struct gp_cli_bench {
     int steps, warmup, batch; /* batch 0: the workload's own */
     int layers;               /* T2: Transformer blocks, 0: the workload's 32 */
     int d_ff;                 /* T2: the MLP's width, 0: the workload's 1024 */
+    bool tie_embeddings;      /* T1, T2: the head's weight tied to the token embedding */
     uint64_t seed;
     bool quiet;
     /* T2 only: stages 0 trains one stage on one device with popts.micro_batches;

@@ -10,7 +10,8 @@
  *                  transport;
  *   launch_mpi.c   the launcher of one stage per MPI process (D replicas x K stages);
  *   timeline.c     the step's timeline, stats, bubbles and pictures;
- *   checkpoint.c   checkpoints of a pipeline (one file, or one part per stage). */
+ *   checkpoint.c   checkpoints of a pipeline (one file, or one part per stage);
+ *   tie.c          the gradients of parameters tied across cells, summed at the step's end. */
 #ifndef GP_PIPELINE_PIPELINE_INTERNAL_H
 #define GP_PIPELINE_PIPELINE_INTERNAL_H
 
