@@ -415,9 +415,9 @@ gp_transformer_config gp_gpt2_defaults(void);
  * the struct; *gpt2 says which family. Errors name origin and the key. */
 gp_status gp_transformer_config_from_json(const char *json, const char *origin,
                                           gp_transformer_config *out, bool *gpt2);
-/* The config as that JSON text (every key written) into buf; returns snprintf's count. */
-int gp_transformer_config_json(const gp_transformer_config *c, const char *family, char *buf,
-                               size_t nbytes);
+/* The config as that JSON text (every key written) into buf; a buffer too small is an error. */
+gp_status gp_transformer_config_json(const gp_transformer_config *c, const char *family,
+                                     char *buf, size_t nbytes);
 gp_status gp_model_transformer(const gp_transformer_config *c, gp_model **out);
 
 typedef struct gp_convnet_config {

@@ -134,6 +134,27 @@ static void test_families(void) {
     }
 }
 
+/* The transformer and gpt2 configs as JSON and back. */
+static void test_config_text(void) {
+    gp_transformer_config c = gp_gpt2_defaults(), d;
+    c.dim = 64, c.dropout = 0.1f, c.seq_len = 256;
+    char json[512], tiny[16];
+    bool gpt2 = false;
+    CHECK_OK(gp_transformer_config_json(&c, "gpt2", json, sizeof json));
+    CHECK_OK(gp_transformer_config_from_json(json, "text", &d, &gpt2));
+    CHECK(gpt2);
+    CHECK(d.vocab == c.vocab && d.vocab_padded == c.vocab_padded && d.dim == c.dim &&
+          d.heads == c.heads && d.d_ff == c.d_ff && d.layers == c.layers &&
+          d.seq_len == c.seq_len && d.max_len == c.max_len && d.dropout == c.dropout &&
+          d.tie_embeddings == c.tie_embeddings);
+    CHECK_FAILS(gp_transformer_config_json(&c, "gpt2", tiny, sizeof tiny), GP_INVALID_ARGUMENT,
+                "16 bytes of buffer");
+    CHECK_FAILS(gp_transformer_config_from_json("{\"family\": \"convnet\"}", "cnn", &d, &gpt2),
+                GP_CONFIG, "cnn: family: expected \"gpt2\" or \"transformer\"");
+    CHECK_OK(gp_transformer_config_from_json("{\"family\": \"transformer\"}", "t", &d, &gpt2));
+    CHECK(!gpt2 && d.vocab == 256 && d.vocab_padded == 0 && !d.tie_embeddings);
+}
+
 static void test_explicit(void) {
     gp_model *m = NULL, *ref;
     /* the C1 ConvNet written out layer by layer is the convnet family */
@@ -422,6 +443,7 @@ static void test_files(void) {
 int main(void) {
     REQUIRE_OK(gp_device_cpu_new("cpu0", &dev));
     test_families();
+    test_config_text();
     test_explicit();
     test_bad_configs();
     test_files();

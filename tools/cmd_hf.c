@@ -44,7 +44,8 @@ int gp_cli_import_main(int argc, char **argv) {
     gp_transformer_config c;
     if (gp_hf_gpt2_import(hf, out, &c) != GP_OK) return gp_cli_fail("import", "--hf");
     char json[512];
-    gp_transformer_config_json(&c, "gpt2", json, sizeof json);
+    if (gp_transformer_config_json(&c, "gpt2", json, sizeof json) != GP_OK)
+        return gp_cli_fail("import", "the config");
     if (config_out) {
         gp_file_out fo;
         gp_status s = gp_file_out_open(&fo, config_out);

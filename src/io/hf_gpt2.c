@@ -254,10 +254,8 @@ gp_status gp_hf_gpt2_import(const char *dir, const char *out_path, gp_transforme
         free(hf);
     }
     char config[512];
-    if (s == GP_OK) {
-        gp_transformer_config_json(&c, "gpt2", config, sizeof config);
-        s = gp_safetensors_writer_meta(w, "model_config", config);
-    }
+    if (s == GP_OK) s = gp_transformer_config_json(&c, "gpt2", config, sizeof config);
+    if (s == GP_OK) s = gp_safetensors_writer_meta(w, "model_config", config);
     if (s == GP_OK) s = gp_safetensors_writer_meta(w, "source", wpath);
     if (s == GP_OK) s = gp_safetensors_writer_write(w, out_path);
     gp_safetensors_writer_free(w);

@@ -543,14 +543,20 @@ gp_status gp_transformer_config_from_json(const char *json, const char *origin,
     return s;
 }
 
-int gp_transformer_config_json(const gp_transformer_config *c, const char *family, char *buf,
-                               size_t nbytes) {
-    return snprintf(buf, nbytes,
-                    "{\"family\": \"%s\", \"vocab\": %d, \"vocab_padded\": %d, \"dim\": %d, "
-                    "\"heads\": %d, \"d_ff\": %d, \"layers\": %d, \"seq_len\": %d, "
-                    "\"max_len\": %d, \"dropout\": %.9g, \"tie_embeddings\": %s}",
-                    family, c->vocab, c->vocab_padded ? c->vocab_padded : c->vocab, c->dim,
-                    c->heads, c->d_ff, c->layers, c->seq_len,
-                    c->max_len ? c->max_len : c->seq_len, (double)c->dropout,
-                    c->tie_embeddings ? "true" : "false");
+gp_status gp_transformer_config_json(const gp_transformer_config *c, const char *family,
+                                     char *buf, size_t nbytes) {
+    if (!c || !family || !buf)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_transformer_config_json: NULL argument");
+    int n = snprintf(buf, nbytes,
+                     "{\"family\": \"%s\", \"vocab\": %d, \"vocab_padded\": %d, \"dim\": %d, "
+                     "\"heads\": %d, \"d_ff\": %d, \"layers\": %d, \"seq_len\": %d, "
+                     "\"max_len\": %d, \"dropout\": %.9g, \"tie_embeddings\": %s}",
+                     family, c->vocab, c->vocab_padded ? c->vocab_padded : c->vocab, c->dim,
+                     c->heads, c->d_ff, c->layers, c->seq_len,
+                     c->max_len ? c->max_len : c->seq_len, (double)c->dropout,
+                     c->tie_embeddings ? "true" : "false");
+    if (n < 0 || (size_t)n >= nbytes)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_transformer_config_json: %zu bytes of buffer, "
+                                             "%d needed", nbytes, n + 1);
+    return GP_OK;
 }
