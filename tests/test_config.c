@@ -313,7 +313,8 @@ static void test_bad_configs(void) {
         "input.dtype: unknown dtype \"float64\"", NULL);
     BAD("{\"input\": {\"shape\": [1, 8, 8], \"dtype\": 32}, \"layers\": [" CONV("") "]}",
         "input.dtype: expected \"float32\" or \"int32\"", NULL);
-    BAD("{\"family\": 3}", "family: expected \"transformer\", \"gpt2\" or \"convnet\", got a number", NULL);
+    BAD("{\"family\": 3}", "family: expected \"transformer\", \"gpt2\" or \"convnet\", got a number",
+        NULL);
     BAD("[1, 2]", "bad.json: top level: expected a JSON object, got an array", NULL);
     BAD("{\"family\": \"gpt2\", \"vocab\": 100, \"vocab_padded\": 99}",
         "vocab_padded 99 must be >= vocab 100", NULL);

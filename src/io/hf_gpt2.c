@@ -174,7 +174,8 @@ static void hf_convert(const hf_map *m, const float *src, float *dst, bool to_gp
         return;
     }
     memcpy(dst, src, (size_t)(m->rows * C) * sizeof(float));
-    if (to_gpipe && m->rows < R) memset(dst + m->rows * C, 0, (size_t)((R - m->rows) * C) * sizeof(float));
+    if (to_gpipe && m->rows < R)
+        memset(dst + m->rows * C, 0, (size_t)((R - m->rows) * C) * sizeof(float));
 }
 
 static int hf_ntensors(const gp_transformer_config *c) { return 4 + 12 * c->layers; }

@@ -462,7 +462,8 @@ gp_status gp_model_from_json_string(const char *json, const char *origin, gp_mod
     } else {
         const cJSON *fam = cJSON_GetObjectItemCaseSensitive(root, "family");
         if (fam && !cJSON_IsString(fam))
-            s = cfg_error(origin, "family", "expected \"transformer\", \"gpt2\" or \"convnet\", got %s",
+            s = cfg_error(origin, "family",
+                          "expected \"transformer\", \"gpt2\" or \"convnet\", got %s",
                           json_type(fam));
         else if (fam)
             s = build_family(origin, root, fam->valuestring, out);
