@@ -98,6 +98,9 @@ expect 2 "--checkpoint: required" export --out "$TMP/y"
 
 # --- MPI: --init on 2 ranks gives the threads' run bit for bit (skipped without MPI) ----------
 [ "$fail" = 0 ] || cli_finish gpt2
+# Under ASan, no leak check from here on: Open MPI's plugins leave their own allocations behind
+# at exit (the runs above were checked).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 cli_need_mpi
 cli_mpirun m2 2 "${TR[@]}" --init "$TMP/imp.safetensors" --stages 2 --launcher mpi \
     --report "$TMP/m2.json"
