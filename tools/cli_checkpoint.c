@@ -343,6 +343,25 @@ static int find_newest(const gp_cli_train *t, char *path, char *prev, size_t siz
     return rc;
 }
 
+int gp_cli_ckpt_newest(const char *dir, char *path, size_t size, int *step) {
+    ckpt_entry *e;
+    int n;
+    path[0] = '\0';
+    *step = -1;
+    int rc = list_checkpoints(dir, &e, &n);
+    if (rc != GP_CLI_EXIT_OK || n == 0) {
+        free(e);
+        return rc;
+    }
+    ckpt_path(dir, &e[0], path, size);
+    free(e);
+    gp_checkpoint *c = NULL;
+    if (gp_checkpoint_open(path, &c) != GP_OK || gp_checkpoint_saved_step(c, step) != GP_OK)
+        rc = GP_CLI_EXIT_RUNTIME;
+    gp_checkpoint_close(c);
+    return rc;
+}
+
 /* The newest checkpoint was committed complete but does not load: taking an older one silently
  * would lose the steps since and hide the damage, so the user decides. */
 static void say_previous(const gp_cli_train *t, const char *path, const char *prev) {
