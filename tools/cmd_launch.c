@@ -272,14 +272,11 @@ static int add_to_report(const launch *l) {
 /* One --metrics line for a restart, appended while no job runs. */
 static void add_to_metrics(const launch *l, const cJSON *e) {
     if (!l->metrics) return;
-    cJSON *o = cJSON_Duplicate(e, true);
-    cJSON *type = cJSON_CreateString("restart");
-    if (o && type) {
-        cJSON_AddItemToObject(o, "type", type);
-        type = NULL;
-    }
-    cJSON_Delete(type);
-    char *line = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "restart");
+    for (const cJSON *c = e->child; c; c = c->next)
+        cJSON_AddItemToObject(o, c->string, cJSON_Duplicate(c, true));
+    char *line = cJSON_PrintUnformatted(o);
     FILE *f = line ? fopen(l->metrics, "a") : NULL;
     if (!f || fprintf(f, "%s\n", line) < 0 || fclose(f) != 0)
         fprintf(stderr, "gpipe launch: --metrics %s: cannot add the restart's line: %s\n",
