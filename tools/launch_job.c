@@ -278,14 +278,14 @@ void gp_cli_job_run(char **argv, volatile sig_atomic_t *stop, gp_cli_job *out) {
         (void)poll(fds, 2, (int)(SCAN_S * 1000));
         if (open_o && (fds[0].revents & (POLLIN | POLLHUP))) open_o = pump(&w, 0, po[0], stdout, out);
         if (open_e && (fds[1].revents & (POLLIN | POLLHUP))) open_e = pump(&w, 1, pe[0], stderr, out);
-        int st;
-        if (!exited && waitpid(pid, &st, WNOHANG) == pid) {
-            exited = true;
-            out->wait_status = st;
-            out->t_end = gp_cli_now();
-        }
-        while (waitpid(-1, NULL, WNOHANG) > 0) { /* orphans handed to this process */
-        }
+        /* The launcher, and the orphans handed to this process, reaped alike. */
+        int st, r;
+        while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+            if (r == pid) {
+                exited = true;
+                out->wait_status = st;
+                out->t_end = gp_cli_now();
+            }
         const double now = gp_cli_now();
         if (now - last_scan >= SCAN_S) {
             scan(&w, !exited);
@@ -313,8 +313,6 @@ void gp_cli_job_run(char **argv, volatile sig_atomic_t *stop, gp_cli_job *out) {
     }
     close(po[0]);
     close(pe[0]);
-    while (waitpid(-1, NULL, WNOHANG) > 0) {
-    }
     out->interrupted = *stop != 0;
     if (!out->t_end) out->t_end = gp_cli_now();
     const bool ok = WIFEXITED(out->wait_status) && WEXITSTATUS(out->wait_status) == 0;

@@ -101,10 +101,18 @@ for e in 0 1 2; do
     pid=$(rank_pid "$D" "$rank") || { bad "strike $((e + 1)): no process of rank $rank"; break; }
     case $kind in
     save)
-        # In the middle of a save: as soon as a part's temporary file shows up.
-        for k in $(seq 1 200000); do compgen -G "$D/*.tmp.*" >/dev/null && break; done
-        kill -9 "$pid"
-        compgen -G "$D/*.tmp.*" >/dev/null && midsave=1 ;;
+        # In the middle of a save: the rank is stopped while its part's temporary file (named
+        # with its pid) is there, and killed while stopped, so the save is surely cut short.
+        for k in $(seq 1 20000); do
+            compgen -G "$D/*.tmp.$pid" >/dev/null || continue
+            kill -STOP "$pid"
+            if compgen -G "$D/*.tmp.$pid" >/dev/null; then
+                midsave=1
+                break
+            fi
+            kill -CONT "$pid"
+        done
+        kill -9 "$pid" ;;
     kill) kill -9 "$pid" ;;
     stop) kill -STOP "$pid" ;;
     esac
@@ -114,7 +122,8 @@ done
 wait "$lpid"
 rc=$?
 [ "$rc" = 0 ] || bad "gpipe launch ended with exit $rc: $(tail -c 800 "$TMP/faults.err")"
-echo "struck ${struck[*]}; the save kill found a temporary file: $midsave"
+echo "struck ${struck[*]}"
+[ "$midsave" = 1 ] || bad "the kill in the middle of a save found no temporary file of its rank"
 no_ranks_left "$D"
 python3 - "$TMP/straight.json" "$TMP/faults.json" "$TMP/faults.jsonl" "${struck[@]}" <<'PY' || fail=$((fail + 1))
 import json, sys
