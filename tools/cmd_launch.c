@@ -278,7 +278,9 @@ static void add_to_metrics(const launch *l, const cJSON *e) {
         cJSON_AddItemToObject(o, c->string, cJSON_Duplicate(c, true));
     char *line = cJSON_PrintUnformatted(o);
     FILE *f = line ? fopen(l->metrics, "a") : NULL;
-    if (!f || fprintf(f, "%s\n", line) < 0 || fclose(f) != 0)
+    bool ok = f && fprintf(f, "%s\n", line) >= 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok)
         fprintf(stderr, "gpipe launch: --metrics %s: cannot add the restart's line: %s\n",
                 l->metrics, strerror(errno));
     cJSON_free(line);

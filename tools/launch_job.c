@@ -150,6 +150,11 @@ static void read_err_line(watch *w, const char *s, gp_cli_job *out) {
         snprintf(w->noticed_host, sizeof w->noticed_host, "%s", host);
         snprintf(w->srun_why, sizeof w->srun_why, "%s", why);
     }
+    /* Open MPI's "ORTE has lost communication with a remote daemon", then "Remote daemon: ...
+     * on node HOST": the host is gone, with whatever ranks ran there. */
+    if ((p = strstr(s, "Remote daemon")) && (p = strstr(p, " on node ")) &&
+        sscanf(p, " on node %255s", host) == 1 && !w->noticed_host[0])
+        snprintf(w->noticed_host, sizeof w->noticed_host, "%s", host);
     if ((p = strstr(s, "timed out after "))) {
         out->timed_out = true;
         const char *q = NULL;
@@ -203,9 +208,15 @@ static void explain(const watch *w, gp_cli_job *out) {
         out->failed_rank = w->stopped_rank;
         snprintf(out->reason, sizeof out->reason,
                  "hung: stopped (SIGSTOP), the other ranks timed out waiting (--comm-timeout)");
-    } else if (w->gone_rank >= 0) {
+    } else if (w->gone_rank >= 0 && WIFEXITED(out->wait_status) &&
+               WEXITSTATUS(out->wait_status) > 128 && !out->timed_out) {
+        /* A launcher whose message was not read: its status is 128 + the rank's signal. */
         out->failed_rank = w->gone_rank;
-        snprintf(out->reason, sizeof out->reason, "exited while the other ranks ran");
+        snprintf(out->reason, sizeof out->reason, "ended by signal %d (the launcher's status %d)",
+                 WEXITSTATUS(out->wait_status) - 128, WEXITSTATUS(out->wait_status));
+    } else if (w->noticed_host[0]) {
+        snprintf(out->reason, sizeof out->reason, "lost with its host");
+        snprintf(out->failed_host, sizeof out->failed_host, "%s", w->noticed_host);
     } else if (w->named_rank >= 0) {
         out->failed_rank = w->named_rank;
         snprintf(out->reason, sizeof out->reason,
@@ -291,7 +302,7 @@ void gp_cli_job_run(char **argv, volatile sig_atomic_t *stop, gp_cli_job *out) {
             scan(&w, !exited);
             last_scan = now;
         }
-        const bool lost = w.noticed_rank >= 0 || w.gone_rank >= 0;
+        const bool lost = w.noticed_rank >= 0 || w.noticed_host[0];
         if (lost && !w.lost_at) w.lost_at = now;
         const bool end = *stop || exited || (w.lost_at && now - w.lost_at > LOST_WAIT_S);
         if (end && !termed) {
