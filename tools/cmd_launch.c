@@ -456,7 +456,7 @@ int gp_cli_launch_main(int argc, char **argv) {
         host *h = NULL;
         if (l.nhosts && job.failed_host[0]) h = find_host(&l, job.failed_host);
         if (l.nhosts && !h && job.failed_rank >= 0) h = host_of_rank(&l, job.failed_rank);
-        if (h && !job.failed_host[0])
+        if (h) /* the host whose slots go (the launcher may call it otherwise) */
             snprintf(job.failed_host, sizeof job.failed_host, "%s", h->name);
         char who[512];
         if (job.failed_rank >= 0)

@@ -7,6 +7,8 @@
 #   restarts (step, reason, rank, D, K, T) and a --metrics line for each;
 # - D = 2, K = 2 and one SIGKILL: the restart keeps D (D = 2, K = 1), bit-identical to an
 #   uninterrupted D = 2 run;
+# - a host list: the failed rank's host (by Open MPI's by-slot mapping) loses all its slots, and
+#   the next launcher gets the hosts left;
 # - its own cases: too few processes left (--min-np), restarts exhausted (--max-restarts), the
 #   user's interrupt (SIGINT: every rank ended, a resumable checkpoint left, the same command
 #   resuming to the uninterrupted bits), a launcher that cannot start, a checkpoint folder locked
@@ -179,6 +181,42 @@ r = b.get("restarts", [])
 need(len(r) == 1 and r[0]["ranks"] == [int(sys.argv[3])], f"restarts {r}")
 need(r and (r[0]["data_parallel"], r[0]["stages"], r[0]["processes"]) == (2, 1, 2), f"restarts {r}")
 finish("FAIL: D = 2:")
+PY
+
+# --- a host list: the failed host's slots go ---------------------------------------------------
+# Two hosts in the hostfile, run on this one by a launcher that keeps each hostfile it is given
+# and starts mpirun without it: rank 3 is on nodeB by Open MPI's by-slot mapping (mpirun names
+# this host, which is not in the list), so nodeB's 2 slots go and the job restarts on nodeA's 2.
+printf 'nodeA slots=2\nnodeB slots=2\n' >"$TMP/hosts"
+cat >"$TMP/fake-mpirun" <<'SH'
+#!/usr/bin/env bash
+n=$(ls "$HOSTS_LOG".* 2>/dev/null | wc -l)
+args=()
+while [ $# -gt 0 ]; do
+    if [ "$1" = --hostfile ]; then cp "$2" "$HOSTS_LOG.$n"; shift 2; else args+=("$1"); shift; fi
+done
+exec mpirun --oversubscribe --bind-to none "${args[@]}"
+SH
+export HOSTS_LOG=$TMP/given
+DH=$TMP/ck_hosts
+launch hosts --np 4 --hostfile "$TMP/hosts" --launcher "bash $TMP/fake-mpirun" -- train "${LM[@]}" \
+    "${JOB[@]}" --stages 4 --checkpoint-dir "$DH" --report "$TMP/hosts.json"
+if wait_for hosts "$DH" 1 10 && pid=$(rank_pid "$DH" 3); then kill -9 "$pid"; fi
+wait "$lpid" || bad "hostfile: gpipe launch failed: $(tail -c 800 "$TMP/hosts.err")"
+[ "$(cat "$TMP/given.0")" = "$(cat "$TMP/hosts")" ] || bad "hostfile: the first job's hosts: $(cat "$TMP/given.0")"
+[ "$(cat "$TMP/given.1" 2>/dev/null)" = "nodeA slots=2" ] ||
+    bad "hostfile: the restart's hosts: $(cat "$TMP/given.1" 2>/dev/null)"
+python3 - "$TMP/straight.json" "$TMP/hosts.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+need(a["params_fnv1a64"] == b["params_fnv1a64"],
+     f"hostfile: params {b['params_fnv1a64']} vs uninterrupted {a['params_fnv1a64']}")
+r = b.get("restarts", [])
+need(len(r) == 1 and r[0]["ranks"] == [3] and r[0].get("host") == "nodeB" and
+     r[0]["processes"] == 2 and r[0]["stages"] == 2,
+     f"restarts {r}")
+finish("FAIL: hostfile:")
 PY
 
 # --- too few processes left; restarts exhausted -------------------------------------------------
