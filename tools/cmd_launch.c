@@ -410,7 +410,10 @@ int gp_cli_launch_main(int argc, char **argv) {
                cur.D, cur.K, cur.T);
         fflush(stdout);
         gp_cli_job job;
-        gp_cli_job_run(jargv, &g_stop, &job);
+        if (g_stop) /* between two jobs: none is started */
+            job = (gp_cli_job){.interrupted = true, .failed_rank = -1};
+        else
+            gp_cli_job_run(jargv, &g_stop, &job);
         if (pending && job.t_resumed) {
             const double s = job.t_resumed - ended_at;
             cJSON_AddNumberToObject(pending, "restart_s", s);
