@@ -72,8 +72,9 @@ static int targ_int(const launch *l, const char *name, int dflt) {
 
 /* The options the supervisor sets itself, dropped from the user's (valued ones but --resume). */
 static bool dropped(const char *a, bool *valued) {
-    static const char *const names[] = {"--stages",  "--data-parallel", "--tensor-parallel",
-                                        "--partition", "--launcher",    "--resume"};
+    static const char *const names[] = {"--stages",    "--data-parallel", "--tensor-parallel",
+                                        "--partition", "--launcher",      "--micro-batches",
+                                        "--resume"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         size_t n = strlen(names[i]);
         if (strncmp(a, names[i], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
@@ -143,7 +144,7 @@ static int write_hosts(launch *l) {
 
 /* The launcher's command line for a mesh: words, the process count (and hosts), gpipe train
  * with the user's options, the mesh and --resume. argv points into l and bufs. */
-static void build_argv(launch *l, const gp_cli_layout *m, char **argv, char bufs[5][64]) {
+static void build_argv(launch *l, const gp_cli_layout *m, char **argv, char bufs[6][64]) {
     int n = 0;
     for (int i = 0; i < l->nwords; i++) argv[n++] = l->words[i];
     snprintf(bufs[0], 64, "%d", m->D * m->K * m->T);
@@ -175,8 +176,10 @@ static void build_argv(launch *l, const gp_cli_layout *m, char **argv, char bufs
     snprintf(bufs[1], 64, "%d", m->K);
     snprintf(bufs[2], 64, "%d", m->D);
     snprintf(bufs[3], 64, "%d", m->T);
-    char *tail[] = {"--launcher", "mpi",   "--stages",          bufs[1], "--data-parallel",
-                    bufs[2],      "--tensor-parallel", bufs[3], "--resume"};
+    snprintf(bufs[4], 64, "%d", m->M);
+    char *tail[] = {"--launcher",        "mpi",   "--stages",        bufs[1], "--data-parallel",
+                    bufs[2],             "--tensor-parallel", bufs[3], "--micro-batches",
+                    bufs[4],             "--resume"};
     for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) argv[n++] = tail[i];
     argv[n] = NULL;
 }
@@ -224,7 +227,6 @@ static int layout_ctx(launch *l) {
     if (rc != GP_CLI_EXIT_OK) return rc;
     const bool lm = gp_model_input_dtype(l->ctx.model) == GP_I32;
     l->ctx.batch = targ_int(l, "--batch", lm ? 32 : 128);
-    l->ctx.micro_batches = targ_int(l, "--micro-batches", 1);
     l->ctx.chunks = targ_int(l, "--chunks", 0);
     l->ctx.threads = targ_int(l, "--threads", 1);
     l->ctx.schedule = gp_cli_schedule_kind(targ(l, "--schedule"));
@@ -304,7 +306,8 @@ static void print_help(gp_cli_opt *tab, int n) {
            "lost process slot away (with --hostfile, the failed host's slots), chooses a mesh for\n"
            "the processes left (fewer stages first, the same data-parallel and tensor-parallel\n"
            "sizes, so the bits stay those of an uninterrupted run; where D or T must change, the\n"
-           "plan search's fastest plan) and starts again from the newest complete checkpoint in\n"
+           "plan search's fastest plan on the same micro-batches, D x --micro-batches of them)\n"
+           "and starts again from the newest complete checkpoint in\n"
            "--checkpoint-dir with --resume. TRAIN-OPTIONS must give --checkpoint-dir; --stages,\n"
            "--data-parallel and --tensor-parallel set the first mesh (D x K x T = N; without\n"
            "--stages, K = N / (D T)), and --partition is dropped on a restart. The folder is\n"
@@ -373,10 +376,11 @@ int gp_cli_launch_main(int argc, char **argv) {
     if (len <= 0) return gp_cli_fail("launch", "cannot find the gpipe program (/proc/self/exe)");
     l.exe[len] = '\0';
     /* The first mesh */
-    gp_cli_layout cur = {targ_int(&l, "--data-parallel", 1), 0, targ_int(&l, "--tensor-parallel", 1)};
-    if (cur.D < 1 || cur.T < 1)
-        return gp_cli_usage_error("launch", "-- train: --data-parallel and --tensor-parallel must "
-                                            "be positive");
+    gp_cli_layout cur = {targ_int(&l, "--data-parallel", 1), 0, targ_int(&l, "--tensor-parallel", 1),
+                         targ_int(&l, "--micro-batches", 1)};
+    if (cur.D < 1 || cur.T < 1 || cur.M < 1)
+        return gp_cli_usage_error("launch", "-- train: --data-parallel, --tensor-parallel and "
+                                            "--micro-batches must be positive");
     cur.K = targ(&l, "--stages") ? targ_int(&l, "--stages", 1) : l.o.np / (cur.D * cur.T);
     if (cur.K < 1 || (long long)cur.D * cur.K * cur.T != l.o.np)
         return gp_cli_usage_error("launch",
@@ -400,14 +404,15 @@ int gp_cli_launch_main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     l.restarts = cJSON_CreateArray();
-    char *jargv[MAX_WORDS + 16 + l.targc];
-    char bufs[5][64], path[4096];
+    char *jargv[MAX_WORDS + 24 + l.targc]; /* words, -np N, hosts, gpipe train, ARGS, the mesh */
+    char bufs[6][64], path[4096];
     cJSON *pending = NULL; /* the last restart, until its job has resumed */
     double ended_at = 0;
     for (int attempt = 0;; attempt++) {
         build_argv(&l, &cur, jargv, bufs);
-        printf("launch: starting %d process(es): D = %d, K = %d, T = %d\n", cur.D * cur.K * cur.T,
-               cur.D, cur.K, cur.T);
+        printf("launch: starting %d process(es): D = %d, K = %d, T = %d, %d micro-batch(es) per "
+               "replica\n",
+               cur.D * cur.K * cur.T, cur.D, cur.K, cur.T, cur.M);
         fflush(stdout);
         gp_cli_job job;
         if (g_stop) /* between two jobs: none is started */
@@ -509,6 +514,7 @@ int gp_cli_launch_main(int argc, char **argv) {
         cJSON_AddNumberToObject(e, "data_parallel", next.D);
         cJSON_AddNumberToObject(e, "stages", next.K);
         cJSON_AddNumberToObject(e, "tensor_parallel", next.T);
+        cJSON_AddNumberToObject(e, "micro_batches", next.M);
         cJSON_AddBoolToObject(e, "bit_identical", same_bits);
         cJSON_AddItemToArray(l.restarts, e);
         add_to_metrics(&l, e);

@@ -9,9 +9,9 @@
 
 #include "cli.h"
 
-/* A mesh of D x K x T processes. */
+/* A mesh of D x K x T processes, each replica on M micro-batches. */
 typedef struct gp_cli_layout {
-    int D, K, T;
+    int D, K, T, M;
 } gp_cli_layout;
 
 /* What the training job's options fix, for the layout choice: the model, its mini-batch and
@@ -19,16 +19,17 @@ typedef struct gp_cli_layout {
 typedef struct gp_cli_layout_ctx {
     gp_model *model;
     int64_t batch;
-    int micro_batches, chunks, threads;
+    int chunks, threads;
     gp_schedule_kind schedule;
     gp_remat remat;
     uint64_t memory_limit;
     gp_optim_opts optim;
 } gp_cli_layout_ctx;
 
-/* The mesh for at most `avail` processes (and at least min_np) after `cur` lost some: D and T
- * kept and fewer stages where some K' < K fits (the same bits), else the plan search's fastest
- * plan of as many processes as fit. False, with the reason in why, when none fits. */
+/* The mesh for at most `avail` processes (and at least min_np) after `cur` lost some, on the
+ * same micro-batches (D M of them, of the same size): D, T and M kept and fewer stages where
+ * some K' < K fits (the same bits), else the plan search's fastest plan of as many processes as
+ * fit, each replica on D M / D' micro-batches. False, with the reason in why, when none fits. */
 bool gp_cli_launch_layout(const gp_cli_layout_ctx *c, const gp_cli_layout *cur, int avail,
                           int min_np, gp_cli_layout *out, char *why, size_t why_size);
 

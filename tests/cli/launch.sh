@@ -7,6 +7,8 @@
 #   restarts (step, reason, rank, D, K, T) and a --metrics line for each;
 # - D = 2, K = 2 and one SIGKILL: the restart keeps D (D = 2, K = 1), bit-identical to an
 #   uninterrupted D = 2 run;
+# - D = 2, K = 1 and one SIGKILL: D must change (D = 1 with M = 8, the same micro-batches): the
+#   report says the bits change and the final loss and evaluation stay within 1e-6 relative;
 # - a host list: the failed rank's host (by Open MPI's by-slot mapping) loses all its slots, and
 #   the next launcher gets the hosts left;
 # - its own cases: too few processes left (--min-np), restarts exhausted (--max-restarts), the
@@ -182,6 +184,43 @@ need(len(r) == 1 and r[0]["ranks"] == [int(sys.argv[3])], f"restarts {r}")
 need(r and (r[0]["data_parallel"], r[0]["stages"], r[0]["processes"]) == (2, 1, 2), f"restarts {r}")
 finish("FAIL: D = 2:")
 PY
+
+# --- D = 2, K = 1, one SIGKILL: D must change (D = 1 on the same 8 micro-batches) -------------
+# The plan search's mesh: other bits (the replicas' partial sums added in another grouping), the
+# same micro-batches (dropout keys, shapes); float32 rounding alone: the final loss and
+# evaluation within 1e-6 relative of the uninterrupted D = 2 run, and the report says the bits
+# changed.
+cli_mpirun d2k1 2 "${LM[@]}" --data-parallel 2 --stages 1 --report "$TMP/d2k1.json"
+DD=$TMP/ck_dchange
+launch dchange --np 2 "${LAUNCHER[@]}" -- train "${LM[@]}" "${JOB[@]}" --data-parallel 2 --stages 1 \
+    --checkpoint-dir "$DD" --report "$TMP/dchange.json"
+rank=$((RANDOM % 2))
+if wait_for dchange "$DD" 1 $((10 + RANDOM % 30)) && pid=$(rank_pid "$DD" "$rank"); then
+    kill -9 "$pid"
+else
+    bad "D change: no rank $rank to strike: $(tail -c 600 "$TMP/dchange.err")"
+fi
+wait "$lpid" || bad "D change: gpipe launch failed: $(tail -c 800 "$TMP/dchange.err")"
+grep -q "D or T changed: the bits differ" "$TMP/dchange.out" || bad "D change: no line says the bits change"
+python3 - "$TMP/d2k1.json" "$TMP/dchange.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+r = b.get("restarts", [])
+need(len(r) == 1 and (r[0]["data_parallel"], r[0]["stages"], r[0]["micro_batches"]) == (1, 1, 8)
+     and r[0]["bit_identical"] is False, f"restarts {r}")
+for what, x, y in (("final loss", a["train"]["final_loss"], b["train"]["final_loss"]),
+                   ("eval loss", a["eval"]["loss"], b["eval"]["loss"])):
+    need(abs(x - y) <= 1e-6 * abs(x), f"{what} {y} vs uninterrupted D = 2 {x}")
+finish("FAIL: D change:")
+PY
+# A checkpoint resumes on another D only with as many micro-batches in all.
+if timeout 300 "${MPIRUN[@]}" -np 1 "$GPIPE" train "${LM[@]}" --data-parallel 1 --stages 1 \
+    --checkpoint-dir "$DD" --resume >"$TMP/dfew.out" 2>"$TMP/dfew.err"; then
+    bad "D change: 1 x 4 micro-batches resumed a run of 1 x 8"
+fi
+grep -q -- "--data-parallel 1 x --micro-batches 4 = 4 micro-batches in all differ from the checkpoint's 1 x 8 = 8" \
+    "$TMP/dfew.err" || bad "D change: $(tail -c 400 "$TMP/dfew.err")"
 
 # --- a host list: the failed host's slots go ---------------------------------------------------
 # Two hosts in the hostfile, run on this one by a launcher that keeps each hostfile it is given
