@@ -403,6 +403,8 @@ int gp_cli_launch_main(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* A reader of the output that goes away must not end the supervisor and orphan its job. */
+    signal(SIGPIPE, SIG_IGN);
     l.restarts = cJSON_CreateArray();
     char *jargv[MAX_WORDS + 24 + l.targc]; /* words, -np N, hosts, gpipe train, ARGS, the mesh */
     char bufs[6][64], path[4096];
