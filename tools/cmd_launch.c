@@ -50,6 +50,8 @@ typedef struct launch {
     host hosts[MAX_HOSTS];
     int nhosts;
     char hosts_path[4096];
+    char excluded[MAX_HOSTS][256]; /* srun without --hostfile: the nodes lost */
+    int nexcluded;
     gp_cli_layout_ctx ctx;
     cJSON *restarts;
 } launch;
@@ -150,14 +152,17 @@ static void build_argv(launch *l, const gp_cli_layout *m, char **argv, char bufs
     snprintf(bufs[0], 64, "%d", m->D * m->K * m->T);
     argv[n++] = l->srun ? "-n" : "-np";
     argv[n++] = bufs[0];
-    if (l->srun && l->nhosts) {
+    if (l->srun) {
         /* srun takes Slurm's nodes: the ones lost are excluded */
         static char ex[8192];
         size_t len = (size_t)snprintf(ex, sizeof ex, "--exclude=");
-        for (int i = 0; i < l->nhosts; i++)
-            if (l->hosts[i].gone && len < sizeof ex)
-                len += (size_t)snprintf(ex + len, sizeof ex - len, "%s%s",
-                                        ex[len - 1] == '=' ? "" : ",", l->hosts[i].name);
+        for (int i = 0; i < l->nhosts + l->nexcluded && len < sizeof ex; i++) {
+            if (i < l->nhosts && !l->hosts[i].gone) continue;
+            const char *name = i < l->nhosts ? l->hosts[i].name : l->excluded[i - l->nhosts];
+            len += (size_t)snprintf(ex + len, sizeof ex - len, "%s%s",
+                                    ex[len - 1] == '=' ? "" : ",", name);
+        }
+        if (len >= sizeof ex) len = sizeof ex - 1; /* cut short: snprintf counted the rest */
         if (ex[len - 1] != '=') argv[n++] = ex;
     } else if (l->nhosts) {
         argv[n++] = "--hostfile";
@@ -485,6 +490,15 @@ int gp_cli_launch_main(int argc, char **argv) {
             break;
         }
         int avail = cur.D * cur.K * cur.T - 1;
+        if (l.srun && !l.nhosts && job.failed_host[0]) {
+            /* Slurm's nodes: the one named goes, with the tasks it ran (SLURM_NTASKS_PER_NODE,
+             * "4" or "4(x2)" in a batch job), and is excluded from the next step. */
+            const char *tpn = getenv("SLURM_NTASKS_PER_NODE");
+            const int per = tpn && atoi(tpn) > 0 ? atoi(tpn) : 1;
+            avail = cur.D * cur.K * cur.T - per;
+            if (l.nexcluded < MAX_HOSTS)
+                snprintf(l.excluded[l.nexcluded++], sizeof l.excluded[0], "%s", job.failed_host);
+        }
         if (h) {
             h->gone = true;
             avail = 0;

@@ -10,7 +10,8 @@
 # - D = 2, K = 1 and one SIGKILL: D must change (D = 1 with M = 8, the same micro-batches): the
 #   report says the bits change and the final loss and evaluation stay within 1e-6 relative;
 # - a host list: the failed rank's host (by Open MPI's by-slot mapping) loses all its slots, and
-#   the next launcher gets the hosts left;
+#   the next launcher gets the hosts left; under srun (a stand-in) the node srun names is
+#   excluded from the next step;
 # - its own cases: too few processes left (--min-np), restarts exhausted (--max-restarts), the
 #   user's interrupt (SIGINT: every rank ended, a resumable checkpoint left, the same command
 #   resuming to the uninterrupted bits), a launcher that cannot start, a checkpoint folder locked
@@ -256,6 +257,45 @@ need(len(r) == 1 and r[0]["ranks"] == [3] and r[0].get("host") == "nodeB" and
      r[0]["processes"] == 2 and r[0]["stages"] == 2,
      f"restarts {r}")
 finish("FAIL: hostfile:")
+PY
+
+# --- srun: the node named by srun's line excluded from the next step ----------------------------
+# A stand-in named srun that keeps its arguments and runs mpirun (whose line names this host).
+mkdir "$TMP/bin"
+cat >"$TMP/bin/srun" <<'SH'
+#!/usr/bin/env bash
+echo "$*" >>"$SRUN_LOG"
+args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    -n) args+=(-np "$2"); shift 2 ;;
+    --exclude=* | --kill-on-bad-exit*) shift ;;
+    *) args+=("$1"); shift ;;
+    esac
+done
+exec mpirun --oversubscribe --bind-to none "${args[@]}"
+SH
+chmod +x "$TMP/bin/srun"
+export SRUN_LOG=$TMP/srun.log SLURM_NTASKS_PER_NODE=1
+DS=$TMP/ck_srun
+launch srun --np 2 --launcher "$TMP/bin/srun --kill-on-bad-exit=1" -- train "${LM[@]}" "${JOB[@]}" --stages 2 \
+    --checkpoint-dir "$DS" --report "$TMP/srun.json"
+if wait_for srun "$DS" 1 10 && pid=$(rank_pid "$DS" 1); then kill -9 "$pid"; fi
+wait "$lpid" || bad "srun: gpipe launch failed: $(tail -c 800 "$TMP/srun.err")"
+unset SLURM_NTASKS_PER_NODE
+[ "$(cut -d' ' -f1-3 "$TMP/srun.log" | head -1)" = "--kill-on-bad-exit=1 -n 2" ] ||
+    bad "srun: the first step: $(head -1 "$TMP/srun.log")"
+[ "$(cut -d' ' -f1-4 "$TMP/srun.log" | sed -n 2p)" = "--kill-on-bad-exit=1 -n 1 --exclude=$(hostname)" ] ||
+    bad "srun: the restart: $(sed -n 2p "$TMP/srun.log")"
+python3 - "$TMP/straight.json" "$TMP/srun.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+need(a["params_fnv1a64"] == b["params_fnv1a64"],
+     f"srun: params {b['params_fnv1a64']} vs uninterrupted {a['params_fnv1a64']}")
+r = b.get("restarts", [])
+need(len(r) == 1 and r[0]["ranks"] == [1] and r[0]["stages"] == 1, f"restarts {r}")
+finish("FAIL: srun:")
 PY
 
 # --- too few processes left; restarts exhausted -------------------------------------------------
