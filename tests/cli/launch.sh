@@ -73,6 +73,20 @@ wait_for() {
     done
     return 1
 }
+# one_kill NAME DIR R STEP ARGS...: gpipe launch ARGS (its checkpoint folder DIR), world rank R
+# SIGKILLed once DIR holds step STEP; $rc: the supervisor's exit status.
+one_kill() {
+    local name=$1 dir=$2 r=$3 step=$4 pid
+    shift 4
+    launch "$name" "$@"
+    if wait_for "$name" "$dir" 1 "$step" && pid=$(rank_pid "$dir" "$r"); then
+        kill -9 "$pid"
+    else
+        bad "$name: no rank $r to strike at step $step: $(tail -c 600 "$TMP/$name.err")"
+    fi
+    wait "$lpid"
+    rc=$?
+}
 # no_ranks_left DIR: no process of a job training into DIR is left.
 no_ranks_left() {
     local left
@@ -165,15 +179,10 @@ done
 # --- D = 2, K = 2, one SIGKILL: D kept, K = 1 --------------------------------------------------
 cli_mpirun d2 4 "${LM[@]}" --data-parallel 2 --stages 2 --report "$TMP/d2.json"
 D2=$TMP/ck_d2
-launch d2k --np 4 "${LAUNCHER[@]}" -- train "${LM[@]}" "${JOB[@]}" --data-parallel 2 --stages 2 \
-    --checkpoint-dir "$D2" --report "$TMP/d2k.json"
 rank=$((RANDOM % 4))
-if wait_for d2k "$D2" 1 $((10 + RANDOM % 30)) && pid=$(rank_pid "$D2" "$rank"); then
-    kill -9 "$pid"
-else
-    bad "D = 2: no rank $rank to strike: $(tail -c 600 "$TMP/d2k.err")"
-fi
-wait "$lpid" || bad "D = 2: gpipe launch failed: $(tail -c 800 "$TMP/d2k.err")"
+one_kill d2k "$D2" "$rank" $((10 + RANDOM % 30)) --np 4 "${LAUNCHER[@]}" -- train "${LM[@]}" "${JOB[@]}" \
+    --data-parallel 2 --stages 2 --checkpoint-dir "$D2" --report "$TMP/d2k.json"
+[ "$rc" = 0 ] || bad "D = 2: gpipe launch failed: $(tail -c 800 "$TMP/d2k.err")"
 python3 - "$TMP/d2.json" "$TMP/d2k.json" "$rank" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import finish, need
@@ -193,15 +202,9 @@ PY
 # changed.
 cli_mpirun d2k1 2 "${LM[@]}" --data-parallel 2 --stages 1 --report "$TMP/d2k1.json"
 DD=$TMP/ck_dchange
-launch dchange --np 2 "${LAUNCHER[@]}" -- train "${LM[@]}" "${JOB[@]}" --data-parallel 2 --stages 1 \
-    --checkpoint-dir "$DD" --report "$TMP/dchange.json"
-rank=$((RANDOM % 2))
-if wait_for dchange "$DD" 1 $((10 + RANDOM % 30)) && pid=$(rank_pid "$DD" "$rank"); then
-    kill -9 "$pid"
-else
-    bad "D change: no rank $rank to strike: $(tail -c 600 "$TMP/dchange.err")"
-fi
-wait "$lpid" || bad "D change: gpipe launch failed: $(tail -c 800 "$TMP/dchange.err")"
+one_kill dchange "$DD" $((RANDOM % 2)) $((10 + RANDOM % 30)) --np 2 "${LAUNCHER[@]}" -- train "${LM[@]}" \
+    "${JOB[@]}" --data-parallel 2 --stages 1 --checkpoint-dir "$DD" --report "$TMP/dchange.json"
+[ "$rc" = 0 ] || bad "D change: gpipe launch failed: $(tail -c 800 "$TMP/dchange.err")"
 grep -q "D or T changed: the bits differ" "$TMP/dchange.out" || bad "D change: no line says the bits change"
 python3 - "$TMP/d2k1.json" "$TMP/dchange.json" <<'PY' || fail=$((fail + 1))
 import json, sys
@@ -239,10 +242,9 @@ exec mpirun --oversubscribe --bind-to none "${args[@]}"
 SH
 export HOSTS_LOG=$TMP/given
 DH=$TMP/ck_hosts
-launch hosts --np 4 --hostfile "$TMP/hosts" --launcher "bash $TMP/fake-mpirun" -- train "${LM[@]}" \
-    "${JOB[@]}" --stages 4 --checkpoint-dir "$DH" --report "$TMP/hosts.json"
-if wait_for hosts "$DH" 1 10 && pid=$(rank_pid "$DH" 3); then kill -9 "$pid"; fi
-wait "$lpid" || bad "hostfile: gpipe launch failed: $(tail -c 800 "$TMP/hosts.err")"
+one_kill hosts "$DH" 3 10 --np 4 --hostfile "$TMP/hosts" --launcher "bash $TMP/fake-mpirun" -- train \
+    "${LM[@]}" "${JOB[@]}" --stages 4 --checkpoint-dir "$DH" --report "$TMP/hosts.json"
+[ "$rc" = 0 ] || bad "hostfile: gpipe launch failed: $(tail -c 800 "$TMP/hosts.err")"
 [ "$(cat "$TMP/given.0")" = "$(cat "$TMP/hosts")" ] || bad "hostfile: the first job's hosts: $(cat "$TMP/given.0")"
 [ "$(cat "$TMP/given.1" 2>/dev/null)" = "nodeA slots=2" ] ||
     bad "hostfile: the restart's hosts: $(cat "$TMP/given.1" 2>/dev/null)"
@@ -278,10 +280,9 @@ SH
 chmod +x "$TMP/bin/srun"
 export SRUN_LOG=$TMP/srun.log SLURM_NTASKS_PER_NODE=1
 DS=$TMP/ck_srun
-launch srun --np 2 --launcher "$TMP/bin/srun --kill-on-bad-exit=1" -- train "${LM[@]}" "${JOB[@]}" --stages 2 \
-    --checkpoint-dir "$DS" --report "$TMP/srun.json"
-if wait_for srun "$DS" 1 10 && pid=$(rank_pid "$DS" 1); then kill -9 "$pid"; fi
-wait "$lpid" || bad "srun: gpipe launch failed: $(tail -c 800 "$TMP/srun.err")"
+one_kill srun "$DS" 1 10 --np 2 --launcher "$TMP/bin/srun --kill-on-bad-exit=1" -- train "${LM[@]}" \
+    "${JOB[@]}" --stages 2 --checkpoint-dir "$DS" --report "$TMP/srun.json"
+[ "$rc" = 0 ] || bad "srun: gpipe launch failed: $(tail -c 800 "$TMP/srun.err")"
 unset SLURM_NTASKS_PER_NODE
 [ "$(cut -d' ' -f1-3 "$TMP/srun.log" | head -1)" = "--kill-on-bad-exit=1 -n 2" ] ||
     bad "srun: the first step: $(head -1 "$TMP/srun.log")"
@@ -301,11 +302,8 @@ PY
 # --- too few processes left; restarts exhausted -------------------------------------------------
 for c in minnp:--min-np:2 maxr:--max-restarts:0; do
     IFS=: read -r name opt val <<<"$c"
-    launch "$name" --np 2 "$opt" "$val" "${LAUNCHER[@]}" -- train "${LM[@]}" "${JOB[@]}" --stages 2 \
-        --checkpoint-dir "$TMP/ck_$name"
-    if wait_for "$name" "$TMP/ck_$name" 1 5 && pid=$(rank_pid "$TMP/ck_$name" 1); then kill -9 "$pid"; fi
-    wait "$lpid"
-    rc=$?
+    one_kill "$name" "$TMP/ck_$name" 1 5 --np 2 "$opt" "$val" "${LAUNCHER[@]}" -- train "${LM[@]}" \
+        "${JOB[@]}" --stages 2 --checkpoint-dir "$TMP/ck_$name"
     [ "$rc" = 1 ] || bad "$name: exit $rc, expected 1"
     grep -q "gpipe launch: stopping: rank 1 (host .*) killed by signal 9" "$TMP/$name.err" ||
         bad "$name: no stopping message: $(tail -c 600 "$TMP/$name.err")"
