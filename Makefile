@@ -12,13 +12,15 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := checkpoint checkpoint_index config idx text
+FUZZ_TARGETS := checkpoint checkpoint_index config idx text tokens tokenizer
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 GPIPE      := $(BUILD)/gpipe
-# Python packages from PyPI for the tests (the reference `safetensors` reader), in a venv that
-# also sees Debian's python3-numpy (and python3-torch where installed).
+# Python packages from PyPI for the tests (the reference `safetensors` reader, and `tokenizers`
+# for the token datasets' test, which skips without it), in a venv that also sees Debian's
+# python3-numpy (and python3-torch where installed).
 PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
+PY_OPTIONAL := tokenizers
 
 .PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable install clean
 
@@ -39,6 +41,11 @@ pydeps: deps
 	  echo "installing into $(PYENV): $(PY_PACKAGES)"; \
 	  /usr/bin/python3 -m venv --system-site-packages $(PYENV) && \
 	  $(PYENV)/bin/pip install -q $(PY_PACKAGES); \
+	fi
+	@if ! $(PYENV)/bin/python -c "import tokenizers" 2>/dev/null; then \
+	  echo "installing into $(PYENV): $(PY_OPTIONAL)"; \
+	  $(PYENV)/bin/pip install -q $(PY_OPTIONAL) || \
+	    echo "pydeps: $(PY_OPTIONAL) did not install; cli_tokens will be skipped"; \
 	fi
 
 # The local build is optimized for this machine's CPU (-march=native) for the demos, tests and
@@ -80,7 +87,7 @@ test-tsan: deps
 	cd $(TSAN_BUILD) && NORAND=""; \
 	  if setarch $$(uname -m) -R true 2>/dev/null; then NORAND="setarch $$(uname -m) -R"; fi; \
 	  GP_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint|test_kernels|layers_tp|test_plan'
+	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint|test_kernels|layers_tp|test_plan|test_skip'
 
 # libFuzzer (clang, ASan + UBSan) on the checkpoint, checkpoint-index (multi-part sets), JSON
 # config, IDX and text readers, each for FUZZ_SECONDS from its committed seed corpus in

@@ -337,6 +337,13 @@ gp_layer *gp_residual_block(int in_ch, int out_ch, int stride);
 gp_layer *gp_maxpool2d(int kernel, int stride);
 gp_layer *gp_global_avgpool(void); /* (B, C, H, W) -> (B, C) */
 gp_layer *gp_flatten(void);        /* (B, ...) -> (B, prod(...)) */
+/* Skip connections: a merge layer joins its input with the output of layer `layer`, an earlier
+ * layer of the same model (its index; gp_model_add checks it and the shapes), wherever the two
+ * run (a pipeline carries the skip between stages, and its gradient back). add: input + skip,
+ * the same shape. concat: along dimension 1, input's first ((B, C1, ...) and (B, C2, ...) ->
+ * (B, C1 + C2, ...), every other dimension equal). */
+gp_layer *gp_add_from(int layer);
+gp_layer *gp_concat_from(int layer);
 void gp_layer_free(gp_layer *l);
 const char *gp_layer_kind(const gp_layer *l);
 
@@ -514,6 +521,53 @@ void gp_text_free(gp_text_corpus *c);
  * Window b starts at starts[b]; each must be <= n - T - 1. */
 gp_status gp_text_batch(const uint8_t *bytes, int64_t n, const int64_t *starts, int64_t batch,
                         int seq_len, gp_tensor *x, gp_tensor *y);
+
+/* Pre-tokenized data: llm.c's token shards (256 int32 of header: magic 20240520, version 1, the
+ * token count; then uint16 ids) or raw little-endian uint16 / uint32 ids. */
+typedef enum gp_token_format { GP_TOKENS_LLMC = 0, GP_TOKENS_U16, GP_TOKENS_U32 } gp_token_format;
+/* "llmc", "u16", "u32" */
+const char *gp_token_format_name(gp_token_format f);
+/* A token file memory-mapped read-only: ids points into the mapping. */
+typedef struct gp_token_shard {
+    const void *ids;  /* ntokens ids of width bytes each */
+    int64_t ntokens;
+    int width;        /* 2 or 4 */
+    uint64_t offset;  /* byte offset of the first id in the file (1024 for llm.c's) */
+    void *map;
+    size_t map_size;
+} gp_token_shard;
+/* Maps path and checks it whole before returning: llm.c's magic, version and token count
+ * against the file's size, a raw file's size a whole number of ids, and every id below vocab
+ * (1 to 2^31). A bad file is GP_FORMAT naming the file and the byte offset of what is wrong
+ * (the first id out of range among them). */
+gp_status gp_tokens_open(const char *path, gp_token_format fmt, uint64_t vocab,
+                         gp_token_shard *out);
+void gp_tokens_close(gp_token_shard *s);
+/* gp_text_batch over ids of width 1, 2 or 4 bytes: x (B, T) the windows at starts[b], y the
+ * next ids; each start must be <= n - T - 1. */
+gp_status gp_tokens_batch(const void *ids, int width, int64_t n, const int64_t *starts,
+                          int64_t batch, int seq_len, gp_tensor *x, gp_tensor *y);
+
+/* A byte-level BPE tokenizer read from a Hugging Face tokenizer.json (model.type "BPE",
+ * decoder "ByteLevel": GPT-2's scheme): each id decodes to the bytes its token stands for, an
+ * added token to its content. Errors name the file and the entry. */
+typedef struct gp_tokenizer gp_tokenizer;
+gp_status gp_tokenizer_load(const char *path, gp_tokenizer **out);
+void gp_tokenizer_free(gp_tokenizer *t);
+/* Ids 0..size-1 (the largest id + 1; an id in a gap is no token). */
+int64_t gp_tokenizer_size(const gp_tokenizer *t);
+/* The bytes of one token, owned by t. */
+gp_status gp_tokenizer_token(const gp_tokenizer *t, int64_t id, const uint8_t **bytes,
+                             size_t *len);
+/* The bytes of n ids, malloc'd (and NUL-terminated past *len); the caller frees *out. */
+gp_status gp_tokenizer_decode(const gp_tokenizer *t, const int32_t *ids, int64_t n, uint8_t **out,
+                              size_t *len);
+/* The ids of n bytes of UTF-8 text: split at added tokens, then into GPT-2's pre-tokens (its
+ * pattern, with Unicode letters, numbers and white space), each pre-token's bytes merged by
+ * model.merges; *ids malloc'd. GP_UNSUPPORTED for a file whose normalizer or pre-tokenizer is
+ * not GPT-2's (it still decodes). */
+gp_status gp_tokenizer_encode(const gp_tokenizer *t, const uint8_t *text, size_t n,
+                              int32_t **ids, int64_t *nids);
 
 /* A permutation of 0..n-1 keyed by (seed, epoch): same on every machine. */
 gp_status gp_shuffle(uint64_t seed, uint32_t epoch, int64_t n, int64_t *perm);

@@ -232,7 +232,7 @@ static void test_bad_configs(void) {
     /* unknown keys, at each level */
     BAD("{" IN "\"layers\": [{\"kind\": \"relu\"}, {\"kind\": \"relu\"}, {\"kind\": \"relu\"},"
         CONV(", \"kernal\": 3") "]}", "bad.json: layers[3].kernal: unknown key",
-        "expected one of: kind, in, out, kernel, stride, pad, bias");
+        "expected one of: kind, name, in, out, kernel, stride, pad, bias");
     BAD("{" IN "\"layers\": [" CONV("") "], \"optimizer\": {}}", "bad.json: optimizer: unknown key",
         "input, layers");
     BAD("{\"input\": {\"shape\": [1, 8, 8], \"shap\": 1}, \"layers\": [" CONV("") "]}",

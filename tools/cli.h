@@ -116,11 +116,53 @@ typedef struct gp_cli_prompts {
 int gp_cli_read_prompts(const char *cmd, const char *path, gp_cli_prompts *out);
 void gp_cli_prompts_free(gp_cli_prompts *p);
 
+/* The language model's data options (lm_data.c): --data-format, --vocab, --val-data, shared by
+ * train and eval. */
+typedef struct gp_cli_lm_data_args {
+    const char *format, *val_data;
+    int vocab;
+} gp_cli_lm_data_args;
+enum { GP_CLI_LM_DATA_NOPTS = 3 };
+void gp_cli_lm_data_options(gp_cli_opt out[GP_CLI_LM_DATA_NOPTS], gp_cli_lm_data_args *a);
+/* What the options name: text, or token files of a format and vocabulary. */
+typedef struct gp_cli_lm_source {
+    const char *path;     /* --data (the fortunes by default) */
+    const char *val_path; /* --val-data, or NULL: the last 1/20 of --data's tokens */
+    bool tokens;
+    gp_token_format format;
+    int64_t vocab; /* ids must be below it */
+} gp_cli_lm_source;
+/* Resolves the options against --data (NULL: the default corpus) and the model's vocabulary (its
+ * logits); combinations that make no sense are usage errors. Returns an exit status. */
+int gp_cli_lm_data_resolve(const char *cmd, const gp_cli_lm_data_args *a, const char *data,
+                           int64_t model_vocab, gp_cli_lm_source *out);
+/* Both splits as sequences of ids of `width` bytes (1: the text's bytes). */
+typedef struct gp_cli_lm_data {
+    gp_cli_lm_source src;
+    const void *train, *valid;
+    int64_t ntrain, nvalid;
+    int width;
+    int nfiles;
+    const char *unit; /* "byte" or "token": of bits per unit */
+    gp_text_corpus text;
+    gp_token_shard shard, vshard;
+} gp_cli_lm_data;
+/* Reads (maps) and checks the data, every token id against the vocabulary; a bad file is a
+ * runtime failure naming it and the byte offset. Returns an exit status; the caller frees d,
+ * also on failure. */
+int gp_cli_lm_data_load(const char *cmd, const gp_cli_lm_source *src, gp_cli_lm_data *d);
+void gp_cli_lm_data_free(gp_cli_lm_data *d);
+
 typedef struct gp_cli_train {
     const char *cmd; /* the subcommand, for messages: "eval", "sample"; NULL: "train" */
     /* options, with the defaults resolved */
     const char *model_name;
     const char *data;  /* NULL: the family's default */
+    gp_cli_lm_source lm_src; /* language models: what --data holds (gp_cli_lm_data_resolve) */
+    const char *lm_unit;     /* "token" with token data, else "byte": of the bits per unit */
+    bool sample_tokens;      /* sampling: the model's ids are tokens, not bytes */
+    gp_tokenizer *tokenizer; /* --tokenizer, owned, or NULL: prompts encoded, tokens decoded */
+    bool sample_ids;         /* token ids printed as numbers (no tokenizer, or sample --tokens) */
     int epochs, steps; /* one of them is 0 before the data is loaded */
     int batch, micro_batches, threads, warmup, eval_every, eval_size, log_every, sample;
     int lr_cycles; /* --lr-cycles: cosine cycles (1: one) */
@@ -273,10 +315,21 @@ int gp_cli_log_eval(gp_cli_train *t, const cJSON *e);
 int gp_cli_log_finish(gp_cli_train *t);
 void gp_cli_log_close(gp_cli_train *t);
 
-/* Generates nbytes bytes after the context `prompt` (NULL: one newline) and
- * writes them raw to f (NULL: nowhere, as ranks other than 0 do), drawn with t->temperature and
+/* Generates nbytes bytes (tokens, with t->sample_tokens) after the context `prompt` (NULL: one
+ * newline; token models: gp_cli_prompt_ids's, without a tokenizer id 0) and writes them raw
+ * (token models: each token's bytes, or " <id>" with t->sample_ids) to f (NULL: nowhere, as ranks other than 0 do), drawn with t->temperature and
  * keyed by t->seed. Collective under MPI. */
 int gp_cli_sample(gp_cli_train *t, const char *cmd, const char *prompt, int nbytes, FILE *f);
+/* --tokenizer FILE of train and sample: loads it into t->tokenizer (a bad file is a runtime
+ * failure naming it). Returns an exit status. */
+int gp_cli_load_tokenizer(const char *cmd, const char *path, gp_cli_train *t);
+/* A token model's prompt as ids: text encoded by t->tokenizer, or without one a list of ids;
+ * each below the model's vocabulary (usage errors naming option). *ids malloc'd. */
+int gp_cli_prompt_ids(const gp_cli_train *t, const char *cmd, const char *option,
+                      const char *prompt, int32_t **ids, int *n);
+/* Writes the prompt before its sample: as given, or with t->sample_ids its ids. Returns an exit
+ * status. */
+int gp_cli_print_prompt(const gp_cli_train *t, const char *cmd, const char *prompt, FILE *f);
 
 /* ------------------------------------------------------------ checkpoints */
 
@@ -300,7 +353,7 @@ int gp_cli_ckpt_newest(const char *dir, char *path, size_t size, int *step);
 /* Runs the evaluation of gpipe train on a loaded model: the LM's validation
  * windows (loss) or the classifier's t10k images (loss, accuracy; with t->tta the augmented
  * figures too). */
-int gp_cli_eval_lm(gp_cli_train *t, const gp_text_corpus *c, double *loss);
+int gp_cli_eval_lm(gp_cli_train *t, const gp_cli_lm_data *d, double *loss);
 int gp_cli_eval_classifier(gp_cli_train *t, const gp_idx_dataset *test, int64_t count,
                            gp_cli_eval_result *r);
 int gp_cli_eval_main(int argc, char **argv);

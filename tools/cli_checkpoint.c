@@ -227,6 +227,11 @@ static cJSON *train_options(const gp_cli_train *t) {
     cJSON_AddStringToObject(o, "task", t->is_lm ? "language_model" : "classifier");
     cJSON_AddStringToObject(o, "data",
                             t->data ? t->data : t->is_lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR);
+    if (t->is_lm && t->lm_src.tokens) { /* only then: text checkpoints resume as before */
+        cJSON_AddStringToObject(o, "data_format", gp_token_format_name(t->lm_src.format));
+        cJSON_AddNumberToObject(o, "vocab", (double)t->lm_src.vocab);
+        if (t->lm_src.val_path) cJSON_AddStringToObject(o, "val_data", t->lm_src.val_path);
+    }
     cJSON_AddNumberToObject(o, "steps", t->total_steps);
     cJSON_AddNumberToObject(o, "batch", t->batch);
     cJSON_AddNumberToObject(o, "micro_batches", t->micro_batches);
@@ -264,7 +269,8 @@ static const char *option_of(const char *key) {
         {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
         {"clip", "--clip"},      {"seed", "--seed"},
         {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"},
-        {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"}};
+        {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"},
+        {"data_format", "--data-format"}, {"vocab", "--vocab"}, {"val_data", "--val-data"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i][0], key) == 0) return map[i][1];
     return key;
@@ -329,7 +335,8 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
     }
     /* The options written only when on: on in the checkpoint, off now. */
     static const char *const optional[][2] = {
-        {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}, {"erase", "0"}};
+        {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}, {"erase", "0"},
+        {"data_format", "text"}, {"val_data", "none"}};
     for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
         if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;

@@ -21,8 +21,10 @@ typedef struct ensemble {
 } ensemble;
 
 typedef struct ckpt_opts {
-    const char *checkpoint, *model, *data, *report, *prompt, *tta, *ensemble;
+    const char *checkpoint, *model, *data, *report, *prompt, *tta, *ensemble, *tokenizer;
+    bool tokens;
     const char *from; /* the option that gave checkpoint: --checkpoint (NULL), or --ensemble */
+    gp_cli_lm_data_args lm_data; /* --data-format --vocab --val-data */
     int eval_size, batch, threads, nbytes;
     double temperature;
     uint64_t seed;
@@ -93,7 +95,7 @@ static int load_model(const char *cmd, const ckpt_opts *o, gp_checkpoint *f, gp_
 static int check_outputs(const char *cmd, const ckpt_opts *o, const gp_cli_path *outs, int nout,
                          const gp_checkpoint *c) {
     int nparts = c ? gp_checkpoint_nparts(c) : 0;
-    gp_cli_path *ins = calloc((size_t)nparts + 3, sizeof *ins);
+    gp_cli_path *ins = calloc((size_t)nparts + 4, sizeof *ins);
     if (!ins) {
         fprintf(stderr, "gpipe %s: checking the output paths: out of host memory\n", cmd);
         return GP_CLI_EXIT_RUNTIME;
@@ -105,6 +107,8 @@ static int check_outputs(const char *cmd, const ckpt_opts *o, const gp_cli_path 
     if (o->model)
         ins[nin++] = (gp_cli_path){"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ};
     if (o->data) ins[nin++] = (gp_cli_path){"--data", o->data, GP_CLI_PATH_READ};
+    if (o->lm_data.val_data)
+        ins[nin++] = (gp_cli_path){"--val-data", o->lm_data.val_data, GP_CLI_PATH_READ};
     for (int i = 0; i < nparts; i++)
         ins[nin++] = (gp_cli_path){part, gp_checkpoint_part_path(c, i),
                                    GP_CLI_PATH_READ};
@@ -228,26 +232,37 @@ static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
         return gp_cli_usage_error("eval", "--tta: only for image classifiers, but the model of %s "
                                           "is a language model",
                                   o->checkpoint);
+    if (!t->is_lm && (o->lm_data.format || o->lm_data.vocab || o->lm_data.val_data))
+        return gp_cli_usage_error("eval", "--data-format, --vocab and --val-data: only for language "
+                                          "models, but the model of %s is a classifier",
+                                  o->checkpoint);
     if (t->is_lm) {
-        const char *path = o->data ? o->data : GP_FORTUNES_DIR;
-        gp_text_corpus c = {0};
+        gp_cli_lm_data d = {0};
         const int64_t T = t->in_shape.dim[1];
         t->eval_size = o->eval_size ? o->eval_size : GP_CLI_LM_DEFAULT_EVAL_WINDOWS;
-        if (gp_text_load(path, 20, &c) != GP_OK) {
-            rc = data_fail(path, "cannot load the text corpus");
-        } else if (c.nvalid < T + 2) {
-            fprintf(stderr, "gpipe eval: --data %s: %lld validation bytes, need at least %lld\n",
-                    path, (long long)c.nvalid, (long long)(T + 2));
+        rc = gp_cli_lm_data_resolve("eval", &o->lm_data, o->data,
+                                    t->out_shape.dim[t->out_shape.ndim - 1], &t->lm_src);
+        if (rc == GP_CLI_EXIT_OK) rc = gp_cli_lm_data_load("eval", &t->lm_src, &d);
+        if (rc == GP_CLI_EXIT_OK && d.nvalid < T + 2) {
+            fprintf(stderr, "gpipe eval: %s %s: %lld validation %ss, need at least %lld\n",
+                    d.src.val_path ? "--val-data" : "--data",
+                    d.src.val_path ? d.src.val_path : d.src.path, (long long)d.nvalid, d.unit,
+                    (long long)(T + 2));
             rc = GP_CLI_EXIT_RUNTIME;
-        } else {
-            rc = gp_cli_eval_lm(t, &c, &loss);
+        } else if (rc == GP_CLI_EXIT_OK) {
+            rc = gp_cli_eval_lm(t, &d, &loss);
         }
-        gp_text_free(&c);
+        const char *unit = d.unit, *path = d.src.val_path ? d.src.val_path : d.src.path;
+        char key[32];
+        snprintf(key, sizeof key, "bits_per_%s", unit ? unit : "byte");
+        if (rc == GP_CLI_EXIT_OK) {
+            printf("validation loss %.4f, %.4f bits/%s (%d windows of %s)\n", loss,
+                   loss / log(2.0), unit, t->eval_size, path);
+            cJSON_AddNumberToObject(report, "loss", loss);
+            cJSON_AddNumberToObject(report, key, loss / log(2.0));
+        }
+        gp_cli_lm_data_free(&d);
         if (rc != GP_CLI_EXIT_OK) return rc;
-        printf("validation loss %.4f, %.4f bits/byte (%d windows of %s)\n", loss, loss / log(2.0),
-               t->eval_size, path);
-        cJSON_AddNumberToObject(report, "loss", loss);
-        cJSON_AddNumberToObject(report, "bits_per_byte", loss / log(2.0));
         cJSON_AddNumberToObject(report, "windows", t->eval_size);
     } else {
         const char *dir = o->data ? o->data : GP_CLI_FASHION_DIR;
@@ -292,6 +307,8 @@ static int run_eval(const ckpt_opts *o, gp_cli_train *t, cJSON *report) {
 
 int gp_cli_eval_main(int argc, char **argv) {
     ckpt_opts o = {0};
+    gp_cli_opt lm[GP_CLI_LM_DATA_NOPTS];
+    gp_cli_lm_data_options(lm, &o.lm_data);
     gp_cli_opt tab[] = {
         {"--checkpoint", GP_CLI_STRING, &o.checkpoint, "FILE",
          "a checkpoint of gpipe train (a .safetensors file, or the .safetensors.index.json of one "
@@ -303,6 +320,9 @@ int gp_cli_eval_main(int argc, char **argv) {
         {"--data", GP_CLI_STRING, &o.data, "PATH",
          "IDX directory (classifier) or text file/directory (language model)",
          GP_CLI_FASHION_DIR " or " GP_FORTUNES_DIR, 0, false, NULL, false, 0, false},
+        lm[0], /* --data-format */
+        lm[1], /* --vocab */
+        lm[2], /* --val-data */
         {"--eval-size", GP_CLI_INT, &o.eval_size, "N",
          "test images (classifier) or fixed validation windows (language model)",
          "all test images; 128 windows", 1, false, NULL, false, 0, false},
@@ -392,10 +412,21 @@ int gp_cli_sample_main(int argc, char **argv) {
         {"--model", GP_CLI_STRING, &o.model, "NAME|FILE",
          "the model, for a file without model_config metadata", "the checkpoint's", 0, false,
          NULL, false, 0, false},
-        {"--prompt", GP_CLI_STRING, &o.prompt, "TEXT", "the text to continue", "a newline", 0,
-         false, NULL, false, 0, false},
-        {"--bytes", GP_CLI_INT, &o.nbytes, "N", "bytes to generate", "200", 1, false, NULL,
-         false, 0, false},
+        {"--prompt", GP_CLI_STRING, &o.prompt, "TEXT",
+         "the text to continue (with --tokenizer, encoded by it); with --tokens alone, token ids "
+         "(\"464 3290 318\")",
+         "a newline; --tokens alone: token id 0", 0, false, NULL, false, 0, false},
+        {"--bytes", GP_CLI_INT, &o.nbytes, "N",
+         "bytes to generate; with --tokenizer or --tokens, tokens", "200", 1, false, NULL, false,
+         0, false},
+        {"--tokenizer", GP_CLI_STRING, &o.tokenizer, "tokenizer.json",
+         "a model trained on token data: encode --prompt and print each token as its text by "
+         "this byte-level BPE tokenizer (a Hugging Face tokenizer.json)",
+         "none: a byte model", 0, false, NULL, false, 0, false},
+        {"--tokens", GP_CLI_FLAG, &o.tokens, NULL,
+         "a model trained on token data: print the prompt's and the drawn token ids, as numbers",
+         "off", 0, false,
+         NULL, false, 0, false},
         {"--temperature", GP_CLI_FLOAT, &o.temperature, "X",
          "sampling temperature, 0: always the likeliest byte", "0.8", 0, false, NULL, false, 0,
          false},
@@ -411,7 +442,9 @@ int gp_cli_sample_main(int argc, char **argv) {
         printf("Usage: gpipe sample --checkpoint FILE [--prompt TEXT] [--bytes N] [options]\n\n"
                "Prints the prompt, then N bytes generated by a byte-level language model from\n"
                "a checkpoint: each byte drawn from softmax(logits / temperature) at the last\n"
-               "position of the last seq_len bytes, with a uniform keyed by (seed, position).\n\n"
+               "position of the last seq_len bytes, with a uniform keyed by (seed, position).\n"
+               "A model trained on token data draws tokens: --tokenizer encodes the prompt and\n"
+               "prints their text, --tokens their ids (without --tokenizer the prompt is ids).\n\n"
                "Options:\n");
         gp_cli_print_options(tab, n, stdout);
         printf("\nExit status: 0 success, 1 runtime failure (a bad checkpoint), 2 bad usage.\n");
@@ -434,11 +467,17 @@ int gp_cli_sample_main(int argc, char **argv) {
                 o.checkpoint);
         rc = GP_CLI_EXIT_RUNTIME;
     }
+    t.sample_tokens = o.tokens || o.tokenizer;
+    t.sample_ids = o.tokens;
+    if (rc == GP_CLI_EXIT_OK && o.tokenizer)
+        rc = gp_cli_load_tokenizer("sample", o.tokenizer, &t);
     if (rc == GP_CLI_EXIT_OK) {
-        const char *prompt = o.prompt ? o.prompt : "\n";
-        fputs(prompt, stdout);
-        rc = gp_cli_sample(&t, "sample", prompt, o.nbytes ? o.nbytes : 200, stdout);
+        const char *prompt = o.prompt ? o.prompt : t.sample_tokens && !o.tokenizer ? "0" : "\n";
+        rc = gp_cli_print_prompt(&t, "sample", prompt, stdout);
+        if (rc == GP_CLI_EXIT_OK)
+            rc = gp_cli_sample(&t, "sample", prompt, o.nbytes ? o.nbytes : 200, stdout);
     }
+    gp_tokenizer_free(t.tokenizer);
     free_model(&t);
     return rc;
 }

@@ -111,7 +111,8 @@ static int write_curve(gp_cli_train *t) {
         rc = gp_cli_fail("train", "--curve: out of host memory");
         goto done;
     }
-    const char *right = t->is_lm ? "bits_per_byte" : "accuracy";
+    char right[32] = "accuracy";
+    if (t->is_lm) snprintf(right, sizeof right, "bits_per_%s", t->lm_unit);
     for (int i = 0; i < ne; i++) {
         const cJSON *e = cJSON_GetArrayItem(t->eval_history, i);
         ex[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "step"));
@@ -125,7 +126,10 @@ static int write_curve(gp_cli_train *t) {
          .color = "#1f77b4", .x = lx, .y = ly, .n = nl},
         {.name = t->is_lm ? "validation loss" : "test loss", .color = "#ff7f0e", .x = ex, .y = el,
          .n = ne, .markers = true},
-        {.name = t->is_lm ? "validation bits per byte" : "test accuracy", .color = "#2ca02c",
+        {.name = !t->is_lm                         ? "test accuracy"
+                 : strcmp(t->lm_unit, "token") == 0 ? "validation bits per token"
+                                                    : "validation bits per byte",
+         .color = "#2ca02c",
          .x = ex, .y = er, .n = ne, .right = true, .markers = true},
         {.name = tta_name, .color = "#9467bd", .x = ex, .y = em, .n = nm, .right = true,
          .markers = true}};
@@ -135,7 +139,9 @@ static int write_curve(gp_cli_train *t) {
     const gp_cli_curve c = {.title = title,
                             .x_label = "step",
                             .left_label = "loss (nats)",
-                            .right_label = t->is_lm ? "bits per byte" : "accuracy",
+                            .right_label = !t->is_lm ? "accuracy"
+                                           : strcmp(t->lm_unit, "token") == 0 ? "bits per token"
+                                                                              : "bits per byte",
                             .series = series,
                             .nseries = nm == ne && ne > 0 ? 4 : 3};
     if (gp_cli_curve_write(t->curve, &c) != GP_OK) rc = gp_cli_fail("train", "--curve");

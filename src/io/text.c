@@ -249,45 +249,8 @@ void gp_text_free(gp_text_corpus *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* The windows of a sequence of 1-byte ids (tokens.c). */
 gp_status gp_text_batch(const uint8_t *bytes, int64_t n, const int64_t *starts, int64_t batch,
                         int seq_len, gp_tensor *x, gp_tensor *y) {
-    if (!bytes || !starts || !x || !y || !x->data || !y->data)
-        return gp_error(GP_INVALID_ARGUMENT, "gp_text_batch: NULL bytes, starts or tensor");
-    if (batch < 1 || seq_len < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "gp_text_batch: batch %lld, seq_len %d: expected "
-                        ">= 1", (long long)batch, seq_len);
-    if (n < (int64_t)seq_len + 1)
-        return gp_error(GP_INVALID_ARGUMENT, "gp_text_batch: text of %lld bytes, expected at "
-                        "least seq_len + 1 = %d", (long long)n, seq_len + 1);
-    gp_shape want = gp_shape2(batch, seq_len);
-    const gp_tensor *t[2] = {x, y};
-    for (int i = 0; i < 2; i++)
-        if (t[i]->dtype != GP_I32 || !gp_shape_equal(&t[i]->shape, &want)) {
-            char g[64], w[64];
-            return gp_error(GP_SHAPE, "gp_text_batch: %s is %s %s, expected int32 %s",
-                            i ? "y" : "x", gp_dtype_name(t[i]->dtype),
-                            gp_shape_str(&t[i]->shape, g, sizeof g),
-                            gp_shape_str(&want, w, sizeof w));
-        }
-    int64_t last = n - seq_len - 1;
-    for (int64_t b = 0; b < batch; b++)
-        if (starts[b] < 0 || starts[b] > last)
-            return gp_error(GP_INVALID_ARGUMENT, "gp_text_batch: starts[%lld] = %lld, expected 0 "
-                            "to n - seq_len - 1 = %lld", (long long)b, (long long)starts[b],
-                            (long long)last);
-    int32_t *xd = gp_tensor_host_data(x), *yd = gp_tensor_host_data(y);
-    if (!xd || !yd)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "gp_text_batch: x and y must be in host memory (a CPU device or a view); "
-                        "x is on %s, y on %s",
-                        gp_device_name(x->dev), gp_device_name(y->dev));
-    for (int64_t b = 0; b < batch; b++) {
-        const uint8_t *src = bytes + starts[b];
-        int32_t *xr = xd + b * seq_len, *yr = yd + b * seq_len; // (B, T)
-        for (int t2 = 0; t2 < seq_len; t2++) {
-            xr[t2] = src[t2];
-            yr[t2] = src[t2 + 1];
-        }
-    }
-    return GP_OK;
+    return gp_tokens_batch(bytes, 1, n, starts, batch, seq_len, x, y);
 }

@@ -16,6 +16,7 @@ gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl) {
     l->ops = ops;
     l->impl = impl;
     l->index = -1;
+    l->skip_from = -1;
     return l;
 }
 
@@ -32,6 +33,7 @@ gp_layer *gp_layer_copy(const gp_layer *l, size_t impl_nbytes) {
     gp_layer *c = gp_layer_new(l->ops, impl);
     if (!c) return NULL;
     c->index = l->index;
+    c->skip_from = l->skip_from;
     c->nparams = l->nparams;
     for (int j = 0; j < l->nparams; j++) {
         const gp_param *p = &l->params[j];
@@ -115,6 +117,8 @@ void gp_ctx_release(gp_ctx *c) {
     c->children = NULL;
     c->nchildren = 0;
     c->x = c->y = NULL;
+    c->skip = NULL;
+    c->dskip = NULL;
 }
 
 uint64_t gp_ctx_saved_bytes(const gp_ctx *c) {

@@ -57,6 +57,11 @@ struct gp_ctx {
     gp_run run;              /* a copy: backward may run long after the caller's run is gone */
     const gp_tensor *x, *y;  /* set by the caller before forward */
     gp_tensor saved[GP_CTX_MAX_SAVED];
+    /* A merge layer's second input, set by the caller like x: the output of the earlier layer
+     * it reads (skip_from); and where its backward writes that input's gradient (allocated by
+     * the caller at the skip's shape). NULL for every other kind. */
+    const gp_tensor *skip;
+    gp_tensor *dskip;
     gp_ctx *children;        /* lazily allocated by gp_ctx_child */
     int nchildren;
     int64_t aux[4];          /* small per-call integers (e.g. a shape) */
@@ -144,10 +149,18 @@ typedef struct gp_layer_ops {
 struct gp_layer {
     const gp_layer_ops *ops;
     int index;           /* position in its model; keys its RNG streams */
+    int skip_from;       /* a merge layer: the earlier layer whose output it reads beside its
+                          * input (layers/merge.c); -1 for every other kind */
     int nparams;
     gp_param params[GP_LAYER_MAX_PARAMS];
     void *impl;          /* the kind's own configuration and state */
 };
+
+/* Merge layers (layers/merge.c): whether l reads a skip (skip_from >= 0), and, when it is
+ * added to a model, the binding of its skip's shape (one example, batch 1 in front), which its
+ * out_shape then checks against its input. */
+static inline bool gp_layer_merges(const gp_layer *l) { return l->skip_from >= 0; }
+gp_status gp_merge_bind(gp_layer *l, const gp_shape *skip);
 
 /* For constructors: a zeroed layer with the given ops and impl (takes impl;
  * frees it and returns NULL on failure). */

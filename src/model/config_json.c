@@ -73,6 +73,12 @@ static gp_layer *build_maxpool2d(const double *v) {
 }
 static gp_layer *build_global_avgpool(const double *v) { return gp_global_avgpool(); }
 static gp_layer *build_flatten(const double *v) { return gp_flatten(); }
+static gp_layer *build_add(const double *v) { return gp_add_from((int)v[0]); }
+static gp_layer *build_concat(const double *v) { return gp_concat_from((int)v[0]); }
+/* A merge (skip connection): its "from" names an earlier layer, whose index build gets as v[0]. */
+static bool is_merge(const kind_spec *ks) {
+    return ks->build == build_add || ks->build == build_concat;
+}
 
 /* One entry per public layer constructor in gpipe.h. */
 static const kind_spec kinds[] = {
@@ -97,6 +103,8 @@ static const kind_spec kinds[] = {
     {"maxpool2d", {INT_REQ("kernel"), INT_OPT("stride", 0, 1)}, build_maxpool2d},
     {"global_avgpool", {{0}}, build_global_avgpool},
     {"flatten", {{0}}, build_flatten},
+    {"add", {{0}}, build_add},
+    {"concat", {{0}}, build_concat},
 };
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
@@ -207,13 +215,13 @@ static gp_status read_key(const char *origin, const char *kp, const cJSON *j, co
 }
 
 /* Values of keys[] from obj (defaults where optional and absent), after
- * checking that obj has no other keys than keys[] and `extra`. */
+ * checking that obj has no other keys than keys[] and the nextra of `extra`. */
 static gp_status read_keys(const char *origin, const char *path, const cJSON *obj,
-                           const key_spec *keys, const char *extra, const char *what,
-                           double *v) {
-    const char *names[CFG_MAX_KEYS + 1];
+                           const key_spec *keys, const char *const *extra, int nextra,
+                           const char *what, double *v) {
+    const char *names[CFG_MAX_KEYS + 3];
     int n = 0;
-    if (extra) names[n++] = extra;
+    for (int i = 0; i < nextra; i++) names[n++] = extra[i];
     for (int i = 0; keys[i].name; i++) names[n++] = keys[i].name;
     GP_TRY(check_keys(origin, path, obj, names, n, what));
     for (int i = 0; keys[i].name; i++) {
@@ -242,7 +250,7 @@ static gp_status build_family(const char *origin, const cJSON *root, const char 
     gp_status s;
     *out = NULL;
     if (strcmp(family, "transformer") == 0) {
-        GP_TRY(read_keys(origin, "", root, transformer_keys, "family",
+        GP_TRY(read_keys(origin, "", root, transformer_keys, (const char *[]){"family"}, 1,
                          "the transformer family", v));
         gp_transformer_config c = gp_transformer_defaults();
         int *f[] = {&c.vocab, &c.dim, &c.heads, &c.d_ff, &c.layers, &c.seq_len};
@@ -251,7 +259,8 @@ static gp_status build_family(const char *origin, const cJSON *root, const char 
         if (has(root, "dropout")) c.dropout = (float)v[6];
         s = gp_model_transformer(&c, out);
     } else if (strcmp(family, "convnet") == 0) {
-        GP_TRY(read_keys(origin, "", root, convnet_keys, "family", "the convnet family", v));
+        GP_TRY(read_keys(origin, "", root, convnet_keys, (const char *[]){"family"}, 1,
+                         "the convnet family", v));
         gp_convnet_config c = gp_convnet_defaults();
         int *f[] = {&c.in_ch, &c.height, &c.width, &c.classes, &c.ch1, &c.ch2, &c.hidden};
         for (int i = 0; i < 7; i++)
@@ -312,10 +321,56 @@ static gp_status read_input(const char *origin, const cJSON *root, gp_shape *sha
     return GP_OK;
 }
 
+/* A layer's optional "name" (NULL: none): a non-empty string no other layer has. */
+static gp_status read_name(const char *origin, const cJSON *layers, int i, const char **out) {
+    char kp[64];
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(layers, i), "name");
+    *out = NULL;
+    if (!n) return GP_OK;
+    snprintf(kp, sizeof kp, "layers[%d].name", i);
+    if (!cJSON_IsString(n) || !n->valuestring[0])
+        return cfg_error(origin, kp, "expected a non-empty string naming the layer, got %s",
+                         cJSON_IsString(n) ? "an empty string" : json_type(n));
+    int j = 0;
+    for (const cJSON *o = layers->child; o && j < i; o = o->next, j++) {
+        const cJSON *on = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
+        if (cJSON_IsString(on) && strcmp(on->valuestring, n->valuestring) == 0)
+            return cfg_error(origin, kp, "duplicate layer name \"%s\" (layers[%d] has it)",
+                             n->valuestring, j);
+    }
+    *out = n->valuestring;
+    return GP_OK;
+}
+
+/* A merge's "from": the index of the earlier layer of that name. */
+static gp_status read_from(const char *origin, const cJSON *layers, int i, const cJSON *from,
+                           int *out) {
+    char kp[64];
+    snprintf(kp, sizeof kp, "layers[%d].from", i);
+    if (!from) return cfg_error(origin, kp, "missing: a merge reads the output of an earlier layer "
+                                "named by its \"name\"");
+    if (!cJSON_IsString(from))
+        return cfg_error(origin, kp, "expected the name of an earlier layer, got %s",
+                         json_type(from));
+    int j = 0;
+    for (const cJSON *o = layers->child; o; o = o->next, j++) {
+        const cJSON *on = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
+        if (!cJSON_IsString(on) || strcmp(on->valuestring, from->valuestring) != 0) continue;
+        if (j >= i)
+            return cfg_error(origin, kp, "layer \"%s\" is layers[%d]%s: a merge reads an "
+                             "earlier layer's output", from->valuestring, j,
+                             j == i ? ", this layer itself" : ", after this one");
+        *out = j;
+        return GP_OK;
+    }
+    return cfg_error(origin, kp, "no layer is named \"%s\" (give the earlier layer "
+                     "\"name\": \"%s\")", from->valuestring, from->valuestring);
+}
+
 /* Checks layers[i] and constructs it (NULL layer with the message set when
  * the constructor refuses its arguments; gp_model_add then reports it). */
-static gp_status read_layer(const char *origin, const cJSON *j, int i, const kind_spec **kind,
-                            gp_layer **out) {
+static gp_status read_layer(const char *origin, const cJSON *layers, const cJSON *j, int i,
+                            const kind_spec **kind, gp_layer **out) {
     char path[32], kp[64];
     join(path, sizeof path, "layers", NULL, i);
     *out = NULL;
@@ -341,7 +396,15 @@ static gp_status read_layer(const char *origin, const cJSON *j, int i, const kin
     char what[64];
     snprintf(what, sizeof what, "a %s layer", ks->kind);
     double v[CFG_MAX_KEYS] = {0};
-    GP_TRY(read_keys(origin, path, j, ks->keys, "kind", what, v));
+    static const char *const extra[] = {"kind", "name", "from"};
+    GP_TRY(read_keys(origin, path, j, ks->keys, extra, is_merge(ks) ? 3 : 2, what, v));
+    const char *name;
+    GP_TRY(read_name(origin, layers, i, &name));
+    if (is_merge(ks)) {
+        int from = 0;
+        GP_TRY(read_from(origin, layers, i, cJSON_GetObjectItemCaseSensitive(j, "from"), &from));
+        v[0] = from;
+    }
     *kind = ks;
     *out = ks->build(v);
     return GP_OK;
@@ -368,7 +431,7 @@ static gp_status build_explicit(const char *origin, const cJSON *root, gp_model 
     for (const cJSON *j = layers->child; j && s == GP_OK; j = j->next, i++) {
         const kind_spec *ks = NULL;
         gp_layer *l;
-        s = read_layer(origin, j, i, &ks, &l);
+        s = read_layer(origin, layers, j, i, &ks, &l);
         if (s != GP_OK) break;
         s = gp_model_add(m, l);
         if (s != GP_OK) s = gp_error_context(s, "%s: layers[%d] (%s)", origin, i, ks->kind);

@@ -108,7 +108,23 @@ gp_status gp_model_add(gp_model *m, gp_layer *layer) {
     layer->index = m->nlayers;
     gp_shape out;
     gp_dtype t = m->nlayers ? GP_F32 : m->input_dtype;
-    gp_status s = layer->ops->out_shape(layer, &m->out_example, t, &out);
+    gp_status s = GP_OK;
+    if (gp_layer_merges(layer)) { /* its skip: an earlier layer's output, one example */
+        if (m->nlayers == 0)
+            s = gp_error(GP_INVALID_ARGUMENT,
+                         "gp_model_add: layer 0 (%s) reads layer %d's output: expected an "
+                         "earlier layer, and the model has none yet",
+                         layer->ops->kind, layer->skip_from);
+        else if (layer->skip_from >= m->nlayers)
+            s = gp_error(GP_INVALID_ARGUMENT,
+                         "gp_model_add: layer %d (%s) reads layer %d's output: expected an "
+                         "earlier layer (0..%d)",
+                         m->nlayers, layer->ops->kind, layer->skip_from, m->nlayers - 1);
+        gp_shape sk;
+        if (s == GP_OK) s = infer(m, layer->skip_from + 1, 1, &sk);
+        if (s == GP_OK) s = gp_merge_bind(layer, &sk);
+    }
+    if (s == GP_OK) s = layer->ops->out_shape(layer, &m->out_example, t, &out);
     if (s == GP_OK) s = check_extent(layer, &out);
     if (s != GP_OK) {
         gp_layer_free(layer);

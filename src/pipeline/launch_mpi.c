@@ -13,6 +13,7 @@
 #include "comm/mpi_grid.h"
 #include "core/clock.h"
 #include "core/hash.h"
+#include "model/skips.h"
 #include "pipeline/pipeline_internal.h"
 
 /* Gradient buckets of at least a quarter of the stage's gradients (so that a bucket travels
@@ -93,8 +94,7 @@ static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
  * blocking and its transfer cannot be told apart, and the transfer through shared memory or a
  * NIC is the smaller part, so the whole call counts as idle time. */
 static gp_status trace_calls(gp_stage *s) {
-    static const char *const names[2][GP_MSG_NKINDS] = {{"SEND_ACT", "SEND_GRAD"},
-                                                        {"RECV_ACT", "RECV_GRAD"}};
+    char label[GP_TRACE_LABEL_NBYTES];
     gp_pipeline *p = s->p;
     int k = s->k;
     bool sends[GP_MSG_NKINDS] = {k < p->K - 1, k > 0}, recvs[GP_MSG_NKINDS] = {k > 0, k < p->K - 1};
@@ -102,12 +102,16 @@ static gp_status trace_calls(gp_stage *s) {
     for (int mb = 0; mb < p->M; mb++)
         for (int j = 0; j < GP_MSG_NKINDS; j++) {
             const comm_times *c = &s->ct[mb];
-            if (sends[j])
+            if (sends[j]) {
+                gp_stage_msg_label(s, true, (gp_msg_kind)j, label, sizeof label);
                 GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->send_b[j],
-                                    c->send_e[j], names[0][j]));
-            if (recvs[j])
+                                    c->send_e[j], label));
+            }
+            if (recvs[j]) {
+                gp_stage_msg_label(s, false, (gp_msg_kind)j, label, sizeof label);
                 GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->recv_b[j],
-                                    c->recv_e[j], names[1][j]));
+                                    c->recv_e[j], label));
+            }
         }
     gp_trace_set_chunk(&p->trace, s->w, 0);
     return GP_OK;
@@ -204,7 +208,7 @@ static gp_status predict_cell(gp_pipeline *p, gp_stage *s, const gp_tensor *x, v
     const int64_t B = x->shape.dim[0];
     gp_tensor in = {0}, out = {0};
     gp_shape in_shape;
-    gp_status st = gp_model_shape(p->m, s->first - 1, B, &in_shape);
+    gp_status st = gp_model_cut_shape(p->m, s->first, B, &in_shape);
     if (st == GP_OK)
         st = s->k == 0 ? gp_stage_input_rows(s, x, 0, B, &in)
                        : recv_from_prev(p, s, in_shape, GP_F32, &in);

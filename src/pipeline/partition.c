@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "layers/layer.h"
+#include "model/skips.h"
 
 /* Here rather than in plan.c: the partitioner's messages name the mode, and plan.c calls into
  * this file. */
@@ -107,7 +108,7 @@ static int64_t mem_g(const gp_layer_est *l, int i, int first) {
 
 static transient_acc transient_start(const gp_layer_est *ly, int first, bool split) {
     return (transient_acc){.first = first, .last = first - 1, .held = split,
-                           .x = first > 0 ? clamp_bytes(ly[first].in_bytes) : 0};
+                           .x = first > 0 ? clamp_bytes(gp_cut_bytes(ly, first)) : 0};
 }
 static void transient_grow(transient_acc *t, const gp_layer_est *l) {
     const int i = t->last + 1;
@@ -128,12 +129,14 @@ static void transient_grow(transient_acc *t, const gp_layer_est *l) {
     t->d = clamp_bytes(l->out_bytes);
 }
 
-static uint64_t transient_bytes(const transient_acc *t) {
+/* d_skips: the skip gradients that arrive with the cell's output gradient (its end cut's). */
+static uint64_t transient_bytes(const transient_acc *t, uint64_t d_skips) {
     if (t->last < t->first) return 0;
+    const int64_t d = t->d + clamp_bytes(d_skips); /* both at most 2^60 */
     if (t->last == t->first) return (uint64_t)t->g_last;
     int64_t v = t->g_last + t->x;
-    if (t->m_first + t->d > v) v = t->m_first + t->d;
-    if (t->has_mid && t->m_mid + t->d + t->x > v) v = t->m_mid + t->d + t->x;
+    if (t->m_first + d > v) v = t->m_first + d;
+    if (t->has_mid && t->m_mid + d + t->x > v) v = t->m_mid + d + t->x;
     return v > 0 ? (uint64_t)v : 0;
 }
 
@@ -142,8 +145,8 @@ static uint64_t transient_bytes(const transient_acc *t) {
  * starts it. */
 static uint64_t mem_messages(const gp_layer_est *ly, int first, int end, int nlayers) {
     uint64_t m = 0;
-    if (end < nlayers) m = sat_mul(GP_MAILBOX_CAPACITY, ly[end - 1].out_bytes);
-    if (first > 0) m = sat_add(m, sat_mul(GP_MAILBOX_CAPACITY, ly[first].in_bytes));
+    if (end < nlayers) m = sat_mul(GP_MAILBOX_CAPACITY, gp_cut_out_bytes(ly, end));
+    if (first > 0) m = sat_add(m, sat_mul(GP_MAILBOX_CAPACITY, gp_cut_bytes(ly, first)));
     return m;
 }
 
@@ -177,7 +180,7 @@ static void acc_grow(cell_acc *a) {
 /* The activations at the profile's largest point; *at: which point. */
 static uint64_t acc_act(const cell_acc *a, gp_remat remat, int *at) {
     uint64_t stash, work;
-    return act_max(a->prof, a->ly[a->t.first].in_bytes, a->state, a->keep, remat, &stash, &work,
+    return act_max(a->prof, gp_cut_bytes(a->ly, a->t.first), a->state, a->keep, remat, &stash, &work,
                    at);
 }
 
@@ -187,7 +190,8 @@ static uint64_t acc_base(const cell_acc *a, gp_remat remat) {
 }
 
 static uint64_t acc_total(const cell_acc *a, int nlayers, gp_remat remat) {
-    return sat_add(sat_add(acc_base(a, remat), transient_bytes(&a->t)),
+    const uint64_t d_skips = a->end < nlayers ? a->ly[a->end].skip_bytes : 0;
+    return sat_add(sat_add(acc_base(a, remat), transient_bytes(&a->t, d_skips)),
                    mem_messages(a->ly, a->t.first, a->end, nlayers));
 }
 
@@ -255,8 +259,8 @@ gp_cell_mem gp_cell_memory_at(const gp_layer_est *layers, int first, int end, in
         transient_grow(&t, &layers[i]);
     }
     int at;
-    act_max(profile, layers[first].in_bytes, state, keep, remat, &c.stash, &c.work, &at);
-    c.transient = transient_bytes(&t);
+    act_max(profile, gp_cut_bytes(layers, first), state, keep, remat, &c.stash, &c.work, &at);
+    c.transient = transient_bytes(&t, end < nlayers ? layers[end].skip_bytes : 0);
     c.messages = mem_messages(layers, first, end, nlayers);
     c.total = sat_add(sat_add(sat_add(c.params, c.grads), sat_add(c.optim, c.stash)), c.work);
     c.total = sat_add(c.total, sat_add(c.transient, c.messages));
@@ -314,6 +318,11 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
         }
         gp_dtype dt = i == 0 ? gp_model_input_dtype(m) : GP_F32;
         e->in_bytes = (uint64_t)gp_shape_nelem(&in) * gp_dtype_nbytes(dt);
+        gp_shape cut;
+        GP_TRY(gp_model_cut_shape(m, i, micro_batch_size, &cut));
+        e->skip_bytes = gp_skips_across(m, i, NULL)
+                            ? (uint64_t)gp_shape_nelem(&cut) * sizeof(float) - e->in_bytes
+                            : 0;
         e->out_bytes = c.out_bytes;
         /* a weight part reads its layer's input, saved state and output gradient */
         e->keep_bytes = gp_layer_splits_backward(l)

@@ -25,7 +25,21 @@ typedef struct gp_layer_est {
     uint64_t keep_bytes;  /* held from a split backward's input part to its weight part: what
                            * the weight part reads (the layer's input, saved state and output
                            * gradient; 0 for kinds that do not split) */
+    uint64_t skip_bytes;  /* the skips that cross the cut before this layer (model/skips.h), one
+                           * micro-batch: a cell starting here receives them beside in_bytes,
+                           * stashes them with its input until its backward, and sends their
+                           * gradients back (0 without skips) */
 } gp_layer_est;
+
+/* What a cell starting at layer `first` receives, stashes per micro-batch and sends back as its
+ * input gradient: the input and the skips crossing with it. */
+static inline uint64_t gp_cut_bytes(const gp_layer_est *ly, int first) {
+    return ly[first].in_bytes + ly[first].skip_bytes;
+}
+/* The same seen from the cell that ends at `end` (< nlayers): its output and the skips. */
+static inline uint64_t gp_cut_out_bytes(const gp_layer_est *ly, int end) {
+    return ly[end - 1].out_bytes + ly[end].skip_bytes;
+}
 
 /* What the partitioner balances: forward + backward time of one layer. */
 double gp_layer_est_time(const gp_layer_est *l);
@@ -71,10 +85,11 @@ typedef struct gp_cell_mem {
 /* The memory model, shared by the partitioner, the simulator and the plan, for the cell of
  * layers [first, end) of nlayers at the points of a profile. It is the runtime's allocations at
  * their peak, an upper bound on what a stage's device counts:
+ *   cut[i] = gp_cut_bytes(layers, i): a cut's activation with the skips crossing it;
  *   static = sum of params + grads + optimizer state;
  *   state  = sum over the cell's layers of out_bytes + saved_bytes (one micro-batch's full
  *            saved state, the cell's input excluded); keep = sum of their keep_bytes;
- *   at a point: stash = (fwd + wgt) in_bytes[first] + keep x keep, plus fwd x state under remat
+ *   at a point: stash = (fwd + wgt) cut[first] + keep x keep, plus fwd x state under remat
  *            NONE; work = bwd x state under CELL (the micro-batch recomputed during its
  *            backward); the cell's activations are the stash + work of its largest point;
  *   transient = the most, over the cell's layers i, that backward through layer i holds beside
@@ -82,10 +97,10 @@ typedef struct gp_cell_mem {
  *            split, keeps them to the weight part): the gradients of its output and input
  *            (out_bytes + in_bytes; no input gradient for the model's first layer) and its
  *            workspace ws_bytes, less the state of the layers above i, plus the cell's output
- *            gradient (out_bytes[end-1]) and input gradient (in_bytes[first], first > 0), alive
+ *            gradient (cut[end]) and input gradient (cut[first], first > 0), alive
  *            for the whole backward;
- *   messages = GP_MAILBOX_CAPACITY sent outputs (out_bytes[end-1], unless the cell ends the
- *            model) and input gradients (in_bytes[first], unless first is 0) held until the
+ *   messages = GP_MAILBOX_CAPACITY sent outputs (cut[end], unless the cell ends the
+ *            model) and input gradients (cut[first], unless first is 0) held until the
  *            sender reclaims them.
  * Not counted: the labels a last stage reads (a few KiB of int32 per micro-batch) and the
  * vocabulary-split loss's workspace. Sums saturate at UINT64_MAX instead of wrapping. A profile

@@ -172,6 +172,9 @@ gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, in
                               gp_tensor *out);
 /* Before a step: the stage's micro-batch shapes at p->b, its status cleared. */
 gp_status gp_stage_begin_step(gp_stage *s);
+/* The trace label of cell s's transfers of kind j (send or receive): "SEND_ACT", "RECV_GRAD",
+ * with GP_TRACE_SKIP_MARK and their count where the cut it crosses carries skips. */
+void gp_stage_msg_label(const gp_stage *s, bool send, gp_msg_kind j, char *buf, size_t n);
 /* Pins the calling thread to s->cpu (none: -1); s->pinned says whether it took. */
 void gp_stage_pin_thread(gp_stage *s);
 

@@ -135,8 +135,8 @@ static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, 
         const uint64_t recompute = cell_remat[k] == GP_REMAT_CELL ? fwd : 0;
         c->tensor_bytes = T > 1 ? (uint64_t)M * (fwd + recompute + bwd) : 0;
         c->pipe_bytes = 0;
-        if (k < K - 1) c->pipe_bytes += (uint64_t)M * (est[e - 1].out_bytes + MSG_HEADER_BYTES);
-        if (k > 0) c->pipe_bytes += (uint64_t)M * (est[first[k]].in_bytes + MSG_HEADER_BYTES);
+        if (k < K - 1) c->pipe_bytes += (uint64_t)M * (gp_cut_out_bytes(est, e) + MSG_HEADER_BYTES);
+        if (k > 0) c->pipe_bytes += (uint64_t)M * (gp_cut_bytes(est, first[k]) + MSG_HEADER_BYTES);
         c->data_bytes = D > 1 ? c->grad_bytes : 0;
         sc[k].fwd_time += allreduce_s((double)fwd, T, bw);
         sc[k].bwd_time += allreduce_s((double)bwd, T, bw);

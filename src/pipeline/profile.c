@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "model/param_store.h"
 #include "model/sequence.h"
+#include "model/skips.h"
 #include "pipeline/partition.h"
 
 /* Token 0 for integer inputs (always a valid id), small random values otherwise (no layer's
@@ -63,8 +64,9 @@ static gp_status run_once(gp_model *m, int li, gp_device *dev, const gp_tensor *
 static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_device *dev,
                                double *fs, double *bs, double *fwd, double *bwd, double *parts) {
     gp_shape in_shape, out_shape;
-    GP_TRY(gp_model_shape(m, li - 1, mb, &in_shape));
-    GP_TRY(gp_model_shape(m, li, mb, &out_shape));
+    /* the layer's cuts: a merge's skip comes in with its input, as in a cell of its own */
+    GP_TRY(gp_model_cut_shape(m, li, mb, &in_shape));
+    GP_TRY(gp_model_cut_shape(m, li + 1, mb, &out_shape));
     gp_dtype in_dt = li == 0 ? gp_model_input_dtype(m) : GP_F32;
     gp_tensor x = {0}, dy = {0}, dx = {0};
     GP_TRY(gp_model_init_range(m, li, li + 1, dev, 1));

@@ -199,8 +199,10 @@ gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int dev
     if (devices <= 1) return GP_OK;
     const int L = gp_model_nlayers(m);
     int heaviest = 0;
-    for (int li = 1; li < L; li++)
-        if (times[li] + times[L + li] > times[heaviest] + times[L + heaviest]) heaviest = li;
+    for (int li = 1; li < L; li++) /* (a merge cannot run alone: its source is not there) */
+        if (!gp_layer_merges(m->layers[li]) &&
+            times[li] + times[L + li] > times[heaviest] + times[L + heaviest])
+            heaviest = li;
     /* enough examples (16) that a stage's state leaves the caches, as in a pipeline, in at most
      * 8 micro-batches */
     const int inflight = micro_batch >= 16 ? 1 : (int)(16 / micro_batch < 8 ? 16 / micro_batch : 8);

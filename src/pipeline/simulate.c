@@ -16,7 +16,7 @@ gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int e
         /* the memory model's per-micro-batch state: outputs plus saved tensors */
         c.state_bytes += layers[i].out_bytes + layers[i].saved_bytes;
     }
-    c.in_bytes = layers[first].in_bytes;
+    c.in_bytes = gp_cut_bytes(layers, first);
     return c;
 }
 

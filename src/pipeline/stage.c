@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layers/tp_ops.h"
+#include "model/skips.h"
 #include "pipeline/pipeline_internal.h"
 
 /* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
@@ -49,8 +50,9 @@ void gp_stage_free_state(gp_stage *s) {
 }
 
 gp_status gp_stage_begin_step(gp_stage *s) {
-    GP_TRY(gp_model_shape(s->m, s->first - 1, s->p->b, &s->in_shape));
-    GP_TRY(gp_model_shape(s->m, s->last - 1, s->p->b, &s->out_shape));
+    /* what crosses the cell's cuts: the activation, and the skips that cross there with it */
+    GP_TRY(gp_model_cut_shape(s->m, s->first, s->p->b, &s->in_shape));
+    GP_TRY(gp_model_cut_shape(s->m, s->last, s->p->b, &s->out_shape));
     s->status = GP_OK;
     s->tp_bytes = 0;
     s->msg[0] = '\0';
@@ -102,9 +104,7 @@ static gp_status do_forward(gp_stage *s, int mb) {
         GP_TRY(gp_seq_forward(s->m, s->first, s->last, s->dev, &run, &s->in[mb], &s->pass[mb]));
         if (is_last(s)) return GP_OK;
         /* The pass keeps its output for backward: what is sent is a copy. */
-        const gp_tensor *y = gp_seq_output(&s->pass[mb]);
-        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_ACTIVATIONS, y->shape, GP_F32, &s->out[mb]));
-        return gp_tensor_copy(&s->out[mb], y);
+        return gp_seq_cut_output(s->m, &s->pass[mb], &s->out[mb]);
     }
     /* CELL: a training-mode run (batch-norm statistics update here, once) that keeps nothing
      * but the input; backward recomputes from it. */
@@ -344,6 +344,18 @@ static gp_status do_action(gp_stage *s, gp_action a) {
     case GP_ACT_OPTIMIZER_STEP: return do_optimizer_step(s);
     default: return gp_error(GP_INTERNAL, "unknown action kind %d", (int)a.kind);
     }
+}
+
+void gp_stage_msg_label(const gp_stage *s, bool send, gp_msg_kind j, char *buf, size_t n) {
+    static const char *const names[2][GP_MSG_NKINDS] = {{"RECV_ACT", "RECV_GRAD"},
+                                                        {"SEND_ACT", "SEND_GRAD"}};
+    /* activations leave by the cell's last cut and arrive by its first; gradients the reverse */
+    const bool last_cut = send == (j == GP_MSG_ACT);
+    const int nskips = gp_skips_across(s->m, last_cut ? s->last : s->first, NULL);
+    if (nskips)
+        snprintf(buf, n, "%s%s%d", names[send][j], GP_TRACE_SKIP_MARK, nskips);
+    else
+        snprintf(buf, n, "%s", names[send][j]);
 }
 
 /* A stage that cannot have its core still runs, unpinned (the stats say so). */

@@ -22,8 +22,7 @@ static gp_status add_comm(gp_pipeline *p, int k, gp_trace_kind kind, int mb, dou
  * blocked on a full mailbox could proceed once the receiver had taken the message `capacity`
  * sends earlier on that link. The transport does not report these moments itself. */
 gp_status gp_timeline_trace_comm(gp_pipeline *p) {
-    static const char *const names[2][GP_MSG_NKINDS] = {{"SEND_ACT", "SEND_GRAD"},
-                                                        {"RECV_ACT", "RECV_GRAD"}};
+    char label[GP_TRACE_LABEL_NBYTES];
     for (int w = 0; w < p->K * p->T; w++) {
         gp_stage *s = &p->st[w];
         const int k = s->k;
@@ -40,12 +39,15 @@ gp_status gp_timeline_trace_comm(gp_pipeline *p) {
                         ready = gp_worker(p, to, s->t)
                                     ->ct[s->sent_mb[j][n - MAILBOX_CAPACITY]]
                                     .recv_e[j];
+                    gp_stage_msg_label(s, true, (gp_msg_kind)j, label, sizeof label);
                     GP_TRY(add_comm(p, s->w, GP_TRACE_SEND, mb, c->send_b[j], c->send_e[j],
-                                    ready, names[0][j]));
+                                    ready, label));
                 }
-                if (from >= 0 && from < p->K)
+                if (from >= 0 && from < p->K) {
+                    gp_stage_msg_label(s, false, (gp_msg_kind)j, label, sizeof label);
                     GP_TRY(add_comm(p, s->w, GP_TRACE_RECV, mb, c->recv_b[j], c->recv_e[j],
-                                    gp_worker(p, from, s->t)->ct[mb].send_e[j], names[1][j]));
+                                    gp_worker(p, from, s->t)->ct[mb].send_e[j], label));
+                }
             }
         }
         gp_trace_set_chunk(&p->trace, s->w, 0);

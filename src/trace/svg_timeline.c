@@ -33,10 +33,15 @@ static const char *const ink[GP_TRACE_NKINDS] = {
     "#ffffff", "#1a1a1a", "#ffffff", "#ffffff", "#ffffff", "#1a1a1a", "#ffffff", "#1a1a1a",
 };
 #define ROW_FILL "#f3f3f3"
+#define SKIP_FILL "#9c755f" /* transfers that carry skips beside the activation */
 #define FONT "font-family=\"DejaVu Sans, Verdana, Arial, sans-serif\""
 
 static bool is_strip(gp_trace_kind k) {
     return k == GP_TRACE_SEND || k == GP_TRACE_RECV || k == GP_TRACE_WAIT;
+}
+
+static bool carries_skips(const gp_trace_event *e) {
+    return is_strip(e->kind) && strstr(e->label, GP_TRACE_SKIP_MARK) != NULL;
 }
 
 /* Writes s as XML character data / attribute text: markup characters as entities, and control
@@ -103,8 +108,9 @@ static void title_line(gp_file_out *o, const gp_trace *t, const gp_trace_stats *
     gp_file_out_write(o, "</text>\n");
 }
 
-/* weights: whether the trace has split backwards (then "backward" is their input part). */
-static void legend(gp_file_out *o, bool weights) {
+/* weights: whether the trace has split backwards (then "backward" is their input part); skips:
+ * whether transfers carry skips. */
+static void legend(gp_file_out *o, bool weights, bool skips) {
     /* each kind in its colour of fill[]; the idle row's (-1) last */
     static const struct {
         const char *name;
@@ -114,19 +120,23 @@ static void legend(gp_file_out *o, bool weights) {
         {"weight gradients", GP_TRACE_WEIGHT}, {"recompute", GP_TRACE_RECOMPUTE},
         {"send/recv", GP_TRACE_SEND}, {"wait", GP_TRACE_WAIT},
         {"optimizer", GP_TRACE_OPTIMIZER}, {"idle (bubble)", -1},
+        {"send/recv with skips", GP_TRACE_NKINDS},
     };
     int x = LEFT;
     gp_file_out_printf(o, "<g id=\"legend\" font-size=\"12\" %s>\n", FONT);
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         const int kind = items[i].kind;
         if (!weights && kind == GP_TRACE_WEIGHT) continue;
+        if (!skips && kind == GP_TRACE_NKINDS) continue;
+        const bool skip = kind == GP_TRACE_NKINDS;
         /* the kinds drawn as thin strips in the rows are strips in the legend too */
-        int h = kind >= 0 && is_strip((gp_trace_kind)kind) ? 6 : 14;
+        int h = skip || (kind >= 0 && is_strip((gp_trace_kind)kind)) ? 6 : 14;
         gp_file_out_printf(o,
                             "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"%d\" fill=\"%s\" "
                             "stroke=\"#888888\" stroke-width=\"0.5\"/>"
                             "<text x=\"%d\" y=\"%d\">%s</text>\n",
-                            x, LEGEND_Y + 14 - h, h, kind >= 0 ? fill[kind] : ROW_FILL, x + 19,
+                            x, LEGEND_Y + 14 - h, h,
+                            skip ? SKIP_FILL : kind >= 0 ? fill[kind] : ROW_FILL, x + 19,
                             LEGEND_Y + 11, items[i].name);
         x += 19 + 7 * (int)strlen(items[i].name) + 22;
     }
@@ -142,7 +152,7 @@ static void event_box(gp_file_out *o, const gp_trace_event *e, double x0, double
     int y = row_y + (strip ? STRIP_TOP : BOX_TOP);
     int h = strip ? STRIP_H : BOX_H;
     gp_file_out_printf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"",
-                        x, y, w, h, fill[e->kind]);
+                        x, y, w, h, carries_skips(e) ? SKIP_FILL : fill[e->kind]);
     if (!strip) gp_file_out_write(o, " stroke=\"#ffffff\" stroke-width=\"0.6\"");
     gp_file_out_printf(o, "><title>stage %d %s", e->stage, gp_trace_kind_name(e->kind));
     if (e->micro_batch >= 0) gp_file_out_printf(o, " micro-batch %d", e->micro_batch);
@@ -192,6 +202,13 @@ static void axis(gp_file_out *o, double span, double x0, double plot_w, int y) {
     gp_file_out_write(o, "</g>\n");
 }
 
+static bool trace_has_skips(const gp_trace *t) {
+    for (int k = 0; k < t->stages; k++)
+        for (int i = 0; i < t->stage[k].n; i++)
+            if (carries_skips(&t->stage[k].ev[i])) return true;
+    return false;
+}
+
 static bool ss_has_weights(const gp_trace_stage_stats *ss, int stages) {
     for (int k = 0; k < stages; k++)
         if (ss[k].by_kind[GP_TRACE_WEIGHT] > 0) return true;
@@ -230,7 +247,7 @@ gp_status gp_trace_write_svg(const gp_trace *t, const char *path) {
                         "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
                         WIDTH, height, WIDTH, height, WIDTH, height);
     title_line(&o, t, &st, nev);
-    legend(&o, ss_has_weights(ss, t->stages));
+    legend(&o, ss_has_weights(ss, t->stages), trace_has_skips(t));
     for (int k = 0; k < t->stages; k++) {
         int y = ROWS_TOP + k * (ROW_H + ROW_GAP);
         gp_file_out_printf(&o, "<g id=\"stage%d\" %s>\n", k, FONT);

@@ -29,6 +29,7 @@ typedef enum gp_trace_kind {
 #define GP_TRACE_IS_BUSY(kind) ((kind) != GP_TRACE_WAIT)
 
 #define GP_TRACE_LABEL_NBYTES 32
+#define GP_TRACE_SKIP_MARK " + skips "
 
 typedef struct gp_trace_event {
     gp_trace_kind kind;
@@ -38,6 +39,8 @@ typedef struct gp_trace_event {
     double t_begin;  /* seconds since the trace's origin; t_end < t_begin while still open */
     double t_end;
     char label[GP_TRACE_LABEL_NBYTES]; /* optional free text, e.g. "RECV_ACT"; "" for none */
+    /* A transfer's message carries skip connections' values (or their gradients) beside the
+     * activation: the label then ends with GP_TRACE_SKIP_MARK and their count. */
 } gp_trace_event;
 
 #define GP_TRACE_MAX_OPEN 4

@@ -109,7 +109,7 @@ expect 2 "--tensor-parallel: expected an integer from 1 to 4096, got '2147483647
 
 # Runtime failures: exit 1 with the library's message
 expect 1 "cannot load the IDX data from $TMP/nodata" $C --data "$TMP/nodata" --steps 1
-expect 1 "cannot load the text corpus $TMP/nodata" train --model "$TMP/lm.json" --data "$TMP/nodata" --steps 1
+expect 1 "--data $TMP/nodata: cannot load the text corpus" train --model "$TMP/lm.json" --data "$TMP/nodata" --steps 1
 expect 1 "--memory-limit" $C --memory-limit 1K --steps 1
 
 # gpipe bench
