@@ -16,6 +16,7 @@
 int gp_cli_train_main(int argc, char **argv);
 int gp_cli_bench_main(int argc, char **argv);
 int gp_cli_plan_main(int argc, char **argv);
+int gp_cli_launch_main(int argc, char **argv);
 
 /* ------------------------------------------------------------- plan search */
 
@@ -352,6 +353,10 @@ int gp_cli_export_main(int argc, char **argv);
 /* After `done` steps: writes DIR/ckpt-<done>.safetensors when due (every
  * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done);
+/* The newest complete checkpoint in dir (path, "" if none) and its step (-1 if none), opened as
+ * --resume opens it (a set: its index and the records of its parts); one that does not open is
+ * a runtime failure with the library's message. Returns an exit status. */
+int gp_cli_ckpt_newest(const char *dir, char *path, size_t size, int *step);
 /* Runs the evaluation of gpipe train on a loaded model: the LM's validation
  * windows (loss) or the classifier's t10k images (loss, accuracy; with t->tta the augmented
  * figures too). */

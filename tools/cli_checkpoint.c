@@ -235,6 +235,7 @@ static cJSON *train_options(const gp_cli_train *t) {
     cJSON_AddNumberToObject(o, "steps", t->total_steps);
     cJSON_AddNumberToObject(o, "batch", t->batch);
     cJSON_AddNumberToObject(o, "micro_batches", t->micro_batches);
+    cJSON_AddNumberToObject(o, "data_parallel", t->place.data_parallel);
     cJSON_AddStringToObject(o, "optimizer", t->optimizer);
     cJSON_AddNumberToObject(o, "lr", t->lr);
     cJSON_AddNumberToObject(o, "min_lr", t->min_lr);
@@ -302,6 +303,25 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
                 path);
         rc = GP_CLI_EXIT_RUNTIME;
     }
+    /* The mini-batch is D x M micro-batches, replica d taking M of them in a row: a run resumes
+     * on another D with as many in all, the same micro-batches (the same dropout keys and
+     * shapes). A checkpoint that does not say D compares M alone. */
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(saved, "data_parallel");
+    const cJSON *sm = cJSON_GetObjectItemCaseSensitive(saved, "micro_batches");
+    if (rc == GP_CLI_EXIT_OK && cJSON_IsNumber(sd) && cJSON_IsNumber(sm)) {
+        const double was = sd->valuedouble * sm->valuedouble;
+        const double is = (double)t->place.data_parallel * t->micro_batches;
+        if (was != is) {
+            fprintf(stderr, "gpipe train: --resume: --data-parallel %d x --micro-batches %d = %g "
+                            "micro-batches in all differ from the checkpoint's %g x %g = %g (%s): "
+                            "resume with as many in all\n",
+                    t->place.data_parallel, t->micro_batches, is, sd->valuedouble,
+                    sm->valuedouble, was, path);
+            rc = GP_CLI_EXIT_RUNTIME;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(now, "micro_batches");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(now, "data_parallel");
     for (const cJSON *c = now->child; c && rc == GP_CLI_EXIT_OK; c = c->next) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(saved, c->string);
         if (s && cJSON_Compare(s, c, true)) continue;
@@ -347,6 +367,25 @@ static int find_newest(const gp_cli_train *t, char *path, char *prev, size_t siz
     }
     if (rc == GP_CLI_EXIT_OK && *n > 1) ckpt_path(t->ckpt_dir, &e[1], prev, size);
     free(e);
+    return rc;
+}
+
+int gp_cli_ckpt_newest(const char *dir, char *path, size_t size, int *step) {
+    ckpt_entry *e;
+    int n;
+    path[0] = '\0';
+    *step = -1;
+    int rc = list_checkpoints(dir, &e, &n);
+    if (rc != GP_CLI_EXIT_OK || n == 0) {
+        free(e);
+        return rc;
+    }
+    ckpt_path(dir, &e[0], path, size);
+    free(e);
+    gp_checkpoint *c = NULL;
+    if (gp_checkpoint_open(path, &c) != GP_OK || gp_checkpoint_saved_step(c, step) != GP_OK)
+        rc = GP_CLI_EXIT_RUNTIME;
+    gp_checkpoint_close(c);
     return rc;
 }
 

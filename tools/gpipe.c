@@ -1,6 +1,6 @@
-/* The gpipe command-line tool: `gpipe train`, `eval`, `sample`, `plan`, `bench`, `import` and
- * `export`, plus --help and --version. Exit status 0 on success, 1 on a runtime failure (with
- * the library's message), 2 on bad usage. */
+/* The gpipe command-line tool: `gpipe train`, `eval`, `sample`, `plan`, `bench`, `import`,
+ * `export` and `launch`, plus --help and --version. Exit status 0 on success, 1 on a runtime
+ * failure (with the library's message), 2 on bad usage. */
 #include <string.h>
 
 #include "cli.h"
@@ -18,7 +18,9 @@ static void print_help(void) {
            "          and memory per cell, without training (gpipe plan --help)\n"
            "  bench   measure the G1, T1 and C1 workloads (gpipe bench --help)\n"
            "  import  convert a Hugging Face GPT-2 into gpipe's parameters (gpipe import --help)\n"
-           "  export  write a gpt2 model as a Hugging Face GPT-2 (gpipe export --help)\n\n"
+           "  export  write a gpt2 model as a Hugging Face GPT-2 (gpipe export --help)\n"
+           "  launch  run train under mpirun or srun and restart it on the processes left when a\n"
+           "          rank dies or hangs (gpipe launch --help)\n\n"
            "Options:\n"
            "  -h, --help      show this help and exit\n"
            "  -V, --version   print the version, the OpenBLAS kernels and the variant of gpipe's\n"
@@ -40,8 +42,8 @@ int main(int argc, char **argv) {
     /* First: it may restart the program, which loses anything done before it. */
     gp_cli_blas_core_check("gpipe", argv);
     if (argc < 2) {
-        fprintf(stderr, "gpipe: missing command (expected train, eval, sample, plan, bench, import or "
-                        "export)\n"
+        fprintf(stderr, "gpipe: missing command (expected train, eval, sample, plan, bench, import, "
+                        "export or launch)\n"
                         "Try 'gpipe --help'.\n");
         return GP_CLI_EXIT_USAGE;
     }
@@ -76,8 +78,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "plan") == 0) return gp_cli_plan_main(argc, argv);
     if (strcmp(cmd, "import") == 0) return gp_cli_import_main(argc, argv);
     if (strcmp(cmd, "export") == 0) return gp_cli_export_main(argc, argv);
+    if (strcmp(cmd, "launch") == 0) return gp_cli_launch_main(argc, argv);
     fprintf(stderr,
             "gpipe: unknown %s '%s' (expected train, eval, sample, plan, bench, import, export, "
+            "launch, "
             "--help or --version)\n"
             "Try 'gpipe --help'.\n",
             cmd[0] == '-' ? "option" : "command", cmd);

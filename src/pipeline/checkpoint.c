@@ -119,6 +119,7 @@ gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step
                  index);
         s = agree(p, &mine, every + (size_t)v * (size_t)W, what);
     }
+    const bool parts_durable = s == GP_OK;
     if (s == GP_OK) {
         /* Every part is durable: rank 0 commits, and every rank learns whether it did. */
         outcome commit = {.status = GP_OK};
@@ -146,7 +147,11 @@ gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step
         snprintf(what, sizeof what, "checkpoint %s: the index (the commit) was not written", index);
         s = agree(p, &commit, all, what);
     }
-    for (int v = 0; s != GP_OK && wrote && v < V; v++) /* not committed: no orphan part stays */
+    /* Not committed: no orphan part stays. Once every part is durable the parts stay, whatever
+     * the commit's agreement says: rank 0 may have written the index before a peer failed (a rank
+     * stopped in it), and a committed set must keep its parts; a set left without its index is
+     * removed by the next --resume. */
+    for (int v = 0; s != GP_OK && !parts_durable && wrote && v < V; v++)
         if (wrote[v]) remove(mine_paths + (size_t)v * n);
     if (s == GP_OK && written) snprintf(written, written_size, "%s", index);
     free(every);
