@@ -105,24 +105,14 @@ test-tsan: deps
 	  $$NORAND ctest --output-on-failure -j $(JOBS) -R 'comm|trace|pipeline|test_checkpoint|test_kernels|layers_tp|test_plan|test_skip'
 
 # libFuzzer (clang, ASan + UBSan) on the checkpoint, checkpoint-index (multi-part sets), JSON
-# config, IDX and text readers, each for FUZZ_SECONDS from its committed seed corpus in
-# tests/fuzz/corpus/ (which also holds every input that ever failed, as a regression); new inputs
-# go to $(FUZZ_BUILD)/corpus, never the tree.
+# config, IDX and text readers, token files and tokenizer.json, each for FUZZ_SECONDS from its
+# committed seed corpus in tests/fuzz/corpus/ (which also holds every input that ever failed, as
+# a regression), JOBS targets at a time; new inputs go to $(FUZZ_BUILD)/corpus, never the tree.
 test-fuzz: deps
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGP_FUZZ=ON -DGP_BUILD_TESTS=OFF \
 	  -DCMAKE_C_COMPILER=clang -DGP_CUDA=OFF
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
-	@for t in $(FUZZ_TARGETS); do \
-	  rm -rf $(FUZZ_BUILD)/corpus/$$t && mkdir -p $(FUZZ_BUILD)/corpus/$$t && \
-	  if ! ./$(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -seed=1 -timeout=10 \
-	      -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
-	      >$(FUZZ_BUILD)/fuzz_$$t.log 2>&1; then \
-	    tail -n 40 $(FUZZ_BUILD)/fuzz_$$t.log; \
-	    echo "fuzz_$$t FAILED: the input is in $(FUZZ_BUILD)/; fix it and add it to tests/fuzz/corpus/$$t"; \
-	    exit 1; \
-	  fi; \
-	  echo "fuzz_$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' $(FUZZ_BUILD)/fuzz_$$t.log), no failure"; \
-	done
+	bash tests/fuzz/run_all.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(JOBS) $(FUZZ_TARGETS)
 
 # The main job: a byte-level Transformer LM on the multilingual fortunes, as a 2-stage pipeline
 # (about 5 minutes on 2 cores), then a sample after a prompt in each of the seven languages.
