@@ -150,6 +150,14 @@ typedef struct gp_cli_train {
     const char *ckpt_dir;
     int ckpt_every, ckpt_keep, stop_after;
     bool resume;
+    bool ckpt_sync; /* --checkpoint-sync: written on the training thread, not in the background */
+    /* what the saves cost this process: how many finished, the seconds the training thread
+     * spent copying them to host memory (or, --checkpoint-sync, writing them), the seconds a
+     * step boundary waited for the previous save still being written, the seconds the run's
+     * stop waited for its last one, and the seconds the background writes took */
+    int ckpt_saves;
+    double ckpt_copy_s, ckpt_wait_s, ckpt_flush_s, ckpt_write_s;
+    double ckpt_last_copy_s; /* the copy (or synchronous write) of the save in flight */
     char *model_config; /* owned: the JSON the model was built from, for the metadata */
 
     /* set up by gp_cli_train_main */
@@ -289,9 +297,13 @@ int gp_cli_ckpt_prepare(gp_cli_train *t);
  * options required), sets t->start_step, and only then removes the leftovers of interrupted
  * saves. Returns an exit status. */
 int gp_cli_ckpt_resume(gp_cli_train *t);
-/* After `done` steps: writes DIR/ckpt-<done>.safetensors when due (every
- * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
+/* After `done` steps: finishes the save in flight if it is written (waiting for it, the wait
+ * counted, when the next one is due), reporting it and keeping the newest --keep; then, when
+ * due (every --checkpoint-every steps and at the stop), begins DIR/ckpt-<done>.safetensors,
+ * written in the background (at the stop, waited for). */
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done);
+/* The checkpoint counters as a report object. */
+cJSON *gp_cli_ckpt_report(const gp_cli_train *t);
 /* Runs the evaluation of gpipe train on a loaded model: the LM's validation
  * windows (loss) or the classifier's t10k images (loss, accuracy; with t->tta the augmented
  * figures too). */
