@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "io/checkpoint_internal.h"
 #include "pipeline/checkpoint_writer.h"
@@ -135,13 +136,14 @@ static gp_status take_parts(gp_pipeline *p, gp_ckpt_writer *cw, const char *base
         if (set) stage_range(p, gp_chunk_of(p, lead, v)->k, &first, &last);
         if (set) part_name(path, n, base, gp_chunk_of(p, lead, v)->k, C);
         else snprintf(path, n, "%s.safetensors", base);
-        if (s == GP_OK && (!set || d == 0)) {
+        if (!set || d == 0) {
+            /* The shards put the layers together whatever failed before (it is collective). */
             gp_status r = T > 1 ? gp_mesh_whole_begin(p, first, last, true, true) : GP_OK;
             if (r == GP_OK && p->my_shard <= 0)
-                r = add_part(p, cw, path, first, last, step, extra, nextra, set, &at);
+                r = s != GP_OK ? s : add_part(p, cw, path, first, last, step, extra, nextra, set, &at);
             if (T > 1) gp_mesh_whole_end(p, first, last);
-            if (r != GP_OK) note(&mine[v], r);
-            s = r;
+            if (r != GP_OK && s == GP_OK) note(&mine[v], r);
+            if (s == GP_OK) s = r;
         }
     }
     /* Collective even after a failure here, so that no rank waits for another. */
@@ -248,7 +250,8 @@ gp_status gp_pipeline_checkpoint_finish(gp_pipeline *p, bool wait, gp_checkpoint
     gp_pipeline_place(p, NULL, &W, &k, NULL);
     const int V = job->index ? p->V : 1;
     bool done = true;
-    if (job->background) done = gp_ckpt_writer_wait(cw, wait, &out->waited_s);
+    const double t0 = gp_now();
+    if (job->background) done = gp_ckpt_writer_wait(cw, wait, NULL);
     outcome *mine = calloc((size_t)V, sizeof *mine), *all = calloc((size_t)V * W, sizeof *all);
     if (!mine || !all) {
         free(mine);
@@ -268,6 +271,8 @@ gp_status gp_pipeline_checkpoint_finish(gp_pipeline *p, bool wait, gp_checkpoint
     /* The outcomes first (a rank still writing holds the others back: no rank decides alone),
      * then the commit. */
     gp_status s = gp_pipeline_allgather(p, mine, (size_t)V * sizeof *mine, all);
+    /* Under MPI a rank's wait ends when the slowest rank's writes do. */
+    if (wait && job->background) out->waited_s = gp_now() - t0;
     bool pending = false;
     for (int i = 0; i < V * W && s == GP_OK; i++) pending |= all[i].pending != 0;
     if (s == GP_OK && pending) {
