@@ -9,9 +9,8 @@
 #   the previous one, removes the leftover, and ends with the straight run's bits;
 # - a background write that fails (the same limit with SIGXFSZ ignored: EFBIG, as on a full
 #   disk) fails the run at a following step boundary with a message naming the file, leaving
-#   no temporary file and the previous checkpoint the newest;
-# - under MPI (when available), K = 2: the parts and the index are the synchronous path's bytes,
-#   and a kill in the middle of the writes leaves the previous set the newest, resumed exactly.
+#   no temporary file and the previous checkpoint the newest.
+# (Under MPI the same, in tests/cli/checkpoint_mpi.sh.)
 # Run from the repository root: bash tests/cli/checkpoint_async.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -95,31 +94,4 @@ grep -q "trained\|stopped after" "$TMP/e2.out" && bad "the run went on after a f
 [ "$(files "$TMP/full")" = "ckpt-00000002.safetensors " ] ||
     bad "after a failed write: $(files "$TMP/full"), expected step 2's checkpoint alone"
 
-# --- MPI, K = 2 ------------------------------------------------------------------------------
-if command -v mpirun >/dev/null && ! "$GPIPE" train --model convnet --launcher mpi --stages 2 2>&1 |
-    grep -q "MPI support was not built"; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    MPIRUN=(mpirun --oversubscribe --bind-to none)
-    cli_mpirun mbg 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/mbg" --checkpoint-every 1 \
-        --keep 20 --report "$TMP/mbg.json"
-    cli_mpirun msy 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/msy" --checkpoint-every 1 \
-        --keep 20 --checkpoint-sync
-    [ "$(ls "$TMP/mbg" | grep -c 'index.json$')" = 8 ] || bad "MPI: $(files "$TMP/mbg")"
-    same_bytes "$TMP/mbg" "$TMP/msy"
-    cli_mpirun m1 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/mkill" --checkpoint-every 1 \
-        --keep 2 --stop-after 3
-    # Every rank dies writing its part of step 4: no index for it.
-    (ulimit -f "$((limit / 2))"; timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" \
-        --stages 2 --checkpoint-dir "$TMP/mkill" --checkpoint-every 1 --keep 2 --resume \
-        >"$TMP/m2.out" 2>"$TMP/m2.err")
-    [ $? != 0 ] || bad "MPI: the run with a file size limit succeeded"
-    [ -f "$TMP/mkill/ckpt-00000003.safetensors.index.json" ] &&
-        [ ! -e "$TMP/mkill/ckpt-00000004.safetensors.index.json" ] ||
-        bad "MPI: after the kill: $(files "$TMP/mkill")"
-    cli_mpirun m3 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/mkill" --checkpoint-every 1 \
-        --keep 2 --resume --report "$TMP/m3.json" && cli_same_run straight m3
-    grep -q "continuing at step 3 of 8" "$TMP/m3.out" || bad "MPI: $(cat "$TMP/m3.out")"
-else
-    echo "(no MPI: the MPI part is skipped)"
-fi
 cli_finish checkpoint_async
