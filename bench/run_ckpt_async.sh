@@ -8,8 +8,12 @@
 # (copy, wait, or the synchronous write); each run's median after the warm-up steps, each
 # round's ratio to the run without checkpoints, and the median over rounds. Prints a markdown
 # table. The checkpoints go to ${GP_BENCH_OUT:-out/ckpt_async}/ck-*, on the disk that folder is on.
+# Beside it, the share of the training thread's own time: what each save took from it (the copy
+# and any wait, or the synchronous write) over the median step without checkpoints, less noisy
+# on a shared machine than the step times themselves.
 # Usage: bash bench/run_ckpt_async.sh [path/to/gpipe]
-#   GP_CKPT_ROUNDS (3), GP_BENCH_STEPS (8), GP_BENCH_WARMUP (2).
+#   GP_CKPT_ROUNDS (3), GP_BENCH_STEPS (8), GP_BENCH_WARMUP (2); GP_CKPT_TABLE_ONLY=1: the table
+#   of the runs already in the folder.
 set -eu
 GPIPE=${1:-build/gpipe}
 ROUNDS=${GP_CKPT_ROUNDS:-3}
@@ -20,7 +24,8 @@ mkdir -p "$OUT"
 T2=(--model "$(dirname "$0")/../examples/t2.json" --stages 2 --threads 1 --batch 32
     --micro-batches 8 --steps "$STEPS" --eval-size 1 --log-every 1 --quiet --seed 1)
 MODES=(none background sync)
-for r in $(seq 1 "$ROUNDS"); do
+[ "${GP_CKPT_TABLE_ONLY:-0}" = 1 ] && ROUNDS_RUN=0 || ROUNDS_RUN=$ROUNDS
+for r in $(seq 1 "$ROUNDS_RUN"); do
     for i in 0 1 2; do
         mode=${MODES[$(((i + r - 1) % 3))]}
         name=r${r}_$mode
@@ -53,17 +58,19 @@ for r in range(1, rounds + 1):
     for m in ratio:
         ratio[m].append(s[m] / s["none"])
         ck[m].append(json.load(open(os.path.join(d, f"r{r}_{m}.json")))["checkpoints"])
-print("| checkpoints | step s, median over rounds (range) | ratio to none, median (range) | per save: copy s / wait s / write s (medians) |")
-print("| --- | --- | --- | --- |")
+print("| checkpoints | step s, median over rounds (range) | ratio to none, median (range) | per save: copy s / wait s / write s (medians) | training thread's s per save / step s without |")
+print("| --- | --- | --- | --- | --- |")
 for m in med:
     v = med[m]
     row = f"| {m} | {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f}) |"
     if m == "none":
-        print(row + " 1 | - |")
+        print(row + " 1 | - | - |")
         continue
     q = ratio[m]
     c = ck[m]
     per = lambda k: statistics.median(x[k] / x["saves"] for x in c)
+    share = statistics.median((x["copy_s"] + x["wait_s"]) / x["saves"] / n
+                              for x, n in zip(c, med["none"]))
     print(row + f" {statistics.median(q):.3f} ({min(q):.3f}-{max(q):.3f}) |"
-          f" {per('copy_s'):.3f} / {per('wait_s'):.3f} / {per('write_s'):.3f} |")
+          f" {per('copy_s'):.3f} / {per('wait_s'):.3f} / {per('write_s'):.3f} | {share:.3f} |")
 PY

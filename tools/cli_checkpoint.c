@@ -1,5 +1,7 @@
 /* Checkpoints of `gpipe train`: DIR/ckpt-<step, 8 digits>.safetensors written every N steps, at
- * --stop-after and at the end (atomically, by the library); under MPI instead one part per
+ * --stop-after and at the end (atomically, by the library, in the background unless
+ * --checkpoint-sync: copied at the step boundary, written while the next steps run, one save in
+ * flight, a boundary waiting for it counted); under MPI instead one part per
  * stage, ckpt-<step>-<k>-of-<K>.safetensors, committed by ckpt-<step>.safetensors.index.json.
  * The newest --keep are kept; --resume takes the newest complete one (a write cut short is only
  * ever a .tmp.<pid> file or parts without an index, which are removed once it has loaded),
