@@ -44,6 +44,7 @@ typedef struct gp_cli_progress {
     double last_draw;
     double loss_sum; /* since the last log line */
     int loss_n;
+    double ckpt_wait_s; /* step boundaries' waits for a save still being written (shown if > 0) */
 } gp_cli_progress;
 
 /* log_every 0: about 20 lines per run. */
