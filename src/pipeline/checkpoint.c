@@ -251,7 +251,7 @@ gp_status gp_pipeline_checkpoint_finish(gp_pipeline *p, bool wait, gp_checkpoint
     const int V = job->index ? p->V : 1;
     bool done = true;
     const double t0 = gp_now();
-    if (job->background) done = gp_ckpt_writer_wait(cw, wait, NULL);
+    if (job->background) done = gp_ckpt_writer_wait(cw, wait);
     outcome *mine = calloc((size_t)V, sizeof *mine), *all = calloc((size_t)V * W, sizeof *all);
     if (!mine || !all) {
         free(mine);

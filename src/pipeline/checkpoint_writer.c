@@ -202,13 +202,11 @@ gp_status gp_ckpt_writer_submit(gp_ckpt_writer *w) {
     return s;
 }
 
-bool gp_ckpt_writer_wait(gp_ckpt_writer *w, bool block, double *waited_s) {
-    double t0 = gp_now();
+bool gp_ckpt_writer_wait(gp_ckpt_writer *w, bool block) {
     pthread_mutex_lock(&w->mu);
     while (block && w->submitted) pthread_cond_wait(&w->cv, &w->mu);
     bool done = !w->submitted;
     pthread_mutex_unlock(&w->mu);
-    if (waited_s) *waited_s = block ? gp_now() - t0 : 0;
     return done;
 }
 

@@ -47,8 +47,8 @@ gp_status gp_ckpt_writer_submit(gp_ckpt_writer *w);
 /* Adds a part the caller has written itself, with status s (a save on the caller's thread). */
 gp_status gp_ckpt_writer_add_written(gp_ckpt_writer *w, const char *path, int first, int last,
                                      bool info, gp_status s);
-/* Whether the job handed over is written; block: waits until it is, *waited_s the seconds. */
-bool gp_ckpt_writer_wait(gp_ckpt_writer *w, bool block, double *waited_s);
+/* Whether the job handed over is written; block: waits until it is. */
+bool gp_ckpt_writer_wait(gp_ckpt_writer *w, bool block);
 /* The job's parts (read only once it is written), and the seconds its writing took. */
 int gp_ckpt_writer_nparts(const gp_ckpt_writer *w);
 gp_ckpt_part *gp_ckpt_writer_part(gp_ckpt_writer *w, int i);
