@@ -1274,6 +1274,36 @@ gp_status gp_checkpoint_commit(const char *index_path, const gp_model *m,
 gp_status gp_pipeline_checkpoint_save(gp_pipeline *p, const char *base, int step,
                                       const gp_checkpoint_kv *extra, int nextra, char *written,
                                       size_t written_size);
+/* The same checkpoint written in the background, for saves every step. Collective like
+ * gp_pipeline_checkpoint_save, whose files it writes byte for byte: each process copies its
+ * parts' tensors (parameters, buffers, optimizer state) into host memory it keeps for the next
+ * save, and returns; a thread of the process writes them while training goes on. At most one
+ * save is in flight: begin again only after gp_pipeline_checkpoint_finish has reported it
+ * (else GP_INVALID_ARGUMENT). A failure to copy is every rank's error here; a failure to write
+ * (disk full, folder unwritable) is the finish's. */
+gp_status gp_pipeline_checkpoint_begin(gp_pipeline *p, const char *base, int step,
+                                       const gp_checkpoint_kv *extra, int nextra);
+/* begin with background false: written on the caller's thread before it returns, from the
+ * model's own memory (no copy); then gp_pipeline_checkpoint_finish reports it. */
+gp_status gp_pipeline_checkpoint_start(gp_pipeline *p, const char *base, int step,
+                                       const gp_checkpoint_kv *extra, int nextra,
+                                       bool background);
+typedef struct gp_checkpoint_saved {
+    int step;        /* the step of the save finished; -1: none was in flight */
+    bool pending;    /* still being written somewhere (finish called without wait) */
+    double waited_s; /* the seconds this call waited for the writes */
+    double write_s;  /* the seconds the writes took, in the background */
+    uint64_t bytes;  /* this process's part files (sets only) */
+    char path[4096]; /* the file, or the set's index, once committed */
+} gp_checkpoint_saved;
+/* Finishes the save in flight, collective over every rank (they began it together, so they
+ * agree whether there is one). wait: blocks until this process's writes are done; else, while
+ * any rank is still writing, returns GP_OK with pending set and nothing else done. Once every
+ * part is written: under MPI every rank learns every part's outcome and, only if all are
+ * durable, rank 0 commits the set's index, as gp_pipeline_checkpoint_save does. A write that
+ * failed is returned here, the same error on every rank, naming the file (a set's parts
+ * written are removed). gp_pipeline_free waits for a save in flight, and commits nothing. */
+gp_status gp_pipeline_checkpoint_finish(gp_pipeline *p, bool wait, gp_checkpoint_saved *out);
 /* Collective: each rank loads its own stage's layers and their optimizer state from c (any
  * form, saved with any K; on threads every layer), and every rank returns the same outcome (a
  * failure names the rank and the part). Replicas load the same values. The other stages'

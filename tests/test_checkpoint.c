@@ -476,6 +476,76 @@ static void check_pipeline_save_threads(void) {
     session_free(&s);
 }
 
+/* The whole of a file (malloc'd), *n its size. */
+static unsigned char *slurp(const char *path, long *n) {
+    FILE *f = fopen(path, "rb");
+    REQUIRE_FILE(f);
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    rewind(f);
+    unsigned char *b = malloc((size_t)*n + 1);
+    REQUIRE_FILE(b && fread(b, 1, (size_t)*n, f) == (size_t)*n);
+    fclose(f);
+    return b;
+}
+
+/* A save in the background (gp_pipeline_checkpoint_begin/finish) on 2 stages: the file holds
+ * the parameters of the step it began at although two more steps ran while it was written,
+ * byte for byte what gp_pipeline_checkpoint_save writes at that step; one save at a time; a
+ * write that fails is reported by the finish, naming the file, and the next save goes on. */
+static void check_pipeline_save_background(void) {
+    session s;
+    session_new(&s, GP_TEST_TRANSFORMER, 2);
+    float l[2 * NSTEPS];
+    session_run(&s, 1, l);
+    char sync_base[600], bg_base[600], path[700];
+    snprintf(sync_base, sizeof sync_base, "%s", gp_scratch_path("sync"));
+    snprintf(bg_base, sizeof bg_base, "%s", gp_scratch_path("bg"));
+    gp_checkpoint_kv kv[] = {{"note", "background"}};
+    REQUIRE_OK(gp_pipeline_checkpoint_save(s.p, sync_base, 1, kv, 1, NULL, 0));
+    gp_checkpoint_saved d;
+    REQUIRE_OK(gp_pipeline_checkpoint_finish(s.p, true, &d));
+    CHECK_EQ_INT(d.step, -1); /* nothing in flight */
+    REQUIRE_OK(gp_pipeline_checkpoint_begin(s.p, bg_base, 1, kv, 1));
+    CHECK_EQ_INT(gp_pipeline_checkpoint_begin(s.p, bg_base, 1, kv, 1), GP_INVALID_ARGUMENT);
+    CHECK(strstr(gp_last_error(), "the save of step 1 is still in flight") != NULL);
+    session_run(&s, 2, l); /* the parameters move on while the copy is written */
+    REQUIRE_OK(gp_pipeline_checkpoint_finish(s.p, true, &d));
+    CHECK_EQ_INT(d.step, 1);
+    CHECK(!d.pending);
+    snprintf(path, sizeof path, "%s.safetensors", bg_base);
+    CHECK(strcmp(d.path, path) == 0);
+    long na, nb;
+    unsigned char *a = slurp(path, &na);
+    snprintf(path, sizeof path, "%s.safetensors", sync_base);
+    unsigned char *b = slurp(path, &nb);
+    CHECK(na == nb && memcmp(a, b, (size_t)na) == 0);
+    free(a);
+    free(b);
+    remove(path);
+    snprintf(path, sizeof path, "%s.safetensors", bg_base);
+    remove(path);
+    /* A folder that is not there: the copy succeeds, the write fails, the finish says so. */
+    char missing[700];
+    snprintf(missing, sizeof missing, "%s/none/ckpt", gp_scratch_path("bg_missing"));
+    REQUIRE_OK(gp_pipeline_checkpoint_begin(s.p, missing, 3, NULL, 0));
+    session_run(&s, 1, l);
+    CHECK_EQ_INT(gp_pipeline_checkpoint_finish(s.p, true, &d), GP_IO);
+    CHECK(strstr(gp_last_error(), "none/ckpt.safetensors") != NULL);
+    /* Reported once: the next save begins and finishes. */
+    REQUIRE_OK(gp_pipeline_checkpoint_begin(s.p, bg_base, 4, NULL, 0));
+    REQUIRE_OK(gp_pipeline_checkpoint_finish(s.p, true, &d));
+    CHECK_EQ_INT(d.step, 4);
+    remove(path);
+    /* Freed with a save in flight: written first, nothing is cut short. */
+    REQUIRE_OK(gp_pipeline_checkpoint_begin(s.p, bg_base, 4, NULL, 0));
+    session_free(&s);
+    gp_checkpoint *ck;
+    REQUIRE_OK(gp_checkpoint_open(path, &ck));
+    gp_checkpoint_close(ck);
+    remove(path);
+}
+
 /* A checkpoint written before parameters lived in flat blocks (tests/data/
  * convnet_before_flat_step3.safetensors: the test ConvNet after 3 steps of session_run on one
  * device, seed 91, SGD with momentum, batch-norm buffers) still loads with every value exactly as
@@ -632,6 +702,7 @@ int main(void) {
     check_bad_sets();
     check_model_headers();
     check_pipeline_save_threads();
+    check_pipeline_save_background();
     gp_scratch_cleanup();
     return gp_test_finish("test_checkpoint");
 }

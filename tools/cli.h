@@ -45,6 +45,7 @@ typedef struct gp_cli_progress {
     double last_draw;
     double loss_sum; /* since the last log line */
     int loss_n;
+    double ckpt_wait_s; /* step boundaries' waits for a save still being written (shown if > 0) */
 } gp_cli_progress;
 
 /* log_every 0: about 20 lines per run. */
@@ -194,6 +195,14 @@ typedef struct gp_cli_train {
     int ckpt_every, ckpt_keep, stop_after;
     bool resume;
     const char *init; /* --init: the parameters to start from, or NULL */
+    bool ckpt_sync; /* --checkpoint-sync: written on the training thread, not in the background */
+    /* what the saves cost this process: how many finished, the seconds the training thread
+     * spent copying them to host memory (or, --checkpoint-sync, writing them), the seconds a
+     * step boundary waited for the previous save still being written, the seconds the run's
+     * stop waited for its last one, and the seconds the background writes took */
+    int ckpt_saves;
+    double ckpt_copy_s, ckpt_wait_s, ckpt_flush_s, ckpt_write_s;
+    double ckpt_last_copy_s; /* the copy (or synchronous write) of the save in flight */
     char *model_config; /* owned: the JSON the model was built from, for the metadata */
 
     /* set up by gp_cli_train_main */
@@ -350,9 +359,13 @@ int gp_cli_init_params(gp_cli_train *t);
 /* gpipe import and gpipe export (cmd_hf.c). */
 int gp_cli_import_main(int argc, char **argv);
 int gp_cli_export_main(int argc, char **argv);
-/* After `done` steps: writes DIR/ckpt-<done>.safetensors when due (every
- * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
+/* After `done` steps: finishes the save in flight if it is written (waiting for it, the wait
+ * counted, when the next one is due), reporting it and keeping the newest --keep; then, when
+ * due (every --checkpoint-every steps and at the stop), begins DIR/ckpt-<done>.safetensors,
+ * written in the background (at the stop, waited for). */
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done);
+/* The checkpoint counters as a report object. */
+cJSON *gp_cli_ckpt_report(const gp_cli_train *t);
 /* The newest complete checkpoint in dir (path, "" if none) and its step (-1 if none), opened as
  * --resume opens it (a set: its index and the records of its parts); one that does not open is
  * a runtime failure with the library's message. Returns an exit status. */

@@ -1,5 +1,7 @@
 /* Checkpoints of `gpipe train`: DIR/ckpt-<step, 8 digits>.safetensors written every N steps, at
- * --stop-after and at the end (atomically, by the library); under MPI instead one part per
+ * --stop-after and at the end (atomically, by the library, in the background unless
+ * --checkpoint-sync: copied at the step boundary, written while the next steps run, one save in
+ * flight, a boundary waiting for it counted); under MPI instead one part per
  * stage, ckpt-<step>-<k>-of-<K>.safetensors, committed by ckpt-<step>.safetensors.index.json.
  * The newest --keep are kept; --resume takes the newest complete one (a write cut short is only
  * ever a .tmp.<pid> file or parts without an index, which are removed once it has loaded),
@@ -528,12 +530,53 @@ static void prune(const gp_cli_train *t) {
     free(e);
 }
 
+/* Reports a save that finished (prints it, keeps the newest --keep), or fails naming it. */
+static int finished(gp_cli_train *t, gp_cli_progress *p, gp_status s, const gp_checkpoint_saved *d,
+                    double waited, bool at_stop) {
+    if (at_stop) t->ckpt_flush_s += waited;
+    else t->ckpt_wait_s += waited;
+    if (s != GP_OK) {
+        gp_cli_progress_clear(p);
+        return gp_cli_fail("train", "--checkpoint-dir: cannot write a checkpoint");
+    }
+    if (d->step < 0 || d->pending) return GP_CLI_EXIT_OK;
+    t->ckpt_saves++;
+    t->ckpt_write_s += d->write_s;
+    if (t->place.rank == 0) prune(t);
+    gp_cli_progress_clear(p);
+    struct stat st;
+    char size[32];
+    int K = t->place.launcher == GP_LAUNCHER_MPI ? gp_pipeline_stages(t->pipeline) : 0;
+    if (K > 0)
+        printf("checkpoint: committed %s (step %d, %d parts", d->path, d->step, K);
+    else
+        printf("checkpoint: wrote %s (step %d, %s", d->path, d->step,
+               gp_cli_fmt_bytes(stat(d->path, &st) == 0 ? (uint64_t)st.st_size : 0, size,
+                                sizeof size));
+    if (t->ckpt_sync)
+        printf(", %.2fs)\n", d->write_s + t->ckpt_last_copy_s);
+    else
+        printf(", copied in %.2fs, written in the background in %.2fs, %s %.2fs)\n",
+               t->ckpt_last_copy_s, d->write_s, at_stop ? "the stop waited" : "the step waited",
+               waited);
+    fflush(stdout);
+    return GP_CLI_EXIT_OK;
+}
+
+/* The save in flight: finished if written (wait: waited for, as the next save is due). */
+static int finish_inflight(gp_cli_train *t, gp_cli_progress *p, bool wait, bool at_stop) {
+    gp_checkpoint_saved d;
+    gp_status s = gp_pipeline_checkpoint_finish(t->pipeline, wait, &d);
+    return finished(t, p, s, &d, d.waited_s, at_stop);
+}
+
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
     if (!t->ckpt_dir) return GP_CLI_EXIT_OK;
     bool due = done == t->stop_step || (t->ckpt_every > 0 && done % t->ckpt_every == 0);
-    if (!due) return GP_CLI_EXIT_OK;
-    char path[4096], buf[64], pos[64];
-    ckpt_path(t->ckpt_dir, &(ckpt_entry){done, false}, path, sizeof path);
+    /* One save at a time: the one in flight ends first, waited for if this step's is due. */
+    int rc = finish_inflight(t, p, due, false);
+    if (rc != GP_CLI_EXIT_OK || !due) return rc;
+    char buf[64], pos[64];
     double t0 = gp_cli_now();
     cJSON *opts = train_options(t);
     char *opts_text = opts ? cJSON_PrintUnformatted(opts) : NULL;
@@ -561,22 +604,13 @@ int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
     /* A pipeline saves itself: under MPI one part per stage, committed by an index. */
     char base[4096];
     snprintf(base, sizeof base, "%s/" CKPT_PREFIX "%08d", t->ckpt_dir, done);
-    gp_status s = gp_pipeline_checkpoint_save(t->pipeline, base, done, kv, 5, path, sizeof path);
+    gp_status s = gp_pipeline_checkpoint_start(t->pipeline, base, done, kv, 5, !t->ckpt_sync);
     cJSON_free(opts_text);
+    t->ckpt_last_copy_s = gp_cli_now() - t0;
+    t->ckpt_copy_s += t->ckpt_last_copy_s;
     if (s != GP_OK) return gp_cli_fail("train", "--checkpoint-dir: cannot write a checkpoint");
-    if (t->place.rank == 0) prune(t);
-    struct stat st;
-    char size[32];
-    int K = t->place.launcher == GP_LAUNCHER_MPI ? gp_pipeline_stages(t->pipeline) : 0;
-    if (K > 0)
-        printf("checkpoint: committed %s (step %d, %d parts, %.2fs)\n", path, done, K,
-               gp_cli_now() - t0);
-    else
-        printf("checkpoint: wrote %s (step %d, %s, %.2fs)\n", path, done,
-               gp_cli_fmt_bytes(stat(path, &st) == 0 ? (uint64_t)st.st_size : 0, size,
-                                sizeof size),
-               gp_cli_now() - t0);
-    fflush(stdout);
+    /* The run stops here: its last save is waited for (and so is a synchronous one, done). */
+    if (done == t->stop_step || t->ckpt_sync) return finish_inflight(t, p, true, !t->ckpt_sync);
     return GP_CLI_EXIT_OK;
 }
 
@@ -591,4 +625,17 @@ int gp_cli_init_params(gp_cli_train *t) {
     if (s != GP_OK) return gp_cli_fail("train", "--init");
     printf("init: loaded the parameters of %s\n", t->init);
     return GP_CLI_EXIT_OK;
+}
+
+cJSON *gp_cli_ckpt_report(const gp_cli_train *t) {
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON_AddStringToObject(c, "mode", t->ckpt_sync ? "sync" : "background");
+    cJSON_AddNumberToObject(c, "every", t->ckpt_every);
+    cJSON_AddNumberToObject(c, "saves", t->ckpt_saves);
+    cJSON_AddNumberToObject(c, "copy_s", t->ckpt_copy_s);
+    cJSON_AddNumberToObject(c, "wait_s", t->ckpt_wait_s);
+    cJSON_AddNumberToObject(c, "stop_wait_s", t->ckpt_flush_s);
+    cJSON_AddNumberToObject(c, "write_s", t->ckpt_write_s);
+    return c;
 }

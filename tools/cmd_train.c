@@ -26,7 +26,7 @@ typedef struct train_opts {
     /* checkpoints */
     const char *ckpt_dir, *init;
     int ckpt_every, keep, stop_after;
-    bool resume;
+    bool resume, ckpt_sync;
 } train_opts;
 
 enum { NOPTS = 64 }; /* room for the table below; table_len counts it */
@@ -186,6 +186,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--checkpoint-every", GP_CLI_INT, &o->ckpt_every, "N",
          "with --checkpoint-dir: also a checkpoint every N steps", "only at the stop and the end",
          1, false, NULL, false, 0, false},
+        {"--checkpoint-sync", GP_CLI_FLAG, &o->ckpt_sync, NULL,
+         "with --checkpoint-dir: write each checkpoint before the next step starts (the same "
+         "bytes) instead of copying it to host memory and writing it in the background",
+         "off", 0, false, NULL, false, 0, false},
         {"--keep", GP_CLI_INT, &o->keep, "K",
          "with --checkpoint-dir: keep only the newest K checkpoints", "3", 1, false, NULL, false, 0,
          false},
@@ -332,13 +336,15 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     if (SEEN("--prompts") && !SEEN("--sample"))
         return gp_cli_usage_error("train", "--prompts: only with --sample N (language models)");
     if (!SEEN("--checkpoint-dir"))
-        for (int i = 0; i < 3; i++) {
-            const char *name = (const char *[]){"--checkpoint-every", "--keep", "--resume"}[i];
+        for (int i = 0; i < 4; i++) {
+            const char *name = (const char *[]){"--checkpoint-every", "--keep", "--resume",
+                                                "--checkpoint-sync"}[i];
             if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --checkpoint-dir", name);
         }
     t->ckpt_dir = o->ckpt_dir;
     t->ckpt_every = o->ckpt_every;
     t->ckpt_keep = SEEN("--keep") ? o->keep : 3;
+    t->ckpt_sync = o->ckpt_sync;
     t->resume = o->resume;
     t->init = o->init;
     t->stop_after = o->stop_after;
@@ -548,6 +554,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     double ex_s = t->train_seconds > 0 ? (double)t->examples_seen / t->train_seconds : 0;
     cJSON_AddNumberToObject(th, "examples_per_s", ex_s);
     if (t->is_lm) cJSON_AddNumberToObject(th, "tokens_per_s", ex_s * (double)t->in_shape.dim[1]);
+    if (t->ckpt_dir) cJSON_AddItemToObject(r, "checkpoints", gp_cli_ckpt_report(t));
     gp_mem_stats st;
     gp_device_mem_stats(t->dev, &st);
     gp_cli_report_memory(r, &st);
@@ -575,6 +582,11 @@ static void print_summary(gp_cli_train *t) {
            t->is_lm ? "sequences" : "images");
     if (t->is_lm) printf(" (%.0f tokens/s)", ex_s * (double)t->in_shape.dim[1]);
     printf(", final loss %.4f\n", t->final_loss);
+    if (t->ckpt_saves > 0)
+        printf("checkpoints: %d saved (%s), %.2fs copying at step boundaries, %.2fs waiting for "
+               "a save still being written (%.2fs at the stop), %.2fs of writes\n",
+               t->ckpt_saves, t->ckpt_sync ? "--checkpoint-sync" : "in the background",
+               t->ckpt_copy_s, t->ckpt_wait_s, t->ckpt_flush_s, t->ckpt_write_s);
     printf("peak memory %s (", gp_cli_fmt_bytes(st.peak_total, mem, sizeof mem));
     for (int c = 0; c < GP_MEM_NCATEGORIES; c++)
         printf("%s%s %s", c ? ", " : "", gp_mem_category_name((gp_mem_category)c),

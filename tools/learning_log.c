@@ -67,6 +67,7 @@ int gp_cli_log_step(gp_cli_train *t, const gp_cli_progress *p, int done, double 
         cJSON_AddNumberToObject(o, "images_per_s", rate);
     }
     cJSON_AddNumberToObject(o, "train_s", t->train_seconds);
+    if (t->ckpt_dir) cJSON_AddNumberToObject(o, "checkpoint_wait_s", t->ckpt_wait_s);
     cJSON_AddNumberToObject(o, "elapsed_s", gp_cli_now() - t->run_t0);
     t->log_loss_sum = 0;
     t->log_loss_n = 0;

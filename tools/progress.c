@@ -2,6 +2,7 @@
  * loss, examples/s, ETA); otherwise a plain log line every N steps, so that
  * logs written to files stay readable. */
 #include <math.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -46,8 +47,12 @@ void gp_cli_progress_step(gp_cli_progress *p, int done, double loss, double trai
     double rate =
         train_seconds > 0 ? (double)done * (double)p->examples_per_step / train_seconds : 0;
     double eta = done > 0 ? train_seconds / done * (p->total - done) : 0;
-    char rbuf[64], ebuf[32];
+    char rbuf[96], ebuf[32];
     fmt_rate(p, rate, rbuf, sizeof rbuf);
+    if (p->ckpt_wait_s > 0) { /* saves outpaced by the steps: the time the steps lost to them */
+        size_t n = strlen(rbuf);
+        snprintf(rbuf + n, sizeof rbuf - n, "  checkpoint wait %.1fs", p->ckpt_wait_s);
+    }
     gp_cli_fmt_duration(eta, ebuf, sizeof ebuf);
     if (p->bar) {
         /* Redrawing costs little, but not more than ~10 times a second. */

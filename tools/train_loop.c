@@ -110,6 +110,7 @@ int gp_cli_train_step(gp_cli_train *t, gp_cli_progress *p, int step, const gp_te
         return GP_CLI_EXIT_RUNTIME;
     }
     t->step_losses[step] = loss;
+    p->ckpt_wait_s = t->ckpt_wait_s;
     gp_cli_progress_step(p, step + 1, loss, t->train_seconds);
     int rc = gp_cli_log_step(t, p, step + 1, loss);
     return rc == GP_CLI_EXIT_OK ? gp_cli_ckpt_after_step(t, p, step + 1) : rc;

@@ -50,10 +50,13 @@ static void optim_json(const gp_optim_opts *o, char *buf, size_t n) {
              o->total_steps, (double)o->min_lr, (double)o->clip_norm);
 }
 
-/* Host copies of device tensors, kept until the writer has written them (it borrows data). */
+/* Host copies of tensors, kept until the writer has written them (it borrows data): one copy
+ * per device tensor (staged), or every tensor copied into one caller's arena (a snapshot). */
 typedef struct staging {
     void **buf;
     int n, cap;
+    unsigned char *arena; /* NULL: borrow host tensors, copy device ones into buf */
+    size_t arena_size, used;
 } staging;
 
 static void staging_free(staging *st) {
@@ -61,8 +64,19 @@ static void staging_free(staging *st) {
     free(st->buf);
 }
 
-/* t's bytes as host memory: t's own when the host can read them, else a copy kept in st. */
+/* t's bytes as host memory: the arena's copy; else t's own when the host can read them, else a
+ * copy kept in st. */
 static gp_status host_bytes(const gp_tensor *t, staging *st, const void **out) {
+    size_t n = gp_tensor_nbytes(t);
+    if (st->arena) {
+        if (n > st->arena_size - st->used)
+            return gp_error(GP_INTERNAL, "checkpoint snapshot: %zu bytes past the arena's %zu", n,
+                            st->arena_size);
+        void *at = st->arena + st->used;
+        st->used += n;
+        *out = at;
+        return gp_tensor_to_host(t, at, n);
+    }
     if ((*out = gp_tensor_host_data(t))) return GP_OK;
     if (st->n == st->cap) {
         int cap = st->cap ? 2 * st->cap : 64;
@@ -71,7 +85,6 @@ static gp_status host_bytes(const gp_tensor *t, staging *st, const void **out) {
         st->buf = b;
         st->cap = cap;
     }
-    size_t n = gp_tensor_nbytes(t);
     void *copy = malloc(n ? n : 1);
     if (!copy) return gp_error(GP_OUT_OF_MEMORY, "checkpoint: %zu bytes of host staging", n);
     st->buf[st->n++] = copy;
@@ -90,7 +103,7 @@ static gp_status add_tensor(gp_safetensors_writer *w, staging *st, const char *p
                                              "(initialize the model and create its pipeline "
                                              "first)",
                         path, name);
-    const void *bytes;
+    const void *bytes = NULL;
     GP_TRY(host_bytes(t, st, &bytes));
     return gp_safetensors_writer_add(w, name, GP_F32, t->shape, bytes);
 }
@@ -154,32 +167,63 @@ static gp_status put_writer(void *ctx, const char *key, const char *value) {
     return gp_safetensors_writer_meta(ctx, key, value);
 }
 
-gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
-                             const gp_optim_opts *o, int step, const gp_checkpoint_kv *extra,
-                             int nextra) {
-    if (!path || !m || (nextra > 0 && !extra))
-        return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_save: NULL argument");
+static gp_status check_save(const char *path, const gp_model *m, int first, int last, int step) {
     if (first < 0 || last > m->nlayers || first >= last)
         return gp_error(GP_INVALID_ARGUMENT, "checkpoint %s: layer range [%d, %d) outside the "
                                              "model's 0..%d",
                         path, first, last, m->nlayers);
     if (step < 0)
         return gp_error(GP_INVALID_ARGUMENT, "checkpoint %s: step %d, expected >= 0", path, step);
+    return GP_OK;
+}
+
+/* Every tensor of layers [first, last) with its optimizer states into w, in file order. */
+static gp_status add_layers(gp_safetensors_writer *w, staging *st, const char *path, gp_model *m,
+                            int first, int last, const gp_optim_opts *o) {
+    const int nstate = gp_optim_state_count(o);
+    for (int li = first; li < last; li++) {
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams; j++) {
+            gp_param *p = &l->params[j];
+            if (gp_model_tie_copy(m, li, j) >= 0) continue; /* stored once: its owner's */
+            GP_TRY(add_tensor(w, st, path, li, p->name, NULL, &p->value));
+            for (int k = 0; k < nstate && p->trainable; k++)
+                GP_TRY(add_tensor(w, st, path, li, p->name, state_suffix(o, k), &p->state[k]));
+        }
+    }
+    return GP_OK;
+}
+
+size_t gp_ckpt_data_bytes(const gp_model *m, int first, int last, const gp_optim_opts *o) {
+    size_t n = 0;
+    for (int li = first; li < last; li++)
+        for (int j = 0; j < m->layers[li]->nparams; j++) {
+            const gp_param *p = &m->layers[li]->params[j];
+            n += (size_t)gp_shape_nelem(&p->shape) * 4 * (size_t)gp_ckpt_nstored(m, o, li, j);
+        }
+    return n;
+}
+
+gp_status gp_ckpt_snapshot(gp_safetensors_writer *w, const char *path, gp_model *m, int first,
+                           int last, const gp_optim_opts *o, int step,
+                           const gp_checkpoint_kv *extra, int nextra, unsigned char *arena,
+                           size_t arena_size) {
+    GP_TRY(check_save(path, m, first, last, step));
+    staging st = {.arena = arena, .arena_size = arena_size};
+    GP_TRY(add_layers(w, &st, path, m, first, last, o));
+    return gp_ckpt_meta(m, first, last, o, step, extra, nextra, put_writer, w);
+}
+
+gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
+                             const gp_optim_opts *o, int step, const gp_checkpoint_kv *extra,
+                             int nextra) {
+    if (!path || !m || (nextra > 0 && !extra))
+        return gp_error(GP_INVALID_ARGUMENT, "gp_checkpoint_save: NULL argument");
+    GP_TRY(check_save(path, m, first, last, step));
     gp_safetensors_writer *w;
     GP_TRY(gp_safetensors_writer_new(&w));
     staging st = {0};
-    gp_status s = GP_OK;
-    const int nstate = gp_optim_state_count(o);
-    for (int li = first; li < last && s == GP_OK; li++) {
-        gp_layer *l = m->layers[li];
-        for (int j = 0; j < l->nparams && s == GP_OK; j++) {
-            gp_param *p = &l->params[j];
-            if (gp_model_tie_copy(m, li, j) >= 0) continue; /* stored once: its owner's */
-            s = add_tensor(w, &st, path, li, p->name, NULL, &p->value);
-            for (int k = 0; k < nstate && p->trainable && s == GP_OK; k++)
-                s = add_tensor(w, &st, path, li, p->name, state_suffix(o, k), &p->state[k]);
-        }
-    }
+    gp_status s = add_layers(w, &st, path, m, first, last, o);
     if (s == GP_OK) s = gp_ckpt_meta(m, first, last, o, step, extra, nextra, put_writer, w);
     if (s == GP_OK) s = gp_safetensors_writer_write(w, path);
     gp_safetensors_writer_free(w);

@@ -20,6 +20,16 @@ typedef gp_status (*gp_ckpt_put)(void *ctx, const char *key, const char *value);
 gp_status gp_ckpt_meta(const gp_model *m, int first, int last, const gp_optim_opts *o, int step,
                        const gp_checkpoint_kv *extra, int nextra, gp_ckpt_put put, void *ctx);
 
+/* The tensor bytes a checkpoint of layers [first, last) holds (parameters, buffers, o's states). */
+size_t gp_ckpt_data_bytes(const gp_model *m, int first, int last, const gp_optim_opts *o);
+/* Fills w (new, empty) with the checkpoint gp_checkpoint_save would write to path, every
+ * tensor's bytes copied into arena (gp_ckpt_data_bytes of them, from any device): w then
+ * borrows nothing from m, so the model may train on while another thread writes w. */
+gp_status gp_ckpt_snapshot(gp_safetensors_writer *w, const char *path, gp_model *m, int first,
+                           int last, const gp_optim_opts *o, int step,
+                           const gp_checkpoint_kv *extra, int nextra, unsigned char *arena,
+                           size_t arena_size);
+
 /* A "step" metadata value (NULL: none) as a step count; errors name origin. */
 gp_status gp_ckpt_parse_step(const char *v, const char *origin, int *step);
 /* The layers a file holds, [*first, *last), from its "layers" metadata (a foreign file: all). */

@@ -6,6 +6,7 @@
 
 #include "kernels/devices.h"
 #include "optim/optim.h"
+#include "pipeline/checkpoint_writer.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline_internal.h"
 
@@ -320,6 +321,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
 void gp_pipeline_free(gp_pipeline *p) {
     if (!p) return;
     if (p->m) p->m->held = false;
+    gp_ckpt_writer_free(p->ckpt); /* a save in flight is written first, never cut short */
     if (p->launcher) p->launcher->free(p);
     /* Every cell's store goes before the devices: a stage's cells share its lead's device. */
     for (int w = 0; p->st && w < p->K * p->T; w++) {

@@ -158,6 +158,8 @@ struct gp_pipeline {
     uint64_t *bytes;        /* (2 x nranks) p2p and all-reduce bytes of each rank, last step */
     uint64_t *tp_bytes;     /* (devices: nranks under MPI, workers on threads) tensor-axis bytes */
     gp_mem_stats *rank_mem; /* (nranks) each rank's stage counters, at the last gather */
+    /* The checkpoint writer and the save in flight (checkpoint.c); made at the first save. */
+    struct gp_ckpt_writer *ckpt;
 };
 
 /* stage.c: runs the action list of lead s's stage (all its cells) for one step on the calling

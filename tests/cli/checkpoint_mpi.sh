@@ -16,6 +16,9 @@
 # - a damaged or missing part of the newest set makes --resume fail (exit 1) naming the part
 #   and pointing at the previous set: the set was committed complete, so its damage is reported
 #   rather than silently losing the steps since the previous one.
+# - in the background (the default) and with --checkpoint-sync, a set after every step: the parts
+#   and the index the same bytes; every rank killed in the middle of writing its part (SIGXFSZ:
+#   `ulimit -f` below a part's size) leaves the previous set the newest, which resumes exactly.
 # Exit 77 (skipped) without MPI. Run from the repository root:
 #   bash tests/cli/checkpoint_mpi.sh /path/to/gpipe
 set -u
@@ -191,5 +194,37 @@ rm -rf "$TMP/dmg" && cp -r "$TMP/dmg0" "$TMP/dmg"
 python3 -c "import sys; p=sys.argv[1]; t=open(p).read(); open(p,'w').write(t[:len(t)//2])" \
     "$TMP/dmg/ckpt-00000004.safetensors.index.json"
 expect_damaged bad_index "$TMP/dmg/ckpt-00000004.safetensors.index.json" "not a JSON object"
+
+# --- in the background: the same bytes as --checkpoint-sync; killed in the middle of a save ------
+cli_mpirun mbg 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/mbg" --checkpoint-every 1 --keep 20
+cli_mpirun msy 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/msy" --checkpoint-every 1 --keep 20 \
+    --checkpoint-sync
+[ "$(ls "$TMP/mbg" | grep -c 'index.json$')" = 8 ] || bad "background sets: $(files "$TMP/mbg")"
+[ "$(files "$TMP/mbg")" = "$(files "$TMP/msy")" ] ||
+    bad "background $(files "$TMP/mbg") vs sync $(files "$TMP/msy")"
+for f in "$TMP/mbg"/*; do
+    cmp -s "$f" "$TMP/msy/$(basename "$f")" || bad "$(basename "$f"): background and sync differ"
+done
+grep -q "checkpoint: committed $TMP/mbg/ckpt-00000002.safetensors.index.json (step 2, 2 parts, copied in" \
+    "$TMP/mbg.out" || bad "no background commit line: $(cat "$TMP/mbg.out")"
+cli_mpirun mk1 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/mkill" --checkpoint-every 1 --keep 2 \
+    --stop-after 3
+# In KiB: half a part; every other file of the run is smaller.
+limit=$(($(stat -c %s "$TMP/mbg/ckpt-00000004-00001-of-00002.safetensors") / 2048))
+# Open MPI's shared-memory files would hit the limit first: PMIx's store and the messages go
+# through memory and TCP instead.
+(ulimit -f "$limit"; PMIX_MCA_gds=hash OMPI_MCA_btl=tcp,self timeout -k 10 300 "${MPIRUN[@]}" -np 2 \
+    "$GPIPE" train "${LM[@]}" --stages 2 \
+    --checkpoint-dir "$TMP/mkill" --checkpoint-every 1 --keep 2 --resume >"$TMP/mk2.out" 2>"$TMP/mk2.err")
+[ $? != 0 ] || bad "the run with a file size limit below a part's size succeeded"
+[ -f "$TMP/mkill/ckpt-00000003.safetensors.index.json" ] &&
+    [ ! -e "$TMP/mkill/ckpt-00000004.safetensors.index.json" ] &&
+    compgen -G "$TMP/mkill/ckpt-00000004-0000?-of-00002.safetensors.tmp.*" >/dev/null ||
+    bad "after the kill: $(files "$TMP/mkill"), expected set 3 and a temporary part of step 4"
+cli_mpirun mk3 2 "${LM[@]}" --stages 2 --checkpoint-dir "$TMP/mkill" --checkpoint-every 1 --keep 2 \
+    --resume --report "$TMP/mk3.json" && cli_same_run straight mk3
+grep -q "resume: loaded $TMP/mkill/ckpt-00000003.safetensors.index.json: continuing at step 3 of 8" \
+    "$TMP/mk3.out" || bad "did not resume from set 3: $(cat "$TMP/mk3.out")"
+grep -q "signal 25" "$TMP/mk2.err" || bad "no rank was killed by SIGXFSZ: $(tail -c 600 "$TMP/mk2.err")"
 
 cli_finish checkpoint_mpi
