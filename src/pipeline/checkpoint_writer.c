@@ -129,8 +129,12 @@ static void note_written(gp_ckpt_part *p, gp_status s) {
     if (s != GP_OK) snprintf(p->msg, sizeof p->msg, "%s", gp_last_error());
 }
 
-/* Writes one part; what it leaves in the part is all the thread touches. */
-static void write_part(gp_ckpt_part *p) { note_written(p, gp_safetensors_writer_write(p->w, p->path)); }
+/* Writes one part; what it leaves in the part is all the thread touches. A part without a
+ * writer was written on the training thread already (one holding no tensor to copy, such as a
+ * stage whose only parameter is a tied weight's copy, stored by its owner). */
+static void write_part(gp_ckpt_part *p) {
+    if (p->w) note_written(p, gp_safetensors_writer_write(p->w, p->path));
+}
 
 static void *thread_main(void *arg) {
     gp_ckpt_writer *w = arg;
