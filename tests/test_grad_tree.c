@@ -4,7 +4,8 @@
  * zero-bubble ones with their weight parts deferred, interleaved and zbv with two cells per
  * stage) and both re-materialization modes, at M = 8 (a tree of 8 leaves) and M = 6 (two leaves
  * of 3 micro-batches); it is the sequential sum itself for an odd M; it differs from the
- * sequential sum in bits and agrees with it to float32 rounding; a bad value is a named error;
+ * sequential sum in bits and agrees with it to float32 rounding; with T = 2 shards per stage it is
+ * bitwise over K too; a bad value is a named error;
  * its buffers are counted as gradients and released with the pipeline. The sum across
  * data-parallel replicas is tests/test_pipeline_mpi.c's and tests/cli/mesh.sh's. */
 #include <math.h>
@@ -22,12 +23,12 @@ typedef struct result {
     gp_model *m; /* kept (values on the caller's side) when asked */
 } result;
 
-static void run(int batch, int K, int M, gp_schedule_kind sk, gp_remat rm, gp_grad_sum gs,
-                result *r) {
+static void run_t(int batch, int K, int T, int M, gp_schedule_kind sk, gp_remat rm,
+                  gp_grad_sum gs, result *r) {
     gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
     gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk, .remat = rm,
-                           .grad_sum = gs};
+                           .grad_sum = gs, .tensor_parallel = T};
     gp_pipeline *p = NULL;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     for (int s = 0; s < STEPS; s++) {
@@ -38,6 +39,11 @@ static void run(int batch, int K, int M, gp_schedule_kind sk, gp_remat rm, gp_gr
     REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &r->hash));
     gp_pipeline_free(p); /* every stage device asserts all its bytes (the tree's too) released */
     gp_model_free(m);
+}
+
+static void run(int batch, int K, int M, gp_schedule_kind sk, gp_remat rm, gp_grad_sum gs,
+                result *r) {
+    run_t(batch, K, 1, M, sk, rm, gs, r);
 }
 
 static bool same(const result *a, const result *b) {
@@ -59,7 +65,7 @@ static void across_pipelines(int M) {
             const gp_remat remat = rm ? GP_REMAT_NONE : GP_REMAT_CELL;
             if (cases[i].sk == GP_SCHEDULE_INTERLEAVED && M % cases[i].K) continue;
             result got;
-            run(M == 6 ? 6 : BATCH, cases[i].K, M, cases[i].sk, remat, GP_GRAD_SUM_TREE, &got);
+            run(BATCH, cases[i].K, M, cases[i].sk, remat, GP_GRAD_SUM_TREE, &got);
             const bool ok = same(&got, &ref);
             printf("tree M=%d K=%d %s remat %s: params %016llx vs K=1 %016llx: %s\n", M,
                    cases[i].K, gp_schedule_kind_name(cases[i].sk), gp_remat_name(remat),
@@ -77,6 +83,14 @@ int main(void) {
         run(6, 1, 6, GP_SCHEDULE_1F1B, GP_REMAT_NONE, GP_GRAD_SUM_TREE, &a);
         run(6, 2, 6, GP_SCHEDULE_ZBH1, GP_REMAT_CELL, GP_GRAD_SUM_TREE, &b);
         printf("tree M=6: K=2 zbh1 vs K=1: %s\n", same(&a, &b) ? "bit-identical" : "DIFFERENT");
+        CHECK(same(&a, &b));
+    }
+    /* T = 2 shards per stage: each shard's cell sums its part as a tree, over K as well. */
+    {
+        result a, b;
+        run_t(BATCH, 1, 2, 8, GP_SCHEDULE_1F1B, GP_REMAT_NONE, GP_GRAD_SUM_TREE, &a);
+        run_t(BATCH, 2, 2, 8, GP_SCHEDULE_ZBH1, GP_REMAT_CELL, GP_GRAD_SUM_TREE, &b);
+        printf("tree M=8 T=2: K=2 zbh1 vs K=1: %s\n", same(&a, &b) ? "bit-identical" : "DIFFERENT");
         CHECK(same(&a, &b));
     }
     /* An odd M is one leaf: the sequential sum, bit for bit. */

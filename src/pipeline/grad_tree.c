@@ -53,10 +53,15 @@ void gp_grad_tree_free(gp_stage *s) {
     memset(t, 0, sizeof *t);
 }
 
+/* Buffer ids: 0 is the cell's slice of the gradient block itself, which takes leaf 0 (zero at
+ * the step's start, or what gp_pipeline_accumulate left there); leaves are merged into the older
+ * buffer, so the sum of leaves 0..2^l - 1 stays in it and the tree ends where the optimizer
+ * reads. Ids 1..npool are the pool's. */
 void gp_grad_tree_begin_step(gp_stage *s) {
     gp_grad_tree *t = &s->gt;
     if (!t->on) return;
     for (int j = 0; j < t->nblocks; j++) t->leaf[j] = -1, t->left[j] = t->q;
+    t->leaf[0] = 0;
     for (int l = 0; l < t->nlevels; l++) t->level[l] = -1;
     for (int i = 0; i < t->npool; i++) t->is_free[i] = true;
 }
@@ -76,11 +81,18 @@ static gp_status acquire(gp_stage *s, int *out) {
     }
     GP_TRY(gp_tensor_fill_zero(&t->pool[i]));
     t->is_free[i] = false;
-    *out = i;
+    *out = i + 1;
     return GP_OK;
 }
 
-static float *buf(const gp_grad_tree *t, int i) { return t->pool[i].data; }
+static float *buf(const gp_stage *s, int id) {
+    int64_t n;
+    return id == 0 ? cell_grads(s, &n) : s->gt.pool[id - 1].data;
+}
+
+static void release(gp_grad_tree *t, int id) {
+    if (id > 0) t->is_free[id - 1] = true;
+}
 
 /* Every trainable view of the cell's layers moves from base `from` to base `to`. */
 static void repoint(gp_stage *s, float *from, float *to) {
@@ -98,8 +110,7 @@ gp_status gp_grad_tree_enter(gp_stage *s, int mb) {
     if (!t->on) return GP_OK;
     const int j = mb / t->q;
     if (t->leaf[j] < 0) GP_TRY(acquire(s, &t->leaf[j]));
-    int64_t n;
-    repoint(s, cell_grads(s, &n), buf(t, t->leaf[j]));
+    repoint(s, buf(s, 0), buf(s, t->leaf[j]));
     return GP_OK;
 }
 
@@ -110,14 +121,14 @@ static gp_status add(gp_stage *s, const float *x, float *y, int64_t n) {
 }
 
 /* Leaf j is complete (not the last: that one is folded layer by layer, gp_grad_tree_layer_final):
- * carried up the counter, each level's older subtree added to it. */
+ * carried up the counter, added into each level's older subtree. */
 static gp_status push(gp_stage *s, int j) {
     gp_grad_tree *t = &s->gt;
     int carry = t->leaf[j], l = 0;
     t->leaf[j] = -1;
     for (; l < t->nlevels && t->level[l] >= 0; l++) {
-        GP_TRY(add(s, buf(t, carry), buf(t, t->level[l]), t->n));
-        t->is_free[carry] = true;
+        GP_TRY(add(s, buf(s, carry), buf(s, t->level[l]), t->n));
+        release(t, carry);
         carry = t->level[l];
         t->level[l] = -1;
     }
@@ -131,8 +142,7 @@ gp_status gp_grad_tree_leave(gp_stage *s, int mb, bool last_part) {
     gp_grad_tree *t = &s->gt;
     if (!t->on) return GP_OK;
     const int j = mb / t->q;
-    int64_t n;
-    repoint(s, buf(t, t->leaf[j]), cell_grads(s, &n));
+    repoint(s, buf(s, t->leaf[j]), buf(s, 0));
     if (!last_part || --t->left[j] > 0 || j == t->nblocks - 1) return GP_OK;
     return push(s, j);
 }
@@ -148,17 +158,12 @@ gp_status gp_grad_tree_layer_final(gp_stage *s, int li) {
         if (t->level[l] < 0)
             return gp_error(GP_INTERNAL, "cell %d: the last block of micro-batches finished "
                                          "before block %d", s->k, j - (1 << l));
-    int64_t n;
-    float *base = cell_grads(s, &n);
     gp_tensor g = gp_store_grad_slice(s->store, li, li + 1);
-    const int64_t off = (float *)g.data - base, len = gp_tensor_nelem(&g);
-    if (len == 0) return GP_OK;
-    float *carry = buf(t, t->leaf[j]) + off;
-    for (int l = 0; l < t->nlevels; l++) {
-        float *older = buf(t, t->level[l]) + off;
-        GP_TRY(add(s, carry, older, len));
-        carry = older;
+    const int64_t off = (float *)g.data - buf(s, 0), len = gp_tensor_nelem(&g);
+    /* up the counter into the top level, leaf 0's buffer: the gradient block */
+    for (int l = 0, carry = t->leaf[j]; l < t->nlevels && len > 0; l++) {
+        GP_TRY(add(s, buf(s, carry) + off, buf(s, t->level[l]) + off, len));
+        carry = t->level[l];
     }
-    /* into the block itself: zero after an update, or what gp_pipeline_accumulate left */
-    return add(s, carry, g.data, len);
+    return GP_OK;
 }

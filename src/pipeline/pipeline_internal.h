@@ -39,16 +39,17 @@ typedef struct gp_stage gp_stage;
 /* grad_tree.c: a cell's weight gradients summed as a tree over its micro-batches
  * (GP_GRAD_SUM_TREE): leaf j holds micro-batches [j q, (j + 1) q) added in order, finished
  * leaves meet in a binary counter (level l: the sum of 2^l leaves), and the last leaf is folded
- * into the gradient block layer by layer as its layers finish. Buffers are indices into pool. */
+ * up it layer by layer as its layers finish. Buffer id 0 is the cell's slice of the gradient
+ * block (leaf 0, where the sum ends), id i > 0 is pool[i - 1]. */
 typedef struct gp_grad_tree {
     bool on;            /* TREE with more than one leaf, on a cell with gradients */
     int q, nblocks, nlevels;
     int64_t n;          /* floats of the cell's gradients */
-    int *leaf;          /* (nblocks) block j's buffer, -1: none yet or pushed */
+    int *leaf;          /* (nblocks) block j's buffer id, -1: none yet or pushed */
     int *left;          /* (nblocks) micro-batches of block j whose weight gradients are due */
-    int *level;         /* (nlevels) the counter's buffer at each level, -1: empty */
+    int *level;         /* (nlevels) the counter's buffer id at each level, -1: empty */
     gp_tensor *pool;    /* (nlevels + nblocks at most; npool made) */
-    bool *is_free;
+    bool *is_free;      /* (pool's) */
     int npool;
 } gp_grad_tree;
 
