@@ -252,40 +252,38 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
  * parameters are the same bits for D = 1, 2 and 4; the loss is each replica's added in replica
  * order in double, so only its float rounding may differ (1e-6 relative). With the sequential
  * sum D = 2 and 4 give other bits (the replicas' partial sums are a different association). */
-static int child_tree(const char *name, int D, int K, int M, gp_grad_sum gs) {
+/* The Transformer trained STEPS steps by a pipeline made with po (AdamW); *rank: the process's
+ * world rank (0 on threads). */
+static void train_transformer(const gp_pipeline_opts *po, outcome *r, int *rank) {
     const gp_test_net net = GP_TEST_TRANSFORMER;
     gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = gp_test_net_optim(net);
-    gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = GP_SCHEDULE_ZBH1,
-                           .launcher = GP_LAUNCHER_MPI, .data_parallel = D,
-                           .comm_timeout_s = 60, .grad_sum = gs};
     gp_pipeline *p = NULL;
-    REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
-    outcome got;
+    REQUIRE_OK(gp_pipeline_new(m, &o, po, SEED, &p));
     for (int s = 0; s < STEPS; s++) {
         gp_test_batch b;
         gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
-        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &got.loss[s]));
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
     }
-    REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &got.hash));
-    int rank, nranks, stage, replica;
-    gp_pipeline_place(p, &rank, &nranks, &stage, &replica);
+    REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &r->hash));
+    int nranks, stage, replica;
+    gp_pipeline_place(p, rank, &nranks, &stage, &replica);
     gp_pipeline_free(p);
     gp_model_free(m);
+}
+
+static int child_tree(const char *name, int D, int K, int M, gp_grad_sum gs) {
+    gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = GP_SCHEDULE_ZBH1,
+                           .launcher = GP_LAUNCHER_MPI, .data_parallel = D,
+                           .comm_timeout_s = 60, .grad_sum = gs};
+    outcome got;
+    int rank = 0, r0;
+    train_transformer(&po, &got, &rank);
     if (rank == 0) {
-        gp_model *r = gp_test_net_build(net);
         gp_pipeline_opts ro = {.stages = 2, .micro_batches = D * M,
                                .schedule = GP_SCHEDULE_GPIPE, .grad_sum = gs};
-        REQUIRE_OK(gp_pipeline_new(r, &o, &ro, SEED, &p));
         outcome want;
-        for (int s = 0; s < STEPS; s++) {
-            gp_test_batch b;
-            gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
-            REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &want.loss[s]));
-        }
-        REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &want.hash));
-        gp_pipeline_free(p);
-        gp_model_free(r);
+        train_transformer(&ro, &want, &r0);
         double lerr = 0;
         for (int s = 0; s < STEPS; s++)
             lerr = fmax(lerr, fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]));
