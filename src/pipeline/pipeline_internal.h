@@ -5,6 +5,7 @@
  *                  stages' tensor-parallel groups over a transport;
  *   stage.c        the stage interpreter: one stage's action list for one step, talking only to
  *                  a transport and the launcher's gradient-sync hooks (gp_stage_sync);
+ *   grad_tree.c    the tree sum of a cell's weight gradients over its micro-batches;
  *   launch_local.c the launcher of this process's stages: K = 1 inline on the caller's thread
  *                  (no stage thread, no transport), K > 1 on K threads over the threads
  *                  transport;

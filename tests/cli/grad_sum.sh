@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --grad-sum from the command line: a bad value exits 2 naming the option; train and bench list
-# it; with the tree one device, 2 stages (zbh1) and, under mpirun (when built and installed),
+# it and their reports record it; with the tree one device, 2 stages (zbh1) and, under mpirun (when built and installed),
 # D = 2 and D = 4 replicas of the same mini-batch of 4 micro-batches give the same parameters bit
 # for bit, and the sequential sum over D = 2 does not (its final loss within 1e-5 relative);
 # checkpoints keep the option: resuming a tree run without it exits 1 naming --grad-sum, with
@@ -36,6 +36,11 @@ rc=$?
 run rest "${LM[@]}" --micro-batches 4 --grad-sum tree --checkpoint-dir "$TMP/ck" --resume \
     --report "$TMP/rest.json" && cli_same_run one rest
 
+# bench records it (T2 cut down to 2 blocks)
+"$GPIPE" bench --workload T2 --layers 2 --batch 4 --stages 2 --micro-batches 2 --steps 1 \
+    --warmup 0 --grad-sum tree --quiet --report "$TMP/bench.json" >/dev/null 2>"$TMP/bench.err" ||
+    bad "bench --grad-sum tree: $(tail -c 400 "$TMP/bench.err")"
+
 runs="one seq k2"
 if "$GPIPE" train "${LM[@]}" --launcher mpi 2>&1 >/dev/null | grep -q "MPI support was not built" ||
     ! command -v mpirun >/dev/null; then
@@ -64,6 +69,8 @@ for n in ("k2", "d2", "d4"):
     need(r[n]["grad_sum"] == "tree", f"{n}: report's grad_sum {r[n]['grad_sum']}")
     need(r[n]["params_fnv1a64"] == one["params_fnv1a64"],
          f"{n}: tree params {r[n]['params_fnv1a64']} != one device's {one['params_fnv1a64']}")
+b = json.load(open(f"{d}/bench.json"))
+need(b["pipeline"]["grad_sum"] == "tree", f"bench: pipeline.grad_sum {b['pipeline']['grad_sum']}")
 seq = r["seq"]
 need(seq["grad_sum"] == "sequential", f"seq: report's grad_sum {seq['grad_sum']}")
 if "d2seq" in r:
