@@ -22,7 +22,7 @@ PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
 PY_OPTIONAL := tokenizers
 
-.PHONY: all deps pydeps build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable install clean
+.PHONY: all deps pydeps pydeps-hf check-hf build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable install clean
 
 all: build
 
@@ -64,6 +64,21 @@ build: deps $(BUILD)/CMakeCache.txt
 # libFuzzer targets for a bounded time each.
 test: build pydeps test-asan test-tsan test-fuzz
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# GPT-2 through transformers and back (tests/hf/roundtrip.sh), outside make test: transformers
+# 4.44 from PyPI over Debian's python3-torch, in the same venv. The C test against transformers'
+# numbers (test_gpt2) reads committed fixtures and needs none of it.
+PY_HF := transformers==4.44.*
+pydeps-hf: pydeps
+	@dpkg-query -W -f='$${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || { \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q python3-torch; }
+	@$(PYENV)/bin/python -c "import transformers" 2>/dev/null || \
+	  $(PYENV)/bin/pip install -q "$(PY_HF)" || echo "pydeps-hf: $(PY_HF) did not install; check-hf will skip"
+
+check-hf: build pydeps-hf
+	cmake --build $(BUILD) -j $(JOBS) --target gpt2_logits
+	bash tests/hf/roundtrip.sh $(BUILD) $(PYENV)/bin/python || [ $$? = 77 ]
 
 test-fast: build pydeps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -318,6 +318,10 @@ typedef struct gp_cost {
 /* Constructors: the returned layer is owned by the caller until handed to
  * gp_model_add (which takes it, also on failure). NULL on bad arguments. */
 gp_layer *gp_linear(int in_features, int out_features, bool bias);
+/* A vocabulary head whose weight has rows >= out_features rows (a table padded for speed, tied
+ * to a padded embedding): only the first out_features compute outputs, so the padding rows never
+ * reach the loss or sampling, and their gradient is zero. rows = out_features is gp_linear. */
+gp_layer *gp_linear_padded(int in_features, int out_features, bool bias, int rows);
 gp_layer *gp_embedding(int vocab, int dim);      /* (B, T) int32 -> (B, T, dim) */
 gp_layer *gp_pos_embedding(int max_len, int dim); /* (B, T, dim) -> same, adds learned rows 0..T-1 */
 gp_layer *gp_layernorm(int dim);                 /* over the last dimension, eps 1e-5 */
@@ -364,6 +368,13 @@ gp_dtype gp_model_input_dtype(const gp_model *m);
  * model). */
 gp_shape gp_model_example_shape(const gp_model *m);
 gp_layer *gp_model_layer(gp_model *m, int i);
+/* Ties the first embedding layer's table (vocab, dim) to the last linear layer's weight, which
+ * must have that shape (a head of in_features = dim, out_features = vocab; PyTorch's (out, in)
+ * layout, so the same matrix without a transpose): GPT-2's tied embeddings. Each layer keeps a
+ * copy; every step sums both uses' gradients and gives both copies the same update, so they stay
+ * equal bit for bit on any number of stages. Before gp_model_init; checkpoints store the table
+ * once, under the embedding's name. */
+gp_status gp_model_tie_embeddings(gp_model *m);
 /* Allocates every parameter on dev, in one flat block per category, and initializes it from
  * (seed, layer index, parameter index). Initializing again replaces the values. Layers may also
  * be placed on different devices with gp_model_init_range. The parameters stay with the model
@@ -397,8 +408,23 @@ gp_status gp_model_param(gp_model *m, int i, gp_param_info *out);
 typedef struct gp_transformer_config {
     int vocab, dim, heads, d_ff, layers, seq_len;
     float dropout;
+    bool tie_embeddings; /* the head's weight is the embedding's table (gp_model_tie_embeddings) */
+    /* Rows of the embedding table and the head's weight, >= vocab (0: vocab): padding for
+     * speed; the head computes only vocab logits (gp_linear_padded). */
+    int vocab_padded;
+    int max_len; /* rows of the learned positions, >= seq_len (0: seq_len) */
 } gp_transformer_config;
 gp_transformer_config gp_transformer_defaults(void); /* T1: 256, 512, 8, 2048, 8, 128, 0 */
+/* GPT-2 small (the "gpt2" family): vocab 50257 padded to 50304, dim 768, 12 heads, d_ff 3072,
+ * 12 layers, seq_len and max_len 1024, no dropout, tied embeddings. */
+gp_transformer_config gp_gpt2_defaults(void);
+/* A "transformer" or "gpt2" family config (JSON text, as gp_model_from_json_string takes it) as
+ * the struct; *gpt2 says which family. Errors name origin and the key. */
+gp_status gp_transformer_config_from_json(const char *json, const char *origin,
+                                          gp_transformer_config *out, bool *gpt2);
+/* The config as that JSON text (every key written) into buf; a buffer too small is an error. */
+gp_status gp_transformer_config_json(const gp_transformer_config *c, const char *family,
+                                     char *buf, size_t nbytes);
 gp_status gp_model_transformer(const gp_transformer_config *c, gp_model **out);
 
 typedef struct gp_convnet_config {
@@ -1141,6 +1167,26 @@ gp_status gp_safetensors_writer_add(gp_safetensors_writer *w, const char *name, 
 gp_status gp_safetensors_writer_meta(gp_safetensors_writer *w, const char *key,
                                      const char *value);
 gp_status gp_safetensors_writer_write(const gp_safetensors_writer *w, const char *path);
+
+/* ------------------------------------------------------------ GPT-2 files */
+
+/* Hugging Face's GPT2LMHeadModel: a folder with config.json (a GPT2Config) and model.safetensors
+ * (float32; names with or without "transformer."; Conv1D weights (in, out); lm_head.weight, if
+ * present, is wte and ignored). docs/GPT2.md has the mapping. */
+/* The gpt2 family config of a config.json: vocab_size padded to a multiple of 64, n_positions as
+ * seq_len and max_len, no dropout. Options gpipe does not compute (an activation other than
+ * gelu_new, layer_norm_epsilon other than 1e-5, scale_attn_by_inverse_layer_idx, unscaled
+ * attention, cross-attention, untied embeddings) are GP_UNSUPPORTED naming the file and key. */
+gp_status gp_hf_gpt2_config(const char *config_path, gp_transformer_config *out);
+/* Reads dir/config.json and dir/model.safetensors and writes out_path: a parameters-only file
+ * under gpipe's names (gp_checkpoint_load with no optimizer loads it; the padding rows of the
+ * table are zero) with the gpt2 config in its "model_config" metadata; *cfg gets the config. A
+ * missing or extra tensor or a wrong shape is an error naming the file and the tensor. */
+gp_status gp_hf_gpt2_import(const char *dir, const char *out_path, gp_transformer_config *cfg);
+/* Writes dir/model.safetensors and dir/config.json (atomically each) from an initialized model
+ * built from c (tied embeddings), for GPT2LMHeadModel.from_pretrained(dir): the first vocab rows
+ * of the table, weights transposed to Conv1D's layout. */
+gp_status gp_hf_gpt2_export(gp_model *m, const gp_transformer_config *c, const char *dir);
 
 /* ------------------------------------------------------------ checkpoints */
 

@@ -7,7 +7,9 @@
  * writes them (one part per stage and an index committing them) resume on any K and on one
  * device bit for bit; damaged parts and malformed indexes are named errors that change
  * nothing. gp_checkpoint_check_model refuses another model's checkpoint from headers alone,
- * before the model is allocated. */
+ * before the model is allocated. The Transformer with tied embeddings stores the tied matrix
+ * once and resumes on any K, from one file or a set, bit for bit; a tied model and an untied
+ * checkpoint (or the reverse) refuse each other. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,7 @@
  * must follow it. */
 static gp_optim_opts optim_for(gp_test_net net) {
     gp_optim_opts o = gp_test_net_optim(net);
-    if (net == GP_TEST_TRANSFORMER) {
+    if (net != GP_TEST_CONVNET) {
         o.warmup_steps = 2;
         o.total_steps = 2 * NSTEPS;
     }
@@ -532,6 +534,76 @@ static void check_before_flat(void) {
            (unsigned long long)hash[0]);
 }
 
+/* The tied Transformer's checkpoint holds the tied matrix once, under the embedding's name, and
+ * says so in "tied"; the untied model refuses it, the tied model refuses an untied one, and a
+ * file naming the head's weight of a tied model is refused rather than loaded beside it. */
+static void check_tied_file(void) {
+    char path[600], base[600];
+    snprintf(path, sizeof path, "%s", gp_scratch_path("tied.safetensors"));
+    snprintf(base, sizeof base, "%s", gp_scratch_path("tied"));
+    session t, u;
+    float losses[NSTEPS];
+    session_new(&t, GP_TEST_TRANSFORMER_TIED, 2);
+    session_run(&t, NSTEPS, losses);
+    const int L = gp_model_nlayers(t.m);
+    char head[64], tie[96];
+    snprintf(head, sizeof head, "layers.%d.weight", L - 1);
+    snprintf(tie, sizeof tie, "%s=layers.0.weight", head);
+    REQUIRE_OK(gp_pipeline_checkpoint_save(t.p, base, NSTEPS, NULL, 0, NULL, 0));
+    gp_safetensors *f;
+    REQUIRE_OK(gp_safetensors_read(path, &f));
+    CHECK(gp_safetensors_find(f, "layers.0.weight") && gp_safetensors_find(f, "layers.0.weight.adam_m"));
+    CHECK(!gp_safetensors_find(f, head));
+    char head_m[80];
+    snprintf(head_m, sizeof head_m, "%s.adam_m", head);
+    CHECK(!gp_safetensors_find(f, head_m));
+    CHECK(gp_safetensors_meta(f, "tied") && strcmp(gp_safetensors_meta(f, "tied"), tie) == 0);
+    session_new(&u, GP_TEST_TRANSFORMER, 0);
+    CHECK_FAILS(gp_checkpoint_load(f, u.m, &u.o), GP_FORMAT, "the checkpoint's model ties");
+    gp_safetensors_free(f);
+    session_run(&u, NSTEPS, losses);
+    session_save(&u, path);
+    REQUIRE_OK(gp_safetensors_read(path, &f));
+    CHECK_FAILS(gp_checkpoint_load(f, t.m, &t.o), GP_FORMAT, "ties no weights, this model ties");
+    gp_safetensors_free(f);
+    /* A foreign weights file (no gpipe metadata) with both matrices. */
+    gp_safetensors_writer *w;
+    static float buf[64 * 32];
+    REQUIRE_OK(gp_safetensors_writer_new(&w));
+    REQUIRE_OK(gp_safetensors_writer_add(w, "layers.0.weight", GP_F32, gp_shape2(64, 32), buf));
+    REQUIRE_OK(gp_safetensors_writer_add(w, head, GP_F32, gp_shape2(64, 32), buf));
+    REQUIRE_OK(gp_safetensors_writer_write(w, path));
+    gp_safetensors_writer_free(w);
+    REQUIRE_OK(gp_safetensors_read(path, &f));
+    CHECK_FAILS(gp_checkpoint_load(f, t.m, NULL), GP_FORMAT, "is tied to layers.0.weight");
+    gp_safetensors_free(f);
+    /* A set: the head's part holds no copy, so loading the head's layers alone reads the
+     * embedding's part for it. */
+    const char *index;
+    session_save_parts(&t, 2, "tiedset", &index);
+    gp_model *m2 = gp_test_net_build(GP_TEST_TRANSFORMER_TIED);
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("m2", &dev));
+    REQUIRE_OK(gp_model_init(m2, dev, SEED + 1));
+    gp_checkpoint *ck;
+    REQUIRE_OK(gp_checkpoint_open(index, &ck));
+    REQUIRE_OK(gp_checkpoint_load_layers(ck, m2, L - 1, L, NULL));
+    gp_checkpoint_close(ck);
+    gp_param_info saved, got_head, got_emb;
+    REQUIRE_OK(gp_model_param(t.m, 0, &saved));
+    REQUIRE_OK(gp_model_param(m2, 0, &got_emb));
+    REQUIRE_OK(gp_model_param(m2, gp_model_nparam_tensors(m2) - 1, &got_head));
+    CHECK(got_head.layer == L - 1 && !strcmp(got_head.name, "weight"));
+    CHECK(memcmp(got_head.value->data, saved.value->data, gp_tensor_nbytes(saved.value)) == 0);
+    CHECK(memcmp(got_emb.value->data, saved.value->data, gp_tensor_nbytes(saved.value)) != 0);
+    gp_model_free(m2);
+    gp_device_free(dev);
+    remove_set("tiedset", 2);
+    session_free(&t);
+    session_free(&u);
+    remove(path);
+}
+
 int main(void) {
     gp_scratch_init("test_checkpoint");
     check_before_flat();
@@ -544,12 +616,19 @@ int main(void) {
         }
         check_resume((gp_test_net)net, 0, 0, 3); /* one device to a pipeline */
     }
+    /* The tied Transformer: stored once, resumed on other K bit for bit. */
+    check_resume(GP_TEST_TRANSFORMER_TIED, 2, 2, 2);
+    check_resume(GP_TEST_TRANSFORMER_TIED, 0, 4, 1);
+    check_resume(GP_TEST_TRANSFORMER_TIED, 0, 1, 3);
+    check_tied_file();
     check_bad_loads();
     for (int net = 0; net < 2; net++) {
         check_resume_parts((gp_test_net)net, 2, 0); /* a set to one device */
         check_resume_parts((gp_test_net)net, 2, 3); /* to another K */
         check_resume_parts((gp_test_net)net, 4, 1);
     }
+    check_resume_parts(GP_TEST_TRANSFORMER_TIED, 2, 0); /* the head's part reads the embedding's */
+    check_resume_parts(GP_TEST_TRANSFORMER_TIED, 3, 2);
     check_bad_sets();
     check_model_headers();
     check_pipeline_save_threads();

@@ -91,6 +91,31 @@ static void test_families(void) {
         gp_model_free(ref);
         gp_model_free(m);
     }
+    /* GPT-2 small: 50257 padded to 50304 rows, 1024 positions, the head a tied copy of the
+     * table; the count is HF's 124,439,808 plus 47 padding rows of 768 and the head's copy */
+    if ((m = from_string("{\"family\": \"gpt2\"}", "gpt2"))) {
+        CHECK_EQ_INT(gp_model_nlayers(m), 16);
+        CHECK_EQ_INT(gp_model_nparams(m), 124439808 + 47 * 768 + 50304 * 768);
+        check_out_shape(m, 15, gp_shape3(2, 1024, 50257));
+        gp_model_free(m);
+    }
+    /* vocab alone pads to a multiple of 64; seq_len alone sets the positions */
+    if ((m = from_string("{\"family\": \"gpt2\", \"vocab\": 100, \"dim\": 32, \"heads\": 4, "
+                         "\"d_ff\": 64, \"layers\": 1, \"seq_len\": 8}", "tiny gpt2"))) {
+        check_out_shape(m, 4, gp_shape3(2, 8, 100));
+        /* 128 x 32 table, 8 x 32 positions, the block, ln_f, the head's 128 x 32 copy */
+        CHECK_EQ_INT(gp_model_nparams(m), 128 * 32 + 8 * 32 + 8544 + 64 + 128 * 32);
+        gp_model_free(m);
+    }
+    /* the explicit form: a linear layer's "rows" pads its weight */
+    if ((m = from_string("{\"input\": {\"shape\": [8], \"dtype\": \"int32\"}, \"layers\": ["
+                         "{\"kind\": \"embedding\", \"vocab\": 64, \"dim\": 16}, "
+                         "{\"kind\": \"linear\", \"in\": 16, \"out\": 50, \"bias\": false, "
+                         "\"rows\": 64}], \"tie_embeddings\": true}", "rows"))) {
+        check_out_shape(m, 1, gp_shape3(2, 8, 50));
+        CHECK_EQ_INT(gp_model_nparams(m), 2 * 64 * 16);
+        gp_model_free(m);
+    }
     if ((m = from_string("{\"family\": \"convnet\", \"classes\": 5, \"hidden\": 32, "
                          "\"ch1\": 8, \"ch2\": 16, \"height\": 12, \"width\": 16}", "cnn"))) {
         /* 72 + 16 + 576 + 16 + 1152 + 32 + 2304 + 32 + (16*3*4*32 + 32) + (32*5 + 5) */
@@ -107,6 +132,27 @@ static void test_families(void) {
         fprintf(stderr, "examples/demo_lm.json: %s\n", gp_last_error());
         gp_test_failures++;
     }
+}
+
+/* The transformer and gpt2 configs as JSON and back. */
+static void test_config_text(void) {
+    gp_transformer_config c = gp_gpt2_defaults(), d;
+    c.dim = 64, c.dropout = 0.1f, c.seq_len = 256;
+    char json[512], tiny[16];
+    bool gpt2 = false;
+    CHECK_OK(gp_transformer_config_json(&c, "gpt2", json, sizeof json));
+    CHECK_OK(gp_transformer_config_from_json(json, "text", &d, &gpt2));
+    CHECK(gpt2);
+    CHECK(d.vocab == c.vocab && d.vocab_padded == c.vocab_padded && d.dim == c.dim &&
+          d.heads == c.heads && d.d_ff == c.d_ff && d.layers == c.layers &&
+          d.seq_len == c.seq_len && d.max_len == c.max_len && d.dropout == c.dropout &&
+          d.tie_embeddings == c.tie_embeddings);
+    CHECK_FAILS(gp_transformer_config_json(&c, "gpt2", tiny, sizeof tiny), GP_INVALID_ARGUMENT,
+                "16 bytes of buffer");
+    CHECK_FAILS(gp_transformer_config_from_json("{\"family\": \"convnet\"}", "cnn", &d, &gpt2),
+                GP_CONFIG, "cnn: family: expected \"gpt2\" or \"transformer\"");
+    CHECK_OK(gp_transformer_config_from_json("{\"family\": \"transformer\"}", "t", &d, &gpt2));
+    CHECK(!gpt2 && d.vocab == 256 && d.vocab_padded == 0 && !d.tie_embeddings);
 }
 
 static void test_explicit(void) {
@@ -267,8 +313,19 @@ static void test_bad_configs(void) {
         "input.dtype: unknown dtype \"float64\"", NULL);
     BAD("{\"input\": {\"shape\": [1, 8, 8], \"dtype\": 32}, \"layers\": [" CONV("") "]}",
         "input.dtype: expected \"float32\" or \"int32\"", NULL);
-    BAD("{\"family\": 3}", "family: expected \"transformer\" or \"convnet\", got a number", NULL);
+    BAD("{\"family\": 3}", "family: expected \"transformer\", \"gpt2\" or \"convnet\", got a number",
+        NULL);
     BAD("[1, 2]", "bad.json: top level: expected a JSON object, got an array", NULL);
+    BAD("{\"family\": \"gpt2\", \"vocab\": 100, \"vocab_padded\": 99}",
+        "vocab_padded 99 must be >= vocab 100", NULL);
+    BAD("{\"family\": \"gpt2\", \"seq_len\": 64, \"max_len\": 32}", "max_len 32", NULL);
+    expect_bad("{\"input\": {\"shape\": [8], \"dtype\": \"int32\"}, \"layers\": [{\"kind\": "
+               "\"embedding\", \"vocab\": 64, \"dim\": 16}, {\"kind\": \"linear\", \"in\": 16, "
+               "\"out\": 50, \"rows\": 40}]}",
+               GP_INVALID_ARGUMENT, "layers[1] (linear)", "rows = 40 at least out_features",
+               __LINE__);
+    BAD("{\"family\": \"gpt2\", \"n_embd\": 32}", "n_embd: unknown key for the gpt2 family",
+        NULL);
     BAD("{\"family\": \"convnet\", \"hidden\": null}", "hidden: expected an integer", "got null");
     /* missing required keys */
     BAD("{" IN "\"layers\": [{\"kind\": \"conv2d\", \"in\": 1, \"kernel\": 3}]}",
@@ -387,6 +444,7 @@ static void test_files(void) {
 int main(void) {
     REQUIRE_OK(gp_device_cpu_new("cpu0", &dev));
     test_families();
+    test_config_text();
     test_explicit();
     test_bad_configs();
     test_files();

@@ -1,5 +1,6 @@
 /* The pipeline runtime against the single-device trainer: for a transformer with dropout and a
- * convnet with batch norm, N steps give bit-identical losses and parameter hashes for every
+ * convnet with batch norm (and the transformer with its embedding tied to its head), N steps
+ * give bit-identical losses and parameter hashes for every
  * K = 1..4, every schedule (interleaved with V = 2 where K divides M, interleaved and zbv
  * where the model has 2K layers) and both re-materialization modes; bad options are named errors;
  * activations are all released after a step and every stage byte after free; the last step's
@@ -103,7 +104,9 @@ static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, 
 }
 
 static void exactness(gp_test_net net, int steps, int maxk) {
-    const char *name = net == GP_TEST_TRANSFORMER ? "transformer" : "convnet";
+    const char *name = net == GP_TEST_TRANSFORMER        ? "transformer"
+                       : net == GP_TEST_TRANSFORMER_TIED ? "tied transformer"
+                                                         : "convnet";
     result ref;
     memset(&ref, 0, sizeof ref);
     reference(net, steps, &ref);
@@ -495,6 +498,7 @@ int main(void) {
     stage_failure();
     exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4);
     exactness(GP_TEST_CONVNET, quick ? 2 : 3, 4);
+    exactness(GP_TEST_TRANSFORMER_TIED, quick ? 2 : 3, 4);
     gp_scratch_init("test_pipeline");
     timeline(2, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, NULL);
     static const int thirds[3] = {0, 2, 4};

@@ -10,10 +10,11 @@
  * shape naming both ranks, and the other rank stops with that rank's message. The two-cell
  * schedules (interleaved, zbv: a rank runs two cells) give the threads pipeline's bits with
  * D = 1 and the single device's within 1e-5 with D = 2, and their set of 2K parts (one per cell,
- * a rank writing two) reads back to the parameters trained. With the tree sum of the gradients
- * (GP_GRAD_SUM_TREE) D = 1, 2 and 4 replicas give the threads pipeline's bits on the same
- * mini-batch of 8 micro-batches; with the sequential sum D = 2 and 4 do not. Skipped (exit 77)
- * without MPI or mpirun. */
+ * a rank writing two) reads back to the parameters trained. The same holds for the Transformer
+ * with its embedding tied to its head across the stages (K = 3, T = 2, two cells, D = 2), whose
+ * sets store the tied matrix once. With the tree sum of the gradients (GP_GRAD_SUM_TREE) D = 1,
+ * 2 and 4 replicas give the threads pipeline's bits on the same mini-batch of 8 micro-batches;
+ * with the sequential sum D = 2 and 4 do not. Skipped (exit 77) without MPI or mpirun. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -474,6 +475,10 @@ static int run_child(const char *c) {
     if (!strcmp(c, "tree-d4")) return child_tree(c, 4, 1, 2, GP_GRAD_SUM_TREE);
     if (!strcmp(c, "sequential-d2")) return child_tree(c, 2, 2, 4, GP_GRAD_SUM_SEQUENTIAL);
     if (!strcmp(c, "sequential-d4")) return child_tree(c, 4, 1, 2, GP_GRAD_SUM_SEQUENTIAL);
+    if (!strcmp(c, "tied-d1")) return child(c, GP_TEST_TRANSFORMER_TIED, 1, 3, 4, 1, GP_SCHEDULE_1F1B);
+    if (!strcmp(c, "tied-k2t2")) return child(c, GP_TEST_TRANSFORMER_TIED, 1, 2, 4, 2, GP_SCHEDULE_GPIPE);
+    if (!strcmp(c, "tied-interleaved")) return child(c, GP_TEST_TRANSFORMER_TIED, 1, 2, 4, 1, GP_SCHEDULE_INTERLEAVED);
+    if (!strcmp(c, "tied-d2")) return child(c, GP_TEST_TRANSFORMER_TIED, 2, 2, 2, 1, GP_SCHEDULE_ZBH1);
     if (!strcmp(c, "mismatch")) return child_mismatch();
     if (!strcmp(c, "header")) return child_header();
     if (!strcmp(c, "stuck")) return child_stuck();
@@ -510,7 +515,8 @@ int main(int argc, char **argv) {
         int parts;
     } saving[] = {{"transformer-k2t2", 2}, {"transformer-d2k2t2", 2},
                   {"transformer-interleaved", 4}, {"convnet-zbv", 4},
-                  {"transformer-d2-zbv", 4}, {"transformer-k2t2-zbv", 4}};
+                  {"transformer-d2-zbv", 4}, {"transformer-k2t2-zbv", 4},
+                  {"tied-k2t2", 2},          {"tied-interleaved", 4}};
     for (size_t i = 0; i < sizeof saving / sizeof *saving; i++) {
         char f[256];
         snprintf(f, sizeof f, "tp-%s.safetensors.index.json", saving[i].name);
@@ -527,8 +533,9 @@ int main(int argc, char **argv) {
     } cases[] = {{"transformer-d1", 2}, {"convnet-d1", 2},        {"transformer-d2", 4},
                  {"convnet-d2", 4},     {"transformer-k2t2", 4}, {"transformer-d2k2t2", 8},
                  {"transformer-interleaved", 2}, {"convnet-zbv", 2}, {"transformer-d2-zbv", 4},
-                 {"transformer-k2t2-zbv", 4}, {"tree-d1", 2}, {"tree-d2", 4}, {"tree-d4", 4},
-                 {"sequential-d2", 4}, {"sequential-d4", 4}, {"mismatch", 3}};
+                 {"transformer-k2t2-zbv", 4}, {"tied-d1", 3}, {"tied-k2t2", 4},
+                 {"tied-interleaved", 2}, {"tied-d2", 4}, {"tree-d1", 2}, {"tree-d2", 4},
+                 {"tree-d4", 4}, {"sequential-d2", 4}, {"sequential-d4", 4}, {"mismatch", 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         if (run_case(self, cases[i].name, cases[i].np, NULL) != 0) gp_test_failures++;
     /* The header case ends with MPI_Abort: its verdicts come from its output. */

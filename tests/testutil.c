@@ -244,9 +244,10 @@ void gp_scratch_cleanup(void) {
 
 gp_model *gp_test_net_build(gp_test_net net) {
     gp_model *m = NULL;
-    if (net == GP_TEST_TRANSFORMER) {
+    if (net != GP_TEST_CONVNET) {
         gp_transformer_config c = {.vocab = 64, .dim = 32, .heads = 4, .d_ff = 64, .layers = 4,
-                                   .seq_len = 16, .dropout = 0.1f};
+                                   .seq_len = 16, .dropout = 0.1f,
+                                   .tie_embeddings = net == GP_TEST_TRANSFORMER_TIED};
         REQUIRE_OK(gp_model_transformer(&c, &m));
     } else {
         gp_convnet_config c = gp_convnet_defaults();
@@ -260,7 +261,7 @@ gp_model *gp_test_net_build(gp_test_net net) {
 
 gp_optim_opts gp_test_net_optim(gp_test_net net) {
     gp_optim_opts o;
-    if (net == GP_TEST_TRANSFORMER) {
+    if (net != GP_TEST_CONVNET) {
         o = gp_adamw_defaults(3e-3f, 0.01f);
         o.clip_norm = 0.5f; /* small enough to clip: exercises the all-reduced norm */
     } else {
@@ -273,7 +274,7 @@ gp_optim_opts gp_test_net_optim(gp_test_net net) {
 void gp_test_net_batch(gp_test_net net, int64_t batch, uint64_t seed, gp_test_batch *b) {
     if (batch < 1 || batch > GP_TEST_NET_MAX_BATCH) abort();
     const int B = (int)batch;
-    if (net == GP_TEST_TRANSFORMER) {
+    if (net != GP_TEST_CONVNET) {
         float r[GP_TEST_NET_MAX_BATCH * 17];
         gp_rng_stream st = {.seed = seed, .purpose = GP_RNG_TEST};
         gp_rng_uniform(&st, 0, r, B * 17);

@@ -131,7 +131,11 @@ uint64_t gp_test_hash(const gp_model *m);
  * clipped at 0.5, and the ConvNet (channels 4 and 8, hidden 16, batch norm) with SGD momentum
  * 0.9 clipped at 1. Batches of up to GP_TEST_NET_MAX_BATCH examples keyed by a seed: (B, 16)
  * tokens and next tokens (label 5 ignored), or (B, 1, 28, 28) images and classes. */
-typedef enum gp_test_net { GP_TEST_TRANSFORMER, GP_TEST_CONVNET } gp_test_net;
+typedef enum gp_test_net {
+    GP_TEST_TRANSFORMER,
+    GP_TEST_CONVNET,
+    GP_TEST_TRANSFORMER_TIED /* the Transformer with its head's weight tied to the embedding */
+} gp_test_net;
 #define GP_TEST_NET_MAX_BATCH 8
 typedef struct gp_test_batch {
     float xf[GP_TEST_NET_MAX_BATCH * 28 * 28];

@@ -88,14 +88,16 @@ static int build(gp_cli_bench *b, gp_model **m, gp_optim_opts *oo, int *classes)
         gp_transformer_config c = t2 ? t2_config() : gp_transformer_defaults();
         if (t2 && b->layers > 0) c.layers = b->layers;
         if (t2 && b->d_ff > 0) c.d_ff = b->d_ff;
+        c.tie_embeddings = b->tie_embeddings;
         if (b->batch == 0) b->batch = 32;
         if (gp_model_transformer(&c, m) != GP_OK)
             return gp_cli_fail("bench", t2 ? "T2 model" : "T1 model");
         b->flops_per_step = transformer_flops(&c, b->batch);
         b->tokens_per_example = c.seq_len;
         snprintf(b->model_desc, sizeof b->model_desc,
-                 "transformer d%d h%d ff%d L%d T%d V%d, batch %d, AdamW(3e-4, 0.01)", c.dim,
-                 c.heads, c.d_ff, c.layers, c.seq_len, c.vocab, b->batch);
+                 "transformer d%d h%d ff%d L%d T%d V%d%s, batch %d, AdamW(3e-4, 0.01)", c.dim,
+                 c.heads, c.d_ff, c.layers, c.seq_len, c.vocab,
+                 c.tie_embeddings ? " tied embeddings" : "", b->batch);
         *oo = gp_adamw_defaults(3e-4f, 0.01f);
     } else {
         gp_convnet_config c = gp_convnet_defaults();

@@ -192,6 +192,7 @@ typedef struct gp_cli_train {
     const char *ckpt_dir;
     int ckpt_every, ckpt_keep, stop_after;
     bool resume;
+    const char *init; /* --init: the parameters to start from, or NULL */
     char *model_config; /* owned: the JSON the model was built from, for the metadata */
 
     /* set up by gp_cli_train_main */
@@ -342,6 +343,12 @@ int gp_cli_ckpt_prepare(gp_cli_train *t);
  * options required), sets t->start_step, and only then removes the leftovers of interrupted
  * saves. Returns an exit status. */
 int gp_cli_ckpt_resume(gp_cli_train *t);
+/* With --init, before the pipeline is made: initializes the model on t->dev and loads the
+ * parameters of that file (a checkpoint's, or gpipe import's) over it. Returns an exit status. */
+int gp_cli_init_params(gp_cli_train *t);
+/* gpipe import and gpipe export (cmd_hf.c). */
+int gp_cli_import_main(int argc, char **argv);
+int gp_cli_export_main(int argc, char **argv);
 /* After `done` steps: writes DIR/ckpt-<done>.safetensors when due (every
  * --checkpoint-every steps and at the stop), then keeps the newest --keep. */
 int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done);
@@ -448,6 +455,7 @@ typedef struct gp_cli_bench {
     int steps, warmup, batch; /* batch 0: the workload's own */
     int layers;               /* T2: Transformer blocks, 0: the workload's 32 */
     int d_ff;                 /* T2: the MLP's width, 0: the workload's 1024 */
+    bool tie_embeddings;      /* T1, T2: the head's weight tied to the token embedding */
     uint64_t seed;
     bool quiet;
     /* T2 only: stages 0 trains one stage on one device with popts.micro_batches;

@@ -48,7 +48,7 @@ static int open_model_file(const char *cmd, const char *name, FILE **out) {
 
 int gp_cli_model_config(const char *cmd, const char *name, char **out) {
     *out = NULL;
-    if (strcmp(name, "convnet") == 0 || strcmp(name, "transformer") == 0) {
+    if (!gp_cli_model_path(name)) { /* a built-in family */
         size_t n = strlen(name) + 16;
         *out = malloc(n);
         if (*out) snprintf(*out, n, "{\"family\":\"%s\"}", name);
@@ -541,5 +541,18 @@ int gp_cli_ckpt_after_step(gp_cli_train *t, gp_cli_progress *p, int done) {
                                 sizeof size),
                gp_cli_now() - t0);
     fflush(stdout);
+    return GP_CLI_EXIT_OK;
+}
+
+int gp_cli_init_params(gp_cli_train *t) {
+    gp_checkpoint *c;
+    if (gp_checkpoint_open(t->init, &c) != GP_OK) return gp_cli_fail("train", "--init");
+    const int L = gp_model_nlayers(t->model);
+    gp_status s = gp_checkpoint_check_model(c, t->model);
+    if (s == GP_OK) s = gp_model_init(t->model, t->dev, t->seed);
+    if (s == GP_OK) s = gp_checkpoint_load_layers(c, t->model, 0, L, NULL);
+    gp_checkpoint_close(c);
+    if (s != GP_OK) return gp_cli_fail("train", "--init");
+    printf("init: loaded the parameters of %s\n", t->init);
     return GP_CLI_EXIT_OK;
 }

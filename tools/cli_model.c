@@ -8,7 +8,10 @@
 #include "cli_args.h"
 
 const char *gp_cli_model_path(const char *name) {
-    return strcmp(name, "convnet") == 0 || strcmp(name, "transformer") == 0 ? NULL : name;
+    return strcmp(name, "convnet") == 0 || strcmp(name, "transformer") == 0 ||
+                   strcmp(name, "gpt2") == 0
+               ? NULL
+               : name;
 }
 
 int gp_cli_load_model(const char *cmd, const char *name, gp_model **out) {
@@ -16,14 +19,14 @@ int gp_cli_load_model(const char *cmd, const char *name, gp_model **out) {
     if (strcmp(name, "convnet") == 0) {
         gp_convnet_config c = gp_convnet_defaults();
         s = gp_model_convnet(&c, out);
-    } else if (strcmp(name, "transformer") == 0) {
-        gp_transformer_config c = gp_transformer_defaults();
+    } else if (strcmp(name, "transformer") == 0 || strcmp(name, "gpt2") == 0) {
+        gp_transformer_config c = name[0] == 't' ? gp_transformer_defaults() : gp_gpt2_defaults();
         s = gp_model_transformer(&c, out);
     } else {
         if (access(name, R_OK) != 0)
             return gp_cli_usage_error(cmd,
-                                      "--model: expected convnet, transformer or a readable JSON "
-                                      "model file, got '%s' (%s)",
+                                      "--model: expected convnet, transformer, gpt2 or a readable "
+                                      "JSON model file, got '%s' (%s)",
                                       name, strerror(errno));
         s = gp_model_from_json_file(name, out);
     }

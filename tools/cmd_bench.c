@@ -11,6 +11,7 @@
 typedef struct bench_opts {
     const char *workload, *report;
     int threads, steps, warmup, batch, micro_batches, layers, d_ff;
+    bool tie_embeddings;
     uint64_t memory_limit;
     uint64_t seed;
     bool quiet;
@@ -19,7 +20,7 @@ typedef struct bench_opts {
     gp_cli_mpi_place place;
 } bench_opts;
 
-enum { NOPTS = 24 };
+enum { NOPTS = 25 };
 /* The most Transformer blocks of T2: those a JSON model config may declare (10000 layers with
  * the two embeddings, the final norm and the head). Far more would be allocated layer by layer
  * until the system ran out of memory, rather than refused. */
@@ -68,6 +69,10 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     t[n++] = (gp_cli_opt){"--d-ff", GP_CLI_INT, &o->d_ff, "N",
                           "T2: the MLP's width (the width table grows it)", "1024", 1, false, NULL,
                           false, 0, false};
+    t[n++] = (gp_cli_opt){"--tie-embeddings", GP_CLI_FLAG, &o->tie_embeddings, NULL,
+                          "T1, T2: the head's weight tied to the token embedding "
+                          "(\"tie_embeddings\" of a model config)",
+                          NULL, 0, false, NULL, false, 0, false};
     t[n++] = (gp_cli_opt){"--memory-limit", GP_CLI_BYTES, &o->memory_limit, "BYTES",
                           "T2 with --stages: each stage device's limit (K M G, KiB MiB GiB)",
                           "none", 0, false, NULL, false, 0, false};
@@ -278,7 +283,8 @@ static int run_training(const bench_opts *o, cJSON *r) {
                       .stages = o->pa.stages,
                       .threads = o->threads,
                       .layers = o->layers,
-                      .d_ff = o->d_ff};
+                      .d_ff = o->d_ff,
+                      .tie_embeddings = o->tie_embeddings};
     int *first = NULL;
     /* The batch (the workload's own when 0) is set into popts by gp_cli_bench_train. */
     int rc = gp_cli_pipeline_resolve("bench", &o->pa, o->micro_batches > 0 ? o->micro_batches : 1,
@@ -398,6 +404,9 @@ int gp_cli_bench_main(int argc, char **argv) {
         if (!t2 && gp_cli_seen(tab, n, t2_only[i]))
             return gp_cli_usage_error("bench", "%s: only for --workload T2 (got %s)", t2_only[i],
                                       o.workload);
+    if (o.tie_embeddings && strcmp(o.workload, "T1") != 0 && !t2)
+        return gp_cli_usage_error("bench", "--tie-embeddings: only for --workload T1 or T2 (got %s)",
+                                  o.workload);
     const bool piped = t2 || strcmp(o.workload, "C1") == 0;
     for (size_t i = 0; i < sizeof pipeline_only / sizeof pipeline_only[0]; i++)
         if (!piped && gp_cli_seen(tab, n, pipeline_only[i]))

@@ -24,7 +24,7 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_pipeline_options(pipe, &o->pipe, "1");
     gp_cli_opt tab[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
-         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
+         "convnet, transformer, gpt2, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
          false},
         pipe[0], /* --stages */
         {"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
@@ -254,7 +254,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     }
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.model)
-        return gp_cli_usage_error("plan", "--model: required (convnet, transformer or FILE.json)");
+        return gp_cli_usage_error("plan", "--model: required (convnet, transformer, gpt2 or FILE.json)");
     const bool search = gp_cli_seen(tab, n, "--devices");
     if (!search && gp_cli_seen(tab, n, "--top"))
         return gp_cli_usage_error("plan", "--top: only with --devices N (a search)");

@@ -24,12 +24,12 @@ typedef struct train_opts {
     gp_cli_mpi_args mpi;       /* --launcher --data-parallel --comm-timeout */
     gp_cli_lm_data_args lm_data; /* --data-format --vocab --val-data */
     /* checkpoints */
-    const char *ckpt_dir;
+    const char *ckpt_dir, *init;
     int ckpt_every, keep, stop_after;
     bool resume;
 } train_opts;
 
-enum { NOPTS = 62 }; /* room for the table below; table_len counts it */
+enum { NOPTS = 64 }; /* room for the table below; table_len counts it */
 
 static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS], mpi[GP_CLI_MPI_NOPTS], lm[GP_CLI_LM_DATA_NOPTS];
@@ -38,7 +38,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_lm_data_options(lm, &o->lm_data);
     gp_cli_opt t[NOPTS] = {
         {"--model", GP_CLI_STRING, &o->model, "NAME|FILE",
-         "convnet, transformer, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
+         "convnet, transformer, gpt2, or a JSON model file (required)", NULL, 0, false, NULL, false, 0,
          false},
         {"--data", GP_CLI_STRING, &o->data, "PATH",
          "IDX directory (classifier) or text file/directory (language model)",
@@ -193,6 +193,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--resume", GP_CLI_FLAG, &o->resume, NULL,
          "continue from the newest checkpoint in --checkpoint-dir (none: start fresh)", "off", 0,
          false, NULL, false, 0, false},
+        {"--init", GP_CLI_STRING, &o->init, "FILE",
+         "start from the parameters of FILE (a checkpoint, or the file of gpipe import) instead "
+         "of the seed's; the optimizer starts fresh at step 0",
+         "the seed's", 0, false, NULL, false, 0, false},
         {"--stop-after", GP_CLI_INT, &o->stop_after, "N",
          "end this run after step N (--steps still sets the schedule)", "none", 1, false, NULL,
          false, 0, false},
@@ -337,6 +341,7 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->ckpt_every = o->ckpt_every;
     t->ckpt_keep = SEEN("--keep") ? o->keep : 3;
     t->resume = o->resume;
+    t->init = o->init;
     t->stop_after = o->stop_after;
     t->model_name = o->model;
     t->data = o->data;
@@ -456,6 +461,7 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         {"--model", gp_cli_model_path(o->model), GP_CLI_PATH_READ},
         {"--data", o->data ? o->data : lm ? GP_FORTUNES_DIR : GP_CLI_FASHION_DIR, GP_CLI_PATH_READ},
         {"--checkpoint-dir", o->ckpt_dir, GP_CLI_PATH_CKPT_DIR},
+        {"--init", o->init, GP_CLI_PATH_READ},
         {"--prompts", o->prompts, GP_CLI_PATH_READ},
         {"--val-data", o->lm_data.val_data, GP_CLI_PATH_READ},
         {"--tokenizer", o->tokenizer, GP_CLI_PATH_READ}};
@@ -691,7 +697,7 @@ int gp_cli_train_main(int argc, char **argv) {
     }
     if (rc != GP_CLI_PARSED) return rc;
     if (!o.model)
-        return gp_cli_usage_error("train", "--model: required (convnet, transformer or FILE.json)");
+        return gp_cli_usage_error("train", "--model: required (convnet, transformer, gpt2 or FILE.json)");
 
     gp_cli_train t = {0};
     rc = gp_cli_load_model("train", o.model, &t.model);

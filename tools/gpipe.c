@@ -1,6 +1,6 @@
-/* The gpipe command-line tool: `gpipe train`, `eval`, `sample`, `plan` and `bench`, plus --help
- * and --version. Exit status 0 on success, 1 on a runtime failure (with the
- * library's message), 2 on bad usage. */
+/* The gpipe command-line tool: `gpipe train`, `eval`, `sample`, `plan`, `bench`, `import` and
+ * `export`, plus --help and --version. Exit status 0 on success, 1 on a runtime failure (with
+ * the library's message), 2 on bad usage. */
 #include <string.h>
 
 #include "cli.h"
@@ -16,7 +16,9 @@ static void print_help(void) {
            "  sample  generate text from a language model's checkpoint (gpipe sample --help)\n"
            "  plan    partition a model into pipeline cells and predict step time, bubble\n"
            "          and memory per cell, without training (gpipe plan --help)\n"
-           "  bench   measure the G1, T1 and C1 workloads (gpipe bench --help)\n\n"
+           "  bench   measure the G1, T1 and C1 workloads (gpipe bench --help)\n"
+           "  import  convert a Hugging Face GPT-2 into gpipe's parameters (gpipe import --help)\n"
+           "  export  write a gpt2 model as a Hugging Face GPT-2 (gpipe export --help)\n\n"
            "Options:\n"
            "  -h, --help      show this help and exit\n"
            "  -V, --version   print the version, the OpenBLAS kernels and the variant of gpipe's\n"
@@ -38,7 +40,8 @@ int main(int argc, char **argv) {
     /* First: it may restart the program, which loses anything done before it. */
     gp_cli_blas_core_check("gpipe", argv);
     if (argc < 2) {
-        fprintf(stderr, "gpipe: missing command (expected train, eval, sample, plan or bench)\n"
+        fprintf(stderr, "gpipe: missing command (expected train, eval, sample, plan, bench, import or "
+                        "export)\n"
                         "Try 'gpipe --help'.\n");
         return GP_CLI_EXIT_USAGE;
     }
@@ -71,9 +74,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return gp_cli_eval_main(argc, argv);
     if (strcmp(cmd, "sample") == 0) return gp_cli_sample_main(argc, argv);
     if (strcmp(cmd, "plan") == 0) return gp_cli_plan_main(argc, argv);
+    if (strcmp(cmd, "import") == 0) return gp_cli_import_main(argc, argv);
+    if (strcmp(cmd, "export") == 0) return gp_cli_export_main(argc, argv);
     fprintf(stderr,
-            "gpipe: unknown %s '%s' (expected train, eval, sample, plan, bench, --help or "
-            "--version)\n"
+            "gpipe: unknown %s '%s' (expected train, eval, sample, plan, bench, import, export, "
+            "--help or --version)\n"
             "Try 'gpipe --help'.\n",
             cmd[0] == '-' ? "option" : "command", cmd);
     return GP_CLI_EXIT_USAGE;

@@ -57,7 +57,8 @@ gp_status gp_cli_alloc_batch(const gp_cli_train *t, int64_t nb, gp_tensor *x, gp
 
 int gp_cli_train_begin(gp_cli_train *t, int total_steps, int64_t nhost, const char *host_what,
                        int64_t **host, gp_tensor *x, gp_tensor *y) {
-    int rc = pipeline_start(t, total_steps);
+    int rc = t->init ? gp_cli_init_params(t) : GP_CLI_EXIT_OK;
+    if (rc == GP_CLI_EXIT_OK) rc = pipeline_start(t, total_steps);
     if (rc != GP_CLI_EXIT_OK) return rc;
     t->total_steps = total_steps;
     t->stop_step = t->stop_after > 0 && t->stop_after < total_steps ? t->stop_after : total_steps;

@@ -13,8 +13,8 @@
 /* Tags on the shared world communicator (abort notes) and on each transport's own. */
 enum {
     GP_MPI_TAG_ABORT = 1,
-    GP_MPI_TAG_HDR = 10, /* + 2 * kind + 4 * link: a message's header */
-    GP_MPI_TAG_DATA = 11 /* + 2 * kind + 4 * link: its payload */
+    GP_MPI_TAG_HDR = 10, /* + 2 (kind + GP_MSG_NKINDS link): a message's header */
+    GP_MPI_TAG_DATA = 11 /* + 2 (kind + GP_MSG_NKINDS link): its payload */
 };
 
 /* One per process, shared by every transport and collective of its grid. */

@@ -82,8 +82,9 @@ static int pending_on(const mpi_ctx *c, int peer, gp_msg_tag tag, int *oldest) {
 }
 
 /* The MPI tags of a message's header and payload: one pair per kind and link. */
-static int tag_hdr(gp_msg_tag tag) { return GP_MPI_TAG_HDR + 2 * (int)tag.kind + 4 * tag.link; }
-static int tag_data(gp_msg_tag tag) { return GP_MPI_TAG_DATA + 2 * (int)tag.kind + 4 * tag.link; }
+static int tag_of(gp_msg_tag tag) { return 2 * ((int)tag.kind + GP_MSG_NKINDS * tag.link); }
+static int tag_hdr(gp_msg_tag tag) { return GP_MPI_TAG_HDR + tag_of(tag); }
+static int tag_data(gp_msg_tag tag) { return GP_MPI_TAG_DATA + tag_of(tag); }
 
 /* Waits for both sends of pending message i. */
 static gp_status wait_pending(mpi_ctx *c, int i, double deadline, const char *who,

@@ -7,7 +7,10 @@
 #include <string.h>
 
 char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n) {
-    const char *kind = tag.kind == GP_MSG_ACT ? "ACT" : tag.kind == GP_MSG_GRAD ? "GRAD" : "?";
+    const char *kind = tag.kind == GP_MSG_ACT    ? "ACT"
+                       : tag.kind == GP_MSG_GRAD ? "GRAD"
+                       : tag.kind == GP_MSG_TIE  ? "TIE"
+                                                 : "?";
     if (tag.link)
         snprintf(buf, n, "%s(mb %d, link %d)", kind, tag.mb, tag.link);
     else

@@ -14,6 +14,7 @@
 typedef enum gp_msg_kind {
     GP_MSG_ACT = 0,  /* an activation, stage k -> k + 1 */
     GP_MSG_GRAD = 1, /* the gradient of an activation, stage k + 1 -> k */
+    GP_MSG_TIE = 2,  /* a tied parameter's gradient, between the stages of its uses (mb: the tie) */
     GP_MSG_NKINDS
 } gp_msg_kind;
 

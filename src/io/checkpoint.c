@@ -111,6 +111,23 @@ int gp_ckpt_nstates(const gp_model *m, const gp_optim_opts *o, int li, int j) {
     return m->layers[li]->params[j].trainable ? gp_optim_state_count(o) : 0;
 }
 
+int gp_ckpt_nstored(const gp_model *m, const gp_optim_opts *o, int li, int j) {
+    return gp_model_tie_copy(m, li, j) >= 0 ? 0 : 1 + gp_ckpt_nstates(m, o, li, j);
+}
+
+/* "layers.7.weight=layers.0.weight,..." (each tie's copy, then its owner), or "" untied. */
+static void ties_str(const gp_model *m, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->nties && used < n; i++) {
+        const gp_tie *t = &m->ties[i];
+        used += (size_t)snprintf(buf + used, n - used, "%slayers.%d.%s=layers.%d.%s",
+                                 i ? "," : "", t->layer[1],
+                                 m->layers[t->layer[1]]->params[t->param[1]].name, t->layer[0],
+                                 m->layers[t->layer[0]]->params[t->param[0]].name);
+    }
+}
+
 gp_status gp_ckpt_meta(const gp_model *m, int first, int last, const gp_optim_opts *o, int step,
                        const gp_checkpoint_kv *extra, int nextra, gp_ckpt_put put, void *ctx) {
     char buf[512], *kinds = layer_kinds(m);
@@ -126,6 +143,8 @@ gp_status gp_ckpt_meta(const gp_model *m, int first, int last, const gp_optim_op
     if (s == GP_OK) s = put(ctx, "seed", buf);
     if (o) optim_json(o, buf, sizeof buf);
     if (s == GP_OK && o) s = put(ctx, "optimizer", buf);
+    ties_str(m, buf, sizeof buf);
+    if (s == GP_OK && m->nties) s = put(ctx, "tied", buf);
     for (int i = 0; i < nextra && s == GP_OK; i++) s = put(ctx, extra[i].key, extra[i].value);
     free(kinds);
     return s;
@@ -155,6 +174,7 @@ gp_status gp_checkpoint_save(const char *path, gp_model *m, int first, int last,
         gp_layer *l = m->layers[li];
         for (int j = 0; j < l->nparams && s == GP_OK; j++) {
             gp_param *p = &l->params[j];
+            if (gp_model_tie_copy(m, li, j) >= 0) continue; /* stored once: its owner's */
             s = add_tensor(w, &st, path, li, p->name, NULL, &p->value);
             for (int k = 0; k < nstate && p->trainable && s == GP_OK; k++)
                 s = add_tensor(w, &st, path, li, p->name, state_suffix(o, k), &p->state[k]);
@@ -260,6 +280,17 @@ static gp_status check_meta(const gp_safetensors *f, const gp_model *m, const gp
     }
     free(want);
     GP_TRY(s);
+    /* Tied weights are stored once: a file of the model tied otherwise lacks or has extras. */
+    const char *tied = gp_safetensors_meta(f, "tied");
+    char mine[512];
+    ties_str(m, mine, sizeof mine);
+    if (strcmp(tied ? tied : "", mine) != 0)
+        return gp_error(GP_FORMAT, "%s: the checkpoint's model ties %s%.200s%s, this model ties "
+                                   "%s%.200s%s (\"tie_embeddings\" in the config): load it into a "
+                                   "model tied as it was saved",
+                        path, tied ? "\"" : "", tied ? tied : "no weights", tied ? "\"" : "",
+                        m->nties ? "\"" : "", m->nties ? mine : "no weights",
+                        m->nties ? "\"" : "");
     /* The reader verified every checksum it found; a gpipe checkpoint must have all of them. */
     for (int i = 0; i < gp_safetensors_count(f); i++) {
         char key[CKPT_NAME_MAX + 8];
@@ -314,6 +345,13 @@ static gp_status check_tensors(const gp_safetensors *f, const gp_model *m, const
                                        "(expected layers.<0..%d>.<parameter>%s)",
                             path, e->name, o ? " or optimizer state" : "", m->nlayers - 1,
                             o ? "[.adam_m|.adam_v|.momentum]" : "");
+        const int tie = gp_model_tie_copy(m, li, (int)(p - m->layers[li]->params));
+        if (tie >= 0)
+            return gp_error(GP_FORMAT, "%s: tensor \"%s\" is tied to layers.%d.%s in this model, "
+                                       "which takes its values from there (a file of the model "
+                                       "untied?)",
+                            path, e->name, m->ties[tie].layer[0],
+                            m->layers[m->ties[tie].layer[0]]->params[m->ties[tie].param[0]].name);
         if (li < pf || li >= pl)
             return gp_error(GP_FORMAT, "%s: tensor \"%s\" is outside the layers %d-%d the file "
                                        "holds (__metadata__ \"layers\")",
@@ -342,7 +380,7 @@ static gp_status check_present(const gp_safetensors *f, const gp_model *m, const
     for (int li = lo; li < hi; li++) {
         const gp_layer *l = m->layers[li];
         for (int j = 0; j < l->nparams; j++)
-            for (int k = -1; k < gp_ckpt_nstates(m, o, li, j); k++) {
+            for (int k = -1; k < gp_ckpt_nstored(m, o, li, j) - 1; k++) {
                 GP_TRY(gp_ckpt_tensor_name(m, o, li, j, k, name, sizeof name));
                 if (!gp_safetensors_find(f, name))
                     return gp_error(GP_FORMAT, "%s: no tensor \"%s\" (layer %d, %s, %s %s)%s",
@@ -405,10 +443,26 @@ gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts
         const gp_st_entry *e = gp_safetensors_entry(f, i);
         int state, li = -1;
         gp_param *p = lookup(m, o, e->name, &state, &li);
-        if (!p || state == STATE_NOT_LOADED || li < lo || li >= hi) continue;
-        GP_TRY(copy_into(f, e->name, target(p, state)));
+        if (!p || state == STATE_NOT_LOADED) continue;
+        if (li >= lo && li < hi) GP_TRY(copy_into(f, e->name, target(p, state)));
+        /* A tied copy in the range takes its owner's tensor, wherever the owner is. */
+        for (int t = 0; t < m->nties; t++) {
+            const gp_tie *tie = &m->ties[t];
+            if (tie->layer[0] == li && &m->layers[li]->params[tie->param[0]] == p &&
+                tie->layer[1] >= lo && tie->layer[1] < hi)
+                GP_TRY(copy_into(f, e->name,
+                                 target(&m->layers[tie->layer[1]]->params[tie->param[1]], state)));
+        }
     }
     return GP_OK;
+}
+
+bool gp_ckpt_needs_layer(const gp_model *m, int li, int lo, int hi) {
+    if (li >= lo && li < hi) return true;
+    for (int t = 0; t < m->nties; t++)
+        if (m->ties[t].layer[0] == li && m->ties[t].layer[1] >= lo && m->ties[t].layer[1] < hi)
+            return true;
+    return false;
 }
 
 gp_status gp_checkpoint_load(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o) {

@@ -11,6 +11,9 @@ gp_status gp_ckpt_tensor_name(const gp_model *m, const gp_optim_opts *o, int li,
                               char *buf, size_t n);
 /* Optimizer states saved beside parameter j of layer li (0 for frozen ones or o NULL). */
 int gp_ckpt_nstates(const gp_model *m, const gp_optim_opts *o, int li, int j);
+/* Tensors a checkpoint stores for parameter j of layer li: the value and its states, or none for
+ * a tie's copy (stored once, under its owner's name). */
+int gp_ckpt_nstored(const gp_model *m, const gp_optim_opts *o, int li, int j);
 
 /* Puts every metadata string of a checkpoint of layers [first, last) through put(ctx, ...). */
 typedef gp_status (*gp_ckpt_put)(void *ctx, const char *key, const char *value);
@@ -33,7 +36,11 @@ gp_status gp_ckpt_check(const gp_safetensors *f, gp_model *m, const gp_optim_opt
 /* Reads every tensor of f (streamed, bounded memory) and checks its CRC-32: a damaged file is
  * refused whatever part of it a load uses, before anything is copied. */
 gp_status gp_ckpt_verify(const gp_safetensors *f);
-/* Copies the tensors of layers [lo, hi) of a checked file into m. */
+/* Whether loading layers [lo, hi) reads layer li's tensors: li in the range, or the owner of a
+ * tied parameter whose copy is in it. */
+bool gp_ckpt_needs_layer(const gp_model *m, int li, int lo, int hi);
+/* Copies the tensors of layers [lo, hi) of a checked file into m (a tied copy in the range from
+ * its owner's tensor, which the file may hold outside it). */
 gp_status gp_ckpt_copy(const gp_safetensors *f, gp_model *m, const gp_optim_opts *o, int lo,
                        int hi);
 

@@ -104,7 +104,7 @@ gp_status gp_checkpoint_commit(const char *index_path, const gp_model *m,
         }
         for (int li = parts[i].first; li < parts[i].last && s == GP_OK; li++)
             for (int j = 0; j < m->layers[li]->nparams && s == GP_OK; j++)
-                for (int k = -1; k < gp_ckpt_nstates(m, o, li, j) && s == GP_OK; k++) {
+                for (int k = -1; k < gp_ckpt_nstored(m, o, li, j) - 1 && s == GP_OK; k++) {
                     s = gp_ckpt_tensor_name(m, o, li, j, k, name, sizeof name);
                     if (s == GP_OK && !cJSON_AddStringToObject(wm, name, parts[i].file))
                         s = gp_error(GP_OUT_OF_MEMORY, "checkpoint index %s", index_path);
@@ -354,7 +354,10 @@ gp_status gp_checkpoint_load_layers(gp_checkpoint *c, gp_model *m, int first, in
     for (int i = 0; i < c->nparts && s == GP_OK; i++) {
         int lo = c->parts[i].first > first ? c->parts[i].first : first;
         int hi = c->parts[i].last < last ? c->parts[i].last : last;
-        if (lo < hi) s = read_part(c, i, m, o, lo, hi, &f[i]);
+        bool owner = false; /* the part holds the owner of a tied copy asked for */
+        for (int li = c->parts[i].first; li < c->parts[i].last && !owner; li++)
+            owner = gp_ckpt_needs_layer(m, li, first, last);
+        if (lo < hi || owner) s = read_part(c, i, m, o, lo < hi ? lo : first, lo < hi ? hi : first, &f[i]);
     }
     for (int i = 0; i < c->nparts && s == GP_OK; i++)
         if (f[i]) s = gp_ckpt_copy(f[i], m, o, first, last);

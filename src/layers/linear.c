@@ -1,5 +1,8 @@
 /* gp_linear: y = x W^T + b on the last dimension of a 2-4 dimensional input,
- * PyTorch layout (W is (out, in)) and PyTorch's default initialization. As a model's last layer
+ * PyTorch layout (W is (out, in)) and PyTorch's default initialization. A padded head
+ * (gp_linear_padded) holds more weight rows than it has outputs: a vocabulary table padded for
+ * speed and tied to an embedding, whose padding rows then never reach the loss or sampling. As a
+ * model's last layer
  * (the vocabulary head) it splits over the tensor axis by output features, column-parallel:
  * each shard computes its block of the logits (the split cross-entropy takes them as they are)
  * and its part of the input gradient, added over the shards by one all-reduce. */
@@ -10,6 +13,7 @@
 
 typedef struct linear_impl {
     int in, out; /* a shard's out: its block of out_features */
+    int rows;    /* the weight's rows: out, or more for a padded head (the first out are used) */
     bool bias;
     int nshards; /* 1: the whole layer */
 } linear_impl;
@@ -66,8 +70,13 @@ static gp_status linear_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp
     return linear_backward_part(l, c, dy, dx, GP_BWD_ALL);
 }
 
+/* A padded head has no layout: its weight's rows are not out_features, so it is replicated. */
 static void linear_layout(const gp_layer *l, gp_layout *out) {
     const linear_impl *p = l->impl;
+    if (p->rows != p->out) {
+        *out = (gp_layout){0};
+        return;
+    }
     *out = (gp_layout){.ndims = 1, .dims = {{"out_features", p->out, "tensor"}},
                        .nsplits = p->bias ? 2 : 1, .splits = {{0, 0, 1, 0}, {1, 0, 1, 0}},
                        .output_split = true};
@@ -128,6 +137,7 @@ static const gp_layer_ops linear_shard_ops = {
 static gp_layer *linear_shard(const gp_layer *l, int nshards) {
     if (nshards == 1) return gp_layer_copy(l, sizeof(linear_impl)); /* replicated */
     const linear_impl *w = l->impl;
+    if (w->rows != w->out) return gp_layer_copy(l, sizeof(linear_impl));
     if (nshards < 1 || w->out % nshards) {
         gp_error(GP_CONFIG, "linear: out_features = %d must divide by %d shards", w->out, nshards);
         return NULL;
@@ -137,7 +147,8 @@ static gp_layer *linear_shard(const gp_layer *l, int nshards) {
         gp_error(GP_OUT_OF_MEMORY, "linear shard: cannot allocate the layer");
         return NULL;
     }
-    *p = (linear_impl){.in = w->in, .out = w->out / nshards, .bias = w->bias, .nshards = nshards};
+    *p = (linear_impl){.in = w->in, .out = w->out / nshards, .rows = w->out / nshards,
+                       .bias = w->bias, .nshards = nshards};
     gp_layer *s = gp_layer_new(&linear_shard_ops, p);
     if (!s) return NULL;
     const float bound = 1.0f / sqrtf((float)w->in);
@@ -146,11 +157,12 @@ static gp_layer *linear_shard(const gp_layer *l, int nshards) {
     return s;
 }
 
-gp_layer *gp_linear(int in_features, int out_features, bool bias) {
-    if (in_features < 1 || out_features < 1) {
+gp_layer *gp_linear_padded(int in_features, int out_features, bool bias, int rows) {
+    if (in_features < 1 || out_features < 1 || rows < out_features) {
         gp_error(GP_INVALID_ARGUMENT,
-                 "gp_linear: in_features = %d and out_features = %d must both be >= 1",
-                 in_features, out_features);
+                 "gp_linear: in_features = %d and out_features = %d must both be >= 1, and the "
+                 "weight's rows = %d at least out_features",
+                 in_features, out_features, rows);
         return NULL;
     }
     linear_impl *p = malloc(sizeof *p);
@@ -158,12 +170,16 @@ gp_layer *gp_linear(int in_features, int out_features, bool bias) {
         gp_error(GP_OUT_OF_MEMORY, "gp_linear: cannot allocate the layer");
         return NULL;
     }
-    *p = (linear_impl){.in = in_features, .out = out_features, .bias = bias, .nshards = 1};
+    *p = (linear_impl){
+        .in = in_features, .out = out_features, .rows = rows, .bias = bias, .nshards = 1};
     gp_layer *l = gp_layer_new(&linear_ops, p);
     if (!l) return NULL;
     const float bound = 1.0f / sqrtf((float)in_features); /* PyTorch: U(-1/sqrt(in), 1/sqrt(in)) */
-    gp_layer_add_param(l, "weight", gp_shape2(out_features, in_features), GP_INIT_UNIFORM, bound,
-                       true);
+    gp_layer_add_param(l, "weight", gp_shape2(rows, in_features), GP_INIT_UNIFORM, bound, true);
     if (bias) gp_layer_add_param(l, "bias", gp_shape1(out_features), GP_INIT_UNIFORM, bound, false);
     return l;
+}
+
+gp_layer *gp_linear(int in_features, int out_features, bool bias) {
+    return gp_linear_padded(in_features, out_features, bias, out_features);
 }

@@ -15,7 +15,7 @@
 
 #define CFG_MAX_DIM (1 << 24)        /* any size or count in a config */
 #define CFG_MAX_FILE_BYTES (16 << 20) /* a config is text; refuse a stray binary */
-#define CFG_MAX_KEYS 8
+#define CFG_MAX_KEYS 12
 /* Layers in a model: each costs a few KiB before any parameter exists, so an unbounded count
  * would let a tiny config ask for gigabytes of host memory. */
 #define CFG_MAX_LAYERS 10000
@@ -43,8 +43,9 @@ typedef struct kind_spec {
     gp_layer *(*build)(const double *v); /* v: the keys' values, in order */
 } kind_spec;
 
+/* rows 0 stands for "omitted": the weight has out rows */
 static gp_layer *build_linear(const double *v) {
-    return gp_linear((int)v[0], (int)v[1], v[2] != 0);
+    return gp_linear_padded((int)v[0], (int)v[1], v[2] != 0, v[3] == 0 ? (int)v[1] : (int)v[3]);
 }
 static gp_layer *build_embedding(const double *v) { return gp_embedding((int)v[0], (int)v[1]); }
 static gp_layer *build_pos_embedding(const double *v) {
@@ -82,7 +83,8 @@ static bool is_merge(const kind_spec *ks) {
 
 /* One entry per public layer constructor in gpipe.h. */
 static const kind_spec kinds[] = {
-    {"linear", {INT_REQ("in"), INT_REQ("out"), BOOL_OPT("bias", 1)}, build_linear},
+    {"linear", {INT_REQ("in"), INT_REQ("out"), BOOL_OPT("bias", 1), INT_OPT("rows", 0, 1)},
+     build_linear},
     {"embedding", {INT_REQ("vocab"), INT_REQ("dim")}, build_embedding},
     {"pos_embedding", {INT_REQ("max_len"), INT_REQ("dim")}, build_pos_embedding},
     {"layernorm", {INT_REQ("dim")}, build_layernorm},
@@ -114,7 +116,8 @@ static const key_spec transformer_keys[] = {
     INT_OPT("vocab", 0, 1), INT_OPT("dim", 0, 1),     INT_OPT("heads", 0, 1),
     INT_OPT("d_ff", 0, 1),  {"layers", KEY_INT, false, 0, 0, CFG_MAX_LAYERS - 4},
     INT_OPT("seq_len", 0, 1),
-    PROB_OPT("dropout"),    KEYS_END};
+    PROB_OPT("dropout"),    BOOL_OPT("tie_embeddings", 0), INT_OPT("vocab_padded", 0, 1),
+    INT_OPT("max_len", 0, 1), KEYS_END};
 static const key_spec convnet_keys[] = {
     INT_OPT("in_ch", 0, 1), INT_OPT("height", 0, 1), INT_OPT("width", 0, 1),
     INT_OPT("classes", 0, 1), INT_OPT("ch1", 0, 1),  INT_OPT("ch2", 0, 1),
@@ -244,19 +247,41 @@ static bool has(const cJSON *obj, const char *key) {
     return cJSON_GetObjectItemCaseSensitive(obj, key) != NULL;
 }
 
+/* The transformer or gpt2 family's keys over its defaults. */
+static gp_status read_transformer(const char *origin, const cJSON *root, bool gpt2,
+                                  gp_transformer_config *out) {
+    double v[CFG_MAX_KEYS] = {0};
+    GP_TRY(read_keys(origin, "", root, transformer_keys, (const char *[]){"family"}, 1,
+                     gpt2 ? "the gpt2 family" : "the transformer family", v));
+    gp_transformer_config c = gpt2 ? gp_gpt2_defaults() : gp_transformer_defaults();
+    int *f[] = {&c.vocab, &c.dim, &c.heads, &c.d_ff, &c.layers, &c.seq_len};
+    for (int i = 0; i < 6; i++)
+        if (has(root, transformer_keys[i].name)) *f[i] = (int)v[i];
+    if (has(root, "dropout")) c.dropout = (float)v[6];
+    if (has(root, "tie_embeddings")) c.tie_embeddings = v[7] != 0;
+    /* GPT-2's table is padded to a multiple of 64 rows unless told otherwise, and its positions
+     * follow a seq_len given alone */
+    if (has(root, "vocab_padded"))
+        c.vocab_padded = (int)v[8];
+    else if (gpt2)
+        c.vocab_padded = (c.vocab + 63) / 64 * 64;
+    if (has(root, "max_len"))
+        c.max_len = (int)v[9];
+    else if (gpt2 && has(root, "seq_len"))
+        c.max_len = 0;
+    *out = c;
+    return GP_OK;
+}
+
 static gp_status build_family(const char *origin, const cJSON *root, const char *family,
                               gp_model **out) {
     double v[CFG_MAX_KEYS] = {0};
     gp_status s;
     *out = NULL;
-    if (strcmp(family, "transformer") == 0) {
-        GP_TRY(read_keys(origin, "", root, transformer_keys, (const char *[]){"family"}, 1,
-                         "the transformer family", v));
-        gp_transformer_config c = gp_transformer_defaults();
-        int *f[] = {&c.vocab, &c.dim, &c.heads, &c.d_ff, &c.layers, &c.seq_len};
-        for (int i = 0; i < 6; i++)
-            if (has(root, transformer_keys[i].name)) *f[i] = (int)v[i];
-        if (has(root, "dropout")) c.dropout = (float)v[6];
+    const bool gpt2 = strcmp(family, "gpt2") == 0;
+    if (gpt2 || strcmp(family, "transformer") == 0) {
+        gp_transformer_config c;
+        GP_TRY(read_transformer(origin, root, gpt2, &c));
         s = gp_model_transformer(&c, out);
     } else if (strcmp(family, "convnet") == 0) {
         GP_TRY(read_keys(origin, "", root, convnet_keys, (const char *[]){"family"}, 1,
@@ -267,8 +292,8 @@ static gp_status build_family(const char *origin, const cJSON *root, const char 
             if (has(root, convnet_keys[i].name)) *f[i] = (int)v[i];
         s = gp_model_convnet(&c, out);
     } else {
-        return cfg_error(origin, "family", "unknown family \"%s\" (expected \"transformer\" or "
-                         "\"convnet\")", family);
+        return cfg_error(origin, "family", "unknown family \"%s\" (expected \"transformer\", "
+                         "\"gpt2\" or \"convnet\")", family);
     }
     if (s != GP_OK) return gp_error_context(s, "%s: family %s", origin, family);
     return GP_OK;
@@ -411,8 +436,12 @@ static gp_status read_layer(const char *origin, const cJSON *layers, const cJSON
 }
 
 static gp_status build_explicit(const char *origin, const cJSON *root, gp_model **out) {
-    static const char *const top[] = {"input", "layers"};
-    GP_TRY(check_keys(origin, "", root, top, 2, "an explicit model (or give \"family\")"));
+    static const char *const top[] = {"input", "layers", "tie_embeddings"};
+    GP_TRY(check_keys(origin, "", root, top, 3, "an explicit model (or give \"family\")"));
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_embeddings");
+    if (tie && !cJSON_IsBool(tie))
+        return cfg_error(origin, "tie_embeddings", "expected true or false, got %s",
+                         json_type(tie));
     gp_shape shape = {0};
     gp_dtype dtype;
     GP_TRY(read_input(origin, root, &shape, &dtype));
@@ -436,6 +465,8 @@ static gp_status build_explicit(const char *origin, const cJSON *root, gp_model 
         s = gp_model_add(m, l);
         if (s != GP_OK) s = gp_error_context(s, "%s: layers[%d] (%s)", origin, i, ks->kind);
     }
+    if (s == GP_OK && cJSON_IsTrue(tie) && (s = gp_model_tie_embeddings(m)) != GP_OK)
+        s = gp_error_context(s, "%s: tie_embeddings", origin);
     if (s != GP_OK) {
         gp_model_free(m);
         return s;
@@ -494,7 +525,8 @@ gp_status gp_model_from_json_string(const char *json, const char *origin, gp_mod
     } else {
         const cJSON *fam = cJSON_GetObjectItemCaseSensitive(root, "family");
         if (fam && !cJSON_IsString(fam))
-            s = cfg_error(origin, "family", "expected \"transformer\" or \"convnet\", got %s",
+            s = cfg_error(origin, "family",
+                          "expected \"transformer\", \"gpt2\" or \"convnet\", got %s",
                           json_type(fam));
         else if (fam)
             s = build_family(origin, root, fam->valuestring, out);
@@ -553,4 +585,42 @@ gp_status gp_model_from_json_file(const char *path, gp_model **out) {
     }
     free(buf);
     return s;
+}
+
+gp_status gp_transformer_config_from_json(const char *json, const char *origin,
+                                          gp_transformer_config *out, bool *gpt2) {
+    if (!json || !out || !gpt2)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_transformer_config_from_json: NULL argument");
+    if (!origin) origin = "<string>";
+    cJSON *root = cJSON_Parse(json);
+    if (!root) return gp_error(GP_CONFIG, "%s: invalid JSON (expected a model config)", origin);
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(root, "family");
+    gp_status s;
+    if (!cJSON_IsString(fam) ||
+        (strcmp(fam->valuestring, "gpt2") != 0 && strcmp(fam->valuestring, "transformer") != 0)) {
+        s = cfg_error(origin, "family", "expected \"gpt2\" or \"transformer\"");
+    } else {
+        *gpt2 = strcmp(fam->valuestring, "gpt2") == 0;
+        s = read_transformer(origin, root, *gpt2, out);
+    }
+    cJSON_Delete(root);
+    return s;
+}
+
+gp_status gp_transformer_config_json(const gp_transformer_config *c, const char *family,
+                                     char *buf, size_t nbytes) {
+    if (!c || !family || !buf)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_transformer_config_json: NULL argument");
+    int n = snprintf(buf, nbytes,
+                     "{\"family\": \"%s\", \"vocab\": %d, \"vocab_padded\": %d, \"dim\": %d, "
+                     "\"heads\": %d, \"d_ff\": %d, \"layers\": %d, \"seq_len\": %d, "
+                     "\"max_len\": %d, \"dropout\": %.9g, \"tie_embeddings\": %s}",
+                     family, c->vocab, c->vocab_padded ? c->vocab_padded : c->vocab, c->dim,
+                     c->heads, c->d_ff, c->layers, c->seq_len,
+                     c->max_len ? c->max_len : c->seq_len, (double)c->dropout,
+                     c->tie_embeddings ? "true" : "false");
+    if (n < 0 || (size_t)n >= nbytes)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_transformer_config_json: %zu bytes of buffer, "
+                                             "%d needed", nbytes, n + 1);
+    return GP_OK;
 }

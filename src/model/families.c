@@ -1,5 +1,6 @@
-/* The built-in model families: the GPT-style Transformer LM of workload T1
- * and the Fashion-MNIST ConvNet of workload C1 (docs/WORKLOADS.md). */
+/* The built-in model families: the GPT-style Transformer LM of workload T1 (and GPT-2, the same
+ * layers with tied, padded embeddings) and the Fashion-MNIST ConvNet of workload C1
+ * (docs/WORKLOADS.md). */
 #include <stdint.h>
 
 #include "core/error.h"
@@ -8,6 +9,12 @@
 gp_transformer_config gp_transformer_defaults(void) {
     return (gp_transformer_config){.vocab = 256, .dim = 512, .heads = 8, .d_ff = 2048,
                                    .layers = 8, .seq_len = 128, .dropout = 0.0f};
+}
+
+gp_transformer_config gp_gpt2_defaults(void) {
+    return (gp_transformer_config){.vocab = 50257, .vocab_padded = 50304, .dim = 768,
+                                   .heads = 12, .d_ff = 3072, .layers = 12, .seq_len = 1024,
+                                   .max_len = 1024, .dropout = 0.0f, .tie_embeddings = true};
 }
 
 gp_convnet_config gp_convnet_defaults(void) {
@@ -33,14 +40,28 @@ gp_status gp_model_transformer(const gp_transformer_config *c, gp_model **out) {
                         "transformer: vocab %d, dim %d, heads %d, d_ff %d, seq_len %d must be >= 1 "
                         "and layers %d >= 0",
                         c->vocab, c->dim, c->heads, c->d_ff, c->seq_len, c->layers);
+    const int rows = c->vocab_padded ? c->vocab_padded : c->vocab;
+    const int max_len = c->max_len ? c->max_len : c->seq_len;
+    if (rows < c->vocab || max_len < c->seq_len)
+        return gp_error(GP_CONFIG,
+                        "transformer: vocab_padded %d must be >= vocab %d (or 0), and max_len %d "
+                        ">= seq_len %d (or 0)",
+                        c->vocab_padded, c->vocab, c->max_len, c->seq_len);
     gp_model *m;
     GP_TRY(gp_model_new(gp_shape1(c->seq_len), GP_I32, &m));
-    ADD(gp_embedding(c->vocab, c->dim));
-    ADD(gp_pos_embedding(c->seq_len, c->dim));
+    ADD(gp_embedding(rows, c->dim));
+    ADD(gp_pos_embedding(max_len, c->dim));
     for (int i = 0; i < c->layers; i++)
         ADD(gp_transformer_block(c->dim, c->heads, c->d_ff, c->dropout));
     ADD(gp_layernorm(c->dim));
-    ADD(gp_linear(c->dim, c->vocab, false));
+    ADD(gp_linear_padded(c->dim, c->vocab, false, rows));
+    if (c->tie_embeddings) {
+        gp_status s = gp_model_tie_embeddings(m);
+        if (s != GP_OK) {
+            gp_model_free(m);
+            return s;
+        }
+    }
     *out = m;
     return GP_OK;
 }

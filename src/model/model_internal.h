@@ -7,6 +7,15 @@
 
 typedef struct gp_store gp_store; /* model/param_store.h */
 
+/* A parameter shared by two layers (GPT-2's token embedding reused as its output head): use 0
+ * (the earlier layer's parameter, which owns it: its values are initialized, counted in the
+ * gradient norm and saved) and use 1 (a copy of the same shape, which every step keeps equal:
+ * both uses' gradients are summed and both copies take the same update). */
+#define GP_MODEL_MAX_TIES 4
+typedef struct gp_tie {
+    int layer[2], param[2];
+} gp_tie;
+
 struct gp_model {
     gp_shape example_shape; /* one example's input, no batch dimension */
     gp_dtype input_dtype;
@@ -16,7 +25,17 @@ struct gp_model {
     gp_shape out_example; /* output shape of the last layer at batch 1 (input if none) */
     uint64_t seed;        /* the init seed */
     bool held;            /* a pipeline holds it (with tensor-parallel shards, its values too) */
+    gp_tie ties[GP_MODEL_MAX_TIES];
+    int nties;
 };
+
+/* Ties parameter pa of layer la (the owner) and parameter pb of layer lb > la (the copy): both
+ * trainable, of one shape, neither tied already; else a named error. */
+gp_status gp_model_tie(gp_model *m, int la, int pa, int lb, int pb);
+/* The tie whose copy (use 1) is parameter j of layer li, or -1. */
+int gp_model_tie_copy(const gp_model *m, int li, int j);
+/* Where parameter j of layer li takes its initial values from: itself, or a copy's owner. */
+void gp_model_init_source(const gp_model *m, int li, int j, int *sl, int *sj);
 
 /* The device holding layer li's parameters (NULL: not initialized). */
 gp_device *gp_model_layer_device(const gp_model *m, int li);

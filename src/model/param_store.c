@@ -183,7 +183,9 @@ gp_status gp_store_init_values(gp_model *m, gp_store *s, uint64_t seed) {
     for (int li = s->first; li < s->last && st == GP_OK; li++)
         for (int j = 0; j < m->layers[li]->nparams && st == GP_OK; j++) {
             gp_param *p = &m->layers[li]->params[j];
-            gp_param_init_host(p, seed, li, j, host);
+            int sl, sj; /* a tie's copy starts as its owner */
+            gp_model_init_source(m, li, j, &sl, &sj);
+            gp_param_init_host(&m->layers[sl]->params[sj], seed, sl, sj, host);
             st = gp_tensor_from_host(&p->value, host, gp_tensor_nbytes(&p->value));
         }
     free(host);
@@ -260,7 +262,8 @@ gp_status gp_store_layer_sumsq(const gp_model *m, const gp_store *s, int li, dou
     double sum = 0;
     for (int j = 0; j < l->nparams; j++) {
         const gp_param *p = &l->params[j];
-        if (!p->trainable) continue;
+        /* a tie's copy holds the owner's gradient, which the owner's layer counts */
+        if (!p->trainable || gp_model_tie_copy(m, li, j) >= 0) continue;
         double v = 0;
         GP_TRY(k->sumsq(s->dev, (const float *)p->grad.data, gp_tensor_nelem(&p->grad), &v));
         sum += v;

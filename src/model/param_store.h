@@ -52,7 +52,7 @@ void gp_store_train_end(gp_model *m, gp_store *s);
 /* Every gradient of the store to zero: one fill. */
 gp_status gp_store_zero_grads(gp_store *s);
 /* Layer li's squared gradient norm: each trainable parameter's sum of squares (in the device
- * kernel's order), added in parameter order. The pipeline combines these in layer order, which
+ * kernel's order), added in parameter order; a tie's copy is left to its owner's layer. The pipeline combines these in layer order, which
  * makes the global norm, and so the update, independent of how layers are split into stages. */
 gp_status gp_store_layer_sumsq(const gp_model *m, const gp_store *s, int li, double *out);
 /* Clip by the global norm (one scale of the GRADS block) and update every trainable parameter

@@ -72,6 +72,16 @@ gp_status gp_model_shard_new(const gp_model *m, int T, gp_model **out) {
         }
     }
     s->seed = m->seed;
+    /* Both uses of a tie split alike (an embedding's vocabulary rows are a head's output rows),
+     * so shard t's parts are tied as the whole parameters are. */
+    for (int i = 0; i < m->nties; i++) {
+        const gp_tie *t = &m->ties[i];
+        gp_status st = gp_model_tie(s, t->layer[0], t->param[0], t->layer[1], t->param[1]);
+        if (st != GP_OK) {
+            gp_model_free(s);
+            return gp_error_context(st, "shard model of %d", T);
+        }
+    }
     *out = s;
     return GP_OK;
 }
@@ -115,7 +125,9 @@ gp_status gp_shard_init_values(const gp_model *m, gp_model *ms, gp_store *s, int
     gp_status st = GP_OK;
     for (int li = s->first; li < s->last && st == GP_OK; li++)
         for (int j = 0; j < m->layers[li]->nparams && st == GP_OK; j++) {
-            gp_param_init_host(&m->layers[li]->params[j], seed, li, j, host);
+            int sl, sj;
+            gp_model_init_source(m, li, j, &sl, &sj);
+            gp_param_init_host(&m->layers[sl]->params[sj], seed, sl, sj, host);
             st = gp_shard_scatter(m, li, j, T, t, host, &ms->layers[li]->params[j].value);
         }
     free(host);

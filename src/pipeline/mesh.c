@@ -105,7 +105,9 @@ gp_status gp_mesh_layer_sumsq(const gp_pipeline *p, const gp_stage *s, int li, d
     for (int j = 0; j < l->nparams; j++) {
         const gp_param *pa = &l->params[j];
         /* A replicated parameter's gradient is the same on every shard: counted once. */
-        if (!pa->trainable || (!(p->split_mask[li] >> j & 1u) && s->t != 0)) continue;
+        if (!pa->trainable || (!(p->split_mask[li] >> j & 1u) && s->t != 0) ||
+            gp_model_tie_copy(s->m, li, j) >= 0) /* a tie's copy: its owner's layer counts it */
+            continue;
         double v = 0;
         GP_TRY(k->sumsq(s->dev, (const float *)pa->grad.data, gp_tensor_nelem(&pa->grad), &v));
         sum += v;

@@ -11,7 +11,8 @@
  *                  transport;
  *   launch_mpi.c   the launcher of one stage per MPI process (D replicas x K stages);
  *   timeline.c     the step's timeline, stats, bubbles and pictures;
- *   checkpoint.c   checkpoints of a pipeline (one file, or one part per stage). */
+ *   checkpoint.c   checkpoints of a pipeline (one file, or one part per stage);
+ *   tie_grads.c    the gradients of parameters tied across cells, summed at the step's end. */
 #ifndef GP_PIPELINE_PIPELINE_INTERNAL_H
 #define GP_PIPELINE_PIPELINE_INTERNAL_H
 
@@ -260,6 +261,13 @@ gp_status gp_mesh_whole_begin(struct gp_pipeline *p, int first, int last, bool o
                               bool gather);
 gp_status gp_mesh_whole_scatter(struct gp_pipeline *p, int first, int last, bool optim);
 void gp_mesh_whole_end(struct gp_pipeline *p, int first, int last);
+
+/* tie_grads.c: parameters tied across cells. At the step's end, before the norms: each tie's two
+ * gradients (as the data-parallel sums left them) become their sum at both uses. gp_ties_sum:
+ * the uses on lead s's stage (both: in place; one: an exchange with the other's stage over the
+ * pipeline transport); gp_ties_sum_local: every worker of an in-process pipeline. */
+gp_status gp_ties_sum(struct gp_pipeline *p, gp_stage *lead);
+gp_status gp_ties_sum_local(struct gp_pipeline *p);
 
 /* timeline.c: after a successful step, the WAIT/hand-over split of every threads-transport call
  * and the simulator's bubbles (mean times and replay). */

@@ -272,6 +272,7 @@ static gp_status do_optimizer_step(gp_stage *s) {
     gp_trace *t = &p->trace;
     const int L = p->m->nlayers;
     if (p->sync.grads_wait) TRACED(s, GP_TRACE_WAIT, -1, "GRAD_ALLREDUCE", p->sync.grads_wait(p->sync.ctx, s));
+    if (s->m->nties) TRACED(s, GP_TRACE_WAIT, -1, "TIE_SUM", gp_ties_sum(p, s));
     double *v = calloc((size_t)L + 1, sizeof *v);
     if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
     gp_status st = gp_trace_begin(t, s->w, GP_TRACE_OPTIMIZER, -1, "NORMS");
@@ -303,7 +304,7 @@ gp_status gp_pipeline_apply(gp_pipeline *p) {
     const int L = p->m->nlayers;
     double *v = calloc((size_t)L + 1, sizeof *v);
     if (!v) return gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L + 1);
-    gp_status st = GP_OK;
+    gp_status st = gp_ties_sum_local(p);
     /* The workers' partials in mesh order, as the all-reduce of a step adds them. */
     double *part = calloc((size_t)L, sizeof *part);
     if (!part) st = gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d norm partials", L);

@@ -29,7 +29,7 @@ gp_status gp_timeline_trace_comm(gp_pipeline *p) {
         gp_trace_set_chunk(&p->trace, s->w, s->chunk);
         for (int mb = 0; mb < p->M; mb++) {
             const comm_times *c = &s->ct[mb];
-            for (int j = 0; j < GP_MSG_NKINDS; j++) {
+            for (int j = GP_MSG_ACT; j <= GP_MSG_GRAD; j++) {
                 int to = j == GP_MSG_ACT ? k + 1 : k - 1; /* where this stage sends kind j */
                 int from = j == GP_MSG_ACT ? k - 1 : k + 1;
                 if (to >= 0 && to < p->K) {
