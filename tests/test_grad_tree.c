@@ -4,8 +4,8 @@
  * zero-bubble ones with their weight parts deferred, interleaved and zbv with two cells per
  * stage) and both re-materialization modes, at M = 8 (a tree of 8 leaves) and M = 6 (two leaves
  * of 3 micro-batches); it is the sequential sum itself for an odd M; it differs from the
- * sequential sum in bits and agrees with it to float32 rounding; with T = 2 shards per stage it is
- * bitwise over K too; a bad value is a named error;
+ * sequential sum in bits and agrees with it to float32 rounding; with T = 2 shards per stage, and
+ * with the embedding tied to the head, it is bitwise over K too; a bad value is a named error;
  * its buffers are counted as gradients and released with the pipeline. The sum across
  * data-parallel replicas is tests/test_pipeline_mpi.c's and tests/cli/mesh.sh's. */
 #include <math.h>
@@ -23,17 +23,19 @@ typedef struct result {
     gp_model *m; /* kept (values on the caller's side) when asked */
 } result;
 
+static gp_test_net net = GP_TEST_TRANSFORMER;
+
 static void run_t(int batch, int K, int T, int M, gp_schedule_kind sk, gp_remat rm,
                   gp_grad_sum gs, result *r) {
-    gp_model *m = gp_test_net_build(GP_TEST_TRANSFORMER);
-    gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
     gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sk, .remat = rm,
                            .grad_sum = gs, .tensor_parallel = T};
     gp_pipeline *p = NULL;
     REQUIRE_OK(gp_pipeline_new(m, &o, &po, SEED, &p));
     for (int s = 0; s < STEPS; s++) {
         gp_test_batch b;
-        gp_test_net_batch(GP_TEST_TRANSFORMER, batch, 1000 + (uint64_t)s, &b);
+        gp_test_net_batch(net, batch, 1000 + (uint64_t)s, &b);
         REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
     }
     REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &r->hash));
@@ -92,6 +94,17 @@ int main(void) {
         run_t(BATCH, 2, 2, 8, GP_SCHEDULE_ZBH1, GP_REMAT_CELL, GP_GRAD_SUM_TREE, &b);
         printf("tree M=8 T=2: K=2 zbh1 vs K=1: %s\n", same(&a, &b) ? "bit-identical" : "DIFFERENT");
         CHECK(same(&a, &b));
+    }
+    /* Tied embedding and head: each use's cell sums its own gradient as a tree, the two sums
+     * then meet at the step's end; over K = 1 and 3 stages, zbh1 too. */
+    {
+        net = GP_TEST_TRANSFORMER_TIED;
+        result a, b;
+        run(BATCH, 1, 8, GP_SCHEDULE_1F1B, GP_REMAT_NONE, GP_GRAD_SUM_TREE, &a);
+        run(BATCH, 3, 8, GP_SCHEDULE_ZBH1, GP_REMAT_CELL, GP_GRAD_SUM_TREE, &b);
+        printf("tree M=8, tied: K=3 zbh1 vs K=1: %s\n", same(&a, &b) ? "bit-identical" : "DIFFERENT");
+        CHECK(same(&a, &b));
+        net = GP_TEST_TRANSFORMER;
     }
     /* An odd M is one leaf: the sequential sum, bit for bit. */
     {
