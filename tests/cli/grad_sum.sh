@@ -9,10 +9,7 @@
 set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
-
-printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16}\n' \
-    >"$TMP/lm.json"
-cli_write_corpus "$TMP/corpus"
+cli_write_tiny_lm
 LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 4 --batch 8 --eval-size 4 --threads 1
     --quiet --seed 5)
 
