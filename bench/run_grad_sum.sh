@@ -4,7 +4,8 @@
 # D = 2 x K = 1 over MPI (M = 4 per replica: the same 8 micro-batches of 4 sequences). The two
 # sums alternate round by round (the machine is shared and drifts), and the table gives each
 # sum's median over the rounds of the per-run median step (wall and CPU seconds), the spread of
-# those, the ratio tree / sequential, and the gradient bytes each stage device counted at peak.
+# those, the ratio tree / sequential, the bytes each stage device counted at peak (gradients, and
+# all), then the ratios round by round.
 # Usage: bash bench/run_grad_sum.sh [path/to/gpipe]; GP_BENCH_ROUNDS (3), GP_BENCH_STEPS (3),
 # GP_BENCH_WARMUP (1), GP_BENCH_OUT (out/grad_sum).
 set -eu
@@ -39,19 +40,26 @@ python3 - "$OUT" "$ROUNDS" $layouts <<'PY'
 import json, os, statistics as st, sys
 d, rounds, layouts = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 name = {"k2": "D=1 x K=2, M=8 (threads)", "d2": "D=2 x K=1, M=4 per replica (MPI)"}
-print("| layout | sum | step s (median of rounds) | spread | CPU s | spread | tree / sequential (wall, CPU) | gradient bytes per stage at peak |")
-print("|---|---|---|---|---|---|---|---|")
+print("| layout | sum | step s | spread | CPU s | spread | tree / sequential (wall, CPU) | gradient bytes per stage device at peak | device bytes at peak (stage) |")
+print("|---|---|---|---|---|---|---|---|---|")
 for L in layouts:
-    med = {}
+    med, runs = {}, {}
     for g in ("sequential", "tree"):
         rs = [json.load(open(os.path.join(d, f"{L}_{g}_{r}.json"))) for r in range(1, rounds + 1)]
         w = [r["step_seconds"]["median"] for r in rs]
         c = [r["step_cpu_seconds"]["median"] for r in rs]
-        stages = rs[0]["pipeline"].get("stage_peak_bytes", [])
-        gb = max(s["gradients"] for s in stages) if stages else rs[0]["memory"]["peak_bytes"]["gradients"]
+        stages = rs[0]["pipeline"]["stage_peak_bytes"]
+        gb = max(s["gradients"] for s in stages)
+        tb = max(s["total"] for s in stages)
         med[g] = (st.median(w), st.median(c))
+        runs[g] = (w, c)
         ratio = "" if g == "sequential" else \
             f"{med['tree'][0] / med['sequential'][0]:.3f}, {med['tree'][1] / med['sequential'][1]:.3f}"
         print(f"| {name[L]} | {g} | {st.median(w):.2f} | {min(w):.2f}-{max(w):.2f} | "
-              f"{st.median(c):.2f} | {min(c):.2f}-{max(c):.2f} | {ratio} | {gb / 2**20:.1f} MiB |")
+              f"{st.median(c):.2f} | {min(c):.2f}-{max(c):.2f} | {ratio} | {gb / 2**20:.1f} MiB | "
+              f"{tb / 2**20:.1f} MiB |")
+    for i, what in ((0, "wall"), (1, "CPU")):
+        pair = [t / q for t, q in zip(runs["tree"][i], runs["sequential"][i])]
+        print(f"{name[L]}: tree / sequential round by round ({what}): "
+              f"{', '.join(f'{x:.2f}' for x in pair)}; median {st.median(pair):.3f}")
 PY
