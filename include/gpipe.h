@@ -672,6 +672,20 @@ typedef enum gp_remat {
     GP_REMAT_NONE = 1,
     GP_REMAT_SELECTIVE = 2
 } gp_remat;
+/* How each stage sums its weight gradients over the micro-batches and the replicas.
+ * SEQUENTIAL adds micro-batch after micro-batch into the gradient block and the D replicas' sums
+ * with MPI's all-reduce: bitwise for every K, schedule and remat mode at a fixed D. TREE fixes the
+ * shape of the sum over the mini-batch's D M micro-batches: blocks of q consecutive micro-batches
+ * (q the odd part of M) added in order, then a binary tree over the blocks whose top levels are
+ * the replicas (paired in rank order): with D a power of two the parameters are the same bits
+ * for every D as well. It holds log2(M / q) extra gradient buffers per cell, and more while a
+ * zero-bubble schedule's weight parts trail. */
+typedef enum gp_grad_sum {
+    GP_GRAD_SUM_SEQUENTIAL = 0,
+    GP_GRAD_SUM_TREE = 1
+} gp_grad_sum;
+const char *gp_grad_sum_name(gp_grad_sum g); /* "sequential", "tree" */
+
 /* How the stages are started: THREADS, in this process (K = 1: on the caller's thread, with no
  * stage thread and no transport; K > 1: one thread per stage); MPI, one process per stage and
  * replica, started by mpirun or srun (needs a build with MPI, see gp_mpi_built). Where a stage's
@@ -724,6 +738,7 @@ typedef struct gp_pipeline_opts {
      * stage k (ZBV: cells k and 2K - 1 - k). */
     int chunks;
     gp_remat remat;
+    gp_grad_sum grad_sum;
     /* optional: first layer of each of the K V cells (K V entries) */
     const int *partition;
     uint64_t memory_limit; /* per-device bytes, 0: none */

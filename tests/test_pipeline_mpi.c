@@ -12,8 +12,9 @@
  * D = 1 and the single device's within 1e-5 with D = 2, and their set of 2K parts (one per cell,
  * a rank writing two) reads back to the parameters trained. The same holds for the Transformer
  * with its embedding tied to its head across the stages (K = 3, T = 2, two cells, D = 2), whose
- * sets store the tied matrix once. Skipped (exit 77) without MPI or
- * mpirun. */
+ * sets store the tied matrix once. With the tree sum of the gradients (GP_GRAD_SUM_TREE) D = 1,
+ * 2 and 4 replicas give the threads pipeline's bits on the same mini-batch of 8 micro-batches;
+ * with the sequential sum D = 2 and 4 do not. Skipped (exit 77) without MPI or mpirun. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,62 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
     return failed ? 1 : 0;
 }
 
+/* The tree sum (GP_GRAD_SUM_TREE) over D replicas x K stages, D M = 8 micro-batches of one
+ * example, AdamW: rank 0 compares with the threads pipeline, K = 2 and M = 8, same sum. The
+ * parameters are the same bits for D = 1, 2 and 4; the loss is each replica's added in replica
+ * order in double, so only its float rounding may differ (1e-6 relative). With the sequential
+ * sum D = 2 and 4 give other bits (the replicas' partial sums are a different association). */
+/* The Transformer trained STEPS steps by a pipeline made with po (AdamW); *rank: the process's
+ * world rank (0 on threads). */
+static void train_transformer(const gp_pipeline_opts *po, outcome *r, int *rank) {
+    const gp_test_net net = GP_TEST_TRANSFORMER;
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
+    gp_pipeline *p = NULL;
+    REQUIRE_OK(gp_pipeline_new(m, &o, po, SEED, &p));
+    for (int s = 0; s < STEPS; s++) {
+        gp_test_batch b;
+        gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 1000 + (uint64_t)s, &b);
+        REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &r->loss[s]));
+    }
+    REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &r->hash));
+    int nranks, stage, replica;
+    gp_pipeline_place(p, rank, &nranks, &stage, &replica);
+    gp_pipeline_free(p);
+    gp_model_free(m);
+}
+
+static int child_tree(const char *name, int D, int K, int M, gp_grad_sum gs) {
+    gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = GP_SCHEDULE_ZBH1,
+                           .launcher = GP_LAUNCHER_MPI, .data_parallel = D,
+                           .comm_timeout_s = 60, .grad_sum = gs};
+    outcome got;
+    int rank = 0, r0;
+    train_transformer(&po, &got, &rank);
+    if (rank == 0) {
+        gp_pipeline_opts ro = {.stages = 2, .micro_batches = D * M,
+                               .schedule = GP_SCHEDULE_GPIPE, .grad_sum = gs};
+        outcome want;
+        train_transformer(&ro, &want, &r0);
+        double lerr = 0;
+        for (int s = 0; s < STEPS; s++)
+            lerr = fmax(lerr, fabs((double)got.loss[s] - want.loss[s]) / fabs((double)want.loss[s]));
+        printf("%s: %s sum, D=%d K=%d M=%d over MPI vs threads K=2 M=%d: params %016llx "
+               "vs %016llx: %s; loss %.9g vs %.9g (relative %.3g, limit 1e-6)\n",
+               name, gp_grad_sum_name(gs), D, K, M, D * M, (unsigned long long)got.hash,
+               (unsigned long long)want.hash, got.hash == want.hash ? "bit-identical" : "DIFFERENT",
+               got.loss[STEPS - 1], want.loss[STEPS - 1], lerr);
+        CHECK(lerr <= 1e-6);
+        if (gs == GP_GRAD_SUM_TREE || D == 1)
+            CHECK(got.hash == want.hash);
+        else
+            CHECK(got.hash != want.hash); /* what the tree is for */
+    }
+    int failed = gp_test_failures;
+    gp_mpi_finalize();
+    return failed ? 1 : 0;
+}
+
 /* The MPI transport alone, on 2 ranks: a message arrives bit-exact with its header checked; a
  * message whose shape is not the one expected is an error naming both ranks, and the rank
  * still waiting on the other learns who failed and why. A failed run ends with MPI_Abort (a
@@ -413,6 +470,11 @@ static int run_child(const char *c) {
     if (!strcmp(c, "transformer-d2-zbv")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 1, GP_SCHEDULE_ZBV);
     if (!strcmp(c, "transformer-d2k2t2")) return child(c, GP_TEST_TRANSFORMER, 2, 2, 2, 2, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "transformer-k2t2-zbv")) return child(c, GP_TEST_TRANSFORMER, 1, 2, 4, 2, GP_SCHEDULE_ZBV);
+    if (!strcmp(c, "tree-d1")) return child_tree(c, 1, 2, 8, GP_GRAD_SUM_TREE);
+    if (!strcmp(c, "tree-d2")) return child_tree(c, 2, 2, 4, GP_GRAD_SUM_TREE);
+    if (!strcmp(c, "tree-d4")) return child_tree(c, 4, 1, 2, GP_GRAD_SUM_TREE);
+    if (!strcmp(c, "sequential-d2")) return child_tree(c, 2, 2, 4, GP_GRAD_SUM_SEQUENTIAL);
+    if (!strcmp(c, "sequential-d4")) return child_tree(c, 4, 1, 2, GP_GRAD_SUM_SEQUENTIAL);
     if (!strcmp(c, "tied-d1")) return child(c, GP_TEST_TRANSFORMER_TIED, 1, 3, 4, 1, GP_SCHEDULE_1F1B);
     if (!strcmp(c, "tied-k2t2")) return child(c, GP_TEST_TRANSFORMER_TIED, 1, 2, 4, 2, GP_SCHEDULE_GPIPE);
     if (!strcmp(c, "tied-interleaved")) return child(c, GP_TEST_TRANSFORMER_TIED, 1, 2, 4, 1, GP_SCHEDULE_INTERLEAVED);
@@ -472,7 +534,8 @@ int main(int argc, char **argv) {
                  {"convnet-d2", 4},     {"transformer-k2t2", 4}, {"transformer-d2k2t2", 8},
                  {"transformer-interleaved", 2}, {"convnet-zbv", 2}, {"transformer-d2-zbv", 4},
                  {"transformer-k2t2-zbv", 4}, {"tied-d1", 3}, {"tied-k2t2", 4},
-                 {"tied-interleaved", 2}, {"tied-d2", 4}, {"mismatch", 3}};
+                 {"tied-interleaved", 2}, {"tied-d2", 4}, {"tree-d1", 2}, {"tree-d2", 4},
+                 {"tree-d4", 4}, {"sequential-d2", 4}, {"sequential-d4", 4}, {"mismatch", 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         if (run_case(self, cases[i].name, cases[i].np, NULL) != 0) gp_test_failures++;
     /* The header case ends with MPI_Abort: its verdicts come from its output. */

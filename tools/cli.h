@@ -404,15 +404,16 @@ int gp_cli_check_outputs(const char *cmd, const gp_cli_path *outs, int nout,
 
 /* ------------------------------------------------------------- pipeline */
 
-/* --stages, --schedule, --remat, --partition, --balance, --pin, --tensor-parallel, shared by
- * plan, train and bench. */
+/* --stages, --schedule, --remat, --partition, --balance, --pin, --tensor-parallel, --chunks,
+ * --grad-sum, shared by plan, train and bench. */
 typedef struct gp_cli_pipeline_args {
     int stages;
     const char *schedule, *remat, *partition, *balance, *pin;
     int tensor_parallel;
     int chunks;
+    const char *grad_sum;
 } gp_cli_pipeline_args;
-enum { GP_CLI_PIPELINE_NOPTS = 8 };
+enum { GP_CLI_PIPELINE_NOPTS = 9 };
 /* --schedule's kind by name (NULL: gpipe). */
 gp_schedule_kind gp_cli_schedule_kind(const char *name);
 /* The table entries, in that order, writing into a; --stages shows

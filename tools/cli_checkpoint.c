@@ -254,6 +254,9 @@ static cJSON *train_options(const gp_cli_train *t) {
     if (t->erase > 0) cJSON_AddNumberToObject(o, "erase", t->erase);
     if (t->popts.label_smoothing > 0)
         cJSON_AddNumberToObject(o, "label_smoothing", t->popts.label_smoothing);
+    /* Only when on: the sum's shape is part of the bits a resume continues. */
+    if (t->popts.grad_sum != GP_GRAD_SUM_SEQUENTIAL)
+        cJSON_AddStringToObject(o, "grad_sum", gp_grad_sum_name(t->popts.grad_sum));
     char seed[32]; /* a string: exact for every 64-bit seed */
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
     cJSON_AddStringToObject(o, "seed", seed);
@@ -271,7 +274,7 @@ static const char *option_of(const char *key) {
         {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
         {"clip", "--clip"},      {"seed", "--seed"},
         {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"},
-        {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"},
+        {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"}, {"grad_sum", "--grad-sum"},
         {"data_format", "--data-format"}, {"vocab", "--vocab"}, {"val_data", "--val-data"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i][0], key) == 0) return map[i][1];
@@ -338,7 +341,7 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
     /* The options written only when on: on in the checkpoint, off now. */
     static const char *const optional[][2] = {
         {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}, {"erase", "0"},
-        {"data_format", "text"}, {"val_data", "none"}};
+        {"data_format", "text"}, {"val_data", "none"}, {"grad_sum", "sequential"}};
     for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
         if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;

@@ -1,5 +1,5 @@
 /* Pipeline options shared by `gpipe plan` and `gpipe train` (--stages,
- * --schedule, --remat, --partition, --tensor-parallel): one set of table entries and one
+ * --schedule, --remat, --partition, --tensor-parallel, --grad-sum): one set of table entries and one
  * translation into gp_pipeline_opts, so the two commands agree; and, for
  * train, the report's `pipeline` object, the summary lines and the last step's
  * --trace / --timeline files. */
@@ -44,6 +44,13 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
          "interleaved: cells per stage (the model is cut into K x V cells, cell v K + k on "
          "stage k)",
          "2 interleaved and zbv, 1 otherwise", 1, false, NULL, false, 0, false},
+        {"--grad-sum", GP_CLI_CHOICE, &a->grad_sum, "sequential|tree",
+         "how the weight gradients add over the micro-batches and the --data-parallel "
+         "replicas: in micro-batch order (bitwise for every --stages, --schedule and --remat at "
+         "one --data-parallel), or as a fixed binary tree over the mini-batch's micro-batches "
+         "(bitwise for every power-of-two --data-parallel too; log2 of the micro-batches' even "
+         "part more gradient buffers per cell); checkpoints keep it",
+         "sequential", 0, false, "sequential|tree", false, 0, false},
     };
     memcpy(out, tab, sizeof tab);
 }
@@ -95,6 +102,8 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
                  : strcmp(a->remat, "none") == 0      ? GP_REMAT_NONE
                  : strcmp(a->remat, "selective") == 0 ? GP_REMAT_SELECTIVE
                                                       : GP_REMAT_CELL,
+        .grad_sum = a->grad_sum && strcmp(a->grad_sum, "tree") == 0 ? GP_GRAD_SUM_TREE
+                                                                     : GP_GRAD_SUM_SEQUENTIAL,
         .partition = *first,
         .memory_limit = memory_limit,
         .batch = batch,

@@ -209,7 +209,7 @@ static void free_bench(gp_cli_bench *b) {
     free(b->bytes_tensor);
 }
 
-/* "pipeline": {stages, micro_batches, schedule, remat, partition,
+/* "pipeline": {stages, micro_batches, schedule, remat, grad_sum, partition,
  * busy_fraction, bubble_measured, bubble_theory, bubble_simulated, ...}:
  * the bubbles are medians over the timed steps, the partition and busy
  * fractions those of the last one. */
@@ -222,6 +222,7 @@ static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
     cJSON_AddNumberToObject(pl, "micro_batches", b->popts.micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(b->popts.schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(b->popts.remat));
+    cJSON_AddStringToObject(pl, "grad_sum", gp_grad_sum_name(b->popts.grad_sum));
     cJSON_AddStringToObject(pl, "launcher", gp_launcher_name(b->place.launcher));
     cJSON_AddNumberToObject(pl, "data_parallel", b->place.data_parallel);
     cJSON_AddNumberToObject(pl, "ranks", b->place.nranks);

@@ -62,6 +62,7 @@ gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
     return not_built("gradient all-reduce");
 }
 gp_status gp_grid_grads_wait(gp_grid *g) { return (void)g, not_built("gradient all-reduce"); }
+void gp_grid_set_grad_tree(gp_grid *g, bool tree) { (void)g, (void)tree; }
 gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void **all,
                              size_t *offsets) {
     (void)g, (void)mine, (void)nbytes, (void)offsets;
@@ -127,13 +128,25 @@ void gp_mpi_abort_job(int code) {
 
 /* -------------------------------------------------------------------- grid */
 
+/* A gradient bucket being summed over the replicas: MPI_Iallreduce's request, or (tree) the
+ * exchange with the partner of the current round, at distance `stride` in replica order. */
+typedef struct grad_bucket {
+    float *x;
+    int64_t n;
+    MPI_Request req[2]; /* the reduction's, or the tree round's receive and send */
+    int stride;
+    float *scratch; /* (cap) the partner's partial sum */
+    int64_t cap;
+} grad_bucket;
+
 struct gp_grid {
     gp_mpi_shared sh;
     int D, K, T, stage, replica, shard;
     MPI_Comm pipe_comm, dp_comm, tp_comm;
     gp_transport *pipe, *world, *tensor;
-    MPI_Request *bucket_req; /* (cap_buckets) the buckets in flight */
+    grad_bucket *bk; /* (cap_buckets) the buckets in flight (scratch kept for the next step) */
     int nbuckets, cap_buckets;
+    bool tree;       /* the replicas' sum in tree order (gp_grid_set_grad_tree) */
 };
 
 static gp_status mpi_check(int rc, const char *what) {
@@ -236,7 +249,8 @@ void gp_grid_free(gp_grid *g) {
     if (g->sh.world != MPI_COMM_NULL) MPI_Comm_free(&g->sh.world);
     free(g->sh.note_req);
     if (!notes_in_flight) free(g->sh.note_buf);
-    free(g->bucket_req);
+    for (int b = 0; b < g->cap_buckets; b++) free(g->bk[b].scratch);
+    free(g->bk);
     free(g);
 }
 
@@ -258,6 +272,23 @@ static void who(const gp_grid *g, char *buf, size_t n) {
                  g->replica);
 }
 
+void gp_grid_set_grad_tree(gp_grid *g, bool tree) { g->tree = tree; }
+
+/* The tree applies with D a power of two (else the plain all-reduce). */
+static bool tree_on(const gp_grid *g) { return g->tree && g->D > 1 && (g->D & (g->D - 1)) == 0; }
+
+/* Posts bucket b's exchange with its partner at b->stride: each sends its partial sum and
+ * receives the partner's (tag: the round), both then hold the same pair. */
+static gp_status tree_round(gp_grid *g, grad_bucket *b) {
+    const int partner = g->replica ^ b->stride, tag = b->stride, n = (int)b->n;
+    gp_status s = mpi_check(MPI_Irecv(b->scratch, n, MPI_FLOAT, partner, tag, g->dp_comm, &b->req[0]),
+                            "MPI_Irecv");
+    if (s == GP_OK)
+        s = mpi_check(MPI_Isend(b->x, n, MPI_FLOAT, partner, tag, g->dp_comm, &b->req[1]),
+                      "MPI_Isend");
+    return s;
+}
+
 gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
     char w[96];
     who(g, w, sizeof w);
@@ -268,15 +299,34 @@ gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
         return gp_mpi_aborted_error(&g->sh, w, "starting the gradient all-reduce");
     if (g->nbuckets == g->cap_buckets) {
         int cap = g->cap_buckets ? 2 * g->cap_buckets : 16;
-        MPI_Request *r = realloc(g->bucket_req, (size_t)cap * sizeof *r);
+        grad_bucket *r = realloc(g->bk, (size_t)cap * sizeof *r);
         if (!r) return gp_error(GP_OUT_OF_MEMORY, "%s: cannot track %d gradient buckets", w, cap);
-        g->bucket_req = r;
+        memset(r + g->cap_buckets, 0, (size_t)(cap - g->cap_buckets) * sizeof *r);
+        g->bk = r;
         g->cap_buckets = cap;
     }
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, g->dp_comm,
-                            &g->bucket_req[g->nbuckets]);
-    if (rc != MPI_SUCCESS) {
-        gp_status s = mpi_check(rc, "MPI_Iallreduce");
+    grad_bucket *b = &g->bk[g->nbuckets];
+    b->x = x;
+    b->n = n;
+    b->req[0] = b->req[1] = MPI_REQUEST_NULL;
+    b->stride = 1;
+    gp_status s;
+    if (tree_on(g)) {
+        if (b->cap < n) {
+            free(b->scratch);
+            b->cap = 0;
+            if (!(b->scratch = malloc((size_t)n * sizeof *b->scratch)))
+                return gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate %lld floats for gradient "
+                                                  "bucket %d", w, (long long)n, g->nbuckets);
+            b->cap = n;
+        }
+        s = tree_round(g, b);
+    } else {
+        s = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, g->dp_comm,
+                                     &b->req[0]),
+                      "MPI_Iallreduce");
+    }
+    if (s != GP_OK) {
         gp_error_context(s, "%s: gradient bucket %d", w, g->nbuckets);
         gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, gp_last_error());
         return s;
@@ -284,6 +334,24 @@ gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
     g->nbuckets++;
     g->sh.bytes_allreduce += (uint64_t)n * sizeof(float);
     return GP_OK;
+}
+
+/* Bucket b's remaining rounds: after round `stride` replica d holds the sum over its aligned
+ * block of 2 stride replicas, the lower half's sum added to the upper's (a commutative pair, so
+ * both partners get the same bits), which is the subtree the single-replica sum builds there. */
+static gp_status tree_finish(gp_grid *g, grad_bucket *b, double deadline, const char *w,
+                             const char *doing) {
+    gp_status s = GP_OK;
+    while (s == GP_OK) {
+        s = gp_mpi_wait(&g->sh, &b->req[0], deadline, w, doing);
+        if (s == GP_OK) s = gp_mpi_wait(&g->sh, &b->req[1], deadline, w, doing);
+        if (s != GP_OK) break;
+        for (int64_t i = 0; i < b->n; i++) b->x[i] += b->scratch[i];
+        b->stride *= 2;
+        if (b->stride >= g->D) break;
+        s = tree_round(g, b);
+    }
+    return s;
 }
 
 gp_status gp_grid_grads_wait(gp_grid *g) {
@@ -296,7 +364,8 @@ gp_status gp_grid_grads_wait(gp_grid *g) {
                  "waiting in the gradient all-reduce (bucket %d of %d) over the %d replicas of "
                  "stage %d%s",
                  b + 1, g->nbuckets, g->D, g->stage, g->T > 1 ? " (this shard)" : "");
-        s = gp_mpi_wait(&g->sh, &g->bucket_req[b], deadline, w, doing);
+        s = tree_on(g) ? tree_finish(g, &g->bk[b], deadline, w, doing)
+                       : gp_mpi_wait(&g->sh, &g->bk[b].req[0], deadline, w, doing);
     }
     g->nbuckets = 0;
     return s;

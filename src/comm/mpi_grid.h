@@ -43,6 +43,11 @@ gp_transport *gp_grid_world(gp_grid *g);
  * the same bits in either order, so both replicas hold identical sums, run after run. */
 gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n);
 gp_status gp_grid_grads_wait(gp_grid *g);
+/* tree: with D a power of two, each bucket is summed by pairing the replicas in rounds of
+ * distance 1, 2, 4, ... (replica d with d ^ distance), so that the sum is a binary tree over
+ * the replicas in order, the same on every replica and the top of the single-replica tree
+ * (GP_GRAD_SUM_TREE); other D keep MPI_Iallreduce. */
+void gp_grid_set_grad_tree(gp_grid *g, bool tree);
 
 /* Gathers every world rank's nbytes at mine (sizes may differ) into one malloc'ed block,
  * world order, on every rank: *all (the caller frees it) and offsets[W + 1] (caller-owned,

@@ -410,6 +410,7 @@ gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
     p->launcher = &mpi_iface;
     p->D = po->data_parallel ? po->data_parallel : 1;
     GP_TRY(gp_grid_new(p->D, p->nstages, p->T, po->comm_timeout_s, &l->grid));
+    gp_grid_set_grad_tree(l->grid, po->grad_sum == GP_GRAD_SUM_TREE);
     p->tr = gp_grid_pipe(l->grid);
     if (p->V > 1) { /* the pipe's ranks are the stages; the cells talk over them */
         int *rank_of = malloc((size_t)p->K * sizeof *rank_of);

@@ -109,6 +109,10 @@ static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *
                         "pipeline: data_parallel %d needs the MPI launcher (one process per "
                         "replica and stage)",
                         po->data_parallel);
+    if (po->grad_sum != GP_GRAD_SUM_SEQUENTIAL && po->grad_sum != GP_GRAD_SUM_TREE)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "pipeline: grad_sum %d is neither sequential (%d) nor tree (%d)",
+                        (int)po->grad_sum, GP_GRAD_SUM_SEQUENTIAL, GP_GRAD_SUM_TREE);
     if (po->batch < 0 || po->batch % *M)
         return gp_error(GP_INVALID_ARGUMENT,
                         "pipeline: batch %lld is not a multiple of %d micro-batches",
@@ -189,7 +193,9 @@ static gp_status init_stage(gp_pipeline *p, gp_stage *s, const gp_pipeline_opts 
         GP_TRY(gp_store_place(m, s->first, s->last, s->dev, initialized, &s->store));
         if (!initialized) GP_TRY(gp_store_init_values(m, s->store, seed));
     }
-    return p->inference ? GP_OK : gp_store_train_begin(m, s->store, gp_optim_state_count(&p->o));
+    if (p->inference) return GP_OK;
+    GP_TRY(gp_store_train_begin(m, s->store, gp_optim_state_count(&p->o)));
+    return p->grad_sum == GP_GRAD_SUM_TREE ? gp_grad_tree_setup(s, p->M) : GP_OK;
 }
 
 static gp_status init_stages(gp_pipeline *p, const gp_pipeline_opts *po, uint64_t seed) {
@@ -275,6 +281,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->M = M;
     p->T = T;
     p->remat = po->remat;
+    p->grad_sum = po->grad_sum;
     p->label_smoothing = po->label_smoothing;
     p->D = 1;
     p->nranks = 1;
@@ -326,6 +333,7 @@ void gp_pipeline_free(gp_pipeline *p) {
     /* Every cell's store goes before the devices: a stage's cells share its lead's device. */
     for (int w = 0; p->st && w < p->K * p->T; w++) {
         gp_stage *s = &p->st[w];
+        gp_grad_tree_free(s);
         if (s->store) gp_store_train_end(s->m, s->store);
         if (s->store && p->st[s->w].own_dev) gp_store_release_layers(s->m, s->first, s->last);
     }

@@ -5,6 +5,7 @@
  *                  stages' tensor-parallel groups over a transport;
  *   stage.c        the stage interpreter: one stage's action list for one step, talking only to
  *                  a transport and the launcher's gradient-sync hooks (gp_stage_sync);
+ *   grad_tree.c    the tree sum of a cell's weight gradients over its micro-batches;
  *   launch_local.c the launcher of this process's stages: K = 1 inline on the caller's thread
  *                  (no stage thread, no transport), K > 1 on K threads over the threads
  *                  transport;
@@ -36,6 +37,23 @@ typedef struct comm_times {
 } comm_times;
 
 typedef struct gp_stage gp_stage;
+
+/* grad_tree.c: a cell's weight gradients summed as a tree over its micro-batches
+ * (GP_GRAD_SUM_TREE): leaf j holds micro-batches [j q, (j + 1) q) added in order, finished
+ * leaves meet in a binary counter (level l: the sum of 2^l leaves), and the last leaf is folded
+ * up it layer by layer as its layers finish. Buffer id 0 is the cell's slice of the gradient
+ * block (leaf 0, where the sum ends), id i > 0 is pool[i - 1]. */
+typedef struct gp_grad_tree {
+    bool on;            /* TREE with more than one leaf, on a cell with gradients */
+    int q, nblocks, nlevels;
+    int64_t n;          /* floats of the cell's gradients */
+    int *leaf;          /* (nblocks) block j's buffer id, -1: none yet or pushed */
+    int *left;          /* (nblocks) micro-batches of block j whose weight gradients are due */
+    int *level;         /* (nlevels) the counter's buffer id at each level, -1: empty */
+    gp_tensor *pool;    /* (nlevels + nblocks at most; npool made) */
+    bool *is_free;      /* (pool's) */
+    int npool;
+} gp_grad_tree;
 
 /* What a launcher does for the interpreter around the gradients (all on the stage's thread). */
 typedef struct gp_stage_sync {
@@ -91,6 +109,7 @@ struct gp_stage {
     pthread_t thread;
     int cpu;     /* the core this stage's thread runs on, -1: not pinned */
     bool pinned; /* the last step's thread did get that core */
+    gp_grad_tree gt; /* GP_GRAD_SUM_TREE's state (off otherwise) */
 };
 
 /* How the stages of a pipeline are run: in this process (inline or threads) or one per MPI
@@ -120,6 +139,7 @@ struct gp_pipeline {
     int V;       /* cells per stage (chunks; 1 but for interleaved schedules) */
     int nstages; /* stages along the pipeline (devices per shard index): K / V */
     gp_remat remat;
+    gp_grad_sum grad_sum;
     gp_schedule sched;
     uint64_t seed; /* dropout keys */
     int step;
@@ -178,6 +198,20 @@ gp_status gp_stage_begin_step(gp_stage *s);
 /* The trace label of cell s's transfers of kind j (send or receive): "SEND_ACT", "RECV_GRAD",
  * with GP_TRACE_SKIP_MARK and their count where the cut it crosses carries skips. */
 void gp_stage_msg_label(const gp_stage *s, bool send, gp_msg_kind j, char *buf, size_t n);
+/* grad_tree.c. Setup for M micro-batches once the cell's store exists (off for SEQUENTIAL:
+ * not called); free releases the buffers (before the cell's device goes). */
+gp_status gp_grad_tree_setup(gp_stage *s, int M);
+void gp_grad_tree_free(gp_stage *s);
+void gp_grad_tree_begin_step(gp_stage *s);
+/* Around a backward (or either part of a split one) of micro-batch mb: the cell's gradient
+ * views point at its block's leaf; last_part: mb's weight gradients are complete. */
+gp_status gp_grad_tree_enter(gp_stage *s, int mb);
+gp_status gp_grad_tree_leave(gp_stage *s, int mb, bool last_part);
+/* Whether the weight gradients of mb complete the last leaf: its layers are then folded into
+ * the gradient block one by one, gp_grad_tree_layer_final(s, li) as layer li finishes. */
+bool gp_grad_tree_folds(const gp_stage *s, int mb);
+gp_status gp_grad_tree_layer_final(gp_stage *s, int li);
+
 /* Pins the calling thread to s->cpu (none: -1); s->pinned says whether it took. */
 void gp_stage_pin_thread(gp_stage *s);
 

@@ -163,10 +163,19 @@ static gp_status backward_begin(gp_stage *s, int mb, gp_tensor **dx) {
     return st;
 }
 
+/* The tree's last leaf folded into layer li's gradients, which are then final. */
+static gp_status tree_layer_done(void *ctx, int li) {
+    gp_stage *s = ctx;
+    GP_TRY(gp_grad_tree_layer_final(s, li));
+    const gp_pipeline *p = s->p;
+    return p->sync.layer_grads_final && !p->no_update ? layer_done(ctx, li) : GP_OK;
+}
+
 /* The last micro-batch's backward (its weight part, when split) makes each layer's gradients
- * final as it goes: the launcher's hook then, or none. */
+ * final as it goes: the launcher's hook then (after the tree's fold), or none. */
 static gp_seq_layer_done final_hook(const gp_stage *s, int mb) {
     const gp_pipeline *p = s->p;
+    if (gp_grad_tree_folds(s, mb)) return tree_layer_done;
     return p->sync.layer_grads_final && mb == p->M - 1 && !p->no_update ? layer_done : NULL;
 }
 
@@ -175,10 +184,13 @@ static gp_seq_layer_done final_hook(const gp_stage *s, int mb) {
 static gp_status backward_proper(gp_stage *s, int mb, bool split) {
     gp_tensor *dx;
     gp_status st = backward_begin(s, mb, &dx);
-    if (st == GP_OK)
+    if (st == GP_OK && (st = gp_grad_tree_enter(s, mb)) == GP_OK) {
         st = split ? gp_seq_backward_input(s->m, &s->pass[mb], &s->dy[mb], dx)
                    : gp_seq_backward_each(s->m, &s->pass[mb], &s->dy[mb], dx,
                                           final_hook(s, mb), s);
+        gp_status sl = gp_grad_tree_leave(s, mb, !split);
+        if (st == GP_OK) st = sl;
+    }
     if (!split || st != GP_OK) {
         gp_tensor_release(&s->dy[mb]);
         gp_tensor_release(&s->in[mb]); /* the stash is done with */
@@ -190,10 +202,14 @@ static gp_status backward_proper(gp_stage *s, int mb, bool split) {
 
 /* A split backward's weight part: the pass, its output gradient and the stash are done with. */
 static gp_status backward_weight(gp_stage *s, int mb) {
-    gp_status st = s->pass[mb].dys ? gp_seq_backward_weight_each(s->m, &s->pass[mb],
-                                                                 final_hook(s, mb), s)
+    gp_status st = s->pass[mb].dys ? gp_grad_tree_enter(s, mb)
                                    : gp_error(GP_INTERNAL, "BACKWARD_WEIGHT(%d) without its "
                                                            "input part", mb);
+    if (st == GP_OK) {
+        st = gp_seq_backward_weight_each(s->m, &s->pass[mb], final_hook(s, mb), s);
+        gp_status sl = gp_grad_tree_leave(s, mb, true);
+        if (st == GP_OK) st = sl;
+    }
     gp_tensor_release(&s->dy[mb]);
     gp_tensor_release(&s->in[mb]);
     return st;
@@ -384,6 +400,7 @@ void gp_stage_run(gp_stage *s) {
         gp_stage *cell = gp_chunk_of(p, s, c);
         cell->loss = 0;
         memset(cell->nsent, 0, sizeof cell->nsent);
+        gp_grad_tree_begin_step(cell);
     }
     for (int i = 0; i < list->n && st == GP_OK; i++) {
         const gp_action a = list->a[i];

@@ -51,6 +51,14 @@ with open(sys.argv[1], "w", encoding="utf-8") as f:
 PY
 }
 
+# cli_write_tiny_lm: $TMP/lm.json, a Transformer of 2 blocks (dim 16, vocabulary 256, windows
+# of 16 bytes), and the corpus $TMP/corpus for it.
+cli_write_tiny_lm() {
+    printf '{"family": "transformer", "vocab": 256, "dim": 16, "heads": 2, "d_ff": 32, "layers": 2, "seq_len": 16}\n' \
+        >"$TMP/lm.json"
+    cli_write_corpus "$TMP/corpus"
+}
+
 # cli_write_idx DIR [NTRAIN NTEST]: a synthetic IDX data set in DIR (created, plain files):
 # NTRAIN (48) train and NTEST (16) t10k images of 28x28, labels (i * 7) % 10, pixel values that
 # depend on the label so that a model can learn.
