@@ -518,7 +518,12 @@ int gp_cli_launch_main(int argc, char **argv) {
             break;
         }
         const int step = newest_step(&l, path, sizeof path);
-        const bool same_bits = next.D == cur.D && next.T == cur.T;
+        /* Another D keeps the bits only under --grad-sum tree, with both D powers of two (the
+         * replicas' sums are then the top levels of one tree over the micro-batches). */
+        const char *gs = targ(&l, "--grad-sum");
+        const bool tree = gs && strcmp(gs, "tree") == 0;
+        const bool pow2 = !(next.D & (next.D - 1)) && !(cur.D & (cur.D - 1));
+        const bool same_bits = next.T == cur.T && (next.D == cur.D || (tree && pow2));
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "restart", attempt + 1);
         cJSON_AddNumberToObject(e, "step", step);

@@ -218,6 +218,27 @@ for what, x, y in (("final loss", a["train"]["final_loss"], b["train"]["final_lo
     need(abs(x - y) <= 1e-6 * abs(x), f"{what} {y} vs uninterrupted D = 2 {x}")
 finish("FAIL: D change:")
 PY
+# The same under --grad-sum tree: the replicas' sums are the top of one tree over the 8
+# micro-batches, so the run on D = 1 ends with the uninterrupted D = 2 run's parameters.
+cli_mpirun d2k1t 2 "${LM[@]}" --grad-sum tree --data-parallel 2 --stages 1 --report "$TMP/d2k1t.json"
+DT=$TMP/ck_dchange_tree
+one_kill dtree "$DT" $((RANDOM % 2)) $((10 + RANDOM % 30)) --np 2 "${LAUNCHER[@]}" -- train "${LM[@]}" \
+    "${JOB[@]}" --grad-sum tree --data-parallel 2 --stages 1 --checkpoint-dir "$DT" \
+    --report "$TMP/dtree.json"
+[ "$rc" = 0 ] || bad "D change, tree sum: gpipe launch failed: $(tail -c 800 "$TMP/dtree.err")"
+grep -q "(the same bits as an uninterrupted run)" "$TMP/dtree.out" ||
+    bad "D change, tree sum: no line says the bits stay"
+python3 - "$TMP/d2k1t.json" "$TMP/dtree.json" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+r = b.get("restarts", [])
+need(len(r) == 1 and r[0]["data_parallel"] == 1 and r[0]["bit_identical"] is True,
+     f"restarts {r}")
+need(a["params_fnv1a64"] == b["params_fnv1a64"],
+     f"parameters {b['params_fnv1a64']} vs uninterrupted D = 2 {a['params_fnv1a64']}")
+finish("FAIL: D change, tree sum:")
+PY
 # A checkpoint resumes on another D only with as many micro-batches in all.
 if timeout 300 "${MPIRUN[@]}" -np 1 "$GPIPE" train "${LM[@]}" --data-parallel 1 --stages 1 \
     --checkpoint-dir "$DD" --resume >"$TMP/dfew.out" 2>"$TMP/dfew.err"; then
