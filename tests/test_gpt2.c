@@ -16,16 +16,6 @@
 
 static gp_device *dev;
 
-static gp_param_info param_of(gp_model *m, int li, const char *name) {
-    for (int i = 0; i < gp_model_nparam_tensors(m); i++) {
-        gp_param_info pi;
-        REQUIRE_OK(gp_model_param(m, i, &pi));
-        if (pi.layer == li && strcmp(pi.name, name) == 0) return pi;
-    }
-    fprintf(stderr, "no parameter %s in layer %d\n", name, li);
-    exit(1);
-}
-
 /* A model of the gpt2 family from an imported file's config, loaded with its values. */
 static gp_model *load_imported(const char *path, gp_safetensors **keep) {
     gp_safetensors *f;
@@ -81,7 +71,7 @@ static void matches_transformers(void) {
     gp_model *m = load_imported(wpath, NULL);
     const int L = gp_model_nlayers(m);
     /* the padding rows of the table are zero */
-    gp_param_info e = param_of(m, 0, "weight"), h = param_of(m, L - 1, "weight");
+    gp_param_info e = gp_test_param_of(m, 0, "weight"), h = gp_test_param_of(m, L - 1, "weight");
     CHECK_EQ_INT(e.value->shape.dim[0], 128);
     CHECK(max_abs(F32(*e.value) + 100 * 32, 28 * 32) == 0.0);
     CHECK(max_abs(F32(*e.value), 100 * 32) > 0.0);
@@ -168,8 +158,8 @@ static void padding_is_invisible(void) {
     }
     /* the padded model's first 100 rows from the unpadded one (init draws depend on the shape) */
     const int L = gp_model_nlayers(m[0]);
-    gp_param_info e0 = param_of(m[0], 0, "weight"), e1 = param_of(m[1], 0, "weight");
-    gp_param_info h0 = param_of(m[0], L - 1, "weight");
+    gp_param_info e0 = gp_test_param_of(m[0], 0, "weight"), e1 = gp_test_param_of(m[1], 0, "weight");
+    gp_param_info h0 = gp_test_param_of(m[0], L - 1, "weight");
     memcpy(e0.value->data, e1.value->data, 100 * 32 * sizeof(float));
     memcpy(h0.value->data, e1.value->data, 100 * 32 * sizeof(float));
     for (int64_t j = 100 * 32; j < 128 * 32; j++) F32(*e0.value)[j] = F32(*h0.value)[j] = 1e3f;
@@ -197,7 +187,7 @@ static void padding_is_invisible(void) {
     CHECK(memcmp(logits[0].data, logits[1].data, gp_tensor_nbytes(&logits[0])) == 0);
     CHECK(memcmp(&loss[0], &loss[1], sizeof(float)) == 0);
     for (int li = 0; li < L; li += L - 1) {
-        gp_param_info a = param_of(m[0], li, "weight"), c = param_of(m[1], li, "weight");
+        gp_param_info a = gp_test_param_of(m[0], li, "weight"), c = gp_test_param_of(m[1], li, "weight");
         CHECK(memcmp(a.grad->data, c.grad->data, 100 * 32 * sizeof(float)) == 0);
         CHECK(max_abs(F32(*a.grad) + 100 * 32, 28 * 32) == 0.0);
     }

@@ -18,17 +18,6 @@
 #define BATCH 4
 static const uint64_t SEED = 5;
 
-/* Parameter `name` of layer li (a host pointer: every test device is a CPU), with its gradient. */
-static gp_param_info param_of(gp_model *m, int li, const char *name) {
-    for (int i = 0; i < gp_model_nparam_tensors(m); i++) {
-        gp_param_info pi;
-        REQUIRE_OK(gp_model_param(m, i, &pi));
-        if (pi.layer == li && strcmp(pi.name, name) == 0) return pi;
-    }
-    fprintf(stderr, "no parameter %s in layer %d\n", name, li);
-    exit(1);
-}
-
 static bool same_bits(const gp_tensor *a, const gp_tensor *b) {
     return gp_tensor_nbytes(a) == gp_tensor_nbytes(b) &&
            memcmp(a->data, b->data, gp_tensor_nbytes(a)) == 0;
@@ -51,9 +40,9 @@ static void tie_takes_effect(void) {
     REQUIRE_OK(gp_device_cpu_new("tied", &dev));
     REQUIRE_OK(gp_model_init(tied, dev, SEED));
     REQUIRE_OK(gp_model_init(untied, dev, SEED));
-    gp_param_info e = param_of(tied, 0, "weight"), h = param_of(tied, L - 1, "weight");
+    gp_param_info e = gp_test_param_of(tied, 0, "weight"), h = gp_test_param_of(tied, L - 1, "weight");
     CHECK(same_bits(e.value, h.value));
-    CHECK(!same_bits(param_of(untied, 0, "weight").value, param_of(untied, L - 1, "weight").value));
+    CHECK(!same_bits(gp_test_param_of(untied, 0, "weight").value, gp_test_param_of(untied, L - 1, "weight").value));
     float *init = malloc(gp_tensor_nbytes(e.value));
     memcpy(init, e.value->data, gp_tensor_nbytes(e.value));
     gp_model_free(tied);
@@ -71,7 +60,7 @@ static void tie_takes_effect(void) {
             gp_test_net_batch(GP_TEST_TRANSFORMER_TIED, BATCH, 40 + (uint64_t)s, &b);
             REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
         }
-        e = param_of(m, 0, "weight"), h = param_of(m, L - 1, "weight");
+        e = gp_test_param_of(m, 0, "weight"), h = gp_test_param_of(m, L - 1, "weight");
         CHECK(e.value->dev != h.value->dev || K == 1); /* K = 2: a copy on each stage */
         CHECK(same_bits(e.value, h.value));
         CHECK(memcmp(e.value->data, init, gp_tensor_nbytes(e.value)) != 0); /* it trained */
@@ -116,7 +105,7 @@ static void tie_sums_gradients(void) {
         gp_test_net_batch(GP_TEST_TRANSFORMER_TIED, BATCH, 7, &b);
         float loss;
         REQUIRE_OK(gp_pipeline_accumulate(p, &b.x, &b.y_t, &loss));
-        gp_param_info e = param_of(m, 0, "weight"), h = param_of(m, L - 1, "weight");
+        gp_param_info e = gp_test_param_of(m, 0, "weight"), h = gp_test_param_of(m, L - 1, "weight");
         const int64_t n = gp_tensor_nelem(e.value);
         float *w0 = malloc((size_t)n * sizeof *w0), *g = malloc((size_t)n * sizeof *g);
         double sumsq = 0, head = 0;

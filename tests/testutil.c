@@ -309,3 +309,13 @@ char *gp_test_read_file(const char *path) {
     fclose(f);
     return s;
 }
+
+gp_param_info gp_test_param_of(gp_model *m, int li, const char *name) {
+    for (int i = 0; i < gp_model_nparam_tensors(m); i++) {
+        gp_param_info pi;
+        REQUIRE_OK(gp_model_param(m, i, &pi));
+        if (pi.layer == li && strcmp(pi.name, name) == 0) return pi;
+    }
+    fprintf(stderr, "no parameter %s in layer %d\n", name, li);
+    exit(1);
+}

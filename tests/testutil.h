@@ -125,6 +125,9 @@ gp_pipeline *gp_test_single(gp_model *m, const gp_optim_opts *o, int M);
  * GP_TEST_FNV_EMPTY (the FNV-1a offset basis). */
 #define GP_TEST_FNV_EMPTY 0xcbf29ce484222325ULL
 uint64_t gp_test_hash(const gp_model *m);
+/* Parameter `name` of layer li of m (host pointers on the CPU devices the tests use), with its
+ * gradient; exits naming it where there is none. */
+gp_param_info gp_test_param_of(gp_model *m, int li, const char *name);
 
 /* Two small networks for the tests that train (the pipeline and checkpoint tests): the
  * Transformer (vocab 64, dim 32, 4 heads, d_ff 64, 4 blocks, seq_len 16, dropout 0.1) with AdamW
