@@ -15,7 +15,7 @@ cli_need_pydeps
 # to be caught in the middle.
 printf '{"family": "transformer", "vocab": 256, "dim": 128, "heads": 4, "d_ff": 256, "layers": 4, "seq_len": 32, "dropout": 0.1}\n' \
     >"$TMP/lm.json"
-cli_write_corpus "$TMP/corpus" 400
+cli_write_corpus "$TMP/corpus"
 STEPS=60
 ARGS=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps "$STEPS" --batch 8 --micro-batches 2
       --eval-size 4 --threads 1 --quiet --seed 11)

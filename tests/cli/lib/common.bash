@@ -39,18 +39,6 @@ cli_finish() {
     echo "cli $1: all checks passed"
 }
 
-# cli_write_corpus FILE [ENTRIES]: a fortune-style text corpus of ENTRIES (200) entries separated
-# by "%" lines, with some multi-byte UTF-8; every 20th entry goes to validation.
-cli_write_corpus() {
-    python3 - "$1" "${2:-200}" <<'PY' || { echo "FAIL: cannot write the corpus $1"; exit 1; }
-import sys
-words = "the pipeline splits every mini-batch into micro-batches über café".split()
-with open(sys.argv[1], "w", encoding="utf-8") as f:
-    for i in range(int(sys.argv[2])):
-        f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6 + i % 5)) + ".\n%\n")
-PY
-}
-
 # cli_write_tiny_lm: $TMP/lm.json, a Transformer of 2 blocks (dim 16, vocabulary 256, windows
 # of 16 bytes), and the corpus $TMP/corpus for it.
 cli_write_tiny_lm() {
