@@ -1,6 +1,7 @@
 /* Opening and reading input files with the checks every reader of a file wants: a regular file
  * (checked on the open descriptor, so nothing can be swapped in between), a size limit, reads
  * that got every byte, and checksums streamed in bounded memory. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -118,5 +119,15 @@ gp_status gp_read_file(const char *path, uint64_t max, unsigned char **buf, size
     }
     (*buf)[len] = '\0';
     *n = (size_t)len;
+    return GP_OK;
+}
+
+gp_status gp_read_json(const char *path, uint64_t max, cJSON **root) {
+    unsigned char *buf;
+    size_t n;
+    *root = NULL;
+    GP_TRY(gp_read_file(path, max, &buf, &n));
+    *root = cJSON_ParseWithLength((const char *)buf, n);
+    free(buf);
     return GP_OK;
 }

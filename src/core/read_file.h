@@ -23,4 +23,10 @@ uint32_t gp_crc32_bytes(uint32_t crc, const unsigned char *p, uint64_t n);
  * after them, which the caller frees); errors name the path. */
 gp_status gp_read_file(const char *path, uint64_t max, unsigned char **buf, size_t *n);
 
+/* Reads the regular file path (at most max bytes, as gp_read_file) and parses it as JSON: *root
+ * the tree (the caller deletes it), NULL where the text is not JSON, which the caller names
+ * with what it expected. */
+struct cJSON;
+gp_status gp_read_json(const char *path, uint64_t max, struct cJSON **root);
+
 #endif

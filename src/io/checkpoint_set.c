@@ -197,11 +197,7 @@ static gp_status parse_parts(gp_checkpoint *c) {
 }
 
 static gp_status open_index(gp_checkpoint *c) {
-    unsigned char *buf;
-    size_t n;
-    GP_TRY(gp_read_file(c->path, INDEX_MAX_BYTES, &buf, &n));
-    c->index = cJSON_ParseWithLength((const char *)buf, n);
-    free(buf);
+    GP_TRY(gp_read_json(c->path, INDEX_MAX_BYTES, &c->index));
     if (!cJSON_IsObject(c->index))
         return gp_error(GP_FORMAT, "%s: not a JSON object (a checkpoint index, \"<base>."
                                    "safetensors.index.json\", is one)",

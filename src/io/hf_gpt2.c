@@ -83,11 +83,8 @@ static gp_status hf_parse_config(const char *path, const cJSON *root, gp_transfo
 
 gp_status gp_hf_gpt2_config(const char *path, gp_transformer_config *out) {
     if (!path || !out) return gp_error(GP_INVALID_ARGUMENT, "gp_hf_gpt2_config: NULL argument");
-    unsigned char *buf;
-    size_t n;
-    GP_TRY(gp_read_file(path, HF_MAX_CONFIG_BYTES, &buf, &n));
-    cJSON *root = cJSON_ParseWithLength((const char *)buf, n);
-    free(buf);
+    cJSON *root;
+    GP_TRY(gp_read_json(path, HF_MAX_CONFIG_BYTES, &root));
     if (!root) return gp_error(GP_CONFIG, "%s: not valid JSON (expected a GPT2Config)", path);
     gp_status s = hf_parse_config(path, root, out);
     cJSON_Delete(root);

@@ -315,11 +315,8 @@ gp_status gp_tokenizer_load(const char *path, gp_tokenizer **out) {
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_tokenizer_load: out is NULL");
     *out = NULL;
     if (!path) return gp_error(GP_INVALID_ARGUMENT, "gp_tokenizer_load: path is NULL");
-    unsigned char *text;
-    size_t n;
-    GP_TRY(gp_read_file(path, TOKENIZER_MAX_BYTES, &text, &n));
-    cJSON *root = cJSON_ParseWithLength((const char *)text, n);
-    free(text);
+    cJSON *root;
+    GP_TRY(gp_read_json(path, TOKENIZER_MAX_BYTES, &root));
     if (!root) return gp_error(GP_FORMAT, "%s: not valid JSON (expected a tokenizer.json)", path);
     gp_tokenizer *t = calloc(1, sizeof *t);
     gp_status s = t ? load(t, path, root) : gp_error(GP_OUT_OF_MEMORY, "%s: out of memory", path);
