@@ -2,8 +2,8 @@
 # What a user of the installed library gets: `cmake --install` into a fresh prefix (the man page
 # included), then the header's usage example built with nothing but `pkg-config --cflags --libs
 # gpipe` from that prefix, once against the shared library and once (with the shared one
-# removed) against the static one with `--static`, each run to its end. pkg-config must point into the prefix the
-# files were installed to, not the one the build was configured with.
+# removed) against the static one with `--static`, each run to its end. pkg-config must point
+# into the prefix the files were installed to, not the one the build was configured with.
 # Usage: bash tests/install.sh CMAKE BUILD_DIR C_COMPILER [EXTRA_C_FLAGS]
 #   BUILD_DIR: a configured and built tree (its header_example.c is the example);
 #   EXTRA_C_FLAGS: what the library was built with that a program must link with too
