@@ -1,4 +1,4 @@
-# Short commands for the README. Each target installs what is missing (as
+# Short commands (README.md lists them). Each target installs what is missing (as
 # root, through apt-get), configures with CMake and builds before it runs.
 
 PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 python3-venv \

@@ -76,7 +76,7 @@ man_page() {
         "$GPIPE" "$c" --help | roff_text
     done
     printf '.SH SEE ALSO\n'
-    printf 'docs/cli.md, docs/library.md and README.md in the gpipe sources.\n'
+    printf 'docs/cli.md, docs/guide.md and docs/library.md in the gpipe sources.\n'
 }
 
 case $FORMAT in
