@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The option reference (docs/cli.md) and the man page (docs/gpipe.1) are what
 # tools/gen_cli_doc.sh writes from this gpipe's --help texts, so neither can drift
-# from the program: a changed help text fails here until `make docs` is run.
+# from the program: a changed help text fails here until `make docs` is run. And the example
+# docs/library.md explains is the header's.
 # Usage: bash tests/cli/doc_sync.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -29,4 +30,13 @@ for c in train eval sample plan bench import export launch; do
     grep -q "^## gpipe $c\$" "$ROOT/docs/cli.md" || bad "docs/cli.md has no section for gpipe $c"
     grep -q "^\.SS \"gpipe $c\"\$" "$ROOT/docs/gpipe.1" || bad "docs/gpipe.1 has no section for gpipe $c"
 done
+# docs/library.md walks through the header's example call by call: its copy must be the
+# example the build compiles and runs (test_header_example).
+sed -n '/EXAMPLE-BEGIN/,/EXAMPLE-END/p' "$ROOT/include/gpipe.h" | sed '1d;$d' |
+    sed -e 's/^ \* \{0,1\}//' -e 's/^  //' >"$TMP/example.header"
+sed -n '/^## The example, call by call/,/^1\. /p' "$ROOT/docs/library.md" |
+    sed -n '/^```c$/,/^```$/p' | sed '1d;$d' >"$TMP/example.doc"
+[ -s "$TMP/example.header" ] || bad "no example between EXAMPLE-BEGIN and EXAMPLE-END in include/gpipe.h"
+diff -u "$TMP/example.header" "$TMP/example.doc" >"$TMP/example.diff" ||
+    bad "the example in docs/library.md is not include/gpipe.h's: $(head -n 20 "$TMP/example.diff")"
 cli_finish doc_sync
