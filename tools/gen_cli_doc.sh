@@ -5,6 +5,7 @@
 # Usage: bash tools/gen_cli_doc.sh GPIPE md|man > FILE
 #   md:  the Markdown reference (docs/cli.md)
 #   man: the roff man page (docs/gpipe.1)
+# shellcheck disable=SC2016  # the backquotes are Markdown and roff text, not commands
 set -euo pipefail
 GPIPE=${1:?usage: bash $0 GPIPE md|man}
 FORMAT=${2:?usage: bash $0 GPIPE md|man}

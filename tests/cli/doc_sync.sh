@@ -4,6 +4,7 @@
 # from the program: a changed help text fails here until `make docs` is run. And the example
 # docs/library.md explains is the header's.
 # Usage: bash tests/cli/doc_sync.sh /path/to/gpipe
+# shellcheck disable=SC2016  # the backquotes are Markdown, not commands
 set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
