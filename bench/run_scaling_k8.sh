@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline scaling to K = 8 stages, measured (issue 12): `gpipe bench --workload T2` with K = 1,
+# Pipeline scaling to K = 8 stages, measured: `gpipe bench --workload T2` with K = 1,
 # 2, 4, 8 stages of one thread each (pinned one per physical core, --pin auto), no
 # re-materialization, at M = 32 and 8, on the schedules that matter at each K, then the 64-block T2 at M = 32. For a
 # machine with 8 cores or more (run_t2.sh and run_schedules.sh cover K = 2 on two cores;
