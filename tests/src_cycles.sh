@@ -74,6 +74,7 @@ while IFS= read -r obj; do
 done <"$list"
 if [ "$nobj" -gt 0 ] && [ "$ndep" -eq 0 ]; then
     echo "FAIL: no object has a dependency file (OBJECT.d): the headers each file includes are unknown"
+    echo "(CMake's Makefile generator leaves them beside the objects; Ninja folds them into .ninja_deps)"
     exit 1
 fi
 # A header reached through a link (the build's per-part include folders) is named by the file it
