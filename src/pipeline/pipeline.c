@@ -8,7 +8,12 @@
 #include "optim/optim.h"
 #include "pipeline/checkpoint_writer.h"
 #include "pipeline/partition.h"
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/eval_overlap.h"
+#include "pipeline/grad_tree.h"
+#include "pipeline/launch_local.h"
+#include "pipeline/launch_mpi.h"
+#include "pipeline/mesh.h"
+#include "pipeline/pipeline_hooks.h"
 
 const char *gp_launcher_name(gp_launcher l) {
     return l == GP_LAUNCHER_THREADS ? "threads" : l == GP_LAUNCHER_MPI ? "mpi" : "?";
