@@ -2,8 +2,6 @@
  * projection, an output projection and optional output dropout (site 0), and its shards over
  * the tensor axis (its heads): one layer code for both, the sublayer of tp_ops.h, with the
  * call's group for a shard and none for the whole layer. */
-#include <stdlib.h>
-
 #include "layers/tp_ops.h"
 
 typedef struct attention_impl {
@@ -18,18 +16,11 @@ enum { SLOT_QKV, SLOT_PROBS, SLOT_ATT, SLOT_KEEP_DA, SLOT_KEEP_DQKV };
 
 static gp_status attn_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                                 gp_shape *out) {
-    const attention_impl *p = l->impl;
-    GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
-    GP_TRY(gp_expect_ndim(l, in, 3, "(B, T, C)"));
-    GP_TRY(gp_expect_dim(l, in, 2, p->dim, "C (dim)"));
-    *out = *in;
-    return GP_OK;
+    return gp_tl_seq_shape(l, in, dtype, ((const attention_impl *)l->impl)->dim, out);
 }
 
-/* The heads this layer holds: dim C / T, heads H / T (all of them in the whole layer). */
 static gp_attn_dims attn_dims(const attention_impl *p, const gp_shape *in) {
-    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = p->dim / p->nshards,
-                          .heads = p->heads / p->nshards};
+    return gp_tl_attn_dims(in, p->dim, p->heads, p->nshards);
 }
 
 static gp_cost attn_cost(const gp_layer *l, const gp_shape *in) {
@@ -66,29 +57,12 @@ static gp_mha_weights attn_weights(gp_layer *l) {
                             .gwproj = GP_PGRAD(l, 2), .gbproj = GP_PGRAD(l, 3)};
 }
 
-/* The dropout stream of this call, or NULL when dropout is off: the whole layer's in a shard
- * too, so the masks do not depend on the number of shards. */
-static const gp_rng_stream *attn_drop(const gp_layer *l, const gp_ctx *c, gp_rng_stream *s) {
-    const attention_impl *p = l->impl;
-    if (!(p->dropout > 0.0f && c->run.training)) return NULL;
-    *s = gp_op_dropout_stream(c->run.seed, l->index, 0, c->run.step, c->run.micro_batch);
-    return s;
-}
-
-/* The checks every call makes, and the call's group (NULL for the whole layer). */
-static gp_status attn_begin(gp_layer *l, gp_ctx *c, bool backward, const gp_coll_group **g) {
-    const attention_impl *p = l->impl;
-    *g = NULL;
-    GP_TRY(gp_layer_check_params(l, c, backward));
-    return p->shard ? gp_tp_group(l, c, p->nshards, g) : GP_OK;
-}
-
 static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     const attention_impl *p = l->impl;
     gp_shape os;
     const gp_coll_group *g;
     GP_TRY(attn_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(attn_begin(l, c, false, &g));
+    GP_TRY(gp_tp_begin(l, c, -1, p->shard, p->nshards, &g));
     const gp_attn_dims d = attn_dims(p, &x->shape);
     const int64_t B = d.batch, T = d.seq, Cl = d.dim, Hl = d.heads;
     gp_tensor *qkv, *probs, *att;
@@ -98,7 +72,7 @@ static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_ten
     const gp_mha_weights w = attn_weights(l);
     const gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
     gp_rng_stream s;
-    return gp_mha_forward(l, g, c->dev, &d, p->dim, &w, gp_f32(x), NULL, attn_drop(l, c, &s),
+    return gp_mha_forward(l, g, c->dev, &d, p->dim, &w, gp_f32(x), NULL, gp_tl_dropout(l, c, p->dropout, 0, &s),
                           p->dropout, &sv, gp_f32(y));
 }
 
@@ -108,13 +82,10 @@ static gp_status attn_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy,
                                     gp_bwd_part part) {
     const attention_impl *p = l->impl;
     const gp_coll_group *g;
-    GP_TRY(attn_begin(l, c, true, &g));
-    if (!c->saved[SLOT_ATT].data)
-        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
-                        l->index, l->ops->kind);
+    GP_TRY(gp_tp_begin(l, c, SLOT_ATT, p->shard, p->nshards, &g));
     const gp_attn_dims d = attn_dims(p, &c->x->shape);
     gp_rng_stream s;
-    const gp_rng_stream *drop = attn_drop(l, c, &s);
+    const gp_rng_stream *drop = gp_tl_dropout(l, c, p->dropout, 0, &s);
     const int64_t N = d.batch * d.seq;
     const gp_shape keep[2] = {gp_shape2(N, p->dim), gp_shape2(N, 3 * d.dim)};
     GP_TRY(gp_ctx_keep_begin(l, c, part, SLOT_KEEP_DA, 2, keep));
@@ -168,14 +139,8 @@ static const gp_layer_ops attention_ops = {ATTENTION_OPS, .layout = attn_layout,
 static const gp_layer_ops attention_shard_ops = {ATTENTION_OPS};
 
 /* A layer of ops with impl *p and its four parameters at its shard's shapes. */
-static gp_layer *attn_new(const gp_layer_ops *ops, const attention_impl *p, const char *who) {
-    attention_impl *q = malloc(sizeof *q);
-    if (!q) {
-        gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate the layer", who);
-        return NULL;
-    }
-    *q = *p;
-    gp_layer *l = gp_layer_new(ops, q);
+static gp_layer *attn_new(const gp_layer_ops *ops, const attention_impl *p) {
+    gp_layer *l = gp_layer_new_copy(ops, p, sizeof *p);
     if (!l) return NULL;
     const int dim = p->dim, Cl = p->dim / p->nshards;
     gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true);
@@ -193,7 +158,7 @@ gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshar
     }
     const attention_impl p = {.dim = dim, .heads = heads, .dropout = dropout,
                               .nshards = nshards, .shard = true};
-    return attn_new(&attention_shard_ops, &p, "causal_attention shard");
+    return attn_new(&attention_shard_ops, &p);
 }
 
 gp_layer *gp_causal_attention(int dim, int heads, float dropout) {
@@ -209,5 +174,5 @@ gp_layer *gp_causal_attention(int dim, int heads, float dropout) {
         return NULL;
     }
     const attention_impl p = {.dim = dim, .heads = heads, .dropout = dropout, .nshards = 1};
-    return attn_new(&attention_ops, &p, "gp_causal_attention");
+    return attn_new(&attention_ops, &p);
 }

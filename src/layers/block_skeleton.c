@@ -4,8 +4,6 @@
  * group, here and in the sublayers it calls (tp_ops.h); every other kernel call is the same. */
 #include "layers/block_skeleton.h"
 
-#include <stdlib.h>
-
 #define LN_FWD_FLOPS 8.0
 #define LN_BWD_FLOPS 14.0
 #define GELU_FWD_FLOPS 24.0
@@ -26,18 +24,11 @@ enum {
 
 gp_status gp_block_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                              gp_shape *out) {
-    const gp_block_impl *p = l->impl;
-    GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
-    GP_TRY(gp_expect_ndim(l, in, 3, "(B, T, C)"));
-    GP_TRY(gp_expect_dim(l, in, 2, p->dim, "C (dim)"));
-    *out = *in;
-    return GP_OK;
+    return gp_tl_seq_shape(l, in, dtype, ((const gp_block_impl *)l->impl)->dim, out);
 }
 
-/* The heads this layer holds: dim C / T, heads H / T (all of them in the whole block). */
 static gp_attn_dims local_dims(const gp_block_impl *p, const gp_shape *in) {
-    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = p->dim / p->nshards,
-                          .heads = p->heads / p->nshards};
+    return gp_tl_attn_dims(in, p->dim, p->heads, p->nshards);
 }
 
 gp_cost gp_block_cost(const gp_layer *l, const gp_shape *in) {
@@ -83,24 +74,6 @@ static gp_mha_saved attn_saved(const gp_ctx *c) {
                           .att = SAVED(c, S_ATT)};
 }
 
-/* The dropout stream of `site` for this call, or NULL when dropout is off: the whole block's
- * in a shard too, so the masks do not depend on the number of shards. */
-static const gp_rng_stream *block_drop(const gp_layer *l, const gp_ctx *c, int site,
-                                       gp_rng_stream *s) {
-    const gp_block_impl *p = l->impl;
-    if (!(p->dropout > 0.0f && c->run.training)) return NULL;
-    *s = gp_op_dropout_stream(c->run.seed, l->index, site, c->run.step, c->run.micro_batch);
-    return s;
-}
-
-/* The checks every call makes, and the call's group (NULL for the whole block). */
-static gp_status block_begin(gp_layer *l, gp_ctx *c, bool backward, const gp_coll_group **g) {
-    const gp_block_impl *p = l->impl;
-    *g = NULL;
-    GP_TRY(gp_layer_check_params(l, c, backward));
-    return p->shard ? gp_tp_group(l, c, p->nshards, g) : GP_OK;
-}
-
 /* ---------------------------------------------------------------- forward */
 
 gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
@@ -108,7 +81,7 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     gp_shape os;
     const gp_coll_group *g;
     GP_TRY(gp_block_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(block_begin(l, c, false, &g));
+    GP_TRY(gp_tp_begin(l, c, -1, p->shard, p->nshards, &g));
     const gp_kernels *k = gp_ctx_kernels(c);
     gp_device *dev = c->dev;
     const gp_attn_dims d = local_dims(p, &x->shape);
@@ -126,7 +99,8 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     GP_TRY(gp_ctx_save(c, S_U, gp_shape2(N, F), GP_F32, &u));
     GP_TRY(gp_ctx_save(c, S_G, gp_shape2(N, F), GP_F32, &gl));
     gp_rng_stream s0, s1;
-    const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
+    const gp_rng_stream *drop0 = gp_tl_dropout(l, c, p->dropout, 0, &s0),
+                        *drop1 = gp_tl_dropout(l, c, p->dropout, 1, &s1);
 
     /* h = x + drop0(attn(ln1(x))); a shard's attention all-reduces its output projection */
     GP_TRY(k->layernorm_forward(dev, N, C, gp_f32(x), VAL(GP_BLK_LN1_W), VAL(GP_BLK_LN1_B),
@@ -250,13 +224,11 @@ gp_status gp_block_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp
                                  gp_bwd_part part) {
     const gp_block_impl *p = l->impl;
     const gp_coll_group *g;
-    GP_TRY(block_begin(l, c, true, &g));
-    if (!c->saved[S_G].data)
-        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
-                        l->index, l->ops->kind);
+    GP_TRY(gp_tp_begin(l, c, S_G, p->shard, p->nshards, &g));
     const gp_attn_dims d = local_dims(p, &c->x->shape);
     gp_rng_stream s0, s1;
-    const gp_rng_stream *drop0 = block_drop(l, c, 0, &s0), *drop1 = block_drop(l, c, 1, &s1);
+    const gp_rng_stream *drop0 = gp_tl_dropout(l, c, p->dropout, 0, &s0),
+                        *drop1 = gp_tl_dropout(l, c, p->dropout, 1, &s1);
     gp_status st;
     const int64_t nws = part == GP_BWD_WEIGHT ? d.batch * d.seq * (int64_t)p->dim
                                               : backward_ws(p, c->dev, &d, drop0 != NULL);
@@ -274,14 +246,8 @@ gp_status gp_block_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tens
 
 /* ------------------------------------------------------------ construction */
 
-gp_layer *gp_block_new(const gp_layer_ops *ops, const gp_block_impl *p, const char *who) {
-    gp_block_impl *q = malloc(sizeof *q);
-    if (!q) {
-        gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate the layer", who);
-        return NULL;
-    }
-    *q = *p;
-    gp_layer *l = gp_layer_new(ops, q);
+gp_layer *gp_block_new(const gp_layer_ops *ops, const gp_block_impl *p) {
+    gp_layer *l = gp_layer_new_copy(ops, p, sizeof *p);
     if (!l) return NULL;
     const int dim = p->dim, Cl = p->dim / p->nshards, F = p->d_ff / p->nshards;
     gp_layer_add_param(l, "ln1.weight", gp_shape1(dim), GP_INIT_ONES, 0.0f, false);

@@ -25,7 +25,7 @@ enum {
 /* A layer of ops with impl *p (copied) and the twelve parameters at its shard's shapes (qkv's
  * rows and the attention projection's columns over nshards, fc's rows and the MLP
  * projection's columns too); p's sizes are the caller's to check. NULL with the error set. */
-gp_layer *gp_block_new(const gp_layer_ops *ops, const gp_block_impl *p, const char *who);
+gp_layer *gp_block_new(const gp_layer_ops *ops, const gp_block_impl *p);
 
 /* The members of both layers' ops tables, and their initializers in a gp_layer_ops. */
 gp_status gp_block_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,

@@ -18,6 +18,17 @@ gp_status gp_tp_group(const gp_layer *l, const gp_ctx *c, int nshards, const gp_
     return GP_OK;
 }
 
+gp_status gp_tp_begin(const gp_layer *l, const gp_ctx *c, int saved, bool shard, int nshards,
+                      const gp_coll_group **g) {
+    *g = NULL;
+    GP_TRY(gp_layer_check_params(l, c, saved >= 0));
+    if (shard) GP_TRY(gp_tp_group(l, c, nshards, g));
+    if (saved >= 0 && !c->saved[saved].data)
+        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
+                        l->index, l->ops->kind);
+    return GP_OK;
+}
+
 gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *dev, float *x,
                           int64_t n, gp_reduce_op op) {
     gp_status s = g->allreduce(g->ctx, dev, x, n, op);

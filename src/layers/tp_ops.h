@@ -11,6 +11,11 @@
 /* The call's tensor-parallel group, which a shard of nshards needs: GP_INVALID_ARGUMENT naming
  * the layer when it has none or one of another size. */
 gp_status gp_tp_group(const gp_layer *l, const gp_ctx *c, int nshards, const gp_coll_group **out);
+/* The checks every call of a layer that may be a shard makes first: its parameters (and their
+ * gradients in backward), the call's group (a shard's, gp_tp_group; NULL for a whole layer)
+ * and in backward the slot `saved` that forward fills (-1: forward). */
+gp_status gp_tp_begin(const gp_layer *l, const gp_ctx *c, int saved, bool shard, int nshards,
+                      const gp_coll_group **g);
 /* g's all-reduce of x (n floats on dev), the error naming the layer. */
 gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *dev, float *x,
                           int64_t n, gp_reduce_op op);

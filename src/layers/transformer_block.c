@@ -47,5 +47,5 @@ gp_layer *gp_transformer_block(int dim, int heads, int d_ff, float dropout) {
     }
     const gp_block_impl p = {.dim = dim, .heads = heads, .d_ff = d_ff, .dropout = dropout,
                              .nshards = 1};
-    return gp_block_new(&block_ops, &p, "gp_transformer_block");
+    return gp_block_new(&block_ops, &p);
 }

@@ -21,5 +21,5 @@ gp_layer *gp_transformer_block_shard(int dim, int heads, int d_ff, float dropout
     }
     const gp_block_impl p = {.dim = dim, .heads = heads, .d_ff = d_ff, .dropout = dropout,
                              .nshards = nshards, .shard = true};
-    return gp_block_new(&shard_ops, &p, "transformer_block shard");
+    return gp_block_new(&shard_ops, &p);
 }

@@ -23,6 +23,27 @@ gp_status gp_tl_rows(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int6
     return GP_OK;
 }
 
+gp_status gp_tl_seq_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int64_t dim,
+                          gp_shape *out) {
+    GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
+    GP_TRY(gp_expect_ndim(l, in, 3, "(B, T, C)"));
+    GP_TRY(gp_expect_dim(l, in, 2, dim, "C (dim)"));
+    *out = *in;
+    return GP_OK;
+}
+
+gp_attn_dims gp_tl_attn_dims(const gp_shape *in, int dim, int heads, int nshards) {
+    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = dim / nshards,
+                          .heads = heads / nshards};
+}
+
+const gp_rng_stream *gp_tl_dropout(const gp_layer *l, const gp_ctx *c, float p, int site,
+                                   gp_rng_stream *s) {
+    if (!(p > 0.0f && c->run.training)) return NULL;
+    *s = gp_op_dropout_stream(c->run.seed, l->index, site, c->run.step, c->run.micro_batch);
+    return s;
+}
+
 gp_rng_stream gp_op_dropout_stream(uint64_t seed, int layer_index, int site, uint32_t step,
                                    uint32_t micro_batch) {
     return (gp_rng_stream){.seed = seed,

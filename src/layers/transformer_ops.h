@@ -52,5 +52,15 @@ gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_
  * (named `what` in the message); *rows = product of the other dimensions. */
 gp_status gp_tl_rows(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int64_t last,
                      const char *what, int64_t *rows);
+/* Checks a float32 (B, T, C) input with C = dim; *out = *in. */
+gp_status gp_tl_seq_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int64_t dim,
+                          gp_shape *out);
+/* The heads one of nshards holds of a (B, T, dim) input with `heads` heads: dim / nshards,
+ * heads / nshards (all of them for nshards = 1). */
+gp_attn_dims gp_tl_attn_dims(const gp_shape *in, int dim, int heads, int nshards);
+/* The stream of dropout site `site` of l for this call in *s, or NULL when p is 0 or the call
+ * does not train. A shard's is its whole layer's: the masks do not depend on the shards. */
+const gp_rng_stream *gp_tl_dropout(const gp_layer *l, const gp_ctx *c, float p, int site,
+                                   gp_rng_stream *s);
 
 #endif
