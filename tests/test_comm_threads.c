@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "comm/transport.h"
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 #include "testutil.h"
 
 #define B 2

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pipeline/cores.h"
-#include "pipeline/schedule.h"
+#include "plan/cores.h"
+#include "plan/schedule.h"
 #include "testutil.h"
 
 #define M_MICRO 4

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 #include "testutil.h"
 
 /* 0 linear(16,64) 1 relu 2 linear(64,64) 3 relu 4 linear(64,256) 5 linear(256,8): uneven costs */

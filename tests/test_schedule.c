@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 #include "testutil.h"
 
 /* Index of the action (kind, mb) on stage k, or -1. */

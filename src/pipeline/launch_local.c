@@ -13,7 +13,7 @@
 
 #include "core/clock.h"
 #include "core/hash.h"
-#include "pipeline/cores.h"
+#include "plan/cores.h"
 #include "pipeline/pipeline_internal.h"
 
 typedef struct local_launch {

@@ -7,7 +7,7 @@
 #include "kernels/devices.h"
 #include "optim/optim.h"
 #include "pipeline/checkpoint_writer.h"
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 #include "pipeline/pipeline_internal.h"
 
 const char *gp_launcher_name(gp_launcher l) {

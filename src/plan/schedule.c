@@ -1,7 +1,7 @@
 /* Schedules as data: building action lists, the GPipe and 1F1B generators, and text rendering
  * (actions, stages, and the message that points at a faulty action). The validator
  * (validate.c) and the replay engine (replay.c) build on this file; it calls neither. */
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -10,8 +10,8 @@
 
 #include "model/shard.h"
 #include "optim/optim.h"
-#include "pipeline/partition.h"
-#include "pipeline/schedule.h"
+#include "plan/partition.h"
+#include "plan/schedule.h"
 
 #define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
 

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "gpipe.h"
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 
 typedef enum gp_action_kind {
     GP_ACT_FORWARD = 0,    /* run the cell forward on micro-batch mb (stash its input) */
