@@ -8,12 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/transport.h"
 #include "model/shard.h"
 #include "optim/optim.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
-
-#define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
 
 /* A stage's device holds its V cells together. */
 uint64_t gp_plan_fullest_bytes(const gp_plan *p) {
@@ -135,8 +134,9 @@ static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, 
         const uint64_t recompute = cell_remat[k] == GP_REMAT_CELL ? fwd : 0;
         c->tensor_bytes = T > 1 ? (uint64_t)M * (fwd + recompute + bwd) : 0;
         c->pipe_bytes = 0;
-        if (k < K - 1) c->pipe_bytes += (uint64_t)M * (gp_cut_out_bytes(est, e) + MSG_HEADER_BYTES);
-        if (k > 0) c->pipe_bytes += (uint64_t)M * (gp_cut_bytes(est, first[k]) + MSG_HEADER_BYTES);
+        const uint64_t hdr = GP_MSG_HEADER_BYTES;
+        if (k < K - 1) c->pipe_bytes += (uint64_t)M * (gp_cut_out_bytes(est, e) + hdr);
+        if (k > 0) c->pipe_bytes += (uint64_t)M * (gp_cut_bytes(est, first[k]) + hdr);
         c->data_bytes = D > 1 ? c->grad_bytes : 0;
         sc[k].fwd_time += allreduce_s((double)fwd, T, bw);
         sc[k].bwd_time += allreduce_s((double)bwd, T, bw);
