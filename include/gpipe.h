@@ -692,8 +692,10 @@ const char *gp_grad_sum_name(gp_grad_sum g); /* "sequential", "tree" */
  * tensors live and its kernels run is its device (gp_pipeline_opts.devices). */
 typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
 const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
-/* "gpipe", "1f1b", "zbh1", "interleaved", "zbv" */
+/* "gpipe", "1f1b", "zbh1", "interleaved", "zbv"; and back: the kind of that name, or
+ * GP_INVALID_ARGUMENT naming the kinds (*kind untouched). */
 const char *gp_schedule_kind_name(gp_schedule_kind s);
+gp_status gp_schedule_kind_parse(const char *name, gp_schedule_kind *kind);
 /* The cells per stage a schedule kind runs, given the asked number (0: its default): 1 for
  * gpipe, 1f1b and zbh1; interleaved: chunks, default 2 (1 to 64); zbv: 2. An error for a number
  * the kind cannot run. */

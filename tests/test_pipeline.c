@@ -382,7 +382,7 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK_EQ_INT(ss[0].first_layer, 0);
     CHECK(ss[K - 1].first_layer < gp_model_nlayers(m));
     gp_schedule s = {0};
-    REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name(sk), K, M_MICRO, V, &s));
+    REQUIRE_OK(gp_schedule_generate(sk, K, M_MICRO, V, &s));
     char json[512], svg[512];
     snprintf(json, sizeof json, "%s", gp_scratch_path("trace.json"));
     snprintf(svg, sizeof svg, "%s", gp_scratch_path("timeline.svg"));

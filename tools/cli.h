@@ -414,7 +414,7 @@ typedef struct gp_cli_pipeline_args {
     const char *grad_sum;
 } gp_cli_pipeline_args;
 enum { GP_CLI_PIPELINE_NOPTS = 9 };
-/* --schedule's kind by name (NULL: gpipe). */
+/* --schedule's kind by name (NULL: gpipe; the option's choices are the kinds' names). */
 gp_schedule_kind gp_cli_schedule_kind(const char *name);
 /* The table entries, in that order, writing into a; --stages shows
  * stages_default. */

@@ -56,11 +56,9 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
 }
 
 gp_schedule_kind gp_cli_schedule_kind(const char *name) {
-    static const gp_schedule_kind kinds[] = {GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
-                                             GP_SCHEDULE_INTERLEAVED, GP_SCHEDULE_ZBV};
-    for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strcmp(name, gp_schedule_kind_name(kinds[i])) == 0) return kinds[i];
-    return GP_SCHEDULE_GPIPE;
+    gp_schedule_kind kind = GP_SCHEDULE_GPIPE;
+    if (name) (void)gp_schedule_kind_parse(name, &kind);
+    return kind;
 }
 
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,

@@ -289,7 +289,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->my_shard = -1;
     /* The schedule (the launchers place the cells by it), then the launcher: a mismatched MPI
      * launch fails before any work. */
-    gp_status s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), stages, M, V, &p->sched);
+    gp_status s = gp_schedule_generate(po->schedule, stages, M, V, &p->sched);
     if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
     if (s == GP_OK)
         s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po) : gp_launch_local_init(p, po);

@@ -177,8 +177,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     mesh_bytes(est, L, first, K, M, po, cell_remat, vocab_split, rows, sc, out);
     for (int k = 0; k < K; k++)
         worst_comm = fmax(worst_comm, M * (sc[k].fwd_time + sc[k].bwd_time - out->cells[k].time_s));
-    status = gp_schedule_generate(gp_schedule_kind_name(po->schedule), out->stages, M,
-                                  out->chunks, &s);
+    status = gp_schedule_generate(po->schedule, out->stages, M, out->chunks, &s);
     if (status != GP_OK) goto done;
     /* the mailboxes of the runtime's transports */
     gp_sim_opts so = {.capacity = GP_MAILBOX_CAPACITY, .cell_remat = cell_remat};
