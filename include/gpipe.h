@@ -808,6 +808,19 @@ typedef struct gp_pipeline_opts {
     double label_smoothing;
 } gp_pipeline_opts;
 
+/* The one check of po, what gp_plan_make and gp_pipeline_new make first: every field within its
+ * bounds and the fields together (chunks the schedule runs, interleaved's micro-batches a
+ * multiple of the stages, balance by time only without shards); with m (may be NULL: skipped)
+ * at least one layer per cell; with a mini-batch of `batch` examples (0: not known, skipped) the
+ * batch dividing into D replicas x M micro-batches. Fields other calls check against their
+ * other arguments (the partition against the model, a device's memory) are not checked here.
+ * On failure the message starts with the field at fault, named as in gp_pipeline_opts
+ * ("micro_batches 3: does not divide the batch of 16 examples"; "batch" for the batch), and
+ * *field (may be NULL) gets that name, for a front end to show its own name for it; NULL on
+ * success. */
+gp_status gp_pipeline_opts_check(const gp_model *m, int64_t batch, const gp_pipeline_opts *po,
+                                 const char **field);
+
 /* Measures each layer of m alone, as a pipeline stage would run it: the layer
  * is initialized on a scratch device (so m need not fit on one), then its
  * training-mode forward and its backward on one micro-batch of `micro_batch`

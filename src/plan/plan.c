@@ -11,6 +11,7 @@
 #include "comm/transport.h"
 #include "model/shard.h"
 #include "optim/optim.h"
+#include "plan/options.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
 
@@ -33,79 +34,21 @@ void gp_plan_free(gp_plan *p) {
 }
 
 
+/* The options (gp_pipeline_opts_check) and gp_plan_make's own arguments; the sizes read. */
 static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opts *o,
-                            const gp_pipeline_opts *po, double gflops, int *K, int *M, int *T,
-                            int *D, int *V) {
+                            const gp_pipeline_opts *po, double gflops, gp_pipeline_sizes *z) {
     if (!m || !po)
         return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL model or pipeline options");
-    *K = po->stages ? po->stages : 1;
-    *M = po->micro_batches ? po->micro_batches : 1;
-    *T = po->tensor_parallel ? po->tensor_parallel : 1;
-    *D = po->data_parallel ? po->data_parallel : 1;
-    if (*T < 1 || *D < 1 || *T > GP_MAX_DEVICES || *D > GP_MAX_DEVICES)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "T = %d shards and D = %d replicas; expected 1 to %d each", *T, *D,
-                        GP_MAX_DEVICES);
-    if (!(po->link_gbytes_per_s >= 0) || !isfinite(po->link_gbytes_per_s))
-        return gp_error(GP_INVALID_ARGUMENT, "link bandwidth %g GB/s; expected >= 0",
-                        po->link_gbytes_per_s);
-    if (!(po->optim_s_per_param >= 0) || !isfinite(po->optim_s_per_param))
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "optimizer time %g s per parameter; expected >= 0 (0: not modelled)",
-                        po->optim_s_per_param);
-    if (*T > 1 && po->balance == GP_BALANCE_TIME)
-        return gp_error(GP_UNSUPPORTED, "balance by measured time with T = %d shards: a shard "
-                                        "layer cannot be timed alone; balance by cost",
-                        *T);
-    int L = gp_model_nlayers(m);
-    if (*K < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "K = %d stages; expected at least 1", *K);
-    if (*M < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "M = %d micro-batches; expected at least 1",
-                        *M);
-    if (L < 1) return gp_error(GP_INVALID_ARGUMENT, "the model has no layers");
-    if (*K > L)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "K = %d stages but the model has %d layer%s (each stage needs at "
-                        "least one)",
-                        *K, L, L == 1 ? "" : "s");
     if (batch < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "batch %lld; expected at least 1 example",
+        return gp_error(GP_INVALID_ARGUMENT, "batch %lld: expected at least 1 example",
                         (long long)batch);
-    if (batch % ((int64_t)*M * *D) != 0)
-        return *D > 1 ? gp_error(GP_INVALID_ARGUMENT,
-                                 "batch %lld is not divisible by %d replicas x %d micro-batches",
-                                 (long long)batch, *D, *M)
-                      : gp_error(GP_INVALID_ARGUMENT,
-                                 "batch %lld is not divisible by %d micro-batches",
-                                 (long long)batch, *M);
-    if (po->stage_threads < 0 || po->stage_threads > GP_MAX_STAGE_THREADS)
-        return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to %d",
-                        po->stage_threads, GP_MAX_STAGE_THREADS);
-    if ((unsigned)po->schedule > GP_SCHEDULE_ZBV)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "unknown schedule %d (expected gpipe, 1f1b, zbh1, interleaved or zbv)",
-                        (int)po->schedule);
-    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, V));
-    if ((int64_t)*K * *V > L)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "K = %d stages x V = %d cells per stage but the model has %d layers "
-                        "(each cell needs at least one)",
-                        *K, *V, L);
-    if (po->schedule == GP_SCHEDULE_INTERLEAVED && *M % *K != 0)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "schedule %s: M = %d micro-batches is not a multiple of K = %d stages",
-                        gp_schedule_kind_name(po->schedule), *M, *K);
-    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
-        po->remat != GP_REMAT_SELECTIVE)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "unknown remat mode %d (expected cell, none or selective)",
-                        (int)po->remat);
+    GP_TRY(gp_pipeline_opts_check(m, batch, po, NULL));
     if (o && o->kind != GP_OPTIM_SGD && o->kind != GP_OPTIM_ADAMW)
         return gp_error(GP_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)o->kind);
     if (po->balance != GP_BALANCE_TIME && (!isfinite(gflops) || gflops <= 0))
         return gp_error(GP_INVALID_ARGUMENT, "%g GFLOP/s; expected a finite rate > 0",
                         gflops);
+    *z = gp_pipeline_opts_sizes(po);
     return GP_OK;
 }
 
@@ -234,8 +177,10 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out) {
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL output");
     memset(out, 0, sizeof *out);
-    int stages = 1, M = 1, T = 1, D = 1, V = 1;
-    GP_TRY(check_opts(m, batch, o, po, gflops, &stages, &M, &T, &D, &V));
+    gp_pipeline_sizes z;
+    GP_TRY(check_opts(m, batch, o, po, gflops, &z));
+    const int stages = z.stages, M = z.micro_batches, T = z.tensor_parallel;
+    const int D = z.data_parallel, V = z.chunks;
     const int K = stages * V; /* cells */
     int L = gp_model_nlayers(m);
     /* On a mesh a device holds and computes one shard: plan the shard model. */
