@@ -922,8 +922,8 @@ typedef struct gp_plan {
  * each schedule keeps in flight: M for gpipe, min(K - k, M) on stage k for 1f1b, min(K, M)
  * (and as many waiting for their weight parts) for zbh1. The caller
  * frees *out with gp_plan_free; on failure *out is left zeroed (nothing to free).
- * Errors name the numbers: the impossible K, the batch not divisible by M,
- * or the cell/layer that cannot fit and by how much. */
+ * Errors name the numbers: the options as gp_pipeline_opts_check names them (the impossible K,
+ * the batch not divisible by M, ...), or the cell/layer that cannot fit and by how much. */
 gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out);
 void gp_plan_free(gp_plan *p);
@@ -987,8 +987,10 @@ typedef struct gp_pipeline gp_pipeline;
  * re-initialization); a model none of whose layers is initialized is initialized there from
  * `seed` (the values equal gp_model_init with that seed); a partly initialized model is an
  * error naming the first layer without values. seed also keys dropout; 0 uses the model's init
- * seed. po NULL: the zeroed defaults. Errors name the numbers: K < 1, M < 1, K greater than the
- * number of layers. The pipeline borrows m: free it first. */
+ * seed. po NULL: the zeroed defaults. Errors name the numbers: the options as
+ * gp_pipeline_opts_check names them against m and po->batch (K < 1, M < 1, K greater than the
+ * number of layers, ...), and data_parallel > 1 without the MPI launcher. The pipeline borrows
+ * m: free it first. */
 gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline_opts *po,
                           uint64_t seed, gp_pipeline **out);
 /* One step: x (B, ...) is read by stage 0 only, y (int32 labels, (B) or (B, T)) by the last

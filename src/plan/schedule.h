@@ -3,8 +3,8 @@
  * schedule passes before it runs (validate.c), and the simulator that predicts time and
  * activation memory from a schedule (simulate.c). Each of those files calls only the ones listed
  * before it. Private to the library. */
-#ifndef GP_PIPELINE_SCHEDULE_H
-#define GP_PIPELINE_SCHEDULE_H
+#ifndef GP_PLAN_SCHEDULE_H
+#define GP_PLAN_SCHEDULE_H
 
 #include "core/error.h"
 #include "gpipe.h"
