@@ -152,7 +152,8 @@ static void errors(void) {
                 "pipeline: stages 9: more than the model's 8 layers");
     CHECK(p == NULL);
     po.stages = -1;
-    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "stages -1: expected at least 1");
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "stages -1: expected at least 1");
     po.stages = 2;
     po.micro_batches = -3;
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,

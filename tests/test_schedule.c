@@ -83,7 +83,8 @@ static void test_generators_valid(void) {
         for (int K = 1; K <= 5; K++)
             for (int M = 1; M <= 9; M++) {
                 gp_schedule s = {0};
-                REQUIRE_OK(gp_schedule_generate(g ? GP_SCHEDULE_1F1B : GP_SCHEDULE_GPIPE, K, M, 0, &s));
+                const gp_schedule_kind kind = g ? GP_SCHEDULE_1F1B : GP_SCHEDULE_GPIPE;
+                REQUIRE_OK(gp_schedule_generate(kind, K, M, 0, &s));
                 for (int cap = 1; cap <= 2; cap++) {
                     gp_status st = gp_schedule_validate(&s, cap, NULL);
                     if (st != GP_OK) {

@@ -133,7 +133,8 @@ gp_status gp_pipeline_opts_check(const gp_model *m, int64_t batch, const gp_pipe
                          "%lld: does not divide into %d replicas x %d micro-batches (each replica "
                          "takes its slice)",
                          (long long)batch, z.data_parallel, z.micro_batches)
-                   : bad(field, "micro_batches", inv, "%d: does not divide the batch of %lld examples",
-                         z.micro_batches, (long long)batch);
+                   : bad(field, "micro_batches", inv,
+                         "%d: does not divide the batch of %lld examples", z.micro_batches,
+                         (long long)batch);
     return GP_OK;
 }
