@@ -35,8 +35,8 @@ src/layers/transformer_block_tp.c
 src/layers/layer.c src/layers/merge.c
 src/model/inference.c src/model/model.c src/model/param_store.c src/model/sequence.c \
 src/model/skips.c src/model/ties.c
-src/pipeline/cells.c src/pipeline/partition.c src/pipeline/profile.c src/pipeline/replay.c \
-src/pipeline/schedule.c src/pipeline/simulate.c src/pipeline/validate.c
+src/plan/cells.c src/plan/partition.c src/plan/profile.c src/plan/replay.c \
+src/plan/schedule.c src/plan/simulate.c src/plan/validate.c
 src/trace/chrome_trace.c src/trace/svg_timeline.c src/trace/trace.c
 END
 )}
