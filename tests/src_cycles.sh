@@ -30,7 +30,7 @@ src/kernels/cpu/conv_kernels.c src/kernels/cpu/conv_winograd.c src/kernels/cpu/c
 src/kernels/cpu/gemm.c src/kernels/cpu/isa.c src/kernels/cpu/isa_table.c \
 src/kernels/cpu/loss_kernels.c src/kernels/cpu/shard_kernels.c \
 src/kernels/cpu/transformer_kernels.c src/kernels/cpu/vector_kernels.c src/kernels/kernels.c
-src/layers/attention.c src/layers/loss_shard.c src/layers/tp_ops.c \
+src/layers/attention.c src/layers/block_skeleton.c src/layers/loss_shard.c src/layers/tp_ops.c \
 src/layers/transformer_block_tp.c
 src/layers/layer.c src/layers/merge.c
 src/model/inference.c src/model/model.c src/model/param_store.c src/model/sequence.c \
