@@ -3,7 +3,7 @@
  * embedding and output head. */
 #include <string.h>
 
-#include "model/model_internal.h"
+#include "model/ties.h"
 
 gp_status gp_model_tie(gp_model *m, int la, int pa, int lb, int pb) {
     if (!m || la < 0 || lb <= la || lb >= m->nlayers || pa < 0 ||
