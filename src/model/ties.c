@@ -1,4 +1,4 @@
-/* Parameters tied across layers (model_internal.h, gp_tie): declaring a tie, checked, and the
+/* Parameters tied across layers (model_types.h, gp_tie): declaring a tie, checked, and the
  * questions the stores, shards and checkpoints ask of it; tie_embeddings, GPT-2's shared token
  * embedding and output head. */
 #include <string.h>
