@@ -52,7 +52,7 @@ PY
 }
 
 # Which hardware threads share a physical core: stages are pinned one per physical core first
-# (src/pipeline/cores.h), so this says which cores K stages ran on.
+# (src/plan/cores.h), so this says which cores K stages ran on.
 for c in /sys/devices/system/cpu/cpu[0-9]*; do
     printf '%s\t%s\n' "${c##*/}" "$(cat "$c/topology/thread_siblings_list" 2>/dev/null || echo '?')"
 done | sort -V >"$OUT/siblings.tsv"

@@ -13,7 +13,7 @@
 
 #include "core/clock.h"
 #include "core/hash.h"
-#include "pipeline/cores.h"
+#include "plan/cores.h"
 #include "pipeline/launch_local.h"
 #include "pipeline/launcher.h"
 #include "pipeline/mesh.h"

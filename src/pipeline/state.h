@@ -12,7 +12,7 @@
 #include "gpipe.h"
 #include "model/param_store.h"
 #include "model/sequence.h"
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 #include "trace/trace.h"
 
 #define MAILBOX_CAPACITY GP_MAILBOX_CAPACITY
