@@ -2,8 +2,9 @@
 # The cycle checker (tests/src_cycles.sh) on small objects made for it: it must find a pair of
 # files that call each other, a cycle through three files, and files tied by a header they share
 # (each defines what it declares, none calls the other), name them, pass a layered set (a header
-# per file, included from above only; a name in a header's comment declares nothing), and hold
-# its list of known cycles to what is there.
+# per file, included from above only; a name in a header's comment declares nothing; an umbrella
+# of such headers for the files above), catch an umbrella included by the files it names, and
+# hold its list of known cycles to what is there.
 # Usage: bash tests/src_cycles_selftest.sh C_COMPILER
 set -u
 CC=${1:?usage: bash $0 C_COMPILER}
@@ -62,6 +63,26 @@ int s1(void) { return 1; }'
     obj t '#include "src/t.h"
 int t1(void) { return s1(); }'
 } >"$TMP/split.txt"
+# A part's umbrella header for the files above it: st.h only includes s.h and t.h. u.c includes
+# it and depends on both, which is layered; v.c and w.c, each including their part's umbrella vw.h
+# rather than their own headers, see each other's interface: a circle.
+hdr st '#include "src/s.h"
+#include "src/t.h"'
+hdr v 'int v1(void);'
+hdr w 'int w1(void);'
+hdr vw '#include "src/v.h"
+#include "src/w.h"'
+{
+    cat "$TMP/split.txt"
+    obj u '#include "src/st.h"
+int u1(void) { return s1() + t1(); }'
+} >"$TMP/umbrella.txt"
+{
+    obj v '#include "src/vw.h"
+int v1(void) { return 1; }'
+    obj w '#include "src/vw.h"
+int w1(void) { return 2; }'
+} >"$TMP/umbrella_inside.txt"
 
 # check WANT_STATUS KNOWN LIST NEEDLE...: the checker exits WANT_STATUS and prints every NEEDLE.
 check() {
@@ -85,6 +106,9 @@ check 1 "" "$TMP/shared.txt" "depend on each other: src/p.c src/q.c" \
     "src/p.c uses q1 (through src/pq.h) from src/q.c" "src/q.c uses p1 (through src/pq.h) from src/p.c"
 grep -q "src/r.c" "$TMP/out" && bad "r.c is in no cycle, but the checker names it: $(cat "$TMP/out")"
 check 0 "" "$TMP/split.txt" "ok: 2 objects, 1 pairs"
+check 0 "" "$TMP/umbrella.txt" "ok: 3 objects, 3 pairs"
+check 1 "" "$TMP/umbrella_inside.txt" "depend on each other: src/v.c src/w.c" \
+    "src/v.c uses w1 (through src/w.h) from src/w.c" "src/w.c uses v1 (through src/v.h) from src/v.c"
 # Known cycles pass; a known cycle that is not there fails.
 check 0 "$(printf 'src/a.c src/b.c\nsrc/c.c src/d.c src/e.c')" "$TMP/cyclic.txt" "ok:"
 check 1 "src/c.c src/d.c src/e.c" "$TMP/cyclic.txt" "src/a.c src/b.c"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/transport.h"
+#include "comm/cells.h"
 
 typedef struct cells_ctx {
     gp_transport *inner;

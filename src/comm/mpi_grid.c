@@ -78,7 +78,7 @@ void gp_grid_abort(gp_grid *g, gp_status s, const char *why) { (void)g, (void)s,
 
 #else /* GP_HAVE_MPI */
 
-#include "comm/mpi_internal.h"
+#include "comm/mpi_transport.h"
 
 static bool g_we_initialized; /* this library called MPI_Init_thread */
 

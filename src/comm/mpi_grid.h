@@ -11,7 +11,7 @@
 #ifndef GP_COMM_MPI_GRID_H
 #define GP_COMM_MPI_GRID_H
 
-#include "comm/transport.h"
+#include "comm/transport_iface.h"
 
 typedef struct gp_grid gp_grid;
 

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "core/clock.h"
-#include "comm/mpi_internal.h"
+#include "comm/mpi_shared.h"
 
 static bool g_failed; /* a run failed, by this process or a peer */
 

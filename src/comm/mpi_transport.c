@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/mpi_internal.h"
+#include "comm/mpi_transport.h"
 #include "core/clock.h"
 
 #define HEADER_MAGIC 0x67704d31 /* "gpM1" */

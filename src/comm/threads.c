@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/transport.h"
+#include "comm/threads.h"
 
 /* A message's life on its link: FULL (queued) -> COPYING (the receiver copies it out, without
  * the lock) -> DONE (its buffer waits for the sender's thread to release it). On a link the

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/inference.h"
+#include "model/model.h"
 #include "model/sequence.h"
 
 static gp_status check_input(const gp_model *m, const gp_tensor *x) {

@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "core/hash.h"
-#include "model/param_store.h"
+#include "model/model.h"
+#include "model/store.h"
 
 static gp_shape with_batch(const gp_shape *ex, int64_t batch) {
     gp_shape s = {ex->ndim + 1, {batch, 0, 0, 0}};

@@ -4,7 +4,7 @@
 #ifndef GP_MODEL_SEQUENCE_H
 #define GP_MODEL_SEQUENCE_H
 
-#include "model/model_internal.h"
+#include "model/model_types.h"
 
 /* One micro-batch's pass through layers [first, last): every layer's output
  * and context, kept for backward. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/shard.h"
+#include "model/ties.h"
 
 void gp_model_layout(const gp_model *m, int li, gp_layout *out) {
     gp_layout_of(m->layers[li], li == m->nlayers - 1, out);

@@ -7,7 +7,7 @@
 #define GP_MODEL_SHARD_H
 
 #include "layers/layout.h"
-#include "model/param_store.h"
+#include "model/store.h"
 
 /* The layout layer li of m runs with over the tensor axis (gp_layout_of; the last layer may
  * split its output). */

@@ -7,7 +7,7 @@
 #ifndef GP_MODEL_SKIPS_H
 #define GP_MODEL_SKIPS_H
 
-#include "model/model_internal.h"
+#include "model/model_types.h"
 
 /* Whether any layer of m merges a skip. */
 bool gp_model_has_skips(const gp_model *m);

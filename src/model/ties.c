@@ -1,9 +1,9 @@
-/* Parameters tied across layers (model_internal.h, gp_tie): declaring a tie, checked, and the
+/* Parameters tied across layers (model_types.h, gp_tie): declaring a tie, checked, and the
  * questions the stores, shards and checkpoints ask of it; tie_embeddings, GPT-2's shared token
  * embedding and output head. */
 #include <string.h>
 
-#include "model/model_internal.h"
+#include "model/ties.h"
 
 gp_status gp_model_tie(gp_model *m, int la, int pa, int lb, int pb) {
     if (!m || la < 0 || lb <= la || lb >= m->nlayers || pa < 0 ||

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/trace.h"
+#include "trace/chrome_trace.h"
 
 /* "F3", "B3", "R3", "W3" for computation (chunk 1's "F3b", 2's "F3c", ...); "send 3",
  * "optimizer" ... (or the label) for the rest. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/trace.h"
+#include "trace/svg_timeline.h"
 
 /* Layout in SVG user units (px). Computation fills the upper part of a row; transfers and waits
  * are a thin strip under it, so a short send never hides the box it follows. */

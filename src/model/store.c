@@ -1,10 +1,11 @@
-/* Flat parameter, gradient and optimizer blocks of a range of layers (see param_store.h). */
-#include "model/param_store.h"
+/* Flat parameter, gradient and optimizer blocks of a range of layers (see store.h). */
+#include "model/store.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/tensor.h"
+#include "model/ties.h"
 #include "optim/optim.h"
 
 /* Visits every parameter of layers [first, last) with its offset: trainable ones at their place

@@ -1,6 +1,6 @@
 /* The transport's public wrappers: argument checks shared by every implementation, so that one
  * only sees valid ranks, tags and tensors, and the one ownership rule (send takes the tensor). */
-#include "comm/transport.h"
+#include "comm/transport_iface.h"
 
 #include <stdio.h>
 #include <stdlib.h>

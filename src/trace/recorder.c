@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/trace.h"
+#include "trace/recorder.h"
 
 static const char *const kind_names[GP_TRACE_NKINDS] = {
     "forward", "backward", "recompute", "send", "recv", "wait", "optimizer", "weight",

@@ -1,14 +1,16 @@
-/* What the MPI transport (mpi_transport.c) and the process grid (mpi_grid.c) share: the
- * per-process failure state that every wait polls, so that one rank's failure stops every
- * other rank within the timeout, and the deadline-bounded wait on an MPI request (both in
- * mpi_shared.c); and the transport's constructor, which the grid calls. Only compiled with MPI
- * (GP_HAVE_MPI); nothing outside src/comm includes it. */
-#ifndef GP_COMM_MPI_INTERNAL_H
-#define GP_COMM_MPI_INTERNAL_H
+/* The MPI failure state and its waits (mpi_shared.c), which the transport (mpi_transport.c) and
+ * the process grid (mpi_grid.c) both build on: the per-process failure state that every wait
+ * polls, so that one rank's failure stops every other rank within the timeout, and the
+ * deadline-bounded wait on an MPI request. Only compiled with MPI (GP_HAVE_MPI); nothing outside
+ * src/comm includes it. */
+#ifndef GP_COMM_MPI_SHARED_H
+#define GP_COMM_MPI_SHARED_H
 
 #include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
 
-#include "comm/transport.h"
+#include "core/error.h"
 
 /* Tags on the shared world communicator (abort notes) and on each transport's own. */
 enum {
@@ -42,8 +44,6 @@ typedef struct gp_mpi_note {
     char msg[600];
 } gp_mpi_note;
 
-/* ---------------------------------------------------------------- mpi_shared.c */
-
 /* Marks the run failed by world rank `rank` and sends a note to every other world rank (once;
  * non-blocking). */
 void gp_mpi_shared_abort(gp_mpi_shared *sh, int rank, gp_status s, const char *why);
@@ -65,14 +65,5 @@ gp_status gp_mpi_wait(gp_mpi_shared *sh, MPI_Request *req, double deadline, cons
 /* Whether any run of this process failed (its own failure or a peer's note): MPI_Finalize would
  * then wait for dead peers. */
 bool gp_mpi_shared_failed(void);
-
-/* ---------------------------------------------------------------- mpi_transport.c */
-
-/* A transport over comm (this process is one rank of it; `role` names what a rank of comm is:
- * "stage", "replica"). The transport borrows sh and comm. */
-gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *role,
-                               const gp_transport_opts *o, gp_transport **out);
-/* This process's rank in the transport's communicator. */
-int gp_transport_mpi_rank(const gp_transport *tr);
 
 #endif
