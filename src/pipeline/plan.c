@@ -47,6 +47,9 @@ static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opt
         return gp_error(GP_INVALID_ARGUMENT,
                         "T = %d shards and D = %d replicas; expected 1 to %d each", *T, *D,
                         GP_MAX_DEVICES);
+    if (!(po->action_s >= 0) || !isfinite(po->action_s))
+        return gp_error(GP_INVALID_ARGUMENT, "action time %g s; expected a finite value >= 0",
+                        po->action_s);
     if (!(po->link_gbytes_per_s >= 0) || !isfinite(po->link_gbytes_per_s))
         return gp_error(GP_INVALID_ARGUMENT, "link bandwidth %g GB/s; expected >= 0",
                         po->link_gbytes_per_s);
@@ -161,12 +164,14 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         goto done;
     }
     double worst_comm = 0; /* the tensor axis's time per step on the stage where it is most */
+    const bool split = gp_schedule_kind_splits(po->schedule);
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
         sc[k] = gp_sim_cell_from_layers(est, first[k], e);
-        sc[k].fwd_time *= sec_per_unit;
-        sc[k].bwd_time *= sec_per_unit;
-        sc[k].wgt_time *= sec_per_unit;
+        sc[k].fwd_time = sc[k].fwd_time * sec_per_unit + po->action_s;
+        /* a split backward is two actions, its weight part one of them */
+        sc[k].bwd_time = sc[k].bwd_time * sec_per_unit + po->action_s * (split ? 2 : 1);
+        sc[k].wgt_time = sc[k].wgt_time * sec_per_unit + (split ? po->action_s : 0);
         out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, L, 1, cell_remat[k]).grads;
         out->cells[k].time_s = sc[k].fwd_time + sc[k].bwd_time; /* compute alone, for now */
         /* each shard updates its own trainable elements after its stage's last backward */
