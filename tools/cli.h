@@ -249,6 +249,7 @@ typedef struct gp_cli_train {
      * size (the calibration, which took calibrate_s); flop_step_s: its FLOP-based step, 0 when
      * not calibrated */
     double flop_step_s, calibrate_s;
+    double action_s; /* the runtime's measured seconds per action the plans were timed with */
     char *plan_partition; /* owned: its cells as a --partition list */
 } gp_cli_train;
 

@@ -166,6 +166,10 @@ LM_NO_M=("${LM[@]:0:8}" "${LM[@]:10}") # LM without its --micro-batches 4
 run lm_auto "${LM_NO_M[@]}" --plan auto --devices 2 --memory-limit 200K --report "$TMP/lm_auto.json"
 run lm_auto_m "${LM[@]}" --plan auto --devices 2 --report "$TMP/lm_auto_m.json"
 grep -q "^plan auto: training the fastest, K = " "$TMP/lm_auto.out" || bad "--plan auto: no choice line"
+grep -Eq "^plan auto: searching plans of 2 stage devices .*, [0-9]+ us per action of the runtime \(measured in [0-9.]+ s\)$" \
+    "$TMP/lm_auto.out" || bad "--plan auto: no action cost in the search line: $(grep '^plan auto' "$TMP/lm_auto.out")"
+grep -Eq "^plan auto: the fastest timed again with its layers measured at micro-batches of [0-9]+ \([0-9.]+ s\): step [0-9.]+ s \(by FLOPs [0-9.]+ s\)$" \
+    "$TMP/lm_auto.out" || bad "--plan auto: no calibration line: $(grep '^plan auto' "$TMP/lm_auto.out")"
 grep -q "^plan auto: predicted .* s per step, measured .* s (median of 3" "$TMP/lm_auto.out" ||
     bad "--plan auto: no predicted/measured line: $(cat "$TMP/lm_auto.out")"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
@@ -183,6 +187,10 @@ for name, m in (("lm_auto", None), ("lm_auto_m", 4)):
           best.get("partition"), best.get("cell_remat")), f"{name}: trained {p} != planned {best}")
     need(m is None or best.get("micro_batches") == m, f"{name}: M {best.get('micro_batches')}")
     need(pa.get("predicted_step_s", 0) > 0 and pa.get("measured_step_s", 0) > 0, f"{name}: times")
+    # by default the FLOP search's fastest is timed again on measured layers, with the runtime's
+    # measured cost per action: the step shown is that plan's
+    need(pa.get("action_s", 0) > 0 and pa.get("flop_step_s", 0) > 0 and pa.get("calibration_s", 0) > 0
+         and pa["predicted_step_s"] == best.get("step_s"), f"{name}: calibration {pa}")
     if name == "lm_auto":
         peaks = [s["total"] for s in p.get("stage_peak_bytes", [])]
         need(peaks and max(peaks) <= 200 * 1024, f"{name}: a stage over the 200K limit: {peaks}")
