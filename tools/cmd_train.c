@@ -59,7 +59,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          false, 0, false},
         {"--plan", GP_CLI_CHOICE, &o->plan, "auto",
          "choose --stages, --micro-batches, --schedule and --remat (those not given) by the "
-         "fastest simulated step that fits --memory-limit on --devices (gpipe plan --devices)",
+         "fastest simulated step that fits --memory-limit on --devices (gpipe plan --devices): "
+         "ranked by FLOPs and the runtime's cost per action measured first, the fastest timed "
+         "again on its layers measured at its micro-batch size (--balance time: every plan "
+         "timed so)",
          "none", 0, false, "auto", false, 0, false},
         {"--devices", GP_CLI_INT, &o->devices, "N",
          "with --plan auto: stage devices to plan for (K x T = N)",
