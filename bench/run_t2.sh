@@ -3,8 +3,9 @@
 # for K = 1 and 2 stages at M = 1, 4, 8, 32 with both schedules, plus K = 1
 # without the pipeline on 2 BLAS threads, as a markdown table with the
 # speed-up over K = 1 at the same M and the measured / theoretical / simulated
-# bubble (--remat's default: selective, which T2 fits without recomputing); at M = 32 also
-# both K re-materializing every cell (--remat cell) and K = 2 with --pin off. Usage: bash bench/run_t2.sh [path/to/gpipe] (reports go to
+# bubble (--remat's default: selective, which T2 fits without recomputing); at M = 32
+# also both K re-materializing every cell (--remat cell) and K = 2 with --pin off.
+# Usage: bash bench/run_t2.sh [path/to/gpipe] (reports go to
 # ${GP_BENCH_OUT:-out/t2}); GP_BENCH_STEPS (5) and GP_BENCH_WARMUP (2).
 set -eu
 GPIPE=${1:-build/gpipe}

@@ -300,9 +300,10 @@ static int run_training(const bench_opts *o, cJSON *r) {
     b.popts.partition = NULL;
     b.popts.memory_limit = o->memory_limit;
     gp_cli_mpi_apply(&o->place, &b.popts);
-    gp_cli_remat_default(o->remat_given ? "--remat" : NULL, o->memory_limit > 0,
-                         b.stages * b.popts.tensor_parallel, &b.popts, b.remat_why,
-                         sizeof b.remat_why);
+    if (b.stages > 0)
+        gp_cli_remat_default(o->remat_given ? "--remat" : NULL, o->memory_limit > 0,
+                             b.stages * b.popts.tensor_parallel, &b.popts, b.remat_why,
+                             sizeof b.remat_why);
     b.place = o->place;
     if (rc == GP_CLI_EXIT_OK) rc = gp_cli_bench_train(&b);
     double *ratio = rc == GP_CLI_EXIT_OK ? calloc((size_t)b.steps, sizeof *ratio) : NULL;
