@@ -1,4 +1,4 @@
-# Short commands for the README. Each target installs what is missing (as
+# Short commands (README.md lists them). Each target installs what is missing (as
 # root, through apt-get), configures with CMake and builds before it runs.
 
 PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev python3 python3-venv \
@@ -22,7 +22,7 @@ PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
 PY_OPTIONAL := tokenizers
 
-.PHONY: all deps pydeps pydeps-hf check-hf build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable install clean
+.PHONY: all deps pydeps pydeps-hf check-hf build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable docs install clean
 
 all: build
 
@@ -175,6 +175,13 @@ bench: build
 # T1 and the Fashion demo's workload, alternating rounds (bench/run_portable.sh).
 bench-portable: build
 	INSTALL_BUILD=$(INSTALL_BUILD) bash bench/run_portable.sh $(GPIPE)
+
+# The option reference (docs/cli.md) and the man page (docs/gpipe.1) from gpipe's --help texts;
+# the test cli_doc_sync fails until this is run after a help text changes.
+docs: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target gpipe
+	bash tools/gen_cli_doc.sh $(GPIPE) md > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
+	bash tools/gen_cli_doc.sh $(GPIPE) man > docs/gpipe.1.tmp && mv docs/gpipe.1.tmp docs/gpipe.1
 
 # A separate tree without -march=native: what is installed may run on another CPU than this one
 # (gpipe's CPU kernels in it are compiled for several instruction sets and chosen at start).

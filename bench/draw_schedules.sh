@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pictures of README's "Schedules": one training step of examples/demo_lm.json grown to 6
+# The pictures of "Schedules" in docs/guide.md: one training step of examples/demo_lm.json grown to 6
 # blocks (so that K = 3 stages of one or two cells each balance) on K = 3 stages with M = 6
 # micro-batches (remat none, one thread per stage) under each schedule, drawn by --timeline into
 # docs/schedule_<name>.svg. Usage: bash bench/draw_schedules.sh [path/to/gpipe]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The mesh (issue 11), as three markdown tables:
+# The mesh, as three markdown tables:
 # 1. Bytes per step per rank on each mesh axis against the formula: a T2-style model (4 blocks)
 #    on D x K x T = 2 x 2 x 2 MPI ranks (oversubscribed: only bytes are read here). Pipeline axis:
 #    M x (b x S x d x 4 + 72) per boundary direction (b = batch / (D x M), S = 128, d = 256);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MPI launcher on this machine (issue 4), as three markdown tables:
+# The MPI launcher on this machine, as three markdown tables:
 # 1. T2 with K = 2 over MPI (2 ranks) vs threads: tokens/s and the MPI overhead in percent,
 #    at M = 8 and 32 with both schedules;
 # 2. two ranks used as D = 2 replicas x K = 1 vs K = 2 stages x D = 1, same global batch 32;

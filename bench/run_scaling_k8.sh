@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline scaling to K = 8 stages, measured (issue 12): `gpipe bench --workload T2` with K = 1,
+# Pipeline scaling to K = 8 stages, measured: `gpipe bench --workload T2` with K = 1,
 # 2, 4, 8 stages of one thread each (pinned one per physical core, --pin auto), no
 # re-materialization, at M = 32 and 8, on the schedules that matter at each K, then the 64-block T2 at M = 32. For a
 # machine with 8 cores or more (run_t2.sh and run_schedules.sh cover K = 2 on two cores;
@@ -52,7 +52,7 @@ PY
 }
 
 # Which hardware threads share a physical core: stages are pinned one per physical core first
-# (src/pipeline/cores.h), so this says which cores K stages ran on.
+# (src/plan/cores.h), so this says which cores K stages ran on.
 for c in /sys/devices/system/cpu/cpu[0-9]*; do
     printf '%s\t%s\n' "${c##*/}" "$(cat "$c/topology/thread_siblings_list" 2>/dev/null || echo '?')"
 done | sort -V >"$OUT/siblings.tsv"

@@ -692,8 +692,10 @@ const char *gp_grad_sum_name(gp_grad_sum g); /* "sequential", "tree" */
  * tensors live and its kernels run is its device (gp_pipeline_opts.devices). */
 typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
 const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
-/* "gpipe", "1f1b", "zbh1", "interleaved", "zbv" */
+/* "gpipe", "1f1b", "zbh1", "interleaved", "zbv"; and back: the kind of that name, or
+ * GP_INVALID_ARGUMENT naming the kinds (*kind untouched). */
 const char *gp_schedule_kind_name(gp_schedule_kind s);
+gp_status gp_schedule_kind_parse(const char *name, gp_schedule_kind *kind);
 /* The cells per stage a schedule kind runs, given the asked number (0: its default): 1 for
  * gpipe, 1f1b and zbh1; interleaved: chunks, default 2 (1 to 64); zbv: 2. An error for a number
  * the kind cannot run. */
@@ -811,6 +813,19 @@ typedef struct gp_pipeline_opts {
     double label_smoothing;
 } gp_pipeline_opts;
 
+/* The one check of po, what gp_plan_make and gp_pipeline_new make first: every field within its
+ * bounds and the fields together (chunks the schedule runs, interleaved's micro-batches a
+ * multiple of the stages, balance by time only without shards); with m (may be NULL: skipped)
+ * at least one layer per cell; with a mini-batch of `batch` examples (0: not known, skipped) the
+ * batch dividing into D replicas x M micro-batches. Fields other calls check against their
+ * other arguments (the partition against the model, a device's memory) are not checked here.
+ * On failure the message starts with the field at fault, named as in gp_pipeline_opts
+ * ("micro_batches 3: does not divide the batch of 16 examples"; "batch" for the batch), and
+ * *field (may be NULL) gets that name, for a front end to show its own name for it; NULL on
+ * success. */
+gp_status gp_pipeline_opts_check(const gp_model *m, int64_t batch, const gp_pipeline_opts *po,
+                                 const char **field);
+
 /* Measures each layer of m alone, as a pipeline stage would run it: the layer
  * is initialized on a scratch device (so m need not fit on one), then its
  * training-mode forward and its backward on one micro-batch of `micro_batch`
@@ -912,8 +927,8 @@ typedef struct gp_plan {
  * each schedule keeps in flight: M for gpipe, min(K - k, M) on stage k for 1f1b, min(K, M)
  * (and as many waiting for their weight parts) for zbh1. The caller
  * frees *out with gp_plan_free; on failure *out is left zeroed (nothing to free).
- * Errors name the numbers: the impossible K, the batch not divisible by M,
- * or the cell/layer that cannot fit and by how much. */
+ * Errors name the numbers: the options as gp_pipeline_opts_check names them (the impossible K,
+ * the batch not divisible by M, ...), or the cell/layer that cannot fit and by how much. */
 gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out);
 void gp_plan_free(gp_plan *p);
@@ -977,8 +992,10 @@ typedef struct gp_pipeline gp_pipeline;
  * re-initialization); a model none of whose layers is initialized is initialized there from
  * `seed` (the values equal gp_model_init with that seed); a partly initialized model is an
  * error naming the first layer without values. seed also keys dropout; 0 uses the model's init
- * seed. po NULL: the zeroed defaults. Errors name the numbers: K < 1, M < 1, K greater than the
- * number of layers. The pipeline borrows m: free it first. */
+ * seed. po NULL: the zeroed defaults. Errors name the numbers: the options as
+ * gp_pipeline_opts_check names them against m and po->batch (K < 1, M < 1, K greater than the
+ * number of layers, ...), and data_parallel > 1 without the MPI launcher. The pipeline borrows
+ * m: free it first. */
 gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline_opts *po,
                           uint64_t seed, gp_pipeline **out);
 /* One step: x (B, ...) is read by stage 0 only, y (int32 labels, (B) or (B, T)) by the last

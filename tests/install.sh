@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# What a user of the installed library gets: `cmake --install` into a fresh prefix, then the
-# header's usage example built with nothing but `pkg-config --cflags --libs gpipe` from that
-# prefix, once against the shared library and once (with the shared one removed) against the
-# static one with `--static`, each run to its end. pkg-config must point into the prefix the
-# files were installed to, not the one the build was configured with.
+# What a user of the installed library gets: `cmake --install` into a fresh prefix (the man page
+# included), then the header's usage example built with nothing but `pkg-config --cflags --libs
+# gpipe` from that prefix, once against the shared library and once (with the shared one
+# removed) against the static one with `--static`, each run to its end. pkg-config must point
+# into the prefix the files were installed to, not the one the build was configured with.
 # Usage: bash tests/install.sh CMAKE BUILD_DIR C_COMPILER [EXTRA_C_FLAGS]
 #   BUILD_DIR: a configured and built tree (its header_example.c is the example);
 #   EXTRA_C_FLAGS: what the library was built with that a program must link with too
@@ -32,6 +32,26 @@ pc=$(find "$PREFIX" -name gpipe.pc)
 [ -n "$pc" ] || { echo "FAIL: no gpipe.pc under $PREFIX"; exit 1; }
 export PKG_CONFIG_PATH=$(dirname "$pc")
 "$PREFIX/bin/gpipe" --help >/dev/null 2>&1 || bad "the installed $PREFIX/bin/gpipe --help fails"
+
+# The man page: installed where man looks (MANDIR/man1), a roff page (.TH first) with a
+# section for every command the installed gpipe lists, and readable by man where it exists.
+manpage=$(find "$PREFIX" -path '*/man1/gpipe.1' -type f | head -n 1)
+if [ -z "$manpage" ]; then
+    bad "no man1/gpipe.1 under $PREFIX"
+else
+    grep -v '^\.\\"' "$manpage" | head -n 1 | grep -q '^\.TH GPIPE 1 ' ||
+        bad "$manpage does not start with .TH GPIPE 1: $(head -c 200 "$manpage")"
+    cmds=$("$PREFIX/bin/gpipe" --help | sed -n '/^Commands:/,/^$/s/^  \([a-z][a-z0-9-]*\)  .*/\1/p')
+    [ -n "$cmds" ] || bad "no commands in the installed gpipe --help"
+    for c in $cmds; do
+        grep -q "^\.SS \"gpipe $c\"\$" "$manpage" || bad "$manpage has no section for gpipe $c"
+    done
+    if command -v man >/dev/null 2>&1; then
+        MANWIDTH=100 man -l "$manpage" >"$TMP/man.txt" 2>"$TMP/man.err" ||
+            bad "man -l $manpage failed: $(head -c 400 "$TMP/man.err")"
+        grep -q 'gpipe train' "$TMP/man.txt" || bad "man -l $manpage shows no 'gpipe train'"
+    fi
+fi
 
 # inside DIR: DIR (pkg-config gives it unresolved, ../ and all) is a folder of the prefix.
 inside() {

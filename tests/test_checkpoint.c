@@ -553,8 +553,8 @@ static void check_pipeline_save_background(void) {
  * the old version recorded its own continuation (OpenBLAS core Zen, one thread), the same first
  * loss (the forward pass from the loaded values) within an ulp: since the 14x14 convolution's
  * examples go into one GEMM in chunks, its outputs round as that GEMM's shape makes them (the old
- * first loss 0x1.475d9cp+1, now 0x1.475d9ep+1). Its later bits differ by design: since issue 10
- * a convolution's weight gradient adds its examples in groups (kernels/cpu/conv_kernels.c),
+ * first loss 0x1.475d9cp+1, now 0x1.475d9ep+1). Its later bits differ by design: a
+ * convolution's weight gradient now adds its examples in groups (kernels/cpu/conv_kernels.c),
  * which rounds differently from the old example-by-example sum (the old continuation's hash was
  * 932a68b5d563ee46). */
 static void check_before_flat(void) {

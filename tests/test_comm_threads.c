@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "comm/transport.h"
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 #include "testutil.h"
 
 #define B 2
@@ -233,9 +233,11 @@ done:
     return NULL;
 }
 
-static void run_schedule(const char *name, int K, int M, int capacity, int steps, uint64_t seed) {
+static void run_schedule(gp_schedule_kind kind, int K, int M, int capacity, int steps,
+                         uint64_t seed) {
+    const char *name = gp_schedule_kind_name(kind);
     gp_schedule sched = {0};
-    REQUIRE_OK(gp_schedule_generate(name, K, M, 0, &sched));
+    REQUIRE_OK(gp_schedule_generate(kind, K, M, 0, &sched));
     REQUIRE_OK(gp_schedule_validate(&sched, capacity, NULL));
     gp_transport *tr;
     REQUIRE_OK(gp_transport_threads_new(
@@ -269,10 +271,11 @@ static void run_schedule(const char *name, int K, int M, int capacity, int steps
 }
 
 static void test_schedules(bool quick) {
-    static const char *const names[] = {"gpipe", "1f1b"};
+    static const gp_schedule_kind kinds[] = {GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B};
     for (int K = 2; K <= MAXK; K++)
         for (int cap = 1; cap <= 2; cap++)
-            for (int n = 0; n < 2; n++) run_schedule(names[n], K, quick ? 4 : 8, cap, 2, (uint64_t)(K * 10 + cap));
+            for (int n = 0; n < 2; n++)
+                run_schedule(kinds[n], K, quick ? 4 : 8, cap, 2, (uint64_t)(K * 10 + cap));
 }
 
 /* ------------------------------------------------------- single-thread cases */

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/pipeline_hooks.h"
 #include "testutil.h"
 
 #define FIX "tests/reference/fixtures/gpt2"

@@ -2,7 +2,7 @@
  * placement, micro-batch gradient equivalence, memory accounting, errors. */
 #include <string.h>
 
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/pipeline_hooks.h"
 #include "testutil.h"
 
 static gp_model *small_lm(int layers) {

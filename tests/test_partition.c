@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 #include "testutil.h"
 
 #define MIB (1024ull * 1024ull)

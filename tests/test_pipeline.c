@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pipeline/cores.h"
-#include "pipeline/schedule.h"
+#include "plan/cores.h"
+#include "plan/schedule.h"
 #include "testutil.h"
 
 #define M_MICRO 4
@@ -148,25 +148,37 @@ static void errors(void) {
     gp_optim_opts o = gp_test_net_optim(GP_TEST_TRANSFORMER);
     gp_pipeline *p = NULL;
     gp_pipeline_opts po = {.stages = 9, .micro_batches = 2};
-    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "stages 9 > 8 layers");
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "pipeline: stages 9: more than the model's 8 layers");
     CHECK(p == NULL);
     po.stages = -1;
-    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, "stages -1 must be >= 1");
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "stages -1: expected at least 1");
     po.stages = 2;
     po.micro_batches = -3;
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
-                "micro-batches -3 must be >= 1");
+                "micro_batches -3: expected at least 1");
     /* schedules that run several cells per stage: their constraints named */
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = 3, .schedule = GP_SCHEDULE_INTERLEAVED};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
-                "M = 3 micro-batches is not a multiple of K = 2 stages");
+                "micro_batches 3: not a multiple of the 2 stages");
     po = (gp_pipeline_opts){.stages = 5, .micro_batches = 5, .schedule = GP_SCHEDULE_ZBV};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
-                "stages 5 x 2 cells per stage > 8 layers");
+                "stages 5 x 2 cells per stage: more than the model's 8 layers");
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_ZBV,
                             .chunks = 3};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
-                "schedule zbv with 3 cells per stage (chunks); expected 2");
+                "chunks 3: schedule zbv with 3 cells per stage (chunks); expected 2");
+    /* the options' one check (gp_pipeline_opts_check), its message as it is */
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .remat = (gp_remat)9};
+    CHECK(gp_pipeline_opts_check(m, 0, &po, NULL) == GP_INVALID_ARGUMENT);
+    char want[1024];
+    snprintf(want, sizeof want, "pipeline: %s", gp_last_error());
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, want);
+    /* replicas are processes */
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .data_parallel = 2};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "data_parallel 2: needs the MPI launcher");
     /* stage devices on GPUs: where there is none (or no CUDA in the build), a named refusal */
     int ngpu = 0;
     if (gp_cuda_device_count(&ngpu) != GP_OK) {
@@ -382,7 +394,7 @@ static void timeline(int K, gp_schedule_kind sk, gp_remat rm, const int *partiti
     CHECK_EQ_INT(ss[0].first_layer, 0);
     CHECK(ss[K - 1].first_layer < gp_model_nlayers(m));
     gp_schedule s = {0};
-    REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name(sk), K, M_MICRO, V, &s));
+    REQUIRE_OK(gp_schedule_generate(sk, K, M_MICRO, V, &s));
     char json[512], svg[512];
     snprintf(json, sizeof json, "%s", gp_scratch_path("trace.json"));
     snprintf(svg, sizeof svg, "%s", gp_scratch_path("timeline.svg"));

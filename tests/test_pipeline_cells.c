@@ -224,7 +224,8 @@ static void runtime_matches_plan(void) {
     gp_model *m = transformer(2);
     gp_pipeline_opts bad = {.stages = 2, .micro_batches = 3, .batch = BATCH};
     gp_pipeline *p;
-    CHECK_FAILS(gp_pipeline_new(m, &o, &bad, 3, &p), GP_INVALID_ARGUMENT, "batch 8");
+    CHECK_FAILS(gp_pipeline_new(m, &o, &bad, 3, &p), GP_INVALID_ARGUMENT,
+                "micro_batches 3: does not divide the batch of 8 examples");
     gp_model_free(m);
 }
 

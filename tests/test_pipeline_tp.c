@@ -396,14 +396,15 @@ static void errors(void) {
                 "\"tensor\" of size 8");
     po.tensor_parallel = -2;
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
-                "tensor_parallel -2 must be 1 to 4096");
+                "tensor_parallel -2: expected 1 to 4096");
     po.tensor_parallel = 2;
     po.balance = GP_BALANCE_TIME;
-    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED, "balance by measured time");
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_UNSUPPORTED,
+                "balance time with 2 tensor-parallel shards: a shard layer cannot be timed");
     po.balance = GP_BALANCE_COST;
     po.label_smoothing = 1.0;
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
-                "label smoothing 1, expected in [0, 1)");
+                "label_smoothing 1: expected in [0, 1)");
     po.label_smoothing = 0;
     /* The ConvNet: its classifier head of 10 classes splits over 2 (its convolutions are
      * replicated), not over 4. */

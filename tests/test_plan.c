@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 #include "testutil.h"
 
 /* 0 linear(16,64) 1 relu 2 linear(64,64) 3 relu 4 linear(64,256) 5 linear(256,8): uneven costs */
@@ -136,9 +136,10 @@ static void test_optimizer_step(void) {
     gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .optim_s_per_param = -1e-9};
     gp_plan p;
     CHECK_FAILS(gp_plan_make(m, 32, &adam, &po, 10, &p), GP_INVALID_ARGUMENT,
-                "optimizer time -1e-09 s per parameter; expected >= 0");
+                "optim_s_per_param -1e-09: expected a finite time >= 0");
     po.optim_s_per_param = NAN;
-    CHECK_FAILS(gp_plan_make(m, 32, &adam, &po, 10, &p), GP_INVALID_ARGUMENT, "optimizer time");
+    CHECK_FAILS(gp_plan_make(m, 32, &adam, &po, 10, &p), GP_INVALID_ARGUMENT,
+                "optim_s_per_param nan: expected");
     gp_model_free(m);
 }
 
@@ -164,9 +165,9 @@ static void test_action_cost(void) {
     gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .action_s = -1e-6};
     gp_plan p;
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 10, &p), GP_INVALID_ARGUMENT,
-                "action time -1e-06 s; expected a finite value >= 0");
+                "action_s -1e-06: expected a finite time >= 0");
     po.action_s = INFINITY;
-    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 10, &p), GP_INVALID_ARGUMENT, "action time");
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 10, &p), GP_INVALID_ARGUMENT, "action_s inf");
     gp_model_free(m);
 }
 
@@ -399,31 +400,109 @@ static void test_explicit_partition(void) {
     gp_model_free(m);
 }
 
+/* The one check of the options: each bad field named (its gp_pipeline_opts name leading the
+ * message, for a front end to replace), what needs the model or the batch checked only when
+ * given, and gp_plan_make refusing with the same message. */
+static void test_options_check(void) {
+    gp_model *m = mlp(); /* 6 layers */
+    const struct {
+        gp_pipeline_opts po;
+        int64_t batch;
+        const char *field, *needle;
+    } bad[] = {
+        {{.stages = -1}, 8, "stages", "stages -1: expected at least 1"},
+        {{.stages = 7}, 8, "stages", "stages 7: more than the model's 6 layers"},
+        {{.stages = 4, .micro_batches = 4, .schedule = GP_SCHEDULE_ZBV}, 8, "stages",
+         "stages 4 x 2 cells per stage: more than the model's 6 layers"},
+        {{.micro_batches = -2}, 8, "micro_batches", "micro_batches -2: expected at least 1"},
+        {{.micro_batches = 3}, 8, "micro_batches",
+         "micro_batches 3: does not divide the batch of 8 examples"},
+        {{.stages = 2, .micro_batches = 3, .schedule = GP_SCHEDULE_INTERLEAVED}, 6,
+         "micro_batches", "micro_batches 3: not a multiple of the 2 stages"},
+        {{.micro_batches = 2, .data_parallel = 3}, 8, "batch",
+         "batch 8: does not divide into 3 replicas x 2 micro-batches"},
+        {{.tensor_parallel = 4097}, 8, "tensor_parallel",
+         "tensor_parallel 4097: expected 1 to 4096"},
+        {{.data_parallel = -1}, 8, "data_parallel", "data_parallel -1: expected 1 to 4096"},
+        {{.schedule = (gp_schedule_kind)9}, 8, "schedule", "schedule 9: expected gpipe (0)"},
+        {{.chunks = -1}, 8, "chunks", "chunks -1: expected 0"},
+        {{.stages = 2, .chunks = 2}, 8, "chunks",
+         "chunks 2: schedule gpipe with 2 cells per stage (chunks); expected 1"},
+        {{.remat = (gp_remat)3}, 8, "remat", "remat 3: expected cell (0)"},
+        {{.balance = (gp_balance)2}, 8, "balance", "balance 2: expected cost (0) or time (1)"},
+        {{.grad_sum = (gp_grad_sum)2}, 8, "grad_sum", "grad_sum 2: expected sequential (0)"},
+        {{.launcher = (gp_launcher)2}, 8, "launcher", "launcher 2: expected threads (0)"},
+        {{.stage_threads = 1025}, 8, "stage_threads", "stage_threads 1025: expected 0 (one)"},
+        {{.device_type = (gp_device_type)9}, 8, "device_type", "device_type: device type 9"},
+        {{.comm_timeout_s = -1}, 8, "comm_timeout_s", "comm_timeout_s -1: expected >= 0"},
+        {{.label_smoothing = 1}, 8, "label_smoothing", "label_smoothing 1: expected in [0, 1)"},
+        {{.link_gbytes_per_s = INFINITY}, 8, "link_gbytes_per_s",
+         "link_gbytes_per_s inf: expected"},
+        {{.optim_s_per_param = -1}, 8, "optim_s_per_param", "optim_s_per_param -1: expected"},
+        {{0}, -1, "batch", "batch -1: expected >= 0 (0: not known)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *field = "unset";
+        CHECK_FAILS(gp_pipeline_opts_check(m, bad[i].batch, &bad[i].po, &field),
+                    GP_INVALID_ARGUMENT, bad[i].needle);
+        CHECK(field && strcmp(field, bad[i].field) == 0);
+        /* the message leads with the field, as a front end expects to find it */
+        CHECK(strncmp(gp_last_error(), bad[i].field, strlen(bad[i].field)) == 0);
+        if (bad[i].batch < 1) continue;
+        char want[1024];
+        snprintf(want, sizeof want, "%s", gp_last_error());
+        gp_plan p;
+        CHECK_FAILS(gp_plan_make(m, bad[i].batch, NULL, &bad[i].po, 1, &p), GP_INVALID_ARGUMENT,
+                    want);
+    }
+    /* Balance by time needs each layer alone: not with shards. */
+    const char *field = NULL;
+    gp_pipeline_opts po = {.tensor_parallel = 2, .balance = GP_BALANCE_TIME};
+    CHECK_FAILS(gp_pipeline_opts_check(m, 8, &po, &field), GP_UNSUPPORTED,
+                "balance time with 2 tensor-parallel shards");
+    CHECK(field && strcmp(field, "balance") == 0);
+    /* Without the model or the batch what needs them is left to later. */
+    po = (gp_pipeline_opts){.stages = 7, .micro_batches = 3};
+    CHECK_OK(gp_pipeline_opts_check(NULL, 0, &po, &field));
+    CHECK(field == NULL);
+    CHECK_FAILS(gp_pipeline_opts_check(NULL, 8, &po, &field), GP_INVALID_ARGUMENT,
+                "micro_batches 3: does not divide");
+    CHECK_FAILS(gp_pipeline_opts_check(m, 0, &po, NULL), GP_INVALID_ARGUMENT, "stages 7: more");
+    CHECK_FAILS(gp_pipeline_opts_check(m, 0, NULL, &field), GP_INVALID_ARGUMENT, "NULL");
+    CHECK(field == NULL);
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 4, .schedule = GP_SCHEDULE_INTERLEAVED,
+                            .data_parallel = 2};
+    CHECK_OK(gp_pipeline_opts_check(m, 8, &po, NULL));
+    gp_model_free(m);
+}
+
 static void test_errors(void) {
     gp_model *m = mlp();
     gp_plan p;
     gp_pipeline_opts po = {.stages = 7, .micro_batches = 1};
     CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
-                "K = 7 stages but the model has 6 layers");
+                "stages 7: more than the model's 6 layers");
     po = (gp_pipeline_opts){.stages = -1};
     CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
-                "K = -1 stages; expected at least 1");
+                "stages -1: expected at least 1");
     po = (gp_pipeline_opts){.micro_batches = -2};
     CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
-                "M = -2 micro-batches; expected at least 1");
+                "micro_batches -2: expected at least 1");
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = 8};
     CHECK_FAILS(gp_plan_make(m, 30, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
-                "batch 30 is not divisible by 8 micro-batches");
+                "micro_batches 8: does not divide the batch of 30 examples");
     CHECK_FAILS(gp_plan_make(m, 0, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "batch 0");
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 0, &p), GP_INVALID_ARGUMENT, "GFLOP/s");
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, NAN, &p), GP_INVALID_ARGUMENT, "GFLOP/s");
     po.schedule = (gp_schedule_kind)7;
-    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "unknown schedule 7");
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "schedule 7: expected gpipe (0)");
     po = (gp_pipeline_opts){.remat = (gp_remat)5};
-    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "unknown remat mode 5");
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
+                "remat 5: expected cell (0), none (1) or selective (2)");
     po = (gp_pipeline_opts){.stage_threads = 1025};
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
-                "stage_threads 1025; expected 0 (one) to 1024");
+                "stage_threads 1025: expected 0 (one) to 1024");
     CHECK_FAILS(gp_plan_make(NULL, 32, NULL, &po, 1, &p), GP_INVALID_ARGUMENT, "NULL");
     CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 1, NULL), GP_INVALID_ARGUMENT, "NULL");
     /* zeroed options: one stage, one micro-batch */
@@ -647,11 +726,11 @@ static void test_interleaved(void) {
     po.tensor_parallel = 0;
     po.micro_batches = 3;
     CHECK_FAILS(gp_plan_make(m, 6, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
-                "M = 3 micro-batches is not a multiple of K = 2 stages");
+                "micro_batches 3: not a multiple of the 2 stages");
     po.micro_batches = 4;
     po.stages = 4;
     CHECK_FAILS(gp_plan_make(m, 8, NULL, &po, 1, &p), GP_INVALID_ARGUMENT,
-                "V = 2 cells per stage but the model has");
+                "stages 4 x 2 cells per stage: more than the model's");
     gp_model_free(m);
 }
 
@@ -783,6 +862,7 @@ int main(void) {
     test_optimizer_state();
     test_memory_limits();
     test_explicit_partition();
+    test_options_check();
     test_errors();
     return gp_test_finish("test_plan");
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/pipeline_hooks.h"
 #include "testutil.h"
 
 /* |got - want| <= RTOL * max(|got|, |want|, FLOOR * the tensor's largest |want|) + ATOL,

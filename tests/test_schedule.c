@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 #include "testutil.h"
 
 /* Index of the action (kind, mb) on stage k, or -1. */
@@ -83,7 +83,8 @@ static void test_generators_valid(void) {
         for (int K = 1; K <= 5; K++)
             for (int M = 1; M <= 9; M++) {
                 gp_schedule s = {0};
-                REQUIRE_OK(gp_schedule_generate(g ? "1f1b" : "gpipe", K, M, 0, &s));
+                const gp_schedule_kind kind = g ? GP_SCHEDULE_1F1B : GP_SCHEDULE_GPIPE;
+                REQUIRE_OK(gp_schedule_generate(kind, K, M, 0, &s));
                 for (int cap = 1; cap <= 2; cap++) {
                     gp_status st = gp_schedule_validate(&s, cap, NULL);
                     if (st != GP_OK) {
@@ -107,8 +108,16 @@ static void test_generators_valid(void) {
                 gp_schedule_free(&s);
             }
     gp_schedule s = {0};
-    CHECK_FAILS(gp_schedule_generate("zigzag", 2, 2, 0, &s), GP_INVALID_ARGUMENT,
+    gp_schedule_kind kind = GP_SCHEDULE_ZBV;
+    CHECK_FAILS(gp_schedule_kind_parse("zigzag", &kind), GP_INVALID_ARGUMENT,
                 "expected gpipe, 1f1b, zbh1, interleaved or zbv");
+    CHECK_EQ_INT(kind, GP_SCHEDULE_ZBV); /* untouched */
+    for (int k = GP_SCHEDULE_GPIPE; k <= GP_SCHEDULE_ZBV; k++) {
+        REQUIRE_OK(gp_schedule_kind_parse(gp_schedule_kind_name((gp_schedule_kind)k), &kind));
+        CHECK_EQ_INT(kind, k);
+    }
+    CHECK_FAILS(gp_schedule_generate((gp_schedule_kind)5, 2, 2, 0, &s), GP_INVALID_ARGUMENT,
+                "schedule 5: expected gpipe (0)");
     CHECK_FAILS(gp_schedule_gpipe(0, 2, &s), GP_INVALID_ARGUMENT, "K = 0");
     CHECK_FAILS(gp_schedule_1f1b(2, 0, &s), GP_INVALID_ARGUMENT, "M = 0");
     CHECK(s.stage == NULL);
@@ -298,8 +307,7 @@ static void test_stash_profiles(void) {
                     if (chunked != (V > 1) || (kind == GP_SCHEDULE_ZBV && V != 2)) continue;
                     if (kind == GP_SCHEDULE_INTERLEAVED && M % K) continue;
                     gp_schedule s = {0};
-                    REQUIRE_OK(gp_schedule_generate(gp_schedule_kind_name((gp_schedule_kind)kind),
-                                                     K, M, V, &s));
+                    REQUIRE_OK(gp_schedule_generate((gp_schedule_kind)kind, K, M, V, &s));
                     const int C = K * V;
                     gp_stash_profile prof[12] = {{0}};
                     REQUIRE_OK(gp_stash_profiles(&s, prof));
@@ -546,11 +554,11 @@ static void test_interleaved(void) {
     gp_schedule s = {0};
     CHECK_FAILS(gp_schedule_interleaved(2, 3, 2, &s), GP_INVALID_ARGUMENT,
                 "M = 3 micro-batches is not a multiple of K = 2 stages");
-    CHECK_FAILS(gp_schedule_generate("1f1b", 2, 4, 2, &s), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_schedule_generate(GP_SCHEDULE_1F1B, 2, 4, 2, &s), GP_INVALID_ARGUMENT,
                 "schedule 1f1b with 2 cells per stage");
     CHECK_FAILS(gp_schedule_init_chunks(&s, 2, 4, 3, GP_PLACE_V_SHAPE), GP_INVALID_ARGUMENT,
                 "V = 3 cells per stage placed in a V");
-    REQUIRE_OK(gp_schedule_generate("interleaved", 2, 4, 0, &s)); /* default V = 2 */
+    REQUIRE_OK(gp_schedule_generate(GP_SCHEDULE_INTERLEAVED, 2, 4, 0, &s)); /* default V = 2 */
     CHECK_EQ_INT(s.chunks, 2);
     gp_schedule_free(&s);
     for (int place = 0; place < 2; place++) {

@@ -11,7 +11,7 @@
 #include "model/param_store.h"
 #include "model/sequence.h"
 #include "model/skips.h"
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 #include "testutil.h"
 
 #define BATCH 8

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/pipeline_hooks.h"
 #include "testutil.h"
 
 #define M_MICRO 2

@@ -146,16 +146,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     if (rc != GP_CLI_EXIT_OK) goto done;
     const bool t1 = b->tokens_per_example > 0;
     const int M = b->popts.micro_batches > 0 ? b->popts.micro_batches : 1;
-    if (b->batch % M != 0) {
-        rc = gp_cli_usage_error("bench", "--micro-batches %d: the batch of %d does not divide by it",
-                                M, b->batch);
-        goto done;
-    }
-    if (b->stages > gp_model_nlayers(m)) {
-        rc = gp_cli_usage_error("bench", "--stages %d: %s has only %d layers", b->stages,
-                                b->workload, gp_model_nlayers(m));
-        goto done;
-    }
+    rc = gp_cli_pipeline_check("bench", m, b->batch, &b->popts);
+    if (rc != GP_CLI_EXIT_OK) goto done;
     gp_shape in;
     if (gp_device_cpu_new_threads("cpu0", b->stages > 0 ? 1 : b->threads, &dev) != GP_OK ||
         gp_model_shape(m, -1, b->batch, &in) != GP_OK) {

@@ -423,7 +423,7 @@ typedef struct gp_cli_pipeline_args {
     const char *grad_sum;
 } gp_cli_pipeline_args;
 enum { GP_CLI_PIPELINE_NOPTS = 9 };
-/* --schedule's kind by name (NULL: gpipe). */
+/* --schedule's kind by name (NULL: gpipe; the option's choices are the kinds' names). */
 gp_schedule_kind gp_cli_schedule_kind(const char *name);
 /* The table entries, in that order, writing into a; --stages shows
  * stages_default. */
@@ -431,8 +431,9 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
                              const char *stages_default);
 /* Fills po (stages 0 counts as 1) for mini-batches of `batch` examples;
  * *first: the parsed --partition (malloc'ed, the caller frees it, also on
- * failure) or NULL. A list that cannot be read, or whose length is not K, is
- * a usage error, as is --partition with --balance. Returns an exit status. */
+ * failure) or NULL. A list that cannot be read, or whose length is not K V, is
+ * a usage error, as are --partition with --balance and what gp_cli_pipeline_check finds in
+ * the options alone. Returns an exit status. */
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
                             int64_t batch, uint64_t memory_limit, gp_pipeline_opts *po,
                             int **first);
@@ -448,6 +449,12 @@ void gp_cli_remat_default(const char *given_by, bool limit_given, int devices,
 extern const char gp_cli_remat_default_text[]; /* --remat's default as --help shows it */
 /* The line that says which mode each cell of p (planned with `mode`) got and why. */
 void gp_cli_remat_print(const gp_pipeline *p, gp_remat mode, const char *why);
+/* The library's check of po (gp_pipeline_opts_check) against m and a mini-batch of `batch`
+ * examples (NULL, 0: not known yet), its complaint a usage error naming the option for the field
+ * at fault ("--micro-batches 3: does not divide the batch of 16 examples"). Returns an exit
+ * status. */
+int gp_cli_pipeline_check(const char *cmd, const gp_model *m, int64_t batch,
+                          const gp_pipeline_opts *po);
 /* Adds "pipeline": {stages, tensor_parallel, micro_batches, schedule, remat, partition,
  * partition_source, stage_peak_bytes: [{stage, shard, <category>: n, total}],
  * busy_fraction, bubble_measured, bubble_theory, bubble_simulated, step_s}

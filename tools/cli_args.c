@@ -26,6 +26,30 @@ int gp_cli_usage_error(const char *cmd, const char *fmt, ...) {
     return GP_CLI_EXIT_USAGE;
 }
 
+const char *gp_cli_option_of(const char *key) {
+    static const char *const map[][2] = {
+        {"task", "--model"},     {"data", "--data"},
+        {"steps", "--steps/--epochs"}, {"batch", "--batch"},
+        {"micro_batches", "--micro-batches"}, {"optimizer", "--optimizer"},
+        {"lr", "--lr"},          {"min_lr", "--min-lr"},
+        {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"},
+        {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
+        {"clip", "--clip"},      {"seed", "--seed"},
+        {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"},
+        {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"}, {"grad_sum", "--grad-sum"},
+        {"data_format", "--data-format"}, {"vocab", "--vocab"}, {"val_data", "--val-data"},
+        /* the pipeline's fields (gp_pipeline_opts) that train_options does not name */
+        {"stages", "--stages"}, {"schedule", "--schedule"}, {"chunks", "--chunks"},
+        {"remat", "--remat"}, {"partition", "--partition"}, {"balance", "--balance"},
+        {"tensor_parallel", "--tensor-parallel"}, {"data_parallel", "--data-parallel"},
+        {"stage_threads", "--threads"}, {"device_type", "--device"},
+        {"launcher", "--launcher"}, {"comm_timeout_s", "--comm-timeout"},
+        {"memory_limit", "--memory-limit"}, {"link_gbytes_per_s", "--bandwidth"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(map[i][0], key) == 0) return map[i][1];
+    return key;
+}
+
 int gp_cli_fail(const char *cmd, const char *what) {
     fprintf(stderr, "gpipe %s: %s: %s\n", cmd, what, gp_last_error());
     return GP_CLI_EXIT_RUNTIME;

@@ -69,6 +69,9 @@ int gp_cli_usage_error(const char *cmd, const char *fmt, ...)
 /* Prints "gpipe <cmd>: <what>: <gp_last_error()>" and returns the runtime
  * exit status, for a library call that failed. */
 int gp_cli_fail(const char *cmd, const char *what);
+/* The option that sets a setting the library (a gp_pipeline_opts field) or a checkpoint's
+ * train_options names by key ("micro_batches": "--micro-batches"); the key where none does. */
+const char *gp_cli_option_of(const char *key);
 
 /* The most threads an option may ask for: the cores this process may run on (its CPU
  * affinity, as nproc counts them). More would only contend for them. */

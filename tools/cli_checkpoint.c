@@ -263,24 +263,6 @@ static cJSON *train_options(const gp_cli_train *t) {
     return o;
 }
 
-/* The option that sets each key of train_options, for the messages. */
-static const char *option_of(const char *key) {
-    static const char *const map[][2] = {
-        {"task", "--model"},     {"data", "--data"},
-        {"steps", "--steps/--epochs"}, {"batch", "--batch"},
-        {"micro_batches", "--micro-batches"}, {"optimizer", "--optimizer"},
-        {"lr", "--lr"},          {"min_lr", "--min-lr"},
-        {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"},
-        {"warmup", "--warmup"},  {"lr_schedule", "--lr-schedule"},
-        {"clip", "--clip"},      {"seed", "--seed"},
-        {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"},
-        {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"}, {"grad_sum", "--grad-sum"},
-        {"data_format", "--data-format"}, {"vocab", "--vocab"}, {"val_data", "--val-data"}};
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (strcmp(map[i][0], key) == 0) return map[i][1];
-    return key;
-}
-
 /* The same model config, or a message saying both. */
 static int check_same_model(const gp_cli_train *t, const gp_checkpoint *c, const char *path) {
     const char *mc = gp_checkpoint_meta(c, "model_config");
@@ -333,7 +315,7 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
         char *sv = s ? cJSON_PrintUnformatted(s) : NULL, *nv = cJSON_PrintUnformatted(c);
         fprintf(stderr, "gpipe train: --resume: %s %s differs from the checkpoint's %s (%s): "
                         "resume with the options of the run that saved it\n",
-                option_of(c->string), nv ? nv : "?", sv ? sv : "(none)", path);
+                gp_cli_option_of(c->string), nv ? nv : "?", sv ? sv : "(none)", path);
         cJSON_free(sv);
         cJSON_free(nv);
         rc = GP_CLI_EXIT_RUNTIME;
@@ -348,7 +330,7 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
         char *wv = cJSON_IsString(was) ? NULL : cJSON_PrintUnformatted(was);
         fprintf(stderr, "gpipe train: --resume: %s %s differs from the checkpoint's %s (%s): "
                         "resume with the options of the run that saved it\n",
-                option_of(optional[i][0]), optional[i][1],
+                gp_cli_option_of(optional[i][0]), optional[i][1],
                 cJSON_IsString(was) ? was->valuestring : wv ? wv : "?", path);
         cJSON_free(wv);
         rc = GP_CLI_EXIT_RUNTIME;

@@ -58,11 +58,21 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
 }
 
 gp_schedule_kind gp_cli_schedule_kind(const char *name) {
-    static const gp_schedule_kind kinds[] = {GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
-                                             GP_SCHEDULE_INTERLEAVED, GP_SCHEDULE_ZBV};
-    for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strcmp(name, gp_schedule_kind_name(kinds[i])) == 0) return kinds[i];
-    return GP_SCHEDULE_GPIPE;
+    gp_schedule_kind kind = GP_SCHEDULE_GPIPE;
+    if (name) (void)gp_schedule_kind_parse(name, &kind);
+    return kind;
+}
+
+int gp_cli_pipeline_check(const char *cmd, const gp_model *m, int64_t batch,
+                          const gp_pipeline_opts *po) {
+    const char *field = NULL;
+    if (gp_pipeline_opts_check(m, batch, po, &field) == GP_OK) return GP_CLI_EXIT_OK;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", gp_last_error());
+    const size_t n = field ? strlen(field) : 0;
+    if (n && strncmp(msg, field, n) == 0) /* the library's field, in the option's name */
+        return gp_cli_usage_error(cmd, "%s%s", gp_cli_option_of(field), msg + n);
+    return gp_cli_usage_error(cmd, "%s", msg);
 }
 
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
@@ -71,13 +81,32 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
     const int K = a->stages > 0 ? a->stages : 1;
     *first = NULL;
     const bool by_time = a->balance && strcmp(a->balance, "time") == 0;
-    int V = 1; /* cells per stage: the schedule's, or --chunks where it takes several */
-    if (gp_schedule_kind_chunks(gp_cli_schedule_kind(a->schedule), a->chunks, &V) != GP_OK)
-        return gp_cli_usage_error(cmd, "--chunks %d: %s", a->chunks, gp_last_error());
     if (a->partition && a->balance)
         return gp_cli_usage_error(cmd, "--partition %s with --balance %s: a given partition is "
                                        "not balanced; use one or the other",
                                   a->partition, a->balance);
+    *po = (gp_pipeline_opts){
+        .stages = K,
+        .micro_batches = micro_batches,
+        .schedule = gp_cli_schedule_kind(a->schedule),
+        .chunks = a->chunks,
+        .remat = !a->remat                          ? GP_REMAT_CELL
+                 : strcmp(a->remat, "none") == 0      ? GP_REMAT_NONE
+                 : strcmp(a->remat, "selective") == 0 ? GP_REMAT_SELECTIVE
+                                                      : GP_REMAT_CELL,
+        .grad_sum = a->grad_sum && strcmp(a->grad_sum, "tree") == 0 ? GP_GRAD_SUM_TREE
+                                                                     : GP_GRAD_SUM_SEQUENTIAL,
+        .memory_limit = memory_limit,
+        .batch = batch,
+        .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST,
+        .no_pinning = a->pin && strcmp(a->pin, "off") == 0,
+        .tensor_parallel = a->tensor_parallel > 0 ? a->tensor_parallel : 1,
+    };
+    /* what the options say alone; the model and the batch are checked where they are known */
+    int rc = gp_cli_pipeline_check(cmd, NULL, 0, po);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    int V = 1; /* cells per stage: the schedule's, or --chunks where it takes several (checked) */
+    (void)gp_schedule_kind_chunks(po->schedule, po->chunks, &V);
     if (a->partition) {
         int n = 0;
         *first = malloc(MAX_CELLS * sizeof **first);
@@ -94,25 +123,8 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
                                       "--partition %s: %d entr%s for --stages %d; expected the "
                                       "first layer of each of the %d cells",
                                       a->partition, n, n == 1 ? "y" : "ies", K, cells);
+        po->partition = *first;
     }
-    *po = (gp_pipeline_opts){
-        .stages = K,
-        .micro_batches = micro_batches,
-        .schedule = gp_cli_schedule_kind(a->schedule),
-        .chunks = a->chunks,
-        .remat = !a->remat                          ? GP_REMAT_CELL
-                 : strcmp(a->remat, "none") == 0      ? GP_REMAT_NONE
-                 : strcmp(a->remat, "selective") == 0 ? GP_REMAT_SELECTIVE
-                                                      : GP_REMAT_CELL,
-        .grad_sum = a->grad_sum && strcmp(a->grad_sum, "tree") == 0 ? GP_GRAD_SUM_TREE
-                                                                     : GP_GRAD_SUM_SEQUENTIAL,
-        .partition = *first,
-        .memory_limit = memory_limit,
-        .batch = batch,
-        .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST,
-        .no_pinning = a->pin && strcmp(a->pin, "off") == 0,
-        .tensor_parallel = a->tensor_parallel > 0 ? a->tensor_parallel : 1,
-    };
     return GP_CLI_EXIT_OK;
 }
 

@@ -441,9 +441,6 @@ int gp_cli_bench_main(int argc, char **argv) {
     if (rc != GP_CLI_EXIT_OK) return rc;
     if (o.place.launcher == GP_LAUNCHER_MPI && (!t2 || o.pa.stages < 1))
         return gp_cli_usage_error("bench", "the MPI launcher: only for --workload T2 with --stages K");
-    if (o.place.launcher == GP_LAUNCHER_MPI && o.batch && o.batch % o.place.data_parallel)
-        return gp_cli_usage_error("bench", "--batch %d: must divide by --data-parallel %d", o.batch,
-                                  o.place.data_parallel);
     if (gp_cli_seen(tab, n, "--batch") && strcmp(o.workload, "G1") == 0)
         return gp_cli_usage_error("bench", "--batch: only for T1 and C1 (G1 has fixed shapes)");
     o.threads = gp_cli_device_threads(o.threads, (o.pa.stages > 0 ? o.pa.stages : 1) * T,

@@ -267,7 +267,7 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (rc != GP_CLI_EXIT_OK) return rc;
     int *first = NULL;
     gp_pipeline_opts po;
-    /* The batch is model-dependent: the division by M is checked below. */
+    /* The batch is model-dependent: the options with it are checked below. */
     rc = gp_cli_pipeline_resolve("plan", &o.pipe, o.micro_batches, 0, o.memory_limit, &po,
                                  &first);
     if (rc != GP_CLI_EXIT_OK) {
@@ -284,21 +284,12 @@ int gp_cli_plan_main(int argc, char **argv) {
     if (rc != GP_CLI_EXIT_OK) goto done;
     const bool lm = gp_model_input_dtype(m) == GP_I32;
     if (!gp_cli_seen(tab, n, "--batch")) o.batch = lm ? 32 : 128;
-    if (o.batch % o.micro_batches != 0) {
-        rc = gp_cli_usage_error("plan", "--micro-batches %d: must divide --batch %d",
-                                o.micro_batches, o.batch);
-        goto done;
-    }
     if (!o.optimizer) o.optimizer = lm ? "adamw" : "sgd";
     po.data_parallel = o.data_parallel;
     po.link_gbytes_per_s = o.bandwidth;
     po.stage_threads = o.threads;
-    if (o.batch % ((int64_t)o.micro_batches * o.data_parallel) != 0) {
-        rc = gp_cli_usage_error("plan", "--batch %d: must divide by --data-parallel %d x "
-                                        "--micro-batches %d",
-                                o.batch, o.data_parallel, o.micro_batches);
-        goto done;
-    }
+    rc = gp_cli_pipeline_check("plan", m, o.batch, &po);
+    if (rc != GP_CLI_EXIT_OK) goto done;
     gp_optim_opts oo = strcmp(o.optimizer, "adamw") == 0 ? gp_adamw_defaults(3e-4f, 0.01f)
                                                           : gp_sgd_defaults(0.05f, 0.9f);
     const bool by_time = po.balance == GP_BALANCE_TIME;

@@ -304,11 +304,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
             if (SEEN(name)) return gp_cli_usage_error("train", "%s: only with --stages K", name);
         }
     t->stages = SEEN("--stages") ? o->pipe.stages : mesh ? 1 : 0;
-    if (t->stages > gp_model_nlayers(t->model))
-        return gp_cli_usage_error("train",
-                                  "--stages %d: more than the %d layers of --model %s (each stage "
-                                  "needs at least one layer)",
-                                  t->stages, gp_model_nlayers(t->model), o->model);
     if (!lm && SEEN("--temperature"))
         return gp_cli_usage_error("train", "--temperature: only with --sample (language models)");
     if (SEEN("--augment") && lm)
@@ -373,14 +368,6 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->batch = SEEN("--batch") ? o->batch : (lm ? 32 : 128);
     if (!SEEN("--batch")) USED(" batch=%d", t->batch);
     t->micro_batches = SEEN("--micro-batches") ? o->micro_batches : 1;
-    if (t->batch % t->micro_batches != 0)
-        return gp_cli_usage_error("train", "--micro-batches %d: must divide --batch %d",
-                                  t->micro_batches, t->batch);
-    if (t->batch % ((int64_t)t->micro_batches * t->place.data_parallel) != 0)
-        return gp_cli_usage_error("train",
-                                  "--batch %d: must divide by --data-parallel %d x "
-                                  "--micro-batches %d (each replica takes its slice)",
-                                  t->batch, t->place.data_parallel, t->micro_batches);
     t->optimizer = SEEN("--optimizer") ? o->optimizer : (lm ? "adamw" : "sgd");
     if (!SEEN("--optimizer")) USED(" optimizer=%s", t->optimizer);
     const bool sgd = strcmp(t->optimizer, "sgd") == 0;
@@ -464,6 +451,8 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
         t->popts.schedule = GP_SCHEDULE_1F1B;
         t->popts.remat = GP_REMAT_NONE;
     }
+    rc = gp_cli_pipeline_check("train", t->model, t->batch, &t->popts);
+    if (rc != GP_CLI_EXIT_OK) return rc;
     /* No output may replace an input or a checkpoint: checked before any work. */
     const gp_cli_path outs[] = {{"--report", o->report, GP_CLI_PATH_READ},
                                 {"--trace", o->trace, GP_CLI_PATH_READ},
@@ -684,9 +673,9 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
             : gp_sgd_defaults(0.05f, SEEN("--momentum") ? (float)o->momentum : 0.9f);
     const bool by_time = o->pipe.balance && strcmp(o->pipe.balance, "time") == 0;
     gp_pipeline_opts base = {.memory_limit = SEEN("--memory-limit") ? o->memory_limit : 0,
-                                   .stage_threads = o->threads,
-                                   .tensor_parallel = T,
-                                   .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST};
+                             .stage_threads = o->threads,
+                             .tensor_parallel = T,
+                             .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST};
     const gp_plan_search_opts so = {
         .devices = N,
         .data_parallel = 1,

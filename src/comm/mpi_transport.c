@@ -15,16 +15,10 @@
 
 #define HEADER_MAGIC 0x67704d31 /* "gpM1" */
 
-typedef struct msg_header {
-    int32_t magic, kind, mb, dtype, ndim, link;
-    int64_t dim[GP_MAX_DIMS];
-    uint64_t nbytes, seq; /* payload bytes; position on the link */
-} msg_header;
-
 /* A message this rank sent whose MPI sends may still be in flight. */
 typedef struct pending {
     MPI_Request req[2]; /* header, payload */
-    msg_header hdr;
+    gp_msg_header hdr;
     gp_tensor t; /* owned: released once both sends completed */
     int peer;
 } pending;
@@ -43,7 +37,7 @@ typedef struct mpi_ctx {
     float *fscratch; /* the float collectives' blocks from every rank */
     size_t fscratch_cap;
     int *counts, *displs; /* (4 * size) alltoallv / allgatherv arguments */
-    msg_header *hdr_in;   /* where a header is received */
+    gp_msg_header *hdr_in; /* where a header is received */
     /* A failure left a collective or a receive unfinished: MPI may still use gather, fscratch,
      * counts or hdr_in, so they outlive the transport. */
     bool abandoned;
@@ -129,7 +123,7 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     p->t = *t;
     memset(t, 0, sizeof *t);
     size_t nbytes = gp_tensor_nbytes(&p->t);
-    p->hdr = (msg_header){.magic = HEADER_MAGIC, .kind = (int32_t)tag.kind, .mb = tag.mb,
+    p->hdr = (gp_msg_header){.magic = HEADER_MAGIC, .kind = (int32_t)tag.kind, .mb = tag.mb,
                           .dtype = (int32_t)p->t.dtype, .ndim = p->t.shape.ndim,
                           .link = tag.link, .nbytes = nbytes, .seq = c->sent[peer]++};
     for (int d = 0; d < GP_MAX_DIMS; d++) p->hdr.dim[d] = p->t.shape.dim[d];
@@ -152,7 +146,7 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     return GP_OK;
 }
 
-static gp_status check_header(const mpi_ctx *c, const msg_header *h, int rank, int peer,
+static gp_status check_header(const mpi_ctx *c, const gp_msg_header *h, int rank, int peer,
                               gp_msg_tag tag, const gp_tensor *out) {
     char who[64], them[64], want[32], got[32], ws[96], gs[96];
     who_str(c, rank, who, sizeof who);
@@ -221,7 +215,7 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
                   &req) != MPI_SUCCESS)
         return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
     GP_TRY(wait_recv(c, &req, deadline, who, doing));
-    const msg_header h = *c->hdr_in;
+    const gp_msg_header h = *c->hdr_in;
     gp_status s = check_header(c, &h, rank, peer, tag, out);
     if (s != GP_OK) {
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());

@@ -26,6 +26,17 @@ typedef struct gp_msg_tag {
 } gp_msg_tag;
 #define GP_MSG_MAX_LINKS 4096
 
+/* What goes before each message's payload between processes (the MPI transport): the receiver
+ * checks it against what it expects before a byte of the payload is taken. Here rather than in
+ * the transport so that the planner counts the bytes each message really costs
+ * (GP_MSG_HEADER_BYTES). */
+typedef struct gp_msg_header {
+    int32_t magic, kind, mb, dtype, ndim, link;
+    int64_t dim[GP_MAX_DIMS];
+    uint64_t nbytes, seq; /* payload bytes; position on the link */
+} gp_msg_header;
+#define GP_MSG_HEADER_BYTES ((uint64_t)sizeof(gp_msg_header))
+
 /* "ACT(mb 3)", "ACT(mb 3, link 2)"; returns buf. */
 char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n);
 

@@ -1,14 +1,14 @@
-/* gp_causal_attention: multi-head causal self-attention on (B, T, C) with a
- * fused qkv projection, an output projection and optional output dropout
- * (site 0). The math lives in transformer_ops (shared with the block). */
-#include <stdlib.h>
-
+/* gp_causal_attention: multi-head causal self-attention on (B, T, C) with a fused qkv
+ * projection, an output projection and optional output dropout (site 0), and its shards over
+ * the tensor axis (its heads): one layer code for both, the sublayer of tp_ops.h, with the
+ * call's group for a shard and none for the whole layer. */
 #include "layers/tp_ops.h"
 
 typedef struct attention_impl {
-    int dim, heads;
+    int dim, heads; /* the whole layer's */
     float dropout;
     int nshards; /* 1: the whole layer; T: one of T shards (its heads; see tp_ops.h) */
+    bool shard;  /* runs in a tensor-parallel group of nshards (even of 1) */
 } attention_impl;
 
 /* saved tensors; the last two from a split backward's input part to its weight part */
@@ -16,38 +16,38 @@ enum { SLOT_QKV, SLOT_PROBS, SLOT_ATT, SLOT_KEEP_DA, SLOT_KEEP_DQKV };
 
 static gp_status attn_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                                 gp_shape *out) {
-    const attention_impl *p = l->impl;
-    GP_TRY(gp_expect_dtype(l, dtype, GP_F32));
-    GP_TRY(gp_expect_ndim(l, in, 3, "(B, T, C)"));
-    GP_TRY(gp_expect_dim(l, in, 2, p->dim, "C (dim)"));
-    *out = *in;
-    return GP_OK;
+    return gp_tl_seq_shape(l, in, dtype, ((const attention_impl *)l->impl)->dim, out);
 }
 
 static gp_attn_dims attn_dims(const attention_impl *p, const gp_shape *in) {
-    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = p->dim,
-                          .heads = p->heads};
+    return gp_tl_attn_dims(in, p->dim, p->heads, p->nshards);
 }
 
 static gp_cost attn_cost(const gp_layer *l, const gp_shape *in) {
     const attention_impl *p = l->impl;
-    gp_attn_dims d = attn_dims(p, in);
+    const gp_attn_dims d = attn_dims(p, in);
     gp_cost c = {.param_bytes = gp_layer_param_bytes(l)};
-    gp_op_mha_flops(&d, p->dropout, &c.fwd_flops, &c.bwd_flops);
-    const uint64_t N = (uint64_t)(d.batch * d.seq), C = (uint64_t)d.dim;
+    gp_mha_flops(&d, p->dim, p->dropout, &c.fwd_flops, &c.bwd_flops);
+    const uint64_t N = (uint64_t)(d.batch * d.seq), C = (uint64_t)p->dim, Cl = (uint64_t)d.dim;
     c.out_bytes = N * C * sizeof(float);
-    c.saved_bytes = (N * 3 * C + (uint64_t)(d.batch * d.heads * d.seq * d.seq) + N * C) *
+    c.saved_bytes = (N * 3 * Cl + (uint64_t)(d.batch * d.heads * d.seq * d.seq) + N * Cl) *
                     sizeof(float); /* qkv, probabilities, head outputs */
-    c.wgt_flops = 8.0 * (double)N * (double)C * (double)C + (double)(N * C); /* projections */
-    c.wgt_keep_bytes = 4 * N * C * sizeof(float); /* the gradients at the projection and qkv */
+    if (p->shard) c.tp_fwd_bytes = c.tp_bwd_bytes = N * C * sizeof(float);
+    /* the projections, and in the whole layer the output bias's column sums (a shard adds them
+     * in its input part) */
+    c.wgt_flops = 2.0 * (double)N * (double)C * 4.0 * (double)Cl;
+    if (!p->shard) c.wgt_flops += (double)(N * C);
+    /* the gradients at the projection and qkv */
+    c.wgt_keep_bytes = N * (C + 3 * Cl) * sizeof(float);
     return c;
 }
 
 static uint64_t attn_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
                                bool input_grad) {
+    (void)input_grad;
     const attention_impl *p = l->impl;
     const gp_attn_dims d = attn_dims(p, in);
-    return (uint64_t)gp_op_mha_backward_ws(dev, &d, p->dropout > 0.0f) * sizeof(float);
+    return (uint64_t)gp_mha_backward_ws(dev, &d, p->dim, p->dropout > 0.0f) * sizeof(float);
 }
 
 static gp_mha_weights attn_weights(gp_layer *l) {
@@ -57,58 +57,52 @@ static gp_mha_weights attn_weights(gp_layer *l) {
                             .gwproj = GP_PGRAD(l, 2), .gbproj = GP_PGRAD(l, 3)};
 }
 
-/* The dropout stream of this call, or NULL when dropout is off. */
-static const gp_rng_stream *attn_drop(const gp_layer *l, const gp_ctx *c, gp_rng_stream *s) {
-    const attention_impl *p = l->impl;
-    if (!(p->dropout > 0.0f && c->run.training)) return NULL;
-    *s = gp_op_dropout_stream(c->run.seed, l->index, 0, c->run.step, c->run.micro_batch);
-    return s;
-}
-
 static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     const attention_impl *p = l->impl;
     gp_shape os;
+    const gp_coll_group *g;
     GP_TRY(attn_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(gp_layer_check_params(l, c, false));
-    gp_attn_dims d = attn_dims(p, &x->shape);
-    const int64_t B = d.batch, T = d.seq, C = d.dim, H = d.heads;
+    GP_TRY(gp_tp_begin(l, c, -1, p->shard, p->nshards, &g));
+    const gp_attn_dims d = attn_dims(p, &x->shape);
+    const int64_t B = d.batch, T = d.seq, Cl = d.dim, Hl = d.heads;
     gp_tensor *qkv, *probs, *att;
-    GP_TRY(gp_ctx_save(c, SLOT_QKV, gp_shape3(B, T, 3 * C), GP_F32, &qkv));
-    GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape4(B, H, T, T), GP_F32, &probs));
-    GP_TRY(gp_ctx_save(c, SLOT_ATT, gp_shape3(B, T, C), GP_F32, &att));
-    gp_mha_weights w = attn_weights(l);
-    gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
+    GP_TRY(gp_ctx_save(c, SLOT_QKV, gp_shape3(B, T, 3 * Cl), GP_F32, &qkv));
+    GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape4(B, Hl, T, T), GP_F32, &probs));
+    GP_TRY(gp_ctx_save(c, SLOT_ATT, gp_shape3(B, T, Cl), GP_F32, &att));
+    const gp_mha_weights w = attn_weights(l);
+    const gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
     gp_rng_stream s;
-    return gp_op_mha_forward(c->dev, &d, &w, gp_f32(x), NULL, attn_drop(l, c, &s), p->dropout,
-                             &sv, gp_f32(y));
+    return gp_mha_forward(l, g, c->dev, &d, p->dim, &w, gp_f32(x), NULL, gp_tl_dropout(l, c, p->dropout, 0, &s),
+                          p->dropout, &sv, gp_f32(y));
 }
 
-/* INPUT keeps the gradients at the output projection (N, C) and at qkv (N, 3C) for WEIGHT. */
+/* INPUT keeps the gradients at the output projection (N, C) and at qkv (N, 3 C/T) for WEIGHT;
+ * a shard's input gradient is all-reduced in INPUT. */
 static gp_status attn_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
                                     gp_bwd_part part) {
     const attention_impl *p = l->impl;
-    GP_TRY(gp_layer_check_params(l, c, true));
-    if (!c->saved[SLOT_ATT].data)
-        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
-                        l->index, l->ops->kind);
-    gp_attn_dims d = attn_dims(p, &c->x->shape);
+    const gp_coll_group *g;
+    GP_TRY(gp_tp_begin(l, c, SLOT_ATT, p->shard, p->nshards, &g));
+    const gp_attn_dims d = attn_dims(p, &c->x->shape);
     gp_rng_stream s;
-    const gp_rng_stream *drop = attn_drop(l, c, &s);
-    const int64_t N = d.batch * d.seq, C = d.dim;
-    const gp_shape keep[2] = {gp_shape2(N, C), gp_shape2(N, 3 * C)};
+    const gp_rng_stream *drop = gp_tl_dropout(l, c, p->dropout, 0, &s);
+    const int64_t N = d.batch * d.seq;
+    const gp_shape keep[2] = {gp_shape2(N, p->dim), gp_shape2(N, 3 * d.dim)};
     GP_TRY(gp_ctx_keep_begin(l, c, part, SLOT_KEEP_DA, 2, keep));
     gp_status st = GP_OK;
-    float *ws = part == GP_BWD_WEIGHT
-                    ? NULL
-                    : gp_ctx_workspace(l, c, gp_op_mha_backward_ws(c->dev, &d, drop != NULL), &st);
+    float *ws =
+        part == GP_BWD_WEIGHT
+            ? NULL
+            : gp_ctx_workspace(l, c, gp_mha_backward_ws(c->dev, &d, p->dim, drop != NULL), &st);
     if (!ws && part != GP_BWD_WEIGHT) return st;
-    gp_mha_weights w = attn_weights(l);
-    gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]), .probs = gp_f32(&c->saved[SLOT_PROBS]),
-                       .att = gp_f32(&c->saved[SLOT_ATT])};
-    st = gp_op_mha_backward_part(c->dev, &d, &w, gp_f32(c->x), &sv, drop, p->dropout,
-                                 gp_f32(dy), ws, dx && part != GP_BWD_WEIGHT ? gp_f32(dx) : NULL,
-                                 part, gp_f32(&c->saved[SLOT_KEEP_DA]),
-                                 gp_f32(&c->saved[SLOT_KEEP_DQKV]));
+    const gp_mha_weights w = attn_weights(l);
+    const gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]),
+                             .probs = gp_f32(&c->saved[SLOT_PROBS]),
+                             .att = gp_f32(&c->saved[SLOT_ATT])};
+    st = gp_mha_backward_part(l, g, c->dev, &d, p->dim, &w, gp_f32(c->x), &sv, drop, p->dropout,
+                              gp_f32(dy), ws, dx && part != GP_BWD_WEIGHT ? gp_f32(dx) : NULL,
+                              part, gp_f32(&c->saved[SLOT_KEEP_DA]),
+                              gp_f32(&c->saved[SLOT_KEEP_DQKV]));
     gp_ctx_workspace_release(c, ws);
     if (part == GP_BWD_WEIGHT) gp_ctx_keep_end(c, SLOT_KEEP_DA, 2);
     return st;
@@ -134,116 +128,27 @@ static gp_layer *attn_shard(const gp_layer *l, int nshards) {
     return gp_causal_attention_shard(p->dim, p->heads, p->dropout, nshards);
 }
 
-static const gp_layer_ops attention_ops = {
-    .kind = "causal_attention",
-    .out_shape = attn_out_shape,
-    .cost = attn_cost,
-    .workspace_bytes = attn_workspace,
-    .forward = attn_forward,
-    .backward = attn_backward,
-    .backward_part = attn_backward_part,
-    .layout = attn_layout,
-    .shard = attn_shard,
-};
+#define ATTENTION_OPS                                                                           \
+    .kind = "causal_attention", .out_shape = attn_out_shape, .cost = attn_cost,               \
+    .workspace_bytes = attn_workspace, .forward = attn_forward, .backward = attn_backward,    \
+    .backward_part = attn_backward_part
 
-/* ------------------------------------------------------------------ shards */
+static const gp_layer_ops attention_ops = {ATTENTION_OPS, .layout = attn_layout,
+                                           .shard = attn_shard};
+/* a shard has no layout or shards of its own */
+static const gp_layer_ops attention_shard_ops = {ATTENTION_OPS};
 
-static gp_attn_dims shard_dims(const attention_impl *p, const gp_shape *in) {
-    return (gp_attn_dims){.batch = in->dim[0], .seq = in->dim[1], .dim = p->dim / p->nshards,
-                          .heads = p->heads / p->nshards};
+/* A layer of ops with impl *p and its four parameters at its shard's shapes. */
+static gp_layer *attn_new(const gp_layer_ops *ops, const attention_impl *p) {
+    gp_layer *l = gp_layer_new_copy(ops, p, sizeof *p);
+    if (!l) return NULL;
+    const int dim = p->dim, Cl = p->dim / p->nshards;
+    gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "qkv.bias", gp_shape1(3 * Cl), GP_INIT_ZEROS, 0.0f, false);
+    gp_layer_add_param(l, "proj.weight", gp_shape2(dim, Cl), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
+    return l;
 }
-
-static gp_cost shard_cost(const gp_layer *l, const gp_shape *in) {
-    const attention_impl *p = l->impl;
-    gp_attn_dims d = shard_dims(p, in);
-    gp_cost c = {.param_bytes = gp_layer_param_bytes(l)};
-    gp_tp_mha_flops(&d, p->dim, p->dropout, &c.fwd_flops, &c.bwd_flops);
-    const uint64_t N = (uint64_t)(d.batch * d.seq), C = (uint64_t)p->dim, Cl = (uint64_t)d.dim;
-    c.out_bytes = N * C * sizeof(float);
-    c.saved_bytes = (N * 3 * Cl + (uint64_t)(d.batch * d.heads * d.seq * d.seq) + N * Cl) *
-                    sizeof(float);
-    c.tp_fwd_bytes = c.tp_bwd_bytes = N * C * sizeof(float);
-    c.wgt_flops = 2.0 * (double)N * (double)C * 4.0 * (double)Cl; /* the projections */
-    c.wgt_keep_bytes = N * (C + 3 * Cl) * sizeof(float);
-    return c;
-}
-
-static uint64_t shard_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
-                               bool input_grad) {
-    const attention_impl *p = l->impl;
-    const gp_attn_dims d = shard_dims(p, in);
-    return (uint64_t)gp_tp_mha_backward_ws(dev, &d, p->dim, p->dropout > 0.0f) * sizeof(float);
-}
-
-static gp_status shard_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
-    const attention_impl *p = l->impl;
-    gp_shape os;
-    const gp_coll_group *g;
-    GP_TRY(attn_out_shape(l, &x->shape, x->dtype, &os));
-    GP_TRY(gp_layer_check_params(l, c, false));
-    GP_TRY(gp_tp_group(l, c, p->nshards, &g));
-    gp_attn_dims d = shard_dims(p, &x->shape);
-    const int64_t B = d.batch, T = d.seq, Cl = d.dim, Hl = d.heads;
-    gp_tensor *qkv, *probs, *att;
-    GP_TRY(gp_ctx_save(c, SLOT_QKV, gp_shape3(B, T, 3 * Cl), GP_F32, &qkv));
-    GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape4(B, Hl, T, T), GP_F32, &probs));
-    GP_TRY(gp_ctx_save(c, SLOT_ATT, gp_shape3(B, T, Cl), GP_F32, &att));
-    gp_mha_weights w = attn_weights(l);
-    gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
-    gp_rng_stream s;
-    return gp_tp_mha_forward(l, g, c->dev, &d, p->dim, &w, gp_f32(x), NULL, attn_drop(l, c, &s),
-                             p->dropout, &sv, gp_f32(y));
-}
-
-/* As the whole layer's parts (attn_backward_part), the input gradient all-reduced in INPUT. */
-static gp_status shard_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
-                                     gp_bwd_part part) {
-    const attention_impl *p = l->impl;
-    const gp_coll_group *g;
-    GP_TRY(gp_layer_check_params(l, c, true));
-    GP_TRY(gp_tp_group(l, c, p->nshards, &g));
-    if (!c->saved[SLOT_ATT].data)
-        return gp_error(GP_INVALID_ARGUMENT, "layer %d (%s): backward without a saved forward",
-                        l->index, l->ops->kind);
-    gp_attn_dims d = shard_dims(p, &c->x->shape);
-    gp_rng_stream s;
-    const gp_rng_stream *drop = attn_drop(l, c, &s);
-    const int64_t N = d.batch * d.seq;
-    const gp_shape keep[2] = {gp_shape2(N, p->dim), gp_shape2(N, 3 * d.dim)};
-    GP_TRY(gp_ctx_keep_begin(l, c, part, SLOT_KEEP_DA, 2, keep));
-    gp_status st = GP_OK;
-    float *ws = part == GP_BWD_WEIGHT
-                    ? NULL
-                    : gp_ctx_workspace(l, c, gp_tp_mha_backward_ws(c->dev, &d, p->dim,
-                                                                   drop != NULL),
-                                       &st);
-    if (!ws && part != GP_BWD_WEIGHT) return st;
-    gp_mha_weights w = attn_weights(l);
-    gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]), .probs = gp_f32(&c->saved[SLOT_PROBS]),
-                       .att = gp_f32(&c->saved[SLOT_ATT])};
-    st = gp_tp_mha_backward_part(l, g, c->dev, &d, p->dim, &w, gp_f32(c->x), &sv, drop,
-                                 p->dropout, gp_f32(dy), ws,
-                                 dx && part != GP_BWD_WEIGHT ? gp_f32(dx) : NULL, part,
-                                 gp_f32(&c->saved[SLOT_KEEP_DA]),
-                                 gp_f32(&c->saved[SLOT_KEEP_DQKV]));
-    gp_ctx_workspace_release(c, ws);
-    if (part == GP_BWD_WEIGHT) gp_ctx_keep_end(c, SLOT_KEEP_DA, 2);
-    return st;
-}
-
-static gp_status shard_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {
-    return shard_backward_part(l, c, dy, dx, GP_BWD_ALL);
-}
-
-static const gp_layer_ops attention_shard_ops = {
-    .kind = "causal_attention",
-    .out_shape = attn_out_shape,
-    .cost = shard_cost,
-    .workspace_bytes = shard_workspace,
-    .forward = shard_forward,
-    .backward = shard_backward,
-    .backward_part = shard_backward_part,
-};
 
 gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshards) {
     if (nshards < 1 || heads % nshards || dim % heads) {
@@ -251,20 +156,9 @@ gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshar
                  heads, nshards, dim);
         return NULL;
     }
-    attention_impl *p = malloc(sizeof *p);
-    if (!p) {
-        gp_error(GP_OUT_OF_MEMORY, "causal_attention shard: cannot allocate the layer");
-        return NULL;
-    }
-    *p = (attention_impl){.dim = dim, .heads = heads, .dropout = dropout, .nshards = nshards};
-    gp_layer *l = gp_layer_new(&attention_shard_ops, p);
-    if (!l) return NULL;
-    const int Cl = dim / nshards;
-    gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true);
-    gp_layer_add_param(l, "qkv.bias", gp_shape1(3 * Cl), GP_INIT_ZEROS, 0.0f, false);
-    gp_layer_add_param(l, "proj.weight", gp_shape2(dim, Cl), GP_INIT_NORMAL, 0.02f, true);
-    gp_layer_add_param(l, "proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
-    return l;
+    const attention_impl p = {.dim = dim, .heads = heads, .dropout = dropout,
+                              .nshards = nshards, .shard = true};
+    return attn_new(&attention_shard_ops, &p);
 }
 
 gp_layer *gp_causal_attention(int dim, int heads, float dropout) {
@@ -279,17 +173,6 @@ gp_layer *gp_causal_attention(int dim, int heads, float dropout) {
                  (double)dropout);
         return NULL;
     }
-    attention_impl *p = malloc(sizeof *p);
-    if (!p) {
-        gp_error(GP_OUT_OF_MEMORY, "gp_causal_attention: cannot allocate the layer");
-        return NULL;
-    }
-    *p = (attention_impl){.dim = dim, .heads = heads, .dropout = dropout, .nshards = 1};
-    gp_layer *l = gp_layer_new(&attention_ops, p);
-    if (!l) return NULL;
-    gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * dim, dim), GP_INIT_NORMAL, 0.02f, true);
-    gp_layer_add_param(l, "qkv.bias", gp_shape1(3 * dim), GP_INIT_ZEROS, 0.0f, false);
-    gp_layer_add_param(l, "proj.weight", gp_shape2(dim, dim), GP_INIT_NORMAL, 0.02f, true);
-    gp_layer_add_param(l, "proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
-    return l;
+    const attention_impl p = {.dim = dim, .heads = heads, .dropout = dropout, .nshards = 1};
+    return attn_new(&attention_ops, &p);
 }

@@ -20,6 +20,16 @@ gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl) {
     return l;
 }
 
+gp_layer *gp_layer_new_copy(const gp_layer_ops *ops, const void *impl, size_t nbytes) {
+    void *q = malloc(nbytes);
+    if (!q) {
+        gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate the layer", ops->kind);
+        return NULL;
+    }
+    memcpy(q, impl, nbytes);
+    return gp_layer_new(ops, q);
+}
+
 gp_layer *gp_layer_copy(const gp_layer *l, size_t impl_nbytes) {
     void *impl = NULL;
     if (impl_nbytes) {

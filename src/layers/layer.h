@@ -165,6 +165,8 @@ gp_status gp_merge_bind(gp_layer *l, const gp_shape *skip);
 /* For constructors: a zeroed layer with the given ops and impl (takes impl;
  * frees it and returns NULL on failure). */
 gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl);
+/* The same with a heap copy of the nbytes at impl (a constructor's impl on its stack). */
+gp_layer *gp_layer_new_copy(const gp_layer_ops *ops, const void *impl, size_t nbytes);
 /* A new layer like l: the same ops and parameter declarations (no values), a copy of its impl
  * (impl_nbytes bytes of plain configuration; 0: none). What a replicated kind's shard op
  * returns. */

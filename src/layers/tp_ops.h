@@ -1,8 +1,8 @@
 /* What the tensor-parallel shard layers share (Megatron's split of a Transformer): the group
- * check and its all-reduce, the attention sublayer on a shard's heads (qkv column-parallel: no
- * communication forward; output projection row-parallel: an all-reduce of its output forward,
- * and the all-reduce of the input's gradient after the qkv backward), and the softmax
- * cross-entropy over a vocabulary split by shard, which never gathers the logits. */
+ * check and its all-reduce, the attention sublayer, whole or on a shard's heads (qkv
+ * column-parallel: no communication forward; output projection row-parallel: an all-reduce of
+ * its output forward, and the all-reduce of the input's gradient after the qkv backward), and
+ * the softmax cross-entropy over a vocabulary split by shard, which never gathers the logits. */
 #ifndef GP_LAYERS_TP_OPS_H
 #define GP_LAYERS_TP_OPS_H
 
@@ -11,45 +11,50 @@
 /* The call's tensor-parallel group, which a shard of nshards needs: GP_INVALID_ARGUMENT naming
  * the layer when it has none or one of another size. */
 gp_status gp_tp_group(const gp_layer *l, const gp_ctx *c, int nshards, const gp_coll_group **out);
+/* The checks every call of a layer that may be a shard makes first: its parameters (and their
+ * gradients in backward), the call's group (a shard's, gp_tp_group; NULL for a whole layer)
+ * and in backward the slot `saved` that forward fills (-1: forward). */
+gp_status gp_tp_begin(const gp_layer *l, const gp_ctx *c, int saved, bool shard, int nshards,
+                      const gp_coll_group **g);
 /* g's all-reduce of x (n floats on dev), the error naming the layer. */
 gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *dev, float *x,
                           int64_t n, gp_reduce_op op);
 
 /* A row-parallel projection's output on shard g->rank: y (N, C) = [res +] drop(all-reduce(x W^T)
  * + b), x (N, in) the shard's part of the input features, w (C, in) its columns, b (C) whole;
- * the same bits on every shard. res must not alias y. */
+ * the same bits on every shard. res must not alias y. g NULL: the whole projection's output. */
 gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
                            int64_t N, int64_t in, int64_t C, const float *x, const float *w,
                            const float *b, const float *res, const gp_rng_stream *drop, float p,
                            float *y);
-/* The attention sublayer on one shard: d holds the shard's heads (dim = C / T, heads = H / T)
- * and C the whole width; w: wqkv (3 C/T, C) and bqkv (3 C/T) the shard's rows of q, k and v,
- * wproj (C, C/T) its columns, bproj (C) whole (replicated; added once, see gp_tp_row_output).
+/* The multi-head attention sublayer (qkv projection, causal core, output projection,
+ * optional dropout at the caller's stream), whole (g NULL: d holds every head, C = d->dim) or
+ * on one shard of g: d holds the shard's heads (dim = C / T, heads = H / T) and C the whole
+ * width; w: wqkv (3 C/T, C) and bqkv (3 C/T) the shard's rows of q, k and v, wproj (C, C/T) its
+ * columns, bproj (C) whole (replicated; added once, see gp_tp_row_output).
  * y (B, T, C) = [res +] drop(all-reduce(att Wproj^T) + bproj), every shard the same bits; res
- * must not alias y. */
-gp_status gp_tp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
-                            const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                            const float *x, const float *res, const gp_rng_stream *drop, float p,
-                            const gp_mha_saved *sv, float *y);
-int64_t gp_tp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout);
+ * must not alias y. Without a group the same kernel calls, less the all-reduces. */
+gp_status gp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                         const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                         const float *x, const float *res, const gp_rng_stream *drop, float p,
+                         const gp_mha_saved *sv, float *y);
+/* Workspace floats gp_mha_backward_part needs on dev. */
+int64_t gp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout);
 /* dy (B, T, C), the same on every shard -> dx (B, T, C) written when not NULL (all-reduced over
- * the shards: the whole input gradient); the shard's weight gradients and the replicated bproj's
- * (every shard the same) added. */
-gp_status gp_tp_mha_backward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
-                             const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
-                             float p, const float *dy, float *ws, float *dx);
-/* The same in parts (gp_bwd_part), as gp_op_mha_backward_part: INPUT writes (and all-reduces)
- * dx, adds the two biases' gradients and copies into keep_da (N, C) and keep_dqkv (N, 3 C/T)
- * what WEIGHT's two projection products read. */
-gp_status gp_tp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
-                                  const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                                  const float *x, const gp_mha_saved *sv,
-                                  const gp_rng_stream *drop, float p, const float *dy, float *ws,
-                                  float *dx, gp_bwd_part part, float *keep_da, float *keep_dqkv);
-/* Forward and backward FLOPs of the shard's attention sublayer (the whole one's over T, the
- * output bias and dropout on the whole width). */
-void gp_tp_mha_flops(const gp_attn_dims *d, int64_t C, float p, double *fwd, double *bwd);
+ * the shards: the whole input gradient); weight gradients added (a shard's own, and the
+ * replicated bproj's, every shard the same); ws: gp_mha_backward_ws floats, not overlapping dy
+ * or dx. In parts (gp_bwd_part): INPUT writes dx, adds the qkv bias gradient (and a shard's
+ * bproj's) and copies what WEIGHT's two projection products read into keep_da (N, C: the
+ * gradient at the projection's output, after dropout) and keep_dqkv (N, 3 C/T); WEIGHT adds
+ * them (dy, ws, dx unused). INPUT then WEIGHT adds the bits of GP_BWD_ALL. */
+gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
+                               const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
+                               const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                               float p, const float *dy, float *ws, float *dx, gp_bwd_part part,
+                               float *keep_da, float *keep_dqkv);
+/* Forward and backward FLOPs of the sublayer (a shard's: the whole one's over T, the output
+ * bias and dropout on the whole width), for the cost models. */
+void gp_mha_flops(const gp_attn_dims *d, int64_t C, float p, double *fwd, double *bwd);
 
 /* The shard block of gp_transformer_block(dim, heads, d_ff, dropout) for nshards (heads and
  * d_ff divisible by it; transformer_block_tp.c). */

@@ -1,6 +1,6 @@
-/* What the Transformer family's layers share: the multi-head attention sublayer composed from
- * the device's kernel ops (the attention layer and the block both use it), the cost model of
- * attention, dropout streams, and small helpers (input checks naming the layer, workspace). */
+/* What the Transformer family's layers share: the attention sublayer's weights and saved
+ * tensors, the MLP's weight products, the cost model of the attention core, dropout streams,
+ * and small helpers (input checks naming the layer). */
 #ifndef GP_LAYERS_TRANSFORMER_OPS_H
 #define GP_LAYERS_TRANSFORMER_OPS_H
 
@@ -20,12 +20,8 @@ gp_rng_stream gp_op_dropout_stream(uint64_t seed, int layer_index, int site, uin
  * causal blocking of 64 query rows skips most of the masked triangle); backward does twice
  * this. */
 double gp_op_attention_gemm_flops(const gp_attn_dims *d);
-/* FLOPs of the attention sublayer (projections, core, softmax, biases,
- * dropout when p > 0), forward and backward, for the cost models. */
-void gp_op_mha_flops(const gp_attn_dims *d, float p, double *fwd, double *bwd);
 
-/* ---- multi-head attention sublayer: qkv projection, core, output
- * projection, optional dropout (site chosen by the caller's stream). */
+/* ---- the multi-head attention sublayer's weights and saved tensors (its ops: tp_ops.h) */
 
 typedef struct gp_mha_weights {
     const float *wqkv, *bqkv, *wproj, *bproj; /* (3C, C), (3C), (C, C), (C) */
@@ -39,18 +35,6 @@ typedef struct gp_mha_saved {
     float *att;   /* (B, T, C) */
 } gp_mha_saved;
 
-/* y (B, T, C) = [res +] drop(att(x) Wproj^T + bproj) on dev's kernels; drop is skipped when
- * p == 0 or stream is NULL. res may alias y. */
-gp_status gp_op_mha_forward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
-                            const float *x, const float *res, const gp_rng_stream *drop, float p,
-                            const gp_mha_saved *sv, float *y);
-/* Workspace floats gp_op_mha_backward needs on dev. */
-int64_t gp_op_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, bool dropout);
-/* dy (B, T, C) -> dx (B, T, C) written when not NULL; weight gradients
- * added. ws: gp_op_mha_backward_ws floats, not overlapping dy or dx. */
-gp_status gp_op_mha_backward(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
-                             const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
-                             float p, const float *dy, float *ws, float *dx);
 /* A Transformer block's MLP weight products, its split backward's WEIGHT part: dW_out (C, F)
  * += dmo^T g with dmo = drop(dy) rebuilt in ws (N C floats) when drop is not NULL, db_out += the
  * column sums of dmo when gb_out is not NULL (a shard adds them in its input part), and
@@ -61,14 +45,6 @@ gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_
                                    const float *w_fc, const gp_rng_stream *drop, float p,
                                    const float *dy, const float *du, float *ws, float *gw_out,
                                    float *gb_out, float *gw_fc);
-/* The same in parts (gp_bwd_part): INPUT writes dx, adds the qkv bias gradient and copies what
- * the WEIGHT part reads into keep_da (N, C: the gradient at the projection's output, after
- * dropout) and keep_dqkv (N, 3C); WEIGHT adds the projections' gradients from them (dy, ws,
- * dx unused). INPUT then WEIGHT adds the bits of gp_op_mha_backward. */
-gp_status gp_op_mha_backward_part(gp_device *dev, const gp_attn_dims *d, const gp_mha_weights *w,
-                                  const float *x, const gp_mha_saved *sv,
-                                  const gp_rng_stream *drop, float p, const float *dy, float *ws,
-                                  float *dx, gp_bwd_part part, float *keep_da, float *keep_dqkv);
 
 /* ---- helpers shared by the layers of this family (transformer_ops.c) */
 
@@ -76,5 +52,15 @@ gp_status gp_op_mha_backward_part(gp_device *dev, const gp_attn_dims *d, const g
  * (named `what` in the message); *rows = product of the other dimensions. */
 gp_status gp_tl_rows(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int64_t last,
                      const char *what, int64_t *rows);
+/* Checks a float32 (B, T, C) input with C = dim; *out = *in. */
+gp_status gp_tl_seq_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype, int64_t dim,
+                          gp_shape *out);
+/* The heads one of nshards holds of a (B, T, dim) input with `heads` heads: dim / nshards,
+ * heads / nshards (all of them for nshards = 1). */
+gp_attn_dims gp_tl_attn_dims(const gp_shape *in, int dim, int heads, int nshards);
+/* The stream of dropout site `site` of l for this call in *s, or NULL when p is 0 or the call
+ * does not train. A shard's is its whole layer's: the masks do not depend on the shards. */
+const gp_rng_stream *gp_tl_dropout(const gp_layer *l, const gp_ctx *c, float p, int site,
+                                   gp_rng_stream *s);
 
 #endif

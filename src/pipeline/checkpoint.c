@@ -14,7 +14,8 @@
 #include "core/error.h"
 #include "io/checkpoint_internal.h"
 #include "pipeline/checkpoint_writer.h"
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/mesh.h"
+#include "pipeline/pipeline_hooks.h"
 
 /* One rank's outcome for one part, all-gathered (fixed size, plain bytes). */
 typedef struct outcome {

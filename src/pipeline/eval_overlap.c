@@ -11,7 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/eval_overlap.h"
+#include "pipeline/stage.h"
 
 typedef struct overlap {
     gp_pipeline *p;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/grad_tree.h"
 
 const char *gp_grad_sum_name(gp_grad_sum g) {
     return g == GP_GRAD_SUM_TREE ? "tree" : g == GP_GRAD_SUM_SEQUENTIAL ? "sequential" : "?";

@@ -13,14 +13,19 @@
 
 #include "core/clock.h"
 #include "core/hash.h"
-#include "pipeline/cores.h"
-#include "pipeline/pipeline_internal.h"
+#include "plan/cores.h"
+#include "pipeline/launch_local.h"
+#include "pipeline/launcher.h"
+#include "pipeline/mesh.h"
+#include "pipeline/stage.h"
+#include "pipeline/timeline.h"
 
 typedef struct local_launch {
     double timeout_s;       /* the threads transports' longest wait */
     gp_transport **pipes;   /* (T) along the pipeline, shard t's K stages */
     gp_transport **tensors; /* (K) across stage k's T shards (T > 1) */
     gp_transport *all;      /* every worker, w = k T + t: the norms (T = V = 1: pipes[0]) */
+    pthread_t *threads;     /* (workers) during a step */
 } local_launch;
 
 /* The norms of every stage shard meet in the transport's fixed-order all-reduce over the K x T
@@ -70,8 +75,8 @@ static void free_transports(gp_pipeline *p) {
     free(l->tensors);
     l->pipes = l->tensors = NULL;
     l->all = NULL;
-    p->tr = NULL;
-    for (int w = 0; w < p->K * p->T; w++) p->st[w].pipe = p->st[w].tensor = NULL;
+    gp_pipeline_bind_transport(p, NULL);
+    for (int w = 0; w < p->K * p->T; w++) gp_stage_bind_transports(&p->st[w], NULL, NULL);
 }
 
 /* Fresh transports for one step or evaluation (an aborted one stays aborted); tensors only for
@@ -104,28 +109,27 @@ static gp_status make_transports(gp_pipeline *p, bool pipes) {
         free_transports(p);
         return s;
     }
-    p->tr = pipes ? l->pipes[0] : NULL;
-    for (int w = 0; w < K * T; w++) {
-        p->st[w].pipe = pipes ? l->pipes[w % T] : NULL;
-        p->st[w].tensor = l->tensors[w / T];
-    }
+    gp_pipeline_bind_transport(p, pipes ? l->pipes[0] : NULL);
+    for (int w = 0; w < K * T; w++)
+        gp_stage_bind_transports(&p->st[w], pipes ? l->pipes[w % T] : NULL, l->tensors[w / T]);
     return GP_OK;
 }
 
 /* A thread per worker over fresh transports. */
 static gp_status run_threads(gp_pipeline *p) {
+    local_launch *l = p->launch;
     GP_TRY(make_transports(p, true));
     gp_status s = GP_OK;
     int started = 0;
     for (; started < gp_workers(p); started++) {
-        if (pthread_create(&p->st[started].thread, NULL, stage_thread, &p->st[started]) != 0) {
+        if (pthread_create(&l->threads[started], NULL, stage_thread, &p->st[started]) != 0) {
             s = gp_error(GP_INTERNAL, "pipeline step: cannot start the thread of stage %d",
                          started / p->T);
             abort_all(p->launch, &p->st[started], s, "thread creation failed");
             break;
         }
     }
-    for (int w = 0; w < started; w++) pthread_join(p->st[w].thread, NULL);
+    for (int w = 0; w < started; w++) pthread_join(l->threads[w], NULL);
     if (s == GP_OK) s = first_failure(p);
     free_transports(p);
     return s;
@@ -133,12 +137,7 @@ static gp_status run_threads(gp_pipeline *p) {
 
 static gp_status local_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
                             float *loss) {
-    p->x = x;
-    p->y = y;
-    p->b = x->shape.dim[0] / p->M;
-    p->mb0 = 0;
-    for (int w = 0; w < p->K * p->T; w++) GP_TRY(gp_stage_begin_step(&p->st[w]));
-    gp_trace_reset(&p->trace);
+    GP_TRY(gp_pipeline_begin_step(p, x, y, 0));
     const double t0 = gp_now();
     gp_status s = GP_OK;
     if (p->K * p->T == 1) {
@@ -147,15 +146,15 @@ static gp_status local_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor 
     } else {
         s = run_threads(p);
     }
-    p->step_s = gp_now() - t0;
-    for (int w = 0; w < gp_workers(p); w++) p->tp_bytes[w] = gp_worker_tp_bytes(p, &p->st[w]);
+    gp_pipeline_end_step(p, gp_now() - t0);
+    for (int w = 0; w < gp_workers(p); w++)
+        gp_pipeline_set_bytes(p, w, 0, 0, gp_worker_tp_bytes(p, &p->st[w]));
     GP_TRY(s);
     *loss = (float)gp_worker(p, p->K - 1, 0)->loss;
     s = gp_timeline_trace_comm(p);
     if (s == GP_OK) s = gp_timeline_simulate(p);
     if (s != GP_OK) return gp_error_context(s, "pipeline step %d: the timeline", p->step);
-    p->have_trace = true;
-    return GP_OK;
+    return GP_OK; /* the timeline is complete (gp_timeline_simulate) */
 }
 
 /* ------------------------------------------------------ evaluation with shards */
@@ -274,9 +273,13 @@ static gp_status local_gather(gp_pipeline *p) {
 }
 
 static void local_free(gp_pipeline *p) {
-    if (p->launch) free_transports(p);
-    free(p->launch);
-    p->launch = NULL;
+    local_launch *l = p->launch;
+    if (!l) return;
+    free_transports(p);
+    free(l->threads);
+    free(l);
+    const gp_stage_sync none = {0};
+    gp_pipeline_bind_launcher(p, p->launcher, NULL, &none);
 }
 
 static const gp_launcher_iface local_iface = {
@@ -299,17 +302,18 @@ static void assign_cores(gp_pipeline *p, const gp_pipeline_opts *po) {
     int cores[CPU_SETSIZE], n = 0;
     const int S = po->stage_threads > 0 ? po->stage_threads : 1, W = gp_workers(p);
     if (!po->no_pinning && W > 1) n = gp_pinning_cores(cores, CPU_SETSIZE);
-    for (int w = 0; w < W; w++) p->st[w].cpu = n >= W * S ? cores[w] : -1;
-    for (int w = W; w < p->K * p->T; w++) p->st[w].cpu = -1; /* cells their stage's lead runs */
+    for (int w = 0; w < W; w++) gp_stage_set_cpu(&p->st[w], n >= W * S ? cores[w] : -1);
+    for (int w = W; w < p->K * p->T; w++) gp_stage_set_cpu(&p->st[w], -1); /* led by another */
 }
 
 gp_status gp_launch_local_init(gp_pipeline *p, const gp_pipeline_opts *po) {
     local_launch *l = calloc(1, sizeof *l);
     if (!l) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate its launcher");
     l->timeout_s = po->comm_timeout_s > 0 ? po->comm_timeout_s : 60.0;
-    p->launch = l;
-    p->launcher = &local_iface;
-    p->sync = (gp_stage_sync){.reduce_norms = reduce_norms, .abort = abort_all, .ctx = l};
+    const gp_stage_sync sync = {.reduce_norms = reduce_norms, .abort = abort_all, .ctx = l};
+    gp_pipeline_bind_launcher(p, &local_iface, l, &sync); /* from here its free releases l */
+    if (!(l->threads = calloc((size_t)gp_workers(p), sizeof *l->threads)))
+        return gp_error(GP_OUT_OF_MEMORY, "pipeline: %d stage threads", gp_workers(p));
     assign_cores(p, po);
     return GP_OK;
 }

@@ -14,7 +14,11 @@
 #include "core/clock.h"
 #include "core/hash.h"
 #include "model/skips.h"
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/launch_mpi.h"
+#include "pipeline/launcher.h"
+#include "pipeline/mesh.h"
+#include "pipeline/stage.h"
+#include "pipeline/timeline.h"
 
 /* Gradient buckets of at least a quarter of the stage's gradients (so that a bucket travels
  * while the stage's earlier layers still backpropagate) and at most this many floats (4 MiB:
@@ -79,9 +83,8 @@ static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
         for (int r = 1; r < p->D; r++) loss += w[L + r];
         v[L] = loss;
         for (int r = 0; r < W; r++) {
-            p->bytes[2 * r] = (uint64_t)w[L + p->D + 3 * r];
-            p->bytes[2 * r + 1] = (uint64_t)w[L + p->D + 3 * r + 1];
-            p->tp_bytes[r] = (uint64_t)w[L + p->D + 3 * r + 2];
+            const double *c = &w[L + p->D + 3 * r];
+            gp_pipeline_set_bytes(p, r, (uint64_t)c[0], (uint64_t)c[1], (uint64_t)c[2]);
         }
     }
     free(w);
@@ -90,33 +93,6 @@ static gp_status reduce_norms(void *ctx, gp_stage *s, double *v, int L) {
 
 /* ------------------------------------------------------------------- step */
 
-/* The cell's transport calls as WAIT events (named by what they moved): over MPI a call's
- * blocking and its transfer cannot be told apart, and the transfer through shared memory or a
- * NIC is the smaller part, so the whole call counts as idle time. */
-static gp_status trace_calls(gp_stage *s) {
-    char label[GP_TRACE_LABEL_NBYTES];
-    gp_pipeline *p = s->p;
-    int k = s->k;
-    bool sends[GP_MSG_NKINDS] = {k < p->K - 1, k > 0}, recvs[GP_MSG_NKINDS] = {k > 0, k < p->K - 1};
-    gp_trace_set_chunk(&p->trace, s->w, s->chunk);
-    for (int mb = 0; mb < p->M; mb++)
-        for (int j = 0; j < GP_MSG_NKINDS; j++) {
-            const comm_times *c = &s->ct[mb];
-            if (sends[j]) {
-                gp_stage_msg_label(s, true, (gp_msg_kind)j, label, sizeof label);
-                GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->send_b[j],
-                                    c->send_e[j], label));
-            }
-            if (recvs[j]) {
-                gp_stage_msg_label(s, false, (gp_msg_kind)j, label, sizeof label);
-                GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->recv_b[j],
-                                    c->recv_e[j], label));
-            }
-        }
-    gp_trace_set_chunk(&p->trace, s->w, 0);
-    return GP_OK;
-}
-
 /* One step on this process's stage, on the calling thread (MPI is initialized FUNNELED: only
  * this thread calls it). Every rank gets the global batch; this replica takes its rows. */
 static gp_status mpi_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y, float *loss) {
@@ -124,20 +100,15 @@ static gp_status mpi_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y
     const int64_t rows = x->shape.dim[0] / p->D;
     l->xv = gp_tensor_rows(x, p->replica * rows, rows);
     l->yv = gp_tensor_rows(y, p->replica * rows, rows);
-    p->x = &l->xv;
-    p->y = &l->yv;
-    p->b = rows / p->M;
-    p->mb0 = p->replica * p->M;
+    GP_TRY(gp_pipeline_begin_step(p, &l->xv, &l->yv, p->replica * p->M));
     gp_stage *s = my_stage(p);
-    for (int v = 0; v < p->V; v++) GP_TRY(gp_stage_begin_step(gp_chunk_of(p, s, v)));
-    gp_trace_reset(&p->trace);
     gp_grid_bytes_reset(l->grid);
     const double t0 = gp_now();
     gp_stage_run(s);
-    p->step_s = gp_now() - t0;
-    for (int v = 0; v < p->V && s->status == GP_OK; v++)
-        s->status = trace_calls(gp_chunk_of(p, s, v));
+    gp_pipeline_end_step(p, gp_now() - t0);
     if (s->status != GP_OK) return gp_error(s->status, "%s", s->msg);
+    /* the calls as WAIT events, named by what they moved (see gp_timeline_trace_calls) */
+    for (int v = 0; v < p->V; v++) GP_TRY(gp_timeline_trace_calls(gp_chunk_of(p, s, v)));
     *loss = (float)s->loss;
     return GP_OK;
 }
@@ -330,21 +301,20 @@ static gp_status add_gathered(gp_pipeline *p, const char *all, const size_t *off
         memcpy(&hr, all + off[r], sizeof hr);
         one_host = one_host && hr.host == h0.host;
     }
-    gp_trace_reset(&p->trace);
+    gp_timeline_reset(p);
     gp_status s = GP_OK;
     for (int r = 0; r < W && s == GP_OK; r++) {
         gather_head hr;
         memcpy(&hr, all + off[r], sizeof hr);
-        p->rank_mem[r] = hr.mem;
-        double shift = one_host ? hr.origin - h0.origin : 0;
-        for (int i = 0; i < hr.nevents && s == GP_OK; i++) {
-            gp_trace_event e;
-            memcpy(&e, all + off[r] + sizeof hr + (size_t)i * sizeof e, sizeof e);
-            if (e.t_end < e.t_begin) continue; /* left open by a failure */
-            gp_trace_set_chunk(&p->trace, r, e.chunk);
-            s = gp_trace_add(&p->trace, r, e.kind, e.micro_batch, e.t_begin + shift,
-                             e.t_end + shift, e.label);
-        }
+        s = gp_pipeline_set_rank_mem(p, r, &hr.mem);
+        /* the events, copied out of the byte buffer to their own alignment */
+        gp_trace_event *ev = hr.nevents ? malloc((size_t)hr.nevents * sizeof *ev) : NULL;
+        if (s == GP_OK && hr.nevents && !ev)
+            s = gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_gather: %d events of rank %d", hr.nevents, r);
+        if (s == GP_OK && ev) memcpy(ev, all + off[r] + sizeof hr, (size_t)hr.nevents * sizeof *ev);
+        if (s == GP_OK)
+            s = gp_timeline_add_track(p, r, ev, hr.nevents, one_host ? hr.origin - h0.origin : 0);
+        free(ev);
     }
     return s;
 }
@@ -357,8 +327,7 @@ static gp_status mpi_gather(gp_pipeline *p) {
     size_t nbytes = sizeof(gather_head) + (size_t)n * sizeof *ev;
     char *mine = malloc(nbytes);
     size_t *off = calloc((size_t)W + 1, sizeof *off);
-    if (!p->rank_mem) p->rank_mem = calloc((size_t)W, sizeof *p->rank_mem);
-    if (!mine || !off || !p->rank_mem) {
+    if (!mine || !off) {
         free(mine);
         free(off);
         return gp_error(GP_OUT_OF_MEMORY, "gp_pipeline_gather: cannot allocate %zu bytes", nbytes);
@@ -376,8 +345,9 @@ static gp_status mpi_gather(gp_pipeline *p) {
     if (s == GP_OK) s = add_gathered(p, all, off);
     free(all);
     free(off);
-    if (s == GP_OK) s = gp_timeline_simulate(p); /* tracks 0..K-1: replica 0's stages */
-    p->have_trace = s == GP_OK;
+    /* tracks 0..K-1: replica 0's stages; on success the timeline is complete */
+    if (s == GP_OK) s = gp_timeline_simulate(p);
+    if (s != GP_OK) gp_timeline_reset(p); /* no timeline half gathered */
     return s == GP_OK ? GP_OK : gp_error_context(s, "gp_pipeline_gather");
 }
 
@@ -387,8 +357,9 @@ static void mpi_free(gp_pipeline *p) {
     gp_transport_free(l->cells);
     gp_grid_free(l->grid);
     free(l);
-    p->launch = NULL;
-    p->tr = NULL;
+    const gp_stage_sync none = {0};
+    gp_pipeline_bind_launcher(p, p->launcher, NULL, &none);
+    gp_pipeline_bind_transport(p, NULL);
 }
 
 static const gp_launcher_iface mpi_iface = {
@@ -406,12 +377,16 @@ static const gp_launcher_iface mpi_iface = {
 gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
     mpi_launch *l = calloc(1, sizeof *l);
     if (!l) return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate its launcher");
-    p->launch = l;
-    p->launcher = &mpi_iface;
-    p->D = po->data_parallel ? po->data_parallel : 1;
-    GP_TRY(gp_grid_new(p->D, p->nstages, p->T, po->comm_timeout_s, &l->grid));
+    const int D = po->data_parallel ? po->data_parallel : 1;
+    gp_stage_sync sync = {.reduce_norms = reduce_norms, .ctx = l};
+    if (D > 1) {
+        sync.layer_grads_final = layer_grads_final;
+        sync.grads_wait = grads_wait;
+    }
+    gp_pipeline_bind_launcher(p, &mpi_iface, l, &sync); /* from here its free releases l */
+    GP_TRY(gp_grid_new(D, p->nstages, p->T, po->comm_timeout_s, &l->grid));
     gp_grid_set_grad_tree(l->grid, po->grad_sum == GP_GRAD_SUM_TREE);
-    p->tr = gp_grid_pipe(l->grid);
+    gp_transport *tr = gp_grid_pipe(l->grid);
     if (p->V > 1) { /* the pipe's ranks are the stages; the cells talk over them */
         int *rank_of = malloc((size_t)p->K * sizeof *rank_of);
         if (!rank_of) return gp_error(GP_OUT_OF_MEMORY, "pipeline: %d cells", p->K);
@@ -419,31 +394,23 @@ gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
             int v;
             gp_schedule_place(&p->sched, c, &rank_of[c], &v);
         }
-        gp_status s = gp_transport_cells_new(p->tr, p->K, rank_of, &l->cells);
+        gp_status s = gp_transport_cells_new(tr, p->K, rank_of, &l->cells);
         free(rank_of);
         GP_TRY(s);
-        p->tr = l->cells;
+        tr = l->cells;
     }
-    p->rank = gp_grid_world_rank(l->grid);
-    p->nranks = gp_grid_world_size(l->grid);
-    p->my_stage = gp_grid_stage(l->grid);
-    p->my_shard = gp_grid_shard(l->grid);
-    p->replica = gp_grid_replica(l->grid);
+    gp_pipeline_bind_transport(p, tr);
     for (int w = 0; w < p->K * p->T; w++) {
-        p->st[w].pipe = p->tr;
-        p->st[w].tensor = gp_grid_tensor(l->grid);
+        gp_stage_bind_transports(&p->st[w], tr, gp_grid_tensor(l->grid));
+        gp_stage_set_cpu(&p->st[w], -1);
     }
-    p->bytes = calloc(2 * (size_t)p->nranks, sizeof *p->bytes);
-    p->tp_bytes = calloc((size_t)p->nranks, sizeof *p->tp_bytes);
-    if (!p->bytes || !p->tp_bytes)
-        return gp_error(GP_OUT_OF_MEMORY, "pipeline: cannot allocate byte counters");
-    p->sync = (gp_stage_sync){.reduce_norms = reduce_norms, .ctx = l};
-    if (p->D > 1) {
-        p->sync.layer_grads_final = layer_grads_final;
-        p->sync.grads_wait = grads_wait;
-    }
-    for (int w = 0; w < p->K * p->T; w++) p->st[w].cpu = -1;
-    return GP_OK;
+    const gp_place place = {.rank = gp_grid_world_rank(l->grid),
+                            .nranks = gp_grid_world_size(l->grid),
+                            .stage = gp_grid_stage(l->grid),
+                            .shard = gp_grid_shard(l->grid),
+                            .replica = gp_grid_replica(l->grid),
+                            .replicas = D};
+    return gp_pipeline_set_place(p, &place);
 }
 
 /* Every rank must cut the model at the same layers; a partition balanced on measured times

@@ -8,7 +8,7 @@
 
 #include "model/shard.h"
 #include "optim/optim.h"
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/mesh.h"
 
 gp_status gp_mesh_setup(gp_pipeline *p) {
     if (p->T == 1) return GP_OK;

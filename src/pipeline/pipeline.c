@@ -7,8 +7,14 @@
 #include "kernels/devices.h"
 #include "optim/optim.h"
 #include "pipeline/checkpoint_writer.h"
-#include "pipeline/partition.h"
-#include "pipeline/pipeline_internal.h"
+#include "plan/options.h"
+#include "plan/partition.h"
+#include "pipeline/eval_overlap.h"
+#include "pipeline/grad_tree.h"
+#include "pipeline/launch_local.h"
+#include "pipeline/launch_mpi.h"
+#include "pipeline/mesh.h"
+#include "pipeline/pipeline_hooks.h"
 
 const char *gp_launcher_name(gp_launcher l) {
     return l == GP_LAUNCHER_THREADS ? "threads" : l == GP_LAUNCHER_MPI ? "mpi" : "?";
@@ -47,76 +53,17 @@ static gp_status choose_partition(gp_pipeline *p, const gp_pipeline_opts *po) {
     return s;
 }
 
-static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, int *K, int *M,
-                            int *T, int *V) {
-    *K = po->stages ? po->stages : 1;
-    *M = po->micro_batches ? po->micro_batches : 1;
-    *T = po->tensor_parallel ? po->tensor_parallel : 1;
-    if (*K < 1) return gp_error(GP_INVALID_ARGUMENT, "pipeline: stages %d must be >= 1", *K);
-    if (*T < 1 || *T > GP_MAX_DEVICES)
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: tensor_parallel %d must be 1 to %d", *T,
-                        GP_MAX_DEVICES);
-    if (*T > 1 && po->balance == GP_BALANCE_TIME)
-        return gp_error(GP_UNSUPPORTED,
-                        "pipeline: balance by measured time with tensor_parallel %d: a shard layer "
-                        "cannot be timed alone (it needs its group); balance by cost",
-                        *T);
-    if (*M < 1) return gp_error(GP_INVALID_ARGUMENT, "pipeline: micro-batches %d must be >= 1", *M);
-    if ((unsigned)po->schedule > GP_SCHEDULE_ZBV)
+/* The options (gp_pipeline_opts_check, against the model and po->batch), and what only a run
+ * needs besides: replicas are processes. */
+static gp_status check_opts(const gp_model *m, const gp_pipeline_opts *po, gp_pipeline_sizes *z) {
+    const gp_status s = gp_pipeline_opts_check(m, po->batch, po, NULL);
+    if (s != GP_OK) return gp_error_context(s, "pipeline");
+    *z = gp_pipeline_opts_sizes(po);
+    if (z->data_parallel > 1 && po->launcher != GP_LAUNCHER_MPI)
         return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: schedule %d is none of gpipe (%d), 1f1b (%d), zbh1 (%d), "
-                        "interleaved (%d) and zbv (%d)",
-                        (int)po->schedule, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
-                        GP_SCHEDULE_INTERLEAVED, GP_SCHEDULE_ZBV);
-    if (po->chunks < 0)
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: chunks %d must be >= 0", po->chunks);
-    const gp_device_entry *kind;
-    if (gp_device_registry_get(po->device_type, &kind) != GP_OK)
-        return gp_error_context(GP_INVALID_ARGUMENT, "pipeline");
-    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, V));
-    if (*V == 1 && *K > m->nlayers)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: stages %d > %d layers (each stage needs at least one layer)", *K,
-                        m->nlayers);
-    if ((int64_t)*K * *V > m->nlayers)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: stages %d x %d cells per stage > %d layers (each cell needs at "
-                        "least one layer)",
-                        *K, *V, m->nlayers);
-    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
-        po->remat != GP_REMAT_SELECTIVE)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: remat %d is neither cell (%d), none (%d) nor selective (%d)",
-                        (int)po->remat, GP_REMAT_CELL, GP_REMAT_NONE, GP_REMAT_SELECTIVE);
-    if (po->balance != GP_BALANCE_COST && po->balance != GP_BALANCE_TIME)
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: balance %d is neither cost (%d) nor time (%d)",
-                        (int)po->balance, GP_BALANCE_COST, GP_BALANCE_TIME);
-    if (po->launcher != GP_LAUNCHER_THREADS && po->launcher != GP_LAUNCHER_MPI)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: launcher %d is neither threads (%d) nor mpi (%d)",
-                        (int)po->launcher, GP_LAUNCHER_THREADS, GP_LAUNCHER_MPI);
-    if (po->data_parallel < 0 || !(po->comm_timeout_s >= 0))
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: data_parallel %d must be >= 1 and comm_timeout_s %g >= 0",
-                        po->data_parallel, po->comm_timeout_s);
-    if (gp_kernels_check_smoothing(po->label_smoothing) != GP_OK)
-        return gp_error_context(GP_INVALID_ARGUMENT, "pipeline");
-    if (po->stage_threads < 0 || po->stage_threads > GP_MAX_STAGE_THREADS)
-        return gp_error(GP_INVALID_ARGUMENT, "pipeline: stage_threads %d, expected 0 (one) to %d",
-                        po->stage_threads, GP_MAX_STAGE_THREADS);
-    if (po->data_parallel > 1 && po->launcher != GP_LAUNCHER_MPI)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: data_parallel %d needs the MPI launcher (one process per "
+                        "pipeline: data_parallel %d: needs the MPI launcher (one process per "
                         "replica and stage)",
-                        po->data_parallel);
-    if (po->grad_sum != GP_GRAD_SUM_SEQUENTIAL && po->grad_sum != GP_GRAD_SUM_TREE)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: grad_sum %d is neither sequential (%d) nor tree (%d)",
-                        (int)po->grad_sum, GP_GRAD_SUM_SEQUENTIAL, GP_GRAD_SUM_TREE);
-    if (po->batch < 0 || po->batch % *M)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "pipeline: batch %lld is not a multiple of %d micro-batches",
-                        (long long)po->batch, *M);
+                        z->data_parallel);
     return GP_OK;
 }
 
@@ -250,8 +197,9 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     if (o) GP_TRY(gp_optim_check(o));
     gp_pipeline_opts dflt = {0};
     if (!po) po = &dflt;
-    int stages, M, T, V;
-    GP_TRY(check_opts(m, po, &stages, &M, &T, &V));
+    gp_pipeline_sizes z;
+    GP_TRY(check_opts(m, po, &z));
+    const int stages = z.stages, M = z.micro_batches, T = z.tensor_parallel, V = z.chunks;
     const int K = stages * V; /* cells */
     for (int li = 0; li < m->nlayers; li++)
         if (m->store_of[li] && m->store_of[li]->grads.data)
@@ -289,7 +237,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     p->my_shard = -1;
     /* The schedule (the launchers place the cells by it), then the launcher: a mismatched MPI
      * launch fails before any work. */
-    gp_status s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), stages, M, V, &p->sched);
+    gp_status s = gp_schedule_generate(po->schedule, stages, M, V, &p->sched);
     if (s == GP_OK) s = gp_schedule_validate(&p->sched, MAILBOX_CAPACITY, NULL);
     if (s == GP_OK)
         s = po->launcher == GP_LAUNCHER_MPI ? gp_launch_mpi_init(p, po) : gp_launch_local_init(p, po);

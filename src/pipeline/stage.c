@@ -6,13 +6,17 @@
  * clipping and update, whatever K, schedule or re-materialization. */
 #define _GNU_SOURCE /* pthread_setaffinity_np: pinning a stage thread to its core */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "layers/tp_ops.h"
 #include "model/skips.h"
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/grad_tree.h"
+#include "pipeline/mesh.h"
+#include "pipeline/stage.h"
+#include "pipeline/tie_grads.h"
 
 /* Brackets call in a trace event on stage s's own buffer (one clock read at each end). The
  * event is closed whatever call returns, so a failed action leaves no open event behind. */

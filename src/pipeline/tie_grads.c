@@ -4,7 +4,7 @@
  * clip), so the copies stay equal. Two terms add to the same bits in either order, so the sum is
  * the same whether the uses share a cell, a stage, or talk over the pipeline's transport: the
  * same for every K, schedule and launcher, K = 1 included. */
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/tie_grads.h"
 
 /* The cell holding layer li, shard t. */
 static gp_stage *cell_of_layer(gp_pipeline *p, int li, int t) {

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline_internal.h"
+#include "pipeline/stage.h"
+#include "pipeline/timeline.h"
 
 /* One transport call [b, e] as WAIT up to `ready` (when the peer made the call able to
  * proceed), then the hand-over itself. */
@@ -15,6 +16,11 @@ static gp_status add_comm(gp_pipeline *p, int k, gp_trace_kind kind, int mb, dou
     double w = ready < b ? b : ready > e ? e : ready;
     if (w > b) GP_TRY(gp_trace_add(&p->trace, k, GP_TRACE_WAIT, mb, b, w, label));
     return gp_trace_add(&p->trace, k, kind, mb, w, e, label);
+}
+
+void gp_timeline_reset(gp_pipeline *p) {
+    gp_trace_reset(&p->trace);
+    p->have_trace = false;
 }
 
 /* After a successful step (every action ran, the threads joined): a receive could proceed once
@@ -51,6 +57,43 @@ gp_status gp_timeline_trace_comm(gp_pipeline *p) {
             }
         }
         gp_trace_set_chunk(&p->trace, s->w, 0);
+    }
+    return GP_OK;
+}
+
+/* Over MPI a call's blocking and its transfer cannot be told apart, and the transfer through
+ * shared memory or a NIC is the smaller part, so the whole call counts as idle time. */
+gp_status gp_timeline_trace_calls(gp_stage *s) {
+    char label[GP_TRACE_LABEL_NBYTES];
+    gp_pipeline *p = s->p;
+    int k = s->k;
+    bool sends[GP_MSG_NKINDS] = {k < p->K - 1, k > 0}, recvs[GP_MSG_NKINDS] = {k > 0, k < p->K - 1};
+    gp_trace_set_chunk(&p->trace, s->w, s->chunk);
+    for (int mb = 0; mb < p->M; mb++)
+        for (int j = 0; j < GP_MSG_NKINDS; j++) {
+            const comm_times *c = &s->ct[mb];
+            if (sends[j]) {
+                gp_stage_msg_label(s, true, (gp_msg_kind)j, label, sizeof label);
+                GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->send_b[j],
+                                    c->send_e[j], label));
+            }
+            if (recvs[j]) {
+                gp_stage_msg_label(s, false, (gp_msg_kind)j, label, sizeof label);
+                GP_TRY(gp_trace_add(&p->trace, s->w, GP_TRACE_WAIT, mb, c->recv_b[j],
+                                    c->recv_e[j], label));
+            }
+        }
+    gp_trace_set_chunk(&p->trace, s->w, 0);
+    return GP_OK;
+}
+
+gp_status gp_timeline_add_track(gp_pipeline *p, int r, const gp_trace_event *ev, int n,
+                                double shift) {
+    for (int i = 0; i < n; i++) {
+        if (ev[i].t_end < ev[i].t_begin) continue; /* left open by a failure */
+        gp_trace_set_chunk(&p->trace, r, ev[i].chunk);
+        GP_TRY(gp_trace_add(&p->trace, r, ev[i].kind, ev[i].micro_batch, ev[i].t_begin + shift,
+                            ev[i].t_end + shift, ev[i].label));
     }
     return GP_OK;
 }
@@ -112,6 +155,7 @@ gp_status gp_timeline_simulate(gp_pipeline *p) {
     free(per_mb);
     free(cells);
     free(st);
+    p->have_trace = s == GP_OK;
     return s;
 }
 

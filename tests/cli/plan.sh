@@ -46,11 +46,18 @@ expect 2 "--partition" $T --stages 2 --partition 0,x
 expect 2 "--partition 0,6: 2 entries for --stages 3" $T --stages 3 --partition 0,6
 expect 2 "--partition 0,6,4" $T --stages 3 --partition 0,6,4
 expect 2 "--partition 0,6,12" $T --stages 3 --partition 0,6,12
-expect 2 "--micro-batches 5: must divide --batch 32" $T --micro-batches 5
+expect 2 "--micro-batches 5: does not divide the batch of 32 examples" $T --micro-batches 5
+expect 2 "--stages 13: more than the model's 12 layers" $T --stages 13
+# the library's check of the options, each complaint naming the option that sets the field
+expect 2 "--batch 30: does not divide into 4 replicas x 2 micro-batches" $T --batch 30 \
+    --micro-batches 2 --data-parallel 4
+expect 2 "--micro-batches 3: not a multiple of the 2 stages" $T --stages 2 --micro-batches 3 \
+    --batch 30 --schedule interleaved
+expect 2 "--balance time with 2 tensor-parallel shards" $T --stages 2 --tensor-parallel 2 \
+    --balance time
 expect 2 "unknown option '--steps'" $T --steps 3
 
 # Impossible plans: exit 1 with the library's message
-expect 1 "K = 13 stages but the model has 12 layers" $T --stages 13
 expect 2 "--gflops with --balance time" --model transformer --stages 2 --balance time --gflops 10
 expect 2 "--balance: expected one of cost|time" $T --stages 2 --balance flops
 # Balanced on measured times: a plan, saying so, with a balance key in the report.

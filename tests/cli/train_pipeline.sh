@@ -210,7 +210,8 @@ expect2() {
 }
 expect2 "--stages: expected an integer from 1 to 4096, got '0'" "${LM[@]}" --stages 0
 expect2 "--stages 9: more than the" "${LM[@]}" --stages 9
-expect2 "--micro-batches 3: must divide --batch 8" "${LM[@]:0:8}" --micro-batches 3 --stages 2
+expect2 "--micro-batches 3: does not divide the batch of 8 examples" "${LM[@]:0:8}" \
+    --micro-batches 3 --stages 2
 expect2 "--schedule: expected one of gpipe|1f1b|zbh1|interleaved|zbv, got 'zigzag'" "${LM[@]}" --stages 2 --schedule zigzag
 expect2 "--remat: expected one of cell|none|selective" "${LM[@]}" --stages 2 --remat all
 expect2 "--partition 0,1: 2 entries for --stages 3" "${LM[@]}" --stages 3 --partition 0,1

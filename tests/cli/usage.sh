@@ -75,7 +75,8 @@ expect 2 "--lr-schedule" $C --lr-schedule linear
 expect 2 "--quiet" $C --quiet=1
 expect 2 "--lr: given more than once" $C --lr 0.1 --lr 0.2
 expect 2 "--epochs and --steps" $C --epochs 1 --steps 10
-expect 2 "--micro-batches 3: must divide --batch 16" $C --batch 16 --micro-batches 3
+expect 2 "--micro-batches 3: does not divide the batch of 16 examples" $C --batch 16 \
+    --micro-batches 3
 expect 2 "--sample" $C --sample 10
 expect 2 "--temperature" $C --temperature 0.5
 expect 2 "--epochs" train --model "$TMP/lm.json" --epochs 2

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 
 typedef struct candidate {
     int K, D, M, V;

@@ -13,8 +13,8 @@
 #include "model/param_store.h"
 #include "model/sequence.h"
 #include "model/shard.h"
-#include "pipeline/cores.h"
-#include "pipeline/partition.h"
+#include "plan/cores.h"
+#include "plan/partition.h"
 
 #define ROUNDS 7
 

@@ -2,7 +2,7 @@
  * partitioner: a dynamic program over suffixes (fewest cells for the rest of the layers) that
  * minimizes the slowest cell under a per-device byte limit and breaks ties towards the
  * lexicographically smallest boundaries. */
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 
 #include <errno.h>
 #include <math.h>

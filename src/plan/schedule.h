@@ -3,12 +3,12 @@
  * schedule passes before it runs (validate.c), and the simulator that predicts time and
  * activation memory from a schedule (simulate.c). Each of those files calls only the ones listed
  * before it. Private to the library. */
-#ifndef GP_PIPELINE_SCHEDULE_H
-#define GP_PIPELINE_SCHEDULE_H
+#ifndef GP_PLAN_SCHEDULE_H
+#define GP_PLAN_SCHEDULE_H
 
 #include "core/error.h"
 #include "gpipe.h"
-#include "pipeline/partition.h"
+#include "plan/partition.h"
 
 typedef enum gp_action_kind {
     GP_ACT_FORWARD = 0,    /* run the cell forward on micro-batch mb (stash its input) */
@@ -111,9 +111,9 @@ gp_status gp_schedule_interleaved(int stages, int micro_batches, int chunks, gp_
 gp_status gp_schedule_zbv(int stages, int micro_batches, gp_schedule *out);
 /* Whether a schedule kind splits its backwards (BACKWARD_INPUT / BACKWARD_WEIGHT). */
 bool gp_schedule_kind_splits(gp_schedule_kind kind);
-/* By name: "gpipe", "1f1b", "zbh1", "interleaved" or "zbv" (else an error listing those),
- * with V cells per stage (gp_schedule_kind_chunks). */
-gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, int chunks,
+/* The schedule of that kind, with V cells per stage (gp_schedule_kind_chunks); a value that is
+ * no kind is an error listing them. */
+gp_status gp_schedule_generate(gp_schedule_kind kind, int stages, int micro_batches, int chunks,
                                gp_schedule *out);
 
 /* "FORWARD(3)", "OPTIMIZER_STEP"; returns buf. */

@@ -1,7 +1,7 @@
 /* The validator: the per-cell rules, the FIFO matching of each link's messages, then a replay
  * (replay.c) that proves the schedule deadlock-free with bounded mailboxes. With V cells per
  * stage, each cell's rules read the actions of its chunk in its stage's list. */
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 /* Schedules as data: building action lists, the GPipe and 1F1B generators, and text rendering
  * (actions, stages, and the message that points at a faulty action). The validator
  * (validate.c) and the replay engine (replay.c) build on this file; it calls neither. */
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -375,26 +375,35 @@ const char *gp_schedule_kind_name(gp_schedule_kind s) {
                                           : "?";
 }
 
-gp_status gp_schedule_generate(const char *name, int stages, int micro_batches, int chunks,
-                               gp_schedule *out) {
-    static const gp_schedule_kind kinds[] = {GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B,
-                                             GP_SCHEDULE_ZBH1, GP_SCHEDULE_INTERLEAVED,
-                                             GP_SCHEDULE_ZBV};
-    for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++) {
-        if (strcmp(name, gp_schedule_kind_name(kinds[i])) != 0) continue;
-        int V;
-        GP_TRY(gp_schedule_kind_chunks(kinds[i], chunks, &V));
-        switch (kinds[i]) {
-        case GP_SCHEDULE_GPIPE: return gp_schedule_gpipe(stages, micro_batches, out);
-        case GP_SCHEDULE_1F1B: return gp_schedule_1f1b(stages, micro_batches, out);
-        case GP_SCHEDULE_ZBH1: return gp_schedule_zbh1(stages, micro_batches, out);
-        case GP_SCHEDULE_ZBV: return gp_schedule_zbv(stages, micro_batches, out);
-        default: return gp_schedule_interleaved(stages, micro_batches, V, out);
+gp_status gp_schedule_kind_parse(const char *name, gp_schedule_kind *kind) {
+    if (!name || !kind)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_schedule_kind_parse: name or kind is NULL");
+    for (int k = GP_SCHEDULE_GPIPE; k <= GP_SCHEDULE_ZBV; k++)
+        if (strcmp(name, gp_schedule_kind_name((gp_schedule_kind)k)) == 0) {
+            *kind = (gp_schedule_kind)k;
+            return GP_OK;
         }
-    }
     return gp_error(GP_INVALID_ARGUMENT,
-                    "schedule '%s': unknown; expected gpipe, 1f1b, zbh1, interleaved or zbv",
-                    name ? name : "(null)");
+                    "schedule '%s': unknown; expected gpipe, 1f1b, zbh1, interleaved or zbv", name);
+}
+
+gp_status gp_schedule_generate(gp_schedule_kind kind, int stages, int micro_batches, int chunks,
+                               gp_schedule *out) {
+    if ((unsigned)kind > GP_SCHEDULE_ZBV)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "schedule %d: expected gpipe (%d), 1f1b (%d), zbh1 (%d), interleaved (%d) "
+                        "or zbv (%d)",
+                        (int)kind, GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1,
+                        GP_SCHEDULE_INTERLEAVED, GP_SCHEDULE_ZBV);
+    int V;
+    GP_TRY(gp_schedule_kind_chunks(kind, chunks, &V));
+    switch (kind) {
+    case GP_SCHEDULE_GPIPE: return gp_schedule_gpipe(stages, micro_batches, out);
+    case GP_SCHEDULE_1F1B: return gp_schedule_1f1b(stages, micro_batches, out);
+    case GP_SCHEDULE_ZBH1: return gp_schedule_zbh1(stages, micro_batches, out);
+    case GP_SCHEDULE_ZBV: return gp_schedule_zbv(stages, micro_batches, out);
+    default: return gp_schedule_interleaved(stages, micro_batches, V, out);
+    }
 }
 
 /* ------------------------------------------------------------ text */

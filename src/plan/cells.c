@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "pipeline/partition.h"
-#include "pipeline/schedule.h"
+#include "plan/partition.h"
+#include "plan/schedule.h"
 
 const char *gp_balance_name(gp_balance b) {
     return b == GP_BALANCE_COST ? "cost" : b == GP_BALANCE_TIME ? "time" : "?";
@@ -123,7 +123,7 @@ gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
     gp_sim_stage *st = calloc((size_t)S, sizeof *st);
     gp_status status = sc && st ? GP_OK
                                 : gp_error(GP_OUT_OF_MEMORY, "cell memory: %d cells", ncells);
-    if (status == GP_OK) status = gp_schedule_generate(gp_schedule_kind_name(schedule), S, M, V, &s);
+    if (status == GP_OK) status = gp_schedule_generate(schedule, S, M, V, &s);
     for (int c = 0; status == GP_OK && c < ncells; c++)
         sc[c] = gp_sim_cell_from_layers(est, first[c], c + 1 < ncells ? first[c + 1] : L);
     gp_sim_opts so = {.capacity = GP_MAILBOX_CAPACITY, .cell_remat = cell_remat};
@@ -370,7 +370,7 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     gp_stash_profile *prof = calloc((size_t)K, sizeof *prof);
     gp_status s = prof ? GP_OK : gp_error(GP_OUT_OF_MEMORY, "cells: %d profiles", K);
     if (s == GP_OK)
-        s = gp_schedule_generate(gp_schedule_kind_name(po->schedule), S, M, V, &sched);
+        s = gp_schedule_generate(po->schedule, S, M, V, &sched);
     if (s == GP_OK) s = gp_stash_profiles(&sched, prof);
     gp_schedule_free(&sched);
     const gp_partition_req req = {.layers = est,

@@ -1,6 +1,6 @@
 /* Topology-aware order of the cores pinned stages take (see cores.h). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_SET */
-#include "pipeline/cores.h"
+#include "plan/cores.h"
 
 #include <sched.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* The simulator: checks its inputs, validates the schedule, then replays it (replay.c) with
  * per-cell times and bytes to predict each stage's busy and idle time, the step time, the bubble
  * and each stage's peak activation memory. */
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 
 #include <math.h>
 

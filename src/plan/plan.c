@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/transport.h"
 #include "model/shard.h"
 #include "optim/optim.h"
-#include "pipeline/partition.h"
-#include "pipeline/schedule.h"
-
-#define MSG_HEADER_BYTES 72 /* a pipeline message's header (the MPI transport's) */
+#include "plan/options.h"
+#include "plan/partition.h"
+#include "plan/schedule.h"
 
 /* A stage's device holds its V cells together. */
 uint64_t gp_plan_fullest_bytes(const gp_plan *p) {
@@ -34,82 +34,21 @@ void gp_plan_free(gp_plan *p) {
 }
 
 
+/* The options (gp_pipeline_opts_check) and gp_plan_make's own arguments; the sizes read. */
 static gp_status check_opts(const gp_model *m, int64_t batch, const gp_optim_opts *o,
-                            const gp_pipeline_opts *po, double gflops, int *K, int *M, int *T,
-                            int *D, int *V) {
+                            const gp_pipeline_opts *po, double gflops, gp_pipeline_sizes *z) {
     if (!m || !po)
         return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL model or pipeline options");
-    *K = po->stages ? po->stages : 1;
-    *M = po->micro_batches ? po->micro_batches : 1;
-    *T = po->tensor_parallel ? po->tensor_parallel : 1;
-    *D = po->data_parallel ? po->data_parallel : 1;
-    if (*T < 1 || *D < 1 || *T > GP_MAX_DEVICES || *D > GP_MAX_DEVICES)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "T = %d shards and D = %d replicas; expected 1 to %d each", *T, *D,
-                        GP_MAX_DEVICES);
-    if (!(po->action_s >= 0) || !isfinite(po->action_s))
-        return gp_error(GP_INVALID_ARGUMENT, "action time %g s; expected a finite value >= 0",
-                        po->action_s);
-    if (!(po->link_gbytes_per_s >= 0) || !isfinite(po->link_gbytes_per_s))
-        return gp_error(GP_INVALID_ARGUMENT, "link bandwidth %g GB/s; expected >= 0",
-                        po->link_gbytes_per_s);
-    if (!(po->optim_s_per_param >= 0) || !isfinite(po->optim_s_per_param))
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "optimizer time %g s per parameter; expected >= 0 (0: not modelled)",
-                        po->optim_s_per_param);
-    if (*T > 1 && po->balance == GP_BALANCE_TIME)
-        return gp_error(GP_UNSUPPORTED, "balance by measured time with T = %d shards: a shard "
-                                        "layer cannot be timed alone; balance by cost",
-                        *T);
-    int L = gp_model_nlayers(m);
-    if (*K < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "K = %d stages; expected at least 1", *K);
-    if (*M < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "M = %d micro-batches; expected at least 1",
-                        *M);
-    if (L < 1) return gp_error(GP_INVALID_ARGUMENT, "the model has no layers");
-    if (*K > L)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "K = %d stages but the model has %d layer%s (each stage needs at "
-                        "least one)",
-                        *K, L, L == 1 ? "" : "s");
     if (batch < 1)
-        return gp_error(GP_INVALID_ARGUMENT, "batch %lld; expected at least 1 example",
+        return gp_error(GP_INVALID_ARGUMENT, "batch %lld: expected at least 1 example",
                         (long long)batch);
-    if (batch % ((int64_t)*M * *D) != 0)
-        return *D > 1 ? gp_error(GP_INVALID_ARGUMENT,
-                                 "batch %lld is not divisible by %d replicas x %d micro-batches",
-                                 (long long)batch, *D, *M)
-                      : gp_error(GP_INVALID_ARGUMENT,
-                                 "batch %lld is not divisible by %d micro-batches",
-                                 (long long)batch, *M);
-    if (po->stage_threads < 0 || po->stage_threads > GP_MAX_STAGE_THREADS)
-        return gp_error(GP_INVALID_ARGUMENT, "stage_threads %d; expected 0 (one) to %d",
-                        po->stage_threads, GP_MAX_STAGE_THREADS);
-    if ((unsigned)po->schedule > GP_SCHEDULE_ZBV)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "unknown schedule %d (expected gpipe, 1f1b, zbh1, interleaved or zbv)",
-                        (int)po->schedule);
-    GP_TRY(gp_schedule_kind_chunks(po->schedule, po->chunks, V));
-    if ((int64_t)*K * *V > L)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "K = %d stages x V = %d cells per stage but the model has %d layers "
-                        "(each cell needs at least one)",
-                        *K, *V, L);
-    if (po->schedule == GP_SCHEDULE_INTERLEAVED && *M % *K != 0)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "schedule %s: M = %d micro-batches is not a multiple of K = %d stages",
-                        gp_schedule_kind_name(po->schedule), *M, *K);
-    if (po->remat != GP_REMAT_CELL && po->remat != GP_REMAT_NONE &&
-        po->remat != GP_REMAT_SELECTIVE)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "unknown remat mode %d (expected cell, none or selective)",
-                        (int)po->remat);
+    GP_TRY(gp_pipeline_opts_check(m, batch, po, NULL));
     if (o && o->kind != GP_OPTIM_SGD && o->kind != GP_OPTIM_ADAMW)
         return gp_error(GP_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)o->kind);
     if (po->balance != GP_BALANCE_TIME && (!isfinite(gflops) || gflops <= 0))
         return gp_error(GP_INVALID_ARGUMENT, "%g GFLOP/s; expected a finite rate > 0",
                         gflops);
+    *z = gp_pipeline_opts_sizes(po);
     return GP_OK;
 }
 
@@ -138,8 +77,9 @@ static void mesh_bytes(const gp_layer_est *est, int L, const int *first, int K, 
         const uint64_t recompute = cell_remat[k] == GP_REMAT_CELL ? fwd : 0;
         c->tensor_bytes = T > 1 ? (uint64_t)M * (fwd + recompute + bwd) : 0;
         c->pipe_bytes = 0;
-        if (k < K - 1) c->pipe_bytes += (uint64_t)M * (gp_cut_out_bytes(est, e) + MSG_HEADER_BYTES);
-        if (k > 0) c->pipe_bytes += (uint64_t)M * (gp_cut_bytes(est, first[k]) + MSG_HEADER_BYTES);
+        const uint64_t hdr = GP_MSG_HEADER_BYTES;
+        if (k < K - 1) c->pipe_bytes += (uint64_t)M * (gp_cut_out_bytes(est, e) + hdr);
+        if (k > 0) c->pipe_bytes += (uint64_t)M * (gp_cut_bytes(est, first[k]) + hdr);
         c->data_bytes = D > 1 ? c->grad_bytes : 0;
         sc[k].fwd_time += allreduce_s((double)fwd, T, bw);
         sc[k].bwd_time += allreduce_s((double)bwd, T, bw);
@@ -182,8 +122,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     mesh_bytes(est, L, first, K, M, po, cell_remat, vocab_split, rows, sc, out);
     for (int k = 0; k < K; k++)
         worst_comm = fmax(worst_comm, M * (sc[k].fwd_time + sc[k].bwd_time - out->cells[k].time_s));
-    status = gp_schedule_generate(gp_schedule_kind_name(po->schedule), out->stages, M,
-                                  out->chunks, &s);
+    status = gp_schedule_generate(po->schedule, out->stages, M, out->chunks, &s);
     if (status != GP_OK) goto done;
     /* the mailboxes of the runtime's transports */
     gp_sim_opts so = {.capacity = GP_MAILBOX_CAPACITY, .cell_remat = cell_remat};
@@ -240,8 +179,10 @@ gp_status gp_plan_make(const gp_model *m, int64_t batch, const gp_optim_opts *o,
                        const gp_pipeline_opts *po, double gflops, gp_plan *out) {
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_plan_make: NULL output");
     memset(out, 0, sizeof *out);
-    int stages = 1, M = 1, T = 1, D = 1, V = 1;
-    GP_TRY(check_opts(m, batch, o, po, gflops, &stages, &M, &T, &D, &V));
+    gp_pipeline_sizes z;
+    GP_TRY(check_opts(m, batch, o, po, gflops, &z));
+    const int stages = z.stages, M = z.micro_batches, T = z.tensor_parallel;
+    const int D = z.data_parallel, V = z.chunks;
     const int K = stages * V; /* cells */
     int L = gp_model_nlayers(m);
     /* On a mesh a device holds and computes one shard: plan the shard model. */

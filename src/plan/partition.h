@@ -1,8 +1,8 @@
 /* Partitioning a sequence of L layers into K contiguous cells, one per pipeline stage:
  * the per-layer figures it works from, the one memory model every planner uses, and an exact
  * min-max (bottleneck) partitioner under a per-device byte limit. Private to the library. */
-#ifndef GP_PIPELINE_PARTITION_H
-#define GP_PIPELINE_PARTITION_H
+#ifndef GP_PLAN_PARTITION_H
+#define GP_PLAN_PARTITION_H
 
 #include "gpipe.h"
 

@@ -1,6 +1,6 @@
 /* The cores pinned stage threads take, and in which order. */
-#ifndef GP_PIPELINE_CORES_H
-#define GP_PIPELINE_CORES_H
+#ifndef GP_PLAN_CORES_H
+#define GP_PLAN_CORES_H
 
 /* The cores this process may run on (sched_getaffinity), at most `max` of them, ordered as
  * gp_cores_order_by_siblings orders them under /sys/devices/system/cpu; returns how many (0

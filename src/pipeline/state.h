@@ -1,28 +1,18 @@
-/* The pipeline's private state, shared by its files:
- *   pipeline.c     set-up (cells, schedule, stage stores and devices), the public accessors, and
- *                  the step's checks before it goes to the launcher;
- *   mesh.c         the tensor axis: shard models, their values against the whole model's, the
- *                  stages' tensor-parallel groups over a transport;
- *   stage.c        the stage interpreter: one stage's action list for one step, talking only to
- *                  a transport and the launcher's gradient-sync hooks (gp_stage_sync);
- *   grad_tree.c    the tree sum of a cell's weight gradients over its micro-batches;
- *   launch_local.c the launcher of this process's stages: K = 1 inline on the caller's thread
- *                  (no stage thread, no transport), K > 1 on K threads over the threads
- *                  transport;
- *   launch_mpi.c   the launcher of one stage per MPI process (D replicas x K stages);
- *   timeline.c     the step's timeline, stats, bubbles and pictures;
- *   checkpoint.c   checkpoints of a pipeline (one file, or one part per stage);
- *   tie_grads.c    the gradients of parameters tied across cells, summed at the step's end. */
-#ifndef GP_PIPELINE_PIPELINE_INTERNAL_H
-#define GP_PIPELINE_PIPELINE_INTERNAL_H
-
-#include <pthread.h>
+/* The runtime's state: the pipeline and its stages (cells), the launcher's hooks and the
+ * gradient tree's buffers, as types only. The functions that work on them are declared each in
+ * the header of the file that defines them (stage.h, grad_tree.h, mesh.h, tie_grads.h,
+ * timeline.h, eval_overlap.h, launcher.h, launch_local.h, launch_mpi.h, pipeline_hooks.h), and a
+ * file includes only the headers of the files below it, so no two runtime files depend on each
+ * other (tests/src_cycles.sh). A launcher reads this state but sets it up only through
+ * launcher.h. */
+#ifndef GP_PIPELINE_STATE_H
+#define GP_PIPELINE_STATE_H
 
 #include "comm/transport.h"
 #include "gpipe.h"
 #include "model/param_store.h"
 #include "model/sequence.h"
-#include "pipeline/schedule.h"
+#include "plan/schedule.h"
 #include "trace/trace.h"
 
 #define MAILBOX_CAPACITY GP_MAILBOX_CAPACITY
@@ -106,7 +96,6 @@ struct gp_stage {
     int *sent_mb[GP_MSG_NKINDS]; /* (M): micro-batch of the n-th message sent of each kind */
     gp_status status;
     char msg[1024];
-    pthread_t thread;
     int cpu;     /* the core this stage's thread runs on, -1: not pinned */
     bool pinned; /* the last step's thread did get that core */
     gp_grad_tree gt; /* GP_GRAD_SUM_TREE's state (off otherwise) */
@@ -182,47 +171,6 @@ struct gp_pipeline {
     struct gp_ckpt_writer *ckpt;
 };
 
-/* stage.c: runs the action list of lead s's stage (all its cells) for one step on the calling
- * thread; the outcome in s->status and s->msg (an abort of the transport tells the other
- * stages). */
-void gp_stage_run(gp_stage *s);
-/* The stage's per-step state arrays for M micro-batches (freed by gp_stage_free_state). */
-gp_status gp_stage_alloc_state(gp_stage *s, int M);
-void gp_stage_free_state(gp_stage *s);
-/* Rows [first, first + n) of the step's input or labels, on the stage's device: a view when the
- * device can read host memory, else a copy (released by the caller with gp_tensor_release). */
-gp_status gp_stage_input_rows(gp_stage *s, const gp_tensor *t, int64_t first, int64_t n,
-                              gp_tensor *out);
-/* Before a step: the stage's micro-batch shapes at p->b, its status cleared. */
-gp_status gp_stage_begin_step(gp_stage *s);
-/* The trace label of cell s's transfers of kind j (send or receive): "SEND_ACT", "RECV_GRAD",
- * with GP_TRACE_SKIP_MARK and their count where the cut it crosses carries skips. */
-void gp_stage_msg_label(const gp_stage *s, bool send, gp_msg_kind j, char *buf, size_t n);
-/* grad_tree.c. Setup for M micro-batches once the cell's store exists (off for SEQUENTIAL:
- * not called); free releases the buffers (before the cell's device goes). */
-gp_status gp_grad_tree_setup(gp_stage *s, int M);
-void gp_grad_tree_free(gp_stage *s);
-void gp_grad_tree_begin_step(gp_stage *s);
-/* Around a backward (or either part of a split one) of micro-batch mb: the cell's gradient
- * views point at its block's leaf; last_part: mb's weight gradients are complete. */
-gp_status gp_grad_tree_enter(gp_stage *s, int mb);
-gp_status gp_grad_tree_leave(gp_stage *s, int mb, bool last_part);
-/* Whether the weight gradients of mb complete the last leaf: its layers are then folded into
- * the gradient block one by one, gp_grad_tree_layer_final(s, li) as layer li finishes. */
-bool gp_grad_tree_folds(const gp_stage *s, int mb);
-gp_status gp_grad_tree_layer_final(gp_stage *s, int li);
-
-/* Pins the calling thread to s->cpu (none: -1); s->pinned says whether it took. */
-void gp_stage_pin_thread(gp_stage *s);
-
-/* Evaluation of many batches with the stages at work at once (eval_overlap.c): for in-process
- * pipelines of one cell per stage, without shards, each stage on a host device of its own.
- * logits NULL: each batch scored against ys; else its logits copied into logits[i]. */
-bool gp_eval_overlap_applies(const struct gp_pipeline *p);
-gp_status gp_eval_overlap(struct gp_pipeline *p, int n, const gp_tensor *xs, const gp_tensor *ys,
-                          gp_tensor *logits, double *loss_sum, int64_t *ncorrect,
-                          int64_t *ncount);
-
 /* Cell k's shard t. */
 static inline gp_stage *gp_worker(struct gp_pipeline *p, int k, int t) { return &p->st[k * p->T + t]; }
 /* The threads (ranks) that run the pipeline's stages: one per stage shard, each leading its
@@ -239,60 +187,5 @@ static inline uint64_t gp_worker_tp_bytes(struct gp_pipeline *p, const gp_stage 
     for (int v = 0; v < p->V; v++) n += gp_chunk_of(p, s, v)->tp_bytes;
     return n;
 }
-
-/* mesh.c: the tensor axis. */
-/* With T > 1: the layouts checked (named errors), the T shard models, the split masks and the
- * vocabulary head; nothing with T = 1. */
-gp_status gp_mesh_setup(struct gp_pipeline *p);
-void gp_mesh_free(struct gp_pipeline *p);
-/* s->tp: the layers' collective group over s->tensor (counting s->tp_bytes). */
-void gp_mesh_group(gp_stage *s);
-/* Stage worker s's shard values: cut from the whole model's (whole: every layer of the range
- * holds values) or initialized from seed as the whole model would be, then cut. */
-gp_status gp_mesh_init_values(struct gp_pipeline *p, gp_stage *s, bool whole, uint64_t seed);
-/* Layer li's squared gradient norm as stage worker s holds it: the split parameters' parts and
- * (shard 0 only) the replicated ones, so that the shards' values add up to the layer's. T = 1:
- * gp_store_layer_sumsq. */
-gp_status gp_mesh_layer_sumsq(const struct gp_pipeline *p, const gp_stage *s, int li,
-                              double *out);
-/* The whole model's layers [first, last) put together on p->scratch (with the optimizer state
- * when optim): collective over the T shards of the stage holding them (MPI: over its tensor
- * transport; threads: from the shard models). gp_mesh_whole_scatter cuts them back into the
- * shards this process holds; gp_mesh_whole_end releases them. */
-gp_status gp_mesh_whole_begin(struct gp_pipeline *p, int first, int last, bool optim,
-                              bool gather);
-gp_status gp_mesh_whole_scatter(struct gp_pipeline *p, int first, int last, bool optim);
-void gp_mesh_whole_end(struct gp_pipeline *p, int first, int last);
-
-/* tie_grads.c: parameters tied across cells. At the step's end, before the norms: each tie's two
- * gradients (as the data-parallel sums left them) become their sum at both uses. gp_ties_sum:
- * the uses on lead s's stage (both: in place; one: an exchange with the other's stage over the
- * pipeline transport); gp_ties_sum_local: every worker of an in-process pipeline. */
-gp_status gp_ties_sum(struct gp_pipeline *p, gp_stage *lead);
-gp_status gp_ties_sum_local(struct gp_pipeline *p);
-
-/* timeline.c: after a successful step, the WAIT/hand-over split of every threads-transport call
- * and the simulator's bubbles (mean times and replay). */
-gp_status gp_timeline_trace_comm(struct gp_pipeline *p);
-gp_status gp_timeline_simulate(struct gp_pipeline *p);
-
-/* launch_local.c / launch_mpi.c: the launchers; each sets p->launcher, p->launch, p->tr and
- * p->sync (and under MPI the place fields). */
-gp_status gp_launch_local_init(struct gp_pipeline *p, const gp_pipeline_opts *po);
-gp_status gp_launch_mpi_init(struct gp_pipeline *p, const gp_pipeline_opts *po);
-/* MPI: every rank uses rank 0's cells (a balance by measured times may differ by rank). */
-gp_status gp_launch_mpi_agree_cells(struct gp_pipeline *p, int *first);
-
-/* What the pipeline's checkpoint code (checkpoint.c) needs of the pipeline. */
-gp_model *gp_pipeline_model(const gp_pipeline *p);
-const gp_optim_opts *gp_pipeline_optim(const gp_pipeline *p);
-
-/* Test hooks (the library's tests only): a step's forward and backward over every micro-batch
- * without the update, leaving the summed gradients in place; then the update on its own (clip,
- * optimizer, gradients cleared, step + 1; a non-finite norm: GP_NUMERIC, gradients cleared, no
- * update). In-process launchers only. */
-gp_status gp_pipeline_accumulate(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y,
-                                 float *loss);
-gp_status gp_pipeline_apply(gp_pipeline *p);
 
 #endif
