@@ -3,8 +3,9 @@
 # for K = 1 and 2 stages at M = 1, 4, 8, 32 with both schedules, plus K = 1
 # without the pipeline on 2 BLAS threads, as a markdown table with the
 # speed-up over K = 1 at the same M and the measured / theoretical / simulated
-# bubble; at M = 32 also both K without re-materialization and K = 2 with
-# --pin off. Usage: bash bench/run_t2.sh [path/to/gpipe] (reports go to
+# bubble (--remat's default: selective, which T2 fits without recomputing); at M = 32
+# also both K re-materializing every cell (--remat cell) and K = 2 with --pin off.
+# Usage: bash bench/run_t2.sh [path/to/gpipe] (reports go to
 # ${GP_BENCH_OUT:-out/t2}); GP_BENCH_STEPS (5) and GP_BENCH_WARMUP (2).
 set -eu
 GPIPE=${1:-build/gpipe}
@@ -28,10 +29,10 @@ for M in 1 4 8 32; do
         one "k2_m${M}_${S}" --stages 2 --micro-batches "$M" --schedule "$S"
     done
 done
-# At M = 32: without re-materialization (K = 1 and 2), and K = 2 with its threads not pinned.
-one "k1_m32_none" --stages 1 --micro-batches 32 --remat none
+# At M = 32: every cell re-materialized (K = 1 and 2), and K = 2 with its threads not pinned.
+one "k1_m32_cell" --stages 1 --micro-batches 32 --remat cell
 for S in gpipe 1f1b; do
-    one "k2_m32_${S}_none" --stages 2 --micro-batches 32 --schedule "$S" --remat none
+    one "k2_m32_${S}_cell" --stages 2 --micro-batches 32 --schedule "$S" --remat cell
     one "k2_m32_${S}_nopin" --stages 2 --micro-batches 32 --schedule "$S" --pin off
 done
 one "k1_threads2" --threads 2
@@ -56,11 +57,11 @@ for m in (1, 4, 8, 32):
     row(1, m, base["pipeline"]["schedule"], base, b)
     for s in ("gpipe", "1f1b"):
         row(2, m, s, load(f"k2_m{m}_{s}"), b)
-base = load("k1_m32_none")
+base = load("k1_m32_cell")
 b = base["throughput"]["tokens_per_s"]
-row("1, remat none", 32, "gpipe", base, b)
+row("1, remat cell", 32, "gpipe", base, b)
 for s in ("gpipe", "1f1b"):
-    row("2, remat none", 32, s, load(f"k2_m32_{s}_none"), b)
+    row("2, remat cell", 32, s, load(f"k2_m32_{s}_cell"), b)
 b = load("k1_m32")["throughput"]["tokens_per_s"]
 for s in ("gpipe", "1f1b"):
     row("2, not pinned", 32, s, load(f"k2_m32_{s}_nopin"), b)

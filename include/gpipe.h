@@ -802,6 +802,11 @@ typedef struct gp_pipeline_opts {
      * device holds (gp_optim_profile), added to each stage's step; 0: the optimizer step is not
      * modelled. gp_plan_search measures it itself (balance TIME) when this is 0. */
     double optim_s_per_param;
+    /* Planning only (gp_plan_make): seconds each action of a stage (a micro-batch's forward,
+     * backward, or a split backward's part) costs beyond its layers' compute: the runtime's
+     * hand-offs between stages, which thin micro-batches make count (measured by running a
+     * pipeline of a tiny model, as `gpipe train --plan auto` does); 0: not modelled. */
+    double action_s;
     /* Training: the loss's targets smoothed by this in [0, 1) (gp_softmax_xent_smoothed); 0:
      * the plain cross-entropy. With a vocabulary split over T > 1 shards as well (a third sum
      * per row all-reduced). */

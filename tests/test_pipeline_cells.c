@@ -53,6 +53,8 @@ static void profile(void) {
     for (int i = 0; i < 2 * L; i++) CHECK(isfinite(t[i]) && t[i] > 0);
     /* The blocks do far more work than the positional embedding (layer 1): it shows. */
     CHECK(t[2] + t[L + 2] > t[1] + t[L + 1]);
+    /* The second block is the first's kind, shapes and cost: timed once, its times taken. */
+    CHECK(t[3] == t[2] && t[L + 3] == t[L + 2]);
     CHECK(uninitialized(m)); /* every layer released again */
     /* ... and initialization afterwards gives the same parameters as without the pass. */
     gp_device *d1, *d2;
@@ -79,6 +81,7 @@ static void profile(void) {
     REQUIRE_OK(gp_model_profile_layers_split(m, 2, 3, ts));
     for (int i = 0; i < 4 * L; i++) CHECK(isfinite(ts[i]) && ts[i] >= 0);
     CHECK(ts[2 * L + 2] > 0 && ts[3 * L + 2] > 0); /* a Transformer block: both parts */
+    for (int g = 0; g < 4; g++) CHECK(ts[g * L + 3] == ts[g * L + 2]); /* the twin block */
     CHECK(uninitialized(m));
     /* a plan of a split schedule is timed by the parts: their sum is each cell's backward */
     gp_pipeline_opts po = {.stages = 1, .micro_batches = 1, .schedule = GP_SCHEDULE_ZBH1,

@@ -143,6 +143,34 @@ static void test_optimizer_step(void) {
     gp_model_free(m);
 }
 
+/* The runtime's cost per action: one stage of equal layers runs M forwards and M backwards (a
+ * split backward: two parts each) back to back, so the step grows by exactly that many actions'
+ * time; bad values are refused naming them. */
+static void test_action_cost(void) {
+    gp_model *m = equal_layers(8);
+    const double a = 2e-4;
+    const gp_schedule_kind kinds[] = {GP_SCHEDULE_GPIPE, GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1};
+    for (int sched = 0; sched < 3; sched++) {
+        gp_pipeline_opts po = {.stages = 1, .micro_batches = 4, .schedule = kinds[sched],
+                               .remat = GP_REMAT_NONE};
+        gp_plan without, with;
+        REQUIRE_OK(gp_plan_make(m, 32, NULL, &po, 10, &without));
+        po.action_s = a;
+        REQUIRE_OK(gp_plan_make(m, 32, NULL, &po, 10, &with));
+        const int per_mb = kinds[sched] == GP_SCHEDULE_ZBH1 ? 3 : 2;
+        CHECK_NEAR(with.step_s - without.step_s, 4 * per_mb * a, 1e-12);
+        gp_plan_free(&without);
+        gp_plan_free(&with);
+    }
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .action_s = -1e-6};
+    gp_plan p;
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 10, &p), GP_INVALID_ARGUMENT,
+                "action_s -1e-06: expected a finite time >= 0");
+    po.action_s = INFINITY;
+    CHECK_FAILS(gp_plan_make(m, 32, NULL, &po, 10, &p), GP_INVALID_ARGUMENT, "action_s inf");
+    gp_model_free(m);
+}
+
 /* The contention figure: exactly 1 for one device; for several, a finite ratio (its size is the
  * machine's: asserted in no test); the arguments checked; the model left uninitialized. */
 static void test_contention(void) {
@@ -828,6 +856,7 @@ int main(void) {
     test_cells_match_partitioner();
     test_bubble_equal_cells();
     test_optimizer_step();
+    test_action_cost();
     test_contention();
     test_memory_columns();
     test_optimizer_state();

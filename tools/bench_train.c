@@ -168,6 +168,11 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         rc = gp_cli_fail("bench", pipelined ? "setting up the pipeline" : "setting up the model");
         goto done;
     }
+    if (pipelined && b->place.rank == 0) gp_cli_remat_print(pl, b->popts.remat, b->remat_why);
+    const int ncells = gp_pipeline_cells(pl);
+    if (pipelined && (b->cell_remat = calloc((size_t)ncells, sizeof *b->cell_remat)))
+        for (b->ncells = 0; b->ncells < ncells; b->ncells++)
+            b->cell_remat[b->ncells] = gp_pipeline_cell_remat(pl, b->ncells);
     gp_shape yshape = t1 ? in : gp_shape1(b->batch);
     if (gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, gp_model_input_dtype(m), &x) != GP_OK ||
         gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, yshape, GP_I32, &y) != GP_OK) {

@@ -25,6 +25,9 @@ int gp_cli_launch_main(int argc, char **argv);
 int gp_cli_plan_search(const char *cmd, gp_model *m, int64_t batch, const gp_optim_opts *oo,
                        const gp_pipeline_opts *base, double gflops, gp_plan_search_opts so,
                        bool quiet, gp_plan_search_result *res);
+/* The pipeline runtime's seconds per action on `stages` stage devices of `threads` threads,
+ * measured now (gp_pipeline_opts.action_s); returns an exit status. */
+int gp_cli_bench_action(const char *cmd, int stages, int threads, double *action_s);
 /* The table of the fastest plans: K, D, T, M, schedule, remat (each cell's when selective),
  * predicted step, bubble, bytes on the fullest device, tokens or examples per second. */
 void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
@@ -185,6 +188,7 @@ typedef struct gp_cli_train {
      * --micro-batches, --schedule, --remat, --partition, --memory-limit */
     int stages;
     gp_pipeline_opts popts;
+    char remat_why[256];      /* how popts.remat was chosen (gp_cli_remat_default) */
     int *partition;           /* owned, NULL unless --partition */
     const char *trace, *timeline; /* --trace / --timeline of the last step, or NULL */
     gp_cli_mpi_place place; /* --launcher, --data-parallel, --comm-timeout (gp_cli_mpi_resolve) */
@@ -241,6 +245,11 @@ typedef struct gp_cli_train {
     /* --plan auto: the plans searched (plans[0] trained) and the devices searched for */
     gp_plan_search_result plan_found;
     int plan_devices;
+    /* by FLOPs (the default): plans[0] timed again on its layers measured at its micro-batch
+     * size (the calibration, which took calibrate_s); flop_step_s: its FLOP-based step, 0 when
+     * not calibrated */
+    double flop_step_s, calibrate_s;
+    double action_s; /* the runtime's measured seconds per action the plans were timed with */
     char *plan_partition; /* owned: its cells as a --partition list */
 } gp_cli_train;
 
@@ -428,6 +437,18 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
 int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int micro_batches,
                             int64_t batch, uint64_t memory_limit, gp_pipeline_opts *po,
                             int **first);
+/* --remat's default in train and bench, where --stages is given: SELECTIVE, planned against
+ * each stage device's memory (--memory-limit where given, else the host's available memory
+ * shared evenly by the `devices` stage devices of this process). Under MPI (each rank would
+ * see only its own host, and the ranks must plan alike) and on CUDA (the GPU's memory is not
+ * known to the planner) without --memory-limit: CELL. given_by: the option that chose the mode
+ * ("--remat", "--plan auto"), NULL where none did. Sets po->remat and, where it planned against
+ * the host, po->memory_limit; why: the line's reason (gp_cli_remat_print). */
+void gp_cli_remat_default(const char *given_by, bool limit_given, int devices,
+                          gp_pipeline_opts *po, char *why, size_t whysize);
+extern const char gp_cli_remat_default_text[]; /* --remat's default as --help shows it */
+/* The line that says which mode each cell of p (planned with `mode`) got and why. */
+void gp_cli_remat_print(const gp_pipeline *p, gp_remat mode, const char *why);
 /* The library's check of po (gp_pipeline_opts_check) against m and a mini-batch of `batch`
  * examples (NULL, 0: not known yet), its complaint a usage error naming the option for the field
  * at fault ("--micro-batches 3: does not divide the batch of 16 examples"). Returns an exit
@@ -488,6 +509,7 @@ typedef struct gp_cli_bench {
     int stages;
     int threads; /* of the device, or of each stage device */
     gp_pipeline_opts popts;
+    char remat_why[256]; /* how popts.remat was chosen (gp_cli_remat_default) */
     /* results */
     double *step_seconds; /* the `steps` timed steps, owned */
     double *step_cpu_seconds; /* their CPU seconds (every thread's), owned */
@@ -508,6 +530,8 @@ typedef struct gp_cli_bench {
     gp_pipeline_stats last;  /* of the last timed step */
     gp_stage_stats *last_stages; /* (stages) of the last timed step, owned */
     gp_mem_stats *stage_mem; /* (stages x T) each stage shard device's counters, owned */
+    gp_remat *cell_remat;    /* (cells) each cell's mode as planned, owned */
+    int ncells;
     gp_cli_mpi_place place;  /* MPI: where this rank runs */
     uint64_t *bytes_p2p, *bytes_allreduce; /* (ranks) sent in the last step, owned (MPI) */
     uint64_t *bytes_tensor; /* (devices, mesh order) given to the tensor axis, owned (T > 1) */

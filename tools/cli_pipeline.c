@@ -3,8 +3,10 @@
  * translation into gp_pipeline_opts, so the two commands agree; and, for
  * train, the report's `pipeline` object, the summary lines and the last step's
  * --trace / --timeline files. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -124,6 +126,85 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
         po->partition = *first;
     }
     return GP_CLI_EXIT_OK;
+}
+
+const char gp_cli_remat_default_text[] =
+    "selective against each stage device's memory (--memory-limit, else the host's available "
+    "memory shared by the stage devices; cell under MPI or CUDA without --memory-limit)";
+
+/* The bytes the host can still give: MemAvailable (free memory and the caches the kernel can
+ * drop), else the free pages alone; 0 where neither is known. */
+static uint64_t host_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    if (f) fclose(f);
+    if (kib) return (uint64_t)kib * 1024;
+    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
+void gp_cli_remat_default(const char *given_by, bool limit_given, int devices,
+                          gp_pipeline_opts *po, char *why, size_t whysize) {
+    char a[32], b[32];
+    if (given_by) {
+        snprintf(why, whysize, "%s (%s)", gp_remat_name(po->remat), given_by);
+        return;
+    }
+    if (limit_given) {
+        po->remat = GP_REMAT_SELECTIVE;
+        snprintf(why, whysize, "selective (the default) against the --memory-limit of %s per "
+                 "stage device", gp_cli_fmt_bytes(po->memory_limit, a, sizeof a));
+        return;
+    }
+    po->remat = GP_REMAT_CELL;
+    if (po->launcher == GP_LAUNCHER_MPI) {
+        snprintf(why, whysize, "cell (the default under MPI, whose ranks see only their own "
+                               "host's memory and must plan alike: --memory-limit plans "
+                               "selective)");
+        return;
+    }
+    if (po->device_type != GP_DEVICE_CPU) {
+        snprintf(why, whysize, "cell (the default on %s: the planner is not told the device's "
+                               "memory; --memory-limit plans selective)",
+                 gp_device_type_name(po->device_type));
+        return;
+    }
+    const uint64_t avail = host_available_bytes();
+    if (devices < 1) devices = 1;
+    if (avail / (uint64_t)devices == 0) {
+        snprintf(why, whysize, "cell (the default: the host's available memory is not known; "
+                               "--memory-limit plans selective)");
+        return;
+    }
+    po->remat = GP_REMAT_SELECTIVE;
+    po->memory_limit = avail / (uint64_t)devices;
+    snprintf(why, whysize, "selective (the default) against %s per stage device (%s available "
+             "on the host / %d)", gp_cli_fmt_bytes(po->memory_limit, a, sizeof a),
+             gp_cli_fmt_bytes(avail, b, sizeof b), devices);
+}
+
+void gp_cli_remat_print(const gp_pipeline *p, gp_remat mode, const char *why) {
+    const int K = gp_pipeline_cells(p);
+    printf("remat: %s:", why);
+    for (int k = 0; k < K;) {
+        const gp_remat r = gp_pipeline_cell_remat(p, k);
+        int e = k;
+        while (e + 1 < K && gp_pipeline_cell_remat(p, e + 1) == r) e++;
+        if (e > k)
+            printf("%s cells %d-%d %s", k ? "," : "", k, e, gp_remat_name(r));
+        else
+            printf("%s cell %d %s", k ? "," : "", k, gp_remat_name(r));
+        /* selective's reason for each cell: whether keeping its state fits beside the rest */
+        if (mode == GP_REMAT_SELECTIVE)
+            printf(" (%s state %s)", e > k ? "their" : "its",
+                   r == GP_REMAT_NONE ? "fits" : "would not fit");
+        k = e + 1;
+    }
+    printf("\n");
+    fflush(stdout);
 }
 
 void gp_cli_pipeline_report(cJSON *root, const gp_cli_train *t) {

@@ -15,6 +15,7 @@ typedef struct bench_opts {
     uint64_t memory_limit;
     uint64_t seed;
     bool quiet;
+    bool remat_given; /* --remat seen (else gp_cli_remat_default chooses) */
     gp_cli_pipeline_args pa; /* --partition is not offered: balanced cells only */
     gp_cli_mpi_args mpi;
     gp_cli_mpi_place place;
@@ -58,6 +59,7 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     };
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
     gp_cli_pipeline_options(pipe, &o->pa, "none: one device");
+    pipe[2].defval = gp_cli_remat_default_text; /* --remat */
     int n = (int)(sizeof tab / sizeof tab[0]);
     memcpy(t, tab, sizeof tab);
     t[n++] = (gp_cli_opt){"--micro-batches", GP_CLI_INT, &o->micro_batches, "M",
@@ -202,6 +204,7 @@ static void free_bench(gp_cli_bench *b) {
     free(b->step_bubble_sim);
     free(b->step_bubble_replay);
     free(b->stage_mem);
+    free(b->cell_remat);
     free(b->last_stages);
     free(b->rss_peak);
     free(b->bytes_p2p);
@@ -222,6 +225,10 @@ static void report_pipeline(cJSON *r, const gp_cli_bench *b) {
     cJSON_AddNumberToObject(pl, "micro_batches", b->popts.micro_batches);
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(b->popts.schedule));
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(b->popts.remat));
+    cJSON_AddStringToObject(pl, "remat_why", b->remat_why);
+    cJSON *rm = cJSON_AddArrayToObject(pl, "cell_remat"); /* every cell's, as planned */
+    for (int k = 0; k < b->ncells; k++)
+        cJSON_AddItemToArray(rm, cJSON_CreateString(gp_remat_name(b->cell_remat[k])));
     cJSON_AddStringToObject(pl, "grad_sum", gp_grad_sum_name(b->popts.grad_sum));
     cJSON_AddStringToObject(pl, "launcher", gp_launcher_name(b->place.launcher));
     cJSON_AddNumberToObject(pl, "data_parallel", b->place.data_parallel);
@@ -293,6 +300,10 @@ static int run_training(const bench_opts *o, cJSON *r) {
     b.popts.partition = NULL;
     b.popts.memory_limit = o->memory_limit;
     gp_cli_mpi_apply(&o->place, &b.popts);
+    if (b.stages > 0)
+        gp_cli_remat_default(o->remat_given ? "--remat" : NULL, o->memory_limit > 0,
+                             b.stages * b.popts.tensor_parallel, &b.popts, b.remat_why,
+                             sizeof b.remat_why);
     b.place = o->place;
     if (rc == GP_CLI_EXIT_OK) rc = gp_cli_bench_train(&b);
     double *ratio = rc == GP_CLI_EXIT_OK ? calloc((size_t)b.steps, sizeof *ratio) : NULL;
@@ -424,6 +435,7 @@ int gp_cli_bench_main(int argc, char **argv) {
                 return gp_cli_usage_error("bench", "%s: only with --stages", name);
         }
     }
+    o.remat_given = gp_cli_seen(tab, n, "--remat");
     rc = gp_cli_mpi_resolve("bench", tab, n, &o.mpi, o.pa.stages > 0 ? o.pa.stages : 1, T,
                             &o.place);
     if (rc != GP_CLI_EXIT_OK) return rc;

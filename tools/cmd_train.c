@@ -34,6 +34,7 @@ enum { NOPTS = 64 }; /* room for the table below; table_len counts it */
 static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS], mpi[GP_CLI_MPI_NOPTS], lm[GP_CLI_LM_DATA_NOPTS];
     gp_cli_pipeline_options(pipe, &o->pipe, "none: one device, no pipeline (1 with MPI)");
+    pipe[2].defval = gp_cli_remat_default_text; /* --remat */
     gp_cli_mpi_options(mpi, &o->mpi);
     gp_cli_lm_data_options(lm, &o->lm_data);
     gp_cli_opt t[NOPTS] = {
@@ -58,7 +59,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          false, 0, false},
         {"--plan", GP_CLI_CHOICE, &o->plan, "auto",
          "choose --stages, --micro-batches, --schedule and --remat (those not given) by the "
-         "fastest simulated step that fits --memory-limit on --devices (gpipe plan --devices)",
+         "fastest simulated step that fits --memory-limit on --devices (gpipe plan --devices): "
+         "ranked by FLOPs and the runtime's cost per action measured first, the fastest timed "
+         "again on its layers measured at its micro-batch size (--balance time: every plan "
+         "timed so)",
          "none", 0, false, "auto", false, 0, false},
         {"--devices", GP_CLI_INT, &o->devices, "N",
          "with --plan auto: stage devices to plan for (K x T = N)",
@@ -434,7 +438,10 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     t->popts.stage_threads = t->threads;
     if (t->stages > 0) {
         if (!SEEN("--schedule")) USED(" schedule=gpipe");
-        if (!SEEN("--remat")) USED(" remat=cell");
+        gp_cli_remat_default(o->plan ? "--plan auto" : SEEN("--remat") ? "--remat" : NULL,
+                             SEEN("--memory-limit"), t->stages * T, &t->popts, t->remat_why,
+                             sizeof t->remat_why);
+        if (!SEEN("--remat")) USED(" remat=%s", gp_remat_name(t->popts.remat));
         if (!SEEN("--partition") && !SEEN("--balance")) USED(" balance=cost");
         if (!SEEN("--pin")) USED(" pin=auto");
     } else {
@@ -553,6 +560,11 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     if (t->plan_found.n) {
         cJSON *pa = gp_cli_plan_search_json(&t->plan_found, t->plan_devices);
         cJSON_AddNumberToObject(pa, "predicted_step_s", t->plan_found.plans[0].step_s);
+        cJSON_AddNumberToObject(pa, "action_s", t->action_s);
+        if (t->flop_step_s > 0) { /* the FLOP-based figure the calibration replaced */
+            cJSON_AddNumberToObject(pa, "flop_step_s", t->flop_step_s);
+            cJSON_AddNumberToObject(pa, "calibration_s", t->calibrate_s);
+        }
         cJSON_AddNumberToObject(pa, "measured_step_s", median_step(t)); /* median */
         cJSON_AddItemToObject(r, "plan_auto", pa);
     }
@@ -593,6 +605,46 @@ static void print_summary(gp_cli_train *t) {
     fflush(stdout);
 }
 
+/* The fastest plan by FLOPs, planned again with its layers measured (the distinct layers once
+ * each, at its micro-batch size, slowed by the contention of its devices at work together) and
+ * the optimizer step measured: FLOPs rank the plans, and no layer runs at the sgemm rate they
+ * assume, so the step the user is shown is the calibrated one (gp_plan_search, balance TIME,
+ * on this plan alone). Replaces plans[0]; where it cannot, says so and keeps the FLOP plan. */
+static int calibrate(gp_cli_train *t, const gp_optim_opts *oo, const gp_pipeline_opts *base,
+                     gp_plan_search_opts so, int64_t batch) {
+    gp_plan *best = &t->plan_found.plans[0];
+    gp_pipeline_opts timed = *base;
+    timed.balance = GP_BALANCE_TIME;
+    so.stages = best->stages;
+    so.data_parallel = best->data_parallel;
+    so.micro_batches = best->micro_batches;
+    so.schedules = 1u << best->schedule;
+    so.chunks = best->chunks;
+    so.remats = 1u << best->remat;
+    so.max_plans = 1;
+    so.progress = NULL;
+    gp_plan_search_result cal = {0};
+    const double t0 = gp_cli_now();
+    if (gp_plan_search(t->model, batch, oo, &timed, 0, &so, &cal) != GP_OK || cal.n != 1) {
+        printf("plan auto: the fastest could not be timed again on its layers measured (%s); "
+               "its step is the FLOP estimate\n",
+               cal.n ? "no plan" : gp_last_error());
+        gp_plan_search_free(&cal);
+        return GP_CLI_EXIT_OK;
+    }
+    t->calibrate_s = gp_cli_now() - t0;
+    t->flop_step_s = best->step_s;
+    const gp_plan flop = *best;
+    *best = cal.plans[0];
+    cal.plans[0] = flop; /* freed with cal */
+    gp_plan_search_free(&cal);
+    printf("plan auto: the fastest timed again with its layers measured at micro-batches of "
+           "%lld (%.2f s): step %.3f s (by FLOPs %.3f s)\n",
+           (long long)best->micro_batch_size, t->calibrate_s, best->step_s, t->flop_step_s);
+    fflush(stdout);
+    return GP_CLI_EXIT_OK;
+}
+
 /* --plan auto: searches the stage count, micro-batches, schedule and remat mode not given for
  * the fastest simulated step that fits the memory limit on N stage devices (D = 1: the threads
  * launcher has no replicas), prints the fastest plans, and fills the options in as if given. */
@@ -620,10 +672,10 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
             ? gp_adamw_defaults(3e-4f, 0.01f)
             : gp_sgd_defaults(0.05f, SEEN("--momentum") ? (float)o->momentum : 0.9f);
     const bool by_time = o->pipe.balance && strcmp(o->pipe.balance, "time") == 0;
-    const gp_pipeline_opts base = {.memory_limit = SEEN("--memory-limit") ? o->memory_limit : 0,
-                                   .stage_threads = o->threads,
-                                   .tensor_parallel = T,
-                                   .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST};
+    gp_pipeline_opts base = {.memory_limit = SEEN("--memory-limit") ? o->memory_limit : 0,
+                             .stage_threads = o->threads,
+                             .tensor_parallel = T,
+                             .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST};
     const gp_plan_search_opts so = {
         .devices = N,
         .data_parallel = 1,
@@ -643,19 +695,30 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
             return GP_CLI_EXIT_RUNTIME;
         }
     }
-    printf("plan auto: searching plans of %d stage device%s (%d thread%s each), times %s\n", N,
-           N == 1 ? "" : "s", o->threads, o->threads == 1 ? "" : "s",
-           by_time ? "measured layer by layer at each micro-batch size" : "from FLOPs at the "
-                                                                          "sgemm rate measured now");
+    /* what each action costs beyond its compute, which thin micro-batches make count */
+    const double a0 = gp_cli_now();
+    int rc = gp_cli_bench_action("train", N / T, o->threads, &base.action_s);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    t->action_s = base.action_s;
+    printf("plan auto: searching plans of %d stage device%s (%d thread%s each), times %s, "
+           "%.0f us per action of the runtime (measured in %.2f s)\n",
+           N, N == 1 ? "" : "s", o->threads, o->threads == 1 ? "" : "s",
+           by_time ? "measured layer by layer at each micro-batch size"
+                   : "from FLOPs at the sgemm rate measured now",
+           base.action_s * 1e6, gp_cli_now() - a0);
     fflush(stdout);
-    int rc = gp_cli_plan_search("train", t->model, batch, &oo, &base, gflops, so, o->quiet,
-                                &t->plan_found);
+    rc = gp_cli_plan_search("train", t->model, batch, &oo, &base, gflops, so, o->quiet,
+                            &t->plan_found);
     if (rc != GP_CLI_EXIT_OK) return rc;
     t->plan_devices = N;
-    const gp_plan *best = &t->plan_found.plans[0];
     if (!o->quiet)
         gp_cli_plan_search_print(&t->plan_found, N,
                                  t->is_lm ? gp_model_example_shape(t->model).dim[0] : 0);
+    if (!by_time) {
+        rc = calibrate(t, &oo, &base, so, batch);
+        if (rc != GP_CLI_EXIT_OK) return rc;
+    }
+    const gp_plan *best = &t->plan_found.plans[0];
     o->pipe.stages = best->stages;
     o->micro_batches = best->micro_batches;
     o->pipe.schedule = gp_schedule_kind_name(best->schedule);

@@ -1,5 +1,6 @@
 /* The plan search as the command line shows it (`gpipe plan --devices N`, `gpipe train --plan
  * auto`): a progress line while plans are tried, a table of the fastest, and their JSON. */
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -102,4 +103,48 @@ cJSON *gp_cli_plan_search_json(const gp_plan_search_result *r, int devices) {
         cJSON_AddItemToArray(plans, x);
     }
     return s;
+}
+
+/* The runtime's cost per action on this machine now (gp_pipeline_opts.action_s): a pipeline of
+ * a tiny model (each layer's compute a few microseconds) on `stages` devices of `threads`
+ * threads, 64 micro-batches of one example through 1F1B, whose step is its critical path of
+ * 2 (M + K - 1) actions, nearly all hand-off: the median of 3 steps after one, over them. */
+int gp_cli_bench_action(const char *cmd, int stages, int threads, double *action_s) {
+    enum { M = 64, STEPS = 4 };
+    char json[160];
+    snprintf(json, sizeof json,
+             "{\"family\": \"transformer\", \"vocab\": 2, \"dim\": 2, \"heads\": 1, "
+             "\"d_ff\": 2, \"layers\": %d, \"seq_len\": 1}",
+             stages > 2 ? stages : 2);
+    gp_model *m = NULL;
+    gp_pipeline *p = NULL;
+    int32_t *ids = calloc(M, sizeof *ids); /* token 0 in, token 0 expected */
+    double step[STEPS];
+    const gp_pipeline_opts po = {.stages = stages, .micro_batches = M,
+                                 .schedule = GP_SCHEDULE_1F1B, .remat = GP_REMAT_NONE,
+                                 .stage_threads = threads, .batch = M};
+    const gp_optim_opts oo = gp_sgd_defaults(0.05f, 0.9f);
+    if (!ids) {
+        fprintf(stderr, "gpipe %s: out of host memory\n", cmd);
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    gp_status s = gp_model_from_json_string(json, "action timing", &m);
+    if (s == GP_OK) s = gp_pipeline_new(m, &oo, &po, 1, &p);
+    const gp_tensor x = gp_tensor_view(ids, gp_shape2(M, 1), GP_I32);
+    for (int i = 0; i < STEPS && s == GP_OK; i++) {
+        float loss;
+        const double t0 = gp_cli_now();
+        s = gp_pipeline_step(p, &x, &x, &loss);
+        step[i] = gp_cli_now() - t0;
+    }
+    gp_pipeline_free(p);
+    gp_model_free(m);
+    free(ids);
+    if (s != GP_OK) {
+        fprintf(stderr, "gpipe %s: timing the pipeline's hand-offs on %d stages: %s\n", cmd,
+                stages, gp_last_error());
+        return GP_CLI_EXIT_RUNTIME;
+    }
+    *action_s = gp_cli_median(step + 1, STEPS - 1) / (2.0 * (M + stages - 1));
+    return GP_CLI_EXIT_OK;
 }

@@ -30,9 +30,14 @@ static int pipeline_start(gp_cli_train *t, int total_steps) {
     if (s == GP_INVALID_ARGUMENT && t->partition)
         return gp_cli_usage_error("train", "--partition: %s", gp_last_error());
     if (s != GP_OK)
-        return gp_cli_fail("train", t->memory_limit
-                                        ? "cannot create the pipeline (see --memory-limit)"
-                                        : "cannot create the pipeline");
+        return gp_cli_fail("train",
+                           t->memory_limit ? "cannot create the pipeline (see --memory-limit)"
+                           : t->popts.memory_limit
+                               ? "cannot create the pipeline within the host's available memory "
+                                 "(see --remat and --memory-limit)"
+                               : "cannot create the pipeline");
+    if (t->stages > 0 && t->place.rank == 0)
+        gp_cli_remat_print(t->pipeline, t->popts.remat, t->remat_why);
     return GP_CLI_EXIT_OK;
 }
 

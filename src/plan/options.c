@@ -104,6 +104,10 @@ static gp_status check_fields(const gp_pipeline_opts *po, const gp_pipeline_size
         return bad(field, "optim_s_per_param", inv,
                    "%g: expected a finite time >= 0 (0: the optimizer step is not modelled)",
                    po->optim_s_per_param);
+    if (!(po->action_s >= 0) || !isfinite(po->action_s))
+        return bad(field, "action_s", inv,
+                   "%g: expected a finite time >= 0 (0: the actions' hand-offs are not modelled)",
+                   po->action_s);
     return GP_OK;
 }
 

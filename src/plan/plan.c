@@ -104,12 +104,14 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         goto done;
     }
     double worst_comm = 0; /* the tensor axis's time per step on the stage where it is most */
+    const bool split = gp_schedule_kind_splits(po->schedule);
     for (int k = 0; k < K; k++) {
         int e = k + 1 < K ? first[k + 1] : L;
         sc[k] = gp_sim_cell_from_layers(est, first[k], e);
-        sc[k].fwd_time *= sec_per_unit;
-        sc[k].bwd_time *= sec_per_unit;
-        sc[k].wgt_time *= sec_per_unit;
+        sc[k].fwd_time = sc[k].fwd_time * sec_per_unit + po->action_s;
+        /* a split backward is two actions, its weight part one of them */
+        sc[k].bwd_time = sc[k].bwd_time * sec_per_unit + po->action_s * (split ? 2 : 1);
+        sc[k].wgt_time = sc[k].wgt_time * sec_per_unit + (split ? po->action_s : 0);
         out->cells[k].grad_bytes = gp_cell_memory(est, first[k], e, L, 1, cell_remat[k]).grads;
         out->cells[k].time_s = sc[k].fwd_time + sc[k].bwd_time; /* compute alone, for now */
         /* each shard updates its own trainable elements after its stage's last backward */

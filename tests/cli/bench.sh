@@ -73,6 +73,8 @@ if ! "$GPIPE" bench --workload T2 --stages 2 --micro-batches 2 --schedule 1f1b -
     bad "gpipe bench --workload T2 --stages 2 failed: $(tail -c 600 "$TMP/T2.err")"
 fi
 grep -q "bubble measured" "$TMP/T2.out" || bad "T2 summary lacks the bubble line"
+grep -Eq "^remat: selective \(the default\) against .* available on the host / 2\): cells 0-1 none \(their state fits\)$" \
+    "$TMP/T2.out" || bad "T2 lacks the remat line: $(grep '^remat' "$TMP/T2.out")"
 python3 - "$TMP/T2.json" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import errors, finish, need
@@ -100,7 +102,9 @@ for key in ("stages", "micro_batches", "schedule", "remat", "partition", "busy_f
             "bubble_measured", "bubble_theory", "bubble_simulated", "bubble_replayed"):
     need(key in p, f"T2 pipeline: missing key {key}")
 K, M = p.get("stages"), p.get("micro_batches")
-need((K, M, p.get("schedule"), p.get("remat")) == (2, 2, "1f1b", "cell"), f"T2 pipeline {p}")
+# --remat's default: selective against the host's available memory, which T2 fits whole
+need((K, M, p.get("schedule"), p.get("remat"), p.get("cell_remat")) == (2, 2, "1f1b", "selective", ["none", "none"])
+     and p.get("memory_limit_bytes", 0) > 0, f"T2 pipeline {p}")
 if K and M:
     need(abs(p.get("bubble_theory", -1) - (K - 1) / (M + K - 1)) < 1e-12, f"T2 bubble_theory {p.get('bubble_theory')}")
 part = p.get("partition", [])

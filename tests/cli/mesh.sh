@@ -42,8 +42,8 @@ rc=$?
     bad "plan --tensor-parallel 3: exit $rc, $(cat "$TMP/p3.err")"
 
 run t1 "${LM[@]}" --stages 1 --report "$TMP/t1.json"
-run t2 "${LM[@]}" --tensor-parallel 2 --report "$TMP/t2.json"
-run t2k2 "${LM[@]}" --tensor-parallel 2 --stages 2 --schedule 1f1b --report "$TMP/t2k2.json"
+run t2 "${LM[@]}" --tensor-parallel 2 --remat cell --report "$TMP/t2.json"
+run t2k2 "${LM[@]}" --tensor-parallel 2 --stages 2 --schedule 1f1b --remat cell --report "$TMP/t2k2.json"
 grep -q "tensor parallel: each stage's layers split over 2 shards" "$TMP/t2.out" || bad "t2: no mesh line"
 grep -q "^stage 0 shard 1 peak" "$TMP/t2.out" || bad "t2: no per-shard summary line"
 "$GPIPE" plan --model "$TMP/lm.json" --tensor-parallel 2 --batch 8 --micro-batches 2 --gflops 10 \

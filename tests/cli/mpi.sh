@@ -35,6 +35,10 @@ cli_mpirun cn_mpi 2 "${CN[@]}" --remat none --tta flip --report "$TMP/cn_mpi.jso
 cli_mpirun lm_d2 4 "${LM[@]}" --data-parallel 2 --micro-batches 2 --report "$TMP/lm_d2.json"
 # Rank 0 alone prints.
 [ "$(grep -c '^trained 3 steps' "$TMP/lm_mpi.out")" = 1 ] || bad "lm_mpi: not exactly one summary line"
+# --remat's default under MPI: cell (a rank sees only its own host's memory, and the ranks must
+# plan alike), said once, by rank 0.
+[ "$(grep -c '^remat: cell (the default under MPI, ' "$TMP/lm_mpi.out")" = 1 ] ||
+    bad "lm_mpi: no single remat line naming the MPI default: $(grep '^remat' "$TMP/lm_mpi.out")"
 
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys

@@ -60,6 +60,19 @@ grep -q "^bubble of the last step .*measured .*theory .*simulated" "$TMP/lm_part
     bad "no bubble line in the summary"
 grep -q "^timeline of the last step written to $TMP/lm_part.svg" "$TMP/lm_part.out" ||
     bad "the summary does not say where the timeline is"
+# --remat's default: selective, planned against the host's available memory shared by the two
+# stage devices (every cell of this tiny model keeps its state), or against --memory-limit (the
+# first cell's state would not fit 300 KiB beside its parameters: it recomputes), each cell's
+# mode and the reason in the line after the pipeline's.
+grep -Eq "^remat: selective \(the default\) against [0-9.]+ [KMGT]?i?B per stage device \([0-9.]+ [KMGT]?i?B available on the host / 2\): cells 0-1 none \(their state fits\)$" \
+    "$TMP/lm_part.out" || bad "no default remat line: $(grep '^remat' "$TMP/lm_part.out")"
+run lm_sel_limit "${LM[@]}" --stages 2 --partition 0,4 --memory-limit 300KiB \
+    --report "$TMP/lm_sel_limit.json"
+grep -qx "remat: selective (the default) against the --memory-limit of 300.0 KiB per stage device: cell 0 cell (its state would not fit), cell 1 none (its state fits)" \
+    "$TMP/lm_sel_limit.out" || bad "remat line under --memory-limit: $(grep '^remat' "$TMP/lm_sel_limit.out")"
+run lm_cell_given "${LM[@]}" --stages 2 --remat cell --report "$TMP/lm_cell_given.json"
+grep -qx "remat: cell (--remat): cells 0-1 cell" "$TMP/lm_cell_given.out" ||
+    bad "remat line of a given --remat: $(grep '^remat' "$TMP/lm_cell_given.out")"
 # Sampling after a K = 2 run reads the stages' parameters: the same text as on one device.
 run lm_sample1 "${LM[@]}" --sample 24
 run lm_sample2 "${LM[@]}" --stages 2 --remat cell --sample 24
@@ -114,7 +127,17 @@ def check(prefix, combos, extra=()):
         need(isinstance(th, (int, float)) and abs(th - (k - 1) / (cps * 4 + k - 1)) <= 1e-12,
              f"{name}: bubble_theory {th} != (K-1)/(VM+K-1) = {(k - 1) / (cps * 4 + k - 1)}")
         need(isinstance(p.get("step_s"), (int, float)) and p["step_s"] > 0, f"{name}: step_s {p.get('step_s')}")
-check("lm", lm_combos, [("2:gpipe:cell", "lm_part")])
+check("lm", lm_combos, [("2:gpipe:selective", "lm_part"), ("2:gpipe:cell", "lm_cell_given")])
+lim = json.load(open(f"{d}/lm_sel_limit.json"))
+need(lim["params_fnv1a64"] == json.load(open(f"{d}/lm_ref.json"))["params_fnv1a64"],
+     "selective under --memory-limit: parameters differ from one device")
+need(lim["pipeline"].get("cell_remat") == ["cell", "none"]
+     and lim["pipeline"].get("memory_limit_bytes") == 300 * 1024,
+     f"selective under --memory-limit: {lim['pipeline'].get('cell_remat')}, "
+     f"limit {lim['pipeline'].get('memory_limit_bytes')}")
+# the default's limit: the host's available memory over the 2 stage devices
+need(json.load(open(f"{d}/lm_part.json"))["pipeline"].get("memory_limit_bytes", 0) > 0,
+     "the default remat's limit is not reported")
 check("cn", cn_combos)
 part = json.load(open(f"{d}/lm_part.json"))["pipeline"]
 need(part.get("partition") == [0, 2] and part.get("partition_source") == "--partition",
@@ -143,6 +166,10 @@ LM_NO_M=("${LM[@]:0:8}" "${LM[@]:10}") # LM without its --micro-batches 4
 run lm_auto "${LM_NO_M[@]}" --plan auto --devices 2 --memory-limit 200K --report "$TMP/lm_auto.json"
 run lm_auto_m "${LM[@]}" --plan auto --devices 2 --report "$TMP/lm_auto_m.json"
 grep -q "^plan auto: training the fastest, K = " "$TMP/lm_auto.out" || bad "--plan auto: no choice line"
+grep -Eq "^plan auto: searching plans of 2 stage devices .*, [0-9]+ us per action of the runtime \(measured in [0-9.]+ s\)$" \
+    "$TMP/lm_auto.out" || bad "--plan auto: no action cost in the search line: $(grep '^plan auto' "$TMP/lm_auto.out")"
+grep -Eq "^plan auto: the fastest timed again with its layers measured at micro-batches of [0-9]+ \([0-9.]+ s\): step [0-9.]+ s \(by FLOPs [0-9.]+ s\)$" \
+    "$TMP/lm_auto.out" || bad "--plan auto: no calibration line: $(grep '^plan auto' "$TMP/lm_auto.out")"
 grep -q "^plan auto: predicted .* s per step, measured .* s (median of 3" "$TMP/lm_auto.out" ||
     bad "--plan auto: no predicted/measured line: $(cat "$TMP/lm_auto.out")"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
@@ -160,6 +187,10 @@ for name, m in (("lm_auto", None), ("lm_auto_m", 4)):
           best.get("partition"), best.get("cell_remat")), f"{name}: trained {p} != planned {best}")
     need(m is None or best.get("micro_batches") == m, f"{name}: M {best.get('micro_batches')}")
     need(pa.get("predicted_step_s", 0) > 0 and pa.get("measured_step_s", 0) > 0, f"{name}: times")
+    # by default the FLOP search's fastest is timed again on measured layers, with the runtime's
+    # measured cost per action: the step shown is that plan's
+    need(pa.get("action_s", 0) > 0 and pa.get("flop_step_s", 0) > 0 and pa.get("calibration_s", 0) > 0
+         and pa["predicted_step_s"] == best.get("step_s"), f"{name}: calibration {pa}")
     if name == "lm_auto":
         peaks = [s["total"] for s in p.get("stage_peak_bytes", [])]
         need(peaks and max(peaks) <= 200 * 1024, f"{name}: a stage over the 200K limit: {peaks}")
