@@ -8,6 +8,7 @@
 
 #include "comm/transport.h"
 #include "plan/schedule.h"
+#include "plan/validate.h"
 #include "testutil.h"
 
 #define B 2

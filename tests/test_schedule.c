@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/cells.h"
 #include "plan/schedule.h"
+#include "plan/simulate.h"
+#include "plan/validate.h"
 #include "testutil.h"
 
 /* Index of the action (kind, mb) on stage k, or -1. */

@@ -12,6 +12,7 @@
 #include "model/sequence.h"
 #include "model/skips.h"
 #include "plan/partition.h"
+#include "plan/schedule.h"
 #include "testutil.h"
 
 #define BATCH 8

@@ -8,6 +8,7 @@
 
 #include "pipeline/stage.h"
 #include "pipeline/timeline.h"
+#include "plan/simulate.h"
 
 /* One transport call [b, e] as WAIT up to `ready` (when the peer made the call able to
  * proceed), then the hand-over itself. */

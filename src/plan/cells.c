@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "plan/partition.h"
-#include "plan/schedule.h"
+#include "plan/cells.h"
 
 const char *gp_balance_name(gp_balance b) {
     return b == GP_BALANCE_COST ? "cost" : b == GP_BALANCE_TIME ? "time" : "?";

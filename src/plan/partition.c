@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "layers/layer.h"
 #include "model/skips.h"
+#include "plan/schedule.h"
 
 /* Here rather than in plan.c: the partitioner's messages name the mode, and plan.c calls into
  * this file. */

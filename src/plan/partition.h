@@ -51,10 +51,6 @@ double gp_layer_est_time(const gp_layer_est *l);
 gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, int optim_states,
                                   gp_device *dev, gp_layer_est *out);
 
-/* Messages a sender keeps per link until the receiver has taken them (the transports'
- * capacity, which every pipeline uses). */
-#define GP_MAILBOX_CAPACITY 2
-
 /* One moment of a stage's order of actions, as one of its cells sees it: the cell's micro-batches
  * forwarded and not yet backwarded (fwd), those backwarded by a split backward's input part whose
  * weight part is still to come (wgt), whether the cell's backward is running (bwd: 1, holding the
@@ -66,7 +62,7 @@ typedef struct gp_stash_point {
 
 /* The moments of a cell that can hold its most activation bytes, whatever its layers' figures:
  * no point is at or below another in all four counts. The schedule decides them (gp_stash_profiles
- * in schedule.h); its memory simulation peaks at the largest of them. */
+ * in cells.h); its memory simulation peaks at the largest of them. */
 typedef struct gp_stash_profile {
     gp_stash_point *pt;
     int n, cap;
@@ -143,36 +139,8 @@ gp_status gp_partition_balance(const gp_partition_req *r, int *first, double *bo
  * strictly increasing, each < L; then that every cell fits the memory limit of r. */
 gp_status gp_partition_check(const gp_partition_req *r, const int *first, int nfirst);
 
-/* The bytes of ncells cells (starts first[], modes cell_remat: CELL or NONE) that `schedule`
- * runs V to a stage over M micro-batches, as shares of each stage's peak: out[c] (ncells
- * entries) holds cell c's static bytes, its part of its stage's simulated peak of activations
- * (stash; work 0: the rebuilt state is in the peak), its messages, and its transient only when
- * it is the largest of its stage's (a stage runs one action at a time: counted once); total adds
- * them, so a stage's cells' totals add up to its peak: stage_total (may be NULL, ncells / V
- * entries). The simulation is of memory alone, which the order of each stage's actions
- * decides, not their times. */
-gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
-                          const gp_remat *cell_remat, int ncells, int M,
-                          gp_schedule_kind schedule, int V, gp_cell_mem *out,
-                          uint64_t *stage_total);
-
-/* The K cells for pipeline options po (partition given or balanced, balance by cost or by
- * po->layer_times, the memory limit checked on every stage's simulated peak, as the plan reports
- * it, for every schedule): what gp_plan_make and gp_pipeline_new both use. est (L entries)
- * receives the layers' figures at micro_batch_size, times in FLOPs or (balance TIME) measured
- * seconds; first and cell_remat (each cell's own mode, CELL or NONE): K entries, both needed. */
-gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim_states,
-                          const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
-                          int *first, gp_remat *cell_remat);
-
-
 /* The time of the cell of layers [first, end): the partitioner's objective for one cell. */
 double gp_cell_time(const gp_layer_est *layers, int first, int end);
-
-/* A stand-in tensor for what flows into or out of layer `layer` while profiling (`which`: 0 in,
- * 1 out): token 0 for integer inputs, small seeded random values otherwise. */
-gp_status gp_profile_stand_in(gp_device *dev, gp_shape shape, gp_dtype dt, uint32_t layer,
-                              uint32_t which, gp_tensor *t);
 
 /* Writes a byte count as "300 MiB", "1.50 GiB", "512 bytes" into buf; returns buf. */
 char *gp_plan_bytes_str(uint64_t nbytes, char *buf, size_t n);

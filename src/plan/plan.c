@@ -11,9 +11,11 @@
 #include "comm/transport.h"
 #include "model/shard.h"
 #include "optim/optim.h"
+#include "plan/cells.h"
 #include "plan/options.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
+#include "plan/simulate.h"
 
 /* A stage's device holds its V cells together. */
 uint64_t gp_plan_fullest_bytes(const gp_plan *p) {

@@ -9,7 +9,7 @@
 #include "model/param_store.h"
 #include "model/sequence.h"
 #include "model/skips.h"
-#include "plan/partition.h"
+#include "plan/profile.h"
 
 /* Token 0 for integer inputs (always a valid id), small random values otherwise (no layer's
  * time depends on the values). */

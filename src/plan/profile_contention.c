@@ -14,7 +14,7 @@
 #include "model/sequence.h"
 #include "model/shard.h"
 #include "plan/cores.h"
-#include "plan/partition.h"
+#include "plan/profile.h"
 
 #define ROUNDS 7
 

@@ -2,7 +2,7 @@
  * it deadlock-free (the validator's last check) and, given per-cell times and bytes, gives each
  * stage's busy and idle time, the step time, the bubble and each stage's peak activation memory
  * (the simulator). */
-#include "plan/schedule.h"
+#include "plan/replay.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,14 +1,12 @@
-/* Pipeline schedules as data: one list of actions per stage, the generators (GPipe fill-drain and
- * 1F1B) and a printer (schedule.c), the replay engine (replay.c), the validator that every
- * schedule passes before it runs (validate.c), and the simulator that predicts time and
- * activation memory from a schedule (simulate.c). Each of those files calls only the ones listed
- * before it. Private to the library. */
+/* Pipeline schedules as data: one list of actions per stage, the generators (GPipe fill-drain,
+ * 1F1B, interleaved 1F1B, ZB-H1, ZBV) and a printer (schedule.c). The replay engine (replay.h),
+ * the validator (validate.h) and the simulator (simulate.h) work on these lists, each calling
+ * only the ones before it. Private to the library. */
 #ifndef GP_PLAN_SCHEDULE_H
 #define GP_PLAN_SCHEDULE_H
 
 #include "core/error.h"
 #include "gpipe.h"
-#include "plan/partition.h"
 
 typedef enum gp_action_kind {
     GP_ACT_FORWARD = 0,    /* run the cell forward on micro-batch mb (stash its input) */
@@ -42,6 +40,11 @@ typedef struct gp_stage_actions {
  * round the stages V times; V_SHAPE (ZBV): chunk 0 of stage k is cell k and chunk 1 is cell
  * 2K - 1 - k, so the pipeline goes down the stages and back up (the last cell on stage 0). */
 typedef enum gp_placement { GP_PLACE_LOOP = 0, GP_PLACE_V_SHAPE = 1 } gp_placement;
+
+/* Messages a sender keeps per link until the receiver has taken them (the transports'
+ * capacity, which every pipeline uses): what schedules are validated and simulated against, and
+ * what the memory model counts as held. */
+#define GP_MAILBOX_CAPACITY 2
 
 /* The most cells a stage may run (interleaved's V). */
 #define GP_SCHEDULE_MAX_CHUNKS 64
@@ -124,108 +127,16 @@ char *gp_schedule_stage_str(const gp_schedule *s, int k, char *buf, size_t n);
 /* Writes "schedule NAME: K = .., M = ..", then one line per stage, to f. */
 void gp_schedule_print(const gp_schedule *s, FILE *f);
 
-/* ---------------------------------------------------------------- validator (validate.c) */
-
-/* Where the validator found the first problem: stage, index in that stage's list (n = the end of
- * the list, for something missing there). */
+/* Where the validator (or the replay) found the first problem: stage, index in that stage's
+ * list (n = the end of the list, for something missing there). */
 typedef struct gp_schedule_fault {
     int stage, index;
 } gp_schedule_fault;
-
-/* Proves the schedule complete and deadlock-free with mailboxes holding `capacity` >= 1 messages
- * per direction per link (a send blocks while its mailbox is full). Checks, stage by stage and
- * action by action: micro-batch indices in range; every micro-batch forwarded and backwarded
- * exactly once; a backward after its forward; backwards in micro-batch order 0..M-1 (the
- * bitwise-reproducibility invariant); a RECV before the FORWARD/BACKWARD that needs it; a send
- * after the computation that produces it; no activation sends from the last stage, gradients
- * from the first, and so on; exactly one OPTIMIZER_STEP, last. Then that each link's receives
- * take its sends in the order they were sent (mailboxes are FIFO). Then it replays the schedule
- * (every stage runs its next action whenever it can proceed) and reports a deadlock if all
- * remaining stages are blocked. On failure, the message names the first offending action:
- * "stage 1, action 4 RECV_ACT(2): ..." and *where (may be NULL) gets its position. */
-gp_status gp_schedule_validate(const gp_schedule *s, int capacity, gp_schedule_fault *where);
 
 /* For the validator and the replay (defined in schedule.c): sets the message "schedule NAME
  * (K, M): stage k, action i TEXT: why [stage k: ... [TEXT] ...]", fills *where (may be NULL) and
  * returns GP_INVALID_ARGUMENT. */
 gp_status gp_schedule_fault_error(const gp_schedule *s, int k, int i, gp_schedule_fault *where,
                                   const char *fmt, ...) GP_PRINTF(5, 6);
-
-/* ---------------------------------------------------------------- simulator (simulate.c) */
-
-/* One cell's figures for the simulator (times in any one unit, e.g. seconds or FLOPs). */
-typedef struct gp_sim_cell {
-    double fwd_time;      /* one micro-batch forward */
-    double bwd_time;      /* one micro-batch backward, without recomputation */
-    double wgt_time;      /* of bwd_time, the weight gradients (a split backward's own action) */
-    double opt_time;      /* the optimizer step */
-    uint64_t in_bytes;    /* the cell's input, one micro-batch */
-    uint64_t state_bytes; /* the cell's full saved state of one micro-batch (out + saved) */
-    uint64_t keep_bytes;  /* held from a split backward's input part to its weight part: the
-                           * output gradients the weight parts read */
-    /* Optional, M entries each: the durations of each micro-batch's forward, backward (both
-     * parts of a split one), its weight part and (remat CELL) recomputation, replacing the
-     * means above: a replay of measured actions. */
-    const double *fwd_mb, *bwd_mb, *wgt_mb, *recompute_mb;
-} gp_sim_cell;
-
-/* Sums a cell's figures over layers [first, end) (the memory model's terms). */
-gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int end);
-
-typedef struct gp_sim_opts {
-    int capacity;       /* mailbox capacity, messages per direction per link (0 means 1) */
-    double latency;     /* from a send to its message being receivable (default 0) */
-    gp_remat remat;     /* CELL (the zero value): each BACKWARD first recomputes the forward;
-                         * NONE: the stash keeps every layer's state */
-    const gp_remat *cell_remat; /* optional, K V entries (CELL or NONE): each cell's own mode,
-                                 * replacing remat (a SELECTIVE pipeline's) */
-} gp_sim_opts;
-
-typedef struct gp_sim_stage {
-    double busy;          /* forward + backward (+ recompute) + optimizer time */
-    double recompute;     /* of which recomputation */
-    double idle;          /* step_time - busy: waiting on neighbours, or done early */
-    double end;           /* when its last action ends */
-    int peak_in_flight;   /* most micro-batches forwarded but not yet backwarded */
-    uint64_t peak_act_bytes; /* most activation bytes at once (stash + rebuilt state) */
-    /* at that peak, each of the stage's cells' part of it (chunk v at [v]; they add up to
-     * peak_act_bytes) */
-    uint64_t peak_chunk_bytes[GP_SCHEDULE_MAX_CHUNKS];
-} gp_sim_stage;
-
-typedef struct gp_sim_result {
-    double step_time; /* the last stage to finish */
-    double bubble;    /* sum of idle / (K * step_time): (K-1)/(M+K-1) for balanced GPipe */
-} gp_sim_result;
-
-/* gp_cells_memory's shares (partition.h) from a simulation already made of schedule s (of
- * `schedule`'s kind, with any times: the peaks depend on each stage's order alone), st holding
- * its s->stages stages: the planner's, so that it replays each candidate once. */
-void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
-                            const gp_remat *cell_remat, gp_schedule_kind schedule,
-                            const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
-                            uint64_t *stage_total);
-/* Each cell's profile (partition.h) under schedule s: out[c] for its K V cells (zeroed by the
- * caller), the points of its stage's order of actions at which the cell's part of the stage's
- * activations can peak, as the simulator counts them. With one cell per stage the largest point
- * is the stage's simulated peak exactly; with several, the cells' largest points add up to at
- * least it. Free the points with gp_stash_profiles_free. */
-gp_status gp_stash_profiles(const gp_schedule *s, gp_stash_profile *out);
-void gp_stash_profiles_free(gp_stash_profile *p, int n);
-/* Validates s with o->capacity, then plays it with cells[K V] figures (cell c's at c; a stage's
- * optimizer step takes the sum of its cells' opt_time): actions of a stage run one
- * after another; a RECV ends when its message has arrived (send end + latency); a SEND waits
- * while the mailbox is full (until the receiver took the message `capacity` sends earlier).
- * stages[K] (caller-owned) get per-stage figures. */
-gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
-                               const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out);
-
-/* ---------------------------------------------------------------- replay engine (replay.c) */
-
-/* The engine behind the validator's deadlock check and the simulator. Assumes the per-stage and
- * per-link checks passed. cells == NULL: order only, no figures. */
-gp_status gp_schedule_replay(const gp_schedule *s, int capacity, const gp_sim_cell *cells,
-                             const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out,
-                             gp_schedule_fault *where);
 
 #endif

@@ -1,9 +1,11 @@
 /* The simulator: checks its inputs, validates the schedule, then replays it (replay.c) with
  * per-cell times and bytes to predict each stage's busy and idle time, the step time, the bubble
  * and each stage's peak activation memory. */
-#include "plan/schedule.h"
+#include "plan/simulate.h"
 
 #include <math.h>
+
+#include "plan/validate.h"
 
 gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int end) {
     gp_sim_cell c = {0};

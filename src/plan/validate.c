@@ -1,9 +1,11 @@
 /* The validator: the per-cell rules, the FIFO matching of each link's messages, then a replay
  * (replay.c) that proves the schedule deadlock-free with bounded mailboxes. With V cells per
  * stage, each cell's rules read the actions of its chunk in its stage's list. */
-#include "plan/schedule.h"
+#include "plan/validate.h"
 
 #include <stdlib.h>
+
+#include "plan/replay.h"
 
 #define FAULT(...) gp_schedule_fault_error(s, k, i, where, __VA_ARGS__)
 
