@@ -14,9 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_path.h"
-#include "kernels/cpu/conv_winograd.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/kernels.h"
 #include "support/support.h"
 

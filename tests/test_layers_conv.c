@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "core/device.h"
-#include "kernels/cpu/conv_direct.h"
-#include "kernels/cpu/conv_winograd.h"
+#include "kernels/cpu/isa.h"
 #include "testutil.h"
 
 static bool quick(void) {

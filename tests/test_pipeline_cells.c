@@ -8,7 +8,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/isa.h"
 #include "testutil.h"
 
 #define BATCH 8

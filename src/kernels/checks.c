@@ -3,7 +3,7 @@
  * the position, nothing written) reads the same on every device. Host memory: a GPU's ops check
  * host copies. */
 #include "core/error.h"
-#include "kernels/kernels.h"
+#include "kernels/checks.h"
 
 gp_status gp_kernels_check_ids(int64_t n, int64_t row_len, int64_t vocab, const int32_t *ids) {
     for (int64_t i = 0; i < n; i++)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_device.h"
 #include "kernels/cuda_module.h"
 
 /* The host is one device; every CPU device made is on it. */

@@ -7,7 +7,7 @@
 #define GP_KERNELS_DEVICES_H
 
 #include "gpipe.h"
-#include "kernels/kernels.h"
+#include "kernels/kernel_table.h"
 
 typedef struct gp_device_entry {
     const char *name; /* "cpu", "cuda": gp_device_kind() of its devices */

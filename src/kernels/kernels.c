@@ -1,7 +1,7 @@
 /* Finding the op table for a tensor's memory: its device's, or the CPU's for host views. */
 #include "kernels/kernels.h"
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_device.h"
 
 const gp_kernels *gp_kernels_of(const gp_device *dev) {
     return dev ? gp_device_kernels(dev) : gp_cpu_kernels();

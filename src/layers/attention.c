@@ -122,10 +122,13 @@ static void attn_layout(const gp_layer *l, gp_layout *out) {
                        .splits = {{0, 0, 3, 0}, {1, 0, 3, 0}, {2, 1, 1, 0}}};
 }
 
+/* The shard attention layer of gp_causal_attention(dim, heads, dropout) for nshards. */
+static gp_layer *attn_shard_new(int dim, int heads, float dropout, int nshards);
+
 static gp_layer *attn_shard(const gp_layer *l, int nshards) {
     if (nshards == 1) return gp_layer_copy(l, sizeof(attention_impl)); /* replicated */
     const attention_impl *p = l->impl;
-    return gp_causal_attention_shard(p->dim, p->heads, p->dropout, nshards);
+    return attn_shard_new(p->dim, p->heads, p->dropout, nshards);
 }
 
 #define ATTENTION_OPS                                                                           \
@@ -150,7 +153,7 @@ static gp_layer *attn_new(const gp_layer_ops *ops, const attention_impl *p) {
     return l;
 }
 
-gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshards) {
+static gp_layer *attn_shard_new(int dim, int heads, float dropout, int nshards) {
     if (nshards < 1 || heads % nshards || dim % heads) {
         gp_error(GP_CONFIG, "causal_attention: heads = %d must divide by %d shards (dim %d)",
                  heads, nshards, dim);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 #define BN_EPS 1e-5
 #define BN_MOMENTUM 0.1

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 typedef struct conv_cfg {
     int in_ch, out_ch, kernel, stride, pad;

@@ -3,7 +3,7 @@
  * because the caller owns separate output and gradient tensors. */
 #include <stdint.h>
 
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 static gp_status flatten_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                                    gp_shape *out) {

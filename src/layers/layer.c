@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/device.h"
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 gp_layer *gp_layer_new(const gp_layer_ops *ops, void *impl) {
     gp_layer *l = calloc(1, sizeof *l);

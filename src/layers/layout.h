@@ -6,7 +6,7 @@
 #ifndef GP_LAYERS_LAYOUT_H
 #define GP_LAYERS_LAYOUT_H
 
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 /* The mesh axis that splits layers. */
 #define GP_TENSOR_AXIS "tensor"

@@ -1,7 +1,10 @@
-/* The softmax cross-entropy of a vocabulary split over the tensor axis (see tp_ops.h): two
+/* The softmax cross-entropy of a vocabulary split over the tensor axis (loss_shard.h): two
  * small all-reduces of per-row figures instead of gathering (rows, vocab) logits. */
+#include "layers/loss_shard.h"
+
 #include "core/device.h"
-#include "layers/tp_ops.h"
+#include "core/error.h"
+#include "kernels/kernels.h"
 
 gp_status gp_softmax_xent_shard(const gp_tensor *logits, const gp_tensor *labels, int64_t vocab,
                                 int64_t first, const gp_coll_group *g, double normalizer,

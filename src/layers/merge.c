@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/tensor.h"
-#include "layers/layer.h"
+#include "layers/merge.h"
 
 typedef struct merge_impl {
     bool concat;

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 static gp_status check_out(const gp_layer *l, const gp_shape *got, const gp_shape *want,
                            const char *what) {

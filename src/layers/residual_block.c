@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 typedef struct block_cfg {
     int in_ch, out_ch, stride;

@@ -1,11 +1,13 @@
-/* What the tensor-parallel shard layers share (Megatron's split of a Transformer): the group
- * check and its all-reduce, the attention sublayer, whole or on a shard's heads (qkv
+/* What the tensor-parallel shard layers share (Megatron's split of a Transformer; tp_ops.c): the
+ * group check and its all-reduce, and the attention sublayer, whole or on a shard's heads (qkv
  * column-parallel: no communication forward; output projection row-parallel: an all-reduce of
- * its output forward, and the all-reduce of the input's gradient after the qkv backward), and
- * the softmax cross-entropy over a vocabulary split by shard, which never gathers the logits. */
+ * its output forward, and the all-reduce of the input's gradient after the qkv backward). The
+ * softmax cross-entropy over a vocabulary split by shard comes with it (loss_shard.h), for the
+ * pipeline's last stage. */
 #ifndef GP_LAYERS_TP_OPS_H
 #define GP_LAYERS_TP_OPS_H
 
+#include "layers/loss_shard.h"
 #include "layers/transformer_ops.h"
 
 /* The call's tensor-parallel group, which a shard of nshards needs: GP_INVALID_ARGUMENT naming
@@ -55,22 +57,5 @@ gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_dev
 /* Forward and backward FLOPs of the sublayer (a shard's: the whole one's over T, the output
  * bias and dropout on the whole width), for the cost models. */
 void gp_mha_flops(const gp_attn_dims *d, int64_t C, float p, double *fwd, double *bwd);
-
-/* The shard block of gp_transformer_block(dim, heads, d_ff, dropout) for nshards (heads and
- * d_ff divisible by it; transformer_block_tp.c). */
-gp_layer *gp_transformer_block_shard(int dim, int heads, int d_ff, float dropout, int nshards);
-/* The shard attention layer of gp_causal_attention(dim, heads, dropout) for nshards. */
-gp_layer *gp_causal_attention_shard(int dim, int heads, float dropout, int nshards);
-
-/* Softmax cross-entropy of logits (rows, classes) that hold classes [first, first + classes)
- * of `vocab`, the rest on the other members of g (labels global, -1 ignored): the row maximum
- * and the sums of exponentials and target logits are all-reduced over g (1 + 2 floats a row;
- * 1 + 3 with label smoothing > 0, whose loss also takes the row's sum of logits), so the whole
- * logits are never gathered. *loss is the same on every member (the whole loss, as
- * gp_softmax_xent_smoothed's within float rounding); dlogits (may be NULL) gets this shard's
- * columns of the gradient. Workspace on the logits' device. */
-gp_status gp_softmax_xent_shard(const gp_tensor *logits, const gp_tensor *labels, int64_t vocab,
-                                int64_t first, const gp_coll_group *g, double normalizer,
-                                double smoothing, double *loss, gp_tensor *dlogits);
 
 #endif

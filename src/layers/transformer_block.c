@@ -3,6 +3,7 @@
  * residuals inside: the skeleton of block_skeleton.c without a group, its layout over the
  * tensor axis, and its shards (transformer_block_tp.c). */
 #include "layers/block_skeleton.h"
+#include "layers/transformer_block_tp.h"
 
 /* Megatron's layout: attention by heads (qkv by rows, q, k and v alike; the output projection
  * by columns), the MLP by d_ff (fc by rows, its bias too; the output projection by columns);

@@ -6,6 +6,7 @@
  * qkv and of the MLP's fc, before their layer norms). Every shard holds the whole activation
  * between blocks, the same bits on every shard. */
 #include "layers/block_skeleton.h"
+#include "layers/transformer_block_tp.h"
 
 /* The skeleton of block_skeleton.c in the call's group; no layout or shards of its own. */
 static const gp_layer_ops shard_ops = {

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
-#include "layers/layer.h"
+#include "layers/layer_base.h"
 
 /* ---- dropout: the stream of dropout site `site` of the layer at `layer_index` for one call;
  * the mask is regenerated from it in backward (the kernels' dropout op). */

@@ -4,7 +4,9 @@
  * threads; each pair is computed whole by one thread, so the bits do not depend on the split. */
 #include <string.h>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/transformer_math.h"
 
 /* Rows are processed in blocks of ATTN_BLOCK: a block of query rows only needs keys up to its

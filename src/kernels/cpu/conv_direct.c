@@ -100,7 +100,7 @@ static phase_geom phase_geom_of(const gp_conv_geom *g) {
                         .Wq = lead + (last_w + 1 > g->out_w ? last_w + 1 : g->out_w)};
 }
 
-bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc) {
+bool gp_conv_direct_serves(const gp_conv_geom *g, int64_t oc) {
     if (!GP_HAVE_AVX2 || !gp_conv_path_on(GP_CONV_DIRECT) || oc <= 0 || kdim(g) < MIN_TAPS)
         return false;
     const int64_t image = g->channels * padded_h(g) * padded_w(g);

@@ -23,12 +23,13 @@
 #include <stdint.h>
 
 #include "core/device.h"
-#include "kernels/cpu/isa.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/isa_names.h"
+#include "kernels/kernel_table.h"
 
 /* Whether this path serves a convolution of g with oc output channels: the variant has AVX2
- * and FMA, the path is on (conv_path.h), and one example's buffers stay within bounds. */
-bool gp_conv_direct_applies(const gp_conv_geom *g, int64_t oc);
+ * and FMA, the path is on (conv_path.h), and one example's buffers stay within bounds (the
+ * variant in use's answer, for tests: gp_conv_direct_applies, isa.h). */
+bool gp_conv_direct_serves(const gp_conv_geom *g, int64_t oc);
 
 /* Whether gp_conv_direct_backward computes the input gradient of g: at stride 1 as the
  * flipped convolution (gp_conv_dx_geom), at larger strides phase by phase; not for a 1x1

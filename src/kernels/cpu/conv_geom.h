@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "kernels/kernel_table.h"
 
 /* The input gradient of a stride-1 convolution is itself a stride-1 convolution: of dy with
  * the weights flipped in space and with their channel axes swapped, padded by k - 1 - pad.

@@ -13,7 +13,9 @@
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_geom.h"
 #include "kernels/cpu/conv_winograd.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
 
 /* The output columns ow whose input column ow*s - pad + kj lies inside
@@ -251,7 +253,7 @@ static int64_t gemm_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int
 
 /* The input gradient by Winograd: the flipped convolution's geometry (*gt) where it applies. */
 static bool dx_by_winograd(const gp_conv_geom *g, int64_t out_ch, gp_conv_geom *gt) {
-    return gp_conv_dx_geom(g, out_ch, gt) && gp_conv_winograd_applies(gt, g->channels);
+    return gp_conv_dx_geom(g, out_ch, gt) && gp_conv_winograd_serves(gt, g->channels);
 }
 
 static int64_t conv_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
@@ -260,11 +262,11 @@ static int64_t conv_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int
 int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
                          bool backward, bool want_dx) {
     if (!backward)
-        return gp_conv_winograd_applies(g, out_ch) ? gp_conv_winograd_ws(dev, g, batch, out_ch)
+        return gp_conv_winograd_serves(g, out_ch) ? gp_conv_winograd_ws(dev, g, batch, out_ch)
                                                    : conv_ws(dev, g, batch, out_ch, false, false);
     /* one after the other: dw by Winograd, dx by Winograd, then what is left on the others */
     gp_conv_geom gt;
-    const bool wg_dw = gp_conv_winograd_dw_applies(g, batch, out_ch);
+    const bool wg_dw = gp_conv_winograd_dw_serves(g, batch, out_ch);
     const bool wg_dx = want_dx && dx_by_winograd(g, out_ch, &gt);
     int64_t need = wg_dw ? gp_conv_winograd_dw_ws(dev, g, batch, out_ch) : 0;
     if (wg_dx) {
@@ -281,7 +283,7 @@ int64_t gp_cpu_conv2d_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, i
 /* The workspace of the direct path, or of im2col. */
 static int64_t conv_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t out_ch,
                        bool backward, bool want_dx) {
-    if (!gp_conv_direct_applies(g, out_ch))
+    if (!gp_conv_direct_serves(g, out_ch))
         return gemm_ws(dev, g, batch, out_ch, backward, want_dx);
     const bool dx_direct = want_dx && gp_conv_direct_dx(g, out_ch);
     return gp_conv_direct_ws(dev, g, batch, out_ch, backward, dx_direct) +
@@ -374,11 +376,11 @@ static void conv_forward_part(void *ctx, int t, int nt) {
 gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                 int64_t out_ch, const float *x, const float *w, float *y,
                                 float *ws) {
-    if (gp_conv_winograd_applies(g, out_ch)) {
+    if (gp_conv_winograd_serves(g, out_ch)) {
         gp_conv_winograd_forward(dev, g, batch, out_ch, x, w, false, y, ws);
         return GP_OK;
     }
-    if (gp_conv_direct_applies(g, out_ch)) {
+    if (gp_conv_direct_serves(g, out_ch)) {
         if (batch > 0) gp_conv_direct_forward(dev, g, batch, out_ch, x, w, y, ws);
         return GP_OK;
     }
@@ -504,7 +506,7 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
                                  int64_t out_ch, const float *x, const float *w, const float *dy,
                                  float *dx, float *dw, float *ws) {
     if (batch <= 0) return GP_OK;
-    if (dw && gp_conv_winograd_dw_applies(g, batch, out_ch)) {
+    if (dw && gp_conv_winograd_dw_serves(g, batch, out_ch)) {
         gp_conv_winograd_dw(dev, g, batch, out_ch, x, dy, dw, ws);
         dw = NULL;
     }
@@ -514,7 +516,7 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
         dx = NULL;
     }
     if (!dx && !dw) return GP_OK;
-    if (gp_conv_direct_applies(g, out_ch)) { /* dx by im2col where the direct path has none */
+    if (gp_conv_direct_serves(g, out_ch)) { /* dx by im2col where the direct path has none */
         const bool dx_direct = dx && gp_conv_direct_dx(g, out_ch);
         gp_conv_direct_backward(dev, g, batch, out_ch, x, w, dy, dx_direct ? dx : NULL, dw, ws);
         if (!dx || dx_direct) return GP_OK;

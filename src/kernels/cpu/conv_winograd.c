@@ -71,7 +71,7 @@ static wg_geom wg_geom_of(const gp_conv_geom *g, int64_t batch, int64_t oc) {
     return q;
 }
 
-bool gp_conv_winograd_applies(const gp_conv_geom *g, int64_t oc) {
+bool gp_conv_winograd_serves(const gp_conv_geom *g, int64_t oc) {
     if (!GP_HAVE_AVX2 || !gp_conv_path_on(GP_CONV_WINOGRAD)) return false;
     if (g->kernel != 3 || g->stride != 1 || g->pad != 1 || g->out_h != g->height ||
         g->out_w != g->width)
@@ -457,8 +457,8 @@ static int64_t dw_thread_floats(const wg_geom *q) {
 #define DW_MIN_PAIRS 1024
 #define DW_MIN_TILES 256
 
-bool gp_conv_winograd_dw_applies(const gp_conv_geom *g, int64_t batch, int64_t oc) {
-    if (!gp_conv_winograd_applies(g, oc) || g->channels * oc < DW_MIN_PAIRS) return false;
+bool gp_conv_winograd_dw_serves(const gp_conv_geom *g, int64_t batch, int64_t oc) {
+    if (!gp_conv_winograd_serves(g, oc) || g->channels * oc < DW_MIN_PAIRS) return false;
     const int64_t tiles = ((g->height + 1) / 2) * ((g->width + 1) / 2);
     return batch > 0 && batch * tiles >= DW_MIN_TILES;
 }
@@ -665,7 +665,7 @@ void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t bat
                               const float *x, const float *w, bool flipped, float *y, float *ws) {
     (void)dev, (void)g, (void)batch, (void)oc, (void)x, (void)w, (void)flipped, (void)y, (void)ws;
 }
-bool gp_conv_winograd_dw_applies(const gp_conv_geom *g, int64_t batch, int64_t oc) {
+bool gp_conv_winograd_dw_serves(const gp_conv_geom *g, int64_t batch, int64_t oc) {
     (void)g, (void)batch, (void)oc;
     return false;
 }

@@ -21,13 +21,14 @@
 #include <stdint.h>
 
 #include "core/device.h"
-#include "kernels/cpu/isa.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/isa_names.h"
+#include "kernels/kernel_table.h"
 
 /* Whether this path serves a convolution of g with oc output channels: the variant has AVX2
  * and FMA, the path is on (conv_path.h), g is 3x3 at stride 1 with padding 1, and its channels
- * are within the range where it was measured faster than the direct tile. */
-bool gp_conv_winograd_applies(const gp_conv_geom *g, int64_t oc);
+ * are within the range where it was measured faster than the direct tile (the variant in use's
+ * answers, for tests: gp_conv_winograd_applies and gp_conv_winograd_dw_applies, isa.h). */
+bool gp_conv_winograd_serves(const gp_conv_geom *g, int64_t oc);
 
 /* Workspace floats of gp_conv_winograd_forward. */
 int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc);
@@ -39,8 +40,8 @@ void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t bat
                               const float *x, const float *w, bool flipped, float *y, float *ws);
 
 /* Whether gp_conv_winograd_dw serves the weight gradient of g at this batch (where
- * gp_conv_winograd_applies and the batch has enough tiles). */
-bool gp_conv_winograd_dw_applies(const gp_conv_geom *g, int64_t batch, int64_t oc);
+ * gp_conv_winograd_serves and the batch has enough tiles). */
+bool gp_conv_winograd_dw_serves(const gp_conv_geom *g, int64_t batch, int64_t oc);
 /* Workspace floats of gp_conv_winograd_dw. */
 int64_t gp_conv_winograd_dw_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc);
 /* dw (oc, C, 3, 3) += the weight gradient of the convolution of x (batch, C, H, W) with output

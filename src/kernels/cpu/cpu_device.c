@@ -7,7 +7,9 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/pool.h"
 
 static gp_status cpu_alloc(void *ctx, size_t nbytes, void **ptr) {

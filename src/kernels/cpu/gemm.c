@@ -9,7 +9,9 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/pool.h"
 
 /* OpenBLAS extensions; other CBLAS libraries lack them, so they are weak. */
 extern void openblas_set_num_threads(int) __attribute__((weak));

@@ -10,9 +10,6 @@
 
 #include "core/error.h"
 #include "gpipe.h"
-#include "kernels/cpu/conv_direct.h"
-#include "kernels/cpu/conv_winograd.h"
-#include "kernels/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>

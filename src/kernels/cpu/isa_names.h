@@ -1,9 +1,15 @@
-/* Every function a file compiled once per CPU variant defines for other files, renamed by the
- * variant's suffix (gp_cpu_fill -> gp_cpu_fill_avx2): included through isa.h, ahead of the
- * declarations, where the build defines GP_ISA_VARIANT. A function missing here is defined by
- * every variant under one name, which the link refuses. */
+/* Every function a file compiled once per CPU variant (isa.h) defines for other files, renamed by
+ * the variant's suffix (gp_cpu_fill -> gp_cpu_fill_avx2) where the build defines GP_ISA_VARIANT
+ * (its name): the headers of those files include this one ahead of their declarations, so the
+ * variants link side by side and each reaches only its own functions. A function missing here
+ * is defined by every variant under one name, which the link refuses. */
 #ifndef GP_KERNELS_CPU_ISA_NAMES_H
 #define GP_KERNELS_CPU_ISA_NAMES_H
+
+#ifdef GP_ISA_VARIANT
+#define GP_ISA_CAT_(a, b) a##_##b
+#define GP_ISA_CAT(a, b) GP_ISA_CAT_(a, b)
+#define GP_ISA_NAME(name) GP_ISA_CAT(name, GP_ISA_VARIANT)
 
 /* vector_kernels.c */
 #define gp_cpu_fill GP_ISA_NAME(gp_cpu_fill)
@@ -17,9 +23,6 @@
 #define gp_cpu_adamw_update GP_ISA_NAME(gp_cpu_adamw_update)
 
 /* transformer_kernels.c */
-#define gp_cpu_expf GP_ISA_NAME(gp_cpu_expf)
-#define gp_cpu_tanhf GP_ISA_NAME(gp_cpu_tanhf)
-#define gp_cpu_tanh GP_ISA_NAME(gp_cpu_tanh)
 #define gp_cpu_linear_forward GP_ISA_NAME(gp_cpu_linear_forward)
 #define gp_cpu_linear_backward GP_ISA_NAME(gp_cpu_linear_backward)
 #define gp_cpu_layernorm_forward GP_ISA_NAME(gp_cpu_layernorm_forward)
@@ -61,18 +64,20 @@
 #define gp_cpu_xent_shard_finish GP_ISA_NAME(gp_cpu_xent_shard_finish)
 
 /* conv_direct.c */
-#define gp_conv_direct_applies GP_ISA_NAME(gp_conv_direct_applies)
+#define gp_conv_direct_serves GP_ISA_NAME(gp_conv_direct_serves)
 #define gp_conv_direct_dx GP_ISA_NAME(gp_conv_direct_dx)
 #define gp_conv_direct_ws GP_ISA_NAME(gp_conv_direct_ws)
 #define gp_conv_direct_forward GP_ISA_NAME(gp_conv_direct_forward)
 #define gp_conv_direct_backward GP_ISA_NAME(gp_conv_direct_backward)
 
 /* conv_winograd.c */
-#define gp_conv_winograd_applies GP_ISA_NAME(gp_conv_winograd_applies)
+#define gp_conv_winograd_serves GP_ISA_NAME(gp_conv_winograd_serves)
 #define gp_conv_winograd_ws GP_ISA_NAME(gp_conv_winograd_ws)
 #define gp_conv_winograd_forward GP_ISA_NAME(gp_conv_winograd_forward)
-#define gp_conv_winograd_dw_applies GP_ISA_NAME(gp_conv_winograd_dw_applies)
+#define gp_conv_winograd_dw_serves GP_ISA_NAME(gp_conv_winograd_dw_serves)
 #define gp_conv_winograd_dw_ws GP_ISA_NAME(gp_conv_winograd_dw_ws)
 #define gp_conv_winograd_dw GP_ISA_NAME(gp_conv_winograd_dw)
+
+#endif /* GP_ISA_VARIANT */
 
 #endif

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/checks.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/pool.h"
 
 typedef struct xent_args {
     int64_t classes;

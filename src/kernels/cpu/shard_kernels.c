@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/checks.h"
+#include "kernels/cpu/cpu_ops.h"
 
 
 

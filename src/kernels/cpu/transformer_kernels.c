@@ -6,17 +6,12 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/checks.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/transformer_math.h"
 
 #define LAYERNORM_EPS 1e-5f
-
-float gp_cpu_expf(float x) { return gp_exp(x); }
-float gp_cpu_tanhf(float x) { return gp_tanh(x); }
-
-void gp_cpu_tanh(int64_t n, const float *x, float *y) {
-    for (int64_t i = 0; i < n; i++) y[i] = gp_tanh(x[i]);
-}
 
 /* Rows per thread below which a row-wise op stays on one thread: ~16K floats of work. */
 static int64_t row_grain(int64_t cols) { return cols >= 16384 ? 1 : 16384 / (cols > 0 ? cols : 1); }

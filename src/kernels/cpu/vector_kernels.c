@@ -5,7 +5,8 @@
  * depend on it. */
 #include <math.h>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/pool.h"
 
 /* Elements per thread below which an elementwise op stays on one thread. */
 #define GRAIN 16384

@@ -1,7 +1,7 @@
 /* The CUDA device's kernel functions behind its op table (cuda_device.c puts them in the table),
- * one .cu file per topic as the CPU's. Each takes the table's arguments (kernels/kernels.h has
- * what each computes); pointers are the device's, but for the scalars the table returns to the
- * host. C and CUDA C++ both include it. */
+ * one .cu file per topic as the CPU's. Each takes the table's arguments (kernels/kernel_ops.def
+ * says what each computes); pointers are the device's, but for the scalars the table returns to
+ * the host. C and CUDA C++ both include it. */
 #ifndef GP_KERNELS_CUDA_CUDA_KERNELS_H
 #define GP_KERNELS_CUDA_CUDA_KERNELS_H
 
@@ -10,7 +10,8 @@ extern "C" {
 #endif
 
 #include "core/error.h"
-#include "kernels/kernels.h"
+#include "kernels/checks.h"
+#include "kernels/kernel_table.h"
 
 /* C (m, n) = alpha op(A) op(B) + beta C for count matrices at fixed strides (stride 0: the same
  * matrix for every product), row-major, through one cuBLAS call: what gemm, gemm_batched and the

@@ -1,0 +1,18 @@
+/* The CPU's single-threaded BLAS call and OpenBLAS's thread count (gemm.c, compiled once: the
+ * variants share it, as they share the table's gemm ops, cpu_ops.h). */
+#ifndef GP_KERNELS_CPU_GEMM_H
+#define GP_KERNELS_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* OpenBLAS's own thread count (a CPU device sets it to 1 once: the device's threads split the
+ * GEMMs); a no-op under another CBLAS. For the ceiling measurements of the benchmarks. */
+void gp_cpu_blas_set_threads(int n);
+
+/* CBLAS sgemm, row-major, on the calling thread alone; m or n of 0 does nothing. */
+void gp_cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                  int64_t ldc);
+
+#endif
