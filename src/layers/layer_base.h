@@ -28,7 +28,7 @@ typedef struct gp_param {
     float init_scale;
     bool trainable;     /* false: a buffer (batch-norm running statistics) */
     bool decay;         /* weight decay applies (matrices, not biases or norms) */
-    /* Views into the flat blocks of the store that holds the layer (model/param_store.h), or,
+    /* Views into the flat blocks of the store that holds the layer (model/store.h), or,
      * for a layer used on its own (tests), tensors of its own that gp_layer_free releases. */
     gp_tensor value;    /* GP_MEM_PARAMS */
     gp_tensor grad;     /* GP_MEM_GRADS, while training; zero between steps */

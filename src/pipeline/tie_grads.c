@@ -1,4 +1,4 @@
-/* Parameters tied across cells (model_internal.h, gp_tie): each use's cell holds a copy and
+/* Parameters tied across cells (model/model_types.h, gp_tie): each use's cell holds a copy and
  * accumulates its own gradient over the micro-batches, as if untied; at the step's end both
  * gradients become their sum, then each copy takes the same update (same values, state, norm,
  * clip), so the copies stay equal. Two terms add to the same bits in either order, so the sum is
