@@ -716,13 +716,19 @@ const char *gp_balance_name(gp_balance b); /* "cost", "time" */
  * the CUDA module the first time). gp_device_type_new: a device of the kind named name, device
  * `index` (>= 0) mod the count (GPU index mod the GPUs; every CPU device is the host's), with
  * `threads` threads where the kind runs its kernels on host threads (the CPU: 1 to 1024; CUDA
- * ignores it); failing as the kind's own constructor does. */
+ * ignores it); failing as the kind's own constructor does. gp_device_type_memory: the bytes
+ * device `index` (>= 0) of the kind can still give, into *available: the host's available
+ * memory for the CPU (MemAvailable of /proc/meminfo, else its free pages; every CPU device
+ * shares it), the free memory of GPU index mod the GPUs for CUDA (cudaMemGetInfo); failing as
+ * gp_device_type_count does where there is no such device, and with GP_UNSUPPORTED where the
+ * amount is not known. */
 typedef enum gp_device_type { GP_DEVICE_CPU = 0, GP_DEVICE_CUDA = 1 } gp_device_type;
 const char *gp_device_type_name(gp_device_type type);
 gp_status gp_device_type_parse(const char *name, gp_device_type *type);
 gp_status gp_device_type_count(gp_device_type type, int *count);
 gp_status gp_device_type_new(gp_device_type type, const char *name, int index, int threads,
                              gp_device **out);
+gp_status gp_device_type_memory(gp_device_type type, int index, uint64_t *available);
 
 /* Bounds of the pipeline and planning options the library checks (a front end can check its
  * own against the same): the most devices of one mesh axis (tensor_parallel, data_parallel) or

@@ -6,6 +6,7 @@
  * runtime) is mapped once a GPU is asked for, and only then. */
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cuda_module.h"
 #include "kernels/devices.h"
@@ -98,6 +99,19 @@ static void check_registry(void) {
     CHECK(strcmp(gp_device_name(dev), "cpu7") == 0);
     CHECK_EQ_INT(gp_device_threads(dev), 2);
     gp_device_free(dev);
+    /* The host's available memory, shared by every CPU device: above nothing, at most the RAM. */
+    uint64_t avail = 1, again = 0;
+    CHECK_FAILS(gp_device_type_memory(GP_DEVICE_CPU, -1, &avail), GP_INVALID_ARGUMENT,
+                "index -1");
+    CHECK(avail == 0);
+    CHECK_FAILS(gp_device_type_memory(GP_DEVICE_CPU, 0, NULL), GP_INVALID_ARGUMENT, "NULL");
+    CHECK_FAILS(gp_device_type_memory((gp_device_type)7, 0, &avail), GP_INVALID_ARGUMENT,
+                "device type 7 is no kind of device");
+    CHECK_OK(gp_device_type_memory(GP_DEVICE_CPU, 0, &avail));
+    CHECK_OK(gp_device_type_memory(GP_DEVICE_CPU, 5, &again));
+    const uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    CHECK(avail > 0 && avail <= ram);
+    CHECK(again > 0 && again <= ram);
 }
 
 /* Two steps of the test Transformer on two CPU stages the pipeline makes through the registry;
@@ -137,6 +151,9 @@ static void check_refused(const char *module, const char *needle1, const char *n
         CHECK_FAILS(gp_device_cuda_new("gpu0", 0, &dev), GP_UNSUPPORTED, needles[i]);
         CHECK(dev == NULL);
         CHECK_FAILS(gp_device_type_count(GP_DEVICE_CUDA, &count), GP_UNSUPPORTED, needles[i]);
+        uint64_t bytes = 1;
+        CHECK_FAILS(gp_device_type_memory(GP_DEVICE_CUDA, 0, &bytes), GP_UNSUPPORTED, needles[i]);
+        CHECK(bytes == 0);
         const gp_kernels *table = (const gp_kernels *)&count;
         CHECK_FAILS(gp_cuda_kernels(&table), GP_UNSUPPORTED, needles[i]);
         CHECK(table == NULL);
@@ -182,6 +199,21 @@ static void check_own_module(void) {
     const gp_kernels *table = NULL;
     CHECK_OK(gp_cuda_kernels(&table));
     CHECK(table && strcmp(table->name, "cuda") == 0);
+    uint64_t free0 = 0, wrapped = 0, bytes = 1;
+    if (s != GP_OK) { /* the module loads, the GPU is missing: its memory is not known */
+        CHECK_FAILS(gp_device_type_memory(GP_DEVICE_CUDA, 0, &bytes), GP_UNSUPPORTED,
+                    "no CUDA GPU available");
+        CHECK(bytes == 0);
+        return;
+    }
+    /* each GPU's free memory, and GPU count (one past the last) as GPU 0's under the registry */
+    const int n = count;
+    CHECK_OK(gp_device_type_memory(GP_DEVICE_CUDA, 0, &free0));
+    CHECK(free0 > 0);
+    CHECK_OK(gp_device_type_memory(GP_DEVICE_CUDA, n, &wrapped));
+    CHECK(wrapped > 0);
+    CHECK_FAILS(gp_cuda_memory(n, &bytes), GP_INVALID_ARGUMENT, "expected 0 to");
+    printf("GPU 0: %.2f GiB free\n", (double)free0 / (1 << 30));
 }
 
 int main(void) {

@@ -129,26 +129,44 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
 }
 
 const char gp_cli_remat_default_text[] =
-    "selective against each stage device's memory (--memory-limit, else the host's available "
-    "memory shared by the stage devices; cell under MPI or CUDA without --memory-limit)";
+    "selective against each stage device's memory (--memory-limit, else what the device can "
+    "still give shared by the stage devices on it: the host's available memory, a GPU's free "
+    "memory; cell under MPI without --memory-limit)";
 
-/* The bytes the host can still give: MemAvailable (free memory and the caches the kernel can
- * drop), else the free pages alone; 0 where neither is known. */
-static uint64_t host_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kib = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    if (f) fclose(f);
-    if (kib) return (uint64_t)kib * 1024;
-    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+/* The least that any of the `devices` stage devices can count on: stage device w is device w
+ * mod count of the kind (every CPU device the host), so each unit's bytes are shared by the
+ * stage devices on it. 0, with the reason in why, where the kind cannot say. */
+static uint64_t stage_device_bytes(gp_device_type type, int devices, uint64_t *unit_bytes,
+                                   char *why, size_t whysize) {
+    int count = 0;
+    if (gp_device_type_count(type, &count) != GP_OK) {
+        snprintf(why, whysize, "%s", gp_last_error());
+        return 0;
+    }
+    uint64_t least = UINT64_MAX;
+    for (int unit = 0; unit < count && unit < devices; unit++) {
+        uint64_t bytes = 0;
+        if (gp_device_type_memory(type, unit, &bytes) != GP_OK) {
+            snprintf(why, whysize, "%s", gp_last_error());
+            return 0;
+        }
+        if (bytes == 0) {
+            snprintf(why, whysize, "device %d of the kind has no memory free", unit);
+            return 0;
+        }
+        const int sharing = devices / count + (unit < devices % count);
+        if (bytes / (uint64_t)sharing < least) {
+            least = bytes / (uint64_t)sharing;
+            *unit_bytes = bytes;
+        }
+    }
+    return least == UINT64_MAX ? 0 : least;
 }
 
 void gp_cli_remat_default(const char *given_by, bool limit_given, int devices,
                           gp_pipeline_opts *po, char *why, size_t whysize) {
-    char a[32], b[32];
+    char a[32], b[256];
+    uint64_t unit = 0;
     if (given_by) {
         snprintf(why, whysize, "%s (%s)", gp_remat_name(po->remat), given_by);
         return;
@@ -166,24 +184,24 @@ void gp_cli_remat_default(const char *given_by, bool limit_given, int devices,
                                "selective)");
         return;
     }
-    if (po->device_type != GP_DEVICE_CPU) {
-        snprintf(why, whysize, "cell (the default on %s: the planner is not told the device's "
-                               "memory; --memory-limit plans selective)",
-                 gp_device_type_name(po->device_type));
-        return;
-    }
-    const uint64_t avail = host_available_bytes();
     if (devices < 1) devices = 1;
-    if (avail / (uint64_t)devices == 0) {
-        snprintf(why, whysize, "cell (the default: the host's available memory is not known; "
-                               "--memory-limit plans selective)");
+    const char *kind = gp_device_type_name(po->device_type);
+    const uint64_t each = stage_device_bytes(po->device_type, devices, &unit, b, sizeof b);
+    if (each == 0) {
+        snprintf(why, whysize, "cell (the default: the memory of the %s devices is not known: "
+                 "%s; --memory-limit plans selective)", kind, b);
         return;
     }
     po->remat = GP_REMAT_SELECTIVE;
-    po->memory_limit = avail / (uint64_t)devices;
-    snprintf(why, whysize, "selective (the default) against %s per stage device (%s available "
-             "on the host / %d)", gp_cli_fmt_bytes(po->memory_limit, a, sizeof a),
-             gp_cli_fmt_bytes(avail, b, sizeof b), devices);
+    po->memory_limit = each;
+    if (po->device_type == GP_DEVICE_CPU)
+        snprintf(why, whysize, "selective (the default) against %s per stage device (%s "
+                 "available on the host / %d)", gp_cli_fmt_bytes(each, a, sizeof a),
+                 gp_cli_fmt_bytes(unit, b, sizeof b), devices);
+    else
+        snprintf(why, whysize, "selective (the default) against %s per stage device (%s free "
+                 "on the %s device with the least per stage device)",
+                 gp_cli_fmt_bytes(each, a, sizeof a), gp_cli_fmt_bytes(unit, b, sizeof b), kind);
 }
 
 void gp_cli_remat_print(const gp_pipeline *p, gp_remat mode, const char *why) {

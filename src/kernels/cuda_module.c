@@ -176,3 +176,18 @@ gp_status gp_cuda_kernels(const struct gp_kernels **table) {
     *table = m->kernels;
     return GP_OK;
 }
+
+gp_status gp_cuda_memory(int ordinal, uint64_t *available) {
+    *available = 0;
+    int count = 0;
+    GP_TRY(gp_cuda_device_count(&count));
+    if (ordinal < 0 || ordinal >= count)
+        return gp_error(GP_INVALID_ARGUMENT, "CUDA memory of GPU %d: expected 0 to %d", ordinal,
+                        count - 1);
+    const gp_cuda_module *m;
+    GP_TRY(module(&m));
+    size_t free_bytes = 0;
+    GP_TRY(m->device_memory(ordinal, &free_bytes));
+    *available = (uint64_t)free_bytes;
+    return GP_OK;
+}

@@ -45,6 +45,8 @@ typedef struct gp_cuda_module {
     void (*bind)(const gp_cuda_host *host);
     gp_status (*device_count)(int *count);
     gp_status (*device_new)(const char *name, int ordinal, gp_device **out);
+    /* GPU ordinal's free bytes now (cudaMemGetInfo); ordinal in range, checked by the library */
+    gp_status (*device_memory)(int ordinal, size_t *free_bytes);
     const struct gp_kernels *kernels;
 } gp_cuda_module;
 
@@ -55,6 +57,8 @@ typedef const gp_cuda_module *(*gp_cuda_module_entry_fn)(void);
 /* The library's side (kernels/cuda_module.c): the CUDA kernel table, from the module, which is
  * loaded the first time anything asks for it. */
 gp_status gp_cuda_kernels(const struct gp_kernels **table);
+/* GPU ordinal's free bytes, from the module (GP_INVALID_ARGUMENT for an ordinal out of range). */
+gp_status gp_cuda_memory(int ordinal, uint64_t *available);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_device.h"
@@ -20,6 +21,28 @@ static gp_status cpu_make(const char *name, int index, int threads, gp_device **
     return gp_device_cpu_new_threads(name, threads, out);
 }
 
+/* MemAvailable (free memory and the caches the kernel can drop), else the free pages alone. */
+static gp_status cpu_memory(int index, uint64_t *available) {
+    (void)index;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    if (f) fclose(f);
+    if (kib) {
+        *available = (uint64_t)kib * 1024;
+        return GP_OK;
+    }
+    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && size > 0) {
+        *available = (uint64_t)pages * (uint64_t)size;
+        return GP_OK;
+    }
+    return gp_error(GP_UNSUPPORTED, "the host's available memory is not known (no MemAvailable "
+                                    "in /proc/meminfo, no _SC_AVPHYS_PAGES)");
+}
+
 static gp_status cpu_ops(const gp_kernels **table) {
     *table = gp_cpu_kernels();
     return GP_OK;
@@ -33,9 +56,15 @@ static gp_status cuda_make(const char *name, int index, int threads, gp_device *
     return gp_device_cuda_new(name, index % count, out);
 }
 
+static gp_status cuda_memory(int index, uint64_t *available) {
+    int count = 0;
+    GP_TRY(gp_cuda_device_count(&count));
+    return gp_cuda_memory(index % count, available);
+}
+
 const gp_device_entry gp_device_registry[] = {
-    {"cpu", GP_DEVICE_CPU, cpu_count, cpu_make, cpu_ops},
-    {"cuda", GP_DEVICE_CUDA, gp_cuda_device_count, cuda_make, gp_cuda_kernels},
+    {"cpu", GP_DEVICE_CPU, cpu_count, cpu_make, cpu_memory, cpu_ops},
+    {"cuda", GP_DEVICE_CUDA, gp_cuda_device_count, cuda_make, cuda_memory, gp_cuda_kernels},
 };
 const int gp_device_registry_size =
     (int)(sizeof gp_device_registry / sizeof gp_device_registry[0]);
@@ -104,4 +133,16 @@ gp_status gp_device_type_new(gp_device_type type, const char *name, int index, i
     const gp_device_entry *k;
     GP_TRY(gp_device_registry_get(type, &k));
     return k->make(name, index, threads, out);
+}
+
+gp_status gp_device_type_memory(gp_device_type type, int index, uint64_t *available) {
+    if (!available)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_device_type_memory: available is NULL");
+    *available = 0;
+    if (index < 0)
+        return gp_error(GP_INVALID_ARGUMENT, "gp_device_type_memory: index %d, expected >= 0",
+                        index);
+    const gp_device_entry *k;
+    GP_TRY(gp_device_registry_get(type, &k));
+    return k->memory(index, available);
 }

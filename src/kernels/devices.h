@@ -18,6 +18,8 @@ typedef struct gp_device_entry {
     /* A device named name: device `index` mod count of the kind (a GPU; every CPU device is the
      * host's), with `threads` threads where the kind runs its kernels on host threads. */
     gp_status (*make)(const char *name, int index, int threads, gp_device **out);
+    /* The bytes device `index` mod count of the kind can still give (the host's for the CPU). */
+    gp_status (*memory)(int index, uint64_t *available);
     /* The ops the kind supports: its op table, every member set. */
     gp_status (*ops)(const gp_kernels **table);
 } gp_device_entry;

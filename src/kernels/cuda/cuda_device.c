@@ -99,6 +99,23 @@ static gp_status cuda_device_count(int *count) {
     return GP_OK;
 }
 
+/* The free bytes of a GPU the library has checked is in range: cudaMemGetInfo on it, the
+ * calling thread's current device put back after. */
+static gp_status cuda_device_memory(int ordinal, size_t *free_bytes) {
+    *free_bytes = 0;
+    int current = 0;
+    cudaError_t e = cudaGetDevice(&current);
+    if (e == cudaSuccess) e = cudaSetDevice(ordinal);
+    size_t total = 0;
+    if (e == cudaSuccess) e = cudaMemGetInfo(free_bytes, &total);
+    const cudaError_t back = cudaSetDevice(current);
+    if (e == cudaSuccess) e = back;
+    if (e != cudaSuccess)
+        return gp_error(GP_UNSUPPORTED, "free memory of GPU %d: cudaMemGetInfo failed: %s (%s)",
+                        ordinal, cudaGetErrorString(e), cudaGetErrorName(e));
+    return GP_OK;
+}
+
 /* The library's gp_device_cuda_new has checked out and name. */
 static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out) {
     int count;
@@ -135,6 +152,7 @@ static const gp_cuda_module cuda_module = {
     .bind = gp_cuda_bind_host,
     .device_count = cuda_device_count,
     .device_new = cuda_device_new,
+    .device_memory = cuda_device_memory,
     .kernels = &cuda_kernels,
 };
 
