@@ -73,10 +73,12 @@ static void fill_batch(gp_cli_bench *b, int step, int classes, gp_tensor *x, gp_
     }
 }
 
-/* T2 of WORKLOADS.md: T1 made deep and narrow, for pipeline scaling. */
-static gp_transformer_config t2_config(void) {
+/* T2 of WORKLOADS.md: T1 made deep and narrow, for pipeline scaling; T3: T1 made GPU-sized. */
+static gp_transformer_config workload_config(const char *workload) {
     gp_transformer_config c = gp_transformer_defaults();
-    c.dim = 256, c.heads = 4, c.d_ff = 1024, c.layers = 32;
+    if (strcmp(workload, "T2") == 0) c.dim = 256, c.heads = 4, c.d_ff = 1024, c.layers = 32;
+    if (strcmp(workload, "T3") == 0)
+        c.dim = 2048, c.heads = 16, c.d_ff = 8192, c.layers = 24, c.seq_len = 1024;
     return c;
 }
 
@@ -84,14 +86,14 @@ static gp_transformer_config t2_config(void) {
 static int build(gp_cli_bench *b, gp_model **m, gp_optim_opts *oo, int *classes) {
     *classes = 0;
     if (strcmp(b->workload, "C1") != 0) {
-        const bool t2 = strcmp(b->workload, "T2") == 0;
-        gp_transformer_config c = t2 ? t2_config() : gp_transformer_defaults();
-        if (t2 && b->layers > 0) c.layers = b->layers;
-        if (t2 && b->d_ff > 0) c.d_ff = b->d_ff;
+        gp_transformer_config c = workload_config(b->workload);
+        if (b->layers > 0) c.layers = b->layers;
+        if (b->d_ff > 0) c.d_ff = b->d_ff;
         c.tie_embeddings = b->tie_embeddings;
-        if (b->batch == 0) b->batch = 32;
-        if (gp_model_transformer(&c, m) != GP_OK)
-            return gp_cli_fail("bench", t2 ? "T2 model" : "T1 model");
+        if (b->batch == 0) b->batch = strcmp(b->workload, "T3") == 0 ? 8 : 32;
+        char what[16];
+        snprintf(what, sizeof what, "%s model", b->workload);
+        if (gp_model_transformer(&c, m) != GP_OK) return gp_cli_fail("bench", what);
         b->flops_per_step = transformer_flops(&c, b->batch);
         b->tokens_per_example = c.seq_len;
         snprintf(b->model_desc, sizeof b->model_desc,
@@ -137,7 +139,7 @@ static int pipeline_memory(gp_cli_bench *b, const gp_pipeline *p) {
 
 int gp_cli_bench_train(gp_cli_bench *b) {
     gp_model *m = NULL;
-    gp_device *dev = NULL;
+    gp_device *dev = NULL, *ceiling_dev = NULL;
     gp_pipeline *pl = NULL;
     gp_tensor x = {0}, y = {0};
     int classes;
@@ -160,10 +162,20 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     const bool pipelined = b->stages > 0;
     b->popts.batch = b->batch;
     b->popts.stage_threads = b->threads;
+    /* A GPU run's one stage is a device the pipeline makes of that kind (dev, on the CPU,
+     * holds the batches); its ceiling is the same GPU's GEMM rate through its own table. */
+    const bool on_cpu = b->popts.device_type == GP_DEVICE_CPU;
     if (!pipelined)
         b->popts = (gp_pipeline_opts){.stages = 1, .micro_batches = M,
                                       .schedule = GP_SCHEDULE_1F1B, .remat = GP_REMAT_NONE,
-                                      .devices = &dev};
+                                      .devices = on_cpu ? &dev : NULL,
+                                      .device_type = b->popts.device_type,
+                                      .stage_threads = 1};
+    if (!on_cpu &&
+        gp_device_type_new(b->popts.device_type, "ceiling", 0, 1, &ceiling_dev) != GP_OK) {
+        rc = gp_cli_fail("bench", "the GPU for the GEMM ceiling");
+        goto done;
+    }
     if (gp_pipeline_new(m, &oo, &b->popts, b->seed, &pl) != GP_OK) {
         rc = gp_cli_fail("bench", pipelined ? "setting up the pipeline" : "setting up the model");
         goto done;
@@ -190,7 +202,8 @@ int gp_cli_bench_train(gp_cli_bench *b) {
         b->stage_mem = calloc((size_t)b->ndevices, sizeof *b->stage_mem);
         b->last_stages = calloc((size_t)b->stages, sizeof *b->last_stages);
     }
-    const bool ceiling_alone = pipelined && b->place.launcher != GP_LAUNCHER_MPI && b->ndevices > 1;
+    const bool ceiling_alone =
+        on_cpu && pipelined && b->place.launcher != GP_LAUNCHER_MPI && b->ndevices > 1;
     if (ceiling_alone)
         b->step_ceiling_alone = calloc((size_t)b->steps, sizeof *b->step_ceiling_alone);
     if (!b->step_seconds || !b->step_cpu_seconds || !b->step_ceiling ||
@@ -235,12 +248,18 @@ int gp_cli_bench_train(gp_cli_bench *b) {
              * Under MPI each rank measures its own device, all at about the same moment. */
             const int ceiling_threads = b->threads * (ceiling_alone ? b->ndevices : 1);
             char why[256];
+            if (ceiling_dev) { /* the stages share GPU 0 here: its rate is the whole */
+                if (gp_device_gemm_rate(ceiling_dev, GP_CLI_GPU_CEILING_N, 3,
+                                        &b->step_ceiling[i]) != GP_OK) {
+                    rc = gp_cli_fail("bench", "the GPU's GEMM ceiling");
+                    goto done;
+                }
             /* and one device's alone: how much the devices lose by working together */
-            if (!gp_cli_bench_sgemm(2048, 2048, 2048, ceiling_threads, false, 1,
-                                    &b->step_ceiling[i], why, sizeof why) ||
-                (ceiling_alone && !gp_cli_bench_sgemm(2048, 2048, 2048, b->threads, false, 1,
-                                                      &b->step_ceiling_alone[i], why,
-                                                      sizeof why))) {
+            } else if (!gp_cli_bench_sgemm(2048, 2048, 2048, ceiling_threads, false, 1,
+                                           &b->step_ceiling[i], why, sizeof why) ||
+                       (ceiling_alone &&
+                        !gp_cli_bench_sgemm(2048, 2048, 2048, b->threads, false, 1,
+                                            &b->step_ceiling_alone[i], why, sizeof why))) {
                 fprintf(stderr, "gpipe bench: %s\n", why);
                 rc = GP_CLI_EXIT_RUNTIME;
                 goto done;
@@ -289,5 +308,6 @@ done:
     gp_pipeline_free(pl); /* before the model it borrows */
     gp_model_free(m);
     if (dev) gp_device_free(dev);
+    if (ceiling_dev) gp_device_free(ceiling_dev);
     return rc;
 }

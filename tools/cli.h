@@ -495,6 +495,10 @@ void gp_cli_comm_report(cJSON *obj, const gp_pipeline *p, const gp_cli_mpi_place
 /* ---------------------------------------------------------------- bench */
 
 /* One training workload of `gpipe bench` (T1, T2 or C1), timed step by step. */
+/* The side of the square fp32 GEMM whose rate is a GPU's ceiling (gp_device_gemm_rate): large
+ * enough that launch costs vanish, small enough (192 MiB) to fit beside any workload. */
+enum { GP_CLI_GPU_CEILING_N = 4096 };
+
 typedef struct gp_cli_bench {
     /* options */
     const char *workload;

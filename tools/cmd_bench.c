@@ -9,7 +9,7 @@
 #include "cli.h"
 
 typedef struct bench_opts {
-    const char *workload, *report;
+    const char *workload, *report, *device;
     int threads, steps, warmup, batch, micro_batches, layers, d_ff;
     bool tie_embeddings;
     uint64_t memory_limit;
@@ -21,14 +21,15 @@ typedef struct bench_opts {
     gp_cli_mpi_place place;
 } bench_opts;
 
-enum { NOPTS = 25 };
+enum { NOPTS = 26 };
 /* The most Transformer blocks of T2: those a JSON model config may declare (10000 layers with
  * the two embeddings, the final norm and the head). Far more would be allocated layer by layer
  * until the system ran out of memory, rather than refused. */
 enum { MAX_LAYERS = 9996 };
-/* The options only T2 takes. */
+/* The options only T2 takes; T3 takes the first two as well (its width and depth). */
 static const char *const t2_only[] = {"--layers", "--d-ff", "--data-parallel", "--comm-timeout",
                                       "--tensor-parallel"};
+enum { T3_TOO = 2 };
 /* The pipeline's options: T2's and C1's. */
 static const char *const pipeline_only[] = {"--stages", "--micro-batches", "--schedule",
                                             "--remat",  "--balance",       "--pin",
@@ -36,9 +37,13 @@ static const char *const pipeline_only[] = {"--stages", "--micro-batches", "--sc
 
 static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
     gp_cli_opt tab[] = {
-        {"--workload", GP_CLI_CHOICE, &o->workload, "G1|T1|T2|C1",
-         "G1 sgemm GFLOP/s, T1/T2 Transformer LM step, C1 convnet step (required)", NULL, 0,
-         false, "G1|T1|T2|C1", false, 0, false},
+        {"--workload", GP_CLI_CHOICE, &o->workload, "G1|T1|T2|T3|C1",
+         "G1 sgemm GFLOP/s, T1/T2/T3 Transformer LM step, C1 convnet step (required)", NULL, 0,
+         false, "G1|T1|T2|T3|C1", false, 0, false},
+        {"--device", GP_CLI_CHOICE, &o->device, "cpu|cuda",
+         "where T1, T2, T3 and C1 train: CPU devices, or CUDA GPUs (stage k on GPU k mod the "
+         "GPUs); on a GPU the ceiling is its fp32 GEMM (cuBLAS, 4096^3)",
+         "cpu", 0, false, "cpu|cuda", false, 0, false},
         {"--threads", GP_CLI_THREADS, &o->threads, "N",
          "threads of the device (of each stage with --stages), at most the cores this process "
          "may use",
@@ -94,8 +99,8 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
 }
 
 static void print_help(const gp_cli_opt *tab, int n) {
-    printf("Usage: gpipe bench --workload G1|T1|T2|C1 [options]\n\n"
-           "Measures a workload of WORKLOADS.md on the CPU:\n"
+    printf("Usage: gpipe bench --workload G1|T1|T2|T3|C1 [options]\n\n"
+           "Measures a workload of WORKLOADS.md on the CPU (or a GPU, --device cuda):\n"
            "  G1  sgemm GFLOP/s on --threads threads: 2048^3 and the T1 shapes 4096x512 by\n"
            "      512x1536, 512x512 and 512x2048, and 4096x2048 by 2048x512, as a CPU device\n"
            "      runs them (rows of C split over its threads, one single-threaded OpenBLAS\n"
@@ -108,6 +113,8 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "      threads per stage), without it on one device;\n"
            "      the report's pipeline object has the measured, theoretical and simulated\n"
            "      bubble (medians over the timed steps)\n"
+           "  T3  T1 with d_model 2048, 16 heads, d_ff 8192, 24 layers, 1024 positions\n"
+           "      (1,211,748,352 parameters), batch 8: the GPU workload; --stages as T2\n"
            "  C1  Fashion-MNIST convnet, SGD(0.05, momentum 0.9), random images: images/s and\n"
            "      GFLOP/s from the model's cost table\n"
            "T1, T2 and C1 report the median step time over --steps after --warmup steps, its\n"
@@ -300,6 +307,15 @@ static int run_training(const bench_opts *o, cJSON *r) {
     b.popts.partition = NULL;
     b.popts.memory_limit = o->memory_limit;
     gp_cli_mpi_apply(&o->place, &b.popts);
+    if (rc == GP_CLI_EXIT_OK && o->device) { /* a kind with no device here fails now */
+        int count = 0;
+        if (gp_device_type_parse(o->device, &b.popts.device_type) != GP_OK ||
+            gp_device_type_count(b.popts.device_type, &count) != GP_OK) {
+            fprintf(stderr, "gpipe bench: --device %s: %s\n", o->device, gp_last_error());
+            rc = GP_CLI_EXIT_RUNTIME;
+        }
+    }
+    const bool gpu = b.popts.device_type != GP_DEVICE_CPU;
     if (b.stages > 0)
         gp_cli_remat_default(o->remat_given ? "--remat" : NULL, o->memory_limit > 0,
                              b.stages * b.popts.tensor_parallel, &b.popts, b.remat_why,
@@ -359,10 +375,12 @@ static int run_training(const bench_opts *o, cJSON *r) {
     cJSON *rss = cJSON_AddArrayToObject(r, "rss_peak_bytes"); /* per rank (one on threads) */
     for (int i = 0; b.rss_peak && i < b.nranks; i++)
         cJSON_AddItemToArray(rss, cJSON_CreateNumber((double)b.rss_peak[i]));
-    if (strcmp(o->workload, "T2") == 0 || strcmp(o->workload, "C1") == 0) {
+    cJSON_AddStringToObject(r, "device", gp_device_type_name(b.popts.device_type));
+    if (strcmp(o->workload, "T1") != 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",
-                                b.stages == 0 ? "2048^3 sgemm on the device's threads"
+                                gpu ? "4096^3 fp32 GEMM through GPU 0's kernel table (cuBLAS)"
+                                : b.stages == 0 ? "2048^3 sgemm on the device's threads"
                                 : b.place.launcher == GP_LAUNCHER_MPI
                                     ? "ranks (D x K x T) x 2048^3 sgemm on a rank's threads"
                                     : "2048^3 sgemm on all devices' threads at once");
@@ -380,10 +398,11 @@ static int run_training(const bench_opts *o, cJSON *r) {
         printf("  %.0f tokens/s (%.2f sequences/s)\n", ex_s * (double)b.tokens_per_example, ex_s);
     else
         printf("  %.1f images/s\n", ex_s);
-    printf("  %.1f GFLOP/step, %.1f GFLOP/s achieved; sgemm ceiling %.1f GFLOP/s (median)\n"
-           "  fraction of the ceiling %.3f (median of per-step ratios to a 2048^3 sgemm run "
+    printf("  %.1f GFLOP/step, %.1f GFLOP/s achieved; %s ceiling %.1f GFLOP/s (median)\n"
+           "  fraction of the ceiling %.3f (median of per-step ratios to a %s run "
            "right after each step)\n",
-           b.flops_per_step / 1e9, achieved, ceiling, fraction);
+           b.flops_per_step / 1e9, achieved, gpu ? "GPU fp32 GEMM" : "sgemm", ceiling, fraction,
+           gpu ? "4096^3 GPU GEMM" : "2048^3 sgemm");
     printf("  peak memory %s%s\n", gp_cli_fmt_bytes(b.mem.peak_total, mem, sizeof mem),
            b.stages > 0 ? " (stage peaks summed)" : "");
     if (b.stages > 0)
@@ -409,19 +428,24 @@ int gp_cli_bench_main(int argc, char **argv) {
         return GP_CLI_EXIT_OK;
     }
     if (rc != GP_CLI_PARSED) return rc;
-    if (!o.workload) return gp_cli_usage_error("bench", "--workload: required (G1, T1, T2 or C1)");
-    const bool t2 = strcmp(o.workload, "T2") == 0;
+    if (!o.workload)
+        return gp_cli_usage_error("bench", "--workload: required (G1, T1, T2, T3 or C1)");
+    const bool t2 = strcmp(o.workload, "T2") == 0, t3 = strcmp(o.workload, "T3") == 0;
     for (size_t i = 0; i < sizeof t2_only / sizeof t2_only[0]; i++)
-        if (!t2 && gp_cli_seen(tab, n, t2_only[i]))
-            return gp_cli_usage_error("bench", "%s: only for --workload T2 (got %s)", t2_only[i],
-                                      o.workload);
-    if (o.tie_embeddings && strcmp(o.workload, "T1") != 0 && !t2)
-        return gp_cli_usage_error("bench", "--tie-embeddings: only for --workload T1 or T2 (got %s)",
+        if (!t2 && !(t3 && i < T3_TOO) && gp_cli_seen(tab, n, t2_only[i]))
+            return gp_cli_usage_error("bench", "%s: only for --workload T2%s (got %s)", t2_only[i],
+                                      i < T3_TOO ? " or T3" : "", o.workload);
+    if (o.tie_embeddings && o.workload[0] != 'T')
+        return gp_cli_usage_error("bench",
+                                  "--tie-embeddings: only for --workload T1, T2 or T3 (got %s)",
                                   o.workload);
-    const bool piped = t2 || strcmp(o.workload, "C1") == 0;
+    if (o.device && strcmp(o.device, "cpu") != 0 && strcmp(o.workload, "G1") == 0)
+        return gp_cli_usage_error("bench", "--device %s: G1 times OpenBLAS on the CPU only",
+                                  o.device);
+    const bool piped = t2 || t3 || strcmp(o.workload, "C1") == 0;
     for (size_t i = 0; i < sizeof pipeline_only / sizeof pipeline_only[0]; i++)
         if (!piped && gp_cli_seen(tab, n, pipeline_only[i]))
-            return gp_cli_usage_error("bench", "%s: only for --workload T2 or C1 (got %s)",
+            return gp_cli_usage_error("bench", "%s: only for --workload T2, T3 or C1 (got %s)",
                                       pipeline_only[i], o.workload);
     const int T = gp_cli_seen(tab, n, "--tensor-parallel") ? o.pa.tensor_parallel : 1;
     if (T > 1 && !gp_cli_seen(tab, n, "--stages")) o.pa.stages = 1; /* T devices: a pipeline */

@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# The prepared run for a GPU machine: gpipe's GPU tests, training on the GPU against the CPU, and
+# T3's speed beside PyTorch on the same GPU, in tiers, each part under its own time guard so one
+# failure does not lose the rest. Writes into --out DIR (else $OUT where set, else ./gpu-out):
+#   summary.json  the GPU, driver, CUDA version, commit, every part's status (pass, fail,
+#                 unavailable, skipped) and figures
+#   run.log       every part's command and output
+#   timeline.svg  a two-stage training step on the GPU, stages as rows
+#   t3.json, t3_peer.json   gpipe bench's T3 report and the PyTorch peer's figures
+#
+#   bash bench/gpu/bundle.sh                  # here: build-gpu/ and gpu-bundle.tar.xz (~15 MB)
+#   bash bench/gpu/run.sh --tier 1            # there, with gpu-bundle.tar.xz carried
+#   bash bench/gpu/run.sh --dry-run           # no GPU: every step that needs none, from build/
+#
+# Tier 1 (under 4 minutes): the GPU tests; the demo LM and T1 trained at K = 1 on the GPU and on
+# the CPU (losses within 1e-5 relative at the first step, 1e-4 at the 50th); K = 1, 2, 4 stages
+# on the one GPU with gpipe and 1F1B, bit-identical (the parameters' FNV-1a hash); a checkpoint
+# saved on the GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed
+# on the GPU; T3 (gpipe bench --device cuda) beside bench/peers/t3.py. Tier 2 (4 minutes more):
+# compute-sanitizer memcheck and racecheck over test_kernels_cuda and a 3-step two-stage
+# training; every schedule at K = 2 and 4; the PyTorch peer in fp32 and under torch.compile.
+# --dry-run runs the same comparisons with the CPU in the GPU's place (what they check is then
+# trivially true: it shows the script, the programs and the summary work), in under a minute.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TIER=1 DRY=0 OUTDIR=${OUT:-$ROOT/gpu-out} BUNDLE=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --tier) TIER=${2:-}; shift 2 ;;
+    --out) OUTDIR=${2:-}; shift 2 ;;
+    --bundle) BUNDLE=${2:-}; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (--tier 1|2, --out DIR, --bundle DIR, --dry-run)" >&2
+       exit 2 ;;
+    esac
+done
+case "$TIER" in 1 | 2) ;; *) echo "run.sh: --tier $TIER: expected 1 or 2" >&2; exit 2 ;; esac
+[ -n "$OUTDIR" ] || { echo "run.sh: --out: empty" >&2; exit 2; }
+mkdir -p "$OUTDIR" || exit 2
+OUTDIR=$(cd "$OUTDIR" && pwd)
+WORK=$(mktemp -d /tmp/gpipe-gpu.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+PARTS=$WORK/parts.jsonl LOG=$OUTDIR/run.log
+: >"$PARTS"
+: >"$LOG"
+T_START=$(date +%s)
+CHECK="python3 $ROOT/bench/gpu/check.py"
+
+# ---- the programs: the bundle's on a GPU machine, build/'s for a dry run
+if [ $DRY = 1 ]; then
+    BIN=$ROOT/build DEV=cpu
+else
+    DEV=cuda
+    if [ -z "$BUNDLE" ]; then
+        BUNDLE=$ROOT/gpu-bundle
+        if [ ! -d "$BUNDLE" ] && [ -f "$ROOT/gpu-bundle.tar.xz" ]; then
+            tar -C "$WORK" -xJf "$ROOT/gpu-bundle.tar.xz" && BUNDLE=$WORK/gpu-bundle
+        fi
+    fi
+    [ -x "$BUNDLE/gpipe" ] || { echo "run.sh: no bundle at $BUNDLE (make it with bench/gpu/bundle.sh and carry gpu-bundle.tar.xz)" >&2; exit 2; }
+    BIN=$BUNDLE
+    # The CUDA 13 runtime and cuBLAS where the image keeps them: the system's, the toolkit's,
+    # or PyTorch's wheels.
+    cudalibs=$(dirname "$( (ldconfig -p | awk '/libcublas\.so\.13 / && !p {p = $NF} END {if (p) print p}'
+                             ls /usr/local/cuda*/lib*/libcublas.so.13 /usr/local/cuda*/targets/*/lib/libcublas.so.13 2>/dev/null
+                             python3 -c 'import nvidia, os, glob; print(*glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib", "libcublas.so.13")))' 2>/dev/null
+                            ) | head -1)" 2>/dev/null)
+    rtlibs=$(dirname "$( (ldconfig -p | awk '/libcudart\.so\.13 / && !p {p = $NF} END {if (p) print p}'
+                           ls /usr/local/cuda*/lib*/libcudart.so.13 /usr/local/cuda*/targets/*/lib/libcudart.so.13 2>/dev/null
+                           python3 -c 'import nvidia, os, glob; print(*glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib", "libcudart.so.13")))' 2>/dev/null
+                          ) | head -1)" 2>/dev/null)
+    export LD_LIBRARY_PATH=$BUNDLE/lib:$cudalibs:$rtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+GPIPE=$BIN/gpipe
+NT=$(nproc)
+
+# ---- helpers
+# part NAME SECONDS CMD...: runs CMD under a time guard, its output in the log; sets RC.
+part() {
+    local name=$1 secs=$2
+    shift 2
+    local t0=$(date +%s)
+    { echo; echo "==== $name (guard ${secs}s): $*"; } >>"$LOG"
+    timeout -k 5 "$secs" "$@" >"$WORK/$name.out" 2>&1
+    RC=$?
+    cat "$WORK/$name.out" >>"$LOG"
+    echo "---- $name: exit $RC after $(($(date +%s) - t0))s" >>"$LOG"
+    [ $RC = 124 ] || [ $RC = 137 ] && echo "---- $name: stopped by its time guard" >>"$LOG"
+    return 0
+}
+# record NAME STATUS [KEY JSON-VALUE]...: one part of the summary.
+record() {
+    local name=$1 status=$2
+    shift 2
+    local extra=""
+    while [ $# -ge 2 ]; do extra="$extra, \"$1\": $2"; shift 2; done
+    echo "{\"part\": \"$name\", \"status\": \"$status\"$extra}" >>"$PARTS"
+    printf '[%4ds] %-34s %s\n' $(($(date +%s) - T_START)) "$name" "$status"
+}
+# compare NAME check.py-ARGS...: a comparison's JSON into the summary.
+compare() {
+    local name=$1
+    shift
+    if $CHECK "$1" "$name" "${@:2}" >"$WORK/$name.json" 2>>"$LOG"; then
+        cat "$WORK/$name.json" >>"$PARTS"
+        cat "$WORK/$name.json" >>"$LOG"
+        printf '[%4ds] %-34s %s\n' $(($(date +%s) - T_START)) "$name" \
+            "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' "$WORK/$name.json")"
+    else
+        record "$name" fail why '"the comparison failed (see run.log)"'
+    fi
+}
+
+# ---- the machine
+if [ $DRY = 1 ]; then
+    GPU_NAME="none (dry run)" DRIVER="" CUDA_VERSION=""
+else
+    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+    CUDA_VERSION=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
+    nvidia-smi >>"$LOG" 2>&1
+fi
+COMMIT=$(cat "$BIN/COMMIT" 2>/dev/null || git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+echo "gpipe GPU run, tier $TIER$([ $DRY = 1 ] && echo ', dry run (CPU in the GPU place)'): GPU $GPU_NAME, driver ${DRIVER:-none}, CUDA ${CUDA_VERSION:-none}, commit ${COMMIT:0:12}, $NT cores"
+
+# ---- tier 1, part 1: the GPU tests
+for t in test_kernels_cuda test_cuda_api test_pipeline; do
+    if [ ! -x "$BIN/$t" ]; then
+        record "test:$t" unavailable why '"not built"'
+        continue
+    fi
+    part "test_$t" 120 "$BIN/$t"
+    # 77: the test's own skip (no GPU, or no module of this build)
+    if [ $RC = 77 ] || { [ $DRY = 1 ] && [ $RC = 0 ]; }; then
+        record "test:$t" skipped why '"no GPU (see run.log)"'
+    else
+        record "test:$t" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+    fi
+done
+
+# ---- tier 1, part 2: training on the GPU against the CPU
+awk 'BEGIN {RS = ""; ORS = "\n%\n"} {print}' "$ROOT"/README.md "$ROOT"/BENCHMARKS.md "$ROOT"/docs/*.md >"$WORK/corpus.txt"
+LM=(--data "$WORK/corpus.txt" --eval-size 8 --quiet --log-every 1 --seed 1)
+# train NAME DEVICE GUARD ARGS...: a run with its metrics and report in $WORK/NAME.*
+train() {
+    local name=$1 dev=$2 secs=$3
+    shift 3
+    part "$name" "$secs" "$GPIPE" train "${LM[@]}" --device "$dev" --metrics "$WORK/$name.jsonl" \
+        --report "$WORK/$name.json" "$@"
+    [ $RC = 0 ] || record "run:$name" fail exit $RC
+}
+# A dry run trains the demo LM 3 steps where the GPU's runs train it and T1 50: it shows the
+# comparisons work, not the figures.
+STEPS=$([ $DRY = 1 ] && echo 3 || echo 50)
+for model in demo $([ $DRY = 1 ] || echo transformer); do
+    spec=$([ $model = demo ] && echo "$ROOT/examples/demo_lm.json" || echo transformer)
+    train "${model}_cpu" cpu 150 --model "$spec" --steps $STEPS --threads "$NT"
+    train "${model}_gpu" $DEV 150 --model "$spec" --steps $STEPS --threads "$NT"
+    if [ -s "$WORK/${model}_cpu.jsonl" ] && [ -s "$WORK/${model}_gpu.jsonl" ]; then
+        compare "fp32:${model}_gpu_vs_cpu" losses "$WORK/${model}_gpu.jsonl" "$WORK/${model}_cpu.jsonl" 1e-5 1e-4
+    fi
+done
+# K = 1, 2, 4 stages on the one GPU, gpipe and 1F1B: the same parameters bit for bit.
+runs=()
+KS="1 2 4"
+for k in $KS; do
+    for s in gpipe 1f1b; do
+        extra=()
+        [ "$k" = 2 ] && [ $s = gpipe ] && extra=(--timeline "$OUTDIR/timeline.svg")
+        train "k${k}_$s" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --stages "$k" \
+            --micro-batches 4 --schedule $s --threads 1 "${extra[@]}"
+        [ $RC = 0 ] && runs+=("$WORK/k${k}_$s.json")
+    done
+done
+train k0 $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --micro-batches 4 --threads 1
+[ $RC = 0 ] && runs+=("$WORK/k0.json")
+[ ${#runs[@]} -ge 2 ] && compare "bitwise:K=0,1,2,4_gpipe_1f1b" same "${runs[@]}"
+# Checkpoints across devices: 20 steps, stopped after 10 and resumed.
+CK=(--model "$ROOT/examples/demo_lm.json" --steps 20 --threads "$NT")
+train full_gpu $DEV 60 "${CK[@]}"
+CK+=(--checkpoint-sync)
+train stop_gpu $DEV 60 "${CK[@]}" --stop-after 10 --checkpoint-dir "$WORK/ck_gpu"
+train stop_cpu cpu 60 "${CK[@]}" --stop-after 10 --checkpoint-dir "$WORK/ck_cpu"
+cp -r "$WORK/ck_gpu" "$WORK/ck_gpu2" 2>/dev/null
+train gpu_to_cpu cpu 60 "${CK[@]}" --resume --checkpoint-dir "$WORK/ck_gpu"
+train gpu_to_gpu $DEV 60 "${CK[@]}" --resume --checkpoint-dir "$WORK/ck_gpu2"
+train cpu_to_gpu $DEV 60 "${CK[@]}" --resume --checkpoint-dir "$WORK/ck_cpu"
+[ -s "$WORK/gpu_to_gpu.jsonl" ] && compare "checkpoint:gpu_to_gpu_bitwise" resume "$WORK/full_gpu.jsonl" "$WORK/gpu_to_gpu.jsonl" 0
+[ -s "$WORK/gpu_to_cpu.jsonl" ] && compare "checkpoint:gpu_to_cpu" resume "$WORK/full_gpu.jsonl" "$WORK/gpu_to_cpu.jsonl" 1e-4
+[ -s "$WORK/cpu_to_gpu.jsonl" ] && compare "checkpoint:cpu_to_gpu" resume "$WORK/full_gpu.jsonl" "$WORK/cpu_to_gpu.jsonl" 1e-4
+
+# ---- tier 1, part 3: T3's speed beside PyTorch
+if [ $DRY = 1 ]; then
+    T3=(--workload T3 --device cpu --layers 1 --batch 1 --steps 1 --warmup 0)
+else
+    T3=(--workload T3 --device cuda --steps 5 --warmup 2)
+fi
+part t3 150 "$GPIPE" bench "${T3[@]}" --quiet --report "$OUTDIR/t3.json"
+if [ $RC = 0 ]; then
+    record "speed:T3_fp32" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ("model","device","nparams","achieved_gflops","ceiling_gflops","fraction_of_ceiling","ceiling_basis")} | {"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "peak_bytes": r.get("memory", {}).get("peak_total_bytes")}))' "$OUTDIR/t3.json")"
+else
+    record "speed:T3_fp32" fail exit $RC
+fi
+record "speed:T3_bf16" unavailable why '"gpipe bench --precision bf16 is not built"'
+peer() { # peer NAME GUARD ARGS...: bench/peers/t3.py, its JSON in $OUTDIR/NAME.json
+    local name=$1 secs=$2
+    shift 2
+    part "$name" "$secs" env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/peers/t3.py" --gpipe "$GPIPE" \
+        --json "$OUTDIR/$name.json" "$@"
+    if [ $RC = 3 ]; then record "peer:$name" unavailable why '"no PyTorch with CUDA here"'
+    elif [ $RC = 0 ] && [ -s "$OUTDIR/$name.json" ]; then record "peer:$name" pass figures "$(cat "$OUTDIR/$name.json")"
+    else record "peer:$name" fail exit $RC; fi
+}
+if [ $DRY = 1 ]; then
+    record "peer:t3_peer" skipped why '"dry run: no GPU"'
+else
+    peer t3_peer 200 --precision bf16 --rounds 1 --steps 5 --warmup 2
+fi
+
+# ---- tier 2
+if [ "$TIER" = 2 ]; then
+    if [ $DRY = 0 ] && command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck; do
+            part "sanitizer_$tool" 150 compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/test_kernels_cuda"
+            record "sanitizer:$tool:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+        done
+        part sanitizer_train 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$GPIPE" train \
+            "${LM[@]}" --device cuda --model "$ROOT/examples/demo_lm.json" --steps 3 --stages 2 --micro-batches 2
+        record "sanitizer:memcheck:train_K2" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+    else
+        record "sanitizer" "$([ $DRY = 1 ] && echo skipped || echo unavailable)" why '"no compute-sanitizer or no GPU"'
+    fi
+    runs=()
+    for k in 2 4; do
+        for s in gpipe 1f1b zbh1 interleaved zbv; do
+            train "s${k}_$s" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --stages "$k" \
+                --micro-batches 8 --schedule $s --threads 1
+            [ $RC = 0 ] && runs+=("$WORK/s${k}_$s.json")
+        done
+    done
+    [ ${#runs[@]} -ge 2 ] && compare "bitwise:every_schedule_K=2,4" same "${runs[@]}" "$WORK/k0.json"
+    if [ $DRY = 0 ]; then
+        peer t3_peer_fp32 150 --precision fp32 --no-gpipe --rounds 1 --steps 5 --warmup 2
+        peer t3_peer_compile 200 --precision bf16 --compile --no-gpipe --rounds 1 --steps 5 --warmup 3
+    fi
+fi
+
+$CHECK merge "$PARTS" "gpu=$GPU_NAME" "driver=$DRIVER" "cuda=$CUDA_VERSION" "commit=$COMMIT" \
+    "tier=$TIER" "dry_run=$DRY" "cores=$NT" "seconds=$(($(date +%s) - T_START))" \
+    "date=$(date -u +%Y-%m-%dT%H:%MZ)" >"$OUTDIR/summary.json"
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("summary:", s["counts"], "in", s["seconds"], "s ->", sys.argv[1])' "$OUTDIR/summary.json"
+python3 -c 'import json,sys; sys.exit(1 if json.load(open(sys.argv[1]))["counts"]["fail"] else 0)' "$OUTDIR/summary.json"
