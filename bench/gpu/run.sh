@@ -89,6 +89,13 @@ part() {
     [ $RC = 124 ] || [ $RC = 137 ] && echo "---- $name: stopped by its time guard" >>"$LOG"
     return 0
 }
+# The summary so far, rewritten after every part: a run stopped from outside keeps what it did.
+summarize() {
+    $CHECK merge "$PARTS" "gpu=$GPU_NAME" "driver=$DRIVER" "cuda=$CUDA_VERSION" "commit=$COMMIT" \
+        "tier=$TIER" "dry_run=$DRY" "cores=$NT" "seconds=$(($(date +%s) - T_START))" \
+        "date=$(date -u +%Y-%m-%dT%H:%MZ)" >"$OUTDIR/summary.json.tmp" 2>>"$LOG" &&
+        mv "$OUTDIR/summary.json.tmp" "$OUTDIR/summary.json"
+}
 # record NAME STATUS [KEY JSON-VALUE]...: one part of the summary.
 record() {
     local name=$1 status=$2
@@ -97,6 +104,7 @@ record() {
     while [ $# -ge 2 ]; do extra="$extra, \"$1\": $2"; shift 2; done
     echo "{\"part\": \"$name\", \"status\": \"$status\"$extra}" >>"$PARTS"
     printf '[%4ds] %-34s %s\n' $(($(date +%s) - T_START)) "$name" "$status"
+    summarize
 }
 # compare NAME check.py-ARGS...: a comparison's JSON into the summary.
 compare() {
@@ -107,6 +115,7 @@ compare() {
         cat "$WORK/$name.json" >>"$LOG"
         printf '[%4ds] %-34s %s\n' $(($(date +%s) - T_START)) "$name" \
             "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' "$WORK/$name.json")"
+        summarize
     else
         record "$name" fail why '"the comparison failed (see run.log)"'
     fi
@@ -246,8 +255,6 @@ if [ "$TIER" = 2 ]; then
     fi
 fi
 
-$CHECK merge "$PARTS" "gpu=$GPU_NAME" "driver=$DRIVER" "cuda=$CUDA_VERSION" "commit=$COMMIT" \
-    "tier=$TIER" "dry_run=$DRY" "cores=$NT" "seconds=$(($(date +%s) - T_START))" \
-    "date=$(date -u +%Y-%m-%dT%H:%MZ)" >"$OUTDIR/summary.json"
+summarize
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("summary:", s["counts"], "in", s["seconds"], "s ->", sys.argv[1])' "$OUTDIR/summary.json"
 python3 -c 'import json,sys; sys.exit(1 if json.load(open(sys.argv[1]))["counts"]["fail"] else 0)' "$OUTDIR/summary.json"
