@@ -10,6 +10,7 @@ instead of spinning against gpipe's, and against each other on a small machine),
 thread and N threads: torch.set_num_threads(N) and, because Debian's torch calls OpenBLAS's
 pthreads build, whose own pool set_num_threads does not reach (a "1-thread" PyTorch would run
 its GEMMs on every core), openblas_set_num_threads(N) on the OpenBLAS loaded in the process.
+A GPU peer (t3.py) takes no thread count and ends each timed step with torch.cuda.synchronize().
 """
 import argparse
 import json
@@ -24,20 +25,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def parse_args(doc, default_threads="1,2"):
+def parse_args(doc, default_threads="1,2", extra=None):
+    """The options every peer takes; default_threads None: no --threads (a GPU peer);
+    extra(parser) adds a peer's own."""
     p = argparse.ArgumentParser(description=doc)
     p.add_argument("--gpipe", default=os.path.join(ROOT, "build", "gpipe"),
                    help="the gpipe binary (default: build/gpipe)")
-    p.add_argument("--threads", default=default_threads,
-                   help="comma-separated thread counts (default: %(default)s)")
+    if default_threads is not None:
+        p.add_argument("--threads", default=default_threads,
+                       help="comma-separated thread counts (default: %(default)s)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--rounds", type=int, default=int(os.environ.get("GP_PEER_ROUNDS", "1")),
                    help="gpipe and PyTorch alternate this many times; medians over the rounds "
                         "(default: GP_PEER_ROUNDS or 1)")
     p.add_argument("--json", help="also write the figures to this JSON file")
+    if extra is not None:
+        extra(p)
     a = p.parse_args()
-    a.threads = [int(t) for t in a.threads.split(",")]
+    if default_threads is not None:
+        a.threads = [int(t) for t in a.threads.split(",")]
     return a
 
 
@@ -45,12 +52,11 @@ def import_torch():
     """torch with passive OpenMP waits; None (and a message) when it is not installed."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         print("PyTorch is not installed for %s (Debian: apt-get install python3-torch); "
               "nothing to compare" % sys.executable)
         return None
-    import torch
     torch.set_num_interop_threads(1)
     return torch
 
@@ -95,33 +101,47 @@ def time_steps(step, steps, warmup):
     return statistics.median(times)
 
 
-def run_gpipe(gpipe, args, steps, warmup):
-    """`gpipe bench ARGS` with a report; returns the report's dict."""
+def try_gpipe(gpipe, args, steps, warmup):
+    """`gpipe bench ARGS` with a report; returns (the report's dict, None), or (None, what went
+    wrong) when gpipe is missing, fails or writes no readable report."""
     if not os.access(gpipe, os.X_OK):
-        sys.exit("%s is not an executable gpipe: build it first (make build) or give --gpipe"
-                 % gpipe)
+        return None, ("%s is not an executable gpipe: build it first (make build) or give "
+                      "--gpipe" % gpipe)
     with tempfile.TemporaryDirectory() as d:
         report = os.path.join(d, "report.json")
         cmd = [gpipe, "bench"] + args + ["--steps", str(steps), "--warmup", str(warmup),
                                          "--quiet", "--report", report]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode != 0:
-            sys.exit("gpipe failed (%s):\n%s" % (" ".join(cmd), r.stdout))
-        with open(report) as f:
-            return json.load(f)
+            return None, "gpipe failed (%s):\n%s" % (" ".join(cmd), r.stdout)
+        try:
+            with open(report) as f:
+                return json.load(f), None
+        except (OSError, ValueError) as e:
+            return None, "gpipe wrote no readable report %s (%s): %s" % (report, " ".join(cmd), e)
 
 
-def compare(rows, unit, json_path=None, extra=None):
-    """rows: [(label, gpipe per s, torch per s, gpipe fraction of ceiling or None)]."""
+def run_gpipe(gpipe, args, steps, warmup):
+    """`gpipe bench ARGS` with a report; returns the report's dict, exits when gpipe fails."""
+    rep, err = try_gpipe(gpipe, args, steps, warmup)
+    if rep is None:
+        sys.exit(err)
+    return rep
+
+
+def compare(rows, unit, json_path=None, extra=None, ceiling="sgemm"):
+    """rows: [(label, gpipe per s or None, torch per s, gpipe fraction of ceiling or None)]."""
     print()
-    print("| workload | gpipe %s | PyTorch %s | gpipe / PyTorch | gpipe of its sgemm ceiling |"
-          % (unit, unit))
+    print("| workload | gpipe %s | PyTorch %s | gpipe / PyTorch | gpipe of its %s ceiling |"
+          % (unit, unit, ceiling))
     print("|---|---|---|---|---|")
     out = []
     for label, g, t, frac in rows:
-        ratio = g / t
-        print("| %s | %.0f | %.0f | %.2fx | %s |"
-              % (label, g, t, ratio, "%.3f" % frac if frac is not None else "-"))
+        ratio = g / t if g is not None else None
+        print("| %s | %s | %.0f | %s | %s |"
+              % (label, "%.0f" % g if g is not None else "-", t,
+                 "%.2fx" % ratio if ratio is not None else "-",
+                 "%.3f" % frac if frac is not None else "-"))
         out.append({"workload": label, "gpipe": g, "torch": t, "ratio": ratio,
                     "gpipe_fraction_of_ceiling": frac})
     if json_path:
@@ -131,11 +151,18 @@ def compare(rows, unit, json_path=None, extra=None):
 
 
 def alternate(rounds, run_gpipe_once, run_torch_once):
-    """Medians of (gpipe per s, fraction, torch per s) over rounds, the two alternating."""
+    """Medians of (gpipe per s, fraction, torch per s) over rounds, the two alternating.
+    run_gpipe_once may return None (no gpipe figure that round) and a fraction may be None;
+    a median over no figures is None."""
     g, fr, t = [], [], []
     for _ in range(rounds):
         rep = run_gpipe_once()
-        g.append(rep[0])
-        fr.append(rep[1])
+        if rep is not None:
+            g.append(rep[0])
+            if rep[1] is not None:
+                fr.append(rep[1])
         t.append(run_torch_once())
-    return statistics.median(g), statistics.median(fr), statistics.median(t)
+
+    def median(xs):
+        return statistics.median(xs) if xs else None
+    return median(g), median(fr), median(t)

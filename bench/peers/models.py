@@ -1,11 +1,15 @@
 """gpipe's benchmark models in PyTorch, layer for layer (docs/WORKLOADS.md)."""
+import contextlib
 import math
 
 
-def transformer(torch, vocab=256, dim=512, heads=8, d_ff=2048, layers=8, seq_len=128):
-    """T1 (and T2 with dim 256, heads 4, d_ff 1024, layers 32): GPT-style decoder, pre-LayerNorm,
-    causal multi-head self-attention with biases, tanh GELU MLP, learned positions, final
-    LayerNorm, untied head without bias, no dropout."""
+def transformer(torch, vocab=256, dim=512, heads=8, d_ff=2048, layers=8, seq_len=128,
+                sdpa=False):
+    """T1 (and T2 with dim 256, heads 4, d_ff 1024, layers 32; T3 with dim 2048, heads 16,
+    d_ff 8192, layers 24, seq_len 1024): GPT-style decoder, pre-LayerNorm, causal multi-head
+    self-attention with biases, tanh GELU MLP, learned positions, final LayerNorm, untied head
+    without bias, no dropout. sdpa: attention through F.scaled_dot_product_attention (fused
+    kernels on a GPU) instead of the explicit masked score matrix; the same function."""
     nn, F = torch.nn, torch.nn.functional
 
     class Block(nn.Module):
@@ -17,8 +21,9 @@ def transformer(torch, vocab=256, dim=512, heads=8, d_ff=2048, layers=8, seq_len
             self.ln2 = nn.LayerNorm(dim)
             self.fc1 = nn.Linear(dim, d_ff)
             self.fc2 = nn.Linear(d_ff, dim)
-            self.register_buffer("mask", torch.triu(torch.ones(seq_len, seq_len,
-                                                               dtype=torch.bool), 1))
+            if not sdpa:
+                self.register_buffer("mask", torch.triu(torch.ones(seq_len, seq_len,
+                                                                   dtype=torch.bool), 1))
 
         def forward(self, x):
             B, T, C = x.shape
@@ -27,9 +32,13 @@ def transformer(torch, vocab=256, dim=512, heads=8, d_ff=2048, layers=8, seq_len
             q = q.view(B, T, heads, hd).transpose(1, 2)
             k = k.view(B, T, heads, hd).transpose(1, 2)
             v = v.view(B, T, heads, hd).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-            att = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1)
-            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            if sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+                att = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+                y = att @ v
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
             x = x + self.proj(y)
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
@@ -66,17 +75,30 @@ def convnet(torch, ch1=32, ch2=64, hidden=256, classes=10):
                          nn.Linear(hidden, classes))
 
 
-def lm_step(torch, model, batch, seq_len, vocab, lr=3e-4, weight_decay=0.01):
-    """One AdamW step on random bytes (labels: the next byte)."""
+def lm_step(torch, model, batch, seq_len, vocab, lr=3e-4, weight_decay=0.01, device=None,
+            autocast_dtype=None, fused=False):
+    """One AdamW step on random bytes (labels: the next byte). device: where the data lives (the
+    model's device; default the CPU); autocast_dtype: the forward under torch.autocast in that
+    type (mixed precision, the parameters and the update stay float32); fused: the fused AdamW."""
     F = torch.nn.functional
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    # Only named when wanted: fused=False spelt out would also turn off the default foreach.
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
+                            **({"fused": True} if fused else {}))
     g = torch.Generator().manual_seed(1)
     data = torch.randint(0, vocab, (batch, seq_len + 1), generator=g)
+    if device is not None:
+        data = data.to(device)
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+    def forward_context():
+        if autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=x.device.type, dtype=autocast_dtype)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
+        with forward_context():
+            loss = F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
         loss.backward()
         opt.step()
     return step
