@@ -22,7 +22,7 @@ PYENV      ?= .pyenv
 PY_PACKAGES := safetensors
 PY_OPTIONAL := tokenizers
 
-.PHONY: all deps pydeps pydeps-hf check-hf build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable docs install clean
+.PHONY: all deps pydeps pydeps-hf check-hf build test test-fast test-asan test-tsan test-fuzz demo demo-long demo-fashion bench bench-peers bench-portable gpu-bundle docs install clean
 
 all: build
 
@@ -175,6 +175,11 @@ bench: build
 # T1 and the Fashion demo's workload, alternating rounds (bench/run_portable.sh).
 bench-portable: build
 	INSTALL_BUILD=$(INSTALL_BUILD) bash bench/run_portable.sh $(GPIPE)
+
+# The bundle that bench/gpu/run.sh runs on a GPU machine, made here with the CUDA 13 toolkit:
+# build-gpu/ (sm_90, Release) and gpu-bundle.tar.xz with the programs and the libraries they load.
+gpu-bundle: deps
+	bash bench/gpu/bundle.sh
 
 # The option reference (docs/cli.md) and the man page (docs/gpipe.1) from gpipe's --help texts;
 # the test cli_doc_sync fails until this is run after a help text changes.

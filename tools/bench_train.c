@@ -290,8 +290,10 @@ int gp_cli_bench_train(gp_cli_bench *b) {
     }
     if (pipelined)
         rc = pipeline_memory(b, pl);
-    else
-        gp_device_mem_stats(dev, &b->mem);
+    else if (on_cpu)
+        gp_device_mem_stats(dev, &b->mem); /* the stage device itself */
+    else if (gp_pipeline_mem_stats_shard(pl, 0, 0, &b->mem) != GP_OK) /* the GPU the pipeline made */
+        rc = gp_cli_fail("bench", "the GPU's memory counters");
     /* Every process's peak resident set (the whole process: library, BLAS buffers, MPI), to set
      * beside what its stage device counts. */
     struct rusage ru;

@@ -11,6 +11,7 @@
 #   bash bench/gpu/bundle.sh                  # here: build-gpu/ and gpu-bundle.tar.xz (~15 MB)
 #   bash bench/gpu/run.sh --tier 1            # there, with gpu-bundle.tar.xz carried
 #   bash bench/gpu/run.sh --dry-run           # no GPU: every step that needs none, from build/
+#                                             # (or --bundle BUILD_DIR; a ctest of make test)
 #
 # Tier 1 (under 4 minutes): the GPU tests; the demo LM and T1 trained at K = 1 on the GPU and on
 # the CPU (losses within 1e-5 relative at the first step, 1e-4 at the 50th); K = 1, 2, 4 stages
@@ -49,7 +50,8 @@ CHECK="python3 $ROOT/bench/gpu/check.py"
 
 # ---- the programs: the bundle's on a GPU machine, build/'s for a dry run
 if [ $DRY = 1 ]; then
-    BIN=$ROOT/build DEV=cpu
+    BIN=${BUNDLE:-$ROOT/build} DEV=cpu
+    [ -x "$BIN/gpipe" ] || { echo "run.sh: no gpipe in $BIN (make build, or --bundle BUILD_DIR)" >&2; exit 2; }
 else
     DEV=cuda
     if [ -z "$BUNDLE" ]; then
