@@ -1,5 +1,6 @@
 /* Core: shapes, tensors, the counting allocator and its limit, the
  * counter-based RNG, status tables, hashing and the median of timings. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
@@ -140,6 +141,26 @@ static void test_rng(void) {
     float nw[7];
     gp_rng_normal(&s, 1001, nw, 7);
     CHECK(memcmp(nw, n + 1001, sizeof nw) == 0);
+    /* A fill large enough to be split over threads equals the same elements made in windows
+     * too small to be split (one thread each), from an odd start so that the parts' seams fall
+     * inside Box-Muller pairs. */
+    enum { BIG = 3 * (1 << 20) + 5, WINDOW = 100003 };
+    float *big = malloc(BIG * sizeof *big), *one = malloc(BIG * sizeof *one);
+    if (!big || !one) {
+        CHECK(!"out of memory");
+        free(big);
+        free(one);
+        return;
+    }
+    for (int normal = 0; normal < 2; normal++) {
+        (normal ? gp_rng_normal : gp_rng_uniform)(&s, 7, big, BIG);
+        for (int64_t i = 0; i < BIG; i += WINDOW)
+            (normal ? gp_rng_normal : gp_rng_uniform)(&s, 7 + (uint64_t)i, one + i,
+                                                      BIG - i < WINDOW ? BIG - i : WINDOW);
+        CHECK(memcmp(big, one, BIG * sizeof *big) == 0);
+    }
+    free(big);
+    free(one);
     /* Philox4x32-10 known-answer test (Random123 kat_vectors: ctr 0, key 0). */
     uint32_t out[4];
     gp_rng_stream z = {0};
