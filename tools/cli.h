@@ -444,6 +444,11 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
  * known to the planner) without --memory-limit: CELL. given_by: the option that chose the mode
  * ("--remat", "--plan auto"), NULL where none did. Sets po->remat and, where it planned against
  * the host, po->memory_limit; why: the line's reason (gp_cli_remat_print). */
+/* The least bytes any of `devices` stage devices of the kind can count on: stage device w is
+ * device w mod count of the kind, so each one's free memory is shared by the stage devices on
+ * it; *unit_bytes that device's whole. 0, with the reason in why, where the kind cannot say. */
+uint64_t gp_cli_stage_device_bytes(gp_device_type type, int devices, uint64_t *unit_bytes,
+                                   char *why, size_t whysize);
 void gp_cli_remat_default(const char *given_by, bool limit_given, int devices,
                           gp_pipeline_opts *po, char *why, size_t whysize);
 extern const char gp_cli_remat_default_text[]; /* --remat's default as --help shows it */

@@ -136,7 +136,7 @@ const char gp_cli_remat_default_text[] =
 /* The least that any of the `devices` stage devices can count on: stage device w is device w
  * mod count of the kind (every CPU device the host), so each unit's bytes are shared by the
  * stage devices on it. 0, with the reason in why, where the kind cannot say. */
-static uint64_t stage_device_bytes(gp_device_type type, int devices, uint64_t *unit_bytes,
+uint64_t gp_cli_stage_device_bytes(gp_device_type type, int devices, uint64_t *unit_bytes,
                                    char *why, size_t whysize) {
     int count = 0;
     if (gp_device_type_count(type, &count) != GP_OK) {
@@ -186,7 +186,7 @@ void gp_cli_remat_default(const char *given_by, bool limit_given, int devices,
     }
     if (devices < 1) devices = 1;
     const char *kind = gp_device_type_name(po->device_type);
-    const uint64_t each = stage_device_bytes(po->device_type, devices, &unit, b, sizeof b);
+    const uint64_t each = gp_cli_stage_device_bytes(po->device_type, devices, &unit, b, sizeof b);
     if (each == 0) {
         snprintf(why, whysize, "cell (the default: the memory of the %s devices is not known: "
                  "%s; --memory-limit plans selective)", kind, b);

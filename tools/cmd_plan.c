@@ -10,14 +10,14 @@
 #include "cli.h"
 
 typedef struct plan_opts {
-    const char *model, *optimizer, *report;
+    const char *model, *optimizer, *report, *device;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition --tensor-parallel */
     int micro_batches, batch, data_parallel, threads, devices, top;
     uint64_t memory_limit;
     double gflops, bandwidth;
 } plan_opts;
 
-enum { NOPTS = 19 };
+enum { NOPTS = 20 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -66,6 +66,11 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
          "no search: the plan of the options given", 1, false, NULL, false, GP_MAX_DEVICES, false},
         {"--top", GP_CLI_INT, &o->top, "N", "with --devices: how many of the fastest to list", "5",
          1, false, NULL, false, 0, false},
+        {"--device", GP_CLI_CHOICE, &o->device, "cpu|cuda",
+         "the stage devices' kind, which sizes their kernels' workspace; cuda: planned against "
+         "the free memory of the GPUs here (shared by the stages on each) unless --memory-limit, "
+         "times at GPU 0's fp32 GEMM rate unless --gflops (needs a GPU)",
+         "cpu", 0, false, "cpu|cuda", false, 0, false},
     };
     memcpy(t, tab, sizeof tab);
     return NOPTS;
@@ -288,6 +293,40 @@ int gp_cli_plan_main(int argc, char **argv) {
     po.data_parallel = o.data_parallel;
     po.link_gbytes_per_s = o.bandwidth;
     po.stage_threads = o.threads;
+    char gpu_limit[256] = "";
+    if (o.device) (void)gp_device_type_parse(o.device, &po.device_type); /* a --device choice */
+    const bool gpu = po.device_type != GP_DEVICE_CPU;
+    if (gpu && po.balance == GP_BALANCE_TIME) {
+        rc = gp_cli_usage_error("plan", "--balance time with --device %s: layers are timed on "
+                                        "the CPU only (leave --balance out)", o.device);
+        goto done;
+    }
+    int count = 0;
+    if (gp_device_type_count(po.device_type, &count) != GP_OK) {
+        fprintf(stderr, "gpipe plan: --device %s: %s\n", o.device ? o.device : "cpu",
+                gp_last_error());
+        rc = GP_CLI_EXIT_RUNTIME;
+        goto done;
+    }
+    if (gpu && !gp_cli_seen(tab, n, "--memory-limit")) {
+        /* What a stage device of the kind can count on, as the training's default plans. */
+        const int64_t mesh = (int64_t)(po.stages > 0 ? po.stages : 1) * o.data_parallel *
+                             (po.tensor_parallel > 0 ? po.tensor_parallel : 1);
+        uint64_t unit = 0;
+        char why[256], a[32], b[32];
+        po.memory_limit = gp_cli_stage_device_bytes(po.device_type, mesh < INT_MAX ? (int)mesh
+                                                                                   : INT_MAX,
+                                                    &unit, why, sizeof why);
+        if (po.memory_limit == 0) {
+            fprintf(stderr, "gpipe plan: --device %s: %s (give --memory-limit)\n", o.device, why);
+            rc = GP_CLI_EXIT_RUNTIME;
+            goto done;
+        }
+        snprintf(gpu_limit, sizeof gpu_limit, "memory limit %s per stage device: %s free on the "
+                 "GPU with the least per stage device, shared by %lld",
+                 gp_cli_fmt_bytes(po.memory_limit, a, sizeof a),
+                 gp_cli_fmt_bytes(unit, b, sizeof b), (long long)mesh);
+    }
     rc = gp_cli_pipeline_check("plan", m, o.batch, &po);
     if (rc != GP_CLI_EXIT_OK) goto done;
     gp_optim_opts oo = strcmp(o.optimizer, "adamw") == 0 ? gp_adamw_defaults(3e-4f, 0.01f)
@@ -332,7 +371,18 @@ int gp_cli_plan_main(int argc, char **argv) {
         }
     }
     const bool measure = !by_time && !gp_cli_seen(tab, n, "--gflops");
-    if (measure) {
+    if (measure && gpu) { /* GPU 0's own fp32 GEMM, as gpipe bench's ceiling */
+        gp_device *g = NULL;
+        gp_status gs = gp_device_type_new(po.device_type, "plan-gemm", 0, 1, &g);
+        if (gs == GP_OK) gs = gp_device_gemm_rate(g, GP_CLI_GPU_CEILING_N, 3, &o.gflops);
+        if (g) gp_device_free(g);
+        if (gs != GP_OK) {
+            fprintf(stderr, "gpipe plan: timing the GPU's GEMM: %s (give --gflops)\n",
+                    gp_last_error());
+            rc = GP_CLI_EXIT_RUNTIME;
+            goto done;
+        }
+    } else if (measure) {
         char why[256]; /* a stage device's default: one thread */
         if (!gp_cli_bench_sgemm(2048, 2048, 2048, 1, false, 2, &o.gflops, why, sizeof why)) {
             fprintf(stderr, "gpipe plan: %s (give --gflops)\n", why);
@@ -391,7 +441,13 @@ int gp_cli_plan_main(int argc, char **argv) {
             printf(" (x%.3f)\n", contention);
     } else {
         printf("times at %.1f GFLOP/s (%s)\n", p.gflops_assumed,
-               measure ? "a 2048^3 sgemm on 1 thread, measured now" : "--gflops");
+               !measure ? "--gflops"
+               : gpu    ? "a 4096^3 fp32 GEMM on GPU 0, measured now"
+                        : "a 2048^3 sgemm on 1 thread, measured now");
+    }
+    if (gpu) {
+        printf("stage devices: %s%s%s\n", gp_device_type_name(po.device_type),
+               gpu_limit[0] ? "; " : "", gpu_limit);
     }
     print_plan(&p, o.bandwidth, lm ? gp_model_example_shape(m).dim[0] : 0);
     fflush(stdout);

@@ -8,6 +8,8 @@
       every report's params_fnv1a64 and last loss equal (bit-identical runs)
   check.py resume NAME FULL.jsonl RESUMED.jsonl REL
       the resumed run's steps equal the uninterrupted run's within REL (0: bit for bit)
+  check.py part NAME STATUS [KEY VALUE]...
+      one part as given, each VALUE as JSON where it parses, else as a string
   check.py merge PARTS.jsonl... [KEY=VALUE...]
       the summary on stdout: every part, the count of each status, and the given fields
 """
@@ -65,6 +67,16 @@ def main(argv):
         ok = bool(steps) and worst <= tol
         return emit(name, ok, steps=[steps[0], steps[-1]] if steps else [], worst_rel=worst,
                     limit=tol)
+    if what == "part":
+        # part NAME STATUS [KEY VALUE]...: VALUE as JSON where it parses, else as a string
+        fields = {}
+        for k, v in zip(argv[4::2], argv[5::2]):
+            try:
+                fields[k] = json.loads(v)
+            except ValueError:
+                fields[k] = v
+        print(json.dumps({"part": name, "status": argv[3], **fields}))
+        return 0
     if what == "merge":
         parts, fields = [], {}
         for p in argv[2:]:

@@ -102,9 +102,8 @@ summarize() {
 record() {
     local name=$1 status=$2
     shift 2
-    local extra=""
-    while [ $# -ge 2 ]; do extra="$extra, \"$1\": $2"; shift 2; done
-    echo "{\"part\": \"$name\", \"status\": \"$status\"$extra}" >>"$PARTS"
+    $CHECK part "$name" "$status" "$@" >>"$PARTS" 2>>"$LOG" ||
+        echo "{\"part\": \"$name\", \"status\": \"$status\"}" >>"$PARTS"
     printf '[%4ds] %-34s %s\n' $(($(date +%s) - T_START)) "$name" "$status"
     summarize
 }
@@ -201,6 +200,17 @@ train cpu_to_gpu $DEV 60 "${CK[@]}" --resume --checkpoint-dir "$WORK/ck_cpu"
 [ -s "$WORK/gpu_to_cpu.jsonl" ] && compare "checkpoint:gpu_to_cpu" resume "$WORK/full_gpu.jsonl" "$WORK/gpu_to_cpu.jsonl" 1e-4
 [ -s "$WORK/cpu_to_gpu.jsonl" ] && compare "checkpoint:cpu_to_gpu" resume "$WORK/full_gpu.jsonl" "$WORK/cpu_to_gpu.jsonl" 1e-4
 
+# The planner on GPU stages: T3 on 4 stages of the one GPU, sized by a GPU's kernels, against
+# its free memory, timed at its GEMM rate.
+printf '{"family": "transformer", "vocab": 256, "dim": 2048, "heads": 16, "d_ff": 8192, "layers": 24, "seq_len": 1024}\n' >"$WORK/t3.json"
+part plan_t3 60 "$GPIPE" plan --model "$WORK/t3.json" --batch 8 --stages 4 --micro-batches 8 \
+    --device $DEV $([ $DRY = 1 ] && echo --gflops 100) --report "$WORK/plan_t3.json"
+if [ $RC = 0 ]; then
+    record "plan:T3_K4_$DEV" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); p=r["pipeline"]; print(json.dumps({"gflops_assumed": r["gflops_assumed"], "step_s": p["step_s"], "memory_limit_bytes": p["memory_limit_bytes"], "largest_cell_bytes": max(c["peak_bytes"]["total"] for c in p["cells"])}))' "$WORK/plan_t3.json")"
+else
+    record "plan:T3_K4_$DEV" fail exit $RC
+fi
+
 # ---- tier 1, part 3: T3's speed beside PyTorch
 if [ $DRY = 1 ]; then
     T3=(--workload T3 --device cpu --layers 1 --batch 1 --steps 1 --warmup 0)
@@ -209,7 +219,7 @@ else
 fi
 part t3 150 "$GPIPE" bench "${T3[@]}" --quiet --report "$OUTDIR/t3.json"
 if [ $RC = 0 ]; then
-    record "speed:T3_fp32" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ("model","device","nparams","achieved_gflops","ceiling_gflops","fraction_of_ceiling","ceiling_basis")} | {"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "peak_bytes": r.get("memory", {}).get("peak_total_bytes")}))' "$OUTDIR/t3.json")"
+    record "speed:T3_fp32" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ("model","device","nparams","achieved_gflops","ceiling_gflops","fraction_of_ceiling","ceiling_basis")} | {"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$OUTDIR/t3.json")"
 else
     record "speed:T3_fp32" fail exit $RC
 fi
@@ -257,6 +267,7 @@ if [ "$TIER" = 2 ]; then
     fi
 fi
 
-summarize
+rm -f "$OUTDIR/summary.json"
+summarize || { echo "run.sh: the summary could not be written (run.log says why)" >&2; exit 1; }
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("summary:", s["counts"], "in", s["seconds"], "s ->", sys.argv[1])' "$OUTDIR/summary.json"
 python3 -c 'import json,sys; sys.exit(1 if json.load(open(sys.argv[1]))["counts"]["fail"] else 0)' "$OUTDIR/summary.json"

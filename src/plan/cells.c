@@ -323,9 +323,11 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first, gp_remat *cell_remat) {
     const int L = gp_model_nlayers(m);
-    /* The kernels' workspace sizes are those of a stage's device: a scratch one like it. */
+    /* The kernels' workspace sizes are those of a stage's device: a scratch one of its kind
+     * (a GPU's kernels size theirs differently from the CPU's). */
     gp_device *dev = NULL;
-    GP_TRY(gp_device_cpu_new_threads("plan", po->stage_threads > 0 ? po->stage_threads : 1, &dev));
+    GP_TRY(gp_device_type_new(po->device_type, "plan", 0,
+                              po->stage_threads > 0 ? po->stage_threads : 1, &dev));
     gp_status se = gp_layer_est_from_model(m, micro_batch_size, optim_states, dev, est);
     gp_device_free(dev);
     GP_TRY(se);

@@ -23,7 +23,7 @@ expect() {
 # --help lists every option; gpipe --help lists the command
 "$GPIPE" plan --help >"$TMP/help" 2>&1 || bad "gpipe plan --help exited non-zero"
 for opt in --model --stages --micro-batches --batch --memory-limit --remat --schedule \
-    --partition --optimizer --gflops --threads --report --devices --top --help "default:"; do
+    --partition --optimizer --gflops --threads --report --devices --top --device --help "default:"; do
     grep -qF -- "$opt" "$TMP/help" || bad "gpipe plan --help does not document $opt"
 done
 "$GPIPE" --help | grep -q '^  plan ' || bad "gpipe --help does not list plan"
@@ -56,6 +56,16 @@ expect 2 "--micro-batches 3: not a multiple of the 2 stages" $T --stages 2 --mic
 expect 2 "--balance time with 2 tensor-parallel shards" $T --stages 2 --tensor-parallel 2 \
     --balance time
 expect 2 "unknown option '--steps'" $T --steps 3
+expect 2 "--device" $T --device tpu
+expect 2 "--balance time with --device cuda: layers are timed on the CPU only" $T --stages 2 \
+    --balance time --device cuda
+# Stage devices on GPUs: sized and timed on a GPU, so where this machine has none, exit 1
+# naming why (a GPU machine plans: bench/gpu/run.sh).
+if ! "$GPIPE" plan $T --stages 2 --device cuda >"$TMP/cuda.out" 2>"$TMP/cuda.err"; then
+    grep -qE "CUDA|cuda" "$TMP/cuda.err" || bad "plan --device cuda without a GPU: $(cat "$TMP/cuda.err")"
+elif ! grep -q "stage devices: cuda" "$TMP/cuda.out"; then
+    bad "plan --device cuda: no 'stage devices: cuda' line: $(cat "$TMP/cuda.out")"
+fi
 
 # Impossible plans: exit 1 with the library's message
 expect 2 "--gflops with --balance time" --model transformer --stages 2 --balance time --gflops 10
