@@ -6,37 +6,43 @@
 #                 unavailable, skipped) and figures
 #   run.log       every part's command and output
 #   timeline.svg  a two-stage training step on the GPU, stages as rows
-#   t3.json, t3_peer.json   gpipe bench's T3 report and the PyTorch peer's figures
+#   profile_fp32.txt, profile_bf16.txt  T3's GPU time per kernel (GP_CUDA_PROFILE)
 #
 #   bash bench/gpu/bundle.sh                  # here: build-gpu/ and gpu-bundle.tar.xz (~15 MB)
 #   bash bench/gpu/run.sh --tier 1            # there, with gpu-bundle.tar.xz carried
+#   bash bench/gpu/run.sh --tier 2 --budget 400   # both tiers, tier 2's parts while under 400 s
 #   bash bench/gpu/run.sh --dry-run           # no GPU: every step that needs none, from build/
 #                                             # (or --bundle BUILD_DIR; a ctest of make test)
 #
 # Tier 1 (under 4 minutes): the GPU tests; the demo LM and T1 trained at K = 1 on the GPU and on
 # the CPU (losses within 1e-5 relative at the first step, 1e-4 at the 50th); K = 1, 2, 4 stages
-# on the one GPU with gpipe and 1F1B, bit-identical (the parameters' FNV-1a hash); a checkpoint
-# saved on the GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed
-# on the GPU; T3 (gpipe bench --device cuda) beside bench/peers/t3.py. Tier 2 (4 minutes more):
-# compute-sanitizer memcheck and racecheck over test_kernels_cuda and a 3-step two-stage
-# training; every schedule at K = 2 and 4; the PyTorch peer in fp32 and under torch.compile.
+# on the one GPU with gpipe and 1F1B, bit-identical (the parameters' FNV-1a hash), in fp32 and
+# bf16; the demo LM's bf16 loss after 200 steps within 1% of fp32's; a checkpoint saved on the
+# GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed on the GPU;
+# `gpipe plan --device cuda` on T3; T3 (gpipe bench --device cuda) in fp32 and bf16, each with
+# its kernel profile and beside bench/peers/t3.py. Parts of a mode this gpipe lacks are marked
+# unavailable. Tier 2 (4 minutes more): compute-sanitizer memcheck and racecheck over
+# test_kernels_cuda and a 3-step two-stage training; every schedule at K = 2 and 4; the PyTorch
+# peer under torch.compile.
 # --dry-run runs the same comparisons with the CPU in the GPU's place (what they check is then
 # trivially true: it shows the script, the programs and the summary work), in under a minute.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TIER=1 DRY=0 OUTDIR=${OUT:-$ROOT/gpu-out} BUNDLE=""
+TIER=1 DRY=0 OUTDIR=${OUT:-$ROOT/gpu-out} BUNDLE="" BUDGET=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --tier) TIER=${2:-}; shift 2 ;;
     --out) OUTDIR=${2:-}; shift 2 ;;
     --bundle) BUNDLE=${2:-}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
+    --budget) BUDGET=${2:-}; shift 2 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (--tier 1|2, --out DIR, --bundle DIR, --dry-run)" >&2
+    *) echo "run.sh: unknown argument '$1' (--tier 1|2, --out DIR, --bundle DIR, --budget S, --dry-run)" >&2
        exit 2 ;;
     esac
 done
 case "$TIER" in 1 | 2) ;; *) echo "run.sh: --tier $TIER: expected 1 or 2" >&2; exit 2 ;; esac
+case "$BUDGET" in '' | *[!0-9]*) echo "run.sh: --budget $BUDGET: expected whole seconds" >&2; exit 2 ;; esac
 [ -n "$OUTDIR" ] || { echo "run.sh: --out: empty" >&2; exit 2; }
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(cd "$OUTDIR" && pwd)
@@ -160,32 +166,64 @@ train() {
         --report "$WORK/$name.json" "$@"
     [ $RC = 0 ] || record "run:$name" fail exit $RC
 }
+# Whether this gpipe has the bf16 mode (--precision): its parts run only then.
+PRECISIONS=fp32
+"$GPIPE" train --help 2>/dev/null | grep -q -- '--precision' && PRECISIONS="fp32 bf16"
 # A dry run trains the demo LM 3 steps where the GPU's runs train it and T1 50: it shows the
-# comparisons work, not the figures.
+# comparisons work, not the figures. The CPU's runs go in the background, beside the GPU's.
 STEPS=$([ $DRY = 1 ] && echo 3 || echo 50)
-for model in demo $([ $DRY = 1 ] || echo transformer); do
-    spec=$([ $model = demo ] && echo "$ROOT/examples/demo_lm.json" || echo transformer)
-    train "${model}_cpu" cpu 150 --model "$spec" --steps $STEPS --threads "$NT"
-    train "${model}_gpu" $DEV 150 --model "$spec" --steps $STEPS --threads "$NT"
+MODELS="demo $([ $DRY = 1 ] || echo transformer)"
+spec_of() { [ "$1" = demo ] && echo "$ROOT/examples/demo_lm.json" || echo transformer; }
+(
+    for model in $MODELS; do
+        train "${model}_cpu" cpu 200 --model "$(spec_of $model)" --steps $STEPS \
+            --threads $((NT > 2 ? NT - 2 : 1))
+    done
+) &
+CPU_RUNS=$!
+for model in $MODELS; do
+    train "${model}_gpu" $DEV 150 --model "$(spec_of $model)" --steps $STEPS --threads 1
+done
+# K = 1, 2, 4 stages on the one GPU, gpipe and 1F1B, and no stages: the same parameters bit
+# for bit, in each precision.
+for prec in $PRECISIONS; do
+    runs=()
+    popt=()
+    [ $prec = bf16 ] && popt=(--precision bf16)
+    for k in 1 2 4; do
+        for s in gpipe 1f1b; do
+            extra=()
+            [ "$k" = 2 ] && [ $s = gpipe ] && [ $prec = fp32 ] && extra=(--timeline "$OUTDIR/timeline.svg")
+            train "k${k}_${s}_$prec" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 \
+                --stages "$k" --micro-batches 4 --schedule $s --threads 1 "${popt[@]}" "${extra[@]}"
+            [ $RC = 0 ] && runs+=("$WORK/k${k}_${s}_$prec.json")
+        done
+    done
+    train "k0_$prec" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --micro-batches 4 \
+        --threads 1 "${popt[@]}"
+    [ $RC = 0 ] && runs+=("$WORK/k0_$prec.json")
+    [ ${#runs[@]} -ge 2 ] && compare "bitwise:$prec:K=0,1,2,4_gpipe_1f1b" same "${runs[@]}"
+done
+# bf16's loss beside fp32's: the demo LM, 200 steps, within 1% at the end.
+if [ "$PRECISIONS" != fp32 ]; then
+    BSTEPS=$([ $DRY = 1 ] && echo 5 || echo 200)
+    train lm200_fp32 $DEV 120 --model "$ROOT/examples/demo_lm.json" --steps $BSTEPS --threads 1
+    train lm200_bf16 $DEV 120 --model "$ROOT/examples/demo_lm.json" --steps $BSTEPS --threads 1 \
+        --precision bf16
+    [ -s "$WORK/lm200_bf16.jsonl" ] && [ -s "$WORK/lm200_fp32.jsonl" ] &&
+        compare "bf16:demo_loss_vs_fp32_${BSTEPS}_steps" losses "$WORK/lm200_bf16.jsonl" \
+            "$WORK/lm200_fp32.jsonl" 1 0.01
+else
+    record "bf16:demo_loss_vs_fp32" unavailable why '"gpipe has no --precision bf16"'
+fi
+wait $CPU_RUNS
+for model in $MODELS; do
     if [ -s "$WORK/${model}_cpu.jsonl" ] && [ -s "$WORK/${model}_gpu.jsonl" ]; then
         compare "fp32:${model}_gpu_vs_cpu" losses "$WORK/${model}_gpu.jsonl" "$WORK/${model}_cpu.jsonl" 1e-5 1e-4
+    else
+        record "fp32:${model}_gpu_vs_cpu" fail why '"a run failed (run.log)"'
     fi
 done
-# K = 1, 2, 4 stages on the one GPU, gpipe and 1F1B: the same parameters bit for bit.
-runs=()
-KS="1 2 4"
-for k in $KS; do
-    for s in gpipe 1f1b; do
-        extra=()
-        [ "$k" = 2 ] && [ $s = gpipe ] && extra=(--timeline "$OUTDIR/timeline.svg")
-        train "k${k}_$s" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --stages "$k" \
-            --micro-batches 4 --schedule $s --threads 1 "${extra[@]}"
-        [ $RC = 0 ] && runs+=("$WORK/k${k}_$s.json")
-    done
-done
-train k0 $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --micro-batches 4 --threads 1
-[ $RC = 0 ] && runs+=("$WORK/k0.json")
-[ ${#runs[@]} -ge 2 ] && compare "bitwise:K=0,1,2,4_gpipe_1f1b" same "${runs[@]}"
 # Checkpoints across devices: 20 steps, stopped after 10 and resumed.
 CK=(--model "$ROOT/examples/demo_lm.json" --steps 20 --threads "$NT")
 train full_gpu $DEV 60 "${CK[@]}"
@@ -212,57 +250,84 @@ else
 fi
 
 # ---- tier 1, part 3: T3's speed beside PyTorch
+# T3 timed by gpipe bench in each precision, then once more with the CUDA device's kernel
+# profile (GP_CUDA_PROFILE: GPU time per kernel, printed when the device is freed) into
+# profile_PRECISION.txt; then beside PyTorch (bench/peers/t3.py, alternating in one run).
 if [ $DRY = 1 ]; then
     T3=(--workload T3 --device cpu --layers 1 --batch 1 --steps 1 --warmup 0)
 else
     T3=(--workload T3 --device cuda --steps 5 --warmup 2)
 fi
-part t3 150 "$GPIPE" bench "${T3[@]}" --quiet --report "$OUTDIR/t3.json"
-if [ $RC = 0 ]; then
-    record "speed:T3_fp32" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ("model","device","nparams","achieved_gflops","ceiling_gflops","fraction_of_ceiling","ceiling_basis")} | {"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$OUTDIR/t3.json")"
-else
-    record "speed:T3_fp32" fail exit $RC
-fi
-record "speed:T3_bf16" unavailable why '"gpipe bench --precision bf16 is not built"'
-peer() { # peer NAME GUARD ARGS...: bench/peers/t3.py, its JSON in $OUTDIR/NAME.json
+peer() { # peer NAME GUARD ARGS...: bench/peers/t3.py, its JSON into the summary
     local name=$1 secs=$2
     shift 2
     part "$name" "$secs" env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/peers/t3.py" --gpipe "$GPIPE" \
-        --json "$OUTDIR/$name.json" "$@"
+        --json "$WORK/$name.json" "$@"
     if [ $RC = 3 ]; then record "peer:$name" unavailable why '"no PyTorch with CUDA here"'
-    elif [ $RC = 0 ] && [ -s "$OUTDIR/$name.json" ]; then record "peer:$name" pass figures "$(cat "$OUTDIR/$name.json")"
+    elif [ $RC = 0 ] && [ -s "$WORK/$name.json" ]; then record "peer:$name" pass figures "$(cat "$WORK/$name.json")"
     else record "peer:$name" fail exit $RC; fi
 }
-if [ $DRY = 1 ]; then
-    record "peer:t3_peer" skipped why '"dry run: no GPU"'
-else
-    peer t3_peer 200 --precision bf16 --rounds 1 --steps 5 --warmup 2
-fi
+for prec in fp32 bf16; do
+    if ! [[ " $PRECISIONS " == *" $prec "* ]]; then
+        record "speed:T3_$prec" unavailable why '"gpipe has no --precision bf16"'
+        continue
+    fi
+    popt=()
+    [ $prec = bf16 ] && popt=(--precision bf16)
+    part "t3_$prec" 150 "$GPIPE" bench "${T3[@]}" "${popt[@]}" --quiet --report "$WORK/t3_$prec.json"
+    if [ $RC = 0 ]; then
+        record "speed:T3_$prec" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ("model","device","precision","nparams","achieved_gflops","ceiling_gflops","fraction_of_ceiling","ceiling_basis")} | {"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$WORK/t3_$prec.json")"
+    else
+        record "speed:T3_$prec" fail exit $RC
+    fi
+    if [ $DRY = 0 ]; then
+        part "profile_$prec" 90 env GP_CUDA_PROFILE=1 "$GPIPE" bench --workload T3 --device cuda \
+            --steps 2 --warmup 1 "${popt[@]}" --quiet
+        cp "$WORK/profile_$prec.out" "$OUTDIR/profile_$prec.txt"
+        record "profile:T3_$prec" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+        peer "t3_peer_$prec" 200 --precision $prec $([ $prec = bf16 ] && echo --gpipe-precision bf16) \
+            --rounds 1 --steps 5 --warmup 2
+    else
+        record "peer:t3_peer_$prec" skipped why '"dry run: no GPU"'
+    fi
+done
 
-# ---- tier 2
+# ---- tier 2, within --budget SECONDS of the start where given (the rest marked skipped)
+in_budget() {
+    [ "$BUDGET" = 0 ] || [ $(($(date +%s) - T_START)) -lt "$BUDGET" ] && return 0
+    record "$1" skipped why '"past --budget"'
+    return 1
+}
 if [ "$TIER" = 2 ]; then
     if [ $DRY = 0 ] && command -v compute-sanitizer >/dev/null; then
         for tool in memcheck racecheck; do
+            in_budget "sanitizer:$tool:test_kernels_cuda" || continue
             part "sanitizer_$tool" 150 compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/test_kernels_cuda"
             record "sanitizer:$tool:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
         done
+        in_budget "sanitizer:memcheck:train_K2" &&
         part sanitizer_train 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$GPIPE" train \
             "${LM[@]}" --device cuda --model "$ROOT/examples/demo_lm.json" --steps 3 --stages 2 --micro-batches 2
-        record "sanitizer:memcheck:train_K2" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+        [ -f "$WORK/sanitizer_train.out" ] &&
+            record "sanitizer:memcheck:train_K2" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
     else
         record "sanitizer" "$([ $DRY = 1 ] && echo skipped || echo unavailable)" why '"no compute-sanitizer or no GPU"'
     fi
-    runs=()
-    for k in 2 4; do
-        for s in gpipe 1f1b zbh1 interleaved zbv; do
-            train "s${k}_$s" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --stages "$k" \
-                --micro-batches 8 --schedule $s --threads 1
-            [ $RC = 0 ] && runs+=("$WORK/s${k}_$s.json")
+    if in_budget "bitwise:every_schedule_K=0,2,4"; then
+        runs=()
+        for k in 2 4; do
+            for s in gpipe 1f1b zbh1 interleaved zbv; do
+                train "s${k}_$s" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 \
+                    --stages "$k" --micro-batches 8 --schedule $s --threads 1
+                [ $RC = 0 ] && runs+=("$WORK/s${k}_$s.json")
+            done
         done
-    done
-    [ ${#runs[@]} -ge 2 ] && compare "bitwise:every_schedule_K=2,4" same "${runs[@]}" "$WORK/k0.json"
-    if [ $DRY = 0 ]; then
-        peer t3_peer_fp32 150 --precision fp32 --no-gpipe --rounds 1 --steps 5 --warmup 2
+        train s0 $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --micro-batches 8 \
+            --threads 1
+        [ $RC = 0 ] && runs+=("$WORK/s0.json")
+        [ ${#runs[@]} -ge 2 ] && compare "bitwise:every_schedule_K=0,2,4" same "${runs[@]}"
+    fi
+    if [ $DRY = 0 ] && in_budget "peer:t3_peer_compile"; then
         peer t3_peer_compile 200 --precision bf16 --compile --no-gpipe --rounds 1 --steps 5 --warmup 3
     fi
 fi
