@@ -199,7 +199,9 @@ gp_status gp_device_cpu_new_threads(const char *name, int threads, gp_device **o
  * gp_device_cuda_new: a device on GPU ordinal (0 to count - 1), failing as
  * gp_cuda_device_count does, and with GP_INVALID_ARGUMENT for an ordinal out of range. A device
  * is used by one thread at a time, as every device; each call makes the GPU current on the
- * calling thread. */
+ * calling thread. With the environment variable GP_CUDA_PROFILE=1 when it is made, the device
+ * times its kernels, cuBLAS calls, copies and fills with CUDA events on its stream and prints
+ * their GPU time per name to stderr when it is freed (docs/guide.md). */
 bool gp_cuda_built(void);
 gp_status gp_cuda_device_count(int *count);
 gp_status gp_device_cuda_new(const char *name, int ordinal, gp_device **out);

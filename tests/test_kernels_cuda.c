@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/device.h"
 #include "kernels/kernels.h"
@@ -478,6 +479,73 @@ static const named_case cases[] = {
     {"sgd_update, adamw_update", false, c_optim},
 };
 
+/* The columns calls and after idle of the profile table's row for `name`; false if it has none. */
+static bool profile_row(const char *table, const char *name, long long *calls,
+                        long long *after_idle) {
+    const size_t len = strlen(name);
+    for (const char *l = table; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+        if (strncmp(l, name, len) == 0 && l[len] == ' ' &&
+            sscanf(l + len, "%lld %*f %*f %*f %*f%% %lld", calls, after_idle) == 2)
+            return true;
+    return false;
+}
+
+/* GP_CUDA_PROFILE=1 when a device is made: its results are still the CPU's, and when it is freed
+ * it prints a table to stderr (caught here in a file) that counts every kernel launch, cuBLAS
+ * call and fill; the first after each wait for the GPU (copies from the host wait) is one of
+ * those "after idle", the others may be (tiny kernels can be done before the next is queued). */
+static void check_profile(gp_device *cpu) {
+    setenv("GP_CUDA_PROFILE", "1", 1);
+    gp_device *gpu;
+    REQUIRE_OK(gp_device_cuda_new("cuda-profiled", 0, &gpu));
+    unsetenv("GP_CUDA_PROFILE");
+    check_case(cpu, gpu, "profiled: gemm", false, c_gemm_nn);
+    check_case(cpu, gpu, "profiled: sumsq", false, c_sumsq);
+    check_case(cpu, gpu, "profiled: relu", true, c_relu);
+    fflush(stderr);
+    FILE *f = tmpfile();
+    const int saved = dup(2);
+    if (!f || saved < 0 || dup2(fileno(f), 2) < 0) {
+        fprintf(stderr, "test_kernels_cuda: cannot send stderr to a file\n");
+        exit(1);
+    }
+    gp_device_free(gpu);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    static char table[65536];
+    rewind(f);
+    table[fread(table, 1, sizeof table - 1, f)] = '\0';
+    fclose(f);
+    fputs(table, stdout);
+    long long total_calls = -1;
+    double timed_ms = -1, idle_ms = -1;
+    const char *head = strstr(table, "GP_CUDA_PROFILE device cuda-profiled (GPU 0): ");
+    CHECK(head && sscanf(strchr(head, ':') + 1, "%lld calls, %lf ms timed, %lf ms after idle",
+                         &total_calls, &timed_ms, &idle_ms) == 3);
+    CHECK(total_calls > 0 && timed_ms >= 0 && idle_ms >= 0 && timed_ms + idle_ms > 0);
+    /* Each case runs twice on the GPU. The GEMM and the first sumsq kernel come first after the
+     * copies of their inputs, each waited for, as do the fills of relu's first output. */
+    static const struct {
+        const char *name;
+        long long calls, first;
+    } want[] = {
+        {"cublasSgemm", 2, 2},        {"sumsq_blocks_kernel", 2, 2}, {"sumsq_total_kernel", 2, 0},
+        {"cudaMemsetAsync", 4, 2},    {"relu_kernel", 2, 0},         {"relu_back_kernel", 2, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        long long calls = -1, after_idle = -1;
+        if (!profile_row(table, want[i].name, &calls, &after_idle) || calls != want[i].calls ||
+            after_idle < want[i].first || after_idle > calls) {
+            fprintf(stderr,
+                    "profile: %s: %lld calls, %lld after idle; expected %lld calls, %lld to %lld "
+                    "after idle\n",
+                    want[i].name, calls, after_idle, want[i].calls, want[i].first, want[i].calls);
+            gp_test_failures++;
+        }
+    }
+}
+
 int main(void) {
     int count = 0;
     if (gp_cuda_device_count(&count) != GP_OK) {
@@ -502,6 +570,7 @@ int main(void) {
     gp_device_mem_stats(gpu, &st);
     CHECK_EQ_INT(st.live_total, 0);
     gp_device_free(gpu);
+    check_profile(cpu);
     gp_device_free(cpu);
     return gp_test_finish("test_kernels_cuda");
 }

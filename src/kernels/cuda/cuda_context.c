@@ -6,6 +6,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "kernels/cuda/profile.h"
 
 gp_status gp_cuda_check(const gp_cuda_ctx *c, cudaError_t e, const char *call) {
     if (e == cudaSuccess) return GP_OK;
@@ -18,14 +19,29 @@ gp_status gp_cuda_check(const gp_cuda_ctx *c, cudaError_t e, const char *call) {
 }
 
 gp_status gp_cuda_blas_check(const gp_cuda_ctx *c, cublasStatus_t s, const char *call) {
-    if (s == CUBLAS_STATUS_SUCCESS) return GP_OK;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        if (c && c->profile) gp_cuda_profile_mark(c->profile, c->stream, call);
+        return GP_OK;
+    }
     return gp_error(s == CUBLAS_STATUS_ALLOC_FAILED ? GP_MEMORY_LIMIT : GP_INTERNAL,
                     "device %s: %s failed: %s (%s)", c ? c->name : "cuda", call,
                     cublasGetStatusString(s), cublasGetStatusName(s));
 }
 
+gp_status gp_cuda_queued(const gp_cuda_ctx *c, cudaError_t e, const char *call) {
+    const gp_status s = gp_cuda_check(c, e, call);
+    if (s == GP_OK && c && c->profile) gp_cuda_profile_mark(c->profile, c->stream, call);
+    return s;
+}
+
 gp_status gp_cuda_launched(const gp_cuda_ctx *c, const char *kernel) {
-    return gp_cuda_check(c, cudaGetLastError(), kernel);
+    return gp_cuda_queued(c, cudaGetLastError(), kernel);
+}
+
+gp_status gp_cuda_wait(gp_cuda_ctx *c) {
+    GP_TRY(gp_cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize"));
+    if (c->profile) gp_cuda_profile_synced(c->profile);
+    return GP_OK;
 }
 
 gp_status gp_cuda_select(gp_cuda_ctx *c) {
@@ -45,7 +61,7 @@ gp_status gp_cuda_host_scratch(gp_cuda_ctx *c, size_t nbytes, void **out) {
         while (cap < nbytes) cap *= 2;
         if (c->host) {
             /* The old scratch may still be the target of a copy in flight. */
-            GP_TRY(gp_cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize"));
+            GP_TRY(gp_cuda_wait(c));
             GP_TRY(gp_cuda_check(c, cudaFreeHost(c->host), "cudaFreeHost"));
             c->host = NULL;
             c->host_cap = 0;
@@ -59,17 +75,17 @@ gp_status gp_cuda_host_scratch(gp_cuda_ctx *c, size_t nbytes, void **out) {
 
 gp_status gp_cuda_to_host(gp_cuda_ctx *c, void *host, const void *src, size_t nbytes) {
     if (!nbytes) return GP_OK;
-    GP_TRY(gp_cuda_check(c, cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, c->stream),
-                         "cudaMemcpyAsync (device to host)"));
-    return gp_cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    GP_TRY(gp_cuda_queued(c, cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, c->stream),
+                          "cudaMemcpyAsync (device to host)"));
+    return gp_cuda_wait(c);
 }
 
 gp_status gp_cuda_from_host(gp_cuda_ctx *c, void *dst, const void *host, size_t nbytes) {
     if (!nbytes) return GP_OK;
-    GP_TRY(gp_cuda_check(c, cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, c->stream),
-                         "cudaMemcpyAsync (host to device)"));
+    GP_TRY(gp_cuda_queued(c, cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, c->stream),
+                          "cudaMemcpyAsync (host to device)"));
     /* From pinned memory the copy is still in flight when cudaMemcpyAsync returns. */
-    return gp_cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    return gp_cuda_wait(c);
 }
 
 void *gp_cuda_workspace(gp_device *dev, size_t nbytes, gp_status *status) {

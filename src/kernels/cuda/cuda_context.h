@@ -18,6 +18,7 @@ extern "C" {
 
 struct gp_kernels;
 struct gp_cuda_host;
+struct gp_cuda_profile;
 
 typedef struct gp_cuda_ctx {
     char name[64]; /* the device's name, for messages */
@@ -26,6 +27,7 @@ typedef struct gp_cuda_ctx {
     cublasHandle_t blas; /* bound to stream */
     void *host;          /* pinned host scratch (gp_cuda_host_scratch) */
     size_t host_cap;
+    struct gp_cuda_profile *profile; /* GP_CUDA_PROFILE (profile.h); NULL when off */
 } gp_cuda_ctx;
 
 /* Binds the library's calls the module makes (host_calls.c; kernels/cuda_module.h). */
@@ -42,6 +44,11 @@ gp_status gp_cuda_check(const gp_cuda_ctx *c, cudaError_t e, const char *call);
 gp_status gp_cuda_blas_check(const gp_cuda_ctx *c, cublasStatus_t s, const char *call);
 /* After a kernel launch: the launch's own error, if any. */
 gp_status gp_cuda_launched(const gp_cuda_ctx *c, const char *kernel);
+/* gp_cuda_check of a call that queued work on the stream (a copy, a fill); it and
+ * gp_cuda_launched, and gp_cuda_blas_check on success, mark the call for the profile. */
+gp_status gp_cuda_queued(const gp_cuda_ctx *c, cudaError_t e, const char *call);
+/* Waits for the stream's work (cudaStreamSynchronize), then tells the profile. */
+gp_status gp_cuda_wait(gp_cuda_ctx *c);
 
 /* At least nbytes of pinned host memory, valid until the next call on the device. */
 gp_status gp_cuda_host_scratch(gp_cuda_ctx *c, size_t nbytes, void **out);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/profile.h"
 #include "kernels/cuda_module.h"
 
 static gp_status cuda_alloc(void *ctx, size_t nbytes, void **ptr) {
@@ -36,9 +37,9 @@ static gp_status cuda_copy(void *ctx, void *dst, const void *src, size_t nbytes,
     case GP_COPY_DEVICE_TO_HOST: return gp_cuda_to_host(c, dst, src, nbytes);
     case GP_COPY_DEVICE_TO_DEVICE:
         /* Queued behind the kernels that write src, ahead of those that read dst. */
-        return gp_cuda_check(c, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
-                                                c->stream),
-                             "cudaMemcpyAsync (device to device)");
+        return gp_cuda_queued(c, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
+                                                 c->stream),
+                              "cudaMemcpyAsync (device to device)");
     }
     return gp_error(GP_INVALID_ARGUMENT, "device %s: unknown copy kind %d", c->name, (int)kind);
 }
@@ -46,13 +47,13 @@ static gp_status cuda_copy(void *ctx, void *dst, const void *src, size_t nbytes,
 static gp_status cuda_fill(void *ctx, void *dst, size_t nbytes, int byte) {
     gp_cuda_ctx *c = ctx;
     GP_TRY(gp_cuda_select(c));
-    return gp_cuda_check(c, cudaMemsetAsync(dst, byte, nbytes, c->stream), "cudaMemsetAsync");
+    return gp_cuda_queued(c, cudaMemsetAsync(dst, byte, nbytes, c->stream), "cudaMemsetAsync");
 }
 
 static gp_status cuda_sync(void *ctx) {
     gp_cuda_ctx *c = ctx;
     GP_TRY(gp_cuda_select(c));
-    return gp_cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    return gp_cuda_wait(c);
 }
 
 /* Frees what was made; ctx may be partly built (gp_device_cuda_new's failure path). */
@@ -61,6 +62,7 @@ static void cuda_destroy(void *ctx) {
     if (!c) return;
     if (gp_cuda_select(c) == GP_OK) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
+        gp_cuda_profile_free(c->profile); /* the table, GP_CUDA_PROFILE */
         if (c->blas) (void)cublasDestroy(c->blas);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         if (c->host) (void)cudaFreeHost(c->host);
@@ -143,8 +145,13 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
         s = gp_cuda_blas_check(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST),
                                "cublasSetPointerMode");
     if (s == GP_OK) s = gp_device_new(name, &cuda_iface, c, &cuda_kernels, out);
-    if (s != GP_OK) cuda_destroy(c);
-    return s;
+    if (s != GP_OK) {
+        cuda_destroy(c);
+        return s;
+    }
+    /* After the set-up calls, which are none of the device's work. */
+    c->profile = gp_cuda_profile_new(name, ordinal);
+    return GP_OK;
 }
 
 static const gp_cuda_module cuda_module = {
