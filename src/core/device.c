@@ -260,6 +260,17 @@ gp_status gp_device_copy(gp_device *dev, void *dst, const void *src, size_t nbyt
     return s == GP_OK ? GP_OK : gp_error_context(s, "device %s: copy of %zu bytes", dev->name, nbytes);
 }
 
+gp_status gp_device_copy_peer(gp_device *dev, void *dst, gp_device *from, const void *src,
+                              size_t nbytes, bool *done) {
+    *done = false;
+    if (!nbytes || dev->iface != from->iface || !dev->iface->copy_peer) return GP_OK;
+    gp_status s = dev->iface->copy_peer(dev->ctx, dst, from->ctx, src, nbytes);
+    *done = s == GP_OK;
+    return s == GP_OK ? GP_OK
+                      : gp_error_context(s, "copy of %zu bytes from device %s to device %s", nbytes,
+                                         from->name, dev->name);
+}
+
 gp_status gp_device_fill(gp_device *dev, void *dst, size_t nbytes, int byte) {
     if (!nbytes) return GP_OK;
     gp_status s = dev->iface->fill(dev->ctx, dst, nbytes, byte);

@@ -31,6 +31,11 @@ typedef struct gp_device_iface {
     gp_status (*copy)(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind kind);
     gp_status (*fill)(void *ctx, void *dst, size_t nbytes, int byte);
     gp_status (*sync)(void *ctx); /* waits for the device's queued work */
+    /* Optional: copies nbytes from src, in the memory of another device of the same kind (its
+     * context from_ctx), to dst without the host, after the work queued so far on both devices
+     * and before any queued later on either. NULL: copies between two such devices go through
+     * host memory (gp_tensor_copy). */
+    gp_status (*copy_peer)(void *ctx, void *dst, void *from_ctx, const void *src, size_t nbytes);
     void (*destroy)(void *ctx);   /* optional: frees ctx when the device goes */
 } gp_device_iface;
 
@@ -52,5 +57,9 @@ void gp_device_release(gp_device *dev, void *p);
 gp_status gp_device_copy(gp_device *dev, void *dst, const void *src, size_t nbytes,
                          gp_copy_kind kind);
 gp_status gp_device_fill(gp_device *dev, void *dst, size_t nbytes, int byte);
+/* Copies nbytes from src on device from to dst on dev, two devices of the same kind, without
+ * the host where the kind can (iface->copy_peer); *done false where it cannot (nothing done). */
+gp_status gp_device_copy_peer(gp_device *dev, void *dst, gp_device *from, const void *src,
+                              size_t nbytes, bool *done);
 
 #endif

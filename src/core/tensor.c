@@ -182,7 +182,11 @@ gp_status gp_tensor_copy(gp_tensor *dst, const gp_tensor *src) {
         return gp_device_copy(dst->dev, dst->data, src->data, n, GP_COPY_DEVICE_TO_DEVICE);
     if (gp_device_is_host(src->dev)) return host_copy(dst, src->data, n, false);
     if (gp_device_is_host(dst->dev)) return host_copy((gp_tensor *)src, dst->data, n, true);
-    /* Two devices the host cannot reach directly: through host memory. */
+    /* Two devices the host cannot reach directly: between them where their kind can (GPUs),
+     * else through host memory. */
+    bool direct = false;
+    GP_TRY(gp_device_copy_peer(dst->dev, dst->data, src->dev, src->data, n, &direct));
+    if (direct) return GP_OK;
     void *stage = malloc(n);
     if (!stage)
         return gp_error(GP_OUT_OF_MEMORY, "gp_tensor_copy: %zu bytes of host staging from %s to %s",

@@ -44,6 +44,36 @@ static gp_status cuda_copy(void *ctx, void *dst, const void *src, size_t nbytes,
     return gp_error(GP_INVALID_ARGUMENT, "device %s: unknown copy kind %d", c->name, (int)kind);
 }
 
+/* A message between two stage devices: on the receiver's stream after an event of the sender's
+ * (the data's producers), and the sender's stream then waits for the copy (its later work may
+ * reuse the block), so neither device's host thread waits. The events are destroyed at once:
+ * CUDA releases them when they complete. */
+static gp_status cuda_copy_peer(void *ctx, void *dst, void *from_ctx, const void *src,
+                                size_t nbytes) {
+    gp_cuda_ctx *c = ctx, *f = from_ctx;
+    cudaEvent_t produced = NULL, copied = NULL;
+    GP_TRY(gp_cuda_select(f)); /* an event is recorded on a stream of its own GPU */
+    gp_status s = gp_cuda_check(f, cudaEventCreateWithFlags(&produced, cudaEventDisableTiming),
+                                "cudaEventCreateWithFlags");
+    if (s == GP_OK) s = gp_cuda_check(f, cudaEventRecord(produced, f->stream), "cudaEventRecord");
+    if (s == GP_OK) s = gp_cuda_select(c);
+    if (s == GP_OK)
+        s = gp_cuda_check(c, cudaStreamWaitEvent(c->stream, produced, 0), "cudaStreamWaitEvent");
+    if (s == GP_OK)
+        s = gp_cuda_queued(c, cudaMemcpyPeerAsync(dst, c->ordinal, src, f->ordinal, nbytes,
+                                                  c->stream),
+                           "cudaMemcpyPeerAsync (between devices)");
+    if (s == GP_OK)
+        s = gp_cuda_check(c, cudaEventCreateWithFlags(&copied, cudaEventDisableTiming),
+                          "cudaEventCreateWithFlags");
+    if (s == GP_OK) s = gp_cuda_check(c, cudaEventRecord(copied, c->stream), "cudaEventRecord");
+    if (s == GP_OK)
+        s = gp_cuda_check(f, cudaStreamWaitEvent(f->stream, copied, 0), "cudaStreamWaitEvent");
+    if (produced) (void)cudaEventDestroy(produced);
+    if (copied) (void)cudaEventDestroy(copied);
+    return s;
+}
+
 static gp_status cuda_fill(void *ctx, void *dst, size_t nbytes, int byte) {
     gp_cuda_ctx *c = ctx;
     GP_TRY(gp_cuda_select(c));
@@ -78,6 +108,7 @@ static const gp_device_iface cuda_iface = {
     .copy = cuda_copy,
     .fill = cuda_fill,
     .sync = cuda_sync,
+    .copy_peer = cuda_copy_peer,
     .destroy = cuda_destroy,
 };
 
