@@ -270,6 +270,8 @@ peer() { # peer NAME GUARD ARGS...: bench/peers/t3.py, its JSON into the summary
 for prec in fp32 bf16; do
     if ! [[ " $PRECISIONS " == *" $prec "* ]]; then
         record "speed:T3_$prec" unavailable why '"gpipe has no --precision bf16"'
+        [ $DRY = 0 ] && peer "t3_peer_$prec" 120 --precision $prec --no-gpipe --rounds 1 --steps 5 \
+            --warmup 2
         continue
     fi
     popt=()
