@@ -64,6 +64,82 @@ static void test_device_accounting(void) {
     gp_device_free(d);
 }
 
+/* A device kind whose memory the host cannot reach (host_memory false, as a GPU's), backed by
+ * malloc, counting its copies; with copy_peer or without. */
+typedef struct far_ctx {
+    int to_host, from_host, peer;
+    bool fail_peer;
+} far_ctx;
+static gp_status far_alloc(void *ctx, size_t n, void **p) {
+    (void)ctx;
+    *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    return *p ? GP_OK : GP_OUT_OF_MEMORY;
+}
+static void far_free(void *ctx, void *p) { (void)ctx, free(p); }
+static gp_status far_copy(void *ctx, void *dst, const void *src, size_t n, gp_copy_kind kind) {
+    far_ctx *c = ctx;
+    c->to_host += kind == GP_COPY_DEVICE_TO_HOST;
+    c->from_host += kind == GP_COPY_HOST_TO_DEVICE;
+    memcpy(dst, src, n);
+    return GP_OK;
+}
+static gp_status far_fill(void *ctx, void *dst, size_t n, int byte) {
+    (void)ctx, memset(dst, byte, n);
+    return GP_OK;
+}
+static gp_status far_sync(void *ctx) { return (void)ctx, GP_OK; }
+static gp_status far_peer(void *ctx, void *dst, void *from, const void *src, size_t n) {
+    far_ctx *c = ctx;
+    if (c->fail_peer) return gp_error(GP_INTERNAL, "the link is down");
+    ((far_ctx *)from)->peer++;
+    c->peer++;
+    memcpy(dst, src, n);
+    return GP_OK;
+}
+
+/* Between two devices of a kind with copy_peer, gp_tensor_copy copies directly (no host copy);
+ * without it, through host memory; a failing direct copy names both devices. */
+static void test_device_peer_copy(void) {
+    const gp_device_iface with = {.kind = "far", .alloc = far_alloc, .free = far_free,
+                                  .copy = far_copy, .fill = far_fill, .sync = far_sync,
+                                  .copy_peer = far_peer};
+    gp_device_iface without = with;
+    without.copy_peer = NULL;
+    gp_device *cpu = NULL; /* its op table stands in for the far kind's (no op runs here) */
+    REQUIRE_OK(gp_device_cpu_new("table", &cpu));
+    const struct gp_kernels *table = gp_device_kernels(cpu);
+    for (int peer = 1; peer >= 0; peer--) {
+        far_ctx ca = {0}, cb = {0};
+        gp_device *a = NULL, *b = NULL;
+        REQUIRE_OK(gp_device_new("far0", peer ? &with : &without, &ca, table, &a));
+        REQUIRE_OK(gp_device_new("far1", peer ? &with : &without, &cb, table, &b));
+        gp_tensor x, y;
+        REQUIRE_OK(gp_tensor_alloc(a, GP_MEM_ACTIVATIONS, gp_shape1(100), GP_F32, &x));
+        REQUIRE_OK(gp_tensor_alloc(b, GP_MEM_ACTIVATIONS, gp_shape1(100), GP_F32, &y));
+        float v[100], back[100];
+        for (int i = 0; i < 100; i++) v[i] = (float)i * 0.5f;
+        CHECK_OK(gp_tensor_from_host(&x, v, sizeof v));
+        ca = (far_ctx){0};
+        CHECK_OK(gp_tensor_copy(&y, &x));
+        CHECK_OK(gp_tensor_to_host(&y, back, sizeof back));
+        CHECK(memcmp(v, back, sizeof v) == 0);
+        CHECK_EQ_INT(ca.to_host, peer ? 0 : 1); /* staged: out of a, into b */
+        CHECK_EQ_INT(cb.from_host, peer ? 0 : 1);
+        CHECK_EQ_INT(cb.peer, peer);
+        CHECK_EQ_INT(ca.peer, peer);
+        if (peer) {
+            cb.fail_peer = true;
+            CHECK_FAILS(gp_tensor_copy(&y, &x), GP_INTERNAL,
+                        "copy of 400 bytes from device far0 to device far1: the link is down");
+        }
+        gp_tensor_release(&x);
+        gp_tensor_release(&y);
+        gp_device_free(a);
+        gp_device_free(b);
+    }
+    gp_device_free(cpu);
+}
+
 /* Freed blocks are reused by exact size; they never count as live, and a
  * limit drops the cache rather than failing. */
 static void test_device_cache(void) {
@@ -196,6 +272,7 @@ int main(void) {
     test_shapes();
     test_device_accounting();
     test_device_cache();
+    test_device_peer_copy();
     test_rng();
     test_tables();
     return gp_test_finish("test_core");
