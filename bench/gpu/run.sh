@@ -301,19 +301,15 @@ in_budget() {
     return 1
 }
 if [ "$TIER" = 2 ]; then
-    if [ $DRY = 0 ] && command -v compute-sanitizer >/dev/null; then
-        for tool in memcheck racecheck; do
-            in_budget "sanitizer:$tool:test_kernels_cuda" || continue
-            part "sanitizer_$tool" 150 compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/test_kernels_cuda"
-            record "sanitizer:$tool:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
-        done
-        in_budget "sanitizer:memcheck:train_K2" &&
-        part sanitizer_train 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$GPIPE" train \
-            "${LM[@]}" --device cuda --model "$ROOT/examples/demo_lm.json" --steps 3 --stages 2 --micro-batches 2
-        [ -f "$WORK/sanitizer_train.out" ] &&
-            record "sanitizer:memcheck:train_K2" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
-    else
-        record "sanitizer" "$([ $DRY = 1 ] && echo skipped || echo unavailable)" why '"no compute-sanitizer or no GPU"'
+    # T3 on 2 stages of the one GPU (messages GPU to GPU): what a pipeline costs on one device.
+    if [ $DRY = 0 ] && in_budget "speed:T3_fp32_K2"; then
+        part t3_k2 150 "$GPIPE" bench --workload T3 --device cuda --stages 2 --micro-batches 4 \
+            --steps 3 --warmup 1 --quiet --report "$WORK/t3_k2.json"
+        if [ $RC = 0 ]; then
+            record "speed:T3_fp32_K2" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); p=r.get("pipeline") or {}; print(json.dumps({"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "fraction_of_ceiling": r.get("fraction_of_ceiling"), "bubble_measured": p.get("bubble_measured"), "bubble_theory": p.get("bubble_theory"), "remat": p.get("cell_remat")}))' "$WORK/t3_k2.json")"
+        else
+            record "speed:T3_fp32_K2" fail exit $RC
+        fi
     fi
     if in_budget "bitwise:every_schedule_K=0,2,4"; then
         runs=()
@@ -329,8 +325,29 @@ if [ "$TIER" = 2 ]; then
         [ $RC = 0 ] && runs+=("$WORK/s0.json")
         [ ${#runs[@]} -ge 2 ] && compare "bitwise:every_schedule_K=0,2,4" same "${runs[@]}"
     fi
+    if [ $DRY = 0 ] && command -v compute-sanitizer >/dev/null; then
+        if in_budget "sanitizer:memcheck:test_kernels_cuda"; then
+            part sanitizer_memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+                "$BIN/test_kernels_cuda"
+            record "sanitizer:memcheck:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+        fi
+        if in_budget "sanitizer:memcheck:train_K2"; then
+            part sanitizer_train 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$GPIPE" \
+                train "${LM[@]}" --device cuda --model "$ROOT/examples/demo_lm.json" --steps 3 \
+                --stages 2 --micro-batches 2
+            record "sanitizer:memcheck:train_K2" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+        fi
+    else
+        record "sanitizer" "$([ $DRY = 1 ] && echo skipped || echo unavailable)" why '"no compute-sanitizer or no GPU"'
+    fi
     if [ $DRY = 0 ] && in_budget "peer:t3_peer_compile"; then
         peer t3_peer_compile 200 --precision bf16 --compile --no-gpipe --rounds 1 --steps 5 --warmup 3
+    fi
+    if [ $DRY = 0 ] && command -v compute-sanitizer >/dev/null &&
+        in_budget "sanitizer:racecheck:test_kernels_cuda"; then
+        part sanitizer_racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+            "$BIN/test_kernels_cuda"
+        record "sanitizer:racecheck:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
     fi
 fi
 
