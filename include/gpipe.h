@@ -211,6 +211,24 @@ const char *gp_device_kind(const gp_device *dev); /* "cpu", "cuda"; "host" for N
 /* Whether host code may read and write the device's memory directly (the CPU's: yes). NULL
  * stands for plain host memory: true. */
 bool gp_device_is_host(const gp_device *dev);
+/* The arithmetic of a device's GEMMs (the gemm and gemm_batched ops of its kernel table, hence
+ * the linear layers' products). FP32 (the default): fp32 operands and sums. BF16: each operand
+ * element is rounded to bfloat16 (8 bits of mantissa, round to nearest even, NaN stays NaN)
+ * and the products are summed in fp32 into the fp32 result, as TPUs' default matmul precision
+ * and PyTorch's bf16 autocast GEMMs do; parameters, gradients, optimizer state and activations
+ * stay fp32 (bf16 storage is a later stage), as do attention's products, convolutions and
+ * every other op. On the CPU a BF16 GEMM equals the FP32 GEMM of the rounded operands bit for
+ * bit (same threads), the rounded copies held in workspace; on a GPU the rounded operands are
+ * bf16 in workspace and cuBLAS multiplies them on the tensor cores.
+ * gp_precision_name: "fp32", "bf16"; "unknown" for a value that is no precision.
+ * gp_precision_parse: the precision of that name, or GP_INVALID_ARGUMENT naming the choices
+ * (*p untouched). gp_device_set_precision: GP_INVALID_ARGUMENT for a NULL device or a value
+ * that is no precision; gp_device_precision: FP32 for NULL. */
+typedef enum gp_precision { GP_PRECISION_FP32 = 0, GP_PRECISION_BF16 = 1 } gp_precision;
+const char *gp_precision_name(gp_precision p);
+gp_status gp_precision_parse(const char *name, gp_precision *p);
+gp_status gp_device_set_precision(gp_device *dev, gp_precision p);
+gp_precision gp_device_precision(const gp_device *dev);
 /* Waits until the device has finished the work queued on it (nothing to wait for on the CPU). */
 gp_status gp_device_sync(gp_device *dev);
 /* The device's fp32 GEMM rate in GFLOP/s: reps products of two random n x n matrices through
@@ -795,6 +813,9 @@ typedef struct gp_pipeline_opts {
      * memory_limit (on CUDA: GPU w mod the GPUs visible; failing as gp_cuda_device_count does
      * where there is none). Not yet run on a GPU. */
     gp_device_type device_type;
+    /* The GEMM arithmetic of every stage device the pipeline uses or makes, the caller's devices
+     * included (gp_device_set_precision); 0: FP32. */
+    gp_precision precision;
     /* T >= 1 tensor-parallel shards per stage (0 means 1): the mesh is D x K x T devices. Each
      * layer whose kind has a layout is split over the T shards of its stage (the Transformer
      * block by heads and d_ff, the token embedding and a last linear layer, the vocabulary
