@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/device.h"
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_geom.h"
@@ -481,20 +482,45 @@ typedef struct gemm_case {
     int la, lb, lc;
 } gemm_case;
 
+/* x with every element rounded to bf16 (NaN padding stays NaN). */
+static float *bf16_copy(const float *x, int64_t n) {
+    float *r = fa(n);
+    for (int64_t i = 0; i < n; i++) r[i] = gp_bf16_round(x[i]);
+    return r;
+}
+
+/* A few operand elements set to values whose rounding is a case of its own: halfway between
+ * two bf16 values (ties to even, down and up), just past halfway, and denormals (one a tie). */
+static void bf16_awkward(float *x, const mlay *l) {
+    static const uint32_t bits[] = {0x3f808000u, 0xbf818000u, 0x3f808001u, 0x00018000u,
+                                    0x80008000u, 0x3e7f8000u};
+    for (int64_t i = 0; i < 6 && i < l->rows * l->cols; i++)
+        memcpy(&x[lay_at(l, 0, i % l->rows, (i * 7) % l->cols)], &bits[i], 4);
+}
+
+/* The GEMM in the device's precision prec (gp_device_set_precision) against the double
+ * reference: for bf16, the reference of the operands rounded to bf16, whose products are exact
+ * in float (8-bit significands), so that only the fp32 sums round, as in fp32: the same bound.
+ * On a host device bf16 must also give exactly the fp32 GEMM's bits on operands rounded here
+ * (the same threads, the same cut). */
 static void run_gemm(gp_device *dev, const gp_kernels *K, bool batched, bool ta, bool tb,
-                     const gemm_case *g) {
+                     const gemm_case *g, gp_precision prec) {
     const int64_t m = g->m, n = g->n, k = g->k, cnt = g->count;
-    set_case("m %lld n %lld k %lld, op(A) %s op(B) %s, alpha %g beta %g, count %lld, "
+    const bool bf16 = prec == GP_PRECISION_BF16;
+    set_case("%sm %lld n %lld k %lld, op(A) %s op(B) %s, alpha %g beta %g, count %lld, "
              "A %s B %s C %s",
-             LL(m), LL(n), LL(k), ta ? "A^T" : "A", tb ? "B^T" : "B", (double)g->alpha,
-             (double)g->beta, LL(cnt), lay_names[g->la], lay_names[g->lb], lay_names[g->lc]);
+             bf16 ? "bf16: " : "", LL(m), LL(n), LL(k), ta ? "A^T" : "A", tb ? "B^T" : "B",
+             (double)g->alpha, (double)g->beta, LL(cnt), lay_names[g->la], lay_names[g->lb],
+             lay_names[g->lc]);
     const mlay A = make_lay(g->la, ta ? k : m, ta ? m : k, cnt);
     const mlay B = make_lay(g->lb, tb ? n : k, tb ? k : n, cnt);
     const mlay C = make_lay(g->lc, m, n, cnt);
     const int64_t na = lay_size(&A), nb = lay_size(&B), nc = lay_size(&C);
     /* Padding of A and B is NaN: reading it would show. With beta = 0, C is NaN too: as in
      * BLAS, C is then not read (the layers pass uninitialized outputs with beta = 0). */
-    const float *a = lay_fill(&A, NAN, false), *b = lay_fill(&B, NAN, false);
+    float *a = lay_fill(&A, NAN, false), *b = lay_fill(&B, NAN, false);
+    if (bf16) bf16_awkward(a, &A), bf16_awkward(b, &B);
+    const float *ar = bf16 ? bf16_copy(a, na) : a, *br = bf16 ? bf16_copy(b, nb) : b;
     const float *c0 = lay_fill(&C, PAD, g->beta == 0.0f);
     float *c = fa(nc);
     double *ref = da(nc), *mag = da(nc);
@@ -504,8 +530,8 @@ static void run_gemm(gp_device *dev, const gp_kernels *K, bool batched, bool ta,
             for (int64_t j = 0; j < n; j++) {
                 double s = 0, sm = 0;
                 for (int64_t p = 0; p < k; p++) {
-                    const double av = ta ? a[lay_at(&A, i, p, r)] : a[lay_at(&A, i, r, p)];
-                    const double bv = tb ? b[lay_at(&B, i, j, p)] : b[lay_at(&B, i, p, j)];
+                    const double av = ta ? ar[lay_at(&A, i, p, r)] : ar[lay_at(&A, i, r, p)];
+                    const double bv = tb ? br[lay_at(&B, i, j, p)] : br[lay_at(&B, i, p, j)];
                     s += av * bv;
                     sm += fabs(av * bv);
                 }
@@ -514,22 +540,29 @@ static void run_gemm(gp_device *dev, const gp_kernels *K, bool batched, bool ta,
                 ref[o] = g->alpha * s + cb;
                 mag[o] = fabs(g->alpha) * sm + fabs(cb);
             }
-    for (int rep = 0; rep < 2; rep++) {
+    /* runs 0 and 1: the two compared for determinism; run 2, on a host device in bf16: fp32 on
+     * the operands rounded here */
+    const int runs = bf16 && gp_device_is_host(dev) ? 3 : 2;
+    float *c_fp32 = fa(nc);
+    for (int rep = 0; rep < runs; rep++) {
         kt t;
-        kt_begin(&t, dev, rep);
-        const float *dA = kt_in(&t, a, na), *dB = kt_in(&t, b, nb);
+        kt_begin(&t, dev, rep < 2 ? rep : 0);
+        const float *dA = kt_in(&t, rep < 2 ? a : ar, na), *dB = kt_in(&t, rep < 2 ? b : br, nb);
         float *dC = kt_io(&t, c0, nc);
+        REQUIRE_OK(gp_device_set_precision(dev, rep < 2 ? prec : GP_PRECISION_FP32));
         if (batched)
             CHECK_OK(K->gemm_batched(dev, ta, tb, m, n, k, g->alpha, dA, A.ld, A.stride, dB, B.ld,
                                      B.stride, g->beta, dC, C.ld, C.stride, cnt));
         else
             CHECK_OK(K->gemm(dev, ta, tb, m, n, k, g->alpha, dA, A.ld, dB, B.ld, g->beta, dC,
                              C.ld));
-        kt_get(&t, dC, c, nc);
+        REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
+        kt_get(&t, dC, rep < 2 ? c : c_fp32, nc);
         kt_end(&t);
+        if (rep == 1) det_check();
     }
-    det_check();
     check_close("C", c, ref, mag, nc, TOL);
+    if (runs == 3) check_exact("C (bf16 against fp32 on rounded operands)", c, c_fp32, nc);
 }
 
 static void test_gemm(gp_device *dev, const gp_kernels *K) {
@@ -541,8 +574,10 @@ static void test_gemm(gp_device *dev, const gp_kernels *K) {
         {1, 31, 130, 1, 1.0f, 1.0f, L_TIGHT, L_TIGHT, L_PAD},
         {33, 47, 16, 1, 2.0f, 0.0f, L_PAD, L_PAD, L_PAD},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int tr = 0; tr < 4; tr++) run_gemm(dev, K, false, tr & 1, tr & 2, &cases[i]);
+    for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int tr = 0; tr < 4; tr++)
+                run_gemm(dev, K, false, tr & 1, tr & 2, &cases[i], (gp_precision)pr);
 }
 
 static void test_gemm_batched(gp_device *dev, const gp_kernels *K) {
@@ -554,8 +589,55 @@ static void test_gemm_batched(gp_device *dev, const gp_kernels *K) {
         {65, 8, 64, 2, 1.0f, 1.0f, L_TIGHT, L_PAD, L_GAP},
         {3, 4, 5, 1, 1.0f, 0.0f, L_PAD, L_TIGHT, L_PAD},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int tr = 0; tr < 4; tr++) run_gemm(dev, K, true, tr & 1, tr & 2, &cases[i]);
+    for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int tr = 0; tr < 4; tr++)
+                run_gemm(dev, K, true, tr & 1, tr & 2, &cases[i], (gp_precision)pr);
+}
+
+/* The bf16 rounding itself (core/bf16.h), on values with a case of their own each. */
+static void test_bf16_round(void) {
+    static const struct {
+        uint32_t in;
+        uint16_t out;
+    } cases[] = {
+        {0x3f800000u, 0x3f80u}, /* 1: exact */
+        {0x3f808000u, 0x3f80u}, /* halfway, to the even one below */
+        {0x3f818000u, 0x3f82u}, /* halfway, to the even one above */
+        {0xbf818000u, 0xbf82u}, /* the same, negative */
+        {0x3f808001u, 0x3f81u}, /* just past halfway: up */
+        {0x3f807fffu, 0x3f80u}, /* just short of halfway: down */
+        {0x7f7f7fffu, 0x7f7fu}, /* the largest bf16 */
+        {0x7f7fffffu, 0x7f80u}, /* the largest float: past it, infinity */
+        {0x7f800000u, 0x7f80u}, /* infinities stay */
+        {0xff800000u, 0xff80u},
+        {0x7fc00000u, 0x7fc0u}, /* quiet NaN */
+        {0x7f800001u, 0x7fc0u}, /* NaN whose payload lies in the dropped bits: still NaN */
+        {0xff800001u, 0xffc0u},
+        {0x80000000u, 0x8000u}, /* -0 */
+        {0x00008000u, 0x0000u}, /* denormals: halfway to even (down) */
+        {0x00018000u, 0x0002u}, /* halfway to even (up) */
+        {0x00010001u, 0x0001u},
+        {0x007fffffu, 0x0080u}, /* the largest denormal: up to the smallest normal */
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float x, r;
+        memcpy(&x, &cases[i].in, 4);
+        const uint16_t got = gp_bf16_bits(x);
+        const uint32_t want32 = (uint32_t)cases[i].out << 16;
+        r = gp_bf16_round(x);
+        uint32_t r32;
+        memcpy(&r32, &r, 4);
+        if (got != cases[i].out || r32 != want32) {
+            fprintf(stderr, "bf16 of 0x%08x: 0x%04x (as float 0x%08x), expected 0x%04x\n",
+                    cases[i].in, got, r32, cases[i].out);
+            bad++;
+        }
+    }
+    gp_test_failures += bad;
+    printf("bf16 rounding: %d special values, %d wrong\n", (int)(sizeof cases / sizeof cases[0]),
+           bad);
 }
 
 /* ------------------------------------------------------------ flat vectors */
@@ -2938,6 +3020,7 @@ static void run_device(int di) {
 
 int main(void) {
     check_op_list();
+    test_bf16_round();
     _Static_assert(NDEV <= (int)(sizeof g_hash / sizeof g_hash[0]), "raise g_hash's devices");
     for (int i = 0; i < NDEV; i++) run_device(i);
     /* Devices that must agree bit for bit: every op's results, case by case (but those that split
