@@ -211,15 +211,18 @@ const char *gp_device_kind(const gp_device *dev); /* "cpu", "cuda"; "host" for N
 /* Whether host code may read and write the device's memory directly (the CPU's: yes). NULL
  * stands for plain host memory: true. */
 bool gp_device_is_host(const gp_device *dev);
-/* The arithmetic of a device's GEMMs (the gemm and gemm_batched ops of its kernel table, hence
- * the linear layers' products). FP32 (the default): fp32 operands and sums. BF16: each operand
- * element is rounded to bfloat16 (8 bits of mantissa, round to nearest even, NaN stays NaN)
- * and the products are summed in fp32 into the fp32 result, as TPUs' default matmul precision
- * and PyTorch's bf16 autocast GEMMs do; parameters, gradients, optimizer state and activations
- * stay fp32 (bf16 storage is a later stage), as do attention's products, convolutions and
- * every other op. On the CPU a BF16 GEMM equals the FP32 GEMM of the rounded operands bit for
- * bit (same threads), the rounded copies held in workspace; on a GPU the rounded operands are
- * bf16 in workspace and cuBLAS multiplies them on the tensor cores.
+/* The arithmetic of a device's matrix products: the gemm and gemm_batched ops of its kernel
+ * table (the linear layers' products) and the attention ops' products (q k^T, P v and their
+ * backward). FP32 (the default): fp32 operands and sums. BF16: each operand element is rounded
+ * to bfloat16 (8 significant bits, round to nearest even, NaN stays NaN) and the products are
+ * summed in fp32 into the fp32 result, as TPUs' default matmul precision and PyTorch's bf16
+ * autocast GEMMs do. Parameters, gradients, optimizer state and activations stay fp32 tensors
+ * (bf16 storage is a later stage; the attention probabilities kept for the backward too), and
+ * every other op (convolutions included) computes in fp32. On the CPU a BF16 GEMM equals the
+ * FP32 GEMM of the rounded operands bit for bit (same threads), the rounded copies held in
+ * workspace; on a GPU the rounded operands are bf16 in workspace (2 bytes an element of the
+ * operands' spans, during the product) and cuBLAS multiplies them on the tensor cores. Training
+ * in BF16 is bit-identical across K, schedules and remat modes as FP32 is.
  * gp_precision_name: "fp32", "bf16"; "unknown" for a value that is no precision.
  * gp_precision_parse: the precision of that name, or GP_INVALID_ARGUMENT naming the choices
  * (*p untouched). gp_device_set_precision: GP_INVALID_ARGUMENT for a NULL device or a value

@@ -1268,6 +1268,26 @@ static void ref_probs(const gp_attn_dims *d, const float *qkv, double *P, double
     free(s);
 }
 
+/* Attention on a bf16 device (gp_precision) against the reference of its operands rounded to
+ * bf16 (q, k, v; datt): the products also take P (and dS) rounded, each element moved by at most
+ * 2^-8 of itself (bf16's unit roundoff: 8 significant bits), so a result moves by at most 2^-8
+ * of its magnitude (the sum of the terms' absolute values) beyond fp32's rounding: checked at
+ * 2^-7. That bound would also pass the fp32 products of unrounded q, k, v, so bf16's results
+ * must differ from fp32's as well. */
+#define TOL_BF16 (1.0 / 128)
+
+/* Marks the case as the bf16 pass (the messages say so). */
+static void case_bf16(void) {
+    const size_t len = strlen(g_case);
+    snprintf(g_case + len, sizeof g_case - len, ", bf16");
+}
+
+/* got differs from the fp32 results in some element: bf16 changed something. */
+static void check_differs(const char *what, const float *got, const float *fp32, int64_t n) {
+    if (memcmp(got, fp32, (size_t)n * sizeof *got) == 0)
+        fail("%s: the same bits as in fp32 (bf16 rounded nothing)", what);
+}
+
 static void test_attention_forward(gp_device *dev, const gp_kernels *K) {
     for (int ci = 0; ci < NATTN; ci++) {
         const gp_attn_dims d = attn_dims(ci);
@@ -1275,46 +1295,56 @@ static void test_attention_forward(gp_device *dev, const gp_kernels *K) {
         set_case("B %lld T %lld C %lld H %lld (head dim %lld)", LL(B), LL(T), LL(C), LL(H),
                  LL(hd));
         const int64_t nq = B * T * ld, np = B * H * T * T, na = B * T * C;
-        const float *qkv = attn_qkv(&d, ci);
-        double *rp = da(np), *mp = da(np), *ra = da(na), *ma = da(na), *smag = da(B * H * T);
-        ref_probs(&d, qkv, rp, smag);
-        for (int64_t i = 0; i < np; i++) mp[i] = rp[i] * smag[i / T]; /* 0 above the diagonal */
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t t = 0; t < T; t++) {
-                    const double *pr = rp + ((b * H + h) * T + t) * T;
-                    const double rel = smag[(b * H + h) * T + t];
-                    for (int64_t e = 0; e < hd; e++) {
-                        double s = 0, sm = 0;
-                        for (int64_t j = 0; j <= t; j++) {
-                            const double v = qkv[(b * T + j) * ld + 2 * C + h * hd + e];
-                            s += pr[j] * v;
-                            sm += pr[j] * fabs(v);
+        const float *qkv_in = attn_qkv(&d, ci);
+        float *att32 = fa(na);
+        for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++) {
+            const bool bf16 = pr == GP_PRECISION_BF16;
+            if (bf16) case_bf16();
+            const float *qkv = bf16 ? bf16_copy(qkv_in, nq) : qkv_in; /* what the reference takes */
+            double *rp = da(np), *mp = da(np), *ra = da(na), *ma = da(na), *smag = da(B * H * T);
+            ref_probs(&d, qkv, rp, smag);
+            for (int64_t i = 0; i < np; i++) mp[i] = rp[i] * smag[i / T]; /* 0 above the diagonal */
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t t = 0; t < T; t++) {
+                        const double *pr = rp + ((b * H + h) * T + t) * T;
+                        const double rel = smag[(b * H + h) * T + t];
+                        for (int64_t e = 0; e < hd; e++) {
+                            double s = 0, sm = 0;
+                            for (int64_t j = 0; j <= t; j++) {
+                                const double v = qkv[(b * T + j) * ld + 2 * C + h * hd + e];
+                                s += pr[j] * v;
+                                sm += pr[j] * fabs(v);
+                            }
+                            ra[(b * T + t) * C + h * hd + e] = s;
+                            ma[(b * T + t) * C + h * hd + e] = sm * (1.0 + rel);
                         }
-                        ra[(b * T + t) * C + h * hd + e] = s;
-                        ma[(b * T + t) * C + h * hd + e] = sm * (1.0 + rel);
                     }
-                }
-        float *p = fa(np), *att = fa(na);
-        for (int rep = 0; rep < 2; rep++) {
-            kt t;
-            kt_begin(&t, dev, rep);
-            const float *dq = kt_in(&t, qkv, nq);
-            float *dp = kt_out(&t, np), *da_ = kt_out(&t, na);
-            CHECK_OK(K->attention_forward(dev, &d, dq, dp, da_));
-            kt_get(&t, dp, p, np);
-            kt_get(&t, da_, att, na);
-            kt_end(&t);
+            float *p = fa(np), *att = bf16 ? fa(na) : att32;
+            for (int rep = 0; rep < 2; rep++) {
+                kt t;
+                kt_begin(&t, dev, rep);
+                const float *dq = kt_in(&t, qkv_in, nq);
+                float *dp = kt_out(&t, np), *da_ = kt_out(&t, na);
+                REQUIRE_OK(gp_device_set_precision(dev, (gp_precision)pr));
+                CHECK_OK(K->attention_forward(dev, &d, dq, dp, da_));
+                REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
+                kt_get(&t, dp, p, np);
+                kt_get(&t, da_, att, na);
+                kt_end(&t);
         }
         det_check();
+        /* P itself is fp32 (of the rounded q, k): only its use in P v rounds it */
         check_close("probs", p, rp, mp, np, TOL);
-        check_close("att", att, ra, ma, na, TOL);
+        check_close("att", att, ra, ma, na, bf16 ? TOL_BF16 : TOL);
+        if (bf16) check_differs("att", att, att32, na);
         int64_t above = 0, nonzero = 0; /* the masked part: exactly 0 */
         for (int64_t i = 0; i < np; i++)
             if (i % T > (i / T) % T) above++, nonzero += p[i] != 0.0f;
         if (nonzero) fail("%lld of the %lld probabilities above the diagonal are not 0",
                           LL(nonzero), LL(above));
         g_st[g_op].exact += above;
+        }
     }
 }
 
@@ -1339,83 +1369,94 @@ static void test_attention_backward(gp_device *dev, const gp_kernels *K) {
             const double sc = 1.0 / sqrt((double)hd);
             set_case("B %lld T %lld C %lld H %lld (head dim %lld), dbias %s", LL(B), LL(T),
                      LL(C), LL(H), LL(hd), want_db ? "yes" : "NULL");
-            const float *qkv = attn_qkv(&d, ci), *datt = rnd(na, 1.0f, 0.0f);
+            const float *qkv_in = attn_qkv(&d, ci), *datt_in = rnd(na, 1.0f, 0.0f);
             const float *dbias0 = rnd(3 * C, 1.0f, 0.0f);
             /* probs as forward gives them: the double ones in float, 0 above the diagonal */
             double *pd = da(np);
-            ref_probs(&d, qkv, pd, NULL);
+            ref_probs(&d, qkv_in, pd, NULL);
             float *probs = fa(np);
             for (int64_t i = 0; i < np; i++) probs[i] = (float)pd[i];
-            double *rq = da(nq), *mq = da(nq), *rb = da(3 * C), *mb = da(3 * C);
-            double *dP = da(T * T), *dPm = da(T * T), *dS = da(T * T), *dSm = da(T * T);
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t h = 0; h < H; h++) {
-                    const float *P = probs + (b * H + h) * T * T;
-#define Q(t, e) ((double)qkv[(b * T + (t)) * ld + h * hd + (e)])
-#define KK(t, e) ((double)qkv[(b * T + (t)) * ld + C + h * hd + (e)])
-#define V(t, e) ((double)qkv[(b * T + (t)) * ld + 2 * C + h * hd + (e)])
-#define DO(t, e) ((double)datt[(b * T + (t)) * C + h * hd + (e)])
-                    for (int64_t t = 0; t < T; t++) {
-                        double dot = 0, dotm = 0;
-                        for (int64_t j = 0; j <= t; j++) {
-                            double s = 0, sm = 0;
+            float *dqkv32 = fa(nq);
+            for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++) {
+                const bool bf16 = pr == GP_PRECISION_BF16;
+                if (bf16) case_bf16();
+                /* what the reference takes: P stays as given (rounded only inside the products) */
+                const float *qkv = bf16 ? bf16_copy(qkv_in, nq) : qkv_in;
+                const float *datt = bf16 ? bf16_copy(datt_in, na) : datt_in;
+                double *rq = da(nq), *mq = da(nq), *rb = da(3 * C), *mb = da(3 * C);
+                double *dP = da(T * T), *dPm = da(T * T), *dS = da(T * T), *dSm = da(T * T);
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t h = 0; h < H; h++) {
+                        const float *P = probs + (b * H + h) * T * T;
+    #define Q(t, e) ((double)qkv[(b * T + (t)) * ld + h * hd + (e)])
+    #define KK(t, e) ((double)qkv[(b * T + (t)) * ld + C + h * hd + (e)])
+    #define V(t, e) ((double)qkv[(b * T + (t)) * ld + 2 * C + h * hd + (e)])
+    #define DO(t, e) ((double)datt[(b * T + (t)) * C + h * hd + (e)])
+                        for (int64_t t = 0; t < T; t++) {
+                            double dot = 0, dotm = 0;
+                            for (int64_t j = 0; j <= t; j++) {
+                                double s = 0, sm = 0;
+                                for (int64_t e = 0; e < hd; e++) {
+                                    s += DO(t, e) * V(j, e);
+                                    sm += fabs(DO(t, e) * V(j, e));
+                                }
+                                dP[t * T + j] = s, dPm[t * T + j] = sm;
+                                dot += P[t * T + j] * s, dotm += P[t * T + j] * sm;
+                            }
+                            for (int64_t j = 0; j <= t; j++) {
+                                dS[t * T + j] = P[t * T + j] * (dP[t * T + j] - dot) * sc;
+                                dSm[t * T + j] = P[t * T + j] * (dPm[t * T + j] + dotm) * sc;
+                            }
+                        }
+                        for (int64_t t = 0; t < T; t++)
                             for (int64_t e = 0; e < hd; e++) {
-                                s += DO(t, e) * V(j, e);
-                                sm += fabs(DO(t, e) * V(j, e));
+                                double gq = 0, mgq = 0, gk = 0, mgk = 0, gv = 0, mgv = 0;
+                                for (int64_t j = 0; j <= t; j++) { /* dq_t = sum_j dS_tj k_j */
+                                    gq += dS[t * T + j] * KK(j, e);
+                                    mgq += dSm[t * T + j] * fabs(KK(j, e));
+                                }
+                                for (int64_t r = t; r < T; r++) { /* key/value row t */
+                                    gk += dS[r * T + t] * Q(r, e);
+                                    mgk += dSm[r * T + t] * fabs(Q(r, e));
+                                    gv += P[r * T + t] * DO(r, e);
+                                    mgv += P[r * T + t] * fabs(DO(r, e));
+                                }
+                                const int64_t o = (b * T + t) * ld + h * hd + e;
+                                rq[o] = gq, mq[o] = mgq;
+                                rq[o + C] = gk, mq[o + C] = mgk;
+                                rq[o + 2 * C] = gv, mq[o + 2 * C] = mgv;
                             }
-                            dP[t * T + j] = s, dPm[t * T + j] = sm;
-                            dot += P[t * T + j] * s, dotm += P[t * T + j] * sm;
-                        }
-                        for (int64_t j = 0; j <= t; j++) {
-                            dS[t * T + j] = P[t * T + j] * (dP[t * T + j] - dot) * sc;
-                            dSm[t * T + j] = P[t * T + j] * (dPm[t * T + j] + dotm) * sc;
-                        }
+    #undef Q
+    #undef KK
+    #undef V
+    #undef DO
                     }
-                    for (int64_t t = 0; t < T; t++)
-                        for (int64_t e = 0; e < hd; e++) {
-                            double gq = 0, mgq = 0, gk = 0, mgk = 0, gv = 0, mgv = 0;
-                            for (int64_t j = 0; j <= t; j++) { /* dq_t = sum_j dS_tj k_j */
-                                gq += dS[t * T + j] * KK(j, e);
-                                mgq += dSm[t * T + j] * fabs(KK(j, e));
-                            }
-                            for (int64_t r = t; r < T; r++) { /* key/value row t */
-                                gk += dS[r * T + t] * Q(r, e);
-                                mgk += dSm[r * T + t] * fabs(Q(r, e));
-                                gv += P[r * T + t] * DO(r, e);
-                                mgv += P[r * T + t] * fabs(DO(r, e));
-                            }
-                            const int64_t o = (b * T + t) * ld + h * hd + e;
-                            rq[o] = gq, mq[o] = mgq;
-                            rq[o + C] = gk, mq[o + C] = mgk;
-                            rq[o + 2 * C] = gv, mq[o + 2 * C] = mgv;
-                        }
-#undef Q
-#undef KK
-#undef V
-#undef DO
-                }
-            for (int64_t c = 0; c < 3 * C; c++) {
-                rb[c] = dbias0[c], mb[c] = fabs(dbias0[c]);
-                for (int64_t r = 0; r < B * T; r++)
-                    rb[c] += rq[r * ld + c], mb[c] += mq[r * ld + c];
+                for (int64_t c = 0; c < 3 * C; c++) {
+                    rb[c] = dbias0[c], mb[c] = fabs(dbias0[c]);
+                    for (int64_t r = 0; r < B * T; r++)
+                        rb[c] += rq[r * ld + c], mb[c] += mq[r * ld + c];
             }
             const int64_t ws = K->attention_backward_ws(dev, &d);
-            float *dqkv = fa(nq), *dbias = fa(3 * C);
+            float *dqkv = bf16 ? fa(nq) : dqkv32, *dbias = fa(3 * C);
             for (int rep = 0; rep < 2; rep++) {
                 kt t;
                 kt_begin(&t, dev, rep);
-                const float *d_qkv = kt_in(&t, qkv, nq), *d_p = kt_in(&t, probs, np);
-                const float *d_datt = kt_in(&t, datt, na);
+                const float *d_qkv = kt_in(&t, qkv_in, nq), *d_p = kt_in(&t, probs, np);
+                const float *d_datt = kt_in(&t, datt_in, na);
                 float *d_dqkv = kt_out(&t, nq), *d_ws = kt_out(&t, ws > 0 ? ws : 0);
                 float *d_db = want_db ? kt_io(&t, dbias0, 3 * C) : NULL;
+                REQUIRE_OK(gp_device_set_precision(dev, (gp_precision)pr));
                 CHECK_OK(K->attention_backward(dev, &d, d_qkv, d_p, d_datt, d_dqkv, d_db, d_ws));
+                REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
                 kt_get(&t, d_dqkv, dqkv, nq);
                 if (want_db) kt_get(&t, d_db, dbias, 3 * C);
                 kt_end(&t);
             }
             det_check();
-            check_close("dqkv", dqkv, rq, mq, nq, TOL);
-            if (want_db) check_close("dbias", dbias, rb, mb, 3 * C, TOL);
+            check_close("dqkv", dqkv, rq, mq, nq, bf16 ? TOL_BF16 : TOL);
+            if (want_db) check_close("dbias", dbias, rb, mb, 3 * C, bf16 ? TOL_BF16 : TOL);
+            if (bf16) check_differs("dqkv", dqkv, dqkv32, nq);
+            }
         }
 }
 

@@ -165,8 +165,8 @@ static void bf16_exactness(int steps) {
     CHECK(f.hash != b.hash);
     for (int s = 0; s < steps; s++) {
         CHECK(f.loss[s] != b.loss[s]);
-        /* Each product's operands move by at most 2^-9 relative (bf16's half ulp), the logits
-         * of this small net by a few times that: the loss by well under 1%. */
+        /* Each product's operands move by at most 2^-8 relative (bf16's unit roundoff), the
+         * logits of this small net by a few times that: the loss by well under 1%. */
         CHECK(fabsf(f.loss[s] - b.loss[s]) < 1e-2f * f.loss[s]);
     }
     printf("transformer bf16 vs fp32: loss %.6f vs %.6f after %d steps\n", b.loss[steps - 1],

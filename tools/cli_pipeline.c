@@ -54,10 +54,11 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
          "part more gradient buffers per cell); checkpoints keep it",
          "sequential", 0, false, "sequential|tree", false, 0, false},
         {"--precision", GP_CLI_CHOICE, &a->precision, "fp32|bf16",
-         "the GEMMs of the linear layers: fp32, or bf16 operands (each rounded to bfloat16, to "
-         "nearest even) with fp32 sums into fp32 results, as PyTorch's bf16 autocast and TPUs "
-         "multiply (a GPU's tensor cores); parameters, gradients, optimizer state, activations, "
-         "attention and every other op stay fp32; checkpoints keep it",
+         "the matrix products of the linear layers and attention: fp32, or bf16 operands (each "
+         "rounded to bfloat16, to nearest even) with fp32 sums into fp32 results, as PyTorch's "
+         "bf16 autocast and TPUs multiply (on a GPU, its tensor cores); parameters, gradients, "
+         "optimizer state and activations stay fp32, as does every other op; checkpoints keep "
+         "it",
          "fp32", 0, false, "fp32|bf16", false, 0, false},
     };
     memcpy(out, tab, sizeof tab);

@@ -139,6 +139,11 @@ static void round_range(void *ctx, int64_t lo, int64_t hi) {
  * threads only in runs long enough to pay for waking them. */
 #define ROUND_GRAIN ((int64_t)1 << 15)
 
+void gp_cpu_bf16_round_n(gp_cpu_pool *pool, const float *src, float *dst, int64_t n) {
+    round_args r = {.src = src, .dst = dst};
+    gp_cpu_parallel_for(pool, n, 1, ROUND_GRAIN, round_range, &r);
+}
+
 /* The GEMM in the device's precision: bf16 rounds A and B into workspace first, then runs the
  * fp32 GEMM on the copies, at the same leading dimensions and strides, so its bits are the fp32
  * GEMM's of the rounded operands. */
@@ -156,9 +161,8 @@ static gp_status gemm(gp_device *dev, gemm_args *g) {
     gp_status s;
     float *ws = gp_device_alloc(dev, GP_MEM_WORKSPACE, (size_t)(na + nb) * sizeof(float), &s);
     if (!ws) return gp_error_context(s, "gemm in bf16: the rounded operands");
-    round_args ra = {.src = g->a, .dst = ws}, rb = {.src = g->b, .dst = ws + na};
-    gp_cpu_parallel_for(pool, na, 1, ROUND_GRAIN, round_range, &ra);
-    gp_cpu_parallel_for(pool, nb, 1, ROUND_GRAIN, round_range, &rb);
+    gp_cpu_bf16_round_n(pool, g->a, ws, na);
+    gp_cpu_bf16_round_n(pool, g->b, ws + na, nb);
     g->a = ws, g->b = ws + na;
     gemm_fp32(pool, g);
     gp_device_release(dev, ws);

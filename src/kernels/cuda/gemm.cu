@@ -114,14 +114,22 @@ extern "C" gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool tr
                         stride_b, beta, c, ldc, stride_c, count);
 }
 
-static bool is_bf16(const gp_device *dev) { return gp_device_precision(dev) == GP_PRECISION_BF16; }
+extern "C" gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
+                                          int64_t n, int64_t k, float alpha, const float *a,
+                                          int64_t lda, int64_t stride_a, const float *b,
+                                          int64_t ldb, int64_t stride_b, float beta, float *c,
+                                          int64_t ldc, int64_t stride_c, int64_t count) {
+    return gemm_strided(dev, gp_device_precision(dev) == GP_PRECISION_BF16, trans_a, trans_b, m,
+                        n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                        count);
+}
 
 extern "C" gp_status gp_cuda_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
                                   int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                                   const float *b, int64_t ldb, float beta, float *c,
                                   int64_t ldc) {
-    return gemm_strided(dev, is_bf16(dev), trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0,
-                        beta, c, ldc, 0, 1);
+    return gp_cuda_gemm_strided(dev, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta,
+                                c, ldc, 0, 1);
 }
 
 extern "C" gp_status gp_cuda_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
@@ -129,6 +137,6 @@ extern "C" gp_status gp_cuda_gemm_batched(gp_device *dev, bool trans_a, bool tra
                                           int64_t lda, int64_t stride_a, const float *b,
                                           int64_t ldb, int64_t stride_b, float beta, float *c,
                                           int64_t ldc, int64_t stride_c, int64_t count) {
-    return gemm_strided(dev, is_bf16(dev), trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b,
-                        ldb, stride_b, beta, c, ldc, stride_c, count);
+    return gp_cuda_gemm_strided(dev, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                                stride_b, beta, c, ldc, stride_c, count);
 }
