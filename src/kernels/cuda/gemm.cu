@@ -1,6 +1,6 @@
 // GEMMs through cuBLAS: fp32 (the handle's math mode keeps TF32 off: cuda_device.c), or, for
-// the gemm ops of a bf16 device (gpipe.h, gp_precision), bf16 operands summed in fp32 into the
-// fp32 C on the tensor cores. gpipe's matrices are row-major and cuBLAS's column-major: a
+// the gemm ops and attention of a bf16 device (gpipe.h, gp_precision), bf16 operands summed in
+// fp32 into the fp32 C on the tensor cores. gpipe's matrices are row-major and cuBLAS's column-major: a
 // row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first
 // and the sizes swapped, with the same leading dimensions and transposes.
 #include <cuda_bf16.h>
@@ -29,7 +29,8 @@ static __global__ void round_bf16_kernel(const float *x, __nv_bfloat16 *y, int64
     }
 }
 
-// The bf16 products: A and B converted into one workspace block, then cuBLAS's bf16 GEMM with
+// The bf16 products: A and B converted into one workspace block (B's copy a multiple of 128
+// bytes into it: the tensor-core kernels want aligned operands), then cuBLAS's bf16 GEMM with
 // fp32 sums and output. The block is released at once: its memory is reused only by work queued
 // after the GEMM on the same stream (cuda_context.h).
 static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t op_a,
@@ -39,11 +40,12 @@ static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t o
                            float beta, float *c, int64_t ldc, int64_t stride_c, int64_t count) {
     const int64_t na = gp_bf16_operand_span(trans_a, m, k, lda, stride_a, count);
     const int64_t nb = gp_bf16_operand_span(trans_b, k, n, ldb, stride_b, count);
+    const int64_t na_padded = (na + 63) / 64 * 64;
     gp_status s;
-    __nv_bfloat16 *ws =
-        (__nv_bfloat16 *)gp_cuda_workspace(dev, (size_t)(na + nb) * sizeof(__nv_bfloat16), &s);
+    __nv_bfloat16 *ws = (__nv_bfloat16 *)gp_cuda_workspace(
+        dev, (size_t)(na_padded + nb) * sizeof(__nv_bfloat16), &s);
     if (!ws) return s;
-    __nv_bfloat16 *a16 = ws, *b16 = ws + na;
+    __nv_bfloat16 *a16 = ws, *b16 = ws + na_padded;
     round_bf16_kernel<<<gp_cuda_blocks(na), GP_CUDA_THREADS, 0, ctx->stream>>>(a, a16, na);
     s = gp_cuda_launched(ctx, "round_bf16_kernel");
     if (s == GP_OK) {
