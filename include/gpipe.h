@@ -234,10 +234,11 @@ gp_status gp_device_set_precision(gp_device *dev, gp_precision p);
 gp_precision gp_device_precision(const gp_device *dev);
 /* Waits until the device has finished the work queued on it (nothing to wait for on the CPU). */
 gp_status gp_device_sync(gp_device *dev);
-/* The device's fp32 GEMM rate in GFLOP/s: reps products of two random n x n matrices through
- * its kernel table (OpenBLAS on the CPU, cuBLAS on a GPU), after one untimed product, between
- * two gp_device_sync calls; the ceiling that a benchmark's achieved rate is divided by. Needs
- * 3 n^2 floats on the device (GP_MEMORY_LIMIT past its limit). */
+/* The device's GEMM rate in GFLOP/s, in its precision (fp32 unless gp_device_set_precision set
+ * bf16, whose operand conversions it then includes): reps products of two random n x n matrices
+ * through its kernel table (OpenBLAS on the CPU, cuBLAS on a GPU), after one untimed product,
+ * between two gp_device_sync calls; the ceiling that a benchmark's achieved rate is divided by.
+ * Needs 3 n^2 floats on the device (GP_MEMORY_LIMIT past its limit). */
 gp_status gp_device_gemm_rate(gp_device *dev, int64_t n, int reps, double *gflops);
 /* Limit on live bytes over all categories; 0 removes it. Allocations that
  * would exceed it fail with GP_MEMORY_LIMIT. */

@@ -205,6 +205,24 @@ static void errors(void) {
     char want[1024];
     snprintf(want, sizeof want, "pipeline: %s", gp_last_error());
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, want);
+    /* the precision: a value that is none named, as the API's calls on it */
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .precision = (gp_precision)7};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "precision 7: expected fp32 (0) or bf16 (1)");
+    gp_precision pr = GP_PRECISION_FP32;
+    CHECK_OK(gp_precision_parse("bf16", &pr));
+    CHECK(pr == GP_PRECISION_BF16 && strcmp(gp_precision_name(pr), "bf16") == 0);
+    CHECK_FAILS(gp_precision_parse("fp16", &pr), GP_INVALID_ARGUMENT,
+                "precision 'fp16': unknown; expected fp32 or bf16");
+    CHECK(pr == GP_PRECISION_BF16 && strcmp(gp_precision_name((gp_precision)9), "unknown") == 0);
+    CHECK_FAILS(gp_device_set_precision(NULL, GP_PRECISION_BF16), GP_INVALID_ARGUMENT, "NULL");
+    CHECK(gp_device_precision(NULL) == GP_PRECISION_FP32);
+    gp_device *pd;
+    REQUIRE_OK(gp_device_cpu_new("prec", &pd));
+    CHECK(gp_device_precision(pd) == GP_PRECISION_FP32); /* the default */
+    CHECK_FAILS(gp_device_set_precision(pd, (gp_precision)2), GP_INVALID_ARGUMENT,
+                "device prec: precision 2; expected fp32 (0) or bf16 (1)");
+    gp_device_free(pd);
     /* replicas are processes */
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .data_parallel = 2};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
