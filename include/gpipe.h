@@ -213,12 +213,34 @@ const char *gp_device_kind(const gp_device *dev); /* "cpu", "cuda"; "host" for N
 /* Whether host code may read and write the device's memory directly (the CPU's: yes). NULL
  * stands for plain host memory: true. */
 bool gp_device_is_host(const gp_device *dev);
+/* The arithmetic of a device's matrix products: the gemm and gemm_batched ops of its kernel
+ * table (the linear layers' products) and the attention ops' products (q k^T, P v and their
+ * backward). FP32 (the default): fp32 operands and sums. BF16: each operand element is rounded
+ * to bfloat16 (8 significant bits, round to nearest even, NaN stays NaN) and the products are
+ * summed in fp32 into the fp32 result, as TPUs' default matmul precision and PyTorch's bf16
+ * autocast GEMMs do. Parameters, gradients, optimizer state and activations stay fp32 tensors
+ * (bf16 storage is a later stage; the attention probabilities kept for the backward too), and
+ * every other op (convolutions included) computes in fp32. On the CPU a BF16 GEMM equals the
+ * FP32 GEMM of the rounded operands bit for bit (same threads), the rounded copies held in
+ * workspace; on a GPU the rounded operands are bf16 in workspace (2 bytes an element of the
+ * operands' spans, during the product) and cuBLAS multiplies them on the tensor cores. Training
+ * in BF16 is bit-identical across K, schedules and remat modes as FP32 is.
+ * gp_precision_name: "fp32", "bf16"; "unknown" for a value that is no precision.
+ * gp_precision_parse: the precision of that name, or GP_INVALID_ARGUMENT naming the choices
+ * (*p untouched). gp_device_set_precision: GP_INVALID_ARGUMENT for a NULL device or a value
+ * that is no precision; gp_device_precision: FP32 for NULL. */
+typedef enum gp_precision { GP_PRECISION_FP32 = 0, GP_PRECISION_BF16 = 1 } gp_precision;
+const char *gp_precision_name(gp_precision p);
+gp_status gp_precision_parse(const char *name, gp_precision *p);
+gp_status gp_device_set_precision(gp_device *dev, gp_precision p);
+gp_precision gp_device_precision(const gp_device *dev);
 /* Waits until the device has finished the work queued on it (nothing to wait for on the CPU). */
 gp_status gp_device_sync(gp_device *dev);
-/* The device's fp32 GEMM rate in GFLOP/s: reps products of two random n x n matrices through
- * its kernel table (OpenBLAS on the CPU, cuBLAS on a GPU), after one untimed product, between
- * two gp_device_sync calls; the ceiling that a benchmark's achieved rate is divided by. Needs
- * 3 n^2 floats on the device (GP_MEMORY_LIMIT past its limit). */
+/* The device's GEMM rate in GFLOP/s, in its precision (fp32 unless gp_device_set_precision set
+ * bf16, whose operand conversions it then includes): reps products of two random n x n matrices
+ * through its kernel table (OpenBLAS on the CPU, cuBLAS on a GPU), after one untimed product,
+ * between two gp_device_sync calls; the ceiling that a benchmark's achieved rate is divided by.
+ * Needs 3 n^2 floats on the device (GP_MEMORY_LIMIT past its limit). */
 gp_status gp_device_gemm_rate(gp_device *dev, int64_t n, int reps, double *gflops);
 /* Limit on live bytes over all categories; 0 removes it. Allocations that
  * would exceed it fail with GP_MEMORY_LIMIT. */
@@ -797,6 +819,9 @@ typedef struct gp_pipeline_opts {
      * memory_limit (on CUDA: GPU w mod the GPUs visible; failing as gp_cuda_device_count does
      * where there is none). Not yet run on a GPU. */
     gp_device_type device_type;
+    /* The GEMM arithmetic of every stage device the pipeline uses or makes, the caller's devices
+     * included (gp_device_set_precision); 0: FP32. */
+    gp_precision precision;
     /* T >= 1 tensor-parallel shards per stage (0 means 1): the mesh is D x K x T devices. Each
      * layer whose kind has a layout is split over the T shards of its stage (the Transformer
      * block by heads and d_ff, the token embedding and a last linear layer, the vocabulary

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/device.h"
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_geom.h"
@@ -481,20 +482,45 @@ typedef struct gemm_case {
     int la, lb, lc;
 } gemm_case;
 
+/* x with every element rounded to bf16 (NaN padding stays NaN). */
+static float *bf16_copy(const float *x, int64_t n) {
+    float *r = fa(n);
+    for (int64_t i = 0; i < n; i++) r[i] = gp_bf16_round(x[i]);
+    return r;
+}
+
+/* A few operand elements set to values whose rounding is a case of its own: halfway between
+ * two bf16 values (ties to even, down and up), just past halfway, and denormals (one a tie). */
+static void bf16_awkward(float *x, const mlay *l) {
+    static const uint32_t bits[] = {0x3f808000u, 0xbf818000u, 0x3f808001u, 0x00018000u,
+                                    0x80008000u, 0x3e7f8000u};
+    for (int64_t i = 0; i < 6 && i < l->rows * l->cols; i++)
+        memcpy(&x[lay_at(l, 0, i % l->rows, (i * 7) % l->cols)], &bits[i], 4);
+}
+
+/* The GEMM in the device's precision prec (gp_device_set_precision) against the double
+ * reference: for bf16, the reference of the operands rounded to bf16, whose products are exact
+ * in float (8-bit significands), so that only the fp32 sums round, as in fp32: the same bound.
+ * On a host device bf16 must also give exactly the fp32 GEMM's bits on operands rounded here
+ * (the same threads, the same cut). */
 static void run_gemm(gp_device *dev, const gp_kernels *K, bool batched, bool ta, bool tb,
-                     const gemm_case *g) {
+                     const gemm_case *g, gp_precision prec) {
     const int64_t m = g->m, n = g->n, k = g->k, cnt = g->count;
-    set_case("m %lld n %lld k %lld, op(A) %s op(B) %s, alpha %g beta %g, count %lld, "
+    const bool bf16 = prec == GP_PRECISION_BF16;
+    set_case("%sm %lld n %lld k %lld, op(A) %s op(B) %s, alpha %g beta %g, count %lld, "
              "A %s B %s C %s",
-             LL(m), LL(n), LL(k), ta ? "A^T" : "A", tb ? "B^T" : "B", (double)g->alpha,
-             (double)g->beta, LL(cnt), lay_names[g->la], lay_names[g->lb], lay_names[g->lc]);
+             bf16 ? "bf16: " : "", LL(m), LL(n), LL(k), ta ? "A^T" : "A", tb ? "B^T" : "B",
+             (double)g->alpha, (double)g->beta, LL(cnt), lay_names[g->la], lay_names[g->lb],
+             lay_names[g->lc]);
     const mlay A = make_lay(g->la, ta ? k : m, ta ? m : k, cnt);
     const mlay B = make_lay(g->lb, tb ? n : k, tb ? k : n, cnt);
     const mlay C = make_lay(g->lc, m, n, cnt);
     const int64_t na = lay_size(&A), nb = lay_size(&B), nc = lay_size(&C);
     /* Padding of A and B is NaN: reading it would show. With beta = 0, C is NaN too: as in
      * BLAS, C is then not read (the layers pass uninitialized outputs with beta = 0). */
-    const float *a = lay_fill(&A, NAN, false), *b = lay_fill(&B, NAN, false);
+    float *a = lay_fill(&A, NAN, false), *b = lay_fill(&B, NAN, false);
+    if (bf16) bf16_awkward(a, &A), bf16_awkward(b, &B);
+    const float *ar = bf16 ? bf16_copy(a, na) : a, *br = bf16 ? bf16_copy(b, nb) : b;
     const float *c0 = lay_fill(&C, PAD, g->beta == 0.0f);
     float *c = fa(nc);
     double *ref = da(nc), *mag = da(nc);
@@ -504,8 +530,8 @@ static void run_gemm(gp_device *dev, const gp_kernels *K, bool batched, bool ta,
             for (int64_t j = 0; j < n; j++) {
                 double s = 0, sm = 0;
                 for (int64_t p = 0; p < k; p++) {
-                    const double av = ta ? a[lay_at(&A, i, p, r)] : a[lay_at(&A, i, r, p)];
-                    const double bv = tb ? b[lay_at(&B, i, j, p)] : b[lay_at(&B, i, p, j)];
+                    const double av = ta ? ar[lay_at(&A, i, p, r)] : ar[lay_at(&A, i, r, p)];
+                    const double bv = tb ? br[lay_at(&B, i, j, p)] : br[lay_at(&B, i, p, j)];
                     s += av * bv;
                     sm += fabs(av * bv);
                 }
@@ -514,22 +540,29 @@ static void run_gemm(gp_device *dev, const gp_kernels *K, bool batched, bool ta,
                 ref[o] = g->alpha * s + cb;
                 mag[o] = fabs(g->alpha) * sm + fabs(cb);
             }
-    for (int rep = 0; rep < 2; rep++) {
+    /* runs 0 and 1: the two compared for determinism; run 2, on a host device in bf16: fp32 on
+     * the operands rounded here */
+    const int runs = bf16 && gp_device_is_host(dev) ? 3 : 2;
+    float *c_fp32 = fa(nc);
+    for (int rep = 0; rep < runs; rep++) {
         kt t;
-        kt_begin(&t, dev, rep);
-        const float *dA = kt_in(&t, a, na), *dB = kt_in(&t, b, nb);
+        kt_begin(&t, dev, rep < 2 ? rep : 0);
+        const float *dA = kt_in(&t, rep < 2 ? a : ar, na), *dB = kt_in(&t, rep < 2 ? b : br, nb);
         float *dC = kt_io(&t, c0, nc);
+        REQUIRE_OK(gp_device_set_precision(dev, rep < 2 ? prec : GP_PRECISION_FP32));
         if (batched)
             CHECK_OK(K->gemm_batched(dev, ta, tb, m, n, k, g->alpha, dA, A.ld, A.stride, dB, B.ld,
                                      B.stride, g->beta, dC, C.ld, C.stride, cnt));
         else
             CHECK_OK(K->gemm(dev, ta, tb, m, n, k, g->alpha, dA, A.ld, dB, B.ld, g->beta, dC,
                              C.ld));
-        kt_get(&t, dC, c, nc);
+        REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
+        kt_get(&t, dC, rep < 2 ? c : c_fp32, nc);
         kt_end(&t);
+        if (rep == 1) det_check();
     }
-    det_check();
     check_close("C", c, ref, mag, nc, TOL);
+    if (runs == 3) check_exact("C (bf16 against fp32 on rounded operands)", c, c_fp32, nc);
 }
 
 static void test_gemm(gp_device *dev, const gp_kernels *K) {
@@ -541,8 +574,10 @@ static void test_gemm(gp_device *dev, const gp_kernels *K) {
         {1, 31, 130, 1, 1.0f, 1.0f, L_TIGHT, L_TIGHT, L_PAD},
         {33, 47, 16, 1, 2.0f, 0.0f, L_PAD, L_PAD, L_PAD},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int tr = 0; tr < 4; tr++) run_gemm(dev, K, false, tr & 1, tr & 2, &cases[i]);
+    for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int tr = 0; tr < 4; tr++)
+                run_gemm(dev, K, false, tr & 1, tr & 2, &cases[i], (gp_precision)pr);
 }
 
 static void test_gemm_batched(gp_device *dev, const gp_kernels *K) {
@@ -554,8 +589,55 @@ static void test_gemm_batched(gp_device *dev, const gp_kernels *K) {
         {65, 8, 64, 2, 1.0f, 1.0f, L_TIGHT, L_PAD, L_GAP},
         {3, 4, 5, 1, 1.0f, 0.0f, L_PAD, L_TIGHT, L_PAD},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int tr = 0; tr < 4; tr++) run_gemm(dev, K, true, tr & 1, tr & 2, &cases[i]);
+    for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int tr = 0; tr < 4; tr++)
+                run_gemm(dev, K, true, tr & 1, tr & 2, &cases[i], (gp_precision)pr);
+}
+
+/* The bf16 rounding itself (core/bf16.h), on values with a case of their own each. */
+static void test_bf16_round(void) {
+    static const struct {
+        uint32_t in;
+        uint16_t out;
+    } cases[] = {
+        {0x3f800000u, 0x3f80u}, /* 1: exact */
+        {0x3f808000u, 0x3f80u}, /* halfway, to the even one below */
+        {0x3f818000u, 0x3f82u}, /* halfway, to the even one above */
+        {0xbf818000u, 0xbf82u}, /* the same, negative */
+        {0x3f808001u, 0x3f81u}, /* just past halfway: up */
+        {0x3f807fffu, 0x3f80u}, /* just short of halfway: down */
+        {0x7f7f7fffu, 0x7f7fu}, /* the largest bf16 */
+        {0x7f7fffffu, 0x7f80u}, /* the largest float: past it, infinity */
+        {0x7f800000u, 0x7f80u}, /* infinities stay */
+        {0xff800000u, 0xff80u},
+        {0x7fc00000u, 0x7fc0u}, /* quiet NaN */
+        {0x7f800001u, 0x7fc0u}, /* NaN whose payload lies in the dropped bits: still NaN */
+        {0xff800001u, 0xffc0u},
+        {0x80000000u, 0x8000u}, /* -0 */
+        {0x00008000u, 0x0000u}, /* denormals: halfway to even (down) */
+        {0x00018000u, 0x0002u}, /* halfway to even (up) */
+        {0x00010001u, 0x0001u},
+        {0x007fffffu, 0x0080u}, /* the largest denormal: up to the smallest normal */
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float x, r;
+        memcpy(&x, &cases[i].in, 4);
+        const uint16_t got = gp_bf16_bits(x);
+        const uint32_t want32 = (uint32_t)cases[i].out << 16;
+        r = gp_bf16_round(x);
+        uint32_t r32;
+        memcpy(&r32, &r, 4);
+        if (got != cases[i].out || r32 != want32) {
+            fprintf(stderr, "bf16 of 0x%08x: 0x%04x (as float 0x%08x), expected 0x%04x\n",
+                    cases[i].in, got, r32, cases[i].out);
+            bad++;
+        }
+    }
+    gp_test_failures += bad;
+    printf("bf16 rounding: %d special values, %d wrong\n", (int)(sizeof cases / sizeof cases[0]),
+           bad);
 }
 
 /* ------------------------------------------------------------ flat vectors */
@@ -1186,6 +1268,26 @@ static void ref_probs(const gp_attn_dims *d, const float *qkv, double *P, double
     free(s);
 }
 
+/* Attention on a bf16 device (gp_precision) against the reference of its operands rounded to
+ * bf16 (q, k, v; datt): the products also take P (and dS) rounded, each element moved by at most
+ * 2^-8 of itself (bf16's unit roundoff: 8 significant bits), so a result moves by at most 2^-8
+ * of its magnitude (the sum of the terms' absolute values) beyond fp32's rounding: checked at
+ * 2^-7. That bound would also pass the fp32 products of unrounded q, k, v, so bf16's results
+ * must differ from fp32's as well. */
+#define TOL_BF16 (1.0 / 128)
+
+/* Marks the case as the bf16 pass (the messages say so). */
+static void case_bf16(void) {
+    const size_t len = strlen(g_case);
+    snprintf(g_case + len, sizeof g_case - len, ", bf16");
+}
+
+/* got differs from the fp32 results in some element: bf16 changed something. */
+static void check_differs(const char *what, const float *got, const float *fp32, int64_t n) {
+    if (memcmp(got, fp32, (size_t)n * sizeof *got) == 0)
+        fail("%s: the same bits as in fp32 (bf16 rounded nothing)", what);
+}
+
 static void test_attention_forward(gp_device *dev, const gp_kernels *K) {
     for (int ci = 0; ci < NATTN; ci++) {
         const gp_attn_dims d = attn_dims(ci);
@@ -1193,46 +1295,56 @@ static void test_attention_forward(gp_device *dev, const gp_kernels *K) {
         set_case("B %lld T %lld C %lld H %lld (head dim %lld)", LL(B), LL(T), LL(C), LL(H),
                  LL(hd));
         const int64_t nq = B * T * ld, np = B * H * T * T, na = B * T * C;
-        const float *qkv = attn_qkv(&d, ci);
-        double *rp = da(np), *mp = da(np), *ra = da(na), *ma = da(na), *smag = da(B * H * T);
-        ref_probs(&d, qkv, rp, smag);
-        for (int64_t i = 0; i < np; i++) mp[i] = rp[i] * smag[i / T]; /* 0 above the diagonal */
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t t = 0; t < T; t++) {
-                    const double *pr = rp + ((b * H + h) * T + t) * T;
-                    const double rel = smag[(b * H + h) * T + t];
-                    for (int64_t e = 0; e < hd; e++) {
-                        double s = 0, sm = 0;
-                        for (int64_t j = 0; j <= t; j++) {
-                            const double v = qkv[(b * T + j) * ld + 2 * C + h * hd + e];
-                            s += pr[j] * v;
-                            sm += pr[j] * fabs(v);
+        const float *qkv_in = attn_qkv(&d, ci);
+        float *att32 = fa(na);
+        for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++) {
+            const bool bf16 = pr == GP_PRECISION_BF16;
+            if (bf16) case_bf16();
+            const float *qkv = bf16 ? bf16_copy(qkv_in, nq) : qkv_in; /* what the reference takes */
+            double *rp = da(np), *mp = da(np), *ra = da(na), *ma = da(na), *smag = da(B * H * T);
+            ref_probs(&d, qkv, rp, smag);
+            for (int64_t i = 0; i < np; i++) mp[i] = rp[i] * smag[i / T]; /* 0 above the diagonal */
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t t = 0; t < T; t++) {
+                        const double *pr = rp + ((b * H + h) * T + t) * T;
+                        const double rel = smag[(b * H + h) * T + t];
+                        for (int64_t e = 0; e < hd; e++) {
+                            double s = 0, sm = 0;
+                            for (int64_t j = 0; j <= t; j++) {
+                                const double v = qkv[(b * T + j) * ld + 2 * C + h * hd + e];
+                                s += pr[j] * v;
+                                sm += pr[j] * fabs(v);
+                            }
+                            ra[(b * T + t) * C + h * hd + e] = s;
+                            ma[(b * T + t) * C + h * hd + e] = sm * (1.0 + rel);
                         }
-                        ra[(b * T + t) * C + h * hd + e] = s;
-                        ma[(b * T + t) * C + h * hd + e] = sm * (1.0 + rel);
                     }
-                }
-        float *p = fa(np), *att = fa(na);
-        for (int rep = 0; rep < 2; rep++) {
-            kt t;
-            kt_begin(&t, dev, rep);
-            const float *dq = kt_in(&t, qkv, nq);
-            float *dp = kt_out(&t, np), *da_ = kt_out(&t, na);
-            CHECK_OK(K->attention_forward(dev, &d, dq, dp, da_));
-            kt_get(&t, dp, p, np);
-            kt_get(&t, da_, att, na);
-            kt_end(&t);
+            float *p = fa(np), *att = bf16 ? fa(na) : att32;
+            for (int rep = 0; rep < 2; rep++) {
+                kt t;
+                kt_begin(&t, dev, rep);
+                const float *dq = kt_in(&t, qkv_in, nq);
+                float *dp = kt_out(&t, np), *da_ = kt_out(&t, na);
+                REQUIRE_OK(gp_device_set_precision(dev, (gp_precision)pr));
+                CHECK_OK(K->attention_forward(dev, &d, dq, dp, da_));
+                REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
+                kt_get(&t, dp, p, np);
+                kt_get(&t, da_, att, na);
+                kt_end(&t);
         }
         det_check();
+        /* P itself is fp32 (of the rounded q, k): only its use in P v rounds it */
         check_close("probs", p, rp, mp, np, TOL);
-        check_close("att", att, ra, ma, na, TOL);
+        check_close("att", att, ra, ma, na, bf16 ? TOL_BF16 : TOL);
+        if (bf16) check_differs("att", att, att32, na);
         int64_t above = 0, nonzero = 0; /* the masked part: exactly 0 */
         for (int64_t i = 0; i < np; i++)
             if (i % T > (i / T) % T) above++, nonzero += p[i] != 0.0f;
         if (nonzero) fail("%lld of the %lld probabilities above the diagonal are not 0",
                           LL(nonzero), LL(above));
         g_st[g_op].exact += above;
+        }
     }
 }
 
@@ -1257,83 +1369,94 @@ static void test_attention_backward(gp_device *dev, const gp_kernels *K) {
             const double sc = 1.0 / sqrt((double)hd);
             set_case("B %lld T %lld C %lld H %lld (head dim %lld), dbias %s", LL(B), LL(T),
                      LL(C), LL(H), LL(hd), want_db ? "yes" : "NULL");
-            const float *qkv = attn_qkv(&d, ci), *datt = rnd(na, 1.0f, 0.0f);
+            const float *qkv_in = attn_qkv(&d, ci), *datt_in = rnd(na, 1.0f, 0.0f);
             const float *dbias0 = rnd(3 * C, 1.0f, 0.0f);
             /* probs as forward gives them: the double ones in float, 0 above the diagonal */
             double *pd = da(np);
-            ref_probs(&d, qkv, pd, NULL);
+            ref_probs(&d, qkv_in, pd, NULL);
             float *probs = fa(np);
             for (int64_t i = 0; i < np; i++) probs[i] = (float)pd[i];
-            double *rq = da(nq), *mq = da(nq), *rb = da(3 * C), *mb = da(3 * C);
-            double *dP = da(T * T), *dPm = da(T * T), *dS = da(T * T), *dSm = da(T * T);
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t h = 0; h < H; h++) {
-                    const float *P = probs + (b * H + h) * T * T;
-#define Q(t, e) ((double)qkv[(b * T + (t)) * ld + h * hd + (e)])
-#define KK(t, e) ((double)qkv[(b * T + (t)) * ld + C + h * hd + (e)])
-#define V(t, e) ((double)qkv[(b * T + (t)) * ld + 2 * C + h * hd + (e)])
-#define DO(t, e) ((double)datt[(b * T + (t)) * C + h * hd + (e)])
-                    for (int64_t t = 0; t < T; t++) {
-                        double dot = 0, dotm = 0;
-                        for (int64_t j = 0; j <= t; j++) {
-                            double s = 0, sm = 0;
+            float *dqkv32 = fa(nq);
+            for (int pr = GP_PRECISION_FP32; pr <= GP_PRECISION_BF16; pr++) {
+                const bool bf16 = pr == GP_PRECISION_BF16;
+                if (bf16) case_bf16();
+                /* what the reference takes: P stays as given (rounded only inside the products) */
+                const float *qkv = bf16 ? bf16_copy(qkv_in, nq) : qkv_in;
+                const float *datt = bf16 ? bf16_copy(datt_in, na) : datt_in;
+                double *rq = da(nq), *mq = da(nq), *rb = da(3 * C), *mb = da(3 * C);
+                double *dP = da(T * T), *dPm = da(T * T), *dS = da(T * T), *dSm = da(T * T);
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t h = 0; h < H; h++) {
+                        const float *P = probs + (b * H + h) * T * T;
+    #define Q(t, e) ((double)qkv[(b * T + (t)) * ld + h * hd + (e)])
+    #define KK(t, e) ((double)qkv[(b * T + (t)) * ld + C + h * hd + (e)])
+    #define V(t, e) ((double)qkv[(b * T + (t)) * ld + 2 * C + h * hd + (e)])
+    #define DO(t, e) ((double)datt[(b * T + (t)) * C + h * hd + (e)])
+                        for (int64_t t = 0; t < T; t++) {
+                            double dot = 0, dotm = 0;
+                            for (int64_t j = 0; j <= t; j++) {
+                                double s = 0, sm = 0;
+                                for (int64_t e = 0; e < hd; e++) {
+                                    s += DO(t, e) * V(j, e);
+                                    sm += fabs(DO(t, e) * V(j, e));
+                                }
+                                dP[t * T + j] = s, dPm[t * T + j] = sm;
+                                dot += P[t * T + j] * s, dotm += P[t * T + j] * sm;
+                            }
+                            for (int64_t j = 0; j <= t; j++) {
+                                dS[t * T + j] = P[t * T + j] * (dP[t * T + j] - dot) * sc;
+                                dSm[t * T + j] = P[t * T + j] * (dPm[t * T + j] + dotm) * sc;
+                            }
+                        }
+                        for (int64_t t = 0; t < T; t++)
                             for (int64_t e = 0; e < hd; e++) {
-                                s += DO(t, e) * V(j, e);
-                                sm += fabs(DO(t, e) * V(j, e));
+                                double gq = 0, mgq = 0, gk = 0, mgk = 0, gv = 0, mgv = 0;
+                                for (int64_t j = 0; j <= t; j++) { /* dq_t = sum_j dS_tj k_j */
+                                    gq += dS[t * T + j] * KK(j, e);
+                                    mgq += dSm[t * T + j] * fabs(KK(j, e));
+                                }
+                                for (int64_t r = t; r < T; r++) { /* key/value row t */
+                                    gk += dS[r * T + t] * Q(r, e);
+                                    mgk += dSm[r * T + t] * fabs(Q(r, e));
+                                    gv += P[r * T + t] * DO(r, e);
+                                    mgv += P[r * T + t] * fabs(DO(r, e));
+                                }
+                                const int64_t o = (b * T + t) * ld + h * hd + e;
+                                rq[o] = gq, mq[o] = mgq;
+                                rq[o + C] = gk, mq[o + C] = mgk;
+                                rq[o + 2 * C] = gv, mq[o + 2 * C] = mgv;
                             }
-                            dP[t * T + j] = s, dPm[t * T + j] = sm;
-                            dot += P[t * T + j] * s, dotm += P[t * T + j] * sm;
-                        }
-                        for (int64_t j = 0; j <= t; j++) {
-                            dS[t * T + j] = P[t * T + j] * (dP[t * T + j] - dot) * sc;
-                            dSm[t * T + j] = P[t * T + j] * (dPm[t * T + j] + dotm) * sc;
-                        }
+    #undef Q
+    #undef KK
+    #undef V
+    #undef DO
                     }
-                    for (int64_t t = 0; t < T; t++)
-                        for (int64_t e = 0; e < hd; e++) {
-                            double gq = 0, mgq = 0, gk = 0, mgk = 0, gv = 0, mgv = 0;
-                            for (int64_t j = 0; j <= t; j++) { /* dq_t = sum_j dS_tj k_j */
-                                gq += dS[t * T + j] * KK(j, e);
-                                mgq += dSm[t * T + j] * fabs(KK(j, e));
-                            }
-                            for (int64_t r = t; r < T; r++) { /* key/value row t */
-                                gk += dS[r * T + t] * Q(r, e);
-                                mgk += dSm[r * T + t] * fabs(Q(r, e));
-                                gv += P[r * T + t] * DO(r, e);
-                                mgv += P[r * T + t] * fabs(DO(r, e));
-                            }
-                            const int64_t o = (b * T + t) * ld + h * hd + e;
-                            rq[o] = gq, mq[o] = mgq;
-                            rq[o + C] = gk, mq[o + C] = mgk;
-                            rq[o + 2 * C] = gv, mq[o + 2 * C] = mgv;
-                        }
-#undef Q
-#undef KK
-#undef V
-#undef DO
-                }
-            for (int64_t c = 0; c < 3 * C; c++) {
-                rb[c] = dbias0[c], mb[c] = fabs(dbias0[c]);
-                for (int64_t r = 0; r < B * T; r++)
-                    rb[c] += rq[r * ld + c], mb[c] += mq[r * ld + c];
+                for (int64_t c = 0; c < 3 * C; c++) {
+                    rb[c] = dbias0[c], mb[c] = fabs(dbias0[c]);
+                    for (int64_t r = 0; r < B * T; r++)
+                        rb[c] += rq[r * ld + c], mb[c] += mq[r * ld + c];
             }
             const int64_t ws = K->attention_backward_ws(dev, &d);
-            float *dqkv = fa(nq), *dbias = fa(3 * C);
+            float *dqkv = bf16 ? fa(nq) : dqkv32, *dbias = fa(3 * C);
             for (int rep = 0; rep < 2; rep++) {
                 kt t;
                 kt_begin(&t, dev, rep);
-                const float *d_qkv = kt_in(&t, qkv, nq), *d_p = kt_in(&t, probs, np);
-                const float *d_datt = kt_in(&t, datt, na);
+                const float *d_qkv = kt_in(&t, qkv_in, nq), *d_p = kt_in(&t, probs, np);
+                const float *d_datt = kt_in(&t, datt_in, na);
                 float *d_dqkv = kt_out(&t, nq), *d_ws = kt_out(&t, ws > 0 ? ws : 0);
                 float *d_db = want_db ? kt_io(&t, dbias0, 3 * C) : NULL;
+                REQUIRE_OK(gp_device_set_precision(dev, (gp_precision)pr));
                 CHECK_OK(K->attention_backward(dev, &d, d_qkv, d_p, d_datt, d_dqkv, d_db, d_ws));
+                REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
                 kt_get(&t, d_dqkv, dqkv, nq);
                 if (want_db) kt_get(&t, d_db, dbias, 3 * C);
                 kt_end(&t);
             }
             det_check();
-            check_close("dqkv", dqkv, rq, mq, nq, TOL);
-            if (want_db) check_close("dbias", dbias, rb, mb, 3 * C, TOL);
+            check_close("dqkv", dqkv, rq, mq, nq, bf16 ? TOL_BF16 : TOL);
+            if (want_db) check_close("dbias", dbias, rb, mb, 3 * C, bf16 ? TOL_BF16 : TOL);
+            if (bf16) check_differs("dqkv", dqkv, dqkv32, nq);
+            }
         }
 }
 
@@ -2938,6 +3061,7 @@ static void run_device(int di) {
 
 int main(void) {
     check_op_list();
+    test_bf16_round();
     _Static_assert(NDEV <= (int)(sizeof g_hash / sizeof g_hash[0]), "raise g_hash's devices");
     for (int i = 0; i < NDEV; i++) run_device(i);
     /* Devices that must agree bit for bit: every op's results, case by case (but those that split

@@ -118,8 +118,9 @@ static bool same_bits(const void *a, const void *b, int64_t n) {
     return memcmp(a, b, (size_t)n * 4) == 0;
 }
 
-/* The case on the CPU, twice on CUDA; compares. */
-static void check_case(gp_device *cpu, gp_device *gpu, const char *name, bool exact, case_fn fn) {
+/* The case on the CPU, twice on CUDA; compares (tol: the bound for what is not exact). */
+static void check_case(gp_device *cpu, gp_device *gpu, const char *name, bool exact, double tol,
+                       case_fn fn) {
     g_case = name;
     run rc = {.dev = cpu, .K = gp_kernels_of(cpu)};
     run rg[2] = {{.dev = gpu, .K = gp_kernels_of(gpu)}, {.dev = gpu, .K = gp_kernels_of(gpu)}};
@@ -147,7 +148,7 @@ static void check_case(gp_device *cpu, gp_device *gpu, const char *name, bool ex
             memcpy(&bc, &c[j], 4);
             memcpy(&bg, &g0[j], 4);
             const double err = fabs((double)g0[j] - c[j]) / (fabs(c[j]) + mag + 1e-30);
-            const bool ok = exact ? (bc == bg || nan_both) : (nan_both || err <= TOL);
+            const bool ok = exact ? (bc == bg || nan_both) : (nan_both || err <= tol);
             if (!nan_both && err > worst) worst = err;
             if (!ok) {
                 fprintf(stderr, "%s: buffer %d [%lld]: cuda %.9g (0x%08x), cpu %.9g (0x%08x)%s\n",
@@ -202,6 +203,19 @@ static void c_gemm_batched(run *r) {
                          n, m * n, cnt));
     CASE_END;
 }
+
+/* The case with both devices in bf16 (gp_precision): the same operands rounded alike (both
+ * devices round with core/bf16.h), products of bf16 values exact in float, so that GEMMs differ
+ * only in the order of their fp32 sums, as in fp32: the same bound. Without the rounding on one
+ * side they would differ by up to 2^-8 of each operand, far past it. */
+static void bf16(run *r, case_fn fn) {
+    S(gp_device_set_precision(r->dev, GP_PRECISION_BF16));
+    fn(r);
+    S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
+}
+static void c_gemm_nn_bf16(run *r) { bf16(r, c_gemm_nn); }
+static void c_gemm_tt_bf16(run *r) { bf16(r, c_gemm_tt); }
+static void c_gemm_batched_bf16(run *r) { bf16(r, c_gemm_batched); }
 
 static void c_vector(run *r) {
     CASE_BEGIN;
@@ -301,6 +315,13 @@ static void c_attention(run *r) {
     r->input[r->nb - 1] = true; /* the workspace: not compared */
     CASE_END;
 }
+
+static void c_linear_bf16(run *r) { bf16(r, c_linear); }
+/* Attention also rounds P and dS, which each device computes in fp32 with its own order of
+ * sums: where the two straddle a bf16 rounding boundary they round a bf16 step apart (2^-7 of
+ * the element at most), hence TOL_ATTN_BF16 for this case. */
+static void c_attention_bf16(run *r) { bf16(r, c_attention); }
+#define TOL_ATTN_BF16 (1.0 / 128)
 
 static void c_embedding(run *r) {
     CASE_BEGIN;
@@ -448,35 +469,41 @@ typedef struct named_case {
     const char *name;
     bool exact;
     case_fn fn;
+    double tol; /* the bound of what is not exact */
 } named_case;
 
 static const named_case cases[] = {
-    {"gemm (no transposes)", false, c_gemm_nn},
-    {"gemm (B transposed)", false, c_gemm_nt},
-    {"gemm (A transposed)", false, c_gemm_tn},
-    {"gemm (both transposed)", false, c_gemm_tt},
-    {"gemm_batched", false, c_gemm_batched},
-    {"fill, scale, axpy", false, c_vector},
-    {"sum_rows_add", false, c_sum_rows},
-    {"sumsq", false, c_sumsq},
-    {"relu forward/backward", true, c_relu},
-    {"linear forward/backward", false, c_linear},
-    {"layernorm forward/backward", false, c_layernorm},
-    {"gelu forward/backward", false, c_gelu},
-    {"dropout", true, c_dropout},
-    {"attention forward/backward", false, c_attention},
-    {"embedding (whole and shard)", true, c_embedding},
-    {"pos_embedding forward/backward", false, c_pos_embedding},
-    {"softmax_xent", false, c_softmax_xent},
-    {"row_max, xent_shard_sums/finish", false, c_xent_shards},
-    {"conv2d 3x3 stride 2 + biases", false, c_conv_strided},
-    {"conv2d 3x3 same + biases", false, c_conv_same},
-    {"conv2d 1x1 + biases", false, c_conv_direct},
-    {"batchnorm (batch statistics)", false, c_bn_batch},
-    {"batchnorm (running statistics)", false, c_bn_running},
-    {"maxpool forward/backward", true, c_maxpool},
-    {"avgpool forward/backward", false, c_avgpool},
-    {"sgd_update, adamw_update", false, c_optim},
+    {"gemm (no transposes)", false, c_gemm_nn, TOL},
+    {"gemm (B transposed)", false, c_gemm_nt, TOL},
+    {"gemm (A transposed)", false, c_gemm_tn, TOL},
+    {"gemm (both transposed)", false, c_gemm_tt, TOL},
+    {"gemm_batched", false, c_gemm_batched, TOL},
+    {"gemm bf16 (no transposes)", false, c_gemm_nn_bf16, TOL},
+    {"gemm bf16 (both transposed)", false, c_gemm_tt_bf16, TOL},
+    {"gemm_batched bf16", false, c_gemm_batched_bf16, TOL},
+    {"linear forward/backward bf16", false, c_linear_bf16, TOL},
+    {"attention forward/backward bf16", false, c_attention_bf16, TOL_ATTN_BF16},
+    {"fill, scale, axpy", false, c_vector, TOL},
+    {"sum_rows_add", false, c_sum_rows, TOL},
+    {"sumsq", false, c_sumsq, TOL},
+    {"relu forward/backward", true, c_relu, TOL},
+    {"linear forward/backward", false, c_linear, TOL},
+    {"layernorm forward/backward", false, c_layernorm, TOL},
+    {"gelu forward/backward", false, c_gelu, TOL},
+    {"dropout", true, c_dropout, TOL},
+    {"attention forward/backward", false, c_attention, TOL},
+    {"embedding (whole and shard)", true, c_embedding, TOL},
+    {"pos_embedding forward/backward", false, c_pos_embedding, TOL},
+    {"softmax_xent", false, c_softmax_xent, TOL},
+    {"row_max, xent_shard_sums/finish", false, c_xent_shards, TOL},
+    {"conv2d 3x3 stride 2 + biases", false, c_conv_strided, TOL},
+    {"conv2d 3x3 same + biases", false, c_conv_same, TOL},
+    {"conv2d 1x1 + biases", false, c_conv_direct, TOL},
+    {"batchnorm (batch statistics)", false, c_bn_batch, TOL},
+    {"batchnorm (running statistics)", false, c_bn_running, TOL},
+    {"maxpool forward/backward", true, c_maxpool, TOL},
+    {"avgpool forward/backward", false, c_avgpool, TOL},
+    {"sgd_update, adamw_update", false, c_optim, TOL},
 };
 
 /* The columns calls and after idle of the profile table's row for `name`; false if it has none. */
@@ -556,7 +583,7 @@ int main(void) {
     REQUIRE_OK(gp_device_cpu_new("cpu", &cpu));
     REQUIRE_OK(gp_device_cuda_new("cuda0", 0, &gpu));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        check_case(cpu, gpu, cases[i].name, cases[i].exact, cases[i].fn);
+        check_case(cpu, gpu, cases[i].name, cases[i].exact, cases[i].tol, cases[i].fn);
     /* A bad id is refused with the CPU's message, before anything is written. */
     int32_t bad[3] = {1, 7, 2};
     int32_t *dbad = gp_device_alloc(gpu, GP_MEM_WORKSPACE, sizeof bad, NULL);

@@ -2,9 +2,11 @@
  * convnet with batch norm (and the transformer with its embedding tied to its head), N steps
  * give bit-identical losses and parameter hashes for every
  * K = 1..4, every schedule (interleaved with V = 2 where K divides M, interleaved and zbv
- * where the model has 2K layers) and both re-materialization modes; bad options are named errors;
+ * where the model has 2K layers) and both re-materialization modes (the transformer in bf16 too,
+ * gpipe and 1f1b, and other than in fp32); bad options are named errors;
  * activations are all released after a step and every stage byte after free; the last step's
  * timeline (stats, Chrome trace, SVG) holds each stage's actions in the schedule's order. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +36,17 @@ typedef struct result {
 
 static const uint64_t SEED = 77;
 
-static void reference(gp_test_net net, int steps, result *r) {
+static void reference(gp_test_net net, int steps, gp_precision prec, result *r) {
     gp_model *m = gp_test_net_build(net);
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("ref", &dev));
     REQUIRE_OK(gp_model_init(m, dev, SEED));
     gp_optim_opts o = gp_test_net_optim(net);
-    gp_pipeline *t = gp_test_single(m, &o, M_MICRO);
+    gp_pipeline_opts po = {.stages = 1, .micro_batches = M_MICRO, .schedule = GP_SCHEDULE_1F1B,
+                           .remat = GP_REMAT_NONE, .precision = prec};
+    gp_pipeline *t = NULL;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, 0, &t));
+    CHECK(gp_device_precision(dev) == prec); /* the pipeline set it on the device it was given */
     for (int s = 0; s < steps; s++) {
         gp_test_batch b;
         make_batch(net, s, &b);
@@ -56,10 +62,11 @@ static void reference(gp_test_net net, int steps, result *r) {
 }
 
 static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, gp_remat rm,
-                        result *r) {
+                        gp_precision prec, result *r) {
     gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = gp_test_net_optim(net);
-    gp_pipeline_opts po = {.stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm};
+    gp_pipeline_opts po = {
+        .stages = K, .micro_batches = M_MICRO, .schedule = sk, .remat = rm, .precision = prec};
     gp_pipeline *p;
     gp_status s = gp_pipeline_new(m, &o, &po, SEED, &p);
     if (s != GP_OK) {
@@ -103,31 +110,34 @@ static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, 
     return bad;
 }
 
-static void exactness(gp_test_net net, int steps, int maxk) {
+/* nsched: the first nsched schedule kinds (gpipe, 1f1b, zbh1, interleaved, zbv). */
+static void exactness(gp_test_net net, int steps, int maxk, int nsched, gp_precision prec) {
     const char *name = net == GP_TEST_TRANSFORMER        ? "transformer"
                        : net == GP_TEST_TRANSFORMER_TIED ? "tied transformer"
                                                          : "convnet";
     result ref;
     memset(&ref, 0, sizeof ref);
-    reference(net, steps, &ref);
+    reference(net, steps, prec, &ref);
     CHECK(ref.loss[0] > 0);
     CHECK(ref.loss[steps - 1] != ref.loss[0]); /* it trains: equal hashes below mean something */
     gp_model *probe = gp_test_net_build(net);
     const int L = gp_model_nlayers(probe);
     gp_model_free(probe);
     for (int K = 1; K <= maxk; K++)
-        for (int sk = 0; sk < 5; sk++) /* gpipe, 1f1b, zbh1, interleaved (V = 2), zbv */
+        for (int sk = 0; sk < nsched; sk++) /* gpipe, 1f1b, zbh1, interleaved (V = 2), zbv */
             for (int rm = 0; rm < 2; rm++) {
                 if (sk == GP_SCHEDULE_INTERLEAVED && M_MICRO % K) continue;
                 if ((sk == GP_SCHEDULE_INTERLEAVED || sk == GP_SCHEDULE_ZBV) && 2 * K > L) continue;
                 result r;
                 memset(&r, 0, sizeof r);
-                int bad = run_pipeline(net, steps, K, (gp_schedule_kind)sk, (gp_remat)rm, &r);
+                int bad =
+                    run_pipeline(net, steps, K, (gp_schedule_kind)sk, (gp_remat)rm, prec, &r);
                 CHECK(!bad);
                 int same = !bad && memcmp(r.loss, ref.loss, sizeof ref.loss) == 0 && r.hash == ref.hash;
                 if (!same) {
-                    fprintf(stderr, "%s K=%d %s remat %s: NOT bit-identical to the trainer\n", name,
-                            K, gp_schedule_kind_name((gp_schedule_kind)sk),
+                    fprintf(stderr, "%s %s K=%d %s remat %s: NOT bit-identical to the trainer\n",
+                            name, gp_precision_name(prec), K,
+                            gp_schedule_kind_name((gp_schedule_kind)sk),
                             gp_remat_name((gp_remat)rm));
                     for (int s = 0; s < steps; s++)
                         fprintf(stderr, "  step %d loss %.9g vs %.9g\n", s, r.loss[s], ref.loss[s]);
@@ -137,10 +147,30 @@ static void exactness(gp_test_net net, int steps, int maxk) {
                 }
                 CHECK_EQ_INT(r.static_bytes, ref.static_bytes);
             }
-    printf("%s: %d steps, M = %d, K = 1..%d x {gpipe, 1f1b, zbh1, interleaved, zbv (2K <= %d)} x "
-           "{cell, none}: loss %.6f -> %.6f, params %016llx\n",
-           name, steps, M_MICRO, maxk, L, ref.loss[0], ref.loss[steps - 1],
-           (unsigned long long)ref.hash);
+    printf("%s %s: %d steps, M = %d, K = 1..%d x the first %d of {gpipe, 1f1b, zbh1, interleaved, "
+           "zbv (2K <= %d)} x {cell, none}: loss %.6f -> %.6f, params %016llx\n",
+           name, gp_precision_name(prec), steps, M_MICRO, maxk, nsched, L, ref.loss[0],
+           ref.loss[steps - 1], (unsigned long long)ref.hash);
+}
+
+/* bf16 GEMM operands (gp_precision) are bitwise across K and schedules as fp32 is, and change
+ * the training: other bits from the first step's loss on, close to fp32's. */
+static void bf16_exactness(int steps) {
+    exactness(GP_TEST_TRANSFORMER, steps, 4, 2, GP_PRECISION_BF16);
+    result f, b;
+    memset(&f, 0, sizeof f);
+    memset(&b, 0, sizeof b);
+    reference(GP_TEST_TRANSFORMER, steps, GP_PRECISION_FP32, &f);
+    reference(GP_TEST_TRANSFORMER, steps, GP_PRECISION_BF16, &b);
+    CHECK(f.hash != b.hash);
+    for (int s = 0; s < steps; s++) {
+        CHECK(f.loss[s] != b.loss[s]);
+        /* Each product's operands move by at most 2^-8 relative (bf16's unit roundoff), the
+         * logits of this small net by a few times that: the loss by well under 1%. */
+        CHECK(fabsf(f.loss[s] - b.loss[s]) < 1e-2f * f.loss[s]);
+    }
+    printf("transformer bf16 vs fp32: loss %.6f vs %.6f after %d steps\n", b.loss[steps - 1],
+           f.loss[steps - 1], steps);
 }
 
 static void errors(void) {
@@ -175,6 +205,24 @@ static void errors(void) {
     char want[1024];
     snprintf(want, sizeof want, "pipeline: %s", gp_last_error());
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT, want);
+    /* the precision: a value that is none named, as the API's calls on it */
+    po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .precision = (gp_precision)7};
+    CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
+                "precision 7: expected fp32 (0) or bf16 (1)");
+    gp_precision pr = GP_PRECISION_FP32;
+    CHECK_OK(gp_precision_parse("bf16", &pr));
+    CHECK(pr == GP_PRECISION_BF16 && strcmp(gp_precision_name(pr), "bf16") == 0);
+    CHECK_FAILS(gp_precision_parse("fp16", &pr), GP_INVALID_ARGUMENT,
+                "precision 'fp16': unknown; expected fp32 or bf16");
+    CHECK(pr == GP_PRECISION_BF16 && strcmp(gp_precision_name((gp_precision)9), "unknown") == 0);
+    CHECK_FAILS(gp_device_set_precision(NULL, GP_PRECISION_BF16), GP_INVALID_ARGUMENT, "NULL");
+    CHECK(gp_device_precision(NULL) == GP_PRECISION_FP32);
+    gp_device *pd;
+    REQUIRE_OK(gp_device_cpu_new("prec", &pd));
+    CHECK(gp_device_precision(pd) == GP_PRECISION_FP32); /* the default */
+    CHECK_FAILS(gp_device_set_precision(pd, (gp_precision)2), GP_INVALID_ARGUMENT,
+                "device prec: precision 2; expected fp32 (0) or bf16 (1)");
+    gp_device_free(pd);
     /* replicas are processes */
     po = (gp_pipeline_opts){.stages = 2, .micro_batches = 2, .data_parallel = 2};
     CHECK_FAILS(gp_pipeline_new(m, &o, &po, SEED, &p), GP_INVALID_ARGUMENT,
@@ -508,9 +556,10 @@ int main(void) {
     core_order();
     errors();
     stage_failure();
-    exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4);
-    exactness(GP_TEST_CONVNET, quick ? 2 : 3, 4);
-    exactness(GP_TEST_TRANSFORMER_TIED, quick ? 2 : 3, 4);
+    exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
+    bf16_exactness(quick ? 2 : 3);
+    exactness(GP_TEST_CONVNET, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
+    exactness(GP_TEST_TRANSFORMER_TIED, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
     gp_scratch_init("test_pipeline");
     timeline(2, GP_SCHEDULE_GPIPE, GP_REMAT_NONE, NULL);
     static const int thirds[3] = {0, 2, 4};

@@ -170,7 +170,7 @@ int gp_cli_bench_train(gp_cli_bench *b) {
                                       .schedule = GP_SCHEDULE_1F1B, .remat = GP_REMAT_NONE,
                                       .devices = on_cpu ? &dev : NULL,
                                       .device_type = b->popts.device_type,
-                                      .stage_threads = 1};
+                                      .precision = b->popts.precision, .stage_threads = 1};
     if (!on_cpu &&
         gp_device_type_new(b->popts.device_type, "ceiling", 0, 1, &ceiling_dev) != GP_OK) {
         rc = gp_cli_fail("bench", "the GPU for the GEMM ceiling");

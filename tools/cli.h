@@ -421,8 +421,9 @@ typedef struct gp_cli_pipeline_args {
     int tensor_parallel;
     int chunks;
     const char *grad_sum;
+    const char *precision;
 } gp_cli_pipeline_args;
-enum { GP_CLI_PIPELINE_NOPTS = 9 };
+enum { GP_CLI_PIPELINE_NOPTS = 10 };
 /* --schedule's kind by name (NULL: gpipe; the option's choices are the kinds' names). */
 gp_schedule_kind gp_cli_schedule_kind(const char *name);
 /* The table entries, in that order, writing into a; --stages shows

@@ -37,6 +37,7 @@ const char *gp_cli_option_of(const char *key) {
         {"clip", "--clip"},      {"seed", "--seed"},
         {"augment", "--augment"}, {"label_smoothing", "--label-smoothing"},
         {"lr_cycles", "--lr-cycles"}, {"erase", "--erase"}, {"grad_sum", "--grad-sum"},
+        {"precision", "--precision"},
         {"data_format", "--data-format"}, {"vocab", "--vocab"}, {"val_data", "--val-data"},
         /* the pipeline's fields (gp_pipeline_opts) that train_options does not name */
         {"stages", "--stages"}, {"schedule", "--schedule"}, {"chunks", "--chunks"},

@@ -257,6 +257,9 @@ static cJSON *train_options(const gp_cli_train *t) {
     /* Only when on: the sum's shape is part of the bits a resume continues. */
     if (t->popts.grad_sum != GP_GRAD_SUM_SEQUENTIAL)
         cJSON_AddStringToObject(o, "grad_sum", gp_grad_sum_name(t->popts.grad_sum));
+    /* Only when on, as grad_sum: the GEMMs' rounding is part of the bits too. */
+    if (t->popts.precision != GP_PRECISION_FP32)
+        cJSON_AddStringToObject(o, "precision", gp_precision_name(t->popts.precision));
     char seed[32]; /* a string: exact for every 64-bit seed */
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
     cJSON_AddStringToObject(o, "seed", seed);
@@ -323,7 +326,8 @@ static int check_same_run(const gp_cli_train *t, const gp_checkpoint *c, const c
     /* The options written only when on: on in the checkpoint, off now. */
     static const char *const optional[][2] = {
         {"augment", "none"}, {"label_smoothing", "0"}, {"lr_cycles", "1"}, {"erase", "0"},
-        {"data_format", "text"}, {"val_data", "none"}, {"grad_sum", "sequential"}};
+        {"data_format", "text"}, {"val_data", "none"}, {"grad_sum", "sequential"},
+        {"precision", "fp32"}};
     for (size_t i = 0; i < sizeof optional / sizeof optional[0] && rc == GP_CLI_EXIT_OK; i++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, optional[i][0]);
         if (!was || cJSON_GetObjectItemCaseSensitive(now, optional[i][0])) continue;

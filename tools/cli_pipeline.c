@@ -1,5 +1,5 @@
 /* Pipeline options shared by `gpipe plan` and `gpipe train` (--stages,
- * --schedule, --remat, --partition, --tensor-parallel, --grad-sum): one set of table entries and one
+ * --schedule, --remat, --partition, --tensor-parallel, --grad-sum, --precision): one set of table entries and one
  * translation into gp_pipeline_opts, so the two commands agree; and, for
  * train, the report's `pipeline` object, the summary lines and the last step's
  * --trace / --timeline files. */
@@ -53,6 +53,13 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
          "(bitwise for every power-of-two --data-parallel too; log2 of the micro-batches' even "
          "part more gradient buffers per cell); checkpoints keep it",
          "sequential", 0, false, "sequential|tree", false, 0, false},
+        {"--precision", GP_CLI_CHOICE, &a->precision, "fp32|bf16",
+         "the matrix products of the linear layers and attention: fp32, or bf16 operands (each "
+         "rounded to bfloat16, to nearest even) with fp32 sums into fp32 results, as PyTorch's "
+         "bf16 autocast and TPUs multiply (on a GPU, its tensor cores); parameters, gradients, "
+         "optimizer state and activations stay fp32, as does every other op; checkpoints keep "
+         "it",
+         "fp32", 0, false, "fp32|bf16", false, 0, false},
     };
     memcpy(out, tab, sizeof tab);
 }
@@ -96,6 +103,8 @@ int gp_cli_pipeline_resolve(const char *cmd, const gp_cli_pipeline_args *a, int 
                                                       : GP_REMAT_CELL,
         .grad_sum = a->grad_sum && strcmp(a->grad_sum, "tree") == 0 ? GP_GRAD_SUM_TREE
                                                                      : GP_GRAD_SUM_SEQUENTIAL,
+        .precision = a->precision && strcmp(a->precision, "bf16") == 0 ? GP_PRECISION_BF16
+                                                                        : GP_PRECISION_FP32,
         .memory_limit = memory_limit,
         .batch = batch,
         .balance = by_time ? GP_BALANCE_TIME : GP_BALANCE_COST,

@@ -21,7 +21,7 @@ typedef struct bench_opts {
     gp_cli_mpi_place place;
 } bench_opts;
 
-enum { NOPTS = 26 };
+enum { NOPTS = 27 };
 /* The most Transformer blocks of T2: those a JSON model config may declare (10000 layers with
  * the two embeddings, the final norm and the head). Far more would be allocated layer by layer
  * until the system ran out of memory, rather than refused. */
@@ -376,6 +376,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
     for (int i = 0; b.rss_peak && i < b.nranks; i++)
         cJSON_AddItemToArray(rss, cJSON_CreateNumber((double)b.rss_peak[i]));
     cJSON_AddStringToObject(r, "device", gp_device_type_name(b.popts.device_type));
+    cJSON_AddStringToObject(r, "precision", gp_precision_name(b.popts.precision));
     if (strcmp(o->workload, "T1") != 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",
@@ -442,6 +443,9 @@ int gp_cli_bench_main(int argc, char **argv) {
     if (o.device && strcmp(o.device, "cpu") != 0 && strcmp(o.workload, "G1") == 0)
         return gp_cli_usage_error("bench", "--device %s: G1 times OpenBLAS on the CPU only",
                                   o.device);
+    if (gp_cli_seen(tab, n, "--precision") && strcmp(o.workload, "G1") == 0)
+        return gp_cli_usage_error("bench", "--precision: only for T1, T2, T3 and C1 (G1 times "
+                                           "fp32 sgemm)");
     const bool piped = t2 || t3 || strcmp(o.workload, "C1") == 0;
     for (size_t i = 0; i < sizeof pipeline_only / sizeof pipeline_only[0]; i++)
         if (!piped && gp_cli_seen(tab, n, pipeline_only[i]))

@@ -77,6 +77,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         pipe[6], /* --tensor-parallel */
         pipe[7], /* --chunks */
         pipe[8], /* --grad-sum */
+        pipe[9], /* --precision */
         mpi[0],  /* --launcher */
         mpi[1],  /* --data-parallel */
         mpi[2],  /* --comm-timeout */
@@ -511,6 +512,7 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     cJSON_AddNumberToObject(r, "clip", t->clip);
     cJSON_AddNumberToObject(r, "label_smoothing", t->popts.label_smoothing);
     cJSON_AddStringToObject(r, "grad_sum", gp_grad_sum_name(t->popts.grad_sum));
+    cJSON_AddStringToObject(r, "precision", gp_precision_name(t->popts.precision));
     cJSON_AddNumberToObject(r, "nparams", (double)gp_model_nparams(t->model));
     gp_cli_report_blas_core(r);
     const char *isa;

@@ -300,10 +300,16 @@ in_budget() {
     record "$1" skipped why '"past --budget"'
     return 1
 }
+# guard N: N seconds, or what is left of --budget where that is less (at least 10)
+guard() {
+    local left=$((BUDGET - ($(date +%s) - T_START)))
+    [ "$BUDGET" = 0 ] || [ "$left" -ge "$1" ] && { echo "$1"; return; }
+    echo $((left > 10 ? left : 10))
+}
 if [ "$TIER" = 2 ]; then
     # T3 on 2 stages of the one GPU (messages GPU to GPU): what a pipeline costs on one device.
     if [ $DRY = 0 ] && in_budget "speed:T3_fp32_K2"; then
-        part t3_k2 150 "$GPIPE" bench --workload T3 --device cuda --stages 2 --micro-batches 4 \
+        part t3_k2 "$(guard 150)" "$GPIPE" bench --workload T3 --device cuda --stages 2 --micro-batches 4 \
             --steps 3 --warmup 1 --quiet --report "$WORK/t3_k2.json"
         if [ $RC = 0 ]; then
             record "speed:T3_fp32_K2" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); p=r.get("pipeline") or {}; print(json.dumps({"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "fraction_of_ceiling": r.get("fraction_of_ceiling"), "bubble_measured": p.get("bubble_measured"), "bubble_theory": p.get("bubble_theory"), "remat": p.get("cell_remat")}))' "$WORK/t3_k2.json")"
@@ -315,24 +321,24 @@ if [ "$TIER" = 2 ]; then
         runs=()
         for k in 2 4; do
             for s in gpipe 1f1b zbh1 interleaved zbv; do
-                train "s${k}_$s" $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 \
+                train "s${k}_$s" $DEV "$(guard 60)" --model "$ROOT/examples/demo_lm.json" --steps 10 \
                     --stages "$k" --micro-batches 8 --schedule $s --threads 1
                 [ $RC = 0 ] && runs+=("$WORK/s${k}_$s.json")
             done
         done
-        train s0 $DEV 60 --model "$ROOT/examples/demo_lm.json" --steps 10 --micro-batches 8 \
+        train s0 $DEV "$(guard 60)" --model "$ROOT/examples/demo_lm.json" --steps 10 --micro-batches 8 \
             --threads 1
         [ $RC = 0 ] && runs+=("$WORK/s0.json")
         [ ${#runs[@]} -ge 2 ] && compare "bitwise:every_schedule_K=0,2,4" same "${runs[@]}"
     fi
     if [ $DRY = 0 ] && command -v compute-sanitizer >/dev/null; then
         if in_budget "sanitizer:memcheck:test_kernels_cuda"; then
-            part sanitizer_memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            part sanitizer_memcheck "$(guard 150)" compute-sanitizer --tool memcheck --error-exitcode 9 \
                 "$BIN/test_kernels_cuda"
             record "sanitizer:memcheck:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
         fi
         if in_budget "sanitizer:memcheck:train_K2"; then
-            part sanitizer_train 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$GPIPE" \
+            part sanitizer_train "$(guard 150)" compute-sanitizer --tool memcheck --error-exitcode 9 "$GPIPE" \
                 train "${LM[@]}" --device cuda --model "$ROOT/examples/demo_lm.json" --steps 3 \
                 --stages 2 --micro-batches 2
             record "sanitizer:memcheck:train_K2" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
@@ -341,11 +347,11 @@ if [ "$TIER" = 2 ]; then
         record "sanitizer" "$([ $DRY = 1 ] && echo skipped || echo unavailable)" why '"no compute-sanitizer or no GPU"'
     fi
     if [ $DRY = 0 ] && in_budget "peer:t3_peer_compile"; then
-        peer t3_peer_compile 200 --precision bf16 --compile --no-gpipe --rounds 1 --steps 5 --warmup 3
+        peer t3_peer_compile "$(guard 200)" --precision bf16 --compile --no-gpipe --rounds 1 --steps 5 --warmup 3
     fi
     if [ $DRY = 0 ] && command -v compute-sanitizer >/dev/null &&
         in_budget "sanitizer:racecheck:test_kernels_cuda"; then
-        part sanitizer_racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        part sanitizer_racecheck "$(guard 150)" compute-sanitizer --tool racecheck --error-exitcode 9 \
             "$BIN/test_kernels_cuda"
         record "sanitizer:racecheck:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
     fi

@@ -39,6 +39,7 @@ struct gp_device {
     gp_block_map live; /* the blocks handed out */
     size_bin bins[MAX_BINS];
     int nbins;
+    gp_precision precision;
 };
 
 static const char *const category_names[] = {
@@ -73,6 +74,35 @@ const struct gp_kernels *gp_device_kernels(const gp_device *dev) {
 const char *gp_device_name(const gp_device *dev) { return dev ? dev->name : "(no device)"; }
 const char *gp_device_kind(const gp_device *dev) { return dev ? dev->iface->kind : "host"; }
 bool gp_device_is_host(const gp_device *dev) { return !dev || dev->iface->host_memory; }
+
+const char *gp_precision_name(gp_precision p) {
+    return p == GP_PRECISION_FP32 ? "fp32" : p == GP_PRECISION_BF16 ? "bf16" : "unknown";
+}
+
+gp_status gp_precision_parse(const char *name, gp_precision *p) {
+    if (!name || !p) return gp_error(GP_INVALID_ARGUMENT, "gp_precision_parse: name or p is NULL");
+    for (int k = GP_PRECISION_FP32; k <= GP_PRECISION_BF16; k++)
+        if (strcmp(name, gp_precision_name((gp_precision)k)) == 0) {
+            *p = (gp_precision)k;
+            return GP_OK;
+        }
+    return gp_error(GP_INVALID_ARGUMENT, "precision '%s': unknown; expected fp32 or bf16", name);
+}
+
+gp_status gp_device_set_precision(gp_device *dev, gp_precision p) {
+    if (!dev) return gp_error(GP_INVALID_ARGUMENT, "gp_device_set_precision: device is NULL");
+    if (p != GP_PRECISION_FP32 && p != GP_PRECISION_BF16)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "gp_device_set_precision: device %s: precision %d; expected fp32 (%d) "
+                        "or bf16 (%d)",
+                        dev->name, (int)p, GP_PRECISION_FP32, GP_PRECISION_BF16);
+    dev->precision = p;
+    return GP_OK;
+}
+
+gp_precision gp_device_precision(const gp_device *dev) {
+    return dev ? dev->precision : GP_PRECISION_FP32;
+}
 
 void gp_device_trim(gp_device *dev) {
     if (!dev) return;

@@ -37,6 +37,7 @@ static const gp_cuda_host host_calls = {
     .device_context = gp_device_context,
     .device_alloc = gp_device_alloc,
     .device_release = gp_device_release,
+    .device_precision = gp_device_precision,
 };
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -23,7 +23,7 @@ struct gp_kernels;
 /* The library's calls the module makes, passed to it rather than linked: a program linked with
  * libgpipe.a exports none of its symbols to a module it loads, and a module with no undefined
  * gpipe symbol links with --no-undefined and cannot bind to another copy of the library. Each
- * is the function of the same name in core/ (error.h, device.h). */
+ * is the function of the same name in core/ (error.h, device.h) or gpipe.h. */
 typedef struct gp_cuda_host {
     gp_status (*error)(gp_status s, const char *fmt, ...);
     gp_status (*error_context)(gp_status s, const char *fmt, ...);
@@ -33,6 +33,7 @@ typedef struct gp_cuda_host {
     void *(*device_context)(const gp_device *dev);
     void *(*device_alloc)(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_status *status);
     void (*device_release)(gp_device *dev, void *p);
+    gp_precision (*device_precision)(const gp_device *dev);
 } gp_cuda_host;
 
 /* What the module gives. `abi` comes first and stays first in every version, so that the

@@ -1,4 +1,4 @@
-/* The fp32 GEMM rate of a device through its own kernel table: the ceiling a benchmark
+/* The GEMM rate of a device through its own kernel table, in its precision: the ceiling a benchmark
  * divides its achieved rate by, measured in the same process with the same library (OpenBLAS
  * on the CPU, cuBLAS on a GPU) the training steps call. */
 #include <stdlib.h>

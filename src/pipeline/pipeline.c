@@ -129,6 +129,7 @@ static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opt
 static gp_status init_stage(gp_pipeline *p, gp_stage *s, const gp_pipeline_opts *po,
                             bool initialized, uint64_t seed) {
     GP_TRY(stage_device(p, s, po, initialized));
+    GP_TRY(gp_device_set_precision(s->dev, po->precision));
     GP_TRY(gp_stage_alloc_state(s, p->M));
     gp_model *m = s->m;
     if (p->T > 1) { /* the shard's values: cut from the model's, or initialized as its */

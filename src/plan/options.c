@@ -81,6 +81,9 @@ static gp_status check_fields(const gp_pipeline_opts *po, const gp_pipeline_size
     if (po->grad_sum != GP_GRAD_SUM_SEQUENTIAL && po->grad_sum != GP_GRAD_SUM_TREE)
         return bad(field, "grad_sum", inv, "%d: expected sequential (%d) or tree (%d)",
                    (int)po->grad_sum, GP_GRAD_SUM_SEQUENTIAL, GP_GRAD_SUM_TREE);
+    if (po->precision != GP_PRECISION_FP32 && po->precision != GP_PRECISION_BF16)
+        return bad(field, "precision", inv, "%d: expected fp32 (%d) or bf16 (%d)",
+                   (int)po->precision, GP_PRECISION_FP32, GP_PRECISION_BF16);
     if (po->launcher != GP_LAUNCHER_THREADS && po->launcher != GP_LAUNCHER_MPI)
         return bad(field, "launcher", inv, "%d: expected threads (%d) or mpi (%d)",
                    (int)po->launcher, GP_LAUNCHER_THREADS, GP_LAUNCHER_MPI);

@@ -1,8 +1,13 @@
 /* CPU kernels for causal multi-head attention: per (batch, head) GEMMs straight on the strided
  * q/k/v columns of qkv (no head transposes), a row softmax, and the backward products arranged
  * so that every operand is read in place. The (batch, head) pairs are split over the device's
- * threads; each pair is computed whole by one thread, so the bits do not depend on the split. */
+ * threads; each pair is computed whole by one thread, so the bits do not depend on the split.
+ * A bf16 device (gpipe.h, gp_precision) rounds every product's operands to bf16 first. */
 #include <string.h>
+
+#include "core/bf16.h"
+#include "core/device.h"
+#include "core/error.h"
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm.h"
@@ -27,11 +32,22 @@ typedef struct attn_args {
     const gp_attn_dims *d;
     const float *qkv, *probs_in, *datt;
     float *probs, *att, *dqkv, *ws;
+    /* bf16 (gp_precision): the products' operands rounded to bf16, q, k, v and datt rounded
+     * whole beforehand (qkv and datt point at the copies), P and dS block by block into the
+     * part's own scratch (pscr, pscr_len floats per part); NULL pscr: fp32 */
+    float *pscr;
+    int64_t pscr_len;
 } attn_args;
 
-/* Pairs [lo, hi) of (b, h), pair index b * H + h. */
-static void attn_forward_range(void *ctx, int64_t lo, int64_t hi) {
-    const attn_args *a = ctx;
+/* rows x n of src (rows ld apart) rounded to bf16 into dst (the same strides; may be src). */
+static void round_rows(const float *src, float *dst, int64_t ld, int64_t rows, int64_t n) {
+    for (int64_t t = 0; t < rows; t++)
+        for (int64_t j = 0; j < n; j++) dst[t * ld + j] = gp_bf16_round(src[t * ld + j]);
+}
+
+/* Pairs [lo, hi) of (b, h), pair index b * H + h; pr: the part's bf16 scratch (ATTN_BLOCK rows
+ * of T) or NULL. */
+static void attn_forward_pairs(const attn_args *a, int64_t lo, int64_t hi, float *pr) {
     const gp_attn_dims *d = a->d;
     const int64_t T = d->seq, C = d->dim, H = d->heads, hd = C / H;
     const int64_t ld = 3 * C;
@@ -48,16 +64,67 @@ static void attn_forward_range(void *ctx, int64_t lo, int64_t hi) {
             gp_cpu_sgemm(false, true, r1 - r0, r1, hd, scale, q + r0 * ld, ld, k, ld, 0.0f,
                          P + r0 * T, T);
             for (int64_t t = r0; t < r1; t++) softmax_row(P + t * T, t + 1, T);
-            gp_cpu_sgemm(false, false, r1 - r0, hd, r1, 1.0f, P + r0 * T, T, v, ld, 0.0f,
-                         o + r0 * C, C);
+            /* P is kept in fp32 for the backward; in bf16 the product takes its rounding */
+            const float *Pop = P + r0 * T;
+            if (pr) {
+                round_rows(P + r0 * T, pr, T, r1 - r0, r1);
+                Pop = pr;
+            }
+            gp_cpu_sgemm(false, false, r1 - r0, hd, r1, 1.0f, Pop, T, v, ld, 0.0f, o + r0 * C, C);
         }
     }
 }
 
+static void attn_forward_part(void *ctx, int t, int nt) {
+    const attn_args *a = ctx;
+    int64_t lo, hi;
+    gp_cpu_split(a->d->batch * a->d->heads, t, nt, 1, &lo, &hi);
+    attn_forward_pairs(a, lo, hi, a->pscr ? a->pscr + (int64_t)t * a->pscr_len : NULL);
+}
+
+/* In bf16, the copies of the ops' inputs the products read (attn_args) and the parts' scratch:
+ * one workspace block, *ws (NULL in fp32). in[i] (n[i] floats) rounded into it, a->* pointed at
+ * the copies by the caller. */
+static gp_status bf16_inputs(gp_device *dev, int parts, int64_t scratch, const float *const *in,
+                             const int64_t *n, int nin, float **copies, float **ws,
+                             attn_args *a) {
+    *ws = NULL;
+    if (gp_device_precision(dev) != GP_PRECISION_BF16) return GP_OK;
+    int64_t total = (int64_t)parts * scratch;
+    for (int i = 0; i < nin; i++) total += n[i];
+    gp_status s;
+    *ws = gp_device_alloc(dev, GP_MEM_WORKSPACE, (size_t)total * sizeof(float), &s);
+    if (!*ws) return gp_error_context(s, "attention in bf16: the rounded operands");
+    float *p = *ws;
+    for (int i = 0; i < nin; i++) {
+        gp_cpu_bf16_round_n(gp_cpu_pool_of(dev), in[i], p, n[i]);
+        copies[i] = p;
+        p += n[i];
+    }
+    a->pscr = p;
+    a->pscr_len = scratch;
+    return GP_OK;
+}
+
+static int parts_of(gp_cpu_pool *pool, int64_t pairs) {
+    const int threads = gp_cpu_pool_threads(pool);
+    return pairs < threads ? (int)pairs : threads;
+}
+
 gp_status gp_cpu_attention_forward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
                                    float *probs, float *att) {
+    gp_cpu_pool *pool = gp_cpu_pool_of(dev);
+    const int64_t pairs = d->batch * d->heads, T = d->seq;
+    if (pairs <= 0 || T <= 0) return GP_OK;
+    const int parts = parts_of(pool, pairs);
     attn_args a = {.d = d, .qkv = qkv, .probs = probs, .att = att};
-    gp_cpu_parallel_for(gp_cpu_pool_of(dev), d->batch * d->heads, 1, 1, attn_forward_range, &a);
+    float *copy[1], *ws;
+    const int64_t n[1] = {d->batch * T * 3 * d->dim};
+    GP_TRY(bf16_inputs(dev, parts, (T < ATTN_BLOCK ? T : ATTN_BLOCK) * T, &qkv, n, 1, copy,
+                       &ws, &a));
+    if (ws) a.qkv = copy[0];
+    gp_cpu_pool_run(pool, parts, attn_forward_part, &a);
+    gp_device_release(dev, ws);
     return GP_OK;
 }
 
@@ -65,8 +132,10 @@ int64_t gp_cpu_attention_backward_ws(gp_device *dev, const gp_attn_dims *d) {
     return gp_cpu_pool_threads(gp_cpu_pool_of(dev)) * d->seq * d->seq;
 }
 
-/* Pairs [lo, hi) with dS, a (T, T) workspace of the part's own. */
-static void attn_backward_pairs(const attn_args *a, int64_t lo, int64_t hi, float *dS) {
+/* Pairs [lo, hi) with dS, a (T, T) workspace of the part's own; pr: the part's bf16 scratch
+ * for P (T, T), or NULL. */
+static void attn_backward_pairs(const attn_args *a, int64_t lo, int64_t hi, float *dS,
+                                float *pr) {
     const gp_attn_dims *d = a->d;
     const int64_t T = d->seq, C = d->dim, H = d->heads, hd = C / H;
     const int64_t ld = 3 * C;
@@ -85,16 +154,25 @@ static void attn_backward_pairs(const attn_args *a, int64_t lo, int64_t hi, floa
             gp_cpu_sgemm(false, true, r1 - r0, r1, hd, 1.0f, dout + r0 * C, C, v, ld, 0.0f,
                          dS + r0 * T, T);
             for (int64_t t = r0; t < r1; t++) {
-                const float *pr = P + t * T;
+                const float *pr_row = P + t * T;
                 float *sr = dS + t * T;
                 const int64_t n = t + 1;
-                const float dot = gp_row_dot(pr, sr, n);
-                for (int64_t j = 0; j < n; j++) sr[j] = pr[j] * (sr[j] - dot) * scale;
+                const float dot = gp_row_dot(pr_row, sr, n);
+                for (int64_t j = 0; j < n; j++) sr[j] = pr_row[j] * (sr[j] - dot) * scale;
                 if (r1 > n) memset(sr + n, 0, (size_t)(r1 - n) * sizeof *sr);
             }
+            /* dS is only an operand from here on: in bf16, rounded in place */
+            if (pr) round_rows(dS + r0 * T, dS + r0 * T, T, r1 - r0, r1);
             /* dq[r0:r1] = dS[r0:r1, 0:r1] k[0:r1] */
             gp_cpu_sgemm(false, false, r1 - r0, hd, r1, 1.0f, dS + r0 * T, T, k, ld, 0.0f,
                          dq + r0 * ld, ld);
+        }
+        /* P as dv's operand: in bf16 its rounding, whole rows (the blocks below read some of
+         * the zeros above the diagonal) */
+        const float *Pop = P;
+        if (pr) {
+            round_rows(P, pr, T, T, T);
+            Pop = pr;
         }
         /* Key rows j in [c0, c1) receive from query rows t >= c0 only:
          * dk = dS^T q and dv = P^T dout on the lower part of each column block. */
@@ -102,7 +180,7 @@ static void attn_backward_pairs(const attn_args *a, int64_t lo, int64_t hi, floa
             const int64_t c1 = c0 + ATTN_BLOCK < T ? c0 + ATTN_BLOCK : T;
             gp_cpu_sgemm(true, false, c1 - c0, hd, T - c0, 1.0f, dS + c0 * T + c0, T,
                          q + c0 * ld, ld, 0.0f, dk + c0 * ld, ld);
-            gp_cpu_sgemm(true, false, c1 - c0, hd, T - c0, 1.0f, P + c0 * T + c0, T,
+            gp_cpu_sgemm(true, false, c1 - c0, hd, T - c0, 1.0f, Pop + c0 * T + c0, T,
                          dout + c0 * C, C, 0.0f, dv + c0 * ld, ld);
         }
     }
@@ -112,17 +190,27 @@ static void attn_backward_part(void *ctx, int t, int nt) {
     const attn_args *a = ctx;
     int64_t lo, hi;
     gp_cpu_split(a->d->batch * a->d->heads, t, nt, 1, &lo, &hi);
-    attn_backward_pairs(a, lo, hi, a->ws + (int64_t)t * a->d->seq * a->d->seq);
+    attn_backward_pairs(a, lo, hi, a->ws + (int64_t)t * a->d->seq * a->d->seq,
+                        a->pscr ? a->pscr + (int64_t)t * a->pscr_len : NULL);
 }
 
 gp_status gp_cpu_attention_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
                                     const float *probs, const float *datt, float *dqkv,
                                     float *dbias, float *ws) {
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
-    const int64_t pairs = d->batch * d->heads;
-    const int threads = gp_cpu_pool_threads(pool);
+    const int64_t pairs = d->batch * d->heads, T = d->seq;
     attn_args a = {.d = d, .qkv = qkv, .probs_in = probs, .datt = datt, .dqkv = dqkv, .ws = ws};
-    gp_cpu_pool_run(pool, pairs < threads ? (int)pairs : threads, attn_backward_part, &a);
+    float *bws = NULL;
+    if (pairs > 0 && T > 0) {
+        const int parts = parts_of(pool, pairs);
+        const float *in[2] = {qkv, datt};
+        const int64_t n[2] = {d->batch * T * 3 * d->dim, d->batch * T * d->dim};
+        float *copy[2];
+        GP_TRY(bf16_inputs(dev, parts, T * T, in, n, 2, copy, &bws, &a));
+        if (bws) a.qkv = copy[0], a.datt = copy[1];
+        gp_cpu_pool_run(pool, parts, attn_backward_part, &a);
+        gp_device_release(dev, bws);
+    }
     /* The bias gradient: the rows of dqkv in order (the serial sum's order), by columns. */
     if (dbias) GP_TRY(gp_cpu_sum_rows_add(dev, dqkv, d->batch * d->seq, 3 * d->dim, dbias));
     return GP_OK;

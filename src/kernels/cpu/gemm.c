@@ -4,10 +4,13 @@
  * another thread count may round some elements differently (OpenBLAS's result for an element
  * depends on where its call's block starts). A cut fixed by the shape alone would make GEMMs
  * thread-count invariant too, but measured, 8 to 16 blocks cost 5-30% of a single call's
- * speed on T1's shapes (each block re-packs the whole other operand). */
+ * speed on T1's shapes (each block re-packs the whole other operand). A bf16 device's GEMMs
+ * (gpipe.h, gp_precision) are these on operands rounded to bf16 first. */
 #include <cblas.h>
 #include <stdlib.h>
 
+#include "core/bf16.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm.h"
@@ -100,14 +103,79 @@ static void gemm_on(gp_cpu_pool *pool, gemm_args *g) {
     gp_cpu_pool_run(pool, (int)g->blocks, gemm_part, g);
 }
 
+static void gemm_fp32(gp_cpu_pool *pool, gemm_args *g) {
+    if (g->count == 1) {
+        gemm_on(pool, g);
+        return;
+    }
+    const int threads = gp_cpu_pool_threads(pool);
+    if (g->count <= 0 || g->m <= 0 || g->n <= 0) return;
+    if (threads == 1 ||
+        (g->m * g->n * g->k * g->count < SPLIT_MIN_MACS && !gp_cpu_pool_eager(pool))) {
+        batch_part(g, 0, 1);
+    } else if (g->count >= threads) {
+        gp_cpu_pool_run(pool, threads, batch_part, g);
+    } else {
+        for (int64_t i = 0; i < g->count; i++) { /* fewer matrices than threads: split each */
+            gemm_args one = *g;
+            one.a = g->a + i * g->stride_a, one.b = g->b + i * g->stride_b;
+            one.c = g->c + i * g->stride_c, one.count = 1;
+            gemm_on(pool, &one);
+        }
+    }
+}
+
+typedef struct round_args {
+    const float *src;
+    float *dst;
+} round_args;
+
+static void round_range(void *ctx, int64_t lo, int64_t hi) {
+    const round_args *r = ctx;
+    for (int64_t i = lo; i < hi; i++) r->dst[i] = gp_bf16_round(r->src[i]);
+}
+
+/* Rounding is a pass over the operands, (m + n) k elements of an m n k GEMM: split over the
+ * threads only in runs long enough to pay for waking them. */
+#define ROUND_GRAIN ((int64_t)1 << 15)
+
+void gp_cpu_bf16_round_n(gp_cpu_pool *pool, const float *src, float *dst, int64_t n) {
+    round_args r = {.src = src, .dst = dst};
+    gp_cpu_parallel_for(pool, n, 1, ROUND_GRAIN, round_range, &r);
+}
+
+/* The GEMM in the device's precision: bf16 rounds A and B into workspace first, then runs the
+ * fp32 GEMM on the copies, at the same leading dimensions and strides, so its bits are the fp32
+ * GEMM's of the rounded operands. */
+static gp_status gemm(gp_device *dev, gemm_args *g) {
+    gp_cpu_pool *pool = gp_cpu_pool_of(dev);
+    if (gp_device_precision(dev) != GP_PRECISION_BF16 || g->m <= 0 || g->n <= 0 || g->k <= 0 ||
+        g->count <= 0) {
+        gemm_fp32(pool, g);
+        return GP_OK;
+    }
+    const int64_t na =
+        gp_bf16_operand_span(g->trans_a, g->m, g->k, g->lda, g->stride_a, g->count);
+    const int64_t nb =
+        gp_bf16_operand_span(g->trans_b, g->k, g->n, g->ldb, g->stride_b, g->count);
+    gp_status s;
+    float *ws = gp_device_alloc(dev, GP_MEM_WORKSPACE, (size_t)(na + nb) * sizeof(float), &s);
+    if (!ws) return gp_error_context(s, "gemm in bf16: the rounded operands");
+    gp_cpu_bf16_round_n(pool, g->a, ws, na);
+    gp_cpu_bf16_round_n(pool, g->b, ws + na, nb);
+    g->a = ws, g->b = ws + na;
+    gemm_fp32(pool, g);
+    gp_device_release(dev, ws);
+    return GP_OK;
+}
+
 gp_status gp_cpu_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float beta, float *c, int64_t ldc) {
     gemm_args g = {.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
-                   .lda = lda, .ldb = ldb, .ldc = ldc};
-    gemm_on(gp_cpu_pool_of(dev), &g);
-    return GP_OK;
+                   .lda = lda, .ldb = ldb, .ldc = ldc, .count = 1};
+    return gemm(dev, &g);
 }
 
 gp_status gp_cpu_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
@@ -115,25 +183,11 @@ gp_status gp_cpu_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_
                               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
                               float beta, float *c, int64_t ldc, int64_t stride_c,
                               int64_t count) {
-    gp_cpu_pool *pool = gp_cpu_pool_of(dev);
-    const int threads = gp_cpu_pool_threads(pool);
     gemm_args g = {.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
                    .lda = lda, .ldb = ldb, .ldc = ldc, .stride_a = stride_a,
                    .stride_b = stride_b, .stride_c = stride_c, .count = count};
-    if (count <= 0 || m <= 0 || n <= 0) return GP_OK;
-    if (threads == 1 || (m * n * k * count < SPLIT_MIN_MACS && !gp_cpu_pool_eager(pool))) {
-        batch_part(&g, 0, 1);
-    } else if (count >= threads) {
-        gp_cpu_pool_run(pool, threads, batch_part, &g);
-    } else {
-        for (int64_t i = 0; i < count; i++) { /* fewer matrices than threads: split each */
-            gemm_args one = g;
-            one.a = a + i * stride_a, one.b = b + i * stride_b, one.c = c + i * stride_c;
-            gemm_on(pool, &one);
-        }
-    }
-    return GP_OK;
+    return gemm(dev, &g);
 }
 
 void gp_cpu_blas_set_threads(int n) {

@@ -15,4 +15,9 @@ void gp_cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                   int64_t ldc);
 
+/* dst[0..n) = src rounded to bf16 (core/bf16.h), over the pool's threads: the operands of a bf16
+ * device's products (gpipe.h, gp_precision). */
+struct gp_cpu_pool;
+void gp_cpu_bf16_round_n(struct gp_cpu_pool *pool, const float *src, float *dst, int64_t n);
+
 #endif

@@ -2,7 +2,8 @@
 // cuBLAS call straight on the q, k, v columns of qkv (head h starts h * hd columns in, so the
 // heads are `hd` floats apart), and a fused masked softmax with one block per row. The GEMMs
 // compute the whole T x T square (the softmax zeroes what lies above the diagonal), where the
-// CPU skips most of the masked triangle: simpler, at up to twice the GEMM work.
+// CPU skips most of the masked triangle: simpler, at up to twice the GEMM work. A bf16 device's
+// products (gpipe.h, gp_precision) take bf16 operands, as the CPU's.
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
@@ -44,11 +45,11 @@ extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dim
         const float *q = qkv + b * T * ld, *k = q + C, *v = q + 2 * C;
         float *P = probs + b * H * T * T;
         // S (H, T, T) = scale q k^T per head
-        GP_TRY(gp_cuda_sgemm_strided(dev, false, true, T, T, hd, scale, q, ld, hd, k, ld, hd,
+        GP_TRY(gp_cuda_gemm_strided(dev, false, true, T, T, hd, scale, q, ld, hd, k, ld, hd,
                                      0.0f, P, T, T * T, H));
         GP_CUDA_LAUNCH_BLOCKS(c, causal_softmax_kernel, row_blocks(H * T), H * T, T, P);
         // att (T, hd per head, row stride C) = P v
-        GP_TRY(gp_cuda_sgemm_strided(dev, false, false, T, hd, T, 1.0f, P, T, T * T, v, ld, hd,
+        GP_TRY(gp_cuda_gemm_strided(dev, false, false, T, hd, T, 1.0f, P, T, T * T, v, ld, hd,
                                      0.0f, att + b * T * C, C, hd, H));
     }
     return GP_OK;
@@ -90,16 +91,16 @@ extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_di
         const float *P = probs + b * H * T * T, *dout = datt + b * T * C;
         float *dq = dqkv + b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
         // dP (H, T, T) = dout v^T, then dS in place
-        GP_TRY(gp_cuda_sgemm_strided(dev, false, true, T, T, hd, 1.0f, dout, C, hd, v, ld, hd,
+        GP_TRY(gp_cuda_gemm_strided(dev, false, true, T, T, hd, 1.0f, dout, C, hd, v, ld, hd,
                                      0.0f, ws, T, T * T, H));
         GP_CUDA_LAUNCH_BLOCKS(c, softmax_backward_kernel, row_blocks(H * T), H * T, T, scale, P,
                               ws);
         // dq = dS k, dk = dS^T q, dv = P^T dout
-        GP_TRY(gp_cuda_sgemm_strided(dev, false, false, T, hd, T, 1.0f, ws, T, T * T, k, ld, hd,
+        GP_TRY(gp_cuda_gemm_strided(dev, false, false, T, hd, T, 1.0f, ws, T, T * T, k, ld, hd,
                                      0.0f, dq, ld, hd, H));
-        GP_TRY(gp_cuda_sgemm_strided(dev, true, false, T, hd, T, 1.0f, ws, T, T * T, q, ld, hd,
+        GP_TRY(gp_cuda_gemm_strided(dev, true, false, T, hd, T, 1.0f, ws, T, T * T, q, ld, hd,
                                      0.0f, dk, ld, hd, H));
-        GP_TRY(gp_cuda_sgemm_strided(dev, true, false, T, hd, T, 1.0f, P, T, T * T, dout, C, hd,
+        GP_TRY(gp_cuda_gemm_strided(dev, true, false, T, hd, T, 1.0f, P, T, T * T, dout, C, hd,
                                      0.0f, dv, ld, hd, H));
     }
     // The bias gradient: the rows of dqkv in order, by columns (the CPU's order).

@@ -14,13 +14,19 @@ extern "C" {
 #include "kernels/kernel_table.h"
 
 /* C (m, n) = alpha op(A) op(B) + beta C for count matrices at fixed strides (stride 0: the same
- * matrix for every product), row-major, through one cuBLAS call: what gemm, gemm_batched and the
- * attention and convolution kernels use. */
+ * matrix for every product), row-major, through one cuBLAS call. sgemm: in fp32 always (the
+ * convolutions); gemm: in the device's precision (gpipe.h, gp_precision: bf16 operands
+ * converted into workspace first), what gemm, gemm_batched and attention use. */
 gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                                 int64_t k, float alpha, const float *a, int64_t lda,
                                 int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
                                 float beta, float *c, int64_t ldc, int64_t stride_c,
                                 int64_t count);
+gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                               int64_t k, float alpha, const float *a, int64_t lda,
+                               int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
+                               float beta, float *c, int64_t ldc, int64_t stride_c,
+                               int64_t count);
 
 /* The ops of the table (kernel_ops.def), gp_cuda_<op>, defined by gemm.cu, vector.cu (vectors,
  * ReLU), optimizer.cu (the updates), transformer.cu (linear, layer norm, GELU, dropout, position

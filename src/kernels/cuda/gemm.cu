@@ -1,7 +1,11 @@
-// GEMMs through cuBLAS, fp32 (the handle's math mode keeps TF32 off: cuda_device.c). gpipe's
-// matrices are row-major and cuBLAS's column-major: a row-major C = op(A) op(B) is the
-// column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first and the sizes swapped, with the
-// same leading dimensions and transposes.
+// GEMMs through cuBLAS: fp32 (the handle's math mode keeps TF32 off: cuda_device.c), or, for
+// the gemm ops and attention of a bf16 device (gpipe.h, gp_precision), bf16 operands summed in
+// fp32 into the fp32 C on the tensor cores. gpipe's matrices are row-major and cuBLAS's column-major: a
+// row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first
+// and the sizes swapped, with the same leading dimensions and transposes.
+#include <cuda_bf16.h>
+
+#include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
@@ -16,11 +20,64 @@ static __global__ void scale_c_kernel(float *c, int64_t m, int64_t n, int64_t ld
     }
 }
 
-extern "C" gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
-                                           int64_t n, int64_t k, float alpha, const float *a,
-                                           int64_t lda, int64_t stride_a, const float *b,
-                                           int64_t ldb, int64_t stride_b, float beta, float *c,
-                                           int64_t ldc, int64_t stride_c, int64_t count) {
+// y[0..n) = x rounded to bf16 (core/bf16.h: the CPU's rounding, bit for bit).
+static __global__ void round_bf16_kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
+    GP_CUDA_FOR(i, n) {
+        __nv_bfloat16_raw r;
+        r.x = gp_bf16_bits(x[i]);
+        y[i] = r;
+    }
+}
+
+// The bf16 products: A and B converted into one workspace block (B's copy a multiple of 128
+// bytes into it: the tensor-core kernels want aligned operands), then cuBLAS's bf16 GEMM with
+// fp32 sums and output. The block is released at once: its memory is reused only by work queued
+// after the GEMM on the same stream (cuda_context.h).
+static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t op_a,
+                           cublasOperation_t op_b, bool trans_a, bool trans_b, int64_t m,
+                           int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                           int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
+                           float beta, float *c, int64_t ldc, int64_t stride_c, int64_t count) {
+    const int64_t na = gp_bf16_operand_span(trans_a, m, k, lda, stride_a, count);
+    const int64_t nb = gp_bf16_operand_span(trans_b, k, n, ldb, stride_b, count);
+    const int64_t na_padded = (na + 63) / 64 * 64;
+    gp_status s;
+    __nv_bfloat16 *ws = (__nv_bfloat16 *)gp_cuda_workspace(
+        dev, (size_t)(na_padded + nb) * sizeof(__nv_bfloat16), &s);
+    if (!ws) return s;
+    __nv_bfloat16 *a16 = ws, *b16 = ws + na_padded;
+    round_bf16_kernel<<<gp_cuda_blocks(na), GP_CUDA_THREADS, 0, ctx->stream>>>(a, a16, na);
+    s = gp_cuda_launched(ctx, "round_bf16_kernel");
+    if (s == GP_OK) {
+        round_bf16_kernel<<<gp_cuda_blocks(nb), GP_CUDA_THREADS, 0, ctx->stream>>>(b, b16, nb);
+        s = gp_cuda_launched(ctx, "round_bf16_kernel");
+    }
+    if (s == GP_OK && count == 1)
+        s = gp_cuda_blas_check(ctx,
+                               cublasGemmEx(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha,
+                                            b16, CUDA_R_16BF, (int)ldb, a16, CUDA_R_16BF,
+                                            (int)lda, &beta, c, CUDA_R_32F, (int)ldc,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                               "cublasGemmEx");
+    else if (s == GP_OK)
+        s = gp_cuda_blas_check(
+            ctx,
+            cublasGemmStridedBatchedEx(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b16,
+                                       CUDA_R_16BF, (int)ldb, (long long)stride_b, a16,
+                                       CUDA_R_16BF, (int)lda, (long long)stride_a, &beta, c,
+                                       CUDA_R_32F, (int)ldc, (long long)stride_c, (int)count,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx");
+    gp_cuda_workspace_release(dev, ws);
+    return s;
+}
+
+// The product in fp32, or with bf16 operands where bf16.
+static gp_status gemm_strided(gp_device *dev, bool bf16, bool trans_a, bool trans_b, int64_t m,
+                              int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                              int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
+                              float beta, float *c, int64_t ldc, int64_t stride_c,
+                              int64_t count) {
     gp_status s;
     gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
     if (!ctx) return s;
@@ -34,6 +91,9 @@ extern "C" gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool tr
     for (int i = 0; i < 7; i++) GP_TRY(gp_kernels_check_int(ctx, "gemm", dims[i], names[i]));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (bf16)
+        return gemm_bf16(ctx, dev, op_a, op_b, trans_a, trans_b, m, n, k, alpha, a, lda,
+                         stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, count);
     if (count == 1)
         return gp_cuda_blas_check(ctx,
                                   cublasSgemm(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha,
@@ -47,12 +107,31 @@ extern "C" gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool tr
         "cublasSgemmStridedBatched");
 }
 
+extern "C" gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
+                                           int64_t n, int64_t k, float alpha, const float *a,
+                                           int64_t lda, int64_t stride_a, const float *b,
+                                           int64_t ldb, int64_t stride_b, float beta, float *c,
+                                           int64_t ldc, int64_t stride_c, int64_t count) {
+    return gemm_strided(dev, false, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                        stride_b, beta, c, ldc, stride_c, count);
+}
+
+extern "C" gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
+                                          int64_t n, int64_t k, float alpha, const float *a,
+                                          int64_t lda, int64_t stride_a, const float *b,
+                                          int64_t ldb, int64_t stride_b, float beta, float *c,
+                                          int64_t ldc, int64_t stride_c, int64_t count) {
+    return gemm_strided(dev, gp_device_precision(dev) == GP_PRECISION_BF16, trans_a, trans_b, m,
+                        n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                        count);
+}
+
 extern "C" gp_status gp_cuda_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
                                   int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                                   const float *b, int64_t ldb, float beta, float *c,
                                   int64_t ldc) {
-    return gp_cuda_sgemm_strided(dev, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0,
-                                 beta, c, ldc, 0, 1);
+    return gp_cuda_gemm_strided(dev, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta,
+                                c, ldc, 0, 1);
 }
 
 extern "C" gp_status gp_cuda_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
@@ -60,6 +139,6 @@ extern "C" gp_status gp_cuda_gemm_batched(gp_device *dev, bool trans_a, bool tra
                                           int64_t lda, int64_t stride_a, const float *b,
                                           int64_t ldb, int64_t stride_b, float beta, float *c,
                                           int64_t ldc, int64_t stride_c, int64_t count) {
-    return gp_cuda_sgemm_strided(dev, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                                 stride_b, beta, c, ldc, stride_c, count);
+    return gp_cuda_gemm_strided(dev, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                                stride_b, beta, c, ldc, stride_c, count);
 }

@@ -1,4 +1,5 @@
-/* The library's functions that the CUDA module's files call (core/error.h, core/device.h),
+/* The library's functions that the CUDA module's files call (core/error.h, core/device.h,
+ * gp_device_precision of gpipe.h),
  * defined inside the module as calls through the table the library binds when it loads it
  * (kernels/cuda_module.h): the files of this folder are written as any other part's, and the
  * module has no undefined gpipe symbol. Hidden, as everything in the module but its entry. */
@@ -54,3 +55,5 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
 }
 
 void gp_device_release(gp_device *dev, void *p) { host->device_release(dev, p); }
+
+gp_precision gp_device_precision(const gp_device *dev) { return host->device_precision(dev); }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# --precision from the command line: train and bench list it; a bad value exits 2 naming the
+# option, as does bench's G1 with it; bf16 trains bit for bit alike on one device and on 2
+# stages (1f1b), to other parameters than fp32, and the reports record it; checkpoints keep it:
+# resuming a bf16 run without it exits 1 naming --precision, with it continues to the straight
+# run's bits; bench's T1 and T2 take it and record it. Run from the repository root:
+# bash tests/cli/precision.sh /path/to/gpipe
+set -u
+source "$(dirname "$0")/lib/common.bash"
+cli_init "$@"
+cli_write_tiny_lm
+LM=(--model "$TMP/lm.json" --data "$TMP/corpus" --steps 4 --batch 8 --eval-size 4 --threads 1
+    --quiet --seed 5 --micro-batches 2)
+
+for cmd in train bench; do
+    "$GPIPE" $cmd --help | grep -q -- "--precision fp32|bf16" || bad "$cmd --help lacks --precision"
+done
+"$GPIPE" train "${LM[@]}" --precision fp16 >/dev/null 2>"$TMP/bad.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--precision" "$TMP/bad.err" || bad "train --precision fp16: exit $rc, $(cat "$TMP/bad.err")"
+"$GPIPE" bench --workload T1 --precision tf32 >/dev/null 2>"$TMP/bad.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--precision" "$TMP/bad.err" || bad "bench --precision tf32: exit $rc, $(cat "$TMP/bad.err")"
+"$GPIPE" bench --workload G1 --precision bf16 >/dev/null 2>"$TMP/bad.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--precision: only for T1, T2, T3 and C1" "$TMP/bad.err" ||
+    bad "bench G1 --precision bf16: exit $rc, $(cat "$TMP/bad.err")"
+
+run fp32 "${LM[@]}" --report "$TMP/fp32.json"
+run one "${LM[@]}" --precision bf16 --report "$TMP/one.json"
+run k2 "${LM[@]}" --precision bf16 --stages 2 --schedule 1f1b --report "$TMP/k2.json"
+
+# Checkpoints keep the option.
+run half "${LM[@]}" --precision bf16 --checkpoint-dir "$TMP/ck" --stop-after 2
+"$GPIPE" train "${LM[@]}" --checkpoint-dir "$TMP/ck" --resume >/dev/null 2>"$TMP/res.err"
+rc=$?
+[ "$rc" = 1 ] && grep -q -- "--precision fp32 differs from the checkpoint's bf16" "$TMP/res.err" ||
+    bad "resume without --precision: exit $rc, $(cat "$TMP/res.err")"
+run rest "${LM[@]}" --precision bf16 --checkpoint-dir "$TMP/ck" --resume \
+    --report "$TMP/rest.json" && cli_same_run one rest
+
+# bench takes it: T1 and T2, cut down
+"$GPIPE" bench --workload T1 --batch 2 --steps 1 --warmup 0 --threads 1 --precision bf16 --quiet \
+    --report "$TMP/b1.json" >/dev/null 2>"$TMP/b1.err" || bad "bench T1 --precision bf16: $(tail -c 400 "$TMP/b1.err")"
+"$GPIPE" bench --workload T2 --layers 2 --batch 4 --stages 2 --micro-batches 2 --steps 1 \
+    --warmup 0 --threads 1 --precision bf16 --quiet --report "$TMP/b2.json" >/dev/null \
+    2>"$TMP/b2.err" || bad "bench T2 --precision bf16: $(tail -c 400 "$TMP/b2.err")"
+
+python3 - "$TMP" <<'PY' || fail=$((fail + 1))
+import json, sys
+from clicheck import finish, need
+d = sys.argv[1]
+r = {n: json.load(open(f"{d}/{n}.json")) for n in ("fp32", "one", "k2", "b1", "b2")}
+need(r["fp32"]["precision"] == "fp32", f"fp32: report's precision {r['fp32']['precision']}")
+for n in ("one", "k2", "b1", "b2"):
+    need(r[n]["precision"] == "bf16", f"{n}: report's precision {r[n]['precision']}")
+need(r["k2"]["params_fnv1a64"] == r["one"]["params_fnv1a64"],
+     f"bf16 on 2 stages: params {r['k2']['params_fnv1a64']} != one device's "
+     f"{r['one']['params_fnv1a64']}")
+need(r["one"]["params_fnv1a64"] != r["fp32"]["params_fnv1a64"],
+     "bf16 gave fp32's parameters: the option changed nothing")
+need(r["k2"]["train"]["step_losses"] == r["one"]["train"]["step_losses"],
+     f"bf16 losses on 2 stages {r['k2']['train']['step_losses']} vs one device's "
+     f"{r['one']['train']['step_losses']}")
+finish("FAIL: precision:")
+PY
+cli_finish precision
