@@ -171,8 +171,10 @@ int gp_cli_bench_train(gp_cli_bench *b) {
                                       .devices = on_cpu ? &dev : NULL,
                                       .device_type = b->popts.device_type,
                                       .precision = b->popts.precision, .stage_threads = 1};
+    /* The ceiling in the run's precision: bf16 products are held to a bf16 GEMM. */
     if (!on_cpu &&
-        gp_device_type_new(b->popts.device_type, "ceiling", 0, 1, &ceiling_dev) != GP_OK) {
+        (gp_device_type_new(b->popts.device_type, "ceiling", 0, 1, &ceiling_dev) != GP_OK ||
+         gp_device_set_precision(ceiling_dev, b->popts.precision) != GP_OK)) {
         rc = gp_cli_fail("bench", "the GPU for the GEMM ceiling");
         goto done;
     }

@@ -42,7 +42,7 @@ static int make_table(gp_cli_opt t[NOPTS], bench_opts *o) {
          false, "G1|T1|T2|T3|C1", false, 0, false},
         {"--device", GP_CLI_CHOICE, &o->device, "cpu|cuda",
          "where T1, T2, T3 and C1 train: CPU devices, or CUDA GPUs (stage k on GPU k mod the "
-         "GPUs); on a GPU the ceiling is its fp32 GEMM (cuBLAS, 4096^3)",
+         "GPUs); on a GPU the ceiling is its GEMM in the run's --precision (cuBLAS, 4096^3)",
          "cpu", 0, false, "cpu|cuda", false, 0, false},
         {"--threads", GP_CLI_THREADS, &o->threads, "N",
          "threads of the device (of each stage with --stages), at most the cores this process "
@@ -380,7 +380,9 @@ static int run_training(const bench_opts *o, cJSON *r) {
     if (strcmp(o->workload, "T1") != 0) {
         cJSON_AddNumberToObject(r, "micro_batches", b.popts.micro_batches);
         cJSON_AddStringToObject(r, "ceiling_basis",
-                                gpu ? "4096^3 fp32 GEMM through GPU 0's kernel table (cuBLAS)"
+                                gpu ? (b.popts.precision == GP_PRECISION_BF16
+                                           ? "4096^3 bf16-operand GEMM through GPU 0's kernel table (cuBLAS)"
+                                           : "4096^3 fp32 GEMM through GPU 0's kernel table (cuBLAS)")
                                 : b.stages == 0 ? "2048^3 sgemm on the device's threads"
                                 : b.place.launcher == GP_LAUNCHER_MPI
                                     ? "ranks (D x K x T) x 2048^3 sgemm on a rank's threads"
@@ -402,7 +404,7 @@ static int run_training(const bench_opts *o, cJSON *r) {
     printf("  %.1f GFLOP/step, %.1f GFLOP/s achieved; %s ceiling %.1f GFLOP/s (median)\n"
            "  fraction of the ceiling %.3f (median of per-step ratios to a %s run "
            "right after each step)\n",
-           b.flops_per_step / 1e9, achieved, gpu ? "GPU fp32 GEMM" : "sgemm", ceiling, fraction,
+           b.flops_per_step / 1e9, achieved, gpu ? (b.popts.precision == GP_PRECISION_BF16 ? "GPU bf16 GEMM" : "GPU fp32 GEMM") : "sgemm", ceiling, fraction,
            gpu ? "4096^3 GPU GEMM" : "2048^3 sgemm");
     printf("  peak memory %s%s\n", gp_cli_fmt_bytes(b.mem.peak_total, mem, sizeof mem),
            b.stages > 0 ? " (stage peaks summed)" : "");
