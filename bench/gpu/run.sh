@@ -168,7 +168,7 @@ train() {
 }
 # Whether this gpipe has the bf16 mode (--precision): its parts run only then.
 PRECISIONS=fp32
-"$GPIPE" train --help 2>/dev/null | grep -q -- '--precision' && PRECISIONS="fp32 bf16"
+[[ "$("$GPIPE" train --help 2>/dev/null)" == *--precision* ]] && PRECISIONS="fp32 bf16"
 # A dry run trains the demo LM 3 steps where the GPU's runs train it and T1 50: it shows the
 # comparisons work, not the figures. The CPU's runs go in the background, beside the GPU's.
 STEPS=$([ $DRY = 1 ] && echo 3 || echo 50)
@@ -287,8 +287,12 @@ for prec in fp32 bf16; do
             --steps 2 --warmup 1 "${popt[@]}" --quiet
         cp "$WORK/profile_$prec.out" "$OUTDIR/profile_$prec.txt"
         record "profile:T3_$prec" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
-        peer "t3_peer_$prec" 200 --precision $prec $([ $prec = bf16 ] && echo --gpipe-precision bf16) \
-            --rounds 1 --steps 5 --warmup 2
+        # PyTorch right after gpipe's run above (one round each: the lease is short), and the
+        # ratio of the two.
+        peer "t3_peer_$prec" 150 --precision $prec --no-gpipe --rounds 1 --steps 5 --warmup 2
+        if [ -s "$WORK/t3_$prec.json" ] && [ -s "$WORK/t3_peer_$prec.json" ]; then
+            record "ratio:T3_${prec}_gpipe_over_pytorch" pass figures "$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["throughput"]["tokens_per_s"]; t=json.load(open(sys.argv[2]))["torch_tokens_per_s"]; print(json.dumps({"gpipe_tokens_per_s": g, "torch_tokens_per_s": t, "ratio": g / t}))' "$WORK/t3_$prec.json" "$WORK/t3_peer_$prec.json")"
+        fi
     else
         record "peer:t3_peer_$prec" skipped why '"dry run: no GPU"'
     fi
