@@ -28,6 +28,13 @@ gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64
                                float beta, float *c, int64_t ldc, int64_t stride_c,
                                int64_t count);
 
+/* out0[j] (and out1[j] where not NULL, from part + nchunks cols) += the chunk partials of column
+ * j in chunk order: the second pass of the chunked column sums (math.cuh, GP_CUDA_SUM_CHUNK),
+ * shared by the bias and layer-norm gradients (vector.cu). */
+struct gp_cuda_ctx;
+gp_status gp_cuda_sum_partials(struct gp_cuda_ctx *c, const float *part, int64_t nchunks,
+                               int64_t cols, float *out0, float *out1);
+
 /* The ops of the table (kernel_ops.def), gp_cuda_<op>, defined by gemm.cu, vector.cu (vectors,
  * ReLU), optimizer.cu (the updates), transformer.cu (linear, layer norm, GELU, dropout, position
  * embeddings), embedding.cu (token embeddings and their shards), attention.cu, loss.cu (the

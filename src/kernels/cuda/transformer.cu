@@ -90,19 +90,22 @@ extern "C" gp_status gp_cuda_layernorm_forward(gp_device *dev, int64_t rows, int
     return GP_OK;
 }
 
-// dw and db: a thread per column, the rows in order (the CPU's order).
-static __global__ void layernorm_dw_kernel(int64_t rows, int64_t dim, const float *x,
-                                           const float *stats, const float *dy, float *dw,
-                                           float *db) {
-    GP_CUDA_FOR(j, dim) {
-        float aw = dw[j], ab = db[j];
-        for (int64_t i = 0; i < rows; i++) {
+// dw and db in chunks of rows: chunk partials (math.cuh, GP_CUDA_SUM_CHUNK) of dw (part) and db (part + nchunks dim).
+static __global__ void layernorm_dw_partial_kernel(int64_t rows, int64_t dim, const float *x,
+                                                   const float *stats, const float *dy,
+                                                   float *part) {
+    const int64_t nchunks = gp_cuda_sum_chunks(rows);
+    GP_CUDA_FOR(t, nchunks * dim) {
+        const int64_t b = t / dim, j = t % dim;
+        const int64_t i1 = (b + 1) * GP_CUDA_SUM_CHUNK < rows ? (b + 1) * GP_CUDA_SUM_CHUNK : rows;
+        float aw = 0.0f, ab = 0.0f;
+        for (int64_t i = b * GP_CUDA_SUM_CHUNK; i < i1; i++) {
             const float xh = (x[i * dim + j] - stats[i]) * stats[rows + i];
             aw += dy[i * dim + j] * xh;
             ab += dy[i * dim + j];
         }
-        dw[j] = aw;
-        db[j] = ab;
+        part[t] = aw;
+        part[nchunks * dim + t] = ab;
     }
 }
 
@@ -142,7 +145,15 @@ extern "C" gp_status gp_cuda_layernorm_backward(gp_device *dev, int64_t rows, in
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     if (rows <= 0 || dim <= 0) return GP_OK;
-    GP_CUDA_LAUNCH(c, layernorm_dw_kernel, dim, rows, dim, x, stats, dy, dw, db);
+    const int64_t nchunks = gp_cuda_sum_chunks(rows);
+    float *part = (float *)gp_cuda_workspace(dev, (size_t)(2 * nchunks * dim) * sizeof(float), &s);
+    if (!part) return s;
+    layernorm_dw_partial_kernel<<<gp_cuda_blocks(nchunks * dim), GP_CUDA_THREADS, 0, c->stream>>>(
+        rows, dim, x, stats, dy, part);
+    s = gp_cuda_launched(c, "layernorm_dw_partial_kernel");
+    if (s == GP_OK) s = gp_cuda_sum_partials(c, part, nchunks, dim, dw, db);
+    gp_cuda_workspace_release(dev, part); // later work on the stream comes after the kernels
+    GP_TRY(s);
     if (dx)
         GP_CUDA_LAUNCH_BLOCKS(c, layernorm_dx_kernel, row_blocks(rows), rows, dim, x, w, stats,
                               dy, dres, dx);

@@ -1,7 +1,7 @@
 // CUDA kernels over flat arrays: fills and scales, bias sums, squared norms and the ReLUs. An
-// element-wise op is one grid-stride loop; a sum gives each output to one thread (a column of
-// a bias sum adds its rows in order, as the CPU's) or to a fixed tree (the squared norm), so
-// the bits never depend on scheduling.
+// element-wise op is one grid-stride loop; a sum adds in a fixed order (a bias sum's column in
+// chunks of rows, then the chunks in order; the squared norm in a fixed tree), so the bits
+// never depend on scheduling.
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
@@ -42,14 +42,37 @@ extern "C" gp_status gp_cuda_axpy(gp_device *dev, int64_t n, float alpha, const 
     return GP_OK;
 }
 
-// One thread per column, the rows in order: the CPU's sum, bit for bit. Threads of a warp
-// read neighbouring columns of a row: coalesced.
-static __global__ void sum_rows_kernel(const float *x, int64_t rows, int64_t cols, float *out) {
-    GP_CUDA_FOR(j, cols) {
+// Bias sums in chunks of rows (math.cuh, GP_CUDA_SUM_CHUNK): chunk b's partial of column j in
+// part[b cols + j].
+static __global__ void sum_rows_partial_kernel(const float *x, int64_t rows, int64_t cols,
+                                               float *part) {
+    GP_CUDA_FOR(t, gp_cuda_sum_chunks(rows) * cols) {
+        const int64_t b = t / cols, j = t % cols;
+        const int64_t i1 = (b + 1) * GP_CUDA_SUM_CHUNK < rows ? (b + 1) * GP_CUDA_SUM_CHUNK : rows;
+        float a = 0.0f;
+        for (int64_t i = b * GP_CUDA_SUM_CHUNK; i < i1; i++) a += x[i * cols + j];
+        part[t] = a;
+    }
+}
+
+// out0[j] += column j's partials in chunk order, and out1[j] += those at part + nchunks cols
+// where out1 is given (layer norm's dw and db in one launch).
+static __global__ void sum_partials_kernel(const float *part, int64_t nchunks, int64_t cols,
+                                           float *out0, float *out1) {
+    GP_CUDA_FOR(t, (out1 ? 2 : 1) * cols) {
+        const int64_t o = t / cols, j = t % cols;
+        float *out = o ? out1 : out0;
+        const float *p = part + o * nchunks * cols;
         float acc = out[j];
-        for (int64_t i = 0; i < rows; i++) acc += x[i * cols + j];
+        for (int64_t b = 0; b < nchunks; b++) acc += p[b * cols + j];
         out[j] = acc;
     }
+}
+
+extern "C" gp_status gp_cuda_sum_partials(gp_cuda_ctx *c, const float *part, int64_t nchunks,
+                                          int64_t cols, float *out0, float *out1) {
+    GP_CUDA_LAUNCH(c, sum_partials_kernel, (out1 ? 2 : 1) * cols, part, nchunks, cols, out0, out1);
+    return GP_OK;
 }
 
 extern "C" gp_status gp_cuda_sum_rows_add(gp_device *dev, const float *x, int64_t rows,
@@ -57,8 +80,16 @@ extern "C" gp_status gp_cuda_sum_rows_add(gp_device *dev, const float *x, int64_
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
-    if (cols > 0 && rows > 0) GP_CUDA_LAUNCH(c, sum_rows_kernel, cols, x, rows, cols, out);
-    return GP_OK;
+    if (cols <= 0 || rows <= 0) return GP_OK;
+    const int64_t nchunks = gp_cuda_sum_chunks(rows);
+    float *part = (float *)gp_cuda_workspace(dev, (size_t)(nchunks * cols) * sizeof(float), &s);
+    if (!part) return s;
+    sum_rows_partial_kernel<<<gp_cuda_blocks(nchunks * cols), GP_CUDA_THREADS, 0, c->stream>>>(
+        x, rows, cols, part);
+    s = gp_cuda_launched(c, "sum_rows_partial_kernel");
+    if (s == GP_OK) s = gp_cuda_sum_partials(c, part, nchunks, cols, out, NULL);
+    gp_cuda_workspace_release(dev, part); // later work on the stream comes after the kernels
+    return s;
 }
 
 // The squared norm in SUMSQ_BLOCKS blocks of consecutive elements (block b of the range cut
