@@ -92,7 +92,7 @@ rc=$?
 # gpipe bench ties the Transformer workloads only.
 "$GPIPE" bench --workload C1 --tie-embeddings >"$TMP/bc1.out" 2>"$TMP/bc1.err"
 rc=$?
-[ "$rc" = 2 ] && grep -q -- "--tie-embeddings: only for --workload T1 or T2 (got C1)" "$TMP/bc1.err" ||
+[ "$rc" = 2 ] && grep -q -- "--tie-embeddings: only for --workload T1, T2 or T3 (got C1)" "$TMP/bc1.err" ||
     bad "bench C1 --tie-embeddings: exit $rc, $(cat "$TMP/bc1.err")"
 
 # --- MPI ---------------------------------------------------------------------------------------
