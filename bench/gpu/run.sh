@@ -21,9 +21,10 @@
 # GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed on the GPU;
 # `gpipe plan --device cuda` on T3; T3 (gpipe bench --device cuda) in fp32 and bf16, each with
 # its kernel profile and beside bench/peers/t3.py. Parts of a mode this gpipe lacks are marked
-# unavailable. Tier 2 (4 minutes more): compute-sanitizer memcheck and racecheck over
-# test_kernels_cuda and a 3-step two-stage training; every schedule at K = 2 and 4; the PyTorch
-# peer under torch.compile.
+# unavailable. Tier 2 (4 minutes more): T3 on two stages of the one GPU; every schedule at K = 2
+# and 4; compute-sanitizer memcheck over test_kernels_cuda and a 3-step two-stage training; the
+# GPU Table 1 (the largest T3-wide model under 16 GiB per stage at K = 1 without
+# re-materialization and at K = 4 with it); the PyTorch peer under torch.compile; racecheck.
 # --dry-run runs the same comparisons with the CPU in the GPU's place (what they check is then
 # trivially true: it shows the script, the programs and the summary work), in under a minute.
 set -uo pipefail
@@ -354,6 +355,43 @@ if [ "$TIER" = 2 ]; then
         fi
     else
         record "sanitizer" "$([ $DRY = 1 ] && echo skipped || echo unavailable)" why '"no compute-sanitizer or no GPU"'
+    fi
+    # The GPU Table 1: the largest T3-wide model (its layers grown or cut) whose training fits a
+    # per-stage limit, at K = 1 without re-materialization and at K = 4 stages on the one GPU
+    # with it (M = 8): the planner's largest (a bisection on its verdict), then one step trained
+    # at that size under the limit. A dry run: 2 GiB, batch 1, on the CPU.
+    if in_budget "table1"; then
+        T1_LIMIT=$([ $DRY = 1 ] && echo 2G || echo 16G)
+        T1_BATCH=$([ $DRY = 1 ] && echo 1 || echo 8)
+        t1_layers=()
+        for cfg in "1 1 none" "4 8 cell"; do
+            set -- $cfg
+            k=$1 mb=$(($2 < T1_BATCH ? $2 : T1_BATCH)) rm=$3 lo=0 hi=512
+            while [ $lo -lt $hi ]; do
+                mid=$(((lo + hi + 1) / 2))
+                printf '{"family": "transformer", "vocab": 256, "dim": 2048, "heads": 16, "d_ff": 8192, "layers": %d, "seq_len": 1024}\n' \
+                    $mid >"$WORK/table1.json"
+                if "$GPIPE" plan --model "$WORK/table1.json" --batch $T1_BATCH --stages $k \
+                    --micro-batches $mb --remat $rm --memory-limit $T1_LIMIT --device $DEV \
+                    --gflops 1 >/dev/null 2>&1; then
+                    lo=$mid
+                else
+                    hi=$((mid - 1))
+                fi
+            done
+            if [ $lo = 0 ]; then
+                record "table1:K=${k}_$rm" fail why "\"no layer count fits $T1_LIMIT\""
+                continue
+            fi
+            part "table1_k$k" "$(guard 120)" "$GPIPE" bench --workload T3 --device $DEV \
+                --layers $lo --batch $T1_BATCH --stages $k --micro-batches $mb --remat $rm \
+                --memory-limit $T1_LIMIT --steps 1 --warmup 0 --quiet --report "$WORK/table1_k$k.json"
+            if [ $RC = 0 ]; then
+                record "table1:K=${k}_$rm" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"limit": sys.argv[2], "layers": int(sys.argv[3]), "nparams": r["nparams"], "stage_peak_bytes": [s["total"] for s in (r.get("pipeline") or {}).get("stage_peak_bytes", [])], "step_s": r["step_seconds"]["median"]}))' "$WORK/table1_k$k.json" $T1_LIMIT $lo)"
+            else
+                record "table1:K=${k}_$rm" fail exit $RC layers $lo
+            fi
+        done
     fi
     if [ $DRY = 0 ] && in_budget "peer:t3_peer_compile"; then
         peer t3_peer_compile "$(guard 200)" --precision bf16 --compile --no-gpipe --rounds 1 --steps 5 --warmup 3
