@@ -69,16 +69,18 @@ else
     fi
     [ -x "$BUNDLE/gpipe" ] || { echo "run.sh: no bundle at $BUNDLE (make it with bench/gpu/bundle.sh and carry gpu-bundle.tar.xz)" >&2; exit 2; }
     BIN=$BUNDLE
-    # The CUDA 13 runtime and cuBLAS where the image keeps them: the system's, the toolkit's,
-    # or PyTorch's wheels.
-    cudalibs=$(dirname "$( (ldconfig -p | awk '/libcublas\.so\.13 / && !p {p = $NF} END {if (p) print p}'
-                             ls /usr/local/cuda*/lib*/libcublas.so.13 /usr/local/cuda*/targets/*/lib/libcublas.so.13 2>/dev/null
-                             python3 -c 'import nvidia, os, glob; print(*glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib", "libcublas.so.13")))' 2>/dev/null
-                            ) | head -1)" 2>/dev/null)
-    rtlibs=$(dirname "$( (ldconfig -p | awk '/libcudart\.so\.13 / && !p {p = $NF} END {if (p) print p}'
-                           ls /usr/local/cuda*/lib*/libcudart.so.13 /usr/local/cuda*/targets/*/lib/libcudart.so.13 2>/dev/null
-                           python3 -c 'import nvidia, os, glob; print(*glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib", "libcudart.so.13")))' 2>/dev/null
-                          ) | head -1)" 2>/dev/null)
+    # lib_dir FILE: the folder of the first FILE (the CUDA 13 runtime, cuBLAS) where the image
+    # keeps it: the system's, the toolkit's, or PyTorch's wheels.
+    lib_dir() {
+        local found
+        found=$( (ldconfig -p | awk -v f="$1" '$1 == f && !p {p = $NF} END {if (p) print p}'
+                  ls /usr/local/cuda*/lib*/"$1" /usr/local/cuda*/targets/*/lib/"$1" 2>/dev/null
+                  python3 -c 'import nvidia, os, glob, sys; print(*glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib", sys.argv[1])))' "$1" 2>/dev/null
+                 ) | head -1)
+        [ -n "$found" ] && dirname "$found"
+    }
+    cudalibs=$(lib_dir libcublas.so.13)
+    rtlibs=$(lib_dir libcudart.so.13)
     export LD_LIBRARY_PATH=$BUNDLE/lib:$cudalibs:$rtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 GPIPE=$BIN/gpipe
