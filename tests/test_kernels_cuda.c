@@ -193,6 +193,17 @@ static void c_gemm_nt(run *r) { c_gemm(r, false, true); }
 static void c_gemm_tn(run *r) { c_gemm(r, true, false); }
 static void c_gemm_tt(run *r) { c_gemm(r, true, true); }
 
+/* Operands and output one float past an allocation's start: not 16-byte aligned, so the GPU's
+ * four-a-thread kernels (the bf16 rounding here) take their one-a-thread path. */
+static void c_gemm_offset(run *r) {
+    CASE_BEGIN;
+    const int64_t m = 21, n = 18, k = 33;
+    const float *a = in(r, H(rnd(m * k + 1, 1)), m * k + 1);
+    const float *b = in(r, H(rnd(k * n + 1, 1)), k * n + 1);
+    float *c = io(r, H(rnd(m * n + 1, 1)), m * n + 1);
+    S(r->K->gemm(r->dev, false, true, m, n, k, 1.0f, a + 1, k, b + 1, k, 0.5f, c + 1, n));
+    CASE_END;
+}
 static void c_gemm_batched(run *r) {
     CASE_BEGIN;
     const int64_t m = 19, n = 23, k = 31, cnt = 3;
@@ -216,6 +227,7 @@ static void bf16(run *r, case_fn fn) {
 static void c_gemm_nn_bf16(run *r) { bf16(r, c_gemm_nn); }
 static void c_gemm_tt_bf16(run *r) { bf16(r, c_gemm_tt); }
 static void c_gemm_batched_bf16(run *r) { bf16(r, c_gemm_batched); }
+static void c_gemm_offset_bf16(run *r) { bf16(r, c_gemm_offset); }
 
 static void c_vector(run *r) {
     CASE_BEGIN;
@@ -268,6 +280,20 @@ static void c_linear(run *r) {
     CASE_END;
 }
 
+/* Fifteen outputs: rows of a length not a multiple of 4, so the GPU's bias prefill goes one float
+ * a thread; the residual and output one float in (not aligned) for the same reason. */
+static void c_linear_odd(run *r) {
+    CASE_BEGIN;
+    const int64_t rows = 9, ni = 20, no = 15;
+    const float *x = in(r, H(rnd(rows * ni, 1)), rows * ni), *w = in(r, H(rnd(16 * ni, 1)), 16 * ni);
+    const float *b = in(r, H(rnd(16, 1)), 16);
+    const float *res = in(r, H(rnd(rows * 16 + 1, 1)), rows * 16 + 1);
+    float *y1 = out(r, rows * no), *y2 = out(r, rows * 16 + 1);
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, w, b, NULL, y1));
+    S(r->K->linear_forward(r->dev, rows, ni, 16, x, w, b, res + 1, y2 + 1));
+    CASE_END;
+}
+
 static void c_layernorm(run *r) {
     CASE_BEGIN;
     const int64_t rows = 300, dim = 130; /* on the GPU, dw and db in three chunks of rows */
@@ -281,6 +307,22 @@ static void c_layernorm(run *r) {
     CASE_END;
 }
 
+/* Rows long enough for the GPU's register copies of 16 floats a thread (2050) and past them
+ * (8200: each pass reads the row again). */
+static void c_layernorm_wide(run *r) {
+    CASE_BEGIN;
+    const int64_t rows = 5;
+    for (int64_t dim = 2050; dim <= 8200; dim += 6150) {
+        const float *x = in(r, H(rnd(rows * dim, 2)), rows * dim), *w = in(r, H(rnd(dim, 1)), dim);
+        const float *b = in(r, H(rnd(dim, 1)), dim), *dy = in(r, H(rnd(rows * dim, 1)), rows * dim);
+        float *y = out(r, rows * dim), *st = out(r, 2 * rows), *dx = out(r, rows * dim);
+        float *dw = io(r, H(rnd(dim, 1)), dim), *db = io(r, H(rnd(dim, 1)), dim);
+        S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, y, st));
+        S(r->K->layernorm_backward(r->dev, rows, dim, x, w, st, dy, NULL, dx, dw, db));
+    }
+    CASE_END;
+}
+
 static void c_gelu(run *r) {
     CASE_BEGIN;
     const int64_t rows = 7, cols = 33, n = rows * cols;
@@ -288,6 +330,22 @@ static void c_gelu(run *r) {
     float *y = out(r, n), *dx = out(r, n), *db = io(r, H(rnd(cols, 1)), cols);
     S(r->K->gelu_forward(r->dev, n, x, y));
     S(r->K->gelu_backward(r->dev, rows, cols, x, dy, dx, db));
+    CASE_END;
+}
+
+/* One float in: the GPU's one-a-thread paths of GELU and AdamW. */
+static void c_unaligned(run *r) {
+    CASE_BEGIN;
+    const int64_t n = 1001;
+    const float *x = in(r, H(rnd(n + 1, 3)), n + 1), *dy = in(r, H(rnd(n + 1, 1)), n + 1);
+    float *y = out(r, n + 1), *dx = out(r, n + 1);
+    S(r->K->gelu_forward(r->dev, n, x + 1, y + 1));
+    S(r->K->gelu_backward(r->dev, 7, 143, x + 1, dy + 1, dx + 1, NULL));
+    float *w = io(r, H(rnd(n + 1, 1)), n + 1), *m = io(r, H(rnd(n + 1, 1)), n + 1);
+    float *v = io(r, H(pos(n + 1)), n + 1);
+    const gp_adamw_step st = {.decay = 0.999f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                              .step_size = 0.01f, .bc2_sqrt = 0.05f};
+    S(r->K->adamw_update(r->dev, n, w + 1, dy + 1, m + 1, v + 1, &st));
     CASE_END;
 }
 
@@ -313,6 +371,21 @@ static void c_attention(run *r) {
     float *ws = out(r, r->K->attention_backward_ws(r->dev, &d));
     S(r->K->attention_forward(r->dev, &d, qkv, probs, att));
     S(r->K->attention_backward(r->dev, &d, qkv, probs, datt, dqkv, dbias, ws));
+    r->input[r->nb - 1] = true; /* the workspace: not compared */
+    CASE_END;
+}
+
+/* Rows past 1024: the GPU's softmax kernels without register copies (each pass reads the row). */
+static void c_attention_long(run *r) {
+    CASE_BEGIN;
+    const gp_attn_dims d = {.batch = 1, .seq = 1030, .dim = 8, .heads = 2};
+    const int64_t nq = d.batch * d.seq * 3 * d.dim, na = d.batch * d.seq * d.dim;
+    const int64_t np = d.batch * d.heads * d.seq * d.seq;
+    const float *qkv = in(r, H(rnd(nq, 1)), nq), *datt = in(r, H(rnd(na, 1)), na);
+    float *probs = out(r, np), *att = out(r, na), *dqkv = out(r, nq);
+    float *ws = out(r, r->K->attention_backward_ws(r->dev, &d));
+    S(r->K->attention_forward(r->dev, &d, qkv, probs, att));
+    S(r->K->attention_backward(r->dev, &d, qkv, probs, datt, dqkv, NULL, ws));
     r->input[r->nb - 1] = true; /* the workspace: not compared */
     CASE_END;
 }
@@ -479,6 +552,8 @@ static const named_case cases[] = {
     {"gemm (A transposed)", false, c_gemm_tn, TOL},
     {"gemm (both transposed)", false, c_gemm_tt, TOL},
     {"gemm_batched", false, c_gemm_batched, TOL},
+    {"gemm, operands not aligned", false, c_gemm_offset, TOL},
+    {"gemm bf16, operands not aligned", false, c_gemm_offset_bf16, TOL},
     {"gemm bf16 (no transposes)", false, c_gemm_nn_bf16, TOL},
     {"gemm bf16 (both transposed)", false, c_gemm_tt_bf16, TOL},
     {"gemm_batched bf16", false, c_gemm_batched_bf16, TOL},
@@ -489,10 +564,14 @@ static const named_case cases[] = {
     {"sumsq", false, c_sumsq, TOL},
     {"relu forward/backward", true, c_relu, TOL},
     {"linear forward/backward", false, c_linear, TOL},
+    {"linear, rows not of 4 floats", false, c_linear_odd, TOL},
     {"layernorm forward/backward", false, c_layernorm, TOL},
+    {"layernorm, rows of 2050 and 8200", false, c_layernorm_wide, TOL},
     {"gelu forward/backward", false, c_gelu, TOL},
+    {"gelu and adamw, not aligned", false, c_unaligned, TOL},
     {"dropout", true, c_dropout, TOL},
     {"attention forward/backward", false, c_attention, TOL},
+    {"attention, rows of 1030", false, c_attention_long, TOL},
     {"embedding (whole and shard)", true, c_embedding, TOL},
     {"pos_embedding forward/backward", false, c_pos_embedding, TOL},
     {"softmax_xent", false, c_softmax_xent, TOL},

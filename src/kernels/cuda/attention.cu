@@ -1,34 +1,53 @@
 // CUDA causal multi-head attention: for each example, the heads' GEMMs in one strided-batched
 // cuBLAS call straight on the q, k, v columns of qkv (head h starts h * hd columns in, so the
-// heads are `hd` floats apart), and a fused masked softmax with one block per row. The GEMMs
+// heads are `hd` floats apart), and a fused masked softmax with one warp per row. The GEMMs
 // compute the whole T x T square (the softmax zeroes what lies above the diagonal), where the
 // CPU skips most of the masked triangle: simpler, at up to twice the GEMM work. A bf16 device's
 // products (gpipe.h, gp_precision) take bf16 operands, as the CPU's.
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
-static unsigned row_blocks(int64_t rows) {
-    return (unsigned)(rows < GP_CUDA_MAX_GRID ? (rows > 0 ? rows : 1) : GP_CUDA_MAX_GRID);
+// A warp per row (lanes on neighbouring columns; reductions by shuffles, no barriers), the
+// row's first n = t + 1 columns in registers up to T = 32 GP_CUDA_ROW_PER_MAX (math.cuh): the
+// masked columns are neither read nor computed, only zeroed. A block per row with a tree of
+// barriers took about 77 us for T3's 16 x 1024 rows, waiting on its barriers.
+#define ROWS_PER_BLOCK (GP_CUDA_THREADS / 32)
+
+static unsigned warp_row_blocks(int64_t rows) {
+    const int64_t b = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    return (unsigned)(b < 1 ? 1 : b < GP_CUDA_MAX_GRID ? b : GP_CUDA_MAX_GRID);
 }
+
+#define WARP_ROWS(r, nrows)                                                                  \
+    for (int64_t r = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5); r < (nrows);  \
+         r += (int64_t)gridDim.x * ROWS_PER_BLOCK)
 
 // Rows of (nrows, T), row r being query t = r % T: softmax of columns 0..t in place (the CPU's
 // exp and its order of operations: max, exp, 1 / sum, scale), zeros above.
+template <int PER>
 static __global__ void causal_softmax_kernel(int64_t nrows, int64_t T, float *s) {
-    __shared__ float sh[GP_CUDA_THREADS];
-    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+    const int lane = threadIdx.x & 31;
+    float e[PER ? PER : 1];
+    WARP_ROWS(r, nrows) {
         float *row = s + r * T;
         const int64_t n = r % T + 1;
         float m = -INFINITY;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = row[j] > m || row[j] != row[j] ? row[j] : m;
-        m = gp_block_max_nan(m, sh);
-        float acc = 0.0f;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-            const float e = gp_cuda_exp(row[j] - m);
-            row[j] = e;
-            acc += e;
+        GP_CUDA_ROW_FOR(PER, k, j, lane, 32, T) if (j < n) {
+            const float v = row[j];
+            if (PER) e[GP_CUDA_ROW_REG(PER, k)] = v;
+            m = gp_max_nan(m, v);
         }
-        const float inv = 1.0f / gp_block_sum(acc, sh);
-        for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j < n ? row[j] * inv : 0.0f;
+        m = gp_warp_max_nan(m);
+        float acc = 0.0f;
+        GP_CUDA_ROW_FOR(PER, k, j, lane, 32, T) if (j < n) {
+            const float v = gp_cuda_exp((PER ? e[GP_CUDA_ROW_REG(PER, k)] : row[j]) - m);
+            if (PER) e[GP_CUDA_ROW_REG(PER, k)] = v;
+            else row[j] = v;
+            acc += v;
+        }
+        const float inv = 1.0f / gp_warp_sum(acc);
+        GP_CUDA_ROW_FOR(PER, k, j, lane, 32, T) if (j < T)
+            row[j] = j < n ? (PER ? e[GP_CUDA_ROW_REG(PER, k)] : row[j]) * inv : 0.0f;
     }
 }
 
@@ -47,7 +66,8 @@ extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dim
         // S (H, T, T) = scale q k^T per head
         GP_TRY(gp_cuda_gemm_strided(dev, false, true, T, T, hd, scale, q, ld, hd, k, ld, hd,
                                      0.0f, P, T, T * T, H));
-        GP_CUDA_LAUNCH_BLOCKS(c, causal_softmax_kernel, row_blocks(H * T), H * T, T, P);
+        GP_CUDA_ROW_LAUNCH(c, causal_softmax_kernel, gp_cuda_row_per(T, 32),
+                           warp_row_blocks(H * T), GP_CUDA_THREADS, H * T, T, P);
         // att (T, hd per head, row stride C) = P v
         GP_TRY(gp_cuda_gemm_strided(dev, false, false, T, hd, T, 1.0f, P, T, T * T, v, ld, hd,
                                      0.0f, att + b * T * C, C, hd, H));
@@ -56,18 +76,31 @@ extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dim
 }
 
 // dS = P (dP - rowsum(P dP)) scale over the row's columns 0..t, zeros above (in place on dP).
+template <int PER>
 static __global__ void softmax_backward_kernel(int64_t nrows, int64_t T, float scale,
                                                const float *P, float *dS) {
-    __shared__ float sh[GP_CUDA_THREADS];
-    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+    const int lane = threadIdx.x & 31;
+    float p[PER ? PER : 1], d[PER ? PER : 1];
+    WARP_ROWS(r, nrows) {
         const float *pr = P + r * T;
         float *sr = dS + r * T;
         const int64_t n = r % T + 1;
         float acc = 0.0f;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = fmaf(pr[j], sr[j], acc);
-        const float dot = gp_block_sum(acc, sh);
-        for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
-            sr[j] = j < n ? pr[j] * (sr[j] - dot) * scale : 0.0f;
+        GP_CUDA_ROW_FOR(PER, k, j, lane, 32, T) if (j < n) {
+            const float pv = pr[j], dv = sr[j];
+            if (PER) p[GP_CUDA_ROW_REG(PER, k)] = pv, d[GP_CUDA_ROW_REG(PER, k)] = dv;
+            acc = fmaf(pv, dv, acc);
+        }
+        const float dot = gp_warp_sum(acc);
+        GP_CUDA_ROW_FOR(PER, k, j, lane, 32, T) if (j < T) {
+            if (j >= n) {
+                sr[j] = 0.0f;
+                continue;
+            }
+            const float pv = PER ? p[GP_CUDA_ROW_REG(PER, k)] : pr[j];
+            const float dv = PER ? d[GP_CUDA_ROW_REG(PER, k)] : sr[j];
+            sr[j] = pv * (dv - dot) * scale;
+        }
     }
 }
 
@@ -93,8 +126,8 @@ extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_di
         // dP (H, T, T) = dout v^T, then dS in place
         GP_TRY(gp_cuda_gemm_strided(dev, false, true, T, T, hd, 1.0f, dout, C, hd, v, ld, hd,
                                      0.0f, ws, T, T * T, H));
-        GP_CUDA_LAUNCH_BLOCKS(c, softmax_backward_kernel, row_blocks(H * T), H * T, T, scale, P,
-                              ws);
+        GP_CUDA_ROW_LAUNCH(c, softmax_backward_kernel, gp_cuda_row_per(T, 32),
+                           warp_row_blocks(H * T), GP_CUDA_THREADS, H * T, T, scale, P, ws);
         // dq = dS k, dk = dS^T q, dv = P^T dout
         GP_TRY(gp_cuda_gemm_strided(dev, false, false, T, hd, T, 1.0f, ws, T, T * T, k, ld, hd,
                                      0.0f, dq, ld, hd, H));

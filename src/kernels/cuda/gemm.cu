@@ -20,13 +20,25 @@ static __global__ void scale_c_kernel(float *c, int64_t m, int64_t n, int64_t ld
     }
 }
 
-// y[0..n) = x rounded to bf16 (core/bf16.h: the CPU's rounding, bit for bit).
-static __global__ void round_bf16_kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
-    GP_CUDA_FOR(i, n) {
-        __nv_bfloat16_raw r;
-        r.x = gp_bf16_bits(x[i]);
-        y[i] = r;
+// y[0..n) = x rounded to bf16 (core/bf16.h: the CPU's rounding, bit for bit), four a thread
+// where x is 16-byte aligned (y always is: gemm_bf16's workspace).
+static __global__ void round_bf16_kernel(const float *x, uint16_t *y, int64_t n, bool vec) {
+    const int64_t n4 = gp_cuda_vecs(vec, n);
+    GP_CUDA_FOR(i, n4) {
+        float v[4];
+        gp_ld4(x, i, v);
+        reinterpret_cast<uint2 *>(y)[i] =
+            make_uint2(gp_bf16_bits(v[0]) | (uint32_t)gp_bf16_bits(v[1]) << 16,
+                       gp_bf16_bits(v[2]) | (uint32_t)gp_bf16_bits(v[3]) << 16);
     }
+    GP_CUDA_FOR_TAIL(i, n4, n) y[i] = gp_bf16_bits(x[i]);
+}
+
+static gp_status round_bf16(gp_cuda_ctx *ctx, const float *x, __nv_bfloat16 *y, int64_t n) {
+    const bool vec = gp_cuda_aligned16(x);
+    round_bf16_kernel<<<gp_cuda_vec_blocks(vec, n), GP_CUDA_THREADS, 0, ctx->stream>>>(
+        x, reinterpret_cast<uint16_t *>(y), n, vec);
+    return gp_cuda_launched(ctx, "round_bf16_kernel");
 }
 
 // The bf16 products: A and B converted into one workspace block (B's copy a multiple of 128
@@ -46,12 +58,8 @@ static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t o
         dev, (size_t)(na_padded + nb) * sizeof(__nv_bfloat16), &s);
     if (!ws) return s;
     __nv_bfloat16 *a16 = ws, *b16 = ws + na_padded;
-    round_bf16_kernel<<<gp_cuda_blocks(na), GP_CUDA_THREADS, 0, ctx->stream>>>(a, a16, na);
-    s = gp_cuda_launched(ctx, "round_bf16_kernel");
-    if (s == GP_OK) {
-        round_bf16_kernel<<<gp_cuda_blocks(nb), GP_CUDA_THREADS, 0, ctx->stream>>>(b, b16, nb);
-        s = gp_cuda_launched(ctx, "round_bf16_kernel");
-    }
+    s = round_bf16(ctx, a, a16, na);
+    if (s == GP_OK) s = round_bf16(ctx, b, b16, nb);
     if (s == GP_OK && count == 1)
         s = gp_cuda_blas_check(ctx,
                                cublasGemmEx(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha,

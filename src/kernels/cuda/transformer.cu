@@ -1,7 +1,7 @@
 // CUDA kernels of the Transformer family but the token embeddings (embedding.cu) and attention
 // (attention.cu): linear layers (cuBLAS), layer norm, GELU, dropout and the positional
-// embedding. Row-wise sums use one block per row and a fixed tree; column sums (the gradients
-// of weights and biases) one thread per column adding the rows in order, the CPU's own order.
+// embedding. Row-wise sums use one block per row in a fixed order (math.cuh); column sums (the
+// gradients of weights and biases) add the rows in order in chunks (GP_CUDA_SUM_CHUNK).
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
@@ -13,18 +13,27 @@ static unsigned row_blocks(int64_t rows) {
 
 // ---------------------------------------------------------------------------------- linear
 
-// y = [res +] b, or res, before the GEMM adds x W^T onto it (beta = 1).
+// y = [res +] b, or res, before the GEMM adds x W^T onto it (beta = 1); in vectors of four
+// where the rows are (out a multiple of 4, the arrays aligned). The column takes a 32-bit
+// remainder where the count allows: a 64-bit one costs more than the element's memory traffic.
+__device__ inline void prefill_one(const float *b, const float *res, float *y, int64_t i,
+                                   int64_t j) {
+    y[i] = b && res ? res[i] + b[j] : b ? b[j] : res[i];
+}
+
 static __global__ void linear_prefill_kernel(int64_t rows, int64_t out, const float *b,
-                                             const float *res, float *y) {
-    GP_CUDA_FOR(i, rows * out) {
-        const int64_t j = i % out;
-        if (b && res)
-            y[i] = res[i] + b[j];
-        else if (b)
-            y[i] = b[j];
-        else
-            y[i] = res[i];
+                                             const float *res, float *y, bool vec) {
+    const int64_t n = rows * out, n4 = gp_cuda_vecs(vec, n), out4 = out / 4;
+    const bool narrow = n4 <= (int64_t)UINT32_MAX;
+    GP_CUDA_FOR(i, n4) {
+        const int64_t j4 = narrow ? (int64_t)((uint32_t)i % (uint32_t)out4) : i % out4;
+        float v[4], r[4];
+        if (b) gp_ld4(b, j4, v);
+        if (res) gp_ld4(res, i, r);
+        for (int k = 0; k < 4; k++) v[k] = b && res ? r[k] + v[k] : b ? v[k] : r[k];
+        gp_st4(y, i, v);
     }
+    GP_CUDA_FOR_TAIL(i, n4, n) prefill_one(b, res, y, i, i % out);
 }
 
 extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_t in,
@@ -34,8 +43,12 @@ extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     float beta = 0.0f;
-    if ((b || res != y) && (b || res) && rows > 0 && out > 0)
-        GP_CUDA_LAUNCH(c, linear_prefill_kernel, rows * out, rows, out, b, res, y);
+    if ((b || res != y) && (b || res) && rows > 0 && out > 0) {
+        const bool vec = out % 4 == 0 && gp_cuda_aligned16(b, res, y);
+        linear_prefill_kernel<<<gp_cuda_vec_blocks(vec, rows * out), GP_CUDA_THREADS, 0,
+                                c->stream>>>(rows, out, b, res, y, vec);
+        GP_TRY(gp_cuda_launched(c, "linear_prefill_kernel"));
+    }
     if (b || res) beta = 1.0f;
     return gp_cuda_gemm(dev, false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
 }
@@ -52,25 +65,31 @@ extern "C" gp_status gp_cuda_linear_backward(gp_device *dev, int64_t rows, int64
 // ------------------------------------------------------------------------------ layer norm
 
 // One block per row: the mean, then the squared deviations (two passes: no cancellation).
+template <int PER>
 static __global__ void layernorm_forward_kernel(int64_t rows, int64_t dim, const float *x,
                                                 const float *w, const float *b, float *y,
                                                 float *stats) {
     __shared__ float sh[GP_CUDA_THREADS];
+    float v[PER ? PER : 1];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * dim;
         float acc = 0.0f;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) acc += xr[j];
+        GP_CUDA_ROW_FOR(PER, k, j, threadIdx.x, blockDim.x, dim) if (j < dim) {
+            const float xv = xr[j];
+            if (PER) v[GP_CUDA_ROW_REG(PER, k)] = xv;
+            acc += xv;
+        }
         const float mean = gp_block_sum(acc, sh) / (float)dim;
         float acc2 = 0.0f;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-            const float d = xr[j] - mean;
+        GP_CUDA_ROW_FOR(PER, k, j, threadIdx.x, blockDim.x, dim) if (j < dim) {
+            const float d = (PER ? v[GP_CUDA_ROW_REG(PER, k)] : xr[j]) - mean;
             acc2 += d * d;
         }
-        const float v = gp_block_sum(acc2, sh);
-        const float rstd = 1.0f / sqrtf(v / (float)dim + LAYERNORM_EPS);
+        const float var = gp_block_sum(acc2, sh);
+        const float rstd = 1.0f / sqrtf(var / (float)dim + LAYERNORM_EPS);
         float *yr = y + r * dim;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+        GP_CUDA_ROW_FOR(PER, k, j, threadIdx.x, blockDim.x, dim) if (j < dim)
+            yr[j] = ((PER ? v[GP_CUDA_ROW_REG(PER, k)] : xr[j]) - mean) * rstd * w[j] + b[j];
         if (threadIdx.x == 0) {
             stats[r] = mean;
             stats[rows + r] = rstd;
@@ -85,8 +104,8 @@ extern "C" gp_status gp_cuda_layernorm_forward(gp_device *dev, int64_t rows, int
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     if (rows > 0 && dim > 0)
-        GP_CUDA_LAUNCH_BLOCKS(c, layernorm_forward_kernel, row_blocks(rows), rows, dim, x, w, b,
-                              y, stats);
+        GP_CUDA_ROW_LAUNCH(c, layernorm_forward_kernel, gp_cuda_row_per(dim, GP_CUDA_THREADS),
+                           row_blocks(rows), GP_CUDA_THREADS, rows, dim, x, w, b, y, stats);
     return GP_OK;
 }
 
@@ -111,26 +130,30 @@ static __global__ void layernorm_dw_partial_kernel(int64_t rows, int64_t dim, co
 
 // dx: one block per row. dxhat = dy w; dx = [dres +] rstd (dxhat - mean(dxhat) - xhat
 // mean(dxhat xhat)).
+template <int PER>
 static __global__ void layernorm_dx_kernel(int64_t rows, int64_t dim, const float *x,
                                            const float *w, const float *stats, const float *dy,
                                            const float *dres, float *dx) {
     __shared__ float sh[GP_CUDA_THREADS];
+    float xs[PER ? PER : 1], gs[PER ? PER : 1]; // xhat and dy w of the thread's elements
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * dim, *dyr = dy + r * dim;
         const float mean = stats[r], rstd = stats[rows + r];
         float a1 = 0.0f, a2 = 0.0f;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+        GP_CUDA_ROW_FOR(PER, k, j, threadIdx.x, blockDim.x, dim) if (j < dim) {
             const float xh = (xr[j] - mean) * rstd;
             const float g = dyr[j] * w[j];
+            if (PER) xs[GP_CUDA_ROW_REG(PER, k)] = xh, gs[GP_CUDA_ROW_REG(PER, k)] = g;
             a1 += g;
             a2 += g * xh;
         }
         const float m1 = gp_block_sum(a1, sh) / (float)dim;
         const float m2 = gp_block_sum(a2, sh) / (float)dim;
         float *dxr = dx + r * dim;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-            const float xh = (xr[j] - mean) * rstd;
-            const float v = rstd * (dyr[j] * w[j] - m1 - xh * m2);
+        GP_CUDA_ROW_FOR(PER, k, j, threadIdx.x, blockDim.x, dim) if (j < dim) {
+            const float xh = PER ? xs[GP_CUDA_ROW_REG(PER, k)] : (xr[j] - mean) * rstd;
+            const float g = PER ? gs[GP_CUDA_ROW_REG(PER, k)] : dyr[j] * w[j];
+            const float v = rstd * (g - m1 - xh * m2);
             dxr[j] = dres ? dres[r * dim + j] + v : v; // dres may alias dx: read, then write
         }
     }
@@ -155,8 +178,9 @@ extern "C" gp_status gp_cuda_layernorm_backward(gp_device *dev, int64_t rows, in
     gp_cuda_workspace_release(dev, part); // later work on the stream comes after the kernels
     GP_TRY(s);
     if (dx)
-        GP_CUDA_LAUNCH_BLOCKS(c, layernorm_dx_kernel, row_blocks(rows), rows, dim, x, w, stats,
-                              dy, dres, dx);
+        GP_CUDA_ROW_LAUNCH(c, layernorm_dx_kernel, gp_cuda_row_per(dim, GP_CUDA_THREADS),
+                           row_blocks(rows), GP_CUDA_THREADS, rows, dim, x, w, stats, dy, dres,
+                           dx);
     return GP_OK;
 }
 
@@ -186,25 +210,44 @@ __device__ inline float gelu_grad1(float x) {
     return fmaf(x, du2 * (s * (e * s)), s);
 }
 
-static __global__ void gelu_forward_kernel(int64_t n, const float *x, float *y) {
-    GP_CUDA_FOR(i, n) {
-        float e;
-        const float xi = x[i];
-        y[i] = xi * gelu_sigmoid(xi, &e);
+__device__ inline float gelu1(float x) {
+    float e;
+    return x * gelu_sigmoid(x, &e);
+}
+
+static __global__ void gelu_forward_kernel(int64_t n, const float *x, float *y, bool vec) {
+    const int64_t n4 = gp_cuda_vecs(vec, n);
+    GP_CUDA_FOR(i, n4) {
+        float v[4];
+        gp_ld4(x, i, v);
+        for (int k = 0; k < 4; k++) v[k] = gelu1(v[k]);
+        gp_st4(y, i, v);
     }
+    GP_CUDA_FOR_TAIL(i, n4, n) y[i] = gelu1(x[i]);
 }
 
 extern "C" gp_status gp_cuda_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
-    if (n > 0) GP_CUDA_LAUNCH(c, gelu_forward_kernel, n, n, x, y);
-    return GP_OK;
+    if (n <= 0) return GP_OK;
+    const bool vec = gp_cuda_aligned16(x, y);
+    gelu_forward_kernel<<<gp_cuda_vec_blocks(vec, n), GP_CUDA_THREADS, 0, c->stream>>>(n, x, y,
+                                                                                      vec);
+    return gp_cuda_launched(c, "gelu_forward_kernel");
 }
 
 static __global__ void gelu_backward_kernel(int64_t n, const float *x, const float *dy,
-                                            float *dx) {
-    GP_CUDA_FOR(i, n) dx[i] = dy[i] * gelu_grad1(x[i]);
+                                            float *dx, bool vec) {
+    const int64_t n4 = gp_cuda_vecs(vec, n);
+    GP_CUDA_FOR(i, n4) {
+        float v[4], d[4];
+        gp_ld4(x, i, v);
+        gp_ld4(dy, i, d);
+        for (int k = 0; k < 4; k++) v[k] = d[k] * gelu_grad1(v[k]);
+        gp_st4(dx, i, v);
+    }
+    GP_CUDA_FOR_TAIL(i, n4, n) dx[i] = dy[i] * gelu_grad1(x[i]);
 }
 
 extern "C" gp_status gp_cuda_gelu_backward(gp_device *dev, int64_t rows, int64_t cols,
@@ -213,7 +256,13 @@ extern "C" gp_status gp_cuda_gelu_backward(gp_device *dev, int64_t rows, int64_t
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
-    if (rows * cols > 0) GP_CUDA_LAUNCH(c, gelu_backward_kernel, rows * cols, rows * cols, x, dy, dx);
+    const int64_t n = rows * cols;
+    if (n > 0) {
+        const bool vec = gp_cuda_aligned16(x, dy, dx);
+        gelu_backward_kernel<<<gp_cuda_vec_blocks(vec, n), GP_CUDA_THREADS, 0, c->stream>>>(
+            n, x, dy, dx, vec);
+        GP_TRY(gp_cuda_launched(c, "gelu_backward_kernel"));
+    }
     // The bias gradient sums the rows of dx in order, as the CPU's.
     return db ? gp_cuda_sum_rows_add(dev, dx, rows, cols, db) : GP_OK;
 }

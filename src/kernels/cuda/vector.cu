@@ -93,7 +93,7 @@ extern "C" gp_status gp_cuda_sum_rows_add(gp_device *dev, const float *x, int64_
 }
 
 // The squared norm in SUMSQ_BLOCKS blocks of consecutive elements (block b of the range cut
-// by the length alone), each summed by a block of threads into a fixed tree, then the blocks
+// by the length alone), each summed by a block of threads in a fixed order, then the blocks
 // in order by one thread: a fixed order, as the CPU's, though not the same one.
 enum { SUMSQ_BLOCKS = 64 };
 
