@@ -15,7 +15,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${GP_GPU_BUILD:-$ROOT/build-gpu}
 BUNDLE=$ROOT/gpu-bundle
-PROGRAMS=(gpipe test_kernels_cuda test_cuda_api test_pipeline)
+PROGRAMS=(gpipe test_kernels_cuda test_cuda_api test_pipeline gp_gemm_paths)
 WORKLOG=$(mktemp)
 trap 'rm -f "$WORKLOG"' EXIT
 cd "$ROOT"

@@ -20,8 +20,9 @@
 # bf16; the demo LM's bf16 loss after 200 steps within 1% of fp32's; a checkpoint saved on the
 # GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed on the GPU;
 # `gpipe plan --device cuda` on T3; T3 (gpipe bench --device cuda) in fp32 and bf16, each with
-# its kernel profile and beside bench/peers/t3.py. Parts of a mode this gpipe lacks are marked
-# unavailable. Tier 2 (4 minutes more): T3 on two stages of the one GPU; every schedule at K = 2
+# its kernel profile and beside bench/peers/t3.py; the bf16 GEMM's paths on T3's shapes
+# (gp_gemm_paths: rounded copies, cuBLAS's own conversion, bf16 storage). Parts of a mode this
+# gpipe lacks are marked unavailable. Tier 2 (4 minutes more): T3 on two stages of the one GPU; every schedule at K = 2
 # and 4; compute-sanitizer memcheck over test_kernels_cuda and a 3-step two-stage training; the
 # GPU Table 1 (the largest T3-wide model under 16 GiB per stage at K = 1 without
 # re-materialization and at K = 4 with it); the PyTorch peer under torch.compile; racecheck.
@@ -305,6 +306,19 @@ for prec in fp32 bf16; do
         record "peer:t3_peer_$prec" skipped why '"dry run: no GPU"'
     fi
 done
+
+# The bf16 GEMM's three paths on T3's shapes (bench/gpu/gemm_paths.cu): what rounding the
+# operands into copies costs against cuBLAS converting inside its kernels and against bf16
+# storage.
+if [ $DRY = 1 ]; then
+    record "gemm:bf16_paths" skipped why '"dry run: no GPU"'
+elif [ -x "$BIN/gp_gemm_paths" ]; then
+    part gemm_paths 90 "$BIN/gp_gemm_paths"
+    if [ $RC = 0 ]; then record "gemm:bf16_paths" pass figures "$(cat "$WORK/gemm_paths.out")"
+    else record "gemm:bf16_paths" fail exit $RC; fi
+else
+    record "gemm:bf16_paths" unavailable why '"no gp_gemm_paths in this build"'
+fi
 
 # ---- tier 2, within --budget SECONDS of the start where given (the rest marked skipped)
 in_budget() {
