@@ -4,6 +4,7 @@
 // compute the whole T x T square (the softmax zeroes what lies above the diagonal), where the
 // CPU skips most of the masked triangle: simpler, at up to twice the GEMM work. A bf16 device's
 // products (gpipe.h, gp_precision) take bf16 operands, as the CPU's.
+#include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
@@ -119,23 +120,41 @@ extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_di
     if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
     const int64_t hd = C / H, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t b = 0; b < B; b++) {
+    // dout and dS each feed two products: on a bf16 device each is rounded once for both (the
+    // spans are those of the products: dout's T rows of C, dS's H squares).
+    const int64_t dout_span = gp_bf16_operand_span(false, T, hd, C, hd, H);
+    const int64_t ds_span = gp_bf16_operand_span(false, T, T, T, T * T, H);
+    gp_status st = GP_OK;
+    for (int64_t b = 0; b < B && st == GP_OK; b++) {
         const float *q = qkv + b * T * ld, *k = q + C, *v = q + 2 * C;
         const float *P = probs + b * H * T * T, *dout = datt + b * T * C;
         float *dq = dqkv + b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
+        void *dout16 = NULL, *ds16 = NULL;
+        st = gp_cuda_round_operand(dev, dout, dout_span, &dout16);
         // dP (H, T, T) = dout v^T, then dS in place
-        GP_TRY(gp_cuda_gemm_strided(dev, false, true, T, T, hd, 1.0f, dout, C, hd, v, ld, hd,
-                                     0.0f, ws, T, T * T, H));
-        GP_CUDA_ROW_LAUNCH(c, softmax_backward_kernel, gp_cuda_row_per(T, 32),
-                           warp_row_blocks(H * T), GP_CUDA_THREADS, H * T, T, scale, P, ws);
+        if (st == GP_OK)
+            st = gp_cuda_gemm_rounded(dev, false, true, T, T, hd, 1.0f, dout, dout16, C, hd, v,
+                                      NULL, ld, hd, 0.0f, ws, T, T * T, H);
+        if (st == GP_OK) {
+            GP_CUDA_ROW_QUEUE(c, softmax_backward_kernel, gp_cuda_row_per(T, 32),
+                              warp_row_blocks(H * T), GP_CUDA_THREADS, H * T, T, scale, P, ws);
+            st = gp_cuda_launched(c, "softmax_backward_kernel");
+        }
+        if (st == GP_OK) st = gp_cuda_round_operand(dev, ws, ds_span, &ds16);
         // dq = dS k, dk = dS^T q, dv = P^T dout
-        GP_TRY(gp_cuda_gemm_strided(dev, false, false, T, hd, T, 1.0f, ws, T, T * T, k, ld, hd,
-                                     0.0f, dq, ld, hd, H));
-        GP_TRY(gp_cuda_gemm_strided(dev, true, false, T, hd, T, 1.0f, ws, T, T * T, q, ld, hd,
-                                     0.0f, dk, ld, hd, H));
-        GP_TRY(gp_cuda_gemm_strided(dev, true, false, T, hd, T, 1.0f, P, T, T * T, dout, C, hd,
-                                     0.0f, dv, ld, hd, H));
+        if (st == GP_OK)
+            st = gp_cuda_gemm_rounded(dev, false, false, T, hd, T, 1.0f, ws, ds16, T, T * T, k,
+                                      NULL, ld, hd, 0.0f, dq, ld, hd, H);
+        if (st == GP_OK)
+            st = gp_cuda_gemm_rounded(dev, true, false, T, hd, T, 1.0f, ws, ds16, T, T * T, q,
+                                      NULL, ld, hd, 0.0f, dk, ld, hd, H);
+        if (st == GP_OK)
+            st = gp_cuda_gemm_rounded(dev, true, false, T, hd, T, 1.0f, P, NULL, T, T * T, dout,
+                                      dout16, C, hd, 0.0f, dv, ld, hd, H);
+        gp_cuda_workspace_release(dev, ds16);
+        gp_cuda_workspace_release(dev, dout16);
     }
+    GP_TRY(st);
     // The bias gradient: the rows of dqkv in order, by columns (the CPU's order).
     return dbias ? gp_cuda_sum_rows_add(dev, dqkv, B * T, 3 * C, dbias) : GP_OK;
 }

@@ -28,6 +28,18 @@ gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64
                                float beta, float *c, int64_t ldc, int64_t stride_c,
                                int64_t count);
 
+/* An operand that several products share, rounded to bf16 once: on a bf16 device x[0..span)
+ * into new workspace (*out; gp_cuda_workspace_release it once the products that read it are
+ * queued), on an fp32 device nothing (*out = NULL). gp_cuda_gemm_rounded takes such copies
+ * (a16, b16; NULL: that operand rounded by the call) beside the fp32 operands; span must cover
+ * what the product reads (core/bf16.h, gp_bf16_operand_span). */
+gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64_t span, void **out);
+gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                               int64_t k, float alpha, const float *a, const void *a16,
+                               int64_t lda, int64_t stride_a, const float *b, const void *b16,
+                               int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc,
+                               int64_t stride_c, int64_t count);
+
 /* out0[j] (and out1[j] where not NULL, from part + nchunks cols) += the chunk partials of column
  * j in chunk order: the second pass of the chunked column sums (math.cuh, GP_CUDA_SUM_CHUNK),
  * shared by the bias and layer-norm gradients (vector.cu). */

@@ -41,25 +41,46 @@ static gp_status round_bf16(gp_cuda_ctx *ctx, const float *x, __nv_bfloat16 *y, 
     return gp_cuda_launched(ctx, "round_bf16_kernel");
 }
 
-// The bf16 products: A and B converted into one workspace block (B's copy a multiple of 128
-// bytes into it: the tensor-core kernels want aligned operands), then cuBLAS's bf16 GEMM with
-// fp32 sums and output. The block is released at once: its memory is reused only by work queued
-// after the GEMM on the same stream (cuda_context.h).
+extern "C" gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64_t span,
+                                           void **out) {
+    *out = NULL;
+    if (gp_device_precision(dev) != GP_PRECISION_BF16 || span <= 0) return GP_OK;
+    gp_status s;
+    gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
+    if (!ctx) return s;
+    void *y = gp_cuda_workspace(dev, (size_t)span * sizeof(__nv_bfloat16), &s);
+    if (!y) return s;
+    s = round_bf16(ctx, x, (__nv_bfloat16 *)y, span);
+    if (s == GP_OK) *out = y;
+    else gp_cuda_workspace_release(dev, y);
+    return s;
+}
+
+// The bf16 products: A and B rounded into one workspace block (B's copy a multiple of 128 bytes
+// into it: the tensor-core kernels want aligned operands) unless the caller rounded them
+// already (a16, b16: gp_cuda_round_operand), then cuBLAS's bf16 GEMM with fp32 sums and output.
+// The block is released at once: its memory is reused only by work queued after the GEMM on the
+// same stream (cuda_context.h).
 static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t op_a,
                            cublasOperation_t op_b, bool trans_a, bool trans_b, int64_t m,
-                           int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                           int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
-                           float beta, float *c, int64_t ldc, int64_t stride_c, int64_t count) {
-    const int64_t na = gp_bf16_operand_span(trans_a, m, k, lda, stride_a, count);
-    const int64_t nb = gp_bf16_operand_span(trans_b, k, n, ldb, stride_b, count);
+                           int64_t n, int64_t k, float alpha, const float *a, const void *a16_in,
+                           int64_t lda, int64_t stride_a, const float *b, const void *b16_in,
+                           int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc,
+                           int64_t stride_c, int64_t count) {
+    const int64_t na = a16_in ? 0 : gp_bf16_operand_span(trans_a, m, k, lda, stride_a, count);
+    const int64_t nb = b16_in ? 0 : gp_bf16_operand_span(trans_b, k, n, ldb, stride_b, count);
     const int64_t na_padded = (na + 63) / 64 * 64;
-    gp_status s;
-    __nv_bfloat16 *ws = (__nv_bfloat16 *)gp_cuda_workspace(
-        dev, (size_t)(na_padded + nb) * sizeof(__nv_bfloat16), &s);
-    if (!ws) return s;
-    __nv_bfloat16 *a16 = ws, *b16 = ws + na_padded;
-    s = round_bf16(ctx, a, a16, na);
-    if (s == GP_OK) s = round_bf16(ctx, b, b16, nb);
+    gp_status s = GP_OK;
+    __nv_bfloat16 *ws = NULL;
+    if (na_padded + nb > 0) {
+        ws = (__nv_bfloat16 *)gp_cuda_workspace(
+            dev, (size_t)(na_padded + nb) * sizeof(__nv_bfloat16), &s);
+        if (!ws) return s;
+    }
+    const __nv_bfloat16 *a16 = a16_in ? (const __nv_bfloat16 *)a16_in : ws;
+    const __nv_bfloat16 *b16 = b16_in ? (const __nv_bfloat16 *)b16_in : ws + na_padded;
+    if (!a16_in) s = round_bf16(ctx, a, ws, na);
+    if (s == GP_OK && !b16_in) s = round_bf16(ctx, b, ws + na_padded, nb);
     if (s == GP_OK && count == 1)
         s = gp_cuda_blas_check(ctx,
                                cublasGemmEx(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha,
@@ -82,10 +103,10 @@ static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t o
 
 // The product in fp32, or with bf16 operands where bf16.
 static gp_status gemm_strided(gp_device *dev, bool bf16, bool trans_a, bool trans_b, int64_t m,
-                              int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                              int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
-                              float beta, float *c, int64_t ldc, int64_t stride_c,
-                              int64_t count) {
+                              int64_t n, int64_t k, float alpha, const float *a,
+                              const void *a16, int64_t lda, int64_t stride_a, const float *b,
+                              const void *b16, int64_t ldb, int64_t stride_b, float beta,
+                              float *c, int64_t ldc, int64_t stride_c, int64_t count) {
     gp_status s;
     gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
     if (!ctx) return s;
@@ -100,8 +121,8 @@ static gp_status gemm_strided(gp_device *dev, bool bf16, bool trans_a, bool tran
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (bf16)
-        return gemm_bf16(ctx, dev, op_a, op_b, trans_a, trans_b, m, n, k, alpha, a, lda,
-                         stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, count);
+        return gemm_bf16(ctx, dev, op_a, op_b, trans_a, trans_b, m, n, k, alpha, a, a16, lda,
+                         stride_a, b, b16, ldb, stride_b, beta, c, ldc, stride_c, count);
     if (count == 1)
         return gp_cuda_blas_check(ctx,
                                   cublasSgemm(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha,
@@ -120,8 +141,19 @@ extern "C" gp_status gp_cuda_sgemm_strided(gp_device *dev, bool trans_a, bool tr
                                            int64_t lda, int64_t stride_a, const float *b,
                                            int64_t ldb, int64_t stride_b, float beta, float *c,
                                            int64_t ldc, int64_t stride_c, int64_t count) {
-    return gemm_strided(dev, false, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                        stride_b, beta, c, ldc, stride_c, count);
+    return gemm_strided(dev, false, trans_a, trans_b, m, n, k, alpha, a, NULL, lda, stride_a, b,
+                        NULL, ldb, stride_b, beta, c, ldc, stride_c, count);
+}
+
+extern "C" gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
+                                          int64_t n, int64_t k, float alpha, const float *a,
+                                          const void *a16, int64_t lda, int64_t stride_a,
+                                          const float *b, const void *b16, int64_t ldb,
+                                          int64_t stride_b, float beta, float *c, int64_t ldc,
+                                          int64_t stride_c, int64_t count) {
+    return gemm_strided(dev, gp_device_precision(dev) == GP_PRECISION_BF16, trans_a, trans_b, m,
+                        n, k, alpha, a, a16, lda, stride_a, b, b16, ldb, stride_b, beta, c, ldc,
+                        stride_c, count);
 }
 
 extern "C" gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64_t m,
@@ -129,9 +161,8 @@ extern "C" gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool tra
                                           int64_t lda, int64_t stride_a, const float *b,
                                           int64_t ldb, int64_t stride_b, float beta, float *c,
                                           int64_t ldc, int64_t stride_c, int64_t count) {
-    return gemm_strided(dev, gp_device_precision(dev) == GP_PRECISION_BF16, trans_a, trans_b, m,
-                        n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
-                        count);
+    return gp_cuda_gemm_rounded(dev, trans_a, trans_b, m, n, k, alpha, a, NULL, lda, stride_a, b,
+                                NULL, ldb, stride_b, beta, c, ldc, stride_c, count);
 }
 
 extern "C" gp_status gp_cuda_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m,

@@ -136,8 +136,9 @@ __host__ inline int gp_cuda_row_per(int64_t dim, int64_t step) {
     return 0;
 }
 
-/* The launch of kernel<PER> for a PER of gp_cuda_row_per: one of a fixed set of instances. */
-#define GP_CUDA_ROW_LAUNCH(c, kernel, per, grid, threads, ...)                               \
+/* The launch of kernel<PER> for a PER of gp_cuda_row_per: one of a fixed set of instances;
+ * ..._QUEUE launches alone (its check, gp_cuda_launched, left to the caller). */
+#define GP_CUDA_ROW_QUEUE(c, kernel, per, grid, threads, ...)                                \
     do {                                                                                     \
         switch (per) {                                                                       \
         case 1: kernel<1><<<(grid), (threads), 0, (c)->stream>>>(__VA_ARGS__); break;      \
@@ -148,6 +149,10 @@ __host__ inline int gp_cuda_row_per(int64_t dim, int64_t step) {
         case 32: kernel<32><<<(grid), (threads), 0, (c)->stream>>>(__VA_ARGS__); break;    \
         default: kernel<0><<<(grid), (threads), 0, (c)->stream>>>(__VA_ARGS__); break;     \
         }                                                                                    \
+    } while (0)
+#define GP_CUDA_ROW_LAUNCH(c, kernel, per, grid, threads, ...)                               \
+    do {                                                                                     \
+        GP_CUDA_ROW_QUEUE(c, kernel, per, grid, threads, __VA_ARGS__);                       \
         GP_TRY(gp_cuda_launched((c), #kernel));                                              \
     } while (0)
 

@@ -53,11 +53,21 @@ extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_
     return gp_cuda_gemm(dev, false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
 }
 
+// dx = dy W and dW += dy^T x share dy: on a bf16 device it is rounded once for both.
 extern "C" gp_status gp_cuda_linear_backward(gp_device *dev, int64_t rows, int64_t in,
                                              int64_t out, const float *x, const float *w,
                                              const float *dy, float *dx, float *dw, float *db) {
-    if (dx) GP_TRY(gp_cuda_gemm(dev, false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in));
-    if (dw) GP_TRY(gp_cuda_gemm(dev, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in));
+    void *dy16 = NULL;
+    if (dx && dw) GP_TRY(gp_cuda_round_operand(dev, dy, rows * out, &dy16));
+    gp_status s = GP_OK;
+    if (dx)
+        s = gp_cuda_gemm_rounded(dev, false, false, rows, in, out, 1.0f, dy, dy16, out, 0, w,
+                                 NULL, in, 0, 0.0f, dx, in, 0, 1);
+    if (s == GP_OK && dw)
+        s = gp_cuda_gemm_rounded(dev, true, false, out, in, rows, 1.0f, dy, dy16, out, 0, x, NULL,
+                                 in, 0, 1.0f, dw, in, 0, 1);
+    gp_cuda_workspace_release(dev, dy16);
+    GP_TRY(s);
     if (db) GP_TRY(gp_cuda_sum_rows_add(dev, dy, rows, out, db));
     return GP_OK;
 }
