@@ -276,6 +276,8 @@ static void c_linear(run *r) {
     float *dw = io(r, H(rnd(no * ni, 1)), no * ni), *db = io(r, H(rnd(no, 1)), no);
     S(r->K->linear_forward(r->dev, rows, ni, no, x, w, b, res, y1));
     S(r->K->linear_forward(r->dev, rows, ni, no, x, w, NULL, NULL, y2));
+    float *y3 = out(r, rows * no); /* the bias alone: the GPU's four-a-thread prefill */
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, w, b, NULL, y3));
     S(r->K->linear_backward(r->dev, rows, ni, no, x, w, dy, dx, dw, db));
     CASE_END;
 }
@@ -304,6 +306,19 @@ static void c_layernorm(run *r) {
     float *dw = io(r, H(rnd(dim, 1)), dim), *db = io(r, H(rnd(dim, 1)), dim);
     S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, y, st));
     S(r->K->layernorm_backward(r->dev, rows, dim, x, w, st, dy, dx, dx, dw, db));
+    CASE_END;
+}
+
+/* Rows of 2048 as T3's: 8 floats a thread in the GPU's registers. */
+static void c_layernorm_2048(run *r) {
+    CASE_BEGIN;
+    const int64_t rows = 6, dim = 2048;
+    const float *x = in(r, H(rnd(rows * dim, 2)), rows * dim), *w = in(r, H(rnd(dim, 1)), dim);
+    const float *b = in(r, H(rnd(dim, 1)), dim), *dy = in(r, H(rnd(rows * dim, 1)), rows * dim);
+    float *y = out(r, rows * dim), *st = out(r, 2 * rows), *dx = out(r, rows * dim);
+    float *dw = io(r, H(rnd(dim, 1)), dim), *db = io(r, H(rnd(dim, 1)), dim);
+    S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, y, st));
+    S(r->K->layernorm_backward(r->dev, rows, dim, x, w, st, dy, NULL, dx, dw, db));
     CASE_END;
 }
 
@@ -375,10 +390,11 @@ static void c_attention(run *r) {
     CASE_END;
 }
 
-/* Rows past 1024: the GPU's softmax kernels without register copies (each pass reads the row). */
-static void c_attention_long(run *r) {
+/* Rows of seq floats: 600 (the GPU's softmax kernels with 32 registers a lane, as T3's 1024) and
+ * past 1024 (no register copies: each pass reads the row). */
+static void c_attention_rows(run *r, int64_t seq) {
     CASE_BEGIN;
-    const gp_attn_dims d = {.batch = 1, .seq = 1030, .dim = 8, .heads = 2};
+    const gp_attn_dims d = {.batch = 1, .seq = seq, .dim = 8, .heads = 2};
     const int64_t nq = d.batch * d.seq * 3 * d.dim, na = d.batch * d.seq * d.dim;
     const int64_t np = d.batch * d.heads * d.seq * d.seq;
     const float *qkv = in(r, H(rnd(nq, 1)), nq), *datt = in(r, H(rnd(na, 1)), na);
@@ -389,6 +405,8 @@ static void c_attention_long(run *r) {
     r->input[r->nb - 1] = true; /* the workspace: not compared */
     CASE_END;
 }
+static void c_attention_600(run *r) { c_attention_rows(r, 600); }
+static void c_attention_1030(run *r) { c_attention_rows(r, 1030); }
 
 static void c_linear_bf16(run *r) { bf16(r, c_linear); }
 /* Attention also rounds P and dS, which each device computes in fp32 with its own order of
@@ -566,12 +584,14 @@ static const named_case cases[] = {
     {"linear forward/backward", false, c_linear, TOL},
     {"linear, rows not of 4 floats", false, c_linear_odd, TOL},
     {"layernorm forward/backward", false, c_layernorm, TOL},
+    {"layernorm, rows of 2048", false, c_layernorm_2048, TOL},
     {"layernorm, rows of 2050 and 8200", false, c_layernorm_wide, TOL},
     {"gelu forward/backward", false, c_gelu, TOL},
     {"gelu and adamw, not aligned", false, c_unaligned, TOL},
     {"dropout", true, c_dropout, TOL},
     {"attention forward/backward", false, c_attention, TOL},
-    {"attention, rows of 1030", false, c_attention_long, TOL},
+    {"attention, rows of 600", false, c_attention_600, TOL},
+    {"attention, rows of 1030", false, c_attention_1030, TOL},
     {"embedding (whole and shard)", true, c_embedding, TOL},
     {"pos_embedding forward/backward", false, c_pos_embedding, TOL},
     {"softmax_xent", false, c_softmax_xent, TOL},

@@ -9,8 +9,8 @@
 #include "kernels/cuda/math.cuh"
 
 // A warp per row (lanes on neighbouring columns; reductions by shuffles, no barriers), the
-// row's first n = t + 1 columns in registers up to T = 32 GP_CUDA_ROW_PER_MAX (math.cuh): the
-// masked columns are neither read nor computed, only zeroed. A block per row with a tree of
+// row's first n = t + 1 columns in registers for T up to 32 x GP_CUDA_ROW_PER_MAX = 1024
+// (math.cuh): the masked columns are neither read nor computed, only zeroed. A block per row with a tree of
 // barriers took about 77 us for T3's 16 x 1024 rows, waiting on its barriers.
 #define ROWS_PER_BLOCK (GP_CUDA_THREADS / 32)
 

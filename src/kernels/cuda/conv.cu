@@ -173,7 +173,7 @@ extern "C" gp_status gp_cuda_channel_bias_add(gp_device *dev, int64_t batch, int
     return GP_OK;
 }
 
-// A block per channel: each example's plane summed in double in a fixed tree, the examples in
+// A block per channel: each example's plane summed in double in a fixed order, the examples in
 // order, rounded once.
 static __global__ void bias_grad_kernel(int64_t batch, int64_t channels, int64_t npix,
                                         const float *dy, float *db) {

@@ -1,6 +1,6 @@
 // CUDA softmax cross-entropy, whole and split over vocabulary shards, and the row maximum.
 // Labels are copied to the host and checked there first (the CPU's messages); a block per row
-// computes its sums in a fixed tree; the row losses come back to the host, which adds them in
+// computes its sums in a fixed order; the row losses come back to the host, which adds them in
 // row order in double as the CPU does.
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"

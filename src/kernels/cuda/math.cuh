@@ -1,4 +1,4 @@
-/* Device-side helpers of the CUDA kernels: grid-stride loops, block reductions in a fixed tree
+/* Device-side helpers of the CUDA kernels: grid-stride loops, block reductions in a fixed order
  * (the order is set by the block size and the data's length, never by scheduling: no atomics),
  * the CPU's exp approximation (kernels/cpu/transformer_math.h) so that softmax and GELU round
  * as the CPU's do, and Philox4x32-10 as core/rng.c computes it (dropout masks equal the CPU's
@@ -57,7 +57,8 @@ __device__ inline T gp_warp_sum(T v) {
     return v;
 }
 
-/* The larger of a and b, a NaN winning (any NaN in: NaN out). */
+/* The larger of a and b, a NaN winning (any NaN in: NaN out). Lanes may end with +0 and -0 (or
+ * NaNs of other payloads) where those tie; both act alike in what follows (x - m, exp). */
 __device__ inline float gp_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
 
 __device__ inline float gp_warp_max_nan(float v) {

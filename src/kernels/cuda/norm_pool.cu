@@ -1,5 +1,5 @@
 // CUDA batch norm and pooling. Batch norm takes a block per channel, its sums in double in a
-// fixed tree (thread t takes the elements t, t + 256, ... of the channel's planes, in order);
+// fixed order (thread t takes the elements t, t + 256, ... of the channel's planes, in order);
 // max pooling a thread per output for the forward (the CPU's rule for ties and NaNs, so the
 // same indices) and a thread per plane for the backward, which scatters in output order as the
 // CPU does (overlapping windows add in that order, without atomics).
@@ -180,7 +180,7 @@ extern "C" gp_status gp_cuda_maxpool_backward(gp_device *dev, const gp_pool_dims
     return GP_OK;
 }
 
-// A block per plane: its mean, summed in double in a fixed tree.
+// A block per plane: its mean, summed in double in a fixed order.
 static __global__ void avgpool_forward_kernel(int64_t planes, int64_t hw, const float *x,
                                               float *y) {
     __shared__ double sh[GP_CUDA_THREADS];

@@ -1,6 +1,6 @@
 // CUDA kernels over flat arrays: fills and scales, bias sums, squared norms and the ReLUs. An
 // element-wise op is one grid-stride loop; a sum adds in a fixed order (a bias sum's column in
-// chunks of rows, then the chunks in order; the squared norm in a fixed tree), so the bits
+// chunks of rows, then the chunks in order; the squared norm in a fixed order), so the bits
 // never depend on scheduling.
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
