@@ -21,8 +21,7 @@
 # GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed on the GPU;
 # `gpipe plan --device cuda` on T3; T3 (gpipe bench --device cuda) in fp32 and bf16, each with
 # its kernel profile and beside bench/peers/t3.py; the bf16 GEMM's paths on T3's shapes
-# (gp_gemm_paths: rounded copies, cuBLAS's own conversion, bf16 storage); T3 bf16 and
-# test_kernels_cuda with GP_CUDA_BF16_GEMM=fast. Parts of a mode this
+# (gp_gemm_paths: rounded copies, cuBLAS's own conversion, bf16 storage). Parts of a mode this
 # gpipe lacks are marked unavailable. Tier 2 (4 minutes more): T3 on two stages of the one GPU; every schedule at K = 2
 # and 4; compute-sanitizer memcheck over test_kernels_cuda and a 3-step two-stage training; the
 # GPU Table 1 (the largest T3-wide model under 16 GiB per stage at K = 1 without
@@ -307,21 +306,6 @@ for prec in fp32 bf16; do
         record "peer:t3_peer_$prec" skipped why '"dry run: no GPU"'
     fi
 done
-
-# bf16 with cuBLAS rounding the operands inside its GEMMs (GP_CUDA_BF16_GEMM=fast, docs/guide.md):
-# T3's speed that way, and test_kernels_cuda under it (its bf16 cases compare with the CPU's
-# operands rounded to nearest even).
-if [ $DRY = 0 ] && [[ " $PRECISIONS " == *" bf16 "* ]]; then
-    part test_kernels_cuda_fast 120 env GP_CUDA_BF16_GEMM=fast "$BIN/test_kernels_cuda"
-    record "test:test_kernels_cuda_bf16_fast" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
-    part t3_bf16_fast 150 env GP_CUDA_BF16_GEMM=fast "$GPIPE" bench "${T3[@]}" --precision bf16 \
-        --quiet --report "$WORK/t3_bf16_fast.json"
-    if [ $RC = 0 ]; then
-        record "speed:T3_bf16_fast" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "fraction_of_ceiling": r.get("fraction_of_ceiling"), "ceiling_gflops": r.get("ceiling_gflops")}))' "$WORK/t3_bf16_fast.json")"
-    else
-        record "speed:T3_bf16_fast" fail exit $RC
-    fi
-fi
 
 # The bf16 GEMM's three paths on T3's shapes (bench/gpu/gemm_paths.cu): what rounding the
 # operands into copies costs against cuBLAS converting inside its kernels and against bf16

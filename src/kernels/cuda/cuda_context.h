@@ -28,10 +28,6 @@ typedef struct gp_cuda_ctx {
     void *host;          /* pinned host scratch (gp_cuda_host_scratch) */
     size_t host_cap;
     struct gp_cuda_profile *profile; /* GP_CUDA_PROFILE (profile.h); NULL when off */
-    /* GP_CUDA_BF16_GEMM=fast: a bf16 device's products take the fp32 operands to cuBLAS with
-     * CUBLAS_COMPUTE_32F_FAST_16BF (the library rounds inside its kernels) rather than rounded
-     * copies (gemm.cu) */
-    bool bf16_in_gemm;
 } gp_cuda_ctx;
 
 /* Binds the library's calls the module makes (host_calls.c; kernels/cuda_module.h). */

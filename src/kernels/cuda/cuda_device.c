@@ -157,15 +157,8 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
     if (ordinal < 0 || ordinal >= count)
         return gp_error(GP_INVALID_ARGUMENT, "CUDA device %s: GPU %d, expected 0 to %d", name,
                         ordinal, count - 1);
-    const char *gemm = getenv("GP_CUDA_BF16_GEMM");
-    if (gemm && *gemm && strcmp(gemm, "round") != 0 && strcmp(gemm, "fast") != 0)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "CUDA device %s: GP_CUDA_BF16_GEMM=%s: expected round (the default: "
-                        "rounded copies of the operands) or fast (cuBLAS rounds them)",
-                        name, gemm);
     gp_cuda_ctx *c = calloc(1, sizeof *c);
     if (!c) return gp_error(GP_OUT_OF_MEMORY, "CUDA device %s: cannot allocate its state", name);
-    c->bf16_in_gemm = gemm && strcmp(gemm, "fast") == 0;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->ordinal = ordinal;
     s = gp_cuda_select(c);

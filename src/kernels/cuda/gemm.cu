@@ -48,7 +48,6 @@ extern "C" gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64
     gp_status s;
     gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
     if (!ctx) return s;
-    if (ctx->bf16_in_gemm) return GP_OK; // the products take x itself
     void *y = gp_cuda_workspace(dev, (size_t)span * sizeof(__nv_bfloat16), &s);
     if (!y) return s;
     s = round_bf16(ctx, x, (__nv_bfloat16 *)y, span);
@@ -62,39 +61,12 @@ extern "C" gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64
 // already (a16, b16: gp_cuda_round_operand), then cuBLAS's bf16 GEMM with fp32 sums and output.
 // The block is released at once: its memory is reused only by work queued after the GEMM on the
 // same stream (cuda_context.h).
-// GP_CUDA_BF16_GEMM=fast (cuda_context.h): the fp32 operands to cuBLAS, which rounds them to
-// bf16 inside its kernels (CUBLAS_COMPUTE_32F_FAST_16BF): no copies.
-static gp_status gemm_fast_16bf(gp_cuda_ctx *ctx, cublasOperation_t op_a, cublasOperation_t op_b,
-                                int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                                int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
-                                int64_t stride_b, float beta, float *c, int64_t ldc,
-                                int64_t stride_c, int64_t count) {
-    if (count == 1)
-        return gp_cuda_blas_check(
-            ctx,
-            cublasGemmEx(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F,
-                         (int)ldb, a, CUDA_R_32F, (int)lda, &beta, c, CUDA_R_32F, (int)ldc,
-                         CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
-            "cublasGemmEx (fast 16bf)");
-    return gp_cuda_blas_check(
-        ctx,
-        cublasGemmStridedBatchedEx(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b,
-                                   CUDA_R_32F, (int)ldb, (long long)stride_b, a, CUDA_R_32F,
-                                   (int)lda, (long long)stride_a, &beta, c, CUDA_R_32F, (int)ldc,
-                                   (long long)stride_c, (int)count, CUBLAS_COMPUTE_32F_FAST_16BF,
-                                   CUBLAS_GEMM_DEFAULT),
-        "cublasGemmStridedBatchedEx (fast 16bf)");
-}
-
 static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t op_a,
                            cublasOperation_t op_b, bool trans_a, bool trans_b, int64_t m,
                            int64_t n, int64_t k, float alpha, const float *a, const void *a16_in,
                            int64_t lda, int64_t stride_a, const float *b, const void *b16_in,
                            int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc,
                            int64_t stride_c, int64_t count) {
-    if (ctx->bf16_in_gemm) // gp_cuda_round_operand made no copies then: a16_in, b16_in NULL
-        return gemm_fast_16bf(ctx, op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                              stride_b, beta, c, ldc, stride_c, count);
     const int64_t na = a16_in ? 0 : gp_bf16_operand_span(trans_a, m, k, lda, stride_a, count);
     const int64_t nb = b16_in ? 0 : gp_bf16_operand_span(trans_b, k, n, ldb, stride_b, count);
     const int64_t na_padded = (na + 63) / 64 * 64;
