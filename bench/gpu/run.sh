@@ -8,9 +8,11 @@
 #   timeline.svg  a two-stage training step on the GPU, stages as rows
 #   profile_fp32.txt, profile_bf16.txt  T3's GPU time per kernel (GP_CUDA_PROFILE)
 #
-#   bash bench/gpu/bundle.sh                  # here: build-gpu/ and gpu-bundle.tar.xz (~15 MB)
+#   bash bench/gpu/bundle.sh                  # here: build-gpu/ and gpu-bundle.tar.xz (~6 MB)
 #   bash bench/gpu/run.sh --tier 1            # there, with gpu-bundle.tar.xz carried
 #   bash bench/gpu/run.sh --tier 2 --budget 400   # both tiers, tier 2's parts while under 400 s
+#   bash bench/gpu/run.sh --tier 0            # the GPU tests, then T3 bf16 and its profile:
+#                                             # a check of a change in under a minute
 #   bash bench/gpu/run.sh --dry-run           # no GPU: every step that needs none, from build/
 #                                             # (or --bundle BUILD_DIR; a ctest of make test)
 #
@@ -39,11 +41,11 @@ while [ $# -gt 0 ]; do
     --dry-run) DRY=1; shift ;;
     --budget) BUDGET=${2:-}; shift 2 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (--tier 1|2, --out DIR, --bundle DIR, --budget S, --dry-run)" >&2
+    *) echo "run.sh: unknown argument '$1' (--tier 0|1|2, --out DIR, --bundle DIR, --budget S, --dry-run)" >&2
        exit 2 ;;
     esac
 done
-case "$TIER" in 1 | 2) ;; *) echo "run.sh: --tier $TIER: expected 1 or 2" >&2; exit 2 ;; esac
+case "$TIER" in 0 | 1 | 2) ;; *) echo "run.sh: --tier $TIER: expected 0, 1 or 2" >&2; exit 2 ;; esac
 case "$BUDGET" in '' | *[!0-9]*) echo "run.sh: --budget $BUDGET: expected whole seconds" >&2; exit 2 ;; esac
 [ -n "$OUTDIR" ] || { echo "run.sh: --out: empty" >&2; exit 2; }
 mkdir -p "$OUTDIR" || exit 2
@@ -144,6 +146,10 @@ fi
 COMMIT=$(cat "$BIN/COMMIT" 2>/dev/null || git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
 echo "gpipe GPU run, tier $TIER$([ $DRY = 1 ] && echo ', dry run (CPU in the GPU place)'): GPU $GPU_NAME, driver ${DRIVER:-none}, CUDA ${CUDA_VERSION:-none}, commit ${COMMIT:0:12}, $NT cores"
 
+# Whether this gpipe has the bf16 mode (--precision): its parts run only then.
+PRECISIONS=fp32
+[[ "$("$GPIPE" train --help 2>/dev/null)" == *--precision* ]] && PRECISIONS="fp32 bf16"
+
 # ---- tier 1, part 1: the GPU tests
 for t in test_kernels_cuda test_cuda_api test_pipeline; do
     if [ ! -x "$BIN/$t" ]; then
@@ -159,6 +165,36 @@ for t in test_kernels_cuda test_cuda_api test_pipeline; do
     fi
 done
 
+# T3 timed by gpipe bench in a precision, then once more with the CUDA device's kernel profile
+# (GP_CUDA_PROFILE: GPU time per kernel, printed when the device is freed) into
+# profile_PRECISION.txt.
+if [ $DRY = 1 ]; then
+    T3=(--workload T3 --device cpu --layers 1 --batch 1 --steps 1 --warmup 0)
+else
+    T3=(--workload T3 --device cuda --steps 5 --warmup 2)
+fi
+t3_speed() { # t3_speed PRECISION
+    local prec=$1 popt=()
+    [ "$prec" = bf16 ] && popt=(--precision bf16)
+    part "t3_$prec" 150 "$GPIPE" bench "${T3[@]}" "${popt[@]}" --quiet --report "$WORK/t3_$prec.json"
+    if [ $RC = 0 ]; then
+        record "speed:T3_$prec" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ("model","device","precision","nparams","achieved_gflops","ceiling_gflops","fraction_of_ceiling","ceiling_basis")} | {"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$WORK/t3_$prec.json")"
+    else
+        record "speed:T3_$prec" fail exit $RC
+    fi
+    [ $DRY = 1 ] && return
+    part "profile_$prec" 90 env GP_CUDA_PROFILE=1 "$GPIPE" bench --workload T3 --device cuda \
+        --steps 2 --warmup 1 "${popt[@]}" --quiet
+    cp "$WORK/profile_$prec.out" "$OUTDIR/profile_$prec.txt"
+    record "profile:T3_$prec" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+}
+
+# ---- tier 0: the tests above, then T3 in bf16 with its profile; no more
+if [ "$TIER" = 0 ]; then
+    if [[ " $PRECISIONS " == *" bf16 "* ]] && [ $DRY = 0 ]; then t3_speed bf16; else t3_speed fp32; fi
+fi
+
+if [ "$TIER" != 0 ]; then # tiers 1 and 2
 # ---- tier 1, part 2: training on the GPU against the CPU
 awk 'BEGIN {RS = ""; ORS = "\n%\n"} {print}' "$ROOT"/README.md "$ROOT"/BENCHMARKS.md "$ROOT"/docs/*.md >"$WORK/corpus.txt"
 LM=(--data "$WORK/corpus.txt" --eval-size 8 --quiet --log-every 1 --seed 1)
@@ -170,9 +206,6 @@ train() {
         --report "$WORK/$name.json" "$@"
     [ $RC = 0 ] || record "run:$name" fail exit $RC
 }
-# Whether this gpipe has the bf16 mode (--precision): its parts run only then.
-PRECISIONS=fp32
-[[ "$("$GPIPE" train --help 2>/dev/null)" == *--precision* ]] && PRECISIONS="fp32 bf16"
 # A dry run trains the demo LM 3 steps where the GPU's runs train it and T1 50: it shows the
 # comparisons work, not the figures. The CPU's runs go in the background, beside the GPU's.
 STEPS=$([ $DRY = 1 ] && echo 3 || echo 50)
@@ -254,24 +287,7 @@ else
     record "plan:T3_K4_$DEV" fail exit $RC
 fi
 
-# ---- tier 1, part 3: T3's speed beside PyTorch
-# T3 timed by gpipe bench in each precision, then once more with the CUDA device's kernel
-# profile (GP_CUDA_PROFILE: GPU time per kernel, printed when the device is freed) into
-# profile_PRECISION.txt; then beside PyTorch (bench/peers/t3.py, alternating in one run).
-if [ $DRY = 1 ]; then
-    T3=(--workload T3 --device cpu --layers 1 --batch 1 --steps 1 --warmup 0)
-else
-    T3=(--workload T3 --device cuda --steps 5 --warmup 2)
-fi
-peer() { # peer NAME GUARD ARGS...: bench/peers/t3.py, its JSON into the summary
-    local name=$1 secs=$2
-    shift 2
-    part "$name" "$secs" env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/peers/t3.py" --gpipe "$GPIPE" \
-        --json "$WORK/$name.json" "$@"
-    if [ $RC = 3 ]; then record "peer:$name" unavailable why '"no PyTorch with CUDA here"'
-    elif [ $RC = 0 ] && [ -s "$WORK/$name.json" ]; then record "peer:$name" pass figures "$(cat "$WORK/$name.json")"
-    else record "peer:$name" fail exit $RC; fi
-}
+# ---- tier 1, part 3: T3's speed beside PyTorch (t3_speed above, then the peer)
 for prec in fp32 bf16; do
     if ! [[ " $PRECISIONS " == *" $prec "* ]]; then
         record "speed:T3_$prec" unavailable why '"gpipe has no --precision bf16"'
@@ -279,23 +295,12 @@ for prec in fp32 bf16; do
             --warmup 2
         continue
     fi
-    popt=()
-    [ $prec = bf16 ] && popt=(--precision bf16)
     if [ $DRY = 1 ] && [ $prec != fp32 ]; then # a dry run times one precision: the plumbing
         record "speed:T3_$prec" skipped why '"dry run"'
         continue
     fi
-    part "t3_$prec" 150 "$GPIPE" bench "${T3[@]}" "${popt[@]}" --quiet --report "$WORK/t3_$prec.json"
-    if [ $RC = 0 ]; then
-        record "speed:T3_$prec" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ("model","device","precision","nparams","achieved_gflops","ceiling_gflops","fraction_of_ceiling","ceiling_basis")} | {"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$WORK/t3_$prec.json")"
-    else
-        record "speed:T3_$prec" fail exit $RC
-    fi
+    t3_speed $prec
     if [ $DRY = 0 ]; then
-        part "profile_$prec" 90 env GP_CUDA_PROFILE=1 "$GPIPE" bench --workload T3 --device cuda \
-            --steps 2 --warmup 1 "${popt[@]}" --quiet
-        cp "$WORK/profile_$prec.out" "$OUTDIR/profile_$prec.txt"
-        record "profile:T3_$prec" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
         # PyTorch right after gpipe's run above (one round each: the lease is short), and the
         # ratio of the two.
         peer "t3_peer_$prec" 150 --precision $prec --no-gpipe --rounds 1 --steps 5 --warmup 2
@@ -419,6 +424,8 @@ if [ "$TIER" = 2 ]; then
         record "sanitizer:racecheck:test_kernels_cuda" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
     fi
 fi
+
+fi # tiers 1 and 2
 
 rm -f "$OUTDIR/summary.json"
 summarize || { echo "run.sh: the summary could not be written (run.log says why)" >&2; exit 1; }
