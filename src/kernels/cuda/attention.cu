@@ -52,6 +52,14 @@ static __global__ void causal_softmax_kernel(int64_t nrows, int64_t T, float *s)
     }
 }
 
+// On a bf16 device an example's q, k and v are rounded once, as one block (its T rows of qkv:
+// what every product reads of q, k or v lies in it), rather than each product rounding the span
+// of its own operand, which for q, k and v alike is nearly the whole block (their rows are 3 C
+// apart). at16(p, n): element n of such a copy (NULL on an fp32 device: nothing was rounded).
+static const void *at16(const void *p, int64_t n) {
+    return p ? (const void *)((const uint16_t *)p + n) : NULL;
+}
+
 extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dims *d,
                                                const float *qkv, float *probs, float *att) {
     gp_status s;
@@ -61,19 +69,29 @@ extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dim
     if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
     const int64_t hd = C / H, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t b = 0; b < B; b++) {
+    gp_status st = GP_OK;
+    for (int64_t b = 0; b < B && st == GP_OK; b++) {
         const float *q = qkv + b * T * ld, *k = q + C, *v = q + 2 * C;
         float *P = probs + b * H * T * T;
+        void *qkv16 = NULL; // the example's q, k and v (at16)
+        st = gp_cuda_round_operand(dev, q, T * ld, &qkv16);
         // S (H, T, T) = scale q k^T per head
-        GP_TRY(gp_cuda_gemm_strided(dev, false, true, T, T, hd, scale, q, ld, hd, k, ld, hd,
-                                     0.0f, P, T, T * T, H));
-        GP_CUDA_ROW_LAUNCH(c, causal_softmax_kernel, gp_cuda_row_per(T, 32),
-                           warp_row_blocks(H * T), GP_CUDA_THREADS, H * T, T, P);
+        if (st == GP_OK)
+            st = gp_cuda_gemm_rounded(dev, false, true, T, T, hd, scale, q, qkv16, ld, hd, k,
+                                      at16(qkv16, C), ld, hd, 0.0f, P, T, T * T, H);
+        if (st == GP_OK) {
+            GP_CUDA_ROW_QUEUE(c, causal_softmax_kernel, gp_cuda_row_per(T, 32),
+                              warp_row_blocks(H * T), GP_CUDA_THREADS, H * T, T, P);
+            st = gp_cuda_launched(c, "causal_softmax_kernel");
+        }
         // att (T, hd per head, row stride C) = P v
-        GP_TRY(gp_cuda_gemm_strided(dev, false, false, T, hd, T, 1.0f, P, T, T * T, v, ld, hd,
-                                     0.0f, att + b * T * C, C, hd, H));
+        if (st == GP_OK)
+            st = gp_cuda_gemm_rounded(dev, false, false, T, hd, T, 1.0f, P, NULL, T, T * T, v,
+                                      at16(qkv16, 2 * C), ld, hd, 0.0f, att + b * T * C, C, hd,
+                                      H);
+        gp_cuda_workspace_release(dev, qkv16);
     }
-    return GP_OK;
+    return st;
 }
 
 // dS = P (dP - rowsum(P dP)) scale over the row's columns 0..t, zeros above (in place on dP).
@@ -121,7 +139,8 @@ extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_di
     const int64_t hd = C / H, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
     // dout and dS each feed two products: on a bf16 device each is rounded once for both (the
-    // spans are those of the products: dout's T rows of C, dS's H squares).
+    // spans are those of the products: dout's T rows of C, dS's H squares); q, k, v as one block
+    // (at16).
     const int64_t dout_span = gp_bf16_operand_span(false, T, hd, C, hd, H);
     const int64_t ds_span = gp_bf16_operand_span(false, T, T, T, T * T, H);
     gp_status st = GP_OK;
@@ -129,12 +148,13 @@ extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_di
         const float *q = qkv + b * T * ld, *k = q + C, *v = q + 2 * C;
         const float *P = probs + b * H * T * T, *dout = datt + b * T * C;
         float *dq = dqkv + b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
-        void *dout16 = NULL, *ds16 = NULL;
+        void *dout16 = NULL, *ds16 = NULL, *qkv16 = NULL;
         st = gp_cuda_round_operand(dev, dout, dout_span, &dout16);
+        if (st == GP_OK) st = gp_cuda_round_operand(dev, q, T * ld, &qkv16);
         // dP (H, T, T) = dout v^T, then dS in place
         if (st == GP_OK)
             st = gp_cuda_gemm_rounded(dev, false, true, T, T, hd, 1.0f, dout, dout16, C, hd, v,
-                                      NULL, ld, hd, 0.0f, ws, T, T * T, H);
+                                      at16(qkv16, 2 * C), ld, hd, 0.0f, ws, T, T * T, H);
         if (st == GP_OK) {
             GP_CUDA_ROW_QUEUE(c, softmax_backward_kernel, gp_cuda_row_per(T, 32),
                               warp_row_blocks(H * T), GP_CUDA_THREADS, H * T, T, scale, P, ws);
@@ -144,14 +164,15 @@ extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_di
         // dq = dS k, dk = dS^T q, dv = P^T dout
         if (st == GP_OK)
             st = gp_cuda_gemm_rounded(dev, false, false, T, hd, T, 1.0f, ws, ds16, T, T * T, k,
-                                      NULL, ld, hd, 0.0f, dq, ld, hd, H);
+                                      at16(qkv16, C), ld, hd, 0.0f, dq, ld, hd, H);
         if (st == GP_OK)
             st = gp_cuda_gemm_rounded(dev, true, false, T, hd, T, 1.0f, ws, ds16, T, T * T, q,
-                                      NULL, ld, hd, 0.0f, dk, ld, hd, H);
+                                      qkv16, ld, hd, 0.0f, dk, ld, hd, H);
         if (st == GP_OK)
             st = gp_cuda_gemm_rounded(dev, true, false, T, hd, T, 1.0f, P, NULL, T, T * T, dout,
                                       dout16, C, hd, 0.0f, dv, ld, hd, H);
         gp_cuda_workspace_release(dev, ds16);
+        gp_cuda_workspace_release(dev, qkv16);
         gp_cuda_workspace_release(dev, dout16);
     }
     GP_TRY(st);
