@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
            gp_op_attention_gemm_flops(&d) / 1e9);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        kt->attention_backward(dev, &d, a1, probs, a2, a3, st2, a3 + 3 * NC);
+        kt->attention_backward(dev, &d, a1, probs, NULL, a2, a3, st2, a3 + 3 * NC);
         tt[r] = now() - t0;
     }
     printf("attention core bwd: %.2f ms\n", median(tt, n) * 1e3);

@@ -1446,7 +1446,8 @@ static void test_attention_backward(gp_device *dev, const gp_kernels *K) {
                 float *d_dqkv = kt_out(&t, nq), *d_ws = kt_out(&t, ws > 0 ? ws : 0);
                 float *d_db = want_db ? kt_io(&t, dbias0, 3 * C) : NULL;
                 REQUIRE_OK(gp_device_set_precision(dev, (gp_precision)pr));
-                CHECK_OK(K->attention_backward(dev, &d, d_qkv, d_p, d_datt, d_dqkv, d_db, d_ws));
+                CHECK_OK(K->attention_backward(dev, &d, d_qkv, d_p, NULL, d_datt, d_dqkv, d_db,
+                                               d_ws));
                 REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
                 kt_get(&t, d_dqkv, dqkv, nq);
                 if (want_db) kt_get(&t, d_db, dbias, 3 * C);

@@ -375,38 +375,50 @@ static void c_dropout(run *r) {
     CASE_END;
 }
 
-static void c_attention(run *r) {
+/* Attention forward then backward. probs holds what the forward leaves its backward, the device's
+ * own (kernel_ops.def): compared only where both devices keep the probabilities (private: a
+ * bf16 GPU's fused kernels keep each row's log-sum-exp there). */
+static void attention_case(run *r, gp_attn_dims d, bool with_bias, bool private_probs) {
     CASE_BEGIN;
-    const gp_attn_dims d = {.batch = 2, .seq = 70, .dim = 32, .heads = 4};
     const int64_t nq = d.batch * d.seq * 3 * d.dim, na = d.batch * d.seq * d.dim;
     const int64_t np = d.batch * d.heads * d.seq * d.seq;
     const float *qkv = in(r, H(rnd(nq, 1)), nq), *datt = in(r, H(rnd(na, 1)), na);
-    float *probs = out(r, np), *att = out(r, na), *dqkv = out(r, nq);
-    float *dbias = io(r, H(rnd(3 * d.dim, 1)), 3 * d.dim);
+    float *probs = out(r, np);
+    if (private_probs) r->input[r->nb - 1] = true;
+    float *att = out(r, na), *dqkv = out(r, nq);
+    float *dbias = with_bias ? io(r, H(rnd(3 * d.dim, 1)), 3 * d.dim) : NULL;
     float *ws = out(r, r->K->attention_backward_ws(r->dev, &d));
-    S(r->K->attention_forward(r->dev, &d, qkv, probs, att));
-    S(r->K->attention_backward(r->dev, &d, qkv, probs, datt, dqkv, dbias, ws));
     r->input[r->nb - 1] = true; /* the workspace: not compared */
+    S(r->K->attention_forward(r->dev, &d, qkv, probs, att));
+    S(r->K->attention_backward(r->dev, &d, qkv, probs, att, datt, dqkv, dbias, ws));
     CASE_END;
+}
+
+static void c_attention(run *r) {
+    attention_case(r, (gp_attn_dims){.batch = 2, .seq = 70, .dim = 32, .heads = 4}, true, false);
 }
 
 /* Rows of seq floats: 600 (the GPU's softmax kernels with 32 registers a lane, as T3's 1024) and
  * past 1024 (no register copies: each pass reads the row). */
-static void c_attention_rows(run *r, int64_t seq) {
-    CASE_BEGIN;
-    const gp_attn_dims d = {.batch = 1, .seq = seq, .dim = 8, .heads = 2};
-    const int64_t nq = d.batch * d.seq * 3 * d.dim, na = d.batch * d.seq * d.dim;
-    const int64_t np = d.batch * d.heads * d.seq * d.seq;
-    const float *qkv = in(r, H(rnd(nq, 1)), nq), *datt = in(r, H(rnd(na, 1)), na);
-    float *probs = out(r, np), *att = out(r, na), *dqkv = out(r, nq);
-    float *ws = out(r, r->K->attention_backward_ws(r->dev, &d));
-    S(r->K->attention_forward(r->dev, &d, qkv, probs, att));
-    S(r->K->attention_backward(r->dev, &d, qkv, probs, datt, dqkv, NULL, ws));
-    r->input[r->nb - 1] = true; /* the workspace: not compared */
-    CASE_END;
+static void c_attention_600(run *r) {
+    attention_case(r, (gp_attn_dims){.batch = 1, .seq = 600, .dim = 8, .heads = 2}, false, false);
 }
-static void c_attention_600(run *r) { c_attention_rows(r, 600); }
-static void c_attention_1030(run *r) { c_attention_rows(r, 1030); }
+static void c_attention_1030(run *r) {
+    attention_case(r, (gp_attn_dims){.batch = 1, .seq = 1030, .dim = 8, .heads = 2}, false, false);
+}
+
+/* Head sizes of 32 and of 128 (T3's) in bf16: the GPU's fused kernels (flash_attention.cu), over
+ * two and four tiles of 64 queries, the last short. */
+static void c_attention_fused_32(run *r) {
+    S(gp_device_set_precision(r->dev, GP_PRECISION_BF16));
+    attention_case(r, (gp_attn_dims){.batch = 2, .seq = 100, .dim = 64, .heads = 2}, true, true);
+    S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
+}
+static void c_attention_fused_128(run *r) {
+    S(gp_device_set_precision(r->dev, GP_PRECISION_BF16));
+    attention_case(r, (gp_attn_dims){.batch = 1, .seq = 200, .dim = 256, .heads = 2}, false, true);
+    S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
+}
 
 static void c_linear_bf16(run *r) { bf16(r, c_linear); }
 /* Attention also rounds P and dS, which each device computes in fp32 with its own order of
@@ -577,6 +589,8 @@ static const named_case cases[] = {
     {"gemm_batched bf16", false, c_gemm_batched_bf16, TOL},
     {"linear forward/backward bf16", false, c_linear_bf16, TOL},
     {"attention forward/backward bf16", false, c_attention_bf16, TOL_ATTN_BF16},
+    {"attention bf16, head size 32 (fused)", false, c_attention_fused_32, TOL_ATTN_BF16},
+    {"attention bf16, head size 128 (fused)", false, c_attention_fused_128, TOL_ATTN_BF16},
     {"fill, scale, axpy", false, c_vector, TOL},
     {"sum_rows_add", false, c_sum_rows, TOL},
     {"sumsq", false, c_sumsq, TOL},

@@ -97,7 +97,8 @@ gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_dev
     if (g) GP_TRY(k->sum_rows_add(dev, da, N, C, w->gbproj));
     GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, w->wproj, da, datt, wt ? w->gwproj : NULL,
                               wt ? gbproj : NULL));
-    GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, datt, dqkv, w->gbqkv, attn_ws));
+    GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, sv->att, datt, dqkv, w->gbqkv,
+                                 attn_ws));
     GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, w->wqkv, dqkv, dx, wt ? w->gwqkv : NULL,
                               NULL));
     if (!wt) {

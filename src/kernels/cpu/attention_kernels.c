@@ -195,8 +195,9 @@ static void attn_backward_part(void *ctx, int t, int nt) {
 }
 
 gp_status gp_cpu_attention_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
-                                    const float *probs, const float *datt, float *dqkv,
-                                    float *dbias, float *ws) {
+                                    const float *probs, const float *att, const float *datt,
+                                    float *dqkv, float *dbias, float *ws) {
+    (void)att; /* the probabilities are saved whole */
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
     const int64_t pairs = d->batch * d->heads, T = d->seq;
     attn_args a = {.d = d, .qkv = qkv, .probs_in = probs, .datt = datt, .dqkv = dqkv, .ws = ws};

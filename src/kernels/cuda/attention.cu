@@ -1,9 +1,11 @@
-// CUDA causal multi-head attention: for each example, the heads' GEMMs in one strided-batched
-// cuBLAS call straight on the q, k, v columns of qkv (head h starts h * hd columns in, so the
-// heads are `hd` floats apart), and a fused masked softmax with one warp per row. The GEMMs
-// compute the whole T x T square (the softmax zeroes what lies above the diagonal), where the
-// CPU skips most of the masked triangle: simpler, at up to twice the GEMM work. A bf16 device's
-// products (gpipe.h, gp_precision) take bf16 operands, as the CPU's.
+// CUDA causal multi-head attention. A bf16 device whose head size is a multiple of 16 up to 128
+// takes the fused kernels of flash_attention.cu (no T x T matrix). Otherwise: for each example,
+// the heads' GEMMs in one strided-batched cuBLAS call straight on the q, k, v columns of qkv
+// (head h starts h * hd columns in, so the heads are `hd` floats apart), and a fused masked
+// softmax with one warp per row. The GEMMs compute the whole T x T square (the softmax zeroes
+// what lies above the diagonal), where the CPU skips most of the masked triangle: simpler, at up
+// to twice the GEMM work. A bf16 device's products (gpipe.h, gp_precision) take bf16 operands,
+// as the CPU's.
 #include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
@@ -67,6 +69,7 @@ extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dim
     if (!c) return s;
     const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads;
     if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
+    if (gp_cuda_flash_fits(dev, d)) return gp_cuda_flash_forward(dev, d, qkv, probs, att);
     const int64_t hd = C / H, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
     gp_status st = GP_OK;
@@ -124,18 +127,28 @@ static __global__ void softmax_backward_kernel(int64_t nrows, int64_t T, float s
 }
 
 extern "C" int64_t gp_cuda_attention_backward_ws(gp_device *dev, const gp_attn_dims *d) {
+    if (gp_cuda_flash_fits(dev, d)) return d->batch * d->heads * d->seq; // D of every row
     return d->heads * d->seq * d->seq; // one example's dS at a time
 }
 
 extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_dims *d,
                                                 const float *qkv, const float *probs,
-                                                const float *datt, float *dqkv, float *dbias,
-                                                float *ws) {
+                                                const float *att, const float *datt,
+                                                float *dqkv, float *dbias, float *ws) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads;
     if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
+    if (gp_cuda_flash_fits(dev, d)) {
+        if (!att)
+            return gp_error(GP_INVALID_ARGUMENT,
+                            "device %s: attention_backward: the fused kernels need the forward's "
+                            "att (NULL given)",
+                            c->name);
+        GP_TRY(gp_cuda_flash_backward(dev, d, qkv, probs, att, datt, dqkv, ws));
+        return dbias ? gp_cuda_sum_rows_add(dev, dqkv, B * T, 3 * C, dbias) : GP_OK;
+    }
     const int64_t hd = C / H, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
     // dout and dS each feed two products: on a bf16 device each is rounded once for both (the

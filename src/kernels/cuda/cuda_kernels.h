@@ -40,6 +40,17 @@ gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64
                                int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc,
                                int64_t stride_c, int64_t count);
 
+/* The fused attention of a bf16 device (flash_attention.cu): whether it takes these dims on dev
+ * (bf16, head size a multiple of 16 up to 128, shared memory enough), its forward (lse: B H T
+ * row log-sum-exps, at the start of the op's probs) and its backward (dsum: B H T floats of
+ * workspace). */
+bool gp_cuda_flash_fits(gp_device *dev, const gp_attn_dims *d);
+gp_status gp_cuda_flash_forward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
+                                float *lse, float *att);
+gp_status gp_cuda_flash_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
+                                 const float *lse, const float *att, const float *datt,
+                                 float *dqkv, float *dsum);
+
 /* out0[j] (and out1[j] where not NULL, from part + nchunks cols) += the chunk partials of column
  * j in chunk order: the second pass of the chunked column sums (math.cuh, GP_CUDA_SUM_CHUNK),
  * shared by the bias and layer-norm gradients (vector.cu). */
