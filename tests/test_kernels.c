@@ -1348,6 +1348,23 @@ static void test_attention_forward(gp_device *dev, const gp_kernels *K) {
     }
 }
 
+/* What the forward keeps for the backward: at least a float a row (the fused GPU path's
+ * log-sum-exps), the same on every call; the CPU keeps the B H T T probabilities (the forward's
+ * test below checks them). */
+static void test_attention_saved(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NATTN; ci++) {
+        const gp_attn_dims d = attn_dims(ci);
+        set_case("B %lld T %lld C %lld H %lld", LL(d.batch), LL(d.seq), LL(d.dim), LL(d.heads));
+        const int64_t n = K->attention_saved(dev, &d), rows = d.batch * d.heads * d.seq;
+        if (n < rows) fail("%lld floats saved for %lld rows", LL(n), LL(rows));
+        if (gp_device_is_host(dev) && n != rows * d.seq)
+            fail("the CPU saves %lld floats, not the B H T T = %lld probabilities", LL(n),
+                 LL(rows * d.seq));
+        if (K->attention_saved(dev, &d) != n) fail("saved size changes between calls");
+        g_st[g_op].exact++;
+    }
+}
+
 static void test_attention_backward_ws(gp_device *dev, const gp_kernels *K) {
     /* the size itself; attention_backward runs with exactly this many guarded floats */
     for (int ci = 0; ci < NATTN; ci++) {
@@ -2937,6 +2954,7 @@ static const op_test ops[] = {
     OP(gelu_backward),
     OP(dropout),
     OP(attention_forward),
+    OP(attention_saved),
     OP(attention_backward_ws),
     OP(attention_backward),
     OP(embedding_forward),

@@ -381,9 +381,8 @@ static void c_dropout(run *r) {
 static void attention_case(run *r, gp_attn_dims d, bool with_bias, bool private_probs) {
     CASE_BEGIN;
     const int64_t nq = d.batch * d.seq * 3 * d.dim, na = d.batch * d.seq * d.dim;
-    const int64_t np = d.batch * d.heads * d.seq * d.seq;
     const float *qkv = in(r, H(rnd(nq, 1)), nq), *datt = in(r, H(rnd(na, 1)), na);
-    float *probs = out(r, np);
+    float *probs = out(r, r->K->attention_saved(r->dev, &d));
     if (private_probs) r->input[r->nb - 1] = true;
     float *att = out(r, na), *dqkv = out(r, nq);
     float *dbias = with_bias ? io(r, H(rnd(3 * d.dim, 1)), 3 * d.dim) : NULL;

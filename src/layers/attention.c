@@ -64,10 +64,11 @@ static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_ten
     GP_TRY(attn_out_shape(l, &x->shape, x->dtype, &os));
     GP_TRY(gp_tp_begin(l, c, -1, p->shard, p->nshards, &g));
     const gp_attn_dims d = attn_dims(p, &x->shape);
-    const int64_t B = d.batch, T = d.seq, Cl = d.dim, Hl = d.heads;
+    const int64_t B = d.batch, T = d.seq, Cl = d.dim;
     gp_tensor *qkv, *probs, *att;
     GP_TRY(gp_ctx_save(c, SLOT_QKV, gp_shape3(B, T, 3 * Cl), GP_F32, &qkv));
-    GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape4(B, Hl, T, T), GP_F32, &probs));
+    GP_TRY(gp_ctx_save(c, SLOT_PROBS, gp_shape1(gp_ctx_kernels(c)->attention_saved(c->dev, &d)),
+                       GP_F32, &probs));
     GP_TRY(gp_ctx_save(c, SLOT_ATT, gp_shape3(B, T, Cl), GP_F32, &att));
     const gp_mha_weights w = attn_weights(l);
     const gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};

@@ -85,13 +85,13 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     const gp_kernels *k = gp_ctx_kernels(c);
     gp_device *dev = c->dev;
     const gp_attn_dims d = local_dims(p, &x->shape);
-    const int64_t B = d.batch, T = d.seq, C = p->dim, Cl = d.dim, Hl = d.heads,
+    const int64_t B = d.batch, T = d.seq, C = p->dim, Cl = d.dim,
                   F = p->d_ff / p->nshards, N = B * T;
     gp_tensor *ln1, *st1, *qkv, *probs, *att, *h, *ln2, *st2, *u, *gl;
     GP_TRY(gp_ctx_save(c, S_LN1, gp_shape2(N, C), GP_F32, &ln1));
     GP_TRY(gp_ctx_save(c, S_STATS1, gp_shape2(2, N), GP_F32, &st1));
     GP_TRY(gp_ctx_save(c, S_QKV, gp_shape2(N, 3 * Cl), GP_F32, &qkv));
-    GP_TRY(gp_ctx_save(c, S_PROBS, gp_shape4(B, Hl, T, T), GP_F32, &probs));
+    GP_TRY(gp_ctx_save(c, S_PROBS, gp_shape1(k->attention_saved(dev, &d)), GP_F32, &probs));
     GP_TRY(gp_ctx_save(c, S_ATT, gp_shape2(N, Cl), GP_F32, &att));
     GP_TRY(gp_ctx_save(c, S_H, gp_shape2(N, C), GP_F32, &h));
     GP_TRY(gp_ctx_save(c, S_LN2, gp_shape2(N, C), GP_F32, &ln2));

@@ -128,6 +128,11 @@ gp_status gp_cpu_attention_forward(gp_device *dev, const gp_attn_dims *d, const 
     return GP_OK;
 }
 
+int64_t gp_cpu_attention_saved(gp_device *dev, const gp_attn_dims *d) {
+    (void)dev;
+    return d->batch * d->heads * d->seq * d->seq;
+}
+
 int64_t gp_cpu_attention_backward_ws(gp_device *dev, const gp_attn_dims *d) {
     return gp_cpu_pool_threads(gp_cpu_pool_of(dev)) * d->seq * d->seq;
 }

@@ -37,6 +37,7 @@
 
 /* attention_kernels.c */
 #define gp_cpu_attention_forward GP_ISA_NAME(gp_cpu_attention_forward)
+#define gp_cpu_attention_saved GP_ISA_NAME(gp_cpu_attention_saved)
 #define gp_cpu_attention_backward_ws GP_ISA_NAME(gp_cpu_attention_backward_ws)
 #define gp_cpu_attention_backward GP_ISA_NAME(gp_cpu_attention_backward)
 

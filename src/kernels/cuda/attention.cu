@@ -126,6 +126,11 @@ static __global__ void softmax_backward_kernel(int64_t nrows, int64_t T, float s
     }
 }
 
+extern "C" int64_t gp_cuda_attention_saved(gp_device *dev, const gp_attn_dims *d) {
+    const int64_t rows = d->batch * d->heads * d->seq; // the fused kernels' log-sum-exps
+    return gp_cuda_flash_fits(dev, d) ? rows : rows * d->seq;
+}
+
 extern "C" int64_t gp_cuda_attention_backward_ws(gp_device *dev, const gp_attn_dims *d) {
     if (gp_cuda_flash_fits(dev, d)) return d->batch * d->heads * d->seq; // D of every row
     return d->heads * d->seq * d->seq; // one example's dS at a time
