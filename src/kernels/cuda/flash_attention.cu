@@ -201,6 +201,17 @@ static __global__ void fa_dsum_kernel(fa_args a) {
     }
 }
 
+// One (query, key) pair of the backward, valid where the key is at or before the query: p =
+// exp(scale s - lse) (into *p16 unless NULL) and dS = p (dP - D) scale, rounded to bf16; zeros
+// where not valid.
+__device__ static inline void recompute(const fa_args &a, bool valid, float s, float dp,
+                                        float lse, float dsum, uint16_t *p16, uint16_t *ds16) {
+    const float p = valid ? gp_cuda_exp(a.scale * s - lse) : 0.0f;
+    const float ds = valid ? p * (dp - dsum) * a.scale : 0.0f;
+    if (p16) *p16 = bf16_of(p);
+    *ds16 = bf16_of(ds);
+}
+
 // Block (key tile, head, example); warp w owns the tile's keys 16 w .. 16 w + 15, and their
 // rows of dK and dV.
 static __global__ void __launch_bounds__(FA_THREADS) fa_dkdv_kernel(fa_args a) {
@@ -237,11 +248,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_dkdv_kernel(fa_args a) {
         for (int e = lane; e < 16 * FA_BM; e += 32) {
             const int r = e / FA_BM, c = e - r * FA_BM;
             const int64_t u = k0 + warp * 16 + r, t = q0 + c;
-            const bool valid = t < T && u <= t;
-            const float p = valid ? gp_cuda_exp(a.scale * St[r * L.s + c] - lse[c]) : 0.0f;
-            const float ds = valid ? p * (Gt[r * L.s + c] - dsum[c]) * a.scale : 0.0f;
-            P16[(warp * 16 + r) * L.p + c] = bf16_of(p);
-            D16[(warp * 16 + r) * L.p + c] = bf16_of(ds);
+            recompute(a, t < T && u <= t, St[r * L.s + c], Gt[r * L.s + c], lse[c], dsum[c],
+                      &P16[(warp * 16 + r) * L.p + c], &D16[(warp * 16 + r) * L.p + c]);
         }
         __syncwarp();
         rows_ab(dV + warp * 16 * L.f, L.f, Pt + warp * 16 * L.p, L.p, Gs, L.b, hd, false);
@@ -292,10 +300,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_args a) {
         for (int e = lane; e < 16 * FA_BN; e += 32) {
             const int r = e / FA_BN, c = e - r * FA_BN, ri = warp * 16 + r;
             const int64_t t = q0 + ri, u = kb * FA_BN + c;
-            const bool valid = t < T && u <= t;
-            const float p = valid ? gp_cuda_exp(a.scale * S[r * L.s + c] - lse[ri]) : 0.0f;
-            const float ds = valid ? p * (G[r * L.s + c] - dsum[ri]) * a.scale : 0.0f;
-            D16[ri * L.p + c] = bf16_of(ds);
+            recompute(a, t < T && u <= t, S[r * L.s + c], G[r * L.s + c], lse[ri], dsum[ri], NULL,
+                      &D16[ri * L.p + c]);
         }
         __syncwarp();
         rows_ab(dQ + warp * 16 * L.f, L.f, Ds + warp * 16 * L.p, L.p, Ks, L.b, hd, false);
