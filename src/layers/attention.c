@@ -132,10 +132,15 @@ static gp_layer *attn_shard(const gp_layer *l, int nshards) {
     return attn_shard_new(p->dim, p->heads, p->dropout, nshards);
 }
 
+static uint64_t attn_saved_bytes(const gp_layer *l, gp_device *dev, const gp_shape *in) {
+    const gp_attn_dims d = attn_dims(l->impl, in);
+    return gp_mha_saved_bytes(dev, &d, attn_cost(l, in).saved_bytes);
+}
+
 #define ATTENTION_OPS                                                                           \
     .kind = "causal_attention", .out_shape = attn_out_shape, .cost = attn_cost,               \
-    .workspace_bytes = attn_workspace, .forward = attn_forward, .backward = attn_backward,    \
-    .backward_part = attn_backward_part
+    .workspace_bytes = attn_workspace, .saved_bytes = attn_saved_bytes,                        \
+    .forward = attn_forward, .backward = attn_backward, .backward_part = attn_backward_part
 
 static const gp_layer_ops attention_ops = {ATTENTION_OPS, .layout = attn_layout,
                                            .shard = attn_shard};

@@ -192,6 +192,11 @@ static int64_t backward_ws(const gp_block_impl *p, gp_device *dev, const gp_attn
     return 2 * N * C + (attn_ws > N * F ? attn_ws : N * F);
 }
 
+uint64_t gp_block_saved_bytes(const gp_layer *l, gp_device *dev, const gp_shape *in) {
+    const gp_attn_dims d = local_dims(l->impl, in);
+    return gp_mha_saved_bytes(dev, &d, gp_block_cost(l, in).saved_bytes);
+}
+
 uint64_t gp_block_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
                             bool input_grad) {
     (void)input_grad;

@@ -31,6 +31,7 @@ gp_layer *gp_block_new(const gp_layer_ops *ops, const gp_block_impl *p);
 gp_status gp_block_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                              gp_shape *out);
 gp_cost gp_block_cost(const gp_layer *l, const gp_shape *in);
+uint64_t gp_block_saved_bytes(const gp_layer *l, gp_device *dev, const gp_shape *in);
 uint64_t gp_block_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
                             bool input_grad);
 gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y);
@@ -39,7 +40,8 @@ gp_status gp_block_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp
                                  gp_bwd_part part);
 #define GP_BLOCK_OPS                                                                               \
     .kind = "transformer_block", .out_shape = gp_block_out_shape, .cost = gp_block_cost,           \
-    .workspace_bytes = gp_block_workspace, .forward = gp_block_forward,                            \
+    .workspace_bytes = gp_block_workspace, .saved_bytes = gp_block_saved_bytes,                    \
+    .forward = gp_block_forward,                                                                   \
     .backward = gp_block_backward, .backward_part = gp_block_backward_part
 
 #endif

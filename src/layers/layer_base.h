@@ -123,6 +123,10 @@ typedef struct gp_layer_ops {
      * each have their own). */
     uint64_t (*workspace_bytes)(const gp_layer *, gp_device *dev, const gp_shape *in,
                                 bool input_grad);
+    /* Optional (none: the cost's saved_bytes): the bytes a training forward keeps for the
+     * backward on dev, for the input shape in, where the device decides part of it (attention's
+     * probabilities: kernel op attention_saved). The memory model counts it. */
+    uint64_t (*saved_bytes)(const gp_layer *, gp_device *dev, const gp_shape *in);
     /* y is allocated by the caller with out_shape; ctx->x and ctx->y are set. */
     gp_status (*forward)(gp_layer *, gp_ctx *, const gp_tensor *x, gp_tensor *y);
     /* Writes dx (allocated by the caller; NULL when the input needs no

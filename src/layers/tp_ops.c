@@ -65,6 +65,12 @@ gp_status gp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *d
     return gp_tp_row_output(l, g, dev, N, Cl, C, sv->att, w->wproj, w->bproj, res, drop, p, y);
 }
 
+uint64_t gp_mha_saved_bytes(gp_device *dev, const gp_attn_dims *d, uint64_t cost_saved) {
+    const uint64_t probs = (uint64_t)(d->batch * d->heads * d->seq * d->seq) * sizeof(float);
+    const uint64_t kept = (uint64_t)gp_kernels_of(dev)->attention_saved(dev, d) * sizeof(float);
+    return cost_saved - probs + kept;
+}
+
 int64_t gp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout) {
     const int64_t N = d->batch * d->seq, Cl = d->dim;
     /* datt (N, Cl) | dqkv (N, 3 Cl) | the attention kernel's | da (N, C) with dropout */

@@ -40,6 +40,9 @@ gp_status gp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *d
                          const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
                          const float *x, const float *res, const gp_rng_stream *drop, float p,
                          const gp_mha_saved *sv, float *y);
+/* A layer's saved bytes on dev from its cost's, which count attention's B H T T probabilities:
+ * those replaced by what dev's attention keeps (kernel op attention_saved). */
+uint64_t gp_mha_saved_bytes(gp_device *dev, const gp_attn_dims *d, uint64_t cost_saved);
 /* Workspace floats gp_mha_backward_part needs on dev. */
 int64_t gp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, bool dropout);
 /* dy (B, T, C), the same on every shard -> dx (B, T, C) written when not NULL (all-reduced over

@@ -328,7 +328,9 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     gp_device *dev = NULL;
     GP_TRY(gp_device_type_new(po->device_type, "plan", 0,
                               po->stage_threads > 0 ? po->stage_threads : 1, &dev));
-    gp_status se = gp_layer_est_from_model(m, micro_batch_size, optim_states, dev, est);
+    /* in the run's precision: a bf16 GPU keeps less for attention (attention_saved) */
+    gp_status se = gp_device_set_precision(dev, po->precision);
+    if (se == GP_OK) se = gp_layer_est_from_model(m, micro_batch_size, optim_states, dev, est);
     gp_device_free(dev);
     GP_TRY(se);
     if (po->balance == GP_BALANCE_TIME) {

@@ -325,11 +325,13 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
                             ? (uint64_t)gp_shape_nelem(&cut) * sizeof(float) - e->in_bytes
                             : 0;
         e->out_bytes = c.out_bytes;
+        /* what the layer saves on the stage's device, where the device decides part of it */
+        e->saved_bytes = dev && l->ops->saved_bytes ? l->ops->saved_bytes(l, dev, &in)
+                                                    : c.saved_bytes;
         /* a weight part reads its layer's input, saved state and output gradient */
         e->keep_bytes = gp_layer_splits_backward(l)
-                            ? e->in_bytes + c.saved_bytes + c.out_bytes + c.wgt_keep_bytes
+                            ? e->in_bytes + e->saved_bytes + c.out_bytes + c.wgt_keep_bytes
                             : 0;
-        e->saved_bytes = c.saved_bytes;
         e->tp_fwd_bytes = c.tp_fwd_bytes;
         e->tp_bwd_bytes = c.tp_bwd_bytes;
         /* the model's first layer never computes an input gradient */
