@@ -725,7 +725,20 @@ static void test_broken_split(void) {
     gp_schedule_free(&s);
 }
 
+/* Stages sharing devices that run one stage at a time: the step is at least the busiest device's
+ * stages' busy times together (stage k on device k mod units). */
+static void test_shared_step(void) {
+    const gp_sim_stage st[4] = {{.busy = 1}, {.busy = 2}, {.busy = 3}, {.busy = 4}};
+    CHECK(gp_sim_shared_step(st, 4, 1, 5.0) == 10.0); /* all on one */
+    CHECK(gp_sim_shared_step(st, 4, 2, 5.0) == 6.0);  /* {1, 3} and {2, 4} */
+    CHECK(gp_sim_shared_step(st, 4, 2, 7.5) == 7.5);  /* the replay's step is longer */
+    CHECK(gp_sim_shared_step(st, 4, 3, 0.0) == 5.0);  /* {1, 4}, {2}, {3} */
+    CHECK(gp_sim_shared_step(st, 4, 4, 5.0) == 5.0);  /* a device each */
+    CHECK(gp_sim_shared_step(st, 4, 0, 5.0) == 5.0);  /* not known */
+}
+
 int main(void) {
+    test_shared_step();
     test_stash_profiles();
     test_zbh1();
     test_broken_split();

@@ -136,7 +136,15 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
     uint64_t grads = 0;
     for (int k = 0; k < K; k++) grads = out->cells[k].grad_bytes > grads ? out->cells[k].grad_bytes : grads;
     const double data_s = allreduce_s((double)grads, out->data_parallel, po->link_gbytes_per_s * 1e9);
-    out->step_s = res.step_time + data_s;
+    /* Stage devices on fewer GPUs (one process, stage device w on GPU w mod count) share them:
+     * each GPU runs its stages' work one after another. A CPU's stages share its cores through
+     * the contention model instead. */
+    int units = 0;
+    if (po->device_type != GP_DEVICE_CPU && po->launcher != GP_LAUNCHER_MPI &&
+        out->data_parallel * out->tensor_parallel == 1 &&
+        gp_device_type_count(po->device_type, &units) != GP_OK)
+        units = 0;
+    out->step_s = gp_sim_shared_step(st, out->stages, units, res.step_time) + data_s;
     /* the memory columns: each cell's share of its stage's peak */
     gp_cells_memory_shares(est, L, first, cell_remat, po->schedule, &s, st, mem, NULL);
     out->comm_s = worst_comm + data_s;

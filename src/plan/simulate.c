@@ -22,6 +22,16 @@ gp_sim_cell gp_sim_cell_from_layers(const gp_layer_est *layers, int first, int e
     return c;
 }
 
+double gp_sim_shared_step(const gp_sim_stage *stages, int K, int units, double step) {
+    if (!stages || units <= 0 || units >= K) return step;
+    for (int u = 0; u < units; u++) {
+        double busy = 0;
+        for (int k = u; k < K; k += units) busy += stages[k].busy;
+        step = fmax(step, busy);
+    }
+    return step;
+}
+
 gp_status gp_schedule_simulate(const gp_schedule *s, const gp_sim_cell *cells,
                                const gp_sim_opts *o, gp_sim_stage *stages, gp_sim_result *out) {
     if (!s || !cells || !o || !stages || !out)
