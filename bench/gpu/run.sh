@@ -11,8 +11,9 @@
 #   bash bench/gpu/bundle.sh                  # here: build-gpu/ and gpu-bundle.tar.xz (~6 MB)
 #   bash bench/gpu/run.sh --tier 1            # there, with gpu-bundle.tar.xz carried
 #   bash bench/gpu/run.sh --tier 2 --budget 400   # both tiers, tier 2's parts while under 400 s
-#   bash bench/gpu/run.sh --tier 0            # the GPU tests, then T3 bf16 and its profile:
-#                                             # a check of a change in under a minute
+#   bash bench/gpu/run.sh --tier 0            # the GPU tests, then T3 bf16 and its profile
+#                                             # (and with GP_CUDA_ATTENTION=gemm): a check of
+#                                             # a change in under a minute
 #   bash bench/gpu/run.sh --dry-run           # no GPU: every step that needs none, from build/
 #                                             # (or --bundle BUILD_DIR; a ctest of make test)
 #
@@ -22,7 +23,7 @@
 # bf16; the demo LM's bf16 loss after 200 steps within 1% of fp32's; a checkpoint saved on the
 # GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed on the GPU;
 # `gpipe plan --device cuda` on T3; T3 (gpipe bench --device cuda) in fp32 and bf16, each with
-# its kernel profile and beside bench/peers/t3.py; the bf16 GEMM's paths on T3's shapes
+# its kernel profile and beside bench/peers/t3.py, bf16 also with GP_CUDA_ATTENTION=gemm; the bf16 GEMM's paths on T3's shapes
 # (gp_gemm_paths: rounded copies, cuBLAS's own conversion, bf16 storage). Parts of a mode this
 # gpipe lacks are marked unavailable. Tier 2 (4 minutes more): T3 on two stages of the one GPU; every schedule at K = 2
 # and 4; compute-sanitizer memcheck over test_kernels_cuda and a 3-step two-stage training; the
@@ -164,6 +165,12 @@ for t in test_kernels_cuda test_cuda_api test_pipeline; do
         record "test:$t" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
     fi
 done
+# the kernels once more with attention through cuBLAS where the fused kernels would take it
+if [ $DRY = 0 ] && [ -x "$BIN/test_kernels_cuda" ]; then
+    part test_kernels_cuda_gemm_attention 120 env GP_CUDA_ATTENTION=gemm "$BIN/test_kernels_cuda"
+    record "test:test_kernels_cuda_gemm_attention" "$([ $RC = 0 ] && echo pass || echo fail)" \
+        exit $RC
+fi
 
 # T3 timed by gpipe bench in a precision, then once more with the CUDA device's kernel profile
 # (GP_CUDA_PROFILE: GPU time per kernel, printed when the device is freed) into
@@ -187,6 +194,16 @@ t3_speed() { # t3_speed PRECISION
         --steps 2 --warmup 1 "${popt[@]}" --quiet
     cp "$WORK/profile_$prec.out" "$OUTDIR/profile_$prec.txt"
     record "profile:T3_$prec" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
+    [ "$prec" = bf16 ] || return
+    # bf16 attention through cuBLAS and the softmax kernels instead of the fused kernels
+    # (GP_CUDA_ATTENTION=gemm): the comparison
+    part "t3_bf16_gemm_attention" 150 env GP_CUDA_ATTENTION=gemm "$GPIPE" bench "${T3[@]}" \
+        "${popt[@]}" --quiet --report "$WORK/t3_bf16_gemm_attention.json"
+    if [ $RC = 0 ]; then
+        record "speed:T3_bf16_gemm_attention" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "fraction_of_ceiling": r.get("fraction_of_ceiling"), "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$WORK/t3_bf16_gemm_attention.json")"
+    else
+        record "speed:T3_bf16_gemm_attention" fail exit $RC
+    fi
 }
 
 # ---- tier 0: the tests above, then T3 in bf16 with its profile; no more

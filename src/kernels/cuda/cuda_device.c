@@ -157,8 +157,15 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
     if (ordinal < 0 || ordinal >= count)
         return gp_error(GP_INVALID_ARGUMENT, "CUDA device %s: GPU %d, expected 0 to %d", name,
                         ordinal, count - 1);
+    const char *attn = getenv("GP_CUDA_ATTENTION");
+    if (attn && *attn && strcmp(attn, "fused") != 0 && strcmp(attn, "gemm") != 0)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "CUDA device %s: GP_CUDA_ATTENTION=%s: expected fused (the default: the "
+                        "fused kernels where they fit) or gemm (cuBLAS and the softmax kernels)",
+                        name, attn);
     gp_cuda_ctx *c = calloc(1, sizeof *c);
     if (!c) return gp_error(GP_OUT_OF_MEMORY, "CUDA device %s: cannot allocate its state", name);
+    c->attention_gemm = attn && strcmp(attn, "gemm") == 0;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->ordinal = ordinal;
     s = gp_cuda_select(c);

@@ -342,7 +342,7 @@ extern "C" bool gp_cuda_flash_fits(gp_device *dev, const gp_attn_dims *d) {
     if (d->batch > 65535 || d->heads > 65535) return false; // grid dimensions y and z
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
-    if (!c) return false;
+    if (!c || c->attention_gemm) return false;
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->ordinal) !=
         cudaSuccess) {
