@@ -2,6 +2,7 @@
  * with GP_UNSUPPORTED and say which (this runs everywhere: on a machine without a GPU it checks
  * those messages); with a GPU, a device on it must count its memory, honour a limit and move
  * bytes both ways. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,9 @@ static void with_gpu(int count) {
     CHECK_FAILS(gp_device_cuda_new("gpu", count, &dev), GP_INVALID_ARGUMENT, "expected 0 to");
     CHECK_FAILS(gp_device_cuda_new("gpu", -1, &dev), GP_INVALID_ARGUMENT, "expected 0 to");
     /* A bad choice of attention is refused by name; both good ones make a device. */
+    const char *given = getenv("GP_CUDA_ATTENTION");
+    char kept[32] = "";
+    if (given) snprintf(kept, sizeof kept, "%s", given);
     setenv("GP_CUDA_ATTENTION", "flash", 1);
     CHECK_FAILS(gp_device_cuda_new("gpu", 0, &dev), GP_INVALID_ARGUMENT,
                 "GP_CUDA_ATTENTION=flash: expected fused");
@@ -34,7 +38,10 @@ static void with_gpu(int count) {
         REQUIRE_OK(gp_device_cuda_new("gpu", 0, &dev));
         gp_device_free(dev);
     }
-    unsetenv("GP_CUDA_ATTENTION");
+    if (given)
+        setenv("GP_CUDA_ATTENTION", kept, 1); /* the run's own choice back */
+    else
+        unsetenv("GP_CUDA_ATTENTION");
     REQUIRE_OK(gp_device_cuda_new("gpu0", 0, &dev));
     CHECK(strcmp(gp_device_kind(dev), "cuda") == 0);
     CHECK(strcmp(gp_device_name(dev), "gpu0") == 0);

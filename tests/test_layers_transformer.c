@@ -242,9 +242,11 @@ static void test_attention_reference(void) {
     }
     if (worst > 1e-4) fprintf(stderr, "attention vs reference: max error %.3g\n", worst);
     CHECK(worst <= 1e-4);
-    /* What forward saves is exactly what cost() announces. */
+    /* What forward saves is exactly what cost() announces, and what saved_bytes says on the
+     * device (the planner's figure). */
     gp_cost cost = l->ops->cost(l, &x.shape);
     CHECK_EQ_INT(gp_ctx_saved_bytes(&c), cost.saved_bytes);
+    CHECK_EQ_INT(gp_ctx_saved_bytes(&c), l->ops->saved_bytes(l, dev, &x.shape));
     free(qkv);
     free(att);
     gp_ctx_release(&c);
@@ -282,6 +284,7 @@ static void test_block_matches_layers(void) {
     run_forward(blk, dev, &run, &c, &x, &y);
     gp_cost cost = blk->ops->cost(blk, &x.shape);
     CHECK_EQ_INT(gp_ctx_saved_bytes(&c), cost.saved_bytes);
+    CHECK_EQ_INT(gp_ctx_saved_bytes(&c), blk->ops->saved_bytes(blk, dev, &x.shape));
     gp_ctx_release(&c);
 
     gp_tensor a, b2, h, d, e, f, g;

@@ -31,7 +31,7 @@ typedef struct gp_mha_weights {
 /* What forward keeps for backward. */
 typedef struct gp_mha_saved {
     float *qkv;   /* (B, T, 3C) */
-    float *probs; /* (B, H, T, T) */
+    float *probs; /* the device's attention_saved floats (the CPU's: (B, H, T, T)) */
     float *att;   /* (B, T, C) */
 } gp_mha_saved;
 

@@ -140,7 +140,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
      * each GPU runs its stages' work one after another. A CPU's stages share its cores through
      * the contention model instead. */
     int units = 0;
-    if (po->device_type != GP_DEVICE_CPU && po->launcher != GP_LAUNCHER_MPI &&
+    if (po->device_type != GP_DEVICE_CPU && po->launcher != GP_LAUNCHER_MPI && !po->devices &&
         out->data_parallel * out->tensor_parallel == 1 &&
         gp_device_type_count(po->device_type, &units) != GP_OK)
         units = 0;
