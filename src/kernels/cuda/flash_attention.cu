@@ -8,14 +8,20 @@
 // loaded (core/bf16.h, the CPU's rounding); the probabilities and dS before their products.
 // What it saves for the backward is the row log-sum-exp, B H T floats at the start of the
 // layer's probs buffer.
+//
+// tests/test_flash_emulated.cpp compiles the kernels on the host (GP_CUDA_HOST_EMULATION: its
+// own threads, barriers, shuffles and WMMA stand in for CUDA's) and checks them against the
+// CPU's attention on every machine; the host code at the end is the GPU's alone.
+#ifndef GP_CUDA_HOST_EMULATION
 #include <cuda_bf16.h>
 #include <mma.h>
 
-#include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/math.cuh"
-
 using namespace nvcuda;
+#define FA_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+#include "core/bf16.h"
+#include "kernels/cuda/math.cuh"
 
 #define FA_BM 64 // query rows of a tile
 #define FA_BN 64 // key rows of a tile
@@ -112,7 +118,7 @@ __device__ static void rows_ab(float *c, int ldc, const bf16 *a, int lda, const 
 
 // Block (query tile, head, example); warp w owns the tile's queries 16 w .. 16 w + 15.
 static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(fa_args a) {
-    extern __shared__ __align__(128) unsigned char smem[];
+    FA_SHARED(smem);
     const int hd = (int)a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const fa_lds L(a.hd);
     const int wsz = L.s > L.f ? L.s : L.f; // a warp's scratch rows: S, then its P v
@@ -215,7 +221,7 @@ __device__ static inline void recompute(const fa_args &a, bool valid, float s, f
 // Block (key tile, head, example); warp w owns the tile's keys 16 w .. 16 w + 15, and their
 // rows of dK and dV.
 static __global__ void __launch_bounds__(FA_THREADS) fa_dkdv_kernel(fa_args a) {
-    extern __shared__ __align__(128) unsigned char smem[];
+    FA_SHARED(smem);
     const int hd = (int)a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const fa_lds L(a.hd);
     bf16 *Ks = reinterpret_cast<bf16 *>(smem), *Vs = Ks + FA_BN * L.b, *Qs = Vs + FA_BN * L.b;
@@ -269,7 +275,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_dkdv_kernel(fa_args a) {
 // Block (query tile, head, example); warp w owns the tile's queries 16 w .. 16 w + 15, and their
 // rows of dQ.
 static __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_args a) {
-    extern __shared__ __align__(128) unsigned char smem[];
+    FA_SHARED(smem);
     const int hd = (int)a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const fa_lds L(a.hd);
     bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Gs = Qs + FA_BM * L.b, *Ks = Gs + FA_BM * L.b;
@@ -334,6 +340,7 @@ static size_t smem_dq(int64_t hd) {
            (size_t)(FA_BM * L.f + FA_WARPS * 2 * 16 * L.s + 2 * FA_BM) * sizeof(float);
 }
 
+#ifndef GP_CUDA_HOST_EMULATION
 extern "C" bool gp_cuda_flash_fits(gp_device *dev, const gp_attn_dims *d) {
     if (gp_device_precision(dev) != GP_PRECISION_BF16 || d->heads <= 0 || d->dim % d->heads)
         return false;
@@ -397,3 +404,4 @@ extern "C" gp_status gp_cuda_flash_backward(gp_device *dev, const gp_attn_dims *
     GP_TRY(launch(c, fa_dkdv_kernel, "fa_dkdv_kernel", grid, smem_dkdv(a.hd), a));
     return launch(c, fa_dq_kernel, "fa_dq_kernel", grid, smem_dq(a.hd), a);
 }
+#endif
