@@ -176,19 +176,19 @@ static void test_action_cost(void) {
 static void test_contention(void) {
     gp_model *m = mlp();
     double f = 0;
-    CHECK_OK(gp_model_profile_contention(m, 4, 8, 1, 4, &f));
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 1, 1, 4, &f));
     CHECK(f == 1.0);
-    CHECK_OK(gp_model_profile_contention(m, 4, 8, 2, 4, &f));
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 2, 2, 4, &f));
     CHECK(isfinite(f) && f > 0);
-    CHECK_OK(gp_model_profile_contention(m, 0, 3, 3, 1, &f));
+    CHECK_OK(gp_model_profile_contention(m, 0, 3, 3, 1, 1, &f));
     CHECK(isfinite(f) && f > 0);
-    CHECK_FAILS(gp_model_profile_contention(m, 6, 8, 2, 4, &f), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 6, 8, 2, 1, 4, &f), GP_INVALID_ARGUMENT,
                 "layer 6 of 6");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 0, 2, 4, &f), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 0, 2, 1, 4, &f), GP_INVALID_ARGUMENT,
                 "micro-batch 0");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 65, &f), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 65, &f), GP_INVALID_ARGUMENT,
                 "65 in flight");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 4, NULL), GP_INVALID_ARGUMENT, "NULL");
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 4, NULL), GP_INVALID_ARGUMENT, "NULL");
     /* layer times scaled by the factor of their slowest layer, whole; one device: unchanged */
     double t[24], want[24];
     for (int i = 0; i < 24; i++) t[i] = want[i] = 1e-3 * (i % 6 + 1);
