@@ -496,7 +496,8 @@ float gp_optim_lr_at(const gp_optim_opts *o, int step);
  * elements of a one-thread CPU device: the gradients' sum of squares (the global norm), their
  * scaling when o->clip_norm > 0 (counted whether or not the norm would clip), the update with
  * weight decay, and the gradients cleared. *s_per_elem: the median of `reps` steps (0: 3) after
- * a warm-up, divided by n (at most 2^28; 0: 2^22, past the caches). The planner's gp_pipeline_opts.optim_s_per_param. */
+ * a warm-up, in the thread's CPU time, divided by n (at most 2^28; 0: 2^22, past the caches).
+ * The planner's gp_pipeline_opts.optim_s_per_param. */
 gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *s_per_elem);
 
 /* ---------------------------------------------------------------- loss */
@@ -870,9 +871,10 @@ gp_status gp_pipeline_opts_check(const gp_model *m, int64_t batch, const gp_pipe
  * examples (stand-in inputs and output gradients) are timed on a one-thread
  * CPU device, and the layer is released again. Times are the thread's CPU
  * time (time other processes hold the core is not the layer's). Each figure
- * is the median of `reps` runs (reps 0: 6), taken in up to 3 passes over the
- * layers, each a warm-up run then its share of the runs of every layer, so
- * that a drift in the machine's speed weighs on all layers alike; layers
+ * is the mean of `reps` runs (reps 0: 6; a step is a sum of many runs), taken
+ * in up to 3 passes over the layers, each a warm-up run then its share of the
+ * runs of every layer, so that a drift in the machine's speed weighs on all
+ * layers alike; layers
  * alike (the same kind, shapes and cost: a Transformer's blocks) are timed
  * once. times: 2L entries, forward seconds of layers 0..L-1 then backward
  * seconds. m must not be initialized (no trainer or pipeline holds it). */

@@ -1,7 +1,8 @@
 /* The profiling pass behind balance-by-time: each layer timed alone, as a stage runs it (a
- * training-mode forward keeping its state, then its backward), on a one-thread CPU device. Layers
- * are initialized one at a time on a scratch device and released again, so a model too big for
- * one device can still be profiled; only the layer's own figures matter to the partitioner. */
+ * training-mode forward keeping its state, then its backward), on a one-thread CPU device, in the
+ * thread's CPU time. Layers are initialized one at a time on a scratch device and released again,
+ * so a model too big for one device can still be profiled; only the layer's own figures matter
+ * to the partitioner. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,7 +168,8 @@ static gp_status profile(gp_model *m, int64_t micro_batch, int reps, double *tim
     for (int li = 0; li < L && s == GP_OK; li++) twin[li] = same_as_before(m, li, micro_batch);
     /* The runs in passes over the layers: the machine's speed drifts (other work on the host),
      * and a layer timed in one stretch would carry whatever the speed was then; over the
-     * passes every layer sees the same drift, and the median leaves its outliers out. */
+     * passes every layer sees the same drift. Their mean, not their median: a step is a sum of
+     * many runs, and a slow stretch of the machine lengthens the step it falls in. */
     const int passes = reps < PROFILE_PASSES ? reps : PROFILE_PASSES;
     for (int p = 0; p < passes && s == GP_OK; p++)
         for (int li = 0; li < L && s == GP_OK; li++)
