@@ -902,7 +902,7 @@ gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_b
  * gp_model_profile_layers_split's 4) by how much slower they run in a stage of `devices` stage
  * devices at work: gp_model_profile_contention of the slowest layer (forward + backward) at
  * micro_batch, with as many copies as a stage holds of layers like it (the model's over the
- * devices; at most 16, their parameters at most 64 MiB) and as many micro-batches in flight as
+ * devices; at most 4, their parameters at most 64 MiB) and as many micro-batches in flight as
  * make 16 examples over the copies (at least 1, at most 8), on at most as many devices as the
  * cores this process may use (a larger mesh spans machines). devices 1: unchanged.
  * *factor (may be NULL): the factor applied. What gp_plan_search and gpipe plan --balance time

@@ -1,11 +1,11 @@
 /* How much slower a layer runs inside a stage of a running pipeline than the layer-alone profile
  * times it. The profile runs one micro-batch of the layer at a time, its parameters and state hot
  * in the caches, the machine to itself; a stage holds several micro-batches' state and many
- * layers' parameters (a Transformer stage: a dozen blocks' worth, far past the core's caches),
+ * layers' parameters (a Transformer stage: a dozen blocks' worth, past the core's own caches),
  * which stream through the caches at every action, while the other stages share the memory
- * system. Measured on T2 (2 cores, micro-batches of 1): a block ran about 1.4x slower inside the
- * 2-stage pipeline than alone, where the same contenders each holding a single copy of it had
- * measured 1.0-1.1x. */
+ * system. So the run alone is the profile's, and the run together a stage's, or the factor would
+ * divide out the very streaming it stands for. On the 2-core Xeon (T2, micro-batches of 1) the
+ * factor came out 0.8-1.3 from round to round, the host's noise as large as the effect. */
 #define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
 #include <pthread.h>
 #include <sched.h>
@@ -227,15 +227,15 @@ gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int dev
         if (!gp_layer_merges(m->layers[li]) &&
             times[li] + times[L + li] > times[heaviest] + times[L + heaviest])
             heaviest = li;
-    /* As many copies of the layer as a stage holds of its like (its share of the model's),
-     * their parameters at most 64 MiB: enough to pass any core's caches, as a stage's do; and
-     * enough micro-batches in flight that they hold 16 examples (at most 8), whose state also
-     * leaves the caches. */
+    /* As many copies of the layer as a stage holds of its like (its share of the model's), at
+     * most 4 and 64 MiB of parameters: enough that they pass a core's own caches, as a stage's
+     * do, at the cost of a few runs; and enough micro-batches in flight for 16 examples (at most
+     * 8) over the copies, whose state leaves the caches too. */
     const int alike = gp_profile_alike(m, heaviest, micro_batch);
     gp_shape in;
     GP_TRY(gp_model_cut_shape(m, heaviest, micro_batch, &in));
     const uint64_t pbytes = m->layers[heaviest]->ops->cost(m->layers[heaviest], &in).param_bytes;
-    int copies = alike / devices > 16 ? 16 : alike / devices;
+    int copies = alike / devices > 4 ? 4 : alike / devices;
     while (copies > 1 && (uint64_t)copies * pbytes > ((uint64_t)64 << 20)) copies--;
     if (copies < 1) copies = 1;
     int inflight = micro_batch >= 16 ? 1 : (int)(16 / micro_batch < 8 ? 16 / micro_batch : 8);
