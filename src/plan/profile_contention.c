@@ -7,6 +7,7 @@
  * divide out the very streaming it stands for. On the 2-core Xeon (T2, micro-batches of 1) the
  * factor came out 0.8-1.3 from round to round, the host's noise as large as the effect. */
 #define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -138,9 +139,10 @@ static void *contender_main(void *arg) {
 }
 
 gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
-                                      int copies, int inflight, double *factor) {
+                                      int copies, int inflight, double *factor, double *alone_s) {
     if (!factor) return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_contention: NULL output");
     *factor = 1.0;
+    if (alone_s) *alone_s = 0;
     if (!m || li < 0 || li >= gp_model_nlayers(m))
         return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_contention: layer %d of %d", li,
                         m ? gp_model_nlayers(m) : 0);
@@ -182,23 +184,29 @@ gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_b
     } else {
         s = gp_error(GP_INTERNAL, "gp_model_profile_contention: no barrier for %d threads", n);
     }
-    /* each round's mean together over the lead's alone before and after it (all per forward and
-     * backward: the machine's speed drifts, and the two alones bracket the drift), the median
-     * over the rounds */
+    /* each round's slowest together over the lead's alone before and after it (all per forward
+     * and backward: the machine's speed drifts, and the two alones bracket the drift), the
+     * median over the rounds. The slowest, not the mean: the stages wait on each other's
+     * messages, so a pipeline keeps the pace of its slowest device, and on a shared host the
+     * cores' speeds differ from moment to moment (on the 2-core Xeon each vCPU ran four 256^3
+     * sgemms either in about 4.5 ms or in about 7.5 ms, the two switching independently within
+     * seconds). */
     double ratio[ROUNDS];
     for (int k = 0; k < n && s == GP_OK; k++)
         if (c[k].st != GP_OK) s = gp_error(c[k].st, "contender %d: %s", k, c[k].msg);
     for (int r = 0; r < ROUNDS && s == GP_OK; r++) {
         double together = 0;
-        for (int k = 0; k < n; k++) together += c[k].together[r] / n;
+        for (int k = 0; k < n; k++) together = fmax(together, c[k].together[r]);
         const double alone = (c[0].alone[r] + c[0].alone[r + 1]) / 2;
         ratio[r] = alone > 0 ? together / alone : 1.0;
     }
     const double f = s == GP_OK ? gp_median(ratio, ROUNDS) : 1.0;
+    const double alone = s == GP_OK ? gp_mean(c[0].alone, ROUNDS + 1) : 0;
     free(c);
     free(th);
     if (s != GP_OK) return gp_error_context(s, "timing layer %d on %d devices at once", li, n);
     *factor = f;
+    if (alone_s) *alone_s = alone;
     return GP_OK;
 }
 
@@ -240,10 +248,16 @@ gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int dev
     if (copies < 1) copies = 1;
     int inflight = micro_batch >= 16 ? 1 : (int)(16 / micro_batch < 8 ? 16 / micro_batch : 8);
     inflight = inflight / copies > 1 ? inflight / copies : 1;
-    double f = 1.0;
-    gp_status s =
-        gp_model_profile_contention(m, heaviest, micro_batch, devices, copies, inflight, &f);
+    double f = 1.0, alone = 0;
+    gp_status s = gp_model_profile_contention(m, heaviest, micro_batch, devices, copies, inflight,
+                                              &f, &alone);
     if (s != GP_OK) return gp_error_context(s, "layer times on %d devices at once", devices);
+    /* The profile timed the layer in a fraction of a second, these rounds over a second or
+     * more: where the machine's speed differed between the two, the rounds' figure is the
+     * steadier, and every layer's time moves with it (the profile's times relative to each other
+     * stand). */
+    const double profiled = times[heaviest] + times[L + heaviest];
+    if (profiled > 0 && alone > 0) f *= alone / profiled;
     for (int i = 0; i < groups * L; i++) times[i] *= f;
     if (factor) *factor = f;
     return GP_OK;
