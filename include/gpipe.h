@@ -896,20 +896,17 @@ gp_status gp_model_profile_layers_split(gp_model *m, int64_t micro_batch, int re
  * thread's time per forward and backward over the alone one (the stages wait on each other: a
  * pipeline keeps its slowest device's pace) (1 for n = 1; n at most 256, copies and inflight at
  * most 64). What differs: the parameters and state that stream through the caches, the memory
- * system shared with the other stages, and cores that do not run at the same speed. *alone_s
- * (may be NULL): the mean of the alone runs, seconds per forward and backward (0 for n = 1). m
- * need not be initialized. */
+ * system shared with the other stages, and cores that do not run at the same speed. m need not
+ * be initialized. */
 gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
-                                      int copies, int inflight, double *factor, double *alone_s);
+                                      int copies, int inflight, double *factor);
 /* Scales measured layer times (`groups` groups of L: gp_model_profile_layers' 2 or
  * gp_model_profile_layers_split's 4) by how much slower they run in a stage of `devices` stage
  * devices at work: gp_model_profile_contention of the slowest layer (forward + backward) at
  * micro_batch, with as many copies as a stage holds of layers like it (the model's over the
  * devices; at most 4, their parameters at most 64 MiB) and as many micro-batches in flight as
  * make 16 examples over the copies (at least 1, at most 8), on at most as many devices as the
- * cores this process may use (a larger mesh spans machines); times the mean of its alone runs
- * over the times given for that layer: the rounds take longer than the profile, so where the
- * machine's speed moved between them theirs is the steadier figure. devices 1: unchanged.
+ * cores this process may use (a larger mesh spans machines). devices 1: unchanged.
  * *factor (may be NULL): the factor applied. What gp_plan_search and gpipe plan --balance time
  * predict with. */
 gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int devices, int groups,

@@ -187,27 +187,26 @@ static void test_alike(void) {
     gp_model_free(m);
 }
 
-/* The contention figure: exactly 1 for one device (and no alone time: nothing ran); for several,
- * a finite ratio and the alone runs' time (their sizes are the machine's: asserted in no test);
- * the arguments checked; the model left uninitialized. */
+/* The contention figure: exactly 1 for one device; for several, a finite ratio (its size is the
+ * machine's: asserted in no test); the arguments checked; the model left uninitialized. */
 static void test_contention(void) {
     gp_model *m = mlp();
-    double f = 0, alone = -1;
-    CHECK_OK(gp_model_profile_contention(m, 4, 8, 1, 1, 4, &f, &alone));
-    CHECK(f == 1.0 && alone == 0);
-    CHECK_OK(gp_model_profile_contention(m, 4, 8, 2, 2, 4, &f, &alone));
-    CHECK(isfinite(f) && f > 0 && isfinite(alone) && alone > 0);
-    CHECK_OK(gp_model_profile_contention(m, 0, 3, 3, 1, 1, &f, NULL));
+    double f = 0;
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 1, 1, 4, &f));
+    CHECK(f == 1.0);
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 2, 2, 4, &f));
     CHECK(isfinite(f) && f > 0);
-    CHECK_FAILS(gp_model_profile_contention(m, 6, 8, 2, 1, 4, &f, &alone), GP_INVALID_ARGUMENT,
+    CHECK_OK(gp_model_profile_contention(m, 0, 3, 3, 1, 1, &f));
+    CHECK(isfinite(f) && f > 0);
+    CHECK_FAILS(gp_model_profile_contention(m, 6, 8, 2, 1, 4, &f), GP_INVALID_ARGUMENT,
                 "layer 6 of 6");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 0, 2, 1, 4, &f, &alone), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 0, 2, 1, 4, &f), GP_INVALID_ARGUMENT,
                 "micro-batch 0");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 65, &f, &alone), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 65, &f), GP_INVALID_ARGUMENT,
                 "65 in flight");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 0, 4, &f, &alone), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 0, 4, &f), GP_INVALID_ARGUMENT,
                 "0 copies");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 4, NULL, NULL), GP_INVALID_ARGUMENT, "NULL");
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 4, NULL), GP_INVALID_ARGUMENT, "NULL");
     /* layer times scaled by the factor of their slowest layer, whole; one device: unchanged */
     double t[24], want[24];
     for (int i = 0; i < 24; i++) t[i] = want[i] = 1e-3 * (i % 6 + 1);

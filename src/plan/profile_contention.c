@@ -139,10 +139,9 @@ static void *contender_main(void *arg) {
 }
 
 gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
-                                      int copies, int inflight, double *factor, double *alone_s) {
+                                      int copies, int inflight, double *factor) {
     if (!factor) return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_contention: NULL output");
     *factor = 1.0;
-    if (alone_s) *alone_s = 0;
     if (!m || li < 0 || li >= gp_model_nlayers(m))
         return gp_error(GP_INVALID_ARGUMENT, "gp_model_profile_contention: layer %d of %d", li,
                         m ? gp_model_nlayers(m) : 0);
@@ -201,12 +200,10 @@ gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_b
         ratio[r] = alone > 0 ? together / alone : 1.0;
     }
     const double f = s == GP_OK ? gp_median(ratio, ROUNDS) : 1.0;
-    const double alone = s == GP_OK ? gp_mean(c[0].alone, ROUNDS + 1) : 0;
     free(c);
     free(th);
     if (s != GP_OK) return gp_error_context(s, "timing layer %d on %d devices at once", li, n);
     *factor = f;
-    if (alone_s) *alone_s = alone;
     return GP_OK;
 }
 
@@ -248,16 +245,10 @@ gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int dev
     if (copies < 1) copies = 1;
     int inflight = micro_batch >= 16 ? 1 : (int)(16 / micro_batch < 8 ? 16 / micro_batch : 8);
     inflight = inflight / copies > 1 ? inflight / copies : 1;
-    double f = 1.0, alone = 0;
-    gp_status s = gp_model_profile_contention(m, heaviest, micro_batch, devices, copies, inflight,
-                                              &f, &alone);
+    double f = 1.0;
+    gp_status s =
+        gp_model_profile_contention(m, heaviest, micro_batch, devices, copies, inflight, &f);
     if (s != GP_OK) return gp_error_context(s, "layer times on %d devices at once", devices);
-    /* The profile timed the layer in a fraction of a second, these rounds over a second or
-     * more: where the machine's speed differed between the two, the rounds' figure is the
-     * steadier, and every layer's time moves with it (the profile's times relative to each other
-     * stand). */
-    const double profiled = times[heaviest] + times[L + heaviest];
-    if (profiled > 0 && alone > 0) f *= alone / profiled;
     for (int i = 0; i < groups * L; i++) times[i] *= f;
     if (factor) *factor = f;
     return GP_OK;
