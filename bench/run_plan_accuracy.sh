@@ -5,7 +5,8 @@
 # predicted step beside the median measured one (the steps after the first), their ratio, what
 # the calibration cost, and how busy other processes kept the machine's cores meanwhile.
 # Usage: bash bench/run_plan_accuracy.sh [path/to/gpipe] [devices] [rounds]; reports go to
-# ${GP_BENCH_OUT:-out/plan_accuracy}; GP_BENCH_STEPS (T2: 6, C1: 20) steps each. The prediction
+# ${GP_BENCH_OUT:-out/plan_accuracy}; GP_BENCH_STEPS (T2: 6, C1: 20) steps each;
+# GP_BENCH_WORKLOADS (default "T2 C1") the workloads. The prediction
 # is of the plan's step with its cores to itself: on a shared machine the column "others" (the
 # share of all cores' time other processes used during the run, from /proc/stat) says which
 # rounds measured something else.
@@ -16,7 +17,7 @@ ROUNDS=${3:-1}
 OUT=${GP_BENCH_OUT:-out/plan_accuracy}
 mkdir -p "$OUT"
 for r in $(seq 1 "$ROUNDS"); do
-    for w in T2 C1; do
+    for w in ${GP_BENCH_WORKLOADS:-T2 C1}; do
         if [ "$w" = T2 ]; then
             args=(--model examples/t2.json --batch 32 --eval-size 8 --steps "${GP_BENCH_STEPS:-6}")
         else
@@ -42,12 +43,12 @@ PY
         grep "^plan auto: " "$OUT/${w}_$r.out" >&2
     done
 done
-python3 - "$OUT" "$ROUNDS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "${GP_BENCH_WORKLOADS:-T2 C1}" <<'PY'
 import json, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, workloads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 print("| workload | round | chosen plan (K, M, V, schedule, remat) | by FLOPs | predicted step | measured step (median) | measured / predicted | calibration | others |")
 print("|---|---|---|---|---|---|---|---|---|")
-for w in ("T2", "C1"):
+for w in workloads:
     for r in range(1, rounds + 1):
         pa = json.load(open(f"{out}/{w}_{r}.json"))["plan_auto"]
         others = json.load(open(f"{out}/{w}_{r}.busy.json"))["others"]

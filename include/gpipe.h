@@ -892,12 +892,10 @@ gp_status gp_model_profile_layers_split(gp_model *m, int64_t micro_batch, int re
  * stage does: for each of `inflight` micro-batches of `micro_batch` examples the copies'
  * forwards, all kept, then their backwards; beside the first thread's run alone as the profile
  * runs the layer (one copy, one micro-batch's forward and backward at a time, as many times);
- * 5 rounds after a warm-up, thread CPU time. *factor = the median over the rounds of the slowest
- * thread's time per forward and backward over the alone one (the stages wait on each other: a
- * pipeline keeps its slowest device's pace) (1 for n = 1; n at most 256, copies and inflight at
- * most 64). What differs: the parameters and state that stream through the caches, the memory
- * system shared with the other stages, and cores that do not run at the same speed. m need not
- * be initialized. */
+ * 5 rounds after a warm-up, thread CPU time. *factor = the median over the rounds of their mean
+ * time per forward and backward over the alone one (1 for n = 1; n at most 256, copies and
+ * inflight at most 64). What differs: the parameters and state that stream through the caches,
+ * and the memory system shared with the other stages. m need not be initialized. */
 gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
                                       int copies, int inflight, double *factor);
 /* Scales measured layer times (`groups` groups of L: gp_model_profile_layers' 2 or

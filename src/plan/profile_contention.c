@@ -7,7 +7,6 @@
  * divide out the very streaming it stands for. On the 2-core Xeon (T2, micro-batches of 1) the
  * factor came out 0.8-1.3 from round to round, the host's noise as large as the effect. */
 #define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
-#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -183,19 +182,17 @@ gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_b
     } else {
         s = gp_error(GP_INTERNAL, "gp_model_profile_contention: no barrier for %d threads", n);
     }
-    /* each round's slowest together over the lead's alone before and after it (all per forward
-     * and backward: the machine's speed drifts, and the two alones bracket the drift), the
-     * median over the rounds. The slowest, not the mean: the stages wait on each other's
-     * messages, so a pipeline keeps the pace of its slowest device, and on a shared host the
-     * cores' speeds differ from moment to moment (on the 2-core Xeon each vCPU ran four 256^3
-     * sgemms either in about 4.5 ms or in about 7.5 ms, the two switching independently within
-     * seconds). */
+    /* each round's mean together over the lead's alone before and after it (all per forward and
+     * backward: the machine's speed drifts, and the two alones bracket the drift), the median
+     * over the rounds. The mean, though a pipeline keeps the pace of its slowest stage: the
+     * slowest of a round's few runs is mostly noise on a shared host (with it T2's predicted
+     * step moved between 4.0 and 8.2 s from run to run on the 2-core Xeon). */
     double ratio[ROUNDS];
     for (int k = 0; k < n && s == GP_OK; k++)
         if (c[k].st != GP_OK) s = gp_error(c[k].st, "contender %d: %s", k, c[k].msg);
     for (int r = 0; r < ROUNDS && s == GP_OK; r++) {
         double together = 0;
-        for (int k = 0; k < n; k++) together = fmax(together, c[k].together[r]);
+        for (int k = 0; k < n; k++) together += c[k].together[r] / n;
         const double alone = (c[0].alone[r] + c[0].alone[r + 1]) / 2;
         ratio[r] = alone > 0 ? together / alone : 1.0;
     }
