@@ -496,7 +496,8 @@ float gp_optim_lr_at(const gp_optim_opts *o, int step);
  * elements of a one-thread CPU device: the gradients' sum of squares (the global norm), their
  * scaling when o->clip_norm > 0 (counted whether or not the norm would clip), the update with
  * weight decay, and the gradients cleared. *s_per_elem: the median of `reps` steps (0: 3) after
- * a warm-up, divided by n (at most 2^28; 0: 2^22, past the caches). The planner's gp_pipeline_opts.optim_s_per_param. */
+ * a warm-up, in the thread's CPU time, divided by n (at most 2^28; 0: 2^22, past the caches).
+ * The planner's gp_pipeline_opts.optim_s_per_param. */
 gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *s_per_elem);
 
 /* ---------------------------------------------------------------- loss */
@@ -868,10 +869,15 @@ gp_status gp_pipeline_opts_check(const gp_model *m, int64_t batch, const gp_pipe
  * is initialized on a scratch device (so m need not fit on one), then its
  * training-mode forward and its backward on one micro-batch of `micro_batch`
  * examples (stand-in inputs and output gradients) are timed on a one-thread
- * CPU device, and the layer is released again. Each
- * figure is the median of `reps` runs after one warm-up run (reps 0: 3).
- * times: 2L entries, forward seconds of layers 0..L-1 then backward seconds.
- * m must not be initialized (no trainer or pipeline holds it). */
+ * CPU device, and the layer is released again. Times are the thread's CPU
+ * time (time other processes hold the core is not the layer's). Each figure
+ * is the mean of `reps` runs (reps 0: 6; a step is a sum of many runs), taken
+ * in up to 3 passes over the layers, each a warm-up run then its share of the
+ * runs of every layer, so that a drift in the machine's speed weighs on all
+ * layers alike; layers
+ * alike (the same kind, shapes and cost: a Transformer's blocks) are timed
+ * once. times: 2L entries, forward seconds of layers 0..L-1 then backward
+ * seconds. m must not be initialized (no trainer or pipeline holds it). */
 gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, double *times);
 /* The same, times: 4L entries, and a backward split in two as the zero-bubble schedules run it
  * besides: L forward times, L backward times, then L input-part times and L weight-part times
@@ -879,21 +885,26 @@ gp_status gp_model_profile_layers(gp_model *m, int64_t micro_batch, int reps, do
 gp_status gp_model_profile_layers_split(gp_model *m, int64_t micro_batch, int reps,
                                         double *times);
 
-/* How much slower layer li's training forward and backward run when n stage devices compute at
- * once, each holding `inflight` micro-batches of `micro_batch` examples as a pipeline stage does
- * (forwards kept, then their backwards): n threads, one per core this process may use when it
- * has n, each with its own copy of the layer on a one-thread CPU device, run it together, in
- * step, after the first one's run alone, for 7 rounds after a warm-up; *factor = the median over
- * the rounds of their mean time over the alone time (1 for n = 1, n at most 256). Memory bandwidth and the shared caches are what differ; the
- * layer-alone profile (gp_model_profile_layers) sees neither. m need not be initialized. */
+/* How much slower layer li's training forward and backward run inside a stage of a pipeline of
+ * n devices at work than the layer-alone profile (gp_model_profile_layers) times them: n
+ * threads, one per core this process may use when it has n, each with `copies` copies of the
+ * layer (their own parameters) on a one-thread CPU device, run them together, in step, as a
+ * stage does: for each of `inflight` micro-batches of `micro_batch` examples the copies'
+ * forwards, all kept, then their backwards; beside the first thread's run alone as the profile
+ * runs the layer (one copy, one micro-batch's forward and backward at a time, as many times);
+ * 5 rounds after a warm-up, thread CPU time. *factor = the median over the rounds of their mean
+ * time per forward and backward over the alone one (1 for n = 1; n at most 256, copies and
+ * inflight at most 64). What differs: the parameters and state that stream through the caches,
+ * and the memory system shared with the other stages. m need not be initialized. */
 gp_status gp_model_profile_contention(const gp_model *m, int li, int64_t micro_batch, int n,
-                                      int inflight, double *factor);
+                                      int copies, int inflight, double *factor);
 /* Scales measured layer times (`groups` groups of L: gp_model_profile_layers' 2 or
- * gp_model_profile_layers_split's 4) by the contention of `devices` stage devices computing at
- * once: gp_model_profile_contention of the slowest layer (forward + backward) at micro_batch,
- * with as many micro-batches in flight as make 16 examples (at most 8), on at most as many
- * devices as the cores this process may use (a larger mesh spans machines). devices 1:
- * unchanged.
+ * gp_model_profile_layers_split's 4) by how much slower they run in a stage of `devices` stage
+ * devices at work: gp_model_profile_contention of the slowest layer (forward + backward) at
+ * micro_batch, with as many copies as a stage holds of layers like it (the model's over the
+ * devices; at most 4, their parameters at most 64 MiB) and as many micro-batches in flight as
+ * make 16 examples over the copies (at least 1, at most 8), on at most as many devices as the
+ * cores this process may use (a larger mesh spans machines). devices 1: unchanged.
  * *factor (may be NULL): the factor applied. What gp_plan_search and gpipe plan --balance time
  * predict with. */
 gp_status gp_layer_times_contend(const gp_model *m, int64_t micro_batch, int devices, int groups,

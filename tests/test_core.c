@@ -2,6 +2,7 @@
  * counter-based RNG, status tables, hashing and the median of timings. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/device.h"
@@ -267,8 +268,26 @@ static void test_median(void) {
     CHECK(even[0] == 1.0 && even[3] == 4.0); /* sorted in place */
 }
 
+/* The mean of timings; the thread's CPU clock stands still while the thread sleeps (a sleep of
+ * 50 ms: it may wake late, never early; 20 ms of CPU would be a whole sleep's worth, far past
+ * what taking a timestamp and going to sleep cost) and moves while it works. */
+static void test_clocks(void) {
+    const double v[] = {1.0, 2.0, 6.0};
+    CHECK(gp_mean(v, 3) == 3.0);
+    const double w0 = gp_now(), c0 = gp_thread_cpu_now();
+    const struct timespec nap = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    const double w1 = gp_now(), c1 = gp_thread_cpu_now();
+    CHECK(w1 - w0 >= 0.05);
+    CHECK(c1 - c0 >= 0 && c1 - c0 < 0.02);
+    volatile double x = 0;
+    while (gp_thread_cpu_now() - c1 < 0.005) x += 1.0; /* ends only once the clock has moved */
+    CHECK(x > 0);
+}
+
 int main(void) {
     test_median();
+    test_clocks();
     test_shapes();
     test_device_accounting();
     test_device_cache();

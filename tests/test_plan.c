@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan/partition.h"
+#include "plan/profile.h"
 #include "testutil.h"
 
 /* 0 linear(16,64) 1 relu 2 linear(64,64) 3 relu 4 linear(64,256) 5 linear(256,8): uneven costs */
@@ -171,24 +172,41 @@ static void test_action_cost(void) {
     gp_model_free(m);
 }
 
+/* Which layers are alike (the copies of the slowest layer a contention profile gives each
+ * stage): the same kind, shapes and cost; the first layer is like no other (it computes no input
+ * gradient), so 5 identical linears count 4 alike, and the MLP's two ReLUs on 64 features are
+ * alike while its linears, of different shapes, are not. */
+static void test_alike(void) {
+    gp_model *m = equal_layers(5);
+    CHECK(gp_profile_alike(m, 0, 8) == 1);
+    for (int li = 1; li < 5; li++) CHECK(gp_profile_alike(m, li, 8) == 4);
+    gp_model_free(m);
+    m = mlp();
+    const int want[6] = {1, 2, 1, 2, 1, 1};
+    for (int li = 0; li < 6; li++) CHECK(gp_profile_alike(m, li, 8) == want[li]);
+    gp_model_free(m);
+}
+
 /* The contention figure: exactly 1 for one device; for several, a finite ratio (its size is the
  * machine's: asserted in no test); the arguments checked; the model left uninitialized. */
 static void test_contention(void) {
     gp_model *m = mlp();
     double f = 0;
-    CHECK_OK(gp_model_profile_contention(m, 4, 8, 1, 4, &f));
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 1, 1, 4, &f));
     CHECK(f == 1.0);
-    CHECK_OK(gp_model_profile_contention(m, 4, 8, 2, 4, &f));
+    CHECK_OK(gp_model_profile_contention(m, 4, 8, 2, 2, 4, &f));
     CHECK(isfinite(f) && f > 0);
-    CHECK_OK(gp_model_profile_contention(m, 0, 3, 3, 1, &f));
+    CHECK_OK(gp_model_profile_contention(m, 0, 3, 3, 1, 1, &f));
     CHECK(isfinite(f) && f > 0);
-    CHECK_FAILS(gp_model_profile_contention(m, 6, 8, 2, 4, &f), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 6, 8, 2, 1, 4, &f), GP_INVALID_ARGUMENT,
                 "layer 6 of 6");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 0, 2, 4, &f), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 0, 2, 1, 4, &f), GP_INVALID_ARGUMENT,
                 "micro-batch 0");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 65, &f), GP_INVALID_ARGUMENT,
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 65, &f), GP_INVALID_ARGUMENT,
                 "65 in flight");
-    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 4, NULL), GP_INVALID_ARGUMENT, "NULL");
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 0, 4, &f), GP_INVALID_ARGUMENT,
+                "0 copies");
+    CHECK_FAILS(gp_model_profile_contention(m, 1, 8, 2, 1, 4, NULL), GP_INVALID_ARGUMENT, "NULL");
     /* layer times scaled by the factor of their slowest layer, whole; one device: unchanged */
     double t[24], want[24];
     for (int i = 0; i < 24; i++) t[i] = want[i] = 1e-3 * (i % 6 + 1);
@@ -857,6 +875,7 @@ int main(void) {
     test_bubble_equal_cells();
     test_optimizer_step();
     test_action_cost();
+    test_alike();
     test_contention();
     test_memory_columns();
     test_optimizer_state();

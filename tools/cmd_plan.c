@@ -93,8 +93,10 @@ static void print_help(const gp_cli_opt *tab, int n) {
            "leave the optimizer step out; with --balance time the optimizer step is timed too\n"
            "(one step of the optimizer over 2^22 elements, per parameter: column opt/step) and\n"
            "each stage runs its own after its last backward, and the layer times are scaled by\n"
-           "how much slower the slowest layer runs on every device of the plan at once than\n"
-           "alone (its forwards and backwards over 16 examples of micro-batches, 7 rounds).\n"
+           "how much slower the slowest layer runs inside a stage, on every device of the plan\n"
+           "at once, than timed alone (a stage's share of the copies of it, with the\n"
+           "micro-batches in flight that make 16 examples, forwards then backwards; 5 rounds).\n"
+           "Times are CPU time: other processes' use of the cores is not the plan's.\n"
            "With --device cuda, stages on fewer GPUs (stage k on GPU k mod count) share them:\n"
            "the step is at least the busy times of one GPU's stages together.\n\n"
            "On a mesh of D x K x T devices (--data-parallel D, --tensor-parallel T) every row is\n"
@@ -434,8 +436,8 @@ int gp_cli_plan_main(int argc, char **argv) {
            gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
            first ? "partition given" : by_time ? "cells balanced by measured time" : "cells balanced by FLOPs");
     if (by_time) {
-        printf("times measured layer by layer now (median of 3 runs, one thread%s), scaled by "
-               "the contention of the devices at work at once",
+        printf("times measured layer by layer now (mean CPU time of 6 runs, one thread%s), scaled "
+               "by how much slower a layer runs in a stage of the devices at work at once",
                search ? ", at each micro-batch size" : "");
         if (search)
             printf("\n");

@@ -480,10 +480,17 @@ static int resolve(gp_cli_train *t, const train_opts *o, gp_cli_opt *tab, int n,
     return GP_CLI_EXIT_OK;
 }
 
-/* The median wall time of this run's steps (0: none ran). */
-static double median_step(const gp_cli_train *t) {
+/* How many of this run's steps the median step time is taken over: the first only when fewer
+ * than 3 ran (it first touches the memory every later step reuses, which no later step pays). */
+static int timed_steps(const gp_cli_train *t) {
     const int n = t->steps_done - t->start_step;
-    return n > 0 && t->step_seconds ? gp_cli_median(t->step_seconds + t->start_step, n) : 0;
+    return n >= 3 ? n - 1 : n;
+}
+
+/* The median wall time of this run's steps after the first (0: none ran). */
+static double median_step(const gp_cli_train *t) {
+    const int n = timed_steps(t);
+    return n > 0 && t->step_seconds ? gp_cli_median(t->step_seconds + t->steps_done - n, n) : 0;
 }
 
 static cJSON *build_report(gp_cli_train *t, double elapsed) {
@@ -602,7 +609,7 @@ static void print_summary(gp_cli_train *t) {
     if (t->plan_found.n && measured > 0)
         printf("plan auto: predicted %.3f s per step, measured %.3f s (median of %d; %.3fx the "
                "prediction)\n",
-               t->plan_found.plans[0].step_s, measured, t->steps_done - t->start_step,
+               t->plan_found.plans[0].step_s, measured, timed_steps(t),
                measured / t->plan_found.plans[0].step_s);
     fflush(stdout);
 }

@@ -1,4 +1,5 @@
-/* Small shared utilities: FNV-1a hashing, the monotonic clock and the median of timings. */
+/* Small shared utilities: FNV-1a hashing, the monotonic and thread CPU clocks and the median of
+ * timings. */
 #include <stdlib.h>
 #include <time.h>
 
@@ -14,11 +15,15 @@ uint64_t gp_fnv1a64(uint64_t h, const void *data, size_t nbytes) {
     return h;
 }
 
-double gp_now(void) {
+static double seconds_of(clockid_t clock) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+
+double gp_now(void) { return seconds_of(CLOCK_MONOTONIC); }
+
+double gp_thread_cpu_now(void) { return seconds_of(CLOCK_THREAD_CPUTIME_ID); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -28,4 +33,10 @@ static int cmp_double(const void *a, const void *b) {
 double gp_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return v[n / 2];
+}
+
+double gp_mean(const double *v, int n) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    return sum / n;
 }

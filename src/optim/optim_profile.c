@@ -50,9 +50,9 @@ gp_status gp_optim_profile(const gp_optim_opts *o, int64_t n, int reps, double *
     float *const state[2] = {buf && nstate > 0 ? buf + 2 * n : NULL,
                              buf && nstate > 1 ? buf + 3 * n : NULL};
     for (int r = -1; r < reps && s == GP_OK; r++) { /* r = -1: the warm-up (first touch) */
-        const double t0 = gp_now();
+        const double t0 = gp_thread_cpu_now();
         s = one_step(o, dev, n, buf, buf + n, state, r + 2);
-        if (r >= 0) times[r] = gp_now() - t0;
+        if (r >= 0) times[r] = gp_thread_cpu_now() - t0;
     }
     if (s == GP_OK) {
         *s_per_elem = gp_median(times, reps) / (double)n;

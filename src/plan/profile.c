@@ -1,7 +1,8 @@
 /* The profiling pass behind balance-by-time: each layer timed alone, as a stage runs it (a
- * training-mode forward keeping its state, then its backward), on a one-thread CPU device. Layers
- * are initialized one at a time on a scratch device and released again, so a model too big for
- * one device can still be profiled; only the layer's own figures matter to the partitioner. */
+ * training-mode forward keeping its state, then its backward), on a one-thread CPU device, in the
+ * thread's CPU time. Layers are initialized one at a time on a scratch device and released again,
+ * so a model too big for one device can still be profiled; only the layer's own figures matter
+ * to the partitioner. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,32 +38,32 @@ static gp_status run_once(gp_model *m, int li, gp_device *dev, const gp_tensor *
                           double *split) {
     gp_run run = {.training = true, .seed = 1};
     gp_seq_pass pass = {0};
-    double t0 = gp_now();
+    double t0 = gp_thread_cpu_now();
     GP_TRY(gp_seq_forward(m, li, li + 1, dev, &run, x, &pass));
-    double t1 = gp_now();
+    double t1 = gp_thread_cpu_now();
     gp_status s = gp_seq_backward(m, &pass, dy, dx);
-    double t2 = gp_now();
+    double t2 = gp_thread_cpu_now();
     gp_seq_release(&pass);
     *f = t1 - t0;
     *b = t2 - t1;
     if (s != GP_OK || !split) return s;
     GP_TRY(gp_seq_forward(m, li, li + 1, dev, &run, x, &pass));
-    t0 = gp_now();
+    t0 = gp_thread_cpu_now();
     s = gp_seq_backward_input(m, &pass, dy, dx);
-    t1 = gp_now();
+    t1 = gp_thread_cpu_now();
     if (s == GP_OK) s = gp_seq_backward_weight_each(m, &pass, NULL, NULL);
-    t2 = gp_now();
+    t2 = gp_thread_cpu_now();
     gp_seq_release(&pass);
     split[0] = t1 - t0;
     split[1] = t2 - t1;
     return s;
 }
 
-/* Layer li's median forward and backward times into *fwd, *bwd; with parts (not NULL), also the
- * medians of a split backward's input and weight parts into parts[0], parts[1]. fs, bs: 4 reps
- * of scratch. */
-static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_device *dev,
-                               double *fs, double *bs, double *fwd, double *bwd, double *parts) {
+/* Runs r0..r1-1 of layer li (after a warm-up run) into runs, the figures of run r of group g
+ * (forward, backward, input part, weight part) at runs[(g * L + li) * reps + r]; with parts, a
+ * split backward's too. The layer is initialized for the runs and released again. */
+static gp_status profile_layer(gp_model *m, int li, int64_t mb, int r0, int r1, int reps,
+                               gp_device *dev, double *runs, bool parts) {
     gp_shape in_shape, out_shape;
     /* the layer's cuts: a merge's skip comes in with its input, as in a cell of its own */
     GP_TRY(gp_model_cut_shape(m, li, mb, &in_shape));
@@ -76,51 +77,55 @@ static gp_status profile_layer(gp_model *m, int li, int64_t mb, int reps, gp_dev
     if (s == GP_OK) s = gp_profile_stand_in(dev, out_shape, GP_F32, (uint32_t)li, 1, &dy);
     /* As in a pipeline, the first layer computes no input gradient (it has no one to send it). */
     if (s == GP_OK && li > 0) s = gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in_shape, GP_F32, &dx);
-    double *is = bs + reps, *ws = bs + 2 * reps; /* the split's parts */
-    for (int r = -1; r < reps && s == GP_OK; r++) { /* r = -1: the warm-up run */
+    const int L = m->nlayers;
+    for (int r = r0 - 1; r < r1 && s == GP_OK; r++) { /* r = r0 - 1: the warm-up run */
         double f = 0, b = 0, split[2] = {0, 0};
         s = run_once(m, li, dev, &x, &dy, li > 0 ? &dx : NULL, &f, &b, parts ? split : NULL);
-        if (r >= 0) fs[r] = f, bs[r] = b, is[r] = split[0], ws[r] = split[1];
+        const double got[4] = {f, b, split[0], split[1]};
+        for (int g = 0; g < 4 && r >= r0; g++) runs[((size_t)g * L + li) * reps + r] = got[g];
     }
     gp_tensor_release(&x);
     gp_tensor_release(&dy);
     gp_tensor_release(&dx);
     gp_store_release_layers(m, li, li + 1); /* the layer's store goes, gradients and all */
     if (s != GP_OK) return gp_error_context(s, "profiling layer %d (%s)", li, l->ops->kind);
-    *fwd = gp_median(fs, reps);
-    *bwd = gp_median(bs, reps);
-    if (parts) {
-        parts[0] = gp_median(is, reps);
-        parts[1] = gp_median(ws, reps);
-    }
     return GP_OK;
 }
 
-/* The first layer before li of li's kind, input and output shapes, parameters and cost (the
- * same work), or -1. First layers and merges are not paired: they differ in what they compute
+/* Whether layers a and b are alike: the same kind, input and output shapes, parameters and cost
+ * (the same work). First layers and merges are like no other: they differ in what they compute
  * (no input gradient; a skip beside the input). */
-static int same_as_before(const gp_model *m, int li, int64_t mb) {
-    const gp_layer *l = m->layers[li];
+static bool alike(const gp_model *m, int a, int b, int64_t mb) {
+    const gp_layer *l = m->layers[a], *o = m->layers[b];
     gp_shape in, out, jin, jout;
-    if (li == 0 || gp_layer_merges(l) || gp_model_cut_shape(m, li, mb, &in) != GP_OK ||
-        gp_model_cut_shape(m, li + 1, mb, &out) != GP_OK)
-        return -1;
-    const gp_cost c = l->ops->cost(l, &in);
-    for (int j = 1; j < li; j++) {
-        const gp_layer *o = m->layers[j];
-        if (o->ops != l->ops || o->nparams != l->nparams || gp_layer_merges(o) ||
-            gp_model_cut_shape(m, j, mb, &jin) != GP_OK ||
-            gp_model_cut_shape(m, j + 1, mb, &jout) != GP_OK ||
-            !gp_shape_equal(&in, &jin) || !gp_shape_equal(&out, &jout))
-            continue;
-        const gp_cost d = o->ops->cost(o, &jin);
-        if (c.fwd_flops == d.fwd_flops && c.bwd_flops == d.bwd_flops &&
-            c.wgt_flops == d.wgt_flops && c.param_bytes == d.param_bytes &&
-            c.out_bytes == d.out_bytes && c.saved_bytes == d.saved_bytes)
-            return j;
-    }
+    if (a == 0 || b == 0 || gp_layer_merges(l) || gp_layer_merges(o) || o->ops != l->ops ||
+        o->nparams != l->nparams || gp_model_cut_shape(m, a, mb, &in) != GP_OK ||
+        gp_model_cut_shape(m, a + 1, mb, &out) != GP_OK ||
+        gp_model_cut_shape(m, b, mb, &jin) != GP_OK ||
+        gp_model_cut_shape(m, b + 1, mb, &jout) != GP_OK || !gp_shape_equal(&in, &jin) ||
+        !gp_shape_equal(&out, &jout))
+        return false;
+    const gp_cost c = l->ops->cost(l, &in), d = o->ops->cost(o, &jin);
+    return c.fwd_flops == d.fwd_flops && c.bwd_flops == d.bwd_flops &&
+           c.wgt_flops == d.wgt_flops && c.param_bytes == d.param_bytes &&
+           c.out_bytes == d.out_bytes && c.saved_bytes == d.saved_bytes;
+}
+
+/* The first layer before li alike to it, or -1. */
+static int same_as_before(const gp_model *m, int li, int64_t mb) {
+    for (int j = 1; j < li; j++)
+        if (alike(m, li, j, mb)) return j;
     return -1;
 }
+
+int gp_profile_alike(const gp_model *m, int li, int64_t micro_batch) {
+    int n = 1;
+    for (int j = 0; j < m->nlayers; j++) n += j != li && alike(m, li, j, micro_batch);
+    return n;
+}
+
+/* Passes over the layers that the runs of each are spread across (fewer when fewer runs). */
+#define PROFILE_PASSES 3
 
 static gp_status profile(gp_model *m, int64_t micro_batch, int reps, double *times, bool parts);
 
@@ -141,9 +146,9 @@ static gp_status profile(gp_model *m, int64_t micro_batch, int reps, double *tim
                         (long long)micro_batch);
     if (reps < 0 || reps > 1000)
         return gp_error(GP_INVALID_ARGUMENT,
-                        "gp_model_profile_layers: %d repetitions; expected 0 (default 3) to 1000",
+                        "gp_model_profile_layers: %d repetitions; expected 0 (default 6) to 1000",
                         reps);
-    if (reps == 0) reps = 3;
+    if (reps == 0) reps = 6;
     const int L = m->nlayers;
     for (int li = 0; li < L; li++)
         if (m->store_of[li])
@@ -153,25 +158,32 @@ static gp_status profile(gp_model *m, int64_t micro_batch, int reps, double *tim
                             li, gp_device_name(gp_model_layer_device(m, li)));
     const uint64_t seed = m->seed; /* initialization records its seed; keep the model's */
     gp_device *dev = NULL;
-    double *fs = calloc((size_t)reps, sizeof *fs), *bs = calloc(3 * (size_t)reps, sizeof *bs);
-    gp_status s = fs && bs ? gp_device_cpu_new("profile", &dev)
-                           : gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d timings", reps);
-    for (int li = 0; li < L && s == GP_OK; li++) {
-        /* a layer like one timed before (a Transformer's blocks) takes its times: the same
-         * kernels on the same shapes */
-        const int twin = same_as_before(m, li, micro_batch);
-        if (twin >= 0) {
-            for (int g = 0; g < (parts ? 4 : 2); g++) times[g * L + li] = times[g * L + twin];
-            continue;
-        }
-        double split[2] = {0, 0};
-        s = profile_layer(m, li, micro_batch, reps, dev, fs, bs, &times[li], &times[L + li],
-                          parts ? split : NULL);
-        if (parts) times[2 * L + li] = split[0], times[3 * L + li] = split[1];
-    }
+    double *runs = calloc(4 * (size_t)L * (size_t)reps, sizeof *runs);
+    int *twin = calloc((size_t)L, sizeof *twin);
+    gp_status s = runs && twin ? gp_device_cpu_new("profile", &dev)
+                               : gp_error(GP_OUT_OF_MEMORY, "cannot allocate %d timings of %d "
+                                                            "layers", reps, L);
+    /* a layer like one timed before (a Transformer's blocks) takes its times: the same kernels
+     * on the same shapes */
+    for (int li = 0; li < L && s == GP_OK; li++) twin[li] = same_as_before(m, li, micro_batch);
+    /* The runs in passes over the layers: the machine's speed drifts (other work on the host),
+     * and a layer timed in one stretch would carry whatever the speed was then; over the
+     * passes every layer sees the same drift. Their mean, not their median: a step is a sum of
+     * many runs, and a slow stretch of the machine lengthens the step it falls in. */
+    const int passes = reps < PROFILE_PASSES ? reps : PROFILE_PASSES;
+    for (int p = 0; p < passes && s == GP_OK; p++)
+        for (int li = 0; li < L && s == GP_OK; li++)
+            if (twin[li] < 0)
+                s = profile_layer(m, li, micro_batch, reps * p / passes, reps * (p + 1) / passes,
+                                  reps, dev, runs, parts);
+    for (int li = 0; li < L && s == GP_OK; li++)
+        for (int g = 0; g < (parts ? 4 : 2); g++)
+            times[g * L + li] = twin[li] >= 0
+                                    ? times[g * L + twin[li]]
+                                    : gp_mean(runs + ((size_t)g * L + li) * reps, reps);
     if (dev) gp_device_free(dev);
-    free(fs);
-    free(bs);
+    free(runs);
+    free(twin);
     m->seed = seed;
     return s;
 }

@@ -170,7 +170,7 @@ grep -Eq "^plan auto: searching plans of 2 stage devices .*, [0-9]+ us per actio
     "$TMP/lm_auto.out" || bad "--plan auto: no action cost in the search line: $(grep '^plan auto' "$TMP/lm_auto.out")"
 grep -Eq "^plan auto: the fastest timed again with its layers measured at micro-batches of [0-9]+ \([0-9.]+ s\): step [0-9.]+ s \(by FLOPs [0-9.]+ s\)$" \
     "$TMP/lm_auto.out" || bad "--plan auto: no calibration line: $(grep '^plan auto' "$TMP/lm_auto.out")"
-grep -q "^plan auto: predicted .* s per step, measured .* s (median of 3" "$TMP/lm_auto.out" ||
+grep -q "^plan auto: predicted .* s per step, measured .* s (median of 2" "$TMP/lm_auto.out" ||
     bad "--plan auto: no predicted/measured line: $(cat "$TMP/lm_auto.out")"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
