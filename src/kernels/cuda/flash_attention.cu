@@ -93,6 +93,16 @@ __device__ static void tile_abt(float *out, int ldo, const bf16 *a, int lda, con
     wmma::store_matrix_sync(out, acc, ldo, wmma::mem_row_major);
 }
 
+// The backward's two products of a warp's 16 rows with a tile of 64 (FA_BM = FA_BN rows, bf16
+// rows ld apart): o1 = a1 b1^T and o2 = a2 b2^T (S and dP, or their transposes).
+__device__ static void tiles_abt2(float *o1, float *o2, int ldo, const bf16 *a1, const bf16 *b1,
+                                  const bf16 *a2, const bf16 *b2, int ld, int hd) {
+    for (int j = 0; j < FA_BN; j += 16) {
+        tile_abt(o1 + j, ldo, a1, ld, b1 + j * ld, ld, hd);
+        tile_abt(o2 + j, ldo, a2, ld, b2 + j * ld, ld, hd);
+    }
+}
+
 // C (16 x hd, fp32 rows ldc) += A (16 x 64, bf16 rows lda) B (64 x hd, bf16 rows ldb); with
 // zero_c, C = A B.
 __device__ static void rows_ab(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb,
@@ -246,10 +256,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_dkdv_kernel(fa_args a) {
         load_rows(lse, lse_g, q0, T);
         load_rows(dsum, dsum_g, q0, T);
         __syncthreads();
-        for (int j = 0; j < FA_BM; j += 16) {
-            tile_abt(St + j, L.s, Ks + warp * 16 * L.b, L.b, Qs + j * L.b, L.b, hd);
-            tile_abt(Gt + j, L.s, Vs + warp * 16 * L.b, L.b, Gs + j * L.b, L.b, hd);
-        }
+        tiles_abt2(St, Gt, L.s, Ks + warp * 16 * L.b, Qs, Vs + warp * 16 * L.b, Gs, L.b, hd);
         __syncwarp();
         for (int e = lane; e < 16 * FA_BM; e += 32) {
             const int r = e / FA_BM, c = e - r * FA_BM;
@@ -298,10 +305,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_args a) {
         load_tile(Ks, L.b, x + C, ld, kb * FA_BN, T, hd);
         load_tile(Vs, L.b, x + 2 * C, ld, kb * FA_BN, T, hd);
         __syncthreads();
-        for (int j = 0; j < FA_BN; j += 16) {
-            tile_abt(S + j, L.s, Qs + warp * 16 * L.b, L.b, Ks + j * L.b, L.b, hd);
-            tile_abt(G + j, L.s, Gs + warp * 16 * L.b, L.b, Vs + j * L.b, L.b, hd);
-        }
+        tiles_abt2(S, G, L.s, Qs + warp * 16 * L.b, Ks, Gs + warp * 16 * L.b, Vs, L.b, hd);
         __syncwarp();
         for (int e = lane; e < 16 * FA_BN; e += 32) {
             const int r = e / FA_BN, c = e - r * FA_BN, ri = warp * 16 + r;
