@@ -28,9 +28,10 @@ typedef struct gp_cuda_ctx {
     void *host;          /* pinned host scratch (gp_cuda_host_scratch) */
     size_t host_cap;
     struct gp_cuda_profile *profile; /* GP_CUDA_PROFILE (profile.h); NULL when off */
-    /* GP_CUDA_ATTENTION=gemm: attention through cuBLAS and the softmax kernels even where the
-     * fused kernels would take it (flash_attention.cu): the fallback, and the comparison */
-    int attention_gemm;
+    /* Shared-memory bytes a block of the fused attention (flash_attention.cu) may use: the GPU's
+     * opt-in limit, read once; 0 with GP_CUDA_ATTENTION=gemm (attention through cuBLAS and the
+     * softmax kernels even where the fused kernels would fit: the fallback, and the comparison) */
+    size_t attention_smem;
 } gp_cuda_ctx;
 
 /* Binds the library's calls the module makes (host_calls.c; kernels/cuda_module.h). */

@@ -165,10 +165,17 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
                         name, attn);
     gp_cuda_ctx *c = calloc(1, sizeof *c);
     if (!c) return gp_error(GP_OUT_OF_MEMORY, "CUDA device %s: cannot allocate its state", name);
-    c->attention_gemm = attn && strcmp(attn, "gemm") == 0;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->ordinal = ordinal;
     s = gp_cuda_select(c);
+    int optin = 0;
+    if (s == GP_OK && !(attn && strcmp(attn, "gemm") == 0)) {
+        s = gp_cuda_check(c, cudaDeviceGetAttribute(&optin,
+                                                    cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                                    ordinal),
+                          "cudaDeviceGetAttribute (shared memory per block)");
+        c->attention_smem = optin > 0 ? (size_t)optin : 0;
+    }
     if (s == GP_OK)
         s = gp_cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                           "cudaStreamCreateWithFlags");

@@ -351,17 +351,9 @@ extern "C" bool gp_cuda_flash_fits(gp_device *dev, const gp_attn_dims *d) {
     const int64_t hd = d->dim / d->heads;
     if (hd < 16 || hd > FA_MAX_HD || hd % 16 || d->seq <= 0 || d->batch <= 0) return false;
     if (d->batch > 65535 || d->heads > 65535) return false; // grid dimensions y and z
-    gp_status s;
-    gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
-    if (!c || c->attention_gemm) return false;
-    int optin = 0;
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->ordinal) !=
-        cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    const size_t need = smem_dkdv(hd) > smem_forward(hd) ? smem_dkdv(hd) : smem_forward(hd);
-    return need <= (size_t)optin && (smem_dq(hd) <= (size_t)optin);
+    const gp_cuda_ctx *c = (const gp_cuda_ctx *)gp_device_context(dev);
+    const size_t room = c ? c->attention_smem : 0; // 0: GP_CUDA_ATTENTION=gemm
+    return smem_forward(hd) <= room && smem_dkdv(hd) <= room && smem_dq(hd) <= room;
 }
 
 template <typename K>

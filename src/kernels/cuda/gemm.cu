@@ -1,8 +1,8 @@
 // GEMMs through cuBLAS: fp32 (the handle's math mode keeps TF32 off: cuda_device.c), or, for
 // the gemm ops and attention of a bf16 device (gpipe.h, gp_precision), bf16 operands summed in
-// fp32 into the fp32 C on the tensor cores. gpipe's matrices are row-major and cuBLAS's column-major: a
-// row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first
-// and the sizes swapped, with the same leading dimensions and transposes.
+// fp32 into the fp32 C on the tensor cores. gpipe's matrices are row-major and cuBLAS's
+// column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so
+// cuBLAS gets B first and the sizes swapped, with the same leading dimensions and transposes.
 #include <cuda_bf16.h>
 
 #include "core/bf16.h"
