@@ -12,8 +12,9 @@
 
 // A warp per row (lanes on neighbouring columns; reductions by shuffles, no barriers), the
 // row's first n = t + 1 columns in registers for T up to 32 x GP_CUDA_ROW_PER_MAX = 1024
-// (math.cuh): the masked columns are neither read nor computed, only zeroed. A block per row with a tree of
-// barriers took about 77 us for T3's 16 x 1024 rows, waiting on its barriers.
+// (math.cuh): the masked columns are neither read nor computed, only zeroed. On the H200 this
+// took 82-84 us for T3's 16 x 1024 rows of an example, against 77 for a block per row with a tree
+// of barriers: no faster yet (the fused kernels replace it where they fit).
 #define ROWS_PER_BLOCK (GP_CUDA_THREADS / 32)
 
 static unsigned warp_row_blocks(int64_t rows) {
