@@ -3,7 +3,8 @@
 # option, as does bench's G1 with it; bf16 trains bit for bit alike on one device and on 2
 # stages (1f1b), to other parameters than fp32, and the reports record it; checkpoints keep it:
 # resuming a bf16 run without it exits 1 naming --precision, with it continues to the straight
-# run's bits; bench's T1 and T2 take it and record it. Run from the repository root:
+# run's bits; bench's T1 and T2 take it and record it; plan takes it, and a bf16 plan's
+# activations are the blocks' bf16-kept operands less than fp32's. Run from the repository root:
 # bash tests/cli/precision.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -46,10 +47,23 @@ run rest "${LM[@]}" --precision bf16 --checkpoint-dir "$TMP/ck" --resume \
     --warmup 0 --threads 1 --precision bf16 --quiet --report "$TMP/b2.json" >/dev/null \
     2>"$TMP/b2.err" || bad "bench T2 --precision bf16: $(tail -c 400 "$TMP/b2.err")"
 
+# plan: one stage of the 2 blocks, 2 micro-batches of 4 windows of 16 (N = 64 rows) in flight
+for p in fp32 bf16; do
+    "$GPIPE" plan --model "$TMP/lm.json" --stages 1 --micro-batches 2 --batch 8 --remat none \
+        --gflops 10 --precision $p --report "$TMP/plan_$p.json" >/dev/null 2>"$TMP/plan.err" ||
+        bad "plan --precision $p: $(tail -c 400 "$TMP/plan.err")"
+done
+
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import finish, need
 d = sys.argv[1]
+act = {p: json.load(open(f"{d}/plan_{p}.json"))["pipeline"]["cells"][0]["peak_bytes"]["activations"]
+       for p in ("fp32", "bf16")}
+# ln1(x), att, ln2(h) (64 x 16 each) and gelu(u) (64 x 32) kept in bf16: 2 bytes less an
+# element, in 2 blocks for 2 micro-batches: 2 x 64 x 80 x 4 = 40960
+need(act["fp32"] - act["bf16"] == 40960,
+     f"plan's activations fp32 {act['fp32']} - bf16 {act['bf16']} != 40960")
 r = {n: json.load(open(f"{d}/{n}.json")) for n in ("fp32", "one", "k2", "b1", "b2")}
 need(r["fp32"]["precision"] == "fp32", f"fp32: report's precision {r['fp32']['precision']}")
 for n in ("one", "k2", "b1", "b2"):
