@@ -13,6 +13,7 @@
 #include "core/bf16.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "kernels/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
@@ -175,10 +176,7 @@ static const float *operand_copy(gp_cpu_pool *pool, bool bf16, const float *src,
 static gp_status gemm(gp_device *dev, gemm_args *g, const uint16_t *a16, const uint16_t *b16) {
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
     const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
-    if ((a16 || b16) && !bf16)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "gemm: a bf16 operand on device %s, whose precision is fp32",
-                        gp_device_name(dev));
+    GP_TRY(gp_kernels_check_bf16_operand("gemm", gp_device_name(dev), bf16, a16 || b16));
     if (!bf16 || g->m <= 0 || g->n <= 0 || g->k <= 0 || g->count <= 0) {
         gemm_fp32(pool, g);
         return GP_OK;

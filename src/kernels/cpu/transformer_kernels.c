@@ -53,6 +53,8 @@ gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_
                                 const float *b, const float *res, float *y) {
     /* OpenBLAS clears C in a separate pass when beta = 0, so writing the bias
      * (and residual) there first and accumulating with beta = 1 costs nothing. */
+    const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
+    GP_TRY(gp_kernels_check_bf16_operand("linear_forward", gp_device_name(dev), bf16, x16 != NULL));
     float beta = 0.0f;
     if (b || res) {
         beta = 1.0f;
