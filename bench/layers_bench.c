@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
     double tt[32];
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        kt->gelu_forward(dev, NF, a1, a2);
+        kt->gelu_forward(dev, NF, a1, a2, NULL);
         tt[r] = now() - t0;
     }
     printf("gelu fwd (N, F): %.2f ms\n", median(tt, n) * 1e3);
@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < n; r++) {
         double t0 = now();
         kt->layernorm_forward(dev, (int64_t)N, C, a1, F32(l->params[0].value),
-                              F32(l->params[1].value), a2, st2);
+                              F32(l->params[1].value), a2, NULL, st2);
         tt[r] = now() - t0;
     }
     printf("layernorm fwd (N, C): %.2f ms\n", median(tt, n) * 1e3);
@@ -192,14 +192,14 @@ int main(int argc, char **argv) {
     float *probs = buf((int64_t)B * H * T * T, 15);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        kt->attention_forward(dev, &d, a1, probs, a2);
+        kt->attention_forward(dev, &d, a1, probs, a2, NULL);
         tt[r] = now() - t0;
     }
     printf("attention core fwd: %.2f ms (%.2f GFLOP as computed)\n", median(tt, n) * 1e3,
            gp_op_attention_gemm_flops(&d) / 1e9);
     for (int r = 0; r < n; r++) {
         double t0 = now();
-        kt->attention_backward(dev, &d, a1, probs, NULL, a2, a3, st2, a3 + 3 * NC);
+        kt->attention_backward(dev, &d, a1, probs, NULL, NULL, a2, a3, st2, a3 + 3 * NC);
         tt[r] = now() - t0;
     }
     printf("attention core bwd: %.2f ms\n", median(tt, n) * 1e3);

@@ -113,7 +113,9 @@ bool gp_shape_equal(const gp_shape *a, const gp_shape *b);
 /* Writes "(2, 3, 4)" into buf; returns buf. */
 char *gp_shape_str(const gp_shape *s, char *buf, size_t nbytes);
 
-typedef enum gp_dtype { GP_F32 = 0, GP_I32 = 1 } gp_dtype;
+/* GP_BF16: bfloat16 (the top 16 bits of a float32), 2 bytes an element: what a bf16 device
+ * (gp_precision) keeps of activations that are only ever operands of its products. */
+typedef enum gp_dtype { GP_F32 = 0, GP_I32 = 1, GP_BF16 = 2 } gp_dtype;
 size_t gp_dtype_nbytes(gp_dtype t);
 const char *gp_dtype_name(gp_dtype t);
 

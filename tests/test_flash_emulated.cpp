@@ -205,8 +205,8 @@ static void check_case(gp_device *cpu, int64_t B, int64_t T, int64_t C, int64_t 
     const gp_kernels *K = gp_kernels_of(cpu);
     std::vector<float> probs(K->attention_saved(cpu, &d)), att_c(na), dqkv_c(nq);
     std::vector<float> ws(K->attention_backward_ws(cpu, &d));
-    if (K->attention_forward(cpu, &d, qkv.data(), probs.data(), att_c.data()) != GP_OK ||
-        K->attention_backward(cpu, &d, qkv.data(), probs.data(), att_c.data(), datt.data(),
+    if (K->attention_forward(cpu, &d, qkv.data(), probs.data(), att_c.data(), NULL) != GP_OK ||
+        K->attention_backward(cpu, &d, qkv.data(), probs.data(), att_c.data(), NULL, datt.data(),
                               dqkv_c.data(), NULL, ws.data()) != GP_OK) {
         fprintf(stderr, "test_flash_emulated: the CPU's attention: %s\n", gp_last_error());
         exit(1);
@@ -224,16 +224,39 @@ static void check_case(gp_device *cpu, int64_t B, int64_t T, int64_t C, int64_t 
     launch(fa_dq_kernel, {tiles, (unsigned)H, (unsigned)B}, FA_THREADS, smem_dq(hd), a);
     compare("att", att.data(), att_c.data(), (size_t)na);
     // dq, dk and dv each against its own magnitude: one small beside another hides nothing
-    const char *names[3] = {"dq", "dk", "dv"};
-    for (int part = 0; part < 3; part++) {
-        std::vector<float> got(na), ref(na);
-        for (int64_t r = 0; r < B * T; r++)
-            for (int64_t c = 0; c < C; c++) {
-                got[r * C + c] = dqkv[r * 3 * C + part * C + c];
-                ref[r * C + c] = dqkv_c[r * 3 * C + part * C + c];
-            }
-        compare(names[part], got.data(), ref.data(), (size_t)na);
-    }
+    const auto compare_dqkv = [&](const std::vector<float> &dqkv_got, const char *const names[3]) {
+        for (int part = 0; part < 3; part++) {
+            std::vector<float> got(na), ref(na);
+            for (int64_t r = 0; r < B * T; r++)
+                for (int64_t c = 0; c < C; c++) {
+                    got[r * C + c] = dqkv_got[r * 3 * C + part * C + c];
+                    ref[r * C + c] = dqkv_c[r * 3 * C + part * C + c];
+                }
+            compare(names[part], got.data(), ref.data(), (size_t)na);
+        }
+    };
+    static const char *const names[3] = {"dq", "dk", "dv"};
+    compare_dqkv(dqkv, names);
+    // The output kept in bf16 (out16): the bits of the fp32 output's rounding; the backward
+    // reading it for D (att16) within the same bound of the CPU's.
+    std::vector<uint16_t> att16(na, 0xffff);
+    std::vector<float> lse16(B * H * T, NAN), dqkv16(nq, NAN);
+    fa_args a16 = a;
+    a16.out = nullptr, a16.out16 = att16.data(), a16.lse = lse16.data();
+    launch(fa_forward_kernel, {tiles, (unsigned)H, (unsigned)B}, FA_THREADS, smem_forward(hd), a16);
+    int bad16 = 0;
+    for (int64_t i = 0; i < na; i++)
+        if (att16[i] != gp_bf16_bits(att[i]) && bad16++ < 3)
+            fprintf(stderr, "  att16[%lld]: 0x%04x, the bf16 of %.9g is 0x%04x\n", (long long)i,
+                    att16[i], att[i], gp_bf16_bits(att[i]));
+    printf("  att16 %s\n", bad16 ? "FAILED" : "the bits of att rounded");
+    failures += bad16 != 0;
+    a16.att = nullptr, a16.att16 = att16.data(), a16.dqkv = dqkv16.data();
+    launch(fa_dsum_kernel, {(unsigned)((H * T + 255) / 256), (unsigned)B, 1}, 256, 0, a16);
+    launch(fa_dkdv_kernel, {tiles, (unsigned)H, (unsigned)B}, FA_THREADS, smem_dkdv(hd), a16);
+    launch(fa_dq_kernel, {tiles, (unsigned)H, (unsigned)B}, FA_THREADS, smem_dq(hd), a16);
+    static const char *const names16[3] = {"dq16", "dk16", "dv16"};
+    compare_dqkv(dqkv16, names16);
 }
 
 int main() {

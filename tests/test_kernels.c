@@ -849,7 +849,7 @@ static void test_linear_forward(gp_device *dev, const gp_kernels *K) {
                     dy = kt_out(&t, rows * out);
                     if (rmode == 1) dres = kt_in(&t, res, rows * out);
                 }
-                CHECK_OK(K->linear_forward(dev, rows, in, out, dx, dw, db, dres, dy));
+                CHECK_OK(K->linear_forward(dev, rows, in, out, dx, NULL, dw, db, dres, dy));
                 kt_get(&t, dy, y, rows * out);
                 kt_end(&t);
             }
@@ -905,7 +905,7 @@ static void test_linear_backward(gp_device *dev, const gp_kernels *K) {
                 float *d_dx = want_dx ? kt_out(&t, rows * in) : NULL;
                 float *d_dw = kt_io(&t, dw0, out * in);
                 float *d_db = want_db ? kt_io(&t, db0, out) : NULL;
-                CHECK_OK(K->linear_backward(dev, rows, in, out, d_x, d_w, d_dy, d_dx, d_dw, d_db));
+                CHECK_OK(K->linear_backward(dev, rows, in, out, d_x, NULL, d_w, d_dy, d_dx, d_dw, d_db));
                 if (want_dx) kt_get(&t, d_dx, dx, rows * in);
                 kt_get(&t, d_dw, dw, out * in);
                 if (want_db) kt_get(&t, d_db, db, out);
@@ -973,7 +973,7 @@ static void test_layernorm_forward(gp_device *dev, const gp_kernels *K) {
                 const float *dx = kt_in(&t, x, rows * dim), *dw = kt_in(&t, w, dim);
                 const float *db = kt_in(&t, b, dim);
                 float *dy = kt_out(&t, rows * dim), *dst = kt_out(&t, 2 * rows);
-                CHECK_OK(K->layernorm_forward(dev, rows, dim, dx, dw, db, dy, dst));
+                CHECK_OK(K->layernorm_forward(dev, rows, dim, dx, dw, db, dy, NULL, dst));
                 kt_get(&t, dy, y, rows * dim);
                 kt_get(&t, dst, stats, 2 * rows);
                 kt_end(&t);
@@ -1103,11 +1103,11 @@ static void test_gelu_forward(gp_device *dev, const gp_kernels *K) {
                 float *dy;
                 if (alias) {
                     dy = kt_io(&t, x, n);
-                    CHECK_OK(K->gelu_forward(dev, n, dy, dy));
+                    CHECK_OK(K->gelu_forward(dev, n, dy, dy, NULL));
                 } else {
                     const float *dx = kt_in(&t, x, n);
                     dy = kt_out(&t, n);
-                    CHECK_OK(K->gelu_forward(dev, n, dx, dy));
+                    CHECK_OK(K->gelu_forward(dev, n, dx, dy, NULL));
                 }
                 kt_get(&t, dy, y, n);
                 kt_end(&t);
@@ -1349,7 +1349,7 @@ static void test_attention_forward(gp_device *dev, const gp_kernels *K) {
                 const float *dq = kt_in(&t, qkv_in, nq);
                 float *dp = kt_out(&t, np), *da_ = kt_out(&t, na);
                 REQUIRE_OK(gp_device_set_precision(dev, (gp_precision)pr));
-                CHECK_OK(K->attention_forward(dev, &d, dq, dp, da_));
+                CHECK_OK(K->attention_forward(dev, &d, dq, dp, da_, NULL));
                 REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
                 kt_get(&t, dp, p, np);
                 kt_get(&t, da_, att, na);
@@ -1485,7 +1485,7 @@ static void test_attention_backward(gp_device *dev, const gp_kernels *K) {
                 float *d_dqkv = kt_out(&t, nq), *d_ws = kt_out(&t, ws > 0 ? ws : 0);
                 float *d_db = want_db ? kt_io(&t, dbias0, 3 * C) : NULL;
                 REQUIRE_OK(gp_device_set_precision(dev, (gp_precision)pr));
-                CHECK_OK(K->attention_backward(dev, &d, d_qkv, d_p, NULL, d_datt, d_dqkv, d_db,
+                CHECK_OK(K->attention_backward(dev, &d, d_qkv, d_p, NULL, NULL, d_datt, d_dqkv, d_db,
                                                d_ws));
                 REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
                 kt_get(&t, d_dqkv, dqkv, nq);
@@ -2951,6 +2951,94 @@ static void test_xent_shard_finish(gp_device *dev, const gp_kernels *K) {
     g_st[g_op].exact++;
 }
 
+/* ============================================================ bf16 operands */
+
+/* n (even) bf16 values at device address p back into host. */
+static void get16(kt *t, const uint16_t *p, uint16_t *host, int64_t n) {
+    kt_get(t, p, host, n / 2);
+}
+
+/* got[i] == the bf16 bits of want[i], for every i. */
+static void check_bf16_of(const char *what, const uint16_t *got, const float *want, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != gp_bf16_bits(want[i]) && bad++ < MAX_SHOWN)
+            fail("%s: [%lld] 0x%04x, expected the bf16 of %.9g (0x%04x)", what, LL(i), got[i],
+                 (double)want[i], gp_bf16_bits(want[i]));
+}
+
+static void check_same_bits(const char *what, const float *got, const float *want, int64_t n) {
+    if (memcmp(got, want, (size_t)n * sizeof *got) != 0)
+        fail("%s: not the bits of the same op on fp32 operands", what);
+}
+
+/* The ops' bf16 operands (kernel_ops.def) on a bf16 device: layernorm_forward, gelu_forward and
+ * attention_forward write the bf16 rounding of their fp32 outputs, bit for bit; linear_forward
+ * and linear_backward given x16 = those bits give the bits of the same op given x (which a bf16
+ * device rounds to the same values). On an fp32 device x16 is refused. */
+static void test_bf16_operands(gp_device *dev, const gp_kernels *K) {
+    g_name = "bf16 operands";
+    set_case("layernorm, gelu, attention, linear");
+    const int64_t rows = 10, dim = 24, n = rows * dim, out = 12, ng = 1000;
+    const gp_attn_dims d = {.batch = 2, .seq = 70, .dim = 32, .heads = 4};
+    const int64_t nq = d.batch * d.seq * 3 * d.dim, na = d.batch * d.seq * d.dim;
+    const float *x = rnd(n, 2.0f, 0.3f), *w = rnd(dim, 1.0f, 1.0f), *b = rnd(dim, 0.5f, 0.0f);
+    const float *xg = rnd(ng, 3.0f, 0.0f), *qkv = rnd(nq, 1.0f, 0.0f);
+    const float *wl = rnd(out * dim, 0.2f, 0.0f), *dy = rnd(rows * out, 1.0f, 0.0f);
+    float *y = fa(n), *yg = fa(ng), *att = fa(na), *probs = fa(K->attention_saved(dev, &d));
+    uint16_t *y16 = hmem((size_t)n * 2), *yg16 = hmem((size_t)ng * 2), *att16 = hmem((size_t)na * 2);
+    float *st = fa(2 * rows), *lin[2], *dw[2], *dx[2];
+    REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_BF16));
+    kt t;
+    kt_begin(&t, dev, 0);
+    const float *d_x = kt_in(&t, x, n), *d_w = kt_in(&t, w, dim), *d_b = kt_in(&t, b, dim);
+    const float *d_xg = kt_in(&t, xg, ng), *d_qkv = kt_in(&t, qkv, nq);
+    float *d_y = kt_out(&t, n), *d_st = kt_out(&t, 2 * rows), *d_yg = kt_out(&t, ng);
+    float *d_att = kt_out(&t, na), *d_p = kt_out(&t, K->attention_saved(dev, &d));
+    uint16_t *d_y16 = (uint16_t *)kt_out(&t, n / 2), *d_yg16 = (uint16_t *)kt_out(&t, ng / 2);
+    uint16_t *d_att16 = (uint16_t *)kt_out(&t, na / 2);
+    CHECK_OK(K->layernorm_forward(dev, rows, dim, d_x, d_w, d_b, d_y, NULL, d_st));
+    CHECK_OK(K->layernorm_forward(dev, rows, dim, d_x, d_w, d_b, NULL, d_y16, d_st));
+    CHECK_OK(K->gelu_forward(dev, ng, d_xg, d_yg, NULL));
+    CHECK_OK(K->gelu_forward(dev, ng, d_xg, NULL, d_yg16));
+    CHECK_OK(K->attention_forward(dev, &d, d_qkv, d_p, d_att, NULL));
+    CHECK_OK(K->attention_forward(dev, &d, d_qkv, d_p, NULL, d_att16));
+    kt_get(&t, d_y, y, n);
+    kt_get(&t, d_yg, yg, ng);
+    kt_get(&t, d_att, att, na);
+    kt_get(&t, d_p, probs, K->attention_saved(dev, &d));
+    kt_get(&t, d_st, st, 2 * rows);
+    get16(&t, d_y16, y16, n);
+    get16(&t, d_yg16, yg16, ng);
+    get16(&t, d_att16, att16, na);
+    check_bf16_of("layernorm_forward y16", y16, y, n);
+    check_bf16_of("gelu_forward y16", yg16, yg, ng);
+    check_bf16_of("attention_forward att16", att16, att, na);
+    /* the layer norm's output as the linear ops' x: in fp32 (i = 0) and in bf16 (i = 1) */
+    const float *d_wl = kt_in(&t, wl, out * dim), *d_dy = kt_in(&t, dy, rows * out);
+    for (int i = 0; i < 2; i++) {
+        const float *xf = i ? NULL : d_y;
+        const uint16_t *xh = i ? d_y16 : NULL;
+        float *d_lin = kt_out(&t, rows * out), *d_dx = kt_out(&t, n);
+        float *d_dw = kt_io(&t, wl, out * dim);
+        CHECK_OK(K->linear_forward(dev, rows, dim, out, xf, xh, d_wl, NULL, NULL, d_lin));
+        CHECK_OK(K->linear_backward(dev, rows, dim, out, xf, xh, d_wl, d_dy, d_dx, d_dw, NULL));
+        lin[i] = fa(rows * out), dw[i] = fa(out * dim), dx[i] = fa(n);
+        kt_get(&t, d_lin, lin[i], rows * out);
+        kt_get(&t, d_dw, dw[i], out * dim);
+        kt_get(&t, d_dx, dx[i], n);
+    }
+    check_same_bits("linear_forward with x16", lin[1], lin[0], rows * out);
+    check_same_bits("linear_backward's dw with x16", dw[1], dw[0], out * dim);
+    check_same_bits("linear_backward's dx with x16", dx[1], dx[0], n);
+    REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
+    float *d_lin = kt_out(&t, rows * out);
+    CHECK_FAILS(K->linear_forward(dev, rows, dim, out, NULL, d_y16, d_wl, NULL, NULL, d_lin),
+                GP_INVALID_ARGUMENT, "bf16 operand");
+    kt_end(&t);
+    hfree();
+}
+
 /* ============================================================ the op list */
 
 typedef struct op_test {
@@ -3090,6 +3178,10 @@ static void run_device(int di) {
                td->name, ops[i].name, s->cases, s->compared, s->worst, s->exact,
                gp_test_failures > before ? "  FAILED" : "");
     }
+    const int before = gp_test_failures;
+    test_bf16_operands(dev, K);
+    printf("[%s] bf16 operands (layernorm, gelu, attention, linear)%s\n", td->name,
+           gp_test_failures > before ? "  FAILED" : "");
     gp_mem_stats st;
     gp_device_mem_stats(dev, &st);
     if (st.live_total != 0) {

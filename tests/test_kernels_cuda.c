@@ -274,11 +274,11 @@ static void c_linear(run *r) {
     const float *dy = in(r, H(rnd(rows * no, 1)), rows * no);
     float *y1 = out(r, rows * no), *y2 = out(r, rows * no), *dx = out(r, rows * ni);
     float *dw = io(r, H(rnd(no * ni, 1)), no * ni), *db = io(r, H(rnd(no, 1)), no);
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, w, b, res, y1));
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, w, NULL, NULL, y2));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, b, res, y1));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, NULL, y2));
     float *y3 = out(r, rows * no); /* the bias alone: the GPU's four-a-thread prefill */
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, w, b, NULL, y3));
-    S(r->K->linear_backward(r->dev, rows, ni, no, x, w, dy, dx, dw, db));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, b, NULL, y3));
+    S(r->K->linear_backward(r->dev, rows, ni, no, x, NULL, w, dy, dx, dw, db));
     CASE_END;
 }
 
@@ -291,8 +291,8 @@ static void c_linear_odd(run *r) {
     const float *b = in(r, H(rnd(16, 1)), 16);
     const float *res = in(r, H(rnd(rows * 16 + 1, 1)), rows * 16 + 1);
     float *y1 = out(r, rows * no), *y2 = out(r, rows * 16 + 1);
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, w, b, NULL, y1));
-    S(r->K->linear_forward(r->dev, rows, ni, 16, x, w, b, res + 1, y2 + 1));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, b, NULL, y1));
+    S(r->K->linear_forward(r->dev, rows, ni, 16, x, NULL, w, b, res + 1, y2 + 1));
     CASE_END;
 }
 
@@ -304,7 +304,7 @@ static void c_layernorm(run *r) {
     float *y = out(r, rows * dim), *st = out(r, 2 * rows);
     float *dx = io(r, H(rnd(rows * dim, 1)), rows * dim); /* dres aliased in place */
     float *dw = io(r, H(rnd(dim, 1)), dim), *db = io(r, H(rnd(dim, 1)), dim);
-    S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, y, st));
+    S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, y, NULL, st));
     S(r->K->layernorm_backward(r->dev, rows, dim, x, w, st, dy, dx, dx, dw, db));
     CASE_END;
 }
@@ -316,7 +316,7 @@ static void layernorm_rows(run *r, int64_t rows, int64_t dim) {
     const float *b = in(r, H(rnd(dim, 1)), dim), *dy = in(r, H(rnd(rows * dim, 1)), rows * dim);
     float *y = out(r, rows * dim), *st = out(r, 2 * rows), *dx = out(r, rows * dim);
     float *dw = io(r, H(rnd(dim, 1)), dim), *db = io(r, H(rnd(dim, 1)), dim);
-    S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, y, st));
+    S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, y, NULL, st));
     S(r->K->layernorm_backward(r->dev, rows, dim, x, w, st, dy, NULL, dx, dw, db));
     CASE_END;
 }
@@ -336,7 +336,7 @@ static void c_gelu(run *r) {
     const int64_t rows = 7, cols = 33, n = rows * cols;
     const float *x = in(r, H(rnd(n, 3)), n), *dy = in(r, H(rnd(n, 1)), n);
     float *y = out(r, n), *dx = out(r, n), *db = io(r, H(rnd(cols, 1)), cols);
-    S(r->K->gelu_forward(r->dev, n, x, y));
+    S(r->K->gelu_forward(r->dev, n, x, y, NULL));
     S(r->K->gelu_backward(r->dev, rows, cols, x, dy, dx, db));
     CASE_END;
 }
@@ -347,7 +347,7 @@ static void c_unaligned(run *r) {
     const int64_t n = 1001;
     const float *x = in(r, H(rnd(n + 1, 3)), n + 1), *dy = in(r, H(rnd(n + 1, 1)), n + 1);
     float *y = out(r, n + 1), *dx = out(r, n + 1);
-    S(r->K->gelu_forward(r->dev, n, x + 1, y + 1));
+    S(r->K->gelu_forward(r->dev, n, x + 1, y + 1, NULL));
     S(r->K->gelu_backward(r->dev, 7, 143, x + 1, dy + 1, dx + 1, NULL));
     float *w = io(r, H(rnd(n + 1, 1)), n + 1), *m = io(r, H(rnd(n + 1, 1)), n + 1);
     float *v = io(r, H(pos(n + 1)), n + 1);
@@ -381,8 +381,8 @@ static void attention_case(run *r, gp_attn_dims d, bool with_bias, bool private_
     float *dbias = with_bias ? io(r, H(rnd(3 * d.dim, 1)), 3 * d.dim) : NULL;
     float *ws = out(r, r->K->attention_backward_ws(r->dev, &d));
     r->input[r->nb - 1] = true; /* the workspace: not compared */
-    S(r->K->attention_forward(r->dev, &d, qkv, probs, att));
-    S(r->K->attention_backward(r->dev, &d, qkv, probs, att, datt, dqkv, dbias, ws));
+    S(r->K->attention_forward(r->dev, &d, qkv, probs, att, NULL));
+    S(r->K->attention_backward(r->dev, &d, qkv, probs, att, NULL, datt, dqkv, dbias, ws));
     CASE_END;
 }
 
@@ -418,6 +418,68 @@ static void c_linear_bf16(run *r) { bf16(r, c_linear); }
  * the element at most), hence TOL_ATTN_BF16 for this case. */
 static void c_attention_bf16(run *r) { bf16(r, c_attention); }
 #define TOL_ATTN_BF16 (1.0 / 128)
+
+/* n bf16 values (n even) of output, not compared themselves: where the devices' fp32 values
+ * straddle a rounding boundary they are a bf16 step apart, which the products that read them
+ * show within TOL_ATTN_BF16. */
+static uint16_t *out16(run *r, int64_t n) {
+    uint16_t *p = (uint16_t *)out(r, n / 2);
+    r->input[r->nb - 1] = true;
+    return p;
+}
+
+/* The Transformer block's activations kept in bf16 (kernel_ops.def): layer norm's and GELU's
+ * outputs written in bf16 by the GPU's kernels, then read as the linear ops' x16 (cuBLAS's
+ * bf16 operand as it is); the products compared. */
+static void c_bf16_operands(run *r) {
+    CASE_BEGIN;
+    S(gp_device_set_precision(r->dev, GP_PRECISION_BF16));
+    const int64_t rows = 24, dim = 64, no = 16, n = rows * dim;
+    const float *x = in(r, H(rnd(n, 2)), n), *w = in(r, H(rnd(dim, 1)), dim);
+    const float *b = in(r, H(rnd(dim, 1)), dim), *wl = in(r, H(rnd(no * dim, 1)), no * dim);
+    const float *dy = in(r, H(rnd(rows * no, 1)), rows * no);
+    uint16_t *y16 = out16(r, n), *g16 = out16(r, n), *g16u = out16(r, n + 8);
+    float *st = out(r, 2 * rows), *y1 = out(r, rows * no), *y2 = out(r, rows * no);
+    float *y3 = out(r, rows * no), *dx = out(r, n), *dw = io(r, H(rnd(no * dim, 1)), no * dim);
+    S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, NULL, y16, st));
+    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, y16, wl, b, NULL, y1));
+    S(r->K->linear_backward(r->dev, rows, dim, no, NULL, y16, wl, dy, dx, dw, NULL));
+    S(r->K->gelu_forward(r->dev, n, x, NULL, g16));
+    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, g16, wl, NULL, NULL, y2));
+    /* one element in: GELU's one-a-thread path */
+    S(r->K->gelu_forward(r->dev, n, x, NULL, g16u + 1));
+    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, g16u + 1, wl, NULL, NULL, y3));
+    S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
+    CASE_END;
+}
+
+/* Attention's output kept in bf16: made so (the GPU's fused kernels write it; otherwise an
+ * example's fp32 output is rounded), read by the projection's product, and by the fused
+ * backward for its D. */
+static void attention16_case(run *r, gp_attn_dims d) {
+    CASE_BEGIN;
+    S(gp_device_set_precision(r->dev, GP_PRECISION_BF16));
+    const int64_t nq = d.batch * d.seq * 3 * d.dim, na = d.batch * d.seq * d.dim;
+    const float *qkv = in(r, H(rnd(nq, 1)), nq), *datt = in(r, H(rnd(na, 1)), na);
+    const float *wp = in(r, H(rnd(d.dim * d.dim, 1)), d.dim * d.dim);
+    float *probs = out(r, r->K->attention_saved(r->dev, &d));
+    r->input[r->nb - 1] = true; /* the device's own */
+    uint16_t *att16 = out16(r, na);
+    float *y = out(r, na), *dqkv = out(r, nq);
+    float *ws = out(r, r->K->attention_backward_ws(r->dev, &d));
+    r->input[r->nb - 1] = true; /* the workspace: not compared */
+    S(r->K->attention_forward(r->dev, &d, qkv, probs, NULL, att16));
+    S(r->K->linear_forward(r->dev, d.batch * d.seq, d.dim, d.dim, NULL, att16, wp, NULL, NULL, y));
+    S(r->K->attention_backward(r->dev, &d, qkv, probs, NULL, att16, datt, dqkv, NULL, ws));
+    S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
+    CASE_END;
+}
+static void c_attention16(run *r) {
+    attention16_case(r, (gp_attn_dims){.batch = 2, .seq = 70, .dim = 32, .heads = 4});
+}
+static void c_attention16_fused(run *r) {
+    attention16_case(r, (gp_attn_dims){.batch = 1, .seq = 200, .dim = 256, .heads = 2});
+}
 
 static void c_embedding(run *r) {
     CASE_BEGIN;
@@ -583,6 +645,9 @@ static const named_case cases[] = {
     {"attention forward/backward bf16", false, c_attention_bf16, TOL_ATTN_BF16},
     {"attention bf16, head size 32 (fused)", false, c_attention_fused_32, TOL_ATTN_BF16},
     {"attention bf16, head size 128 (fused)", false, c_attention_fused_128, TOL_ATTN_BF16},
+    {"bf16 operands: layernorm, gelu, linear", false, c_bf16_operands, TOL_ATTN_BF16},
+    {"bf16 att: attention, projection", false, c_attention16, TOL_ATTN_BF16},
+    {"bf16 att: fused attention, projection", false, c_attention16_fused, TOL_ATTN_BF16},
     {"fill, scale, axpy", false, c_vector, TOL},
     {"sum_rows_add", false, c_sum_rows, TOL},
     {"sumsq", false, c_sumsq, TOL},

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "layers/transformer_block_tp.h"
 #include "layers/transformer_ops.h"
 #include "testutil.h"
 
@@ -107,7 +108,7 @@ static void test_gelu_values(void) {
     for (int i = 0; i < N; i++) x[i] = -10.0f + 20.0f * (float)i / (N - 1);
     for (int i = 0; i < N; i++) dy[i] = 1.0f;
     const gp_kernels *K = gp_cpu_kernels();
-    REQUIRE_OK(K->gelu_forward(NULL, N, x, y));
+    REQUIRE_OK(K->gelu_forward(NULL, N, x, y, NULL));
     REQUIRE_OK(K->gelu_backward(NULL, 1, N, x, dy, dx, NULL));
     const double k0 = sqrt(2.0 / 3.14159265358979323846), k1 = 0.044715;
     double ey = 0, ed = 0;
@@ -123,7 +124,7 @@ static void test_gelu_values(void) {
     if (ey > 2e-6 || ed > 2e-6) fprintf(stderr, "gelu: error %.3g, gradient error %.3g\n", ey, ed);
     /* Extreme inputs stay finite: no inf * 0 in the gradient. */
     float big[4] = {1e20f, -1e20f, 1e38f, -1e38f}, ones[4] = {1, 1, 1, 1}, gb[4], yb[4];
-    REQUIRE_OK(K->gelu_forward(NULL, 4, big, yb));
+    REQUIRE_OK(K->gelu_forward(NULL, 4, big, yb, NULL));
     REQUIRE_OK(K->gelu_backward(NULL, 1, 4, big, ones, gb, NULL));
     CHECK(yb[0] == 1e20f && yb[1] == 0.0f && gb[0] == 1.0f && gb[1] == 0.0f);
     CHECK(gb[2] == 1.0f && gb[3] == 0.0f);
@@ -515,6 +516,65 @@ static void test_block_dropout_repeatable(void) {
 }
 
 /* Backward twice from the same state gives bit-identical gradients. */
+/* On a bf16 device the block keeps ln1(x), att, ln2(h) and gelu(u), read only as operands of its
+ * products, in bf16: 2 bytes less for each of their N (C + C/T + C + F/T) elements, in what
+ * forward saves and in what saved_bytes announces for the device (the planner's figure), and
+ * the forward's and backward's bits of keeping them in fp32 (GP_BF16_ACTIVATIONS=fp32, which
+ * the cost's device-free figure counts). For the whole block and a shard of two. */
+static void test_block_bf16_saved(void) {
+    const int B = 2, T = 9, C = 16, H = 4, F = 40, N = B * T;
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("bf16-saved", &dev));
+    REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_BF16));
+    gp_layer *l = gp_transformer_block(C, H, F, 0.1f);
+    alloc_params(l, dev, 12, 0.05f, 0.6f);
+    gp_tensor x, dy, y[2], dx[2];
+    const gp_shape s = gp_shape3(B, T, C);
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, s, GP_F32, &x));
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, s, GP_F32, &dy));
+    gp_test_fill(x.data, N * C, 12, 1, 0.1f, 2.0f);
+    gp_test_fill(dy.data, N * C, 12, 2, 0.1f, 1.0f);
+    const gp_run run = {.training = true, .seed = 5};
+    const uint64_t cost = l->ops->cost(l, &s).saved_bytes;
+    /* 2 bytes x N (C + C + C + F): 3168 less than the fp32 figure */
+    const uint64_t want[2] = {cost - 3168, cost};
+    float *g[2][GP_LAYER_MAX_PARAMS];
+    for (int mode = 0; mode < 2; mode++) { /* 0: bf16 (the default), 1: fp32 kept */
+        if (mode) setenv("GP_BF16_ACTIVATIONS", "fp32", 1);
+        gp_ctx c;
+        run_forward(l, dev, &run, &c, &x, &y[mode]);
+        CHECK_EQ_INT(gp_ctx_saved_bytes(&c), want[mode]);
+        CHECK_EQ_INT(l->ops->saved_bytes(l, dev, &s), want[mode]);
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, s, GP_F32, &dx[mode]));
+        REQUIRE_OK(l->ops->backward(l, &c, &dy, &dx[mode]));
+        gp_ctx_release(&c);
+        for (int i = 0; i < l->nparams; i++) {
+            const size_t nb = gp_tensor_nbytes(&l->params[i].grad);
+            g[mode][i] = malloc(nb);
+            memcpy(g[mode][i], l->params[i].grad.data, nb);
+            memset(l->params[i].grad.data, 0, nb);
+        }
+        unsetenv("GP_BF16_ACTIVATIONS");
+    }
+    CHECK(memcmp(y[0].data, y[1].data, gp_tensor_nbytes(&x)) == 0);
+    CHECK(memcmp(dx[0].data, dx[1].data, gp_tensor_nbytes(&x)) == 0);
+    for (int i = 0; i < l->nparams; i++) {
+        CHECK(memcmp(g[0][i], g[1][i], gp_tensor_nbytes(&l->params[i].grad)) == 0);
+        free(g[0][i]), free(g[1][i]);
+    }
+    /* a shard of two: C/T and F/T of att and gelu(u): 2 x N (C + 8 + C + 20) = 2160 less */
+    gp_layer *sh = gp_transformer_block_shard(C, H, F, 0.1f, 2);
+    CHECK_EQ_INT(sh->ops->saved_bytes(sh, dev, &s), sh->ops->cost(sh, &s).saved_bytes - 2160);
+    REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
+    CHECK_EQ_INT(l->ops->saved_bytes(l, dev, &s), cost); /* fp32: as it was */
+    gp_layer_free(sh);
+    gp_tensor *ts[] = {&x, &dy, &y[0], &y[1], &dx[0], &dx[1]};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) gp_tensor_release(ts[i]);
+    free_params(l);
+    gp_layer_free(l);
+    gp_device_free(dev);
+}
+
 static void test_backward_deterministic(void) {
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("det", &dev));
@@ -736,6 +796,7 @@ int main(void) {
     test_linear_layernorm_reference();
     test_attention_reference();
     test_block_matches_layers();
+    test_block_bf16_saved();
     test_causality();
     test_dropout_masks();
     test_block_dropout_repeatable();

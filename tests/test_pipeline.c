@@ -3,7 +3,8 @@
  * give bit-identical losses and parameter hashes for every
  * K = 1..4, every schedule (interleaved with V = 2 where K divides M, interleaved and zbv
  * where the model has 2K layers) and both re-materialization modes (the transformer in bf16 too,
- * gpipe and 1f1b, and other than in fp32); bad options are named errors;
+ * gpipe and 1f1b, and other than in fp32; its blocks' bf16-kept activations give the bits of
+ * keeping them in fp32, at a lower peak); bad options are named errors;
  * activations are all released after a step and every stage byte after free; the last step's
  * timeline (stats, Chrome trace, SVG) holds each stage's actions in the schedule's order. */
 #include <math.h>
@@ -32,6 +33,7 @@ typedef struct result {
     float loss[8];
     uint64_t hash;
     uint64_t static_bytes; /* params + grads + optimizer state over all devices */
+    uint64_t peak_act;     /* the stages' peaks of activation memory, added */
 } result;
 
 static const uint64_t SEED = 77;
@@ -96,6 +98,7 @@ static int run_pipeline(gp_test_net net, int steps, int K, gp_schedule_kind sk, 
         CHECK(ms.live[GP_MEM_PARAMS] > 0);
         CHECK(ms.peak[GP_MEM_ACTIVATIONS] > 0);
         r->static_bytes += ms.live[GP_MEM_PARAMS] + ms.live[GP_MEM_GRADS] + ms.live[GP_MEM_OPTIM];
+        r->peak_act += ms.peak[GP_MEM_ACTIVATIONS];
     }
     gp_mem_stats none;
     CHECK_FAILS(gp_pipeline_mem_stats(p, K, &none), GP_INVALID_ARGUMENT, "outside");
@@ -171,6 +174,37 @@ static void bf16_exactness(int steps) {
     }
     printf("transformer bf16 vs fp32: loss %.6f vs %.6f after %d steps\n", b.loss[steps - 1],
            f.loss[steps - 1], steps);
+}
+
+/* A bf16 device keeps the blocks' activations that are only products' operands in bf16,
+ * rounded once where made: the bits of keeping them in fp32 (GP_BF16_ACTIVATIONS=fp32), each
+ * product rounding them, at K = 1 and 2 in both remat modes, with less activation memory. */
+static void bf16_activations(int steps) {
+    result ref;
+    memset(&ref, 0, sizeof ref);
+    reference(GP_TEST_TRANSFORMER, steps, GP_PRECISION_BF16, &ref);
+    for (int K = 1; K <= 2; K++)
+        for (int rm = 0; rm < 2; rm++) {
+            result r[2]; /* activations in bf16, in fp32 */
+            memset(r, 0, sizeof r);
+            for (int kept = 0; kept < 2; kept++) {
+                if (kept) setenv("GP_BF16_ACTIVATIONS", "fp32", 1);
+                CHECK(!run_pipeline(GP_TEST_TRANSFORMER, steps, K, GP_SCHEDULE_1F1B,
+                                    (gp_remat)rm, GP_PRECISION_BF16, &r[kept]));
+                unsetenv("GP_BF16_ACTIVATIONS");
+                if (memcmp(r[kept].loss, ref.loss, sizeof ref.loss) != 0 ||
+                    r[kept].hash != ref.hash) {
+                    fprintf(stderr, "bf16 activations in %s, K=%d remat %s: NOT the bits of "
+                            "bf16 activations on one device\n", kept ? "fp32" : "bf16", K,
+                            gp_remat_name((gp_remat)rm));
+                    gp_test_failures++;
+                }
+            }
+            CHECK(r[0].peak_act < r[1].peak_act);
+            printf("bf16 activations, K=%d remat %s: peak activation bytes %llu (%llu in fp32), "
+                   "the same bits\n", K, gp_remat_name((gp_remat)rm),
+                   (unsigned long long)r[0].peak_act, (unsigned long long)r[1].peak_act);
+        }
 }
 
 static void errors(void) {
@@ -558,6 +592,7 @@ int main(void) {
     stage_failure();
     exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
     bf16_exactness(quick ? 2 : 3);
+    bf16_activations(quick ? 2 : 3);
     exactness(GP_TEST_CONVNET, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
     exactness(GP_TEST_TRANSFORMER_TIED, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
     gp_scratch_init("test_pipeline");

@@ -57,8 +57,9 @@ void gp_cli_pipeline_options(gp_cli_opt out[GP_CLI_PIPELINE_NOPTS], gp_cli_pipel
          "the matrix products of the linear layers and attention: fp32, or bf16 operands (each "
          "rounded to bfloat16, to nearest even) with fp32 sums into fp32 results, as PyTorch's "
          "bf16 autocast and TPUs multiply (on a GPU, its tensor cores); parameters, gradients, "
-         "optimizer state and activations stay fp32, as does every other op; checkpoints keep "
-         "it",
+         "optimizer state and activations stay fp32, as does every other op, but for the "
+         "Transformer blocks' activations that are only products' operands, kept in bf16 (half "
+         "the bytes, the same bits); checkpoints keep it",
          "fp32", 0, false, "fp32|bf16", false, 0, false},
     };
     memcpy(out, tab, sizeof tab);

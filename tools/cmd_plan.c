@@ -11,13 +11,14 @@
 
 typedef struct plan_opts {
     const char *model, *optimizer, *report, *device;
-    gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition --tensor-parallel */
+    gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition --tensor-parallel
+                                  --precision */
     int micro_batches, batch, data_parallel, threads, devices, top;
     uint64_t memory_limit;
     double gflops, bandwidth;
 } plan_opts;
 
-enum { NOPTS = 20 };
+enum { NOPTS = 21 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -39,6 +40,8 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
         pipe[4], /* --balance */
         pipe[6], /* --tensor-parallel */
         pipe[7], /* --chunks */
+        pipe[9], /* --precision: what the activations take (a bf16 GPU's attention, a bf16
+                    device's Transformer blocks) */
         {"--data-parallel", GP_CLI_INT, &o->data_parallel, "D",
          "replicas, each on its slice of the batch (a gradient all-reduce)", "1", 1, false, NULL,
          false, GP_MAX_DEVICES, false},

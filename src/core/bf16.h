@@ -25,13 +25,16 @@ GP_BF16_FN uint16_t gp_bf16_bits(float x) {
     return (uint16_t)(u >> 16);
 }
 
-/* x rounded to bfloat16, as the fp32 of that value (exact: bfloat16 is a subset of fp32). */
-GP_BF16_FN float gp_bf16_round(float x) {
-    const uint32_t u = (uint32_t)gp_bf16_bits(x) << 16;
+/* The fp32 of bfloat16 bits h (exact: bfloat16 is a subset of fp32). */
+GP_BF16_FN float gp_bf16_float(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
     float r;
     memcpy(&r, &u, sizeof r);
     return r;
 }
+
+/* x rounded to bfloat16, as the fp32 of that value. */
+GP_BF16_FN float gp_bf16_round(float x) { return gp_bf16_float(gp_bf16_bits(x)); }
 
 /* The elements from a GEMM operand's first to its last over `count` matrices `stride` apart
  * (op(X) rows x cols, stored transposed where trans, rows `ld` apart): what a bf16 GEMM rounds,

@@ -41,8 +41,10 @@ char *gp_shape_str(const gp_shape *s, char *buf, size_t nbytes) {
     return buf;
 }
 
-size_t gp_dtype_nbytes(gp_dtype t) { return t == GP_I32 ? 4 : 4; }
-const char *gp_dtype_name(gp_dtype t) { return t == GP_I32 ? "int32" : "float32"; }
+size_t gp_dtype_nbytes(gp_dtype t) { return t == GP_BF16 ? 2 : 4; }
+const char *gp_dtype_name(gp_dtype t) {
+    return t == GP_I32 ? "int32" : t == GP_BF16 ? "bfloat16" : "float32";
+}
 
 int64_t gp_tensor_nelem(const gp_tensor *t) { return gp_shape_nelem(&t->shape); }
 size_t gp_tensor_nbytes(const gp_tensor *t) {
@@ -73,7 +75,7 @@ gp_status gp_tensor_alloc(gp_device *dev, gp_mem_category cat, gp_shape shape, g
     if (!out) return gp_error(GP_INVALID_ARGUMENT, "gp_tensor_alloc: out is NULL");
     memset(out, 0, sizeof *out);
     GP_TRY(check_shape(shape));
-    if (dtype != GP_F32 && dtype != GP_I32)
+    if (dtype != GP_F32 && dtype != GP_I32 && dtype != GP_BF16)
         return gp_error(GP_INVALID_ARGUMENT, "gp_tensor_alloc: unknown dtype %d", (int)dtype);
     size_t nbytes = (size_t)gp_shape_nelem(&shape) * gp_dtype_nbytes(dtype);
     gp_status s;

@@ -44,6 +44,16 @@ gp_status gp_kernels_check_smoothing(double smoothing) {
     return GP_OK;
 }
 
+gp_status gp_kernels_check_bf16_operand(const char *op, const char *device, bool bf16,
+                                        bool given) {
+    if (given && !bf16)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "%s: a bf16 operand on device %s, whose precision is fp32 (bf16 "
+                        "operands are for a bf16 device's products)",
+                        op, device);
+    return GP_OK;
+}
+
 gp_status gp_kernels_check_normalizer(double normalizer, int64_t counted) {
     if (counted > 0 && !(normalizer > 0))
         return gp_error(GP_INVALID_ARGUMENT,

@@ -1,8 +1,9 @@
-/* The checks of ids, labels, vocabulary shards and the loss normalizer that every device's ops
- * make before writing anything (checks.c), one message each. */
+/* The checks of ids, labels, vocabulary shards, the loss normalizer and bf16 operands that every
+ * device's ops make before writing anything (checks.c), one message each. */
 #ifndef GP_KERNELS_CHECKS_H
 #define GP_KERNELS_CHECKS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "gpipe.h"
@@ -19,5 +20,9 @@ gp_status gp_kernels_check_shard(int64_t vocab, int64_t first, int64_t rows, con
 gp_status gp_kernels_check_normalizer(double normalizer, int64_t counted);
 /* A label smoothing in [0, 1), or an error naming it. */
 gp_status gp_kernels_check_smoothing(double smoothing);
+/* An operand given in bf16 (kernel_ops.def: x16) to `op` of a device whose precision is fp32
+ * (bf16 false) is refused, naming the device. */
+gp_status gp_kernels_check_bf16_operand(const char *op, const char *device, bool bf16,
+                                        bool given);
 
 #endif

@@ -58,7 +58,8 @@ static gp_cost gelu_cost(const gp_layer *l, const gp_shape *in) {
 
 static gp_status gelu_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor *y) {
     GP_TRY(check_io(l, x, y));
-    return gp_ctx_kernels(c)->gelu_forward(c->dev, gp_tensor_nelem(x), gp_f32(x), gp_f32(y));
+    return gp_ctx_kernels(c)->gelu_forward(c->dev, gp_tensor_nelem(x), gp_f32(x), gp_f32(y),
+                                           NULL);
 }
 
 static gp_status gelu_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {

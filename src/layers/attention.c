@@ -73,8 +73,8 @@ static gp_status attn_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_ten
     const gp_mha_weights w = attn_weights(l);
     const gp_mha_saved sv = {.qkv = gp_f32(qkv), .probs = gp_f32(probs), .att = gp_f32(att)};
     gp_rng_stream s;
-    return gp_mha_forward(l, g, c->dev, &d, p->dim, &w, gp_f32(x), NULL, gp_tl_dropout(l, c, p->dropout, 0, &s),
-                          p->dropout, &sv, gp_f32(y));
+    return gp_mha_forward(l, g, c->dev, &d, p->dim, &w, gp_f32(x), NULL, NULL,
+                          gp_tl_dropout(l, c, p->dropout, 0, &s), p->dropout, &sv, gp_f32(y));
 }
 
 /* INPUT keeps the gradients at the output projection (N, C) and at qkv (N, 3 C/T) for WEIGHT;
@@ -100,8 +100,8 @@ static gp_status attn_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy,
     const gp_mha_saved sv = {.qkv = gp_f32(&c->saved[SLOT_QKV]),
                              .probs = gp_f32(&c->saved[SLOT_PROBS]),
                              .att = gp_f32(&c->saved[SLOT_ATT])};
-    st = gp_mha_backward_part(l, g, c->dev, &d, p->dim, &w, gp_f32(c->x), &sv, drop, p->dropout,
-                              gp_f32(dy), ws, dx && part != GP_BWD_WEIGHT ? gp_f32(dx) : NULL,
+    st = gp_mha_backward_part(l, g, c->dev, &d, p->dim, &w, gp_f32(c->x), NULL, &sv, drop,
+                              p->dropout, gp_f32(dy), ws, dx && part != GP_BWD_WEIGHT ? gp_f32(dx) : NULL,
                               part, gp_f32(&c->saved[SLOT_KEEP_DA]),
                               gp_f32(&c->saved[SLOT_KEEP_DQKV]));
     gp_ctx_workspace_release(c, ws);

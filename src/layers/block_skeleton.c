@@ -2,6 +2,9 @@
  * (block_skeleton.h): the steps where a shard differs (a group's all-reduce, the replicated
  * output bias's gradient added in the input part) go by whether the call has a tensor-parallel
  * group, here and in the sublayers it calls (tp_ops.h); every other kernel call is the same. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "layers/block_skeleton.h"
 
 #define LN_FWD_FLOPS 8.0
@@ -21,6 +24,25 @@ enum {
 #define VAL(i) GP_PVAL(l, i)
 #define GRAD(i) GP_PGRAD(l, i)
 #define SAVED(c, i) gp_f32(&(c)->saved[i])
+/* A saved tensor that may be kept in bf16 (operands_bf16), as the two arguments of the kernel
+ * ops (kernel_ops.def) that take it: its fp32 pointer and its bf16 one, one of them NULL. */
+#define OPERAND(t) gp_f32_or_null(t), gp_bf16_or_null(t)
+#define SAVED_OPERAND(c, i) OPERAND(&(c)->saved[i])
+
+/* ln1(x), att, ln2(h) and gelu(u) are read only as operands of products: on a bf16 device they
+ * are kept in bf16, rounded once where made rather than by every product that reads them, which
+ * gives the same bits at half the memory. GP_BF16_ACTIVATIONS=fp32 in the environment keeps
+ * them in fp32: the reference the tests compare with. */
+static bool operands_bf16(gp_device *dev) {
+    if (gp_device_precision(dev) != GP_PRECISION_BF16) return false;
+    const char *e = getenv("GP_BF16_ACTIVATIONS");
+    return !e || strcmp(e, "fp32") != 0;
+}
+
+/* Elements of those four: N C twice, N C/T and N F/T. */
+static uint64_t operand_elems(const gp_block_impl *p, const gp_attn_dims *d) {
+    return (uint64_t)(d->batch * d->seq) * (uint64_t)(2 * p->dim + d->dim + p->d_ff / p->nshards);
+}
 
 gp_status gp_block_out_shape(const gp_layer *l, const gp_shape *in, gp_dtype dtype,
                              gp_shape *out) {
@@ -71,7 +93,8 @@ static gp_mha_weights attn_weights(gp_layer *l) {
 
 static gp_mha_saved attn_saved(const gp_ctx *c) {
     return (gp_mha_saved){.qkv = SAVED(c, S_QKV), .probs = SAVED(c, S_PROBS),
-                          .att = SAVED(c, S_ATT)};
+                          .att = gp_f32_or_null(&c->saved[S_ATT]),
+                          .att16 = gp_bf16_or_null(&c->saved[S_ATT])};
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -87,36 +110,37 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     const gp_attn_dims d = local_dims(p, &x->shape);
     const int64_t B = d.batch, T = d.seq, C = p->dim, Cl = d.dim,
                   F = p->d_ff / p->nshards, N = B * T;
+    const gp_dtype op = operands_bf16(dev) ? GP_BF16 : GP_F32;
     gp_tensor *ln1, *st1, *qkv, *probs, *att, *h, *ln2, *st2, *u, *gl;
-    GP_TRY(gp_ctx_save(c, S_LN1, gp_shape2(N, C), GP_F32, &ln1));
+    GP_TRY(gp_ctx_save(c, S_LN1, gp_shape2(N, C), op, &ln1));
     GP_TRY(gp_ctx_save(c, S_STATS1, gp_shape2(2, N), GP_F32, &st1));
     GP_TRY(gp_ctx_save(c, S_QKV, gp_shape2(N, 3 * Cl), GP_F32, &qkv));
     GP_TRY(gp_ctx_save(c, S_PROBS, gp_shape1(k->attention_saved(dev, &d)), GP_F32, &probs));
-    GP_TRY(gp_ctx_save(c, S_ATT, gp_shape2(N, Cl), GP_F32, &att));
+    GP_TRY(gp_ctx_save(c, S_ATT, gp_shape2(N, Cl), op, &att));
     GP_TRY(gp_ctx_save(c, S_H, gp_shape2(N, C), GP_F32, &h));
-    GP_TRY(gp_ctx_save(c, S_LN2, gp_shape2(N, C), GP_F32, &ln2));
+    GP_TRY(gp_ctx_save(c, S_LN2, gp_shape2(N, C), op, &ln2));
     GP_TRY(gp_ctx_save(c, S_STATS2, gp_shape2(2, N), GP_F32, &st2));
     GP_TRY(gp_ctx_save(c, S_U, gp_shape2(N, F), GP_F32, &u));
-    GP_TRY(gp_ctx_save(c, S_G, gp_shape2(N, F), GP_F32, &gl));
+    GP_TRY(gp_ctx_save(c, S_G, gp_shape2(N, F), op, &gl));
     gp_rng_stream s0, s1;
     const gp_rng_stream *drop0 = gp_tl_dropout(l, c, p->dropout, 0, &s0),
                         *drop1 = gp_tl_dropout(l, c, p->dropout, 1, &s1);
 
     /* h = x + drop0(attn(ln1(x))); a shard's attention all-reduces its output projection */
     GP_TRY(k->layernorm_forward(dev, N, C, gp_f32(x), VAL(GP_BLK_LN1_W), VAL(GP_BLK_LN1_B),
-                                gp_f32(ln1), gp_f32(st1)));
+                                OPERAND(ln1), gp_f32(st1)));
     const gp_mha_weights w = attn_weights(l);
     const gp_mha_saved sv = attn_saved(c);
-    GP_TRY(gp_mha_forward(l, g, dev, &d, C, &w, gp_f32(ln1), gp_f32(x), drop0, p->dropout, &sv,
+    GP_TRY(gp_mha_forward(l, g, dev, &d, C, &w, OPERAND(ln1), gp_f32(x), drop0, p->dropout, &sv,
                           gp_f32(h)));
 
     /* y = h + drop1(proj(gelu(fc(ln2(h))))); a shard all-reduces proj's partial product */
     GP_TRY(k->layernorm_forward(dev, N, C, gp_f32(h), VAL(GP_BLK_LN2_W), VAL(GP_BLK_LN2_B),
-                                gp_f32(ln2), gp_f32(st2)));
-    GP_TRY(k->linear_forward(dev, N, C, F, gp_f32(ln2), VAL(GP_BLK_FC_W), VAL(GP_BLK_FC_B), NULL,
+                                OPERAND(ln2), gp_f32(st2)));
+    GP_TRY(k->linear_forward(dev, N, C, F, OPERAND(ln2), VAL(GP_BLK_FC_W), VAL(GP_BLK_FC_B), NULL,
                              gp_f32(u)));
-    GP_TRY(k->gelu_forward(dev, N * F, gp_f32(u), gp_f32(gl)));
-    return gp_tp_row_output(l, g, dev, N, F, C, gp_f32(gl), VAL(GP_BLK_MLP_W), VAL(GP_BLK_MLP_B),
+    GP_TRY(k->gelu_forward(dev, N * F, gp_f32(u), OPERAND(gl)));
+    return gp_tp_row_output(l, g, dev, N, F, C, OPERAND(gl), VAL(GP_BLK_MLP_W), VAL(GP_BLK_MLP_B),
                             gp_f32(h), drop1, p->dropout, gp_f32(y));
 }
 
@@ -129,7 +153,7 @@ static gp_status attn_backward(gp_layer *l, const gp_coll_group *g, gp_ctx *c,
     const gp_block_impl *p = l->impl;
     const gp_mha_weights w = attn_weights(l);
     const gp_mha_saved sv = attn_saved(c);
-    return gp_mha_backward_part(l, g, c->dev, d, p->dim, &w, SAVED(c, S_LN1), &sv, drop,
+    return gp_mha_backward_part(l, g, c->dev, d, p->dim, &w, SAVED_OPERAND(c, S_LN1), &sv, drop,
                                 p->dropout, dy, ws, dx, part, SAVED(c, S_KEEP_DA),
                                 SAVED(c, S_KEEP_DQKV));
 }
@@ -141,8 +165,7 @@ static gp_status backward_input(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
                                 const gp_rng_stream *drop0, const gp_rng_stream *drop1,
                                 gp_bwd_part part) {
     const gp_block_impl *p = l->impl;
-    const float *h = SAVED(c, S_H), *ln2 = SAVED(c, S_LN2), *u = SAVED(c, S_U);
-    const float *gl = SAVED(c, S_G);
+    const float *h = SAVED(c, S_H), *u = SAVED(c, S_U);
     const gp_kernels *k = gp_ctx_kernels(c);
     gp_device *dev = c->dev;
     const gp_attn_dims d = local_dims(p, &c->x->shape);
@@ -162,14 +185,14 @@ static gp_status backward_input(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
     }
     /* a shard's output bias is replicated: its gradient, the same on every shard, goes here */
     if (g) GP_TRY(k->sum_rows_add(dev, dmo, N, C, GRAD(GP_BLK_MLP_B)));
-    GP_TRY(k->linear_backward(dev, N, F, C, gl, VAL(GP_BLK_MLP_W), dmo, big,
+    GP_TRY(k->linear_backward(dev, N, F, C, SAVED_OPERAND(c, S_G), VAL(GP_BLK_MLP_W), dmo, big,
                               wt ? GRAD(GP_BLK_MLP_W) : NULL,
                               wt && !g ? GRAD(GP_BLK_MLP_B) : NULL));
     GP_TRY(k->gelu_backward(dev, N, F, u, big, big, GRAD(GP_BLK_FC_B)));
     if (!wt)
         GP_TRY(gp_device_copy(dev, SAVED(c, S_KEEP_DU), big, (size_t)(N * F) * sizeof(float),
                               GP_COPY_DEVICE_TO_DEVICE));
-    GP_TRY(k->linear_backward(dev, N, C, F, ln2, VAL(GP_BLK_FC_W), big, small,
+    GP_TRY(k->linear_backward(dev, N, C, F, SAVED_OPERAND(c, S_LN2), VAL(GP_BLK_FC_W), big, small,
                               wt ? GRAD(GP_BLK_FC_W) : NULL, NULL));
     /* a shard's dln2 is partial (its d_ff columns): summed over the group */
     if (g) GP_TRY(gp_tp_allreduce(l, g, dev, small, N * C, GP_REDUCE_SUM));
@@ -192,9 +215,12 @@ static int64_t backward_ws(const gp_block_impl *p, gp_device *dev, const gp_attn
     return 2 * N * C + (attn_ws > N * F ? attn_ws : N * F);
 }
 
+/* The cost's fp32 figure, less what dev's attention and bf16 operands (operands_bf16) save. */
 uint64_t gp_block_saved_bytes(const gp_layer *l, gp_device *dev, const gp_shape *in) {
     const gp_attn_dims d = local_dims(l->impl, in);
-    return gp_mha_saved_bytes(dev, &d, gp_block_cost(l, in).saved_bytes);
+    const uint64_t b = gp_mha_saved_bytes(dev, &d, gp_block_cost(l, in).saved_bytes);
+    return operands_bf16(dev) ? b - operand_elems(l->impl, &d) * (sizeof(float) - sizeof(uint16_t))
+                              : b;
 }
 
 uint64_t gp_block_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
@@ -216,7 +242,7 @@ static gp_status backward_weight(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
     const int64_t C = p->dim, F = p->d_ff / p->nshards, N = d.batch * d.seq;
     GP_TRY(gp_ctx_keep_begin(l, c, GP_BWD_WEIGHT, S_KEEP_DU, 3, NULL));
     /* (a shard's output bias gradient was added in the input part) */
-    GP_TRY(gp_op_mlp_backward_weight(c->dev, N, C, F, SAVED(c, S_G), SAVED(c, S_LN2),
+    GP_TRY(gp_op_mlp_backward_weight(c->dev, N, C, F, SAVED_OPERAND(c, S_G), SAVED_OPERAND(c, S_LN2),
                                      VAL(GP_BLK_MLP_W), VAL(GP_BLK_FC_W), drop1, p->dropout,
                                      gp_f32(dy), SAVED(c, S_KEEP_DU), ws, GRAD(GP_BLK_MLP_W),
                                      g ? NULL : GRAD(GP_BLK_MLP_B), GRAD(GP_BLK_FC_W)));

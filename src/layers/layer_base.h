@@ -205,6 +205,15 @@ static inline const gp_kernels *gp_ctx_kernels(const gp_ctx *c) { return gp_kern
 /* A tensor's data as the float pointer the kernels take (never dereferenced by a layer). */
 static inline float *gp_f32(const gp_tensor *t) { return (float *)t->data; }
 static inline const int32_t *gp_i32(const gp_tensor *t) { return (const int32_t *)t->data; }
+/* A tensor's data as the kernels' float operand, or as their bf16 one (uint16_t: the bits of
+ * core/bf16.h): NULL when the tensor holds the other dtype, so a layer passes both and the op
+ * reads the one given. */
+static inline float *gp_f32_or_null(const gp_tensor *t) {
+    return t->dtype == GP_F32 ? (float *)t->data : NULL;
+}
+static inline uint16_t *gp_bf16_or_null(const gp_tensor *t) {
+    return t->dtype == GP_BF16 ? (uint16_t *)t->data : NULL;
+}
 /* A parameter's value and gradient as kernel arguments. */
 #define GP_PVAL(l, i) ((float *)(l)->params[i].value.data)
 #define GP_PGRAD(l, i) ((float *)(l)->params[i].grad.data)

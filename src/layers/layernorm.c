@@ -40,7 +40,8 @@ static gp_status ln_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tenso
     gp_tensor *stats;
     GP_TRY(gp_ctx_save(c, 0, gp_shape2(2, rows), GP_F32, &stats)); // (2, rows)
     return gp_ctx_kernels(c)->layernorm_forward(c->dev, rows, p->dim, gp_f32(x), GP_PVAL(l, 0),
-                                                GP_PVAL(l, 1), gp_f32(y), gp_f32(stats));
+                                                GP_PVAL(l, 1), gp_f32(y), NULL,
+                                                gp_f32(stats));
 }
 
 static gp_status ln_backward(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx) {

@@ -47,7 +47,7 @@ static gp_status linear_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_t
     GP_TRY(gp_tl_rows(l, &x->shape, x->dtype, p->in, "in_features", &rows));
     GP_TRY(gp_layer_check_params(l, c, false));
     return gp_ctx_kernels(c)->linear_forward(c->dev, rows, p->in, p->out, gp_f32(x),
-                                             GP_PVAL(l, 0), p->bias ? GP_PVAL(l, 1) : NULL, NULL,
+                                             NULL, GP_PVAL(l, 0), p->bias ? GP_PVAL(l, 1) : NULL, NULL,
                                              gp_f32(y));
 }
 
@@ -61,7 +61,7 @@ static gp_status linear_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *d
     GP_TRY(gp_layer_check_params(l, c, true));
     const bool in = part != GP_BWD_WEIGHT, wt = part != GP_BWD_INPUT;
     return gp_ctx_kernels(c)->linear_backward(
-        c->dev, rows, p->in, p->out, gp_f32(x), GP_PVAL(l, 0), gp_f32(dy),
+        c->dev, rows, p->in, p->out, gp_f32(x), NULL, GP_PVAL(l, 0), gp_f32(dy),
         in && dx ? gp_f32(dx) : NULL, wt ? GP_PGRAD(l, 0) : NULL,
         wt && p->bias ? GP_PGRAD(l, 1) : NULL);
 }

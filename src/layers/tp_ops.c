@@ -43,26 +43,27 @@ gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *
  * the whole output; dropout, on the whole width with the whole layer's mask, comes after it.
  * Without a group the same calls make the whole layer's output. */
 gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
-                           int64_t N, int64_t in, int64_t C, const float *x, const float *w,
-                           const float *b, const float *res, const gp_rng_stream *drop, float p,
+                           int64_t N, int64_t in, int64_t C, const float *x,
+                           const uint16_t *x16, const float *w, const float *b, const float *res, const gp_rng_stream *drop, float p,
                            float *y) {
     const gp_kernels *k = gp_kernels_of(dev);
     const bool lead = !g || g->rank == 0, dropping = drop && p > 0.0f;
-    GP_TRY(k->linear_forward(dev, N, in, C, x, w, lead ? b : NULL, lead && !dropping ? res : NULL,
-                             y));
+    GP_TRY(k->linear_forward(dev, N, in, C, x, x16, w, lead ? b : NULL,
+                             lead && !dropping ? res : NULL, y));
     if (g) GP_TRY(gp_tp_allreduce(l, g, dev, y, N * C, GP_REDUCE_SUM));
     return dropping ? k->dropout(dev, drop, p, N * C, y, res, y) : GP_OK;
 }
 
 gp_status gp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
                          const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                         const float *x, const float *res, const gp_rng_stream *drop, float p,
-                         const gp_mha_saved *sv, float *y) {
+                         const float *x, const uint16_t *x16, const float *res,
+                         const gp_rng_stream *drop, float p, const gp_mha_saved *sv, float *y) {
     const gp_kernels *k = gp_kernels_of(dev);
     const int64_t N = d->batch * d->seq, Cl = d->dim;
-    GP_TRY(k->linear_forward(dev, N, C, 3 * Cl, x, w->wqkv, w->bqkv, NULL, sv->qkv));
-    GP_TRY(k->attention_forward(dev, d, sv->qkv, sv->probs, sv->att));
-    return gp_tp_row_output(l, g, dev, N, Cl, C, sv->att, w->wproj, w->bproj, res, drop, p, y);
+    GP_TRY(k->linear_forward(dev, N, C, 3 * Cl, x, x16, w->wqkv, w->bqkv, NULL, sv->qkv));
+    GP_TRY(k->attention_forward(dev, d, sv->qkv, sv->probs, sv->att, sv->att16));
+    return gp_tp_row_output(l, g, dev, N, Cl, C, sv->att, sv->att16, w->wproj, w->bproj, res,
+                            drop, p, y);
 }
 
 uint64_t gp_mha_saved_bytes(gp_device *dev, const gp_attn_dims *d, uint64_t cost_saved) {
@@ -81,7 +82,8 @@ int64_t gp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, boo
  * input part; the whole sublayer adds it with its weight's. */
 gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
                                const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                               const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                               const float *x, const uint16_t *x16, const gp_mha_saved *sv,
+                               const gp_rng_stream *drop,
                                float p, const float *dy, float *ws, float *dx, gp_bwd_part part,
                                float *keep_da, float *keep_dqkv) {
     const gp_kernels *k = gp_kernels_of(dev);
@@ -89,9 +91,10 @@ gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_dev
     const bool wt = part != GP_BWD_INPUT;
     float *gbproj = g ? NULL : w->gbproj; /* with the weight's gradient */
     if (part == GP_BWD_WEIGHT) {
-        GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, w->wproj, keep_da, NULL, w->gwproj,
-                                  gbproj));
-        return k->linear_backward(dev, N, C, 3 * Cl, x, w->wqkv, keep_dqkv, NULL, w->gwqkv, NULL);
+        GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, sv->att16, w->wproj, keep_da, NULL,
+                                  w->gwproj, gbproj));
+        return k->linear_backward(dev, N, C, 3 * Cl, x, x16, w->wqkv, keep_dqkv, NULL, w->gwqkv,
+                                  NULL);
     }
     float *datt = ws, *dqkv = datt + N * Cl, *attn_ws = dqkv + 3 * N * Cl;
     const float *da = dy;
@@ -101,12 +104,12 @@ gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_dev
         da = buf;
     }
     if (g) GP_TRY(k->sum_rows_add(dev, da, N, C, w->gbproj));
-    GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, w->wproj, da, datt, wt ? w->gwproj : NULL,
-                              wt ? gbproj : NULL));
-    GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, sv->att, datt, dqkv, w->gbqkv,
-                                 attn_ws));
-    GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, w->wqkv, dqkv, dx, wt ? w->gwqkv : NULL,
-                              NULL));
+    GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, sv->att16, w->wproj, da, datt,
+                              wt ? w->gwproj : NULL, wt ? gbproj : NULL));
+    GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, sv->att, sv->att16, datt, dqkv,
+                                 w->gbqkv, attn_ws));
+    GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, x16, w->wqkv, dqkv, dx,
+                              wt ? w->gwqkv : NULL, NULL));
     if (!wt) {
         GP_TRY(gp_device_copy(dev, keep_da, da, (size_t)(N * C) * sizeof(float),
                               GP_COPY_DEVICE_TO_DEVICE));

@@ -24,9 +24,11 @@ gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *
 
 /* A row-parallel projection's output on shard g->rank: y (N, C) = [res +] drop(all-reduce(x W^T)
  * + b), x (N, in) the shard's part of the input features, w (C, in) its columns, b (C) whole;
- * the same bits on every shard. res must not alias y. g NULL: the whole projection's output. */
+ * the same bits on every shard. res must not alias y. g NULL: the whole projection's output.
+ * x in bf16 instead: x16 not NULL (kernel_ops.def). */
 gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
-                           int64_t N, int64_t in, int64_t C, const float *x, const float *w,
+                           int64_t N, int64_t in, int64_t C, const float *x,
+                           const uint16_t *x16, const float *w,
                            const float *b, const float *res, const gp_rng_stream *drop, float p,
                            float *y);
 /* The multi-head attention sublayer (qkv projection, causal core, output projection,
@@ -35,10 +37,11 @@ gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device 
  * width; w: wqkv (3 C/T, C) and bqkv (3 C/T) the shard's rows of q, k and v, wproj (C, C/T) its
  * columns, bproj (C) whole (replicated; added once, see gp_tp_row_output).
  * y (B, T, C) = [res +] drop(all-reduce(att Wproj^T) + bproj), every shard the same bits; res
- * must not alias y. Without a group the same kernel calls, less the all-reduces. */
+ * must not alias y. Without a group the same kernel calls, less the all-reduces. The input x,
+ * or x16 in bf16 when not NULL; att written in bf16 where sv->att16 is not NULL. */
 gp_status gp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
                          const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                         const float *x, const float *res, const gp_rng_stream *drop, float p,
+                         const float *x, const uint16_t *x16, const float *res, const gp_rng_stream *drop, float p,
                          const gp_mha_saved *sv, float *y);
 /* A layer's saved bytes on dev from its cost's, which count attention's B H T T probabilities:
  * those replaced by what dev's attention keeps (kernel op attention_saved). */
@@ -51,10 +54,11 @@ int64_t gp_mha_backward_ws(gp_device *dev, const gp_attn_dims *d, int64_t C, boo
  * or dx. In parts (gp_bwd_part): INPUT writes dx, adds the qkv bias gradient (and a shard's
  * bproj's) and copies what WEIGHT's two projection products read into keep_da (N, C: the
  * gradient at the projection's output, after dropout) and keep_dqkv (N, 3 C/T); WEIGHT adds
- * them (dy, ws, dx unused). INPUT then WEIGHT adds the bits of GP_BWD_ALL. */
+ * them (dy, ws, dx unused). INPUT then WEIGHT adds the bits of GP_BWD_ALL. x (or x16): the
+ * forward's input. */
 gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
                                const gp_attn_dims *d, int64_t C, const gp_mha_weights *w,
-                               const float *x, const gp_mha_saved *sv, const gp_rng_stream *drop,
+                               const float *x, const uint16_t *x16, const gp_mha_saved *sv, const gp_rng_stream *drop,
                                float p, const float *dy, float *ws, float *dx, gp_bwd_part part,
                                float *keep_da, float *keep_dqkv);
 /* Forward and backward FLOPs of the sublayer (a shard's: the whole one's over T, the output

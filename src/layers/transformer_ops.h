@@ -32,16 +32,18 @@ typedef struct gp_mha_weights {
 typedef struct gp_mha_saved {
     float *qkv;   /* (B, T, 3C) */
     float *probs; /* the device's attention_saved floats (the CPU's: (B, H, T, T)) */
-    float *att;   /* (B, T, C) */
+    float *att;   /* (B, T, C), or */
+    uint16_t *att16; /* in bf16 (kernel_ops.def) when not NULL */
 } gp_mha_saved;
 
 /* A Transformer block's MLP weight products, its split backward's WEIGHT part: dW_out (C, F)
  * += dmo^T g with dmo = drop(dy) rebuilt in ws (N C floats) when drop is not NULL, db_out += the
  * column sums of dmo when gb_out is not NULL (a shard adds them in its input part), and
  * dW_fc (F, C) += du^T ln2 from the gradient du (N, F) its input part kept. The same kernel calls
- * as the whole backward's. */
+ * as the whole backward's. g and ln2 in fp32, or in bf16 (g16, ln2_16 when not NULL). */
 gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_t F,
-                                   const float *g, const float *ln2, const float *w_out,
+                                   const float *g, const uint16_t *g16, const float *ln2,
+                                   const uint16_t *ln2_16, const float *w_out,
                                    const float *w_fc, const gp_rng_stream *drop, float p,
                                    const float *dy, const float *du, float *ws, float *gw_out,
                                    float *gb_out, float *gw_fc);

@@ -3,7 +3,10 @@
 # option, as does bench's G1 with it; bf16 trains bit for bit alike on one device and on 2
 # stages (1f1b), to other parameters than fp32, and the reports record it; checkpoints keep it:
 # resuming a bf16 run without it exits 1 naming --precision, with it continues to the straight
-# run's bits; bench's T1 and T2 take it and record it. Run from the repository root:
+# run's bits; bench's T1 and T2 take it and record it; plan takes it, and a bf16 plan's
+# activations are the blocks' bf16-kept operands less than fp32's; on 2 stages of 2 shards the
+# blocks' activations kept in bf16 train to the bits of keeping them fp32
+# (GP_BF16_ACTIVATIONS=fp32). Run from the repository root:
 # bash tests/cli/precision.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -29,6 +32,9 @@ rc=$?
 run fp32 "${LM[@]}" --report "$TMP/fp32.json"
 run one "${LM[@]}" --precision bf16 --report "$TMP/one.json"
 run k2 "${LM[@]}" --precision bf16 --stages 2 --schedule 1f1b --report "$TMP/k2.json"
+run tp "${LM[@]}" --precision bf16 --stages 2 --tensor-parallel 2 --report "$TMP/tp.json"
+GP_BF16_ACTIVATIONS=fp32 run tp32 "${LM[@]}" --precision bf16 --stages 2 --tensor-parallel 2 \
+    --report "$TMP/tp32.json"
 
 # Checkpoints keep the option.
 run half "${LM[@]}" --precision bf16 --checkpoint-dir "$TMP/ck" --stop-after 2
@@ -46,11 +52,29 @@ run rest "${LM[@]}" --precision bf16 --checkpoint-dir "$TMP/ck" --resume \
     --warmup 0 --threads 1 --precision bf16 --quiet --report "$TMP/b2.json" >/dev/null \
     2>"$TMP/b2.err" || bad "bench T2 --precision bf16: $(tail -c 400 "$TMP/b2.err")"
 
+# plan: one stage of the 2 blocks, 2 micro-batches of 4 windows of 16 (N = 64 rows) in flight
+for p in fp32 bf16; do
+    "$GPIPE" plan --model "$TMP/lm.json" --stages 1 --micro-batches 2 --batch 8 --remat none \
+        --gflops 10 --precision $p --report "$TMP/plan_$p.json" >/dev/null 2>"$TMP/plan.err" ||
+        bad "plan --precision $p: $(tail -c 400 "$TMP/plan.err")"
+done
+
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import finish, need
 d = sys.argv[1]
-r = {n: json.load(open(f"{d}/{n}.json")) for n in ("fp32", "one", "k2", "b1", "b2")}
+act = {p: json.load(open(f"{d}/plan_{p}.json"))["pipeline"]["cells"][0]["peak_bytes"]["activations"]
+       for p in ("fp32", "bf16")}
+# ln1(x), att, ln2(h) (64 x 16 each) and gelu(u) (64 x 32) kept in bf16: 2 bytes less an
+# element, in 2 blocks for 2 micro-batches: 2 x 64 x 80 x 4 = 40960
+need(act["fp32"] - act["bf16"] == 40960,
+     f"plan's activations fp32 {act['fp32']} - bf16 {act['bf16']} != 40960")
+r = {n: json.load(open(f"{d}/{n}.json")) for n in ("fp32", "one", "k2", "b1", "b2", "tp", "tp32")}
+need(r["tp"]["params_fnv1a64"] == r["tp32"]["params_fnv1a64"] and
+     r["tp"]["train"]["step_losses"] == r["tp32"]["train"]["step_losses"],
+     f"2 x 2 shards, activations in bf16 vs kept fp32: params {r['tp']['params_fnv1a64']} vs "
+     f"{r['tp32']['params_fnv1a64']}, losses {r['tp']['train']['step_losses']} vs "
+     f"{r['tp32']['train']['step_losses']}")
 need(r["fp32"]["precision"] == "fp32", f"fp32: report's precision {r['fp32']['precision']}")
 for n in ("one", "k2", "b1", "b2"):
     need(r[n]["precision"] == "bf16", f"{n}: report's precision {r[n]['precision']}")

@@ -111,21 +111,29 @@ static int parts_of(gp_cpu_pool *pool, int64_t pairs) {
     return pairs < threads ? (int)pairs : threads;
 }
 
+/* att16: the output made in fp32 in workspace, then rounded into it. */
 gp_status gp_cpu_attention_forward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
-                                   float *probs, float *att) {
+                                   float *probs, float *att, uint16_t *att16) {
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
-    const int64_t pairs = d->batch * d->heads, T = d->seq;
+    const int64_t pairs = d->batch * d->heads, T = d->seq, natt = d->batch * T * d->dim;
     if (pairs <= 0 || T <= 0) return GP_OK;
     const int parts = parts_of(pool, pairs);
     attn_args a = {.d = d, .qkv = qkv, .probs = probs, .att = att};
-    float *copy[1], *ws;
-    const int64_t n[1] = {d->batch * T * 3 * d->dim};
+    float *copy[1], *ws, *att32 = NULL;
+    const int64_t n[1] = {natt * 3};
     GP_TRY(bf16_inputs(dev, parts, (T < ATTN_BLOCK ? T : ATTN_BLOCK) * T, &qkv, n, 1, copy,
                        &ws, &a));
     if (ws) a.qkv = copy[0];
-    gp_cpu_pool_run(pool, parts, attn_forward_part, &a);
+    gp_status s = GP_OK;
+    if (att16) {
+        att32 = gp_device_alloc(dev, GP_MEM_WORKSPACE, (size_t)natt * sizeof(float), &s);
+        a.att = att32;
+    }
+    if (s == GP_OK) gp_cpu_pool_run(pool, parts, attn_forward_part, &a);
+    if (s == GP_OK && att16) gp_cpu_bf16_store_n(pool, att32, att16, natt);
+    gp_device_release(dev, att32);
     gp_device_release(dev, ws);
-    return GP_OK;
+    return s == GP_OK ? GP_OK : gp_error_context(s, "attention forward: its output before bf16");
 }
 
 int64_t gp_cpu_attention_saved(gp_device *dev, const gp_attn_dims *d) {
@@ -200,9 +208,9 @@ static void attn_backward_part(void *ctx, int t, int nt) {
 }
 
 gp_status gp_cpu_attention_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
-                                    const float *probs, const float *att, const float *datt,
-                                    float *dqkv, float *dbias, float *ws) {
-    (void)att; /* the probabilities are saved whole */
+                                    const float *probs, const float *att, const uint16_t *att16,
+                                    const float *datt, float *dqkv, float *dbias, float *ws) {
+    (void)att, (void)att16; /* the probabilities are saved whole */
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
     const int64_t pairs = d->batch * d->heads, T = d->seq;
     attn_args a = {.d = d, .qkv = qkv, .probs_in = probs, .datt = datt, .dqkv = dqkv, .ws = ws};

@@ -5,13 +5,15 @@
  * depends on where its call's block starts). A cut fixed by the shape alone would make GEMMs
  * thread-count invariant too, but measured, 8 to 16 blocks cost 5-30% of a single call's
  * speed on T1's shapes (each block re-packs the whole other operand). A bf16 device's GEMMs
- * (gpipe.h, gp_precision) are these on operands rounded to bf16 first. */
+ * (gpipe.h, gp_precision) are these on operands rounded to bf16 first, or widened from bf16
+ * where the caller keeps an operand in bf16. */
 #include <cblas.h>
 #include <stdlib.h>
 
 #include "core/bf16.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "kernels/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
@@ -125,32 +127,57 @@ static void gemm_fp32(gp_cpu_pool *pool, gemm_args *g) {
     }
 }
 
+/* One pass of the conversions between fp32 and bf16: exactly one of the sources is set. */
 typedef struct round_args {
     const float *src;
+    const uint16_t *src16;
     float *dst;
+    uint16_t *dst16;
 } round_args;
 
 static void round_range(void *ctx, int64_t lo, int64_t hi) {
     const round_args *r = ctx;
-    for (int64_t i = lo; i < hi; i++) r->dst[i] = gp_bf16_round(r->src[i]);
+    if (r->src16)
+        for (int64_t i = lo; i < hi; i++) r->dst[i] = gp_bf16_float(r->src16[i]);
+    else if (r->dst16)
+        for (int64_t i = lo; i < hi; i++) r->dst16[i] = gp_bf16_bits(r->src[i]);
+    else
+        for (int64_t i = lo; i < hi; i++) r->dst[i] = gp_bf16_round(r->src[i]);
 }
 
 /* Rounding is a pass over the operands, (m + n) k elements of an m n k GEMM: split over the
  * threads only in runs long enough to pay for waking them. */
 #define ROUND_GRAIN ((int64_t)1 << 15)
 
-void gp_cpu_bf16_round_n(gp_cpu_pool *pool, const float *src, float *dst, int64_t n) {
-    round_args r = {.src = src, .dst = dst};
+static void convert_n(gp_cpu_pool *pool, round_args r, int64_t n) {
     gp_cpu_parallel_for(pool, n, 1, ROUND_GRAIN, round_range, &r);
 }
 
-/* The GEMM in the device's precision: bf16 rounds A and B into workspace first, then runs the
- * fp32 GEMM on the copies, at the same leading dimensions and strides, so its bits are the fp32
- * GEMM's of the rounded operands. */
-static gp_status gemm(gp_device *dev, gemm_args *g) {
+void gp_cpu_bf16_round_n(gp_cpu_pool *pool, const float *src, float *dst, int64_t n) {
+    convert_n(pool, (round_args){.src = src, .dst = dst}, n);
+}
+
+void gp_cpu_bf16_store_n(gp_cpu_pool *pool, const float *src, uint16_t *dst, int64_t n) {
+    convert_n(pool, (round_args){.src = src, .dst16 = dst}, n);
+}
+
+/* The copy of one operand (n elements) a product reads: src16 widened, or src rounded in bf16;
+ * NULL (src read as it is) otherwise. */
+static const float *operand_copy(gp_cpu_pool *pool, bool bf16, const float *src,
+                                 const uint16_t *src16, float *ws, int64_t n) {
+    if (!src16 && !bf16) return src;
+    convert_n(pool, (round_args){.src = src, .src16 = src16, .dst = ws}, n);
+    return ws;
+}
+
+/* The GEMM in the device's precision: bf16 rounds A and B into workspace first (or widens
+ * them there, given as bf16: a16, b16), then runs the fp32 GEMM on the copies, at the same
+ * leading dimensions and strides, so its bits are the fp32 GEMM's of the rounded operands. */
+static gp_status gemm(gp_device *dev, gemm_args *g, const uint16_t *a16, const uint16_t *b16) {
     gp_cpu_pool *pool = gp_cpu_pool_of(dev);
-    if (gp_device_precision(dev) != GP_PRECISION_BF16 || g->m <= 0 || g->n <= 0 || g->k <= 0 ||
-        g->count <= 0) {
+    const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
+    GP_TRY(gp_kernels_check_bf16_operand("gemm", gp_device_name(dev), bf16, a16 || b16));
+    if (!bf16 || g->m <= 0 || g->n <= 0 || g->k <= 0 || g->count <= 0) {
         gemm_fp32(pool, g);
         return GP_OK;
     }
@@ -161,21 +188,28 @@ static gp_status gemm(gp_device *dev, gemm_args *g) {
     gp_status s;
     float *ws = gp_device_alloc(dev, GP_MEM_WORKSPACE, (size_t)(na + nb) * sizeof(float), &s);
     if (!ws) return gp_error_context(s, "gemm in bf16: the rounded operands");
-    gp_cpu_bf16_round_n(pool, g->a, ws, na);
-    gp_cpu_bf16_round_n(pool, g->b, ws + na, nb);
-    g->a = ws, g->b = ws + na;
+    g->a = operand_copy(pool, bf16, g->a, a16, ws, na);
+    g->b = operand_copy(pool, bf16, g->b, b16, ws + na, nb);
     gemm_fp32(pool, g);
     gp_device_release(dev, ws);
     return GP_OK;
 }
 
-gp_status gp_cpu_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                      int64_t ldb, float beta, float *c, int64_t ldc) {
+gp_status gp_cpu_gemm_mixed(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                            int64_t k, float alpha, const float *a, const uint16_t *a16,
+                            int64_t lda, const float *b, const uint16_t *b16, int64_t ldb,
+                            float beta, float *c, int64_t ldc) {
     gemm_args g = {.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
                    .lda = lda, .ldb = ldb, .ldc = ldc, .count = 1};
-    return gemm(dev, &g);
+    return gemm(dev, &g, a16, b16);
+}
+
+gp_status gp_cpu_gemm(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                      int64_t ldb, float beta, float *c, int64_t ldc) {
+    return gp_cpu_gemm_mixed(dev, trans_a, trans_b, m, n, k, alpha, a, NULL, lda, b, NULL, ldb,
+                             beta, c, ldc);
 }
 
 gp_status gp_cpu_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
@@ -187,7 +221,7 @@ gp_status gp_cpu_gemm_batched(gp_device *dev, bool trans_a, bool trans_b, int64_
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
                    .lda = lda, .ldb = ldb, .ldc = ldc, .stride_a = stride_a,
                    .stride_b = stride_b, .stride_c = stride_c, .count = count};
-    return gemm(dev, &g);
+    return gemm(dev, &g, NULL, NULL);
 }
 
 void gp_cpu_blas_set_threads(int n) {

@@ -5,9 +5,11 @@
  * weights and biases), so every output is computed by one thread in the serial order. */
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "kernels/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/transformer_math.h"
 
@@ -22,6 +24,7 @@ typedef struct tf_args {
     const float *x, *w, *b, *res, *dy, *dres, *stats;
     const int32_t *ids;
     float *y, *dx, *dw, *db, *out_stats;
+    uint16_t *y16; /* the output in bf16 instead of y (kernel_ops.def) */
     const gp_rng_stream *rng;
     float p;
 } tf_args;
@@ -46,10 +49,12 @@ static void linear_prefill_range(void *ctx, int64_t lo, int64_t hi) {
 }
 
 gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
-                                const float *x, const float *w, const float *b, const float *res,
-                                float *y) {
+                                const float *x, const uint16_t *x16, const float *w,
+                                const float *b, const float *res, float *y) {
     /* OpenBLAS clears C in a separate pass when beta = 0, so writing the bias
      * (and residual) there first and accumulating with beta = 1 costs nothing. */
+    const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
+    GP_TRY(gp_kernels_check_bf16_operand("linear_forward", gp_device_name(dev), bf16, x16 != NULL));
     float beta = 0.0f;
     if (b || res) {
         beta = 1.0f;
@@ -57,14 +62,17 @@ gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_
         gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows, 1, row_grain(out), linear_prefill_range,
                             &a);
     }
-    return gp_cpu_gemm(dev, false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
+    return gp_cpu_gemm_mixed(dev, false, true, rows, out, in, 1.0f, x, x16, in, w, NULL, in, beta,
+                             y, out);
 }
 
 gp_status gp_cpu_linear_backward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
-                                 const float *x, const float *w, const float *dy, float *dx,
-                                 float *dw, float *db) {
+                                 const float *x, const uint16_t *x16, const float *w,
+                                 const float *dy, float *dx, float *dw, float *db) {
     if (dx) GP_TRY(gp_cpu_gemm(dev, false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in));
-    if (dw) GP_TRY(gp_cpu_gemm(dev, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in));
+    if (dw)
+        GP_TRY(gp_cpu_gemm_mixed(dev, true, false, out, in, rows, 1.0f, dy, NULL, out, x, x16, in,
+                                 1.0f, dw, in));
     if (db) GP_TRY(gp_cpu_sum_rows_add(dev, dy, rows, out, db));
     return GP_OK;
 }
@@ -78,7 +86,7 @@ static void layernorm_forward_range(void *ctx, int64_t lo, int64_t hi) {
     const float *w = a->w, *b = a->b;
     for (int64_t i = lo; i < hi; i++) {
         const float *xr = a->x + i * dim; // (dim)
-        float *yr = a->y + i * dim;
+        float *yr = a->y16 ? NULL : a->y + i * dim;
         float acc[GP_LANES] = {0};
         for (int64_t j = 0; j < body; j += GP_LANES)
             for (int l = 0; l < GP_LANES; l++) acc[l] += xr[j + l];
@@ -95,15 +103,21 @@ static void layernorm_forward_range(void *ctx, int64_t lo, int64_t hi) {
         float v = gp_lanes_total(acc2);
         for (int64_t j = body; j < dim; j++) v += (xr[j] - mean) * (xr[j] - mean);
         const float rstd = 1.0f / sqrtf(v / (float)dim + LAYERNORM_EPS);
-        for (int64_t j = 0; j < dim; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+        if (a->y16)
+            for (int64_t j = 0; j < dim; j++)
+                a->y16[i * dim + j] = gp_bf16_bits((xr[j] - mean) * rstd * w[j] + b[j]);
+        else
+            for (int64_t j = 0; j < dim; j++) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
         a->out_stats[i] = mean;
         a->out_stats[rows + i] = rstd;
     }
 }
 
 gp_status gp_cpu_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim, const float *x,
-                                   const float *w, const float *b, float *y, float *stats) {
-    tf_args a = {.rows = rows, .cols = dim, .x = x, .w = w, .b = b, .y = y, .out_stats = stats};
+                                   const float *w, const float *b, float *y, uint16_t *y16,
+                                   float *stats) {
+    tf_args a = {.rows = rows, .cols = dim, .x = x, .w = w, .b = b, .y = y, .y16 = y16,
+                 .out_stats = stats};
     gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows, 1, row_grain(dim), layernorm_forward_range,
                         &a);
     return GP_OK;
@@ -218,11 +232,15 @@ static void gelu_forward_range(void *ctx, int64_t lo, int64_t hi) {
     const tf_args *a = ctx;
     const float *x = a->x;
     float *y = a->y;
-    for (int64_t i = lo; i < hi; i++) y[i] = gelu1(x[i]);
+    if (a->y16)
+        for (int64_t i = lo; i < hi; i++) a->y16[i] = gp_bf16_bits(gelu1(x[i]));
+    else
+        for (int64_t i = lo; i < hi; i++) y[i] = gelu1(x[i]);
 }
 
-gp_status gp_cpu_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y) {
-    tf_args a = {.x = x, .y = y};
+gp_status gp_cpu_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y,
+                              uint16_t *y16) {
+    tf_args a = {.x = x, .y = y, .y16 = y16};
     gp_cpu_parallel_for(gp_cpu_pool_of(dev), n, COL_ALIGN, 4096, gelu_forward_range, &a);
     return GP_OK;
 }

@@ -5,7 +5,8 @@
 // softmax with one warp per row. The GEMMs compute the whole T x T square (the softmax zeroes
 // what lies above the diagonal), where the CPU skips most of the masked triangle: simpler, at up
 // to twice the GEMM work. A bf16 device's products (gpipe.h, gp_precision) take bf16 operands,
-// as the CPU's.
+// as the CPU's. An output kept in bf16 (att16, kernel_ops.def) is written so by the fused
+// kernels; here an example's is made in fp32 in workspace, then rounded into it.
 #include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
@@ -64,15 +65,21 @@ static const void *at16(const void *p, int64_t n) {
 }
 
 extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dims *d,
-                                               const float *qkv, float *probs, float *att) {
+                                               const float *qkv, float *probs, float *att,
+                                               uint16_t *att16) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads;
     if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
-    if (gp_cuda_flash_fits(dev, d)) return gp_cuda_flash_forward(dev, d, qkv, probs, att);
+    if (gp_cuda_flash_fits(dev, d)) return gp_cuda_flash_forward(dev, d, qkv, probs, att, att16);
     const int64_t hd = C / H, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
+    float *ex = NULL; // one example's output in fp32, for att16
+    if (att16) {
+        ex = (float *)gp_cuda_workspace(dev, (size_t)(T * C) * sizeof(float), &s);
+        if (!ex) return s;
+    }
     gp_status st = GP_OK;
     for (int64_t b = 0; b < B && st == GP_OK; b++) {
         const float *q = qkv + b * T * ld, *k = q + C, *v = q + 2 * C;
@@ -91,10 +98,12 @@ extern "C" gp_status gp_cuda_attention_forward(gp_device *dev, const gp_attn_dim
         // att (T, hd per head, row stride C) = P v
         if (st == GP_OK)
             st = gp_cuda_gemm_rounded(dev, false, false, T, hd, T, 1.0f, P, NULL, T, T * T, v,
-                                      at16(qkv16, 2 * C), ld, hd, 0.0f, att + b * T * C, C, hd,
-                                      H);
+                                      at16(qkv16, 2 * C), ld, hd, 0.0f, ex ? ex : att + b * T * C,
+                                      C, hd, H);
+        if (st == GP_OK && ex) st = gp_cuda_bf16_store(dev, ex, att16 + b * T * C, T * C);
         gp_cuda_workspace_release(dev, qkv16);
     }
+    gp_cuda_workspace_release(dev, ex);
     return st;
 }
 
@@ -139,20 +148,21 @@ extern "C" int64_t gp_cuda_attention_backward_ws(gp_device *dev, const gp_attn_d
 
 extern "C" gp_status gp_cuda_attention_backward(gp_device *dev, const gp_attn_dims *d,
                                                 const float *qkv, const float *probs,
-                                                const float *att, const float *datt,
-                                                float *dqkv, float *dbias, float *ws) {
+                                                const float *att, const uint16_t *att16,
+                                                const float *datt, float *dqkv, float *dbias,
+                                                float *ws) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     const int64_t B = d->batch, T = d->seq, C = d->dim, H = d->heads;
     if (B <= 0 || T <= 0 || H <= 0) return GP_OK;
     if (gp_cuda_flash_fits(dev, d)) {
-        if (!att)
+        if (!att && !att16)
             return gp_error(GP_INVALID_ARGUMENT,
                             "device %s: attention_backward: the fused kernels need the forward's "
                             "att (NULL given)",
                             c->name);
-        GP_TRY(gp_cuda_flash_backward(dev, d, qkv, probs, att, datt, dqkv, ws));
+        GP_TRY(gp_cuda_flash_backward(dev, d, qkv, probs, att, att16, datt, dqkv, ws));
         return dbias ? gp_cuda_sum_rows_add(dev, dqkv, B * T, 3 * C, dbias) : GP_OK;
     }
     const int64_t hd = C / H, ld = 3 * C;

@@ -34,6 +34,9 @@ gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64
  * (a16, b16; NULL: that operand rounded by the call) beside the fp32 operands; span must cover
  * what the product reads (core/bf16.h, gp_bf16_operand_span). */
 gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64_t span, void **out);
+/* y[0..n) = the bf16 bits of x[0..n) (core/bf16.h), on dev's stream: an op's output kept in
+ * bf16 (kernel_ops.def) where the op makes it in fp32 first. */
+gp_status gp_cuda_bf16_store(gp_device *dev, const float *x, uint16_t *y, int64_t n);
 gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                                int64_t k, float alpha, const float *a, const void *a16,
                                int64_t lda, int64_t stride_a, const float *b, const void *b16,
@@ -43,13 +46,13 @@ gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64
 /* The fused attention of a bf16 device (flash_attention.cu): whether it takes these dims on dev
  * (bf16, head size a multiple of 16 up to 128, shared memory enough), its forward (lse: B H T
  * row log-sum-exps, at the start of the op's probs) and its backward (dsum: B H T floats of
- * workspace). */
+ * workspace); att in bf16 where att16 is not NULL. */
 bool gp_cuda_flash_fits(gp_device *dev, const gp_attn_dims *d);
 gp_status gp_cuda_flash_forward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
-                                float *lse, float *att);
+                                float *lse, float *att, uint16_t *att16);
 gp_status gp_cuda_flash_backward(gp_device *dev, const gp_attn_dims *d, const float *qkv,
-                                 const float *lse, const float *att, const float *datt,
-                                 float *dqkv, float *dsum);
+                                 const float *lse, const float *att, const uint16_t *att16,
+                                 const float *datt, float *dqkv, float *dsum);
 
 /* out0[j] (and out1[j] where not NULL, from part + nchunks cols) += the chunk partials of column
  * j in chunk order: the second pass of the chunked column sums (math.cuh, GP_CUDA_SUM_CHUNK),

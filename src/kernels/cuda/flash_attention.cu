@@ -7,7 +7,8 @@
 // before it), each recomputing what it needs. q, k, v and dout are rounded to bf16 as they are
 // loaded (core/bf16.h, the CPU's rounding); the probabilities and dS before their products.
 // What it saves for the backward is the row log-sum-exp, B H T floats at the start of the
-// layer's probs buffer.
+// layer's probs buffer. Its output may be written in bf16 (out16: the layer keeps it so for the
+// projection's products), which the backward then reads for D.
 //
 // tests/test_flash_emulated.cpp compiles the kernels on the host (GP_CUDA_HOST_EMULATION: its
 // own threads, barriers, shuffles and WMMA stand in for CUDA's) and checks them against the
@@ -40,9 +41,11 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
 
 typedef struct fa_args {
     const float *qkv;  // (B, T, 3C)
-    const float *att;  // (B, T, C): the forward's output (the backward's D)
+    const float *att;  // (B, T, C): the forward's output (the backward's D), or
+    const uint16_t *att16; // that output in bf16 when not NULL
     const float *datt; // (B, T, C)
-    float *out;        // att (forward)
+    float *out;        // att (forward), or
+    uint16_t *out16;   // att in bf16 when not NULL
     float *lse;        // (B, H, T): saved by the forward
     float *dsum;       // (B, H, T): D = rowsum(dout o att), the backward's
     float *dqkv;       // (B, T, 3C)
@@ -193,7 +196,11 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(fa_args a
     for (int e = lane; e < 16 * hd; e += 32) {
         const int r = e / hd, c = e - r * hd;
         const int64_t tr = q0 + warp * 16 + r;
-        if (tr < T) a.out[(b * T + tr) * C + h * hd + c] = Os[(warp * 16 + r) * L.f + c] / l[warp * 16 + r];
+        if (tr >= T) continue;
+        const float o = Os[(warp * 16 + r) * L.f + c] / l[warp * 16 + r];
+        const int64_t at = (b * T + tr) * C + h * hd + c;
+        if (a.out16) a.out16[at] = bf16_of(o);
+        else a.out[at] = o;
     }
     if (half == 0 && t < T) a.lse[(b * a.H + h) * T + t] = m[ri] + logf(l[ri]);
 }
@@ -203,16 +210,21 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(fa_args a
 // D = rowsum(dout o att) for each (example, head, query): a thread each, the head's columns in
 // order. dout rounded to bf16 as in its products: att is P v with v rounded, so this is
 // rowsum(P dP) with dP = dout v^T of rounded operands, the CPU's dot; with dout unrounded, dS
-// moved by up to 2^-8 of dP (a row of one key has dS = 0 only then).
+// moved by up to 2^-8 of dP (a row of one key has dS = 0 only then). From att16, att itself is
+// rounded: D moves by up to 2^-9 of each term (a row of one key keeps dS = 0: its att is v,
+// already bf16).
 static __global__ void fa_dsum_kernel(fa_args a) {
     const int64_t b = blockIdx.y;
     for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < a.H * a.T;
          r += (int64_t)blockDim.x * gridDim.x) {
         const int64_t h = r / a.T, t = r - h * a.T;
-        const float *o = a.att + (b * a.T + t) * a.C + h * a.hd;
-        const float *g = a.datt + (b * a.T + t) * a.C + h * a.hd;
+        const int64_t at = (b * a.T + t) * a.C + h * a.hd;
+        const float *g = a.datt + at;
         float acc = 0.0f;
-        for (int64_t c = 0; c < a.hd; c++) acc = fmaf(gp_bf16_round(g[c]), o[c], acc);
+        for (int64_t c = 0; c < a.hd; c++) {
+            const float o = a.att16 ? gp_bf16_float(a.att16[at + c]) : a.att[at + c];
+            acc = fmaf(gp_bf16_round(g[c]), o, acc);
+        }
         a.dsum[(b * a.H + h) * a.T + t] = acc;
     }
 }
@@ -374,24 +386,27 @@ static fa_args args_of(const gp_attn_dims *d) {
 }
 
 extern "C" gp_status gp_cuda_flash_forward(gp_device *dev, const gp_attn_dims *d,
-                                           const float *qkv, float *lse, float *att) {
+                                           const float *qkv, float *lse, float *att,
+                                           uint16_t *att16) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     fa_args a = args_of(d);
-    a.qkv = qkv, a.lse = lse, a.out = att;
+    a.qkv = qkv, a.lse = lse, a.out = att, a.out16 = att16;
     const dim3 grid((unsigned)((a.T + FA_BM - 1) / FA_BM), (unsigned)a.H, (unsigned)d->batch);
     return launch(c, fa_forward_kernel, "fa_forward_kernel", grid, smem_forward(a.hd), a);
 }
 
 extern "C" gp_status gp_cuda_flash_backward(gp_device *dev, const gp_attn_dims *d,
                                             const float *qkv, const float *lse, const float *att,
-                                            const float *datt, float *dqkv, float *dsum) {
+                                            const uint16_t *att16, const float *datt, float *dqkv,
+                                            float *dsum) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     fa_args a = args_of(d);
-    a.qkv = qkv, a.lse = (float *)lse, a.att = att, a.datt = datt, a.dqkv = dqkv, a.dsum = dsum;
+    a.qkv = qkv, a.lse = (float *)lse, a.att = att, a.att16 = att16, a.datt = datt, a.dqkv = dqkv;
+    a.dsum = dsum;
     const unsigned tiles = (unsigned)((a.T + FA_BM - 1) / FA_BM);
     const dim3 rows(gp_cuda_blocks(a.H * a.T), (unsigned)d->batch);
     fa_dsum_kernel<<<rows, GP_CUDA_THREADS, 0, c->stream>>>(a);

@@ -21,7 +21,7 @@ static __global__ void scale_c_kernel(float *c, int64_t m, int64_t n, int64_t ld
 }
 
 // y[0..n) = x rounded to bf16 (core/bf16.h: the CPU's rounding, bit for bit), four a thread
-// where x is 16-byte aligned (y always is: gemm_bf16's workspace).
+// where x and y are 16-byte aligned (y always is in gemm_bf16's workspace).
 static __global__ void round_bf16_kernel(const float *x, uint16_t *y, int64_t n, bool vec) {
     const int64_t n4 = gp_cuda_vecs(vec, n);
     GP_CUDA_FOR(i, n4) {
@@ -35,10 +35,18 @@ static __global__ void round_bf16_kernel(const float *x, uint16_t *y, int64_t n,
 }
 
 static gp_status round_bf16(gp_cuda_ctx *ctx, const float *x, __nv_bfloat16 *y, int64_t n) {
-    const bool vec = gp_cuda_aligned16(x);
+    const bool vec = gp_cuda_aligned16(x, y);
     round_bf16_kernel<<<gp_cuda_vec_blocks(vec, n), GP_CUDA_THREADS, 0, ctx->stream>>>(
         x, reinterpret_cast<uint16_t *>(y), n, vec);
     return gp_cuda_launched(ctx, "round_bf16_kernel");
+}
+
+extern "C" gp_status gp_cuda_bf16_store(gp_device *dev, const float *x, uint16_t *y,
+                                        int64_t n) {
+    gp_status s;
+    gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
+    if (!ctx) return s;
+    return n > 0 ? round_bf16(ctx, x, reinterpret_cast<__nv_bfloat16 *>(y), n) : GP_OK;
 }
 
 extern "C" gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64_t span,
@@ -110,6 +118,7 @@ static gp_status gemm_strided(gp_device *dev, bool bf16, bool trans_a, bool tran
     gp_status s;
     gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
     if (!ctx) return s;
+    GP_TRY(gp_kernels_check_bf16_operand("gemm", ctx->name, bf16, a16 || b16));
     if (m <= 0 || n <= 0 || count <= 0) return GP_OK;
     if (k <= 0) {
         GP_CUDA_LAUNCH(ctx, scale_c_kernel, m * n * count, c, m, n, ldc, stride_c, count, beta);

@@ -1,7 +1,10 @@
 // CUDA kernels of the Transformer family but the token embeddings (embedding.cu) and attention
 // (attention.cu): linear layers (cuBLAS), layer norm, GELU, dropout and the positional
 // embedding. Row-wise sums use one block per row in a fixed order (math.cuh); column sums (the
-// gradients of weights and biases) add the rows in order in chunks (GP_CUDA_SUM_CHUNK).
+// gradients of weights and biases) add the rows in order in chunks (GP_CUDA_SUM_CHUNK). Outputs
+// kept in bf16 (kernel_ops.def: layer norm's and GELU's y16) are written so by the kernels that
+// make them, and the linear ops hand a bf16 x16 to cuBLAS as it is (gp_cuda_gemm_rounded).
+#include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
 
@@ -37,11 +40,14 @@ static __global__ void linear_prefill_kernel(int64_t rows, int64_t out, const fl
 }
 
 extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_t in,
-                                            int64_t out, const float *x, const float *w,
-                                            const float *b, const float *res, float *y) {
+                                            int64_t out, const float *x, const uint16_t *x16,
+                                            const float *w, const float *b, const float *res,
+                                            float *y) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
+    const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
+    GP_TRY(gp_kernels_check_bf16_operand("linear_forward", c->name, bf16, x16 != NULL));
     float beta = 0.0f;
     if ((b || res != y) && (b || res) && rows > 0 && out > 0) {
         const bool vec = out % 4 == 0 && gp_cuda_aligned16(b, res, y);
@@ -50,13 +56,15 @@ extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_
         GP_TRY(gp_cuda_launched(c, "linear_prefill_kernel"));
     }
     if (b || res) beta = 1.0f;
-    return gp_cuda_gemm(dev, false, true, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
+    return gp_cuda_gemm_rounded(dev, false, true, rows, out, in, 1.0f, x, x16, in, 0, w, NULL, in,
+                                0, beta, y, out, 0, 1);
 }
 
 // dx = dy W and dW += dy^T x share dy: on a bf16 device it is rounded once for both.
 extern "C" gp_status gp_cuda_linear_backward(gp_device *dev, int64_t rows, int64_t in,
-                                             int64_t out, const float *x, const float *w,
-                                             const float *dy, float *dx, float *dw, float *db) {
+                                             int64_t out, const float *x, const uint16_t *x16,
+                                             const float *w, const float *dy, float *dx,
+                                             float *dw, float *db) {
     void *dy16 = NULL;
     if (dx && dw) GP_TRY(gp_cuda_round_operand(dev, dy, rows * out, &dy16));
     gp_status s = GP_OK;
@@ -64,7 +72,7 @@ extern "C" gp_status gp_cuda_linear_backward(gp_device *dev, int64_t rows, int64
         s = gp_cuda_gemm_rounded(dev, false, false, rows, in, out, 1.0f, dy, dy16, out, 0, w,
                                  NULL, in, 0, 0.0f, dx, in, 0, 1);
     if (s == GP_OK && dw)
-        s = gp_cuda_gemm_rounded(dev, true, false, out, in, rows, 1.0f, dy, dy16, out, 0, x, NULL,
+        s = gp_cuda_gemm_rounded(dev, true, false, out, in, rows, 1.0f, dy, dy16, out, 0, x, x16,
                                  in, 0, 1.0f, dw, in, 0, 1);
     gp_cuda_workspace_release(dev, dy16);
     GP_TRY(s);
@@ -78,7 +86,7 @@ extern "C" gp_status gp_cuda_linear_backward(gp_device *dev, int64_t rows, int64
 template <int PER>
 static __global__ void layernorm_forward_kernel(int64_t rows, int64_t dim, const float *x,
                                                 const float *w, const float *b, float *y,
-                                                float *stats) {
+                                                uint16_t *y16, float *stats) {
     __shared__ float sh[GP_CUDA_THREADS];
     float v[PER ? PER : 1];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -97,9 +105,12 @@ static __global__ void layernorm_forward_kernel(int64_t rows, int64_t dim, const
         }
         const float var = gp_block_sum(acc2, sh);
         const float rstd = 1.0f / sqrtf(var / (float)dim + LAYERNORM_EPS);
-        float *yr = y + r * dim;
-        GP_CUDA_ROW_FOR(PER, k, j, threadIdx.x, blockDim.x, dim) if (j < dim)
-            yr[j] = ((PER ? v[GP_CUDA_ROW_REG(PER, k)] : xr[j]) - mean) * rstd * w[j] + b[j];
+        GP_CUDA_ROW_FOR(PER, k, j, threadIdx.x, blockDim.x, dim) if (j < dim) {
+            const float xv = PER ? v[GP_CUDA_ROW_REG(PER, k)] : xr[j];
+            const float o = (xv - mean) * rstd * w[j] + b[j];
+            if (y16) y16[r * dim + j] = gp_bf16_bits(o);
+            else y[r * dim + j] = o;
+        }
         if (threadIdx.x == 0) {
             stats[r] = mean;
             stats[rows + r] = rstd;
@@ -109,13 +120,13 @@ static __global__ void layernorm_forward_kernel(int64_t rows, int64_t dim, const
 
 extern "C" gp_status gp_cuda_layernorm_forward(gp_device *dev, int64_t rows, int64_t dim,
                                                const float *x, const float *w, const float *b,
-                                               float *y, float *stats) {
+                                               float *y, uint16_t *y16, float *stats) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     if (rows > 0 && dim > 0)
         GP_CUDA_ROW_LAUNCH(c, layernorm_forward_kernel, gp_cuda_row_per(dim, GP_CUDA_THREADS),
-                           row_blocks(rows), GP_CUDA_THREADS, rows, dim, x, w, b, y, stats);
+                           row_blocks(rows), GP_CUDA_THREADS, rows, dim, x, w, b, y, y16, stats);
     return GP_OK;
 }
 
@@ -222,25 +233,37 @@ __device__ inline float gelu1(float x) {
     return x * gelu_sigmoid(x, &e);
 }
 
-static __global__ void gelu_forward_kernel(int64_t n, const float *x, float *y, bool vec) {
+// y, or y16 (four bf16 values stored as one 8-byte word where vec).
+static __global__ void gelu_forward_kernel(int64_t n, const float *x, float *y, uint16_t *y16,
+                                           bool vec) {
     const int64_t n4 = gp_cuda_vecs(vec, n);
     GP_CUDA_FOR(i, n4) {
         float v[4];
         gp_ld4(x, i, v);
         for (int k = 0; k < 4; k++) v[k] = gelu1(v[k]);
-        gp_st4(y, i, v);
+        if (y16)
+            reinterpret_cast<uint2 *>(y16)[i] =
+                make_uint2(gp_bf16_bits(v[0]) | (uint32_t)gp_bf16_bits(v[1]) << 16,
+                           gp_bf16_bits(v[2]) | (uint32_t)gp_bf16_bits(v[3]) << 16);
+        else
+            gp_st4(y, i, v);
     }
-    GP_CUDA_FOR_TAIL(i, n4, n) y[i] = gelu1(x[i]);
+    GP_CUDA_FOR_TAIL(i, n4, n) {
+        const float v = gelu1(x[i]);
+        if (y16) y16[i] = gp_bf16_bits(v);
+        else y[i] = v;
+    }
 }
 
-extern "C" gp_status gp_cuda_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y) {
+extern "C" gp_status gp_cuda_gelu_forward(gp_device *dev, int64_t n, const float *x, float *y,
+                                          uint16_t *y16) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     if (n <= 0) return GP_OK;
-    const bool vec = gp_cuda_aligned16(x, y);
+    const bool vec = y16 ? gp_cuda_aligned16(x, y16) : gp_cuda_aligned16(x, y);
     gelu_forward_kernel<<<gp_cuda_vec_blocks(vec, n), GP_CUDA_THREADS, 0, c->stream>>>(n, x, y,
-                                                                                      vec);
+                                                                                      y16, vec);
     return gp_cuda_launched(c, "gelu_forward_kernel");
 }
 
