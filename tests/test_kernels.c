@@ -1852,18 +1852,36 @@ static gp_conv_geom conv_geom(int ci, int64_t *batch, int64_t *oc) {
     return g;
 }
 
-/* The CPU's convolution path under test (see conv_paths). */
-static const char *g_conv_path = "";
+/* The CPU's convolution paths: Winograd and the direct tile, the direct tile alone (where the
+ * processor has them; other devices ignore the switches), and im2col with OpenBLAS. Each case
+ * below computes its double reference once and runs its kernel on every path (the reference
+ * took three quarters of this test's time when it was made again for each path). */
+static const struct {
+    const char *name;
+    bool direct, winograd;
+} conv_path_list[] = {{" (winograd)", true, true}, {" (direct)", true, false},
+                      {" (im2col)", false, false}};
+#define NCONV_PATHS ((int)(sizeof conv_path_list / sizeof conv_path_list[0]))
+
+/* A convolution case (its arrays live until the next case), then each path it runs on, named
+ * after it in messages. */
+static char g_conv_case[sizeof g_case];
 
 static void conv_set_case(const gp_conv_geom *g, int64_t B, int64_t OC, const char *extra) {
-    set_case("B %lld, C %lld H %lld W %lld -> OC %lld, k %lld stride %lld pad %lld -> %lldx%lld%s%s",
+    set_case("B %lld, C %lld H %lld W %lld -> OC %lld, k %lld stride %lld pad %lld -> %lldx%lld%s",
              LL(B), LL(g->channels), LL(g->height), LL(g->width), LL(OC), LL(g->kernel),
-             LL(g->stride), LL(g->pad), LL(g->out_h), LL(g->out_w), extra, g_conv_path);
+             LL(g->stride), LL(g->pad), LL(g->out_h), LL(g->out_w), extra);
+    memcpy(g_conv_case, g_case, sizeof g_case);
 }
 
-/* Runs a convolution test on each path of the CPU's kernels: Winograd and the direct tile,
- * the direct tile alone (where the processor has them; other devices ignore the switches), and
- * im2col with OpenBLAS. */
+static void conv_path_set(int pi) {
+    gp_conv_path_enable(GP_CONV_DIRECT, conv_path_list[pi].direct);
+    gp_conv_path_enable(GP_CONV_WINOGRAD, conv_path_list[pi].winograd);
+    snprintf(g_case, sizeof g_case, "%s%s", g_conv_case, conv_path_list[pi].name);
+}
+
+/* Runs a convolution test whose cases go over the paths (conv_path_set), after checking that
+ * the cases reach Winograd where the processor has its tiles, and puts the switches back. */
 static void conv_paths(gp_device *dev, const gp_kernels *K,
                        void (*cases)(gp_device *, const gp_kernels *)) {
     const bool was = gp_conv_path_enable(GP_CONV_DIRECT, true);
@@ -1883,17 +1901,9 @@ static void conv_paths(gp_device *dev, const gp_kernels *K,
             fail("Winograd serves %d forward, %d input-gradient and %d weight-gradient cases, "
                  "expected 8, 8 and 3", fwd, dx, dw);
     }
-    g_conv_path = " (winograd)";
-    cases(dev, K);
-    gp_conv_path_enable(GP_CONV_WINOGRAD, false);
-    g_conv_path = " (direct)";
-    cases(dev, K);
-    gp_conv_path_enable(GP_CONV_DIRECT, false);
-    g_conv_path = " (im2col)";
     cases(dev, K);
     gp_conv_path_enable(GP_CONV_DIRECT, was);
     gp_conv_path_enable(GP_CONV_WINOGRAD, was_wg);
-    g_conv_path = "";
 }
 
 /* Index in one example's x of tap (c, ki, kj) of output pixel (oh, ow), or -1 for padding. */
@@ -1909,15 +1919,19 @@ static void conv2d_ws_cases(gp_device *dev, const gp_kernels *K) {
         int64_t B, OC;
         const gp_conv_geom g = conv_geom(ci, &B, &OC);
         conv_set_case(&g, B, OC, "");
-        for (int mode = 0; mode < 3; mode++) {
-            const int64_t w = K->conv2d_ws(dev, &g, B, OC, mode > 0, mode == 2);
-            if (w < 0) fail("workspace of %lld floats (mode %d)", LL(w), mode);
-            if (K->conv2d_ws(dev, &g, B, OC, mode > 0, mode == 2) != w)
-                fail("workspace size changes between calls (mode %d)", mode);
+        for (int pi = 0; pi < NCONV_PATHS; pi++) {
+            conv_path_set(pi);
+            for (int mode = 0; mode < 3; mode++) {
+                const int64_t w = K->conv2d_ws(dev, &g, B, OC, mode > 0, mode == 2);
+                if (w < 0) fail("workspace of %lld floats (mode %d)", LL(w), mode);
+                if (K->conv2d_ws(dev, &g, B, OC, mode > 0, mode == 2) != w)
+                    fail("workspace size changes between calls (mode %d)", mode);
+            }
+            if (K->conv2d_ws(dev, &g, B, OC, true, false) >
+                K->conv2d_ws(dev, &g, B, OC, true, true))
+                fail("backward without dx asks for more workspace than with it");
+            g_st[g_op].exact++;
         }
-        if (K->conv2d_ws(dev, &g, B, OC, true, false) > K->conv2d_ws(dev, &g, B, OC, true, true))
-            fail("backward without dx asks for more workspace than with it");
-        g_st[g_op].exact++;
     }
 }
 
@@ -1946,18 +1960,21 @@ static void conv2d_forward_cases(gp_device *dev, const gp_kernels *K) {
                             }
                     ref[(b * OC + o) * P + p] = r, mag[(b * OC + o) * P + p] = m;
                 }
-        const int64_t nws = K->conv2d_ws(dev, &g, B, OC, false, false);
-        for (int rep = 0; rep < 2; rep++) {
-            kt t;
-            kt_begin(&t, dev, rep);
-            const float *d_x = kt_in(&t, x, nx), *d_w = kt_in(&t, w, nw);
-            float *d_y = kt_out(&t, ny), *d_ws = nws ? kt_out(&t, nws) : NULL;
-            CHECK_OK(K->conv2d_forward(dev, &g, B, OC, d_x, d_w, d_y, d_ws));
-            kt_get(&t, d_y, y, ny);
-            kt_end(&t);
+        for (int pi = 0; pi < NCONV_PATHS; pi++) {
+            conv_path_set(pi);
+            const int64_t nws = K->conv2d_ws(dev, &g, B, OC, false, false);
+            for (int rep = 0; rep < 2; rep++) {
+                kt t;
+                kt_begin(&t, dev, rep);
+                const float *d_x = kt_in(&t, x, nx), *d_w = kt_in(&t, w, nw);
+                float *d_y = kt_out(&t, ny), *d_ws = nws ? kt_out(&t, nws) : NULL;
+                CHECK_OK(K->conv2d_forward(dev, &g, B, OC, d_x, d_w, d_y, d_ws));
+                kt_get(&t, d_y, y, ny);
+                kt_end(&t);
+            }
+            det_check();
+            check_close("y", y, ref, mag, ny, TOL);
         }
-        det_check();
-        check_close("y", y, ref, mag, ny, TOL);
     }
 }
 
@@ -1990,22 +2007,26 @@ static void conv2d_backward_cases(gp_device *dev, const gp_kernels *K) {
                                     rx[b * C * HW + i] += tx, mx[b * C * HW + i] += fabs(tx);
                                 }
                     }
-            const int64_t nws = K->conv2d_ws(dev, &g, B, OC, true, want_dx);
-            for (int rep = 0; rep < 2; rep++) {
-                kt t;
-                kt_begin(&t, dev, rep);
-                const float *d_x = kt_in(&t, x, nx), *d_w = kt_in(&t, w, nw);
-                const float *d_dy = kt_in(&t, dy, ny);
-                float *d_dw = kt_io(&t, dw0, nw), *d_dx = want_dx ? kt_out(&t, nx) : NULL;
-                float *d_ws = nws ? kt_out(&t, nws) : NULL;
-                CHECK_OK(K->conv2d_backward(dev, &g, B, OC, d_x, d_w, d_dy, d_dx, d_dw, d_ws));
-                kt_get(&t, d_dw, dw, nw);
-                if (want_dx) kt_get(&t, d_dx, dx, nx);
-                kt_end(&t);
+            for (int pi = 0; pi < NCONV_PATHS; pi++) {
+                conv_path_set(pi);
+                const int64_t nws = K->conv2d_ws(dev, &g, B, OC, true, want_dx);
+                for (int rep = 0; rep < 2; rep++) {
+                    kt t;
+                    kt_begin(&t, dev, rep);
+                    const float *d_x = kt_in(&t, x, nx), *d_w = kt_in(&t, w, nw);
+                    const float *d_dy = kt_in(&t, dy, ny);
+                    float *d_dw = kt_io(&t, dw0, nw), *d_dx = want_dx ? kt_out(&t, nx) : NULL;
+                    float *d_ws = nws ? kt_out(&t, nws) : NULL;
+                    CHECK_OK(
+                        K->conv2d_backward(dev, &g, B, OC, d_x, d_w, d_dy, d_dx, d_dw, d_ws));
+                    kt_get(&t, d_dw, dw, nw);
+                    if (want_dx) kt_get(&t, d_dx, dx, nx);
+                    kt_end(&t);
+                }
+                det_check();
+                check_close("dw", dw, rw, mw, nw, TOL);
+                if (want_dx) check_close("dx", dx, rx, mx, nx, TOL);
             }
-            det_check();
-            check_close("dw", dw, rw, mw, nw, TOL);
-            if (want_dx) check_close("dx", dx, rx, mx, nx, TOL);
         }
 }
 
