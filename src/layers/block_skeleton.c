@@ -33,10 +33,18 @@ enum {
  * are kept in bf16, rounded once where made rather than by every product that reads them, which
  * gives the same bits at half the memory. GP_BF16_ACTIVATIONS=fp32 in the environment keeps
  * them in fp32: the reference the tests compare with. */
+#define ACTIVATIONS_ENV "GP_BF16_ACTIVATIONS"
+
+/* The environment's choice: 1 for bf16 (unset, or "bf16"), 0 for "fp32", -1 for anything else
+ * (which the forward refuses). */
+static int activations_env(void) {
+    const char *e = getenv(ACTIVATIONS_ENV);
+    if (!e || strcmp(e, "bf16") == 0) return 1;
+    return strcmp(e, "fp32") == 0 ? 0 : -1;
+}
+
 static bool operands_bf16(gp_device *dev) {
-    if (gp_device_precision(dev) != GP_PRECISION_BF16) return false;
-    const char *e = getenv("GP_BF16_ACTIVATIONS");
-    return !e || strcmp(e, "fp32") != 0;
+    return gp_device_precision(dev) == GP_PRECISION_BF16 && activations_env() != 0;
 }
 
 /* Elements of those four: N C twice, N C/T and N F/T. */
@@ -110,6 +118,11 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     const gp_attn_dims d = local_dims(p, &x->shape);
     const int64_t B = d.batch, T = d.seq, C = p->dim, Cl = d.dim,
                   F = p->d_ff / p->nshards, N = B * T;
+    if (activations_env() < 0)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "layer %d (%s): " ACTIVATIONS_ENV "=\"%s\" in the environment: expected "
+                        "bf16 (the default) or fp32",
+                        l->index, l->ops->kind, getenv(ACTIVATIONS_ENV));
     const gp_dtype op = operands_bf16(dev) ? GP_BF16 : GP_F32;
     gp_tensor *ln1, *st1, *qkv, *probs, *att, *h, *ln2, *st2, *u, *gl;
     GP_TRY(gp_ctx_save(c, S_LN1, gp_shape2(N, C), op, &ln1));

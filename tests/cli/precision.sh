@@ -6,7 +6,7 @@
 # run's bits; bench's T1 and T2 take it and record it; plan takes it, and a bf16 plan's
 # activations are the blocks' bf16-kept operands less than fp32's; on 2 stages of 2 shards the
 # blocks' activations kept in bf16 train to the bits of keeping them fp32
-# (GP_BF16_ACTIVATIONS=fp32). Run from the repository root:
+# (GP_BF16_ACTIVATIONS=fp32), and another value of that variable is refused. Run from the repository root:
 # bash tests/cli/precision.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -35,6 +35,11 @@ run k2 "${LM[@]}" --precision bf16 --stages 2 --schedule 1f1b --report "$TMP/k2.
 run tp "${LM[@]}" --precision bf16 --stages 2 --tensor-parallel 2 --report "$TMP/tp.json"
 GP_BF16_ACTIVATIONS=fp32 run tp32 "${LM[@]}" --precision bf16 --stages 2 --tensor-parallel 2 \
     --report "$TMP/tp32.json"
+# any other value of it is refused, named, before a step
+GP_BF16_ACTIVATIONS=fp16 "$GPIPE" train "${LM[@]}" --precision bf16 >/dev/null 2>"$TMP/env.err"
+rc=$?
+[ "$rc" = 1 ] && grep -q 'GP_BF16_ACTIVATIONS="fp16" in the environment: expected bf16 (the default) or fp32' "$TMP/env.err" ||
+    bad "GP_BF16_ACTIVATIONS=fp16: exit $rc, $(tail -c 400 "$TMP/env.err")"
 
 # Checkpoints keep the option.
 run half "${LM[@]}" --precision bf16 --checkpoint-dir "$TMP/ck" --stop-after 2
