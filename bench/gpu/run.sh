@@ -25,7 +25,8 @@
 # `gpipe plan --device cuda` on T3; T3 (gpipe bench --device cuda) in fp32 and bf16, each with
 # its kernel profile and beside bench/peers/t3.py, bf16 also with GP_CUDA_ATTENTION=gemm; the bf16 GEMM's paths on T3's shapes
 # (gp_gemm_paths: rounded copies, cuBLAS's own conversion, bf16 storage). Parts of a mode this
-# gpipe lacks are marked unavailable. Tier 2 (4 minutes more): T3 on two stages of the one GPU; every schedule at K = 2
+# gpipe lacks are marked unavailable. Tier 2 (4 minutes more): T3 in bf16 with the blocks'
+# activations kept in fp32 (GP_BF16_ACTIVATIONS=fp32); T3 on two stages of the one GPU; every schedule at K = 2
 # and 4; compute-sanitizer memcheck over test_kernels_cuda and a 3-step two-stage training; the
 # GPU Table 1 (the largest T3-wide model under 16 GiB per stage at K = 1 without
 # re-materialization and at K = 4 with it); the PyTorch peer under torch.compile; racecheck.
@@ -197,12 +198,20 @@ t3_speed() { # t3_speed PRECISION
     [ "$prec" = bf16 ] || return
     # bf16 attention through cuBLAS and the softmax kernels instead of the fused kernels
     # (GP_CUDA_ATTENTION=gemm): the comparison
-    part "t3_bf16_gemm_attention" 150 env GP_CUDA_ATTENTION=gemm "$GPIPE" bench "${T3[@]}" \
-        "${popt[@]}" --quiet --report "$WORK/t3_bf16_gemm_attention.json"
+    t3_bf16_with gemm_attention 150 GP_CUDA_ATTENTION=gemm
+}
+
+# t3_bf16_with NAME GUARD VAR=VALUE...: T3 in bf16 again with the environment's VAR=VALUE, one
+# of bf16's parts turned back to its fallback, for the comparison with t3_bf16
+t3_bf16_with() {
+    local name=$1 secs=$2
+    shift 2
+    part "t3_bf16_$name" "$secs" env "$@" "$GPIPE" bench "${T3[@]}" --precision bf16 --quiet \
+        --report "$WORK/t3_bf16_$name.json"
     if [ $RC = 0 ]; then
-        record "speed:T3_bf16_gemm_attention" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "fraction_of_ceiling": r.get("fraction_of_ceiling"), "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$WORK/t3_bf16_gemm_attention.json")"
+        record "speed:T3_bf16_$name" pass figures "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"tokens_per_s": r["throughput"].get("tokens_per_s"), "step_s": r["step_seconds"]["median"], "fraction_of_ceiling": r.get("fraction_of_ceiling"), "peak_bytes": r.get("memory", {}).get("peak_bytes", {}).get("total")}))' "$WORK/t3_bf16_$name.json")"
     else
-        record "speed:T3_bf16_gemm_attention" fail exit $RC
+        record "speed:T3_bf16_$name" fail exit $RC
     fi
 }
 
@@ -355,6 +364,11 @@ guard() {
     echo $((left > 10 ? left : 10))
 }
 if [ "$TIER" = 2 ]; then
+    # T3 in bf16 with the blocks' activations kept in fp32 (GP_BF16_ACTIVATIONS=fp32): what
+    # keeping them in bf16 saves
+    if [ $DRY = 0 ] && [[ " $PRECISIONS " == *" bf16 "* ]] && in_budget "speed:T3_bf16_fp32_activations"; then
+        t3_bf16_with fp32_activations "$(guard 150)" GP_BF16_ACTIVATIONS=fp32
+    fi
     # T3 on 2 stages of the one GPU (messages GPU to GPU): what a pipeline costs on one device.
     if [ $DRY = 0 ] && in_budget "speed:T3_fp32_K2"; then
         part t3_k2 "$(guard 150)" "$GPIPE" bench --workload T3 --device cuda --stages 2 --micro-batches 4 \
