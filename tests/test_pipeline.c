@@ -212,7 +212,7 @@ static void bf16_activations(int steps) {
  * per stage run (model/store.h): the bits of every product rounding them itself
  * (GP_BF16_WEIGHT_COPY=off), for the transformer and the tied one (its head's weight a copy of
  * the embedding's table on another stage at K = 2), at K = 1 and 2, with the backward whole
- * (1f1b) and split (zbh1: the weight part's own products), in both remat modes. The copy is
+ * (1f1b) and split (zbh1: the weight part's own products), in every remat mode. The copy is
  * counted as PARAMS, exactly its bytes; fp32 keeps none. */
 static void bf16_weight_copy(int steps) {
     /* the test transformer: 4 blocks of C = 32, F = 64 (qkv 3C x C, proj C x C, fc F x C, mlp
@@ -229,7 +229,7 @@ static void bf16_weight_copy(int steps) {
                             GP_PRECISION_FP32, &f));
         for (int K = 1; K <= 2; K++)
             for (int si = 0; si < 2; si++)
-                for (int rm = 0; rm < 2; rm++) {
+                for (int rm = 0; rm < 3; rm++) { /* cell, none, selective */
                     result r[2]; /* with the copy, without */
                     memset(r, 0, sizeof r);
                     for (int off = 0; off < 2; off++) {
@@ -254,7 +254,7 @@ static void bf16_weight_copy(int steps) {
                     CHECK_EQ_INT(r[1].static_bytes, f.static_bytes);
                 }
         printf("%s bf16: the weight copy (%llu bytes of PARAMS) trains to the bits of rounding "
-               "at each product, K = 1, 2 x {1f1b, zbh1} x {none, cell}\n",
+               "at each product, K = 1, 2 x {1f1b, zbh1} x {cell, none, selective}\n",
                ni ? "tied transformer" : "transformer", (unsigned long long)want);
     }
 }

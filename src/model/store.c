@@ -276,7 +276,8 @@ void gp_store_train_end(gp_model *m, gp_store *s) {
 /* Each product parameter rounded into its place in the copy, in layer and parameter order (the
  * order gp_store_train_begin sized it in). */
 gp_status gp_store_bf16_refresh(gp_model *m, gp_store *s) {
-    if (!s || !s->w16.data || s->w16_valid) return GP_OK;
+    /* (the device's precision, or the switch, may have changed since the block was made) */
+    if (!s || !s->w16.data || s->w16_valid || !gp_bf16_weight_copy(s->dev)) return GP_OK;
     const gp_kernels *k = gp_kernels_of(s->dev);
     int64_t at = 0;
     for (int li = s->first; li < s->last; li++) {
