@@ -141,11 +141,11 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     /* y = h + drop1(proj(gelu(fc(ln2(h))))); a shard all-reduces proj's partial product */
     GP_TRY(k->layernorm_forward(dev, N, C, gp_f32(h), VAL(GP_BLK_LN2_W), VAL(GP_BLK_LN2_B),
                                 OPERAND(ln2), gp_f32(st2)));
-    GP_TRY(k->linear_forward(dev, N, C, F, OPERAND(ln2), WEIGHT(GP_BLK_FC_W), VAL(GP_BLK_FC_B), NULL,
-                             gp_f32(u)));
+    GP_TRY(k->linear_forward(dev, N, C, F, OPERAND(ln2), WEIGHT(GP_BLK_FC_W), VAL(GP_BLK_FC_B),
+                             NULL, gp_f32(u)));
     GP_TRY(k->gelu_forward(dev, N * F, gp_f32(u), OPERAND(gl)));
-    return gp_tp_row_output(l, g, dev, N, F, C, OPERAND(gl), WEIGHT(GP_BLK_MLP_W), VAL(GP_BLK_MLP_B),
-                            gp_f32(h), drop1, p->dropout, gp_f32(y));
+    return gp_tp_row_output(l, g, dev, N, F, C, OPERAND(gl), WEIGHT(GP_BLK_MLP_W),
+                            VAL(GP_BLK_MLP_B), gp_f32(h), drop1, p->dropout, gp_f32(y));
 }
 
 /* --------------------------------------------------------------- backward */
@@ -189,15 +189,15 @@ static gp_status backward_input(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
     }
     /* a shard's output bias is replicated: its gradient, the same on every shard, goes here */
     if (g) GP_TRY(k->sum_rows_add(dev, dmo, N, C, GRAD(GP_BLK_MLP_B)));
-    GP_TRY(k->linear_backward(dev, N, F, C, SAVED_OPERAND(c, S_G), WEIGHT(GP_BLK_MLP_W), dmo, big,
-                              wt ? GRAD(GP_BLK_MLP_W) : NULL,
+    GP_TRY(k->linear_backward(dev, N, F, C, SAVED_OPERAND(c, S_G), WEIGHT(GP_BLK_MLP_W), dmo,
+                              big, wt ? GRAD(GP_BLK_MLP_W) : NULL,
                               wt && !g ? GRAD(GP_BLK_MLP_B) : NULL));
     GP_TRY(k->gelu_backward(dev, N, F, u, big, big, GRAD(GP_BLK_FC_B)));
     if (!wt)
         GP_TRY(gp_device_copy(dev, SAVED(c, S_KEEP_DU), big, (size_t)(N * F) * sizeof(float),
                               GP_COPY_DEVICE_TO_DEVICE));
-    GP_TRY(k->linear_backward(dev, N, C, F, SAVED_OPERAND(c, S_LN2), WEIGHT(GP_BLK_FC_W), big, small,
-                              wt ? GRAD(GP_BLK_FC_W) : NULL, NULL));
+    GP_TRY(k->linear_backward(dev, N, C, F, SAVED_OPERAND(c, S_LN2), WEIGHT(GP_BLK_FC_W), big,
+                              small, wt ? GRAD(GP_BLK_FC_W) : NULL, NULL));
     /* a shard's dln2 is partial (its d_ff columns): summed over the group */
     if (g) GP_TRY(gp_tp_allreduce(l, g, dev, small, N * C, GP_REDUCE_SUM));
     /* dh = dy + ln2'(dln2): the residual's gradient joins here. */
