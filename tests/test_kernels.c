@@ -250,7 +250,7 @@ typedef struct dbuf {
     bool input; /* the op must not change it */
 } dbuf;
 
-#define MAX_BUFS 24
+#define MAX_BUFS 32
 typedef struct kt {
     gp_device *dev;
     int rep; /* 0 or 1: the two runs compared for determinism */
@@ -849,7 +849,7 @@ static void test_linear_forward(gp_device *dev, const gp_kernels *K) {
                     dy = kt_out(&t, rows * out);
                     if (rmode == 1) dres = kt_in(&t, res, rows * out);
                 }
-                CHECK_OK(K->linear_forward(dev, rows, in, out, dx, NULL, dw, db, dres, dy));
+                CHECK_OK(K->linear_forward(dev, rows, in, out, dx, NULL, dw, NULL, db, dres, dy));
                 kt_get(&t, dy, y, rows * out);
                 kt_end(&t);
             }
@@ -905,7 +905,8 @@ static void test_linear_backward(gp_device *dev, const gp_kernels *K) {
                 float *d_dx = want_dx ? kt_out(&t, rows * in) : NULL;
                 float *d_dw = kt_io(&t, dw0, out * in);
                 float *d_db = want_db ? kt_io(&t, db0, out) : NULL;
-                CHECK_OK(K->linear_backward(dev, rows, in, out, d_x, NULL, d_w, d_dy, d_dx, d_dw, d_db));
+                CHECK_OK(K->linear_backward(dev, rows, in, out, d_x, NULL, d_w, NULL, d_dy, d_dx,
+                                            d_dw, d_db));
                 if (want_dx) kt_get(&t, d_dx, dx, rows * in);
                 kt_get(&t, d_dw, dw, out * in);
                 if (want_db) kt_get(&t, d_db, db, out);
@@ -2993,10 +2994,37 @@ static void check_same_bits(const char *what, const float *got, const float *wan
         fail("%s: not the bits of the same op on fp32 operands", what);
 }
 
+/* bf16_store: every element's bits are gp_bf16_bits of it (core/bf16.h, the rounding the bf16
+ * products make), at each vector size (odd ones: the tail after whole vectors) with a tie to
+ * even, -0, an infinity, a NaN and a denormal among them; the same on an fp32 device (a
+ * conversion, not a product), and deterministic. */
+static void test_bf16_store(gp_device *dev, const gp_kernels *K) {
+    static const float special[] = {1.00390625f, -0.0f, INFINITY, NAN, 1e-40f, -3.0e38f};
+    for (int si = 0; si < NVEC; si++) {
+        const int64_t n = vec_sizes[si], words = (n + 1) / 2;
+        set_case("n %lld", LL(n));
+        float *x = rnd(n, 1.0f, 0.0f);
+        for (int i = 0; i < 6 && i < n; i++) x[(i * 5) % n] = special[i];
+        uint16_t *y = hmem((size_t)words * 4);
+        for (int rep = 0; rep < 2; rep++) {
+            kt t;
+            kt_begin(&t, dev, rep);
+            uint16_t *d16 = (uint16_t *)kt_out(&t, words);
+            CHECK_OK(K->bf16_store(dev, kt_in(&t, x, n), d16, n));
+            kt_get(&t, d16, y, words);
+            kt_end(&t);
+        }
+        det_check();
+        check_bf16_of("bf16_store", y, x, n);
+        g_st[g_op].exact += n;
+    }
+}
+
 /* The ops' bf16 operands (kernel_ops.def) on a bf16 device: layernorm_forward, gelu_forward and
  * attention_forward write the bf16 rounding of their fp32 outputs, bit for bit; linear_forward
  * and linear_backward given x16 = those bits give the bits of the same op given x (which a bf16
- * device rounds to the same values). On an fp32 device x16 is refused. */
+ * device rounds to the same values), and so do they given w16 = bf16_store's copy of w in place
+ * of w (not read: NULL), alone or with x16. On an fp32 device x16 and w16 are refused. */
 static void test_bf16_operands(gp_device *dev, const gp_kernels *K) {
     g_name = "bf16 operands";
     set_case("layernorm, gelu, attention, linear");
@@ -3008,7 +3036,7 @@ static void test_bf16_operands(gp_device *dev, const gp_kernels *K) {
     const float *wl = rnd(out * dim, 0.2f, 0.0f), *dy = rnd(rows * out, 1.0f, 0.0f);
     float *y = fa(n), *yg = fa(ng), *att = fa(na), *probs = fa(K->attention_saved(dev, &d));
     uint16_t *y16 = hmem((size_t)n * 2), *yg16 = hmem((size_t)ng * 2), *att16 = hmem((size_t)na * 2);
-    float *st = fa(2 * rows), *lin[2], *dw[2], *dx[2];
+    float *st = fa(2 * rows), *lin[4], *dw[4], *dx[4];
     REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_BF16));
     kt t;
     kt_begin(&t, dev, 0);
@@ -3035,27 +3063,43 @@ static void test_bf16_operands(gp_device *dev, const gp_kernels *K) {
     check_bf16_of("layernorm_forward y16", y16, y, n);
     check_bf16_of("gelu_forward y16", yg16, yg, ng);
     check_bf16_of("attention_forward att16", att16, att, na);
-    /* the layer norm's output as the linear ops' x: in fp32 (i = 0) and in bf16 (i = 1) */
+    /* the layer norm's output as the linear ops' x: in fp32 (bit 0 of i clear) and in bf16 (set);
+     * the weight in fp32 (bit 1 clear) and as its bf16 copy (set) */
     const float *d_wl = kt_in(&t, wl, out * dim), *d_dy = kt_in(&t, dy, rows * out);
-    for (int i = 0; i < 2; i++) {
-        const float *xf = i ? NULL : d_y;
-        const uint16_t *xh = i ? d_y16 : NULL;
+    uint16_t *d_wl16 = (uint16_t *)kt_out(&t, out * dim / 2);
+    CHECK_OK(K->bf16_store(dev, d_wl, d_wl16, out * dim));
+    for (int i = 0; i < 4; i++) {
+        const float *xf = i & 1 ? NULL : d_y, *wf = i & 2 ? NULL : d_wl;
+        const uint16_t *xh = i & 1 ? d_y16 : NULL, *wh = i & 2 ? d_wl16 : NULL;
         float *d_lin = kt_out(&t, rows * out), *d_dx = kt_out(&t, n);
         float *d_dw = kt_io(&t, wl, out * dim);
-        CHECK_OK(K->linear_forward(dev, rows, dim, out, xf, xh, d_wl, NULL, NULL, d_lin));
-        CHECK_OK(K->linear_backward(dev, rows, dim, out, xf, xh, d_wl, d_dy, d_dx, d_dw, NULL));
+        CHECK_OK(K->linear_forward(dev, rows, dim, out, xf, xh, wf, wh, NULL, NULL, d_lin));
+        CHECK_OK(
+            K->linear_backward(dev, rows, dim, out, xf, xh, wf, wh, d_dy, d_dx, d_dw, NULL));
         lin[i] = fa(rows * out), dw[i] = fa(out * dim), dx[i] = fa(n);
         kt_get(&t, d_lin, lin[i], rows * out);
         kt_get(&t, d_dw, dw[i], out * dim);
         kt_get(&t, d_dx, dx[i], n);
     }
-    check_same_bits("linear_forward with x16", lin[1], lin[0], rows * out);
-    check_same_bits("linear_backward's dw with x16", dw[1], dw[0], out * dim);
-    check_same_bits("linear_backward's dx with x16", dx[1], dx[0], n);
+    static const char *const with[4] = {"", " with x16", " with w16", " with x16 and w16"};
+    char what[64];
+    for (int i = 1; i < 4; i++) {
+        snprintf(what, sizeof what, "linear_forward%s", with[i]);
+        check_same_bits(what, lin[i], lin[0], rows * out);
+        snprintf(what, sizeof what, "linear_backward's dw%s", with[i]);
+        check_same_bits(what, dw[i], dw[0], out * dim);
+        snprintf(what, sizeof what, "linear_backward's dx%s", with[i]);
+        check_same_bits(what, dx[i], dx[0], n);
+    }
     REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_FP32));
-    float *d_lin = kt_out(&t, rows * out);
-    CHECK_FAILS(K->linear_forward(dev, rows, dim, out, NULL, d_y16, d_wl, NULL, NULL, d_lin),
+    float *d_lin = kt_out(&t, rows * out), *d_dx = kt_out(&t, n);
+    CHECK_FAILS(K->linear_forward(dev, rows, dim, out, NULL, d_y16, d_wl, NULL, NULL, NULL, d_lin),
                 GP_INVALID_ARGUMENT, "bf16 operand");
+    CHECK_FAILS(K->linear_forward(dev, rows, dim, out, d_y, NULL, NULL, d_wl16, NULL, NULL, d_lin),
+                GP_INVALID_ARGUMENT, "bf16 operand");
+    CHECK_FAILS(
+        K->linear_backward(dev, rows, dim, out, d_y, NULL, NULL, d_wl16, d_dy, d_dx, NULL, NULL),
+        GP_INVALID_ARGUMENT, "bf16 operand");
     kt_end(&t);
     hfree();
 }
@@ -3072,6 +3116,7 @@ typedef struct op_test {
 static const op_test ops[] = {
     OP(gemm),
     OP(gemm_batched),
+    OP(bf16_store),
     OP(fill),
     OP(scale),
     OP(axpy),

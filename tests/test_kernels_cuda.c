@@ -274,11 +274,11 @@ static void c_linear(run *r) {
     const float *dy = in(r, H(rnd(rows * no, 1)), rows * no);
     float *y1 = out(r, rows * no), *y2 = out(r, rows * no), *dx = out(r, rows * ni);
     float *dw = io(r, H(rnd(no * ni, 1)), no * ni), *db = io(r, H(rnd(no, 1)), no);
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, b, res, y1));
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, NULL, y2));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, b, res, y1));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, NULL, NULL, y2));
     float *y3 = out(r, rows * no); /* the bias alone: the GPU's four-a-thread prefill */
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, b, NULL, y3));
-    S(r->K->linear_backward(r->dev, rows, ni, no, x, NULL, w, dy, dx, dw, db));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, b, NULL, y3));
+    S(r->K->linear_backward(r->dev, rows, ni, no, x, NULL, w, NULL, dy, dx, dw, db));
     CASE_END;
 }
 
@@ -291,8 +291,8 @@ static void c_linear_odd(run *r) {
     const float *b = in(r, H(rnd(16, 1)), 16);
     const float *res = in(r, H(rnd(rows * 16 + 1, 1)), rows * 16 + 1);
     float *y1 = out(r, rows * no), *y2 = out(r, rows * 16 + 1);
-    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, b, NULL, y1));
-    S(r->K->linear_forward(r->dev, rows, ni, 16, x, NULL, w, b, res + 1, y2 + 1));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, b, NULL, y1));
+    S(r->K->linear_forward(r->dev, rows, ni, 16, x, NULL, w, NULL, b, res + 1, y2 + 1));
     CASE_END;
 }
 
@@ -442,13 +442,70 @@ static void c_bf16_operands(run *r) {
     float *st = out(r, 2 * rows), *y1 = out(r, rows * no), *y2 = out(r, rows * no);
     float *y3 = out(r, rows * no), *dx = out(r, n), *dw = io(r, H(rnd(no * dim, 1)), no * dim);
     S(r->K->layernorm_forward(r->dev, rows, dim, x, w, b, NULL, y16, st));
-    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, y16, wl, b, NULL, y1));
-    S(r->K->linear_backward(r->dev, rows, dim, no, NULL, y16, wl, dy, dx, dw, NULL));
+    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, y16, wl, NULL, b, NULL, y1));
+    S(r->K->linear_backward(r->dev, rows, dim, no, NULL, y16, wl, NULL, dy, dx, dw, NULL));
     S(r->K->gelu_forward(r->dev, n, x, NULL, g16));
-    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, g16, wl, NULL, NULL, y2));
+    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, g16, wl, NULL, NULL, NULL, y2));
     /* one element in: GELU's one-a-thread path */
     S(r->K->gelu_forward(r->dev, n, x, NULL, g16u + 1));
-    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, g16u + 1, wl, NULL, NULL, y3));
+    S(r->K->linear_forward(r->dev, rows, dim, no, NULL, g16u + 1, wl, NULL, NULL, NULL, y3));
+    S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
+    CASE_END;
+}
+
+/* bf16_store's bits are the CPU's (one rounding rule, core/bf16.h): an odd count (the tail past
+ * whole vectors), specials among the values, and a source and destination off their vectors'
+ * alignment. */
+static void c_bf16_store(run *r) {
+    CASE_BEGIN;
+    const int64_t n = 1029;
+    float *h = H(rnd(n + 1, 1));
+    const float special[] = {1.00390625f, -0.0f, INFINITY, NAN, 1e-40f, -3.0e38f};
+    for (int i = 0; i < 6; i++) h[i * 7] = special[i];
+    const float *x = in(r, h, n + 1);
+    uint16_t *y = out16(r, n + 1), *yu = out16(r, n + 3);
+    r->input[r->nb - 1] = r->input[r->nb - 2] = false; /* compared, bit for bit */
+    S(r->K->bf16_store(r->dev, x, y, n));
+    S(r->K->bf16_store(r->dev, x + 1, yu + 1, n));
+    CASE_END;
+}
+
+/* The same bits on one device, or a failure counted. */
+static void check_same_here(run *r, const float *a, const float *b, int64_t n, const char *what) {
+    float *ha = malloc((size_t)n * 4), *hb = malloc((size_t)n * 4);
+    if (!ha || !hb) exit(1);
+    REQUIRE_OK(gp_device_sync(r->dev));
+    REQUIRE_OK(gp_device_copy(r->dev, ha, a, (size_t)n * 4, GP_COPY_DEVICE_TO_HOST));
+    REQUIRE_OK(gp_device_copy(r->dev, hb, b, (size_t)n * 4, GP_COPY_DEVICE_TO_HOST));
+    if (memcmp(ha, hb, (size_t)n * 4) != 0) {
+        fprintf(stderr, "%s on %s: %s, not the bits of the same op given w\n", g_case,
+                gp_device_name(r->dev), what);
+        gp_test_failures++;
+    }
+    free(ha), free(hb);
+}
+
+/* The store's bf16 weight copy (kernel_ops.def's w16): the linear ops given w16 = bf16_store(w)
+ * in place of w give, on each device, the bits of the same ops given w; compared with the CPU. */
+static void c_weight16(run *r) {
+    CASE_BEGIN;
+    S(gp_device_set_precision(r->dev, GP_PRECISION_BF16));
+    const int64_t rows = 24, ni = 64, no = 48;
+    const float *x = in(r, H(rnd(rows * ni, 1)), rows * ni), *b = in(r, H(rnd(no, 1)), no);
+    const float *w = in(r, H(rnd(no * ni, 1)), no * ni);
+    const float *dy = in(r, H(rnd(rows * no, 1)), rows * no);
+    const float *dw0 = H(rnd(no * ni, 1));
+    uint16_t *w16 = out16(r, no * ni);
+    float *y1 = out(r, rows * no), *y2 = out(r, rows * no), *dx1 = out(r, rows * ni);
+    float *dx2 = out(r, rows * ni), *dw1 = io(r, dw0, no * ni), *dw2 = io(r, dw0, no * ni);
+    S(r->K->bf16_store(r->dev, w, w16, no * ni));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, b, NULL, y1));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, NULL, w16, b, NULL, y2));
+    S(r->K->linear_backward(r->dev, rows, ni, no, x, NULL, w, NULL, dy, dx1, dw1, NULL));
+    S(r->K->linear_backward(r->dev, rows, ni, no, x, NULL, NULL, w16, dy, dx2, dw2, NULL));
+    check_same_here(r, y2, y1, rows * no, "linear_forward with w16");
+    check_same_here(r, dx2, dx1, rows * ni, "linear_backward's dx with w16");
+    check_same_here(r, dw2, dw1, no * ni, "linear_backward's dw with w16");
     S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
     CASE_END;
 }
@@ -469,7 +526,8 @@ static void attention16_case(run *r, gp_attn_dims d) {
     float *ws = out(r, r->K->attention_backward_ws(r->dev, &d));
     r->input[r->nb - 1] = true; /* the workspace: not compared */
     S(r->K->attention_forward(r->dev, &d, qkv, probs, NULL, att16));
-    S(r->K->linear_forward(r->dev, d.batch * d.seq, d.dim, d.dim, NULL, att16, wp, NULL, NULL, y));
+    S(r->K->linear_forward(r->dev, d.batch * d.seq, d.dim, d.dim, NULL, att16, wp, NULL, NULL,
+                           NULL, y));
     S(r->K->attention_backward(r->dev, &d, qkv, probs, NULL, att16, datt, dqkv, NULL, ws));
     S(gp_device_set_precision(r->dev, GP_PRECISION_FP32));
     CASE_END;
@@ -647,6 +705,8 @@ static const named_case cases[] = {
     {"attention bf16, head size 128 (fused)", false, c_attention_fused_128, TOL_ATTN_BF16},
     {"bf16 operands: layernorm, gelu, linear", false, c_bf16_operands, TOL_ATTN_BF16},
     {"bf16 att: attention, projection", false, c_attention16, TOL_ATTN_BF16},
+    {"bf16_store", true, c_bf16_store, TOL},
+    {"linear with the weight's bf16 copy", false, c_weight16, TOL},
     {"bf16 att: fused attention, projection", false, c_attention16_fused, TOL_ATTN_BF16},
     {"fill, scale, axpy", false, c_vector, TOL},
     {"sum_rows_add", false, c_sum_rows, TOL},

@@ -1,7 +1,7 @@
 /* Tests of the Transformer layer family (linear, embeddings, layer norm,
  * GELU, ReLU, dropout, causal attention, the composite block): finite
  * differences, naive references, causality, dropout masks, the tanh/exp
- * approximations, costs and error messages. */
+ * approximations, costs and error messages, the bf16 weight copies read. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,6 +575,92 @@ static void test_block_bf16_saved(void) {
     gp_device_free(dev);
 }
 
+/* Layer l's forward and backward on x, dy: y, dx and the gradients (copied, malloc'd) in out,
+ * the gradients zeroed after. */
+static void forward_backward(gp_layer *l, gp_device *dev, const gp_tensor *x, const gp_tensor *dy,
+                             void *out[GP_LAYER_MAX_PARAMS + 2]) {
+    const gp_run run = {.training = true, .seed = 5};
+    gp_ctx c;
+    gp_tensor y, dx;
+    run_forward(l, dev, &run, &c, x, &y);
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, x->shape, GP_F32, &dx));
+    REQUIRE_OK(l->ops->backward(l, &c, dy, &dx));
+    gp_ctx_release(&c);
+    const gp_tensor *t[2] = {&y, &dx};
+    for (int i = 0; i < l->nparams + 2; i++) {
+        const gp_tensor *g = i < 2 ? t[i] : &l->params[i - 2].grad;
+        out[i] = malloc(gp_tensor_nbytes(g));
+        memcpy(out[i], g->data, gp_tensor_nbytes(g));
+        if (i >= 2) memset(g->data, 0, gp_tensor_nbytes(g));
+    }
+    gp_tensor_release(&y);
+    gp_tensor_release(&dx);
+}
+
+/* On a bf16 device a layer reads its product weights (gp_param.product: exactly `nproduct` of
+ * them) from their bf16 copies where value16 is set (the store sets them, model/store.h): copies
+ * holding the weights rounded give the bits of no copies at all (y, dx, every gradient), and
+ * copies of other values (the weights negated) give another output: the layer reads the copy. */
+static void check_weight16(gp_layer *l, gp_shape s, int nproduct, const char *what) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("w16", &dev));
+    REQUIRE_OK(gp_device_set_precision(dev, GP_PRECISION_BF16));
+    alloc_params(l, dev, 21, -0.6f, 0.6f);
+    const int64_t n = gp_shape_nelem(&s);
+    gp_tensor x, dy;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, s, GP_F32, &x));
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, s, GP_F32, &dy));
+    gp_test_fill(x.data, n, 21, 1, -1.0f, 1.0f);
+    gp_test_fill(dy.data, n, 21, 2, -1.0f, 1.0f);
+    void *r[3][GP_LAYER_MAX_PARAMS + 2]; /* without copies, the weights', other values' */
+    forward_backward(l, dev, &x, &dy, r[0]);
+    int products = 0;
+    for (int mode = 1; mode < 3; mode++) {
+        for (int i = 0; i < l->nparams; i++) {
+            gp_param *p = &l->params[i];
+            if (!p->product) continue;
+            products += mode == 1;
+            const int64_t k = gp_tensor_nelem(&p->value);
+            float *v = malloc((size_t)k * sizeof *v);
+            for (int64_t j = 0; j < k; j++) v[j] = mode == 1 ? P(l, i)[j] : -P(l, i)[j];
+            REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_PARAMS, p->shape, GP_BF16, &p->value16));
+            REQUIRE_OK(gp_kernels_of(dev)->bf16_store(dev, v, p->value16.data, k));
+            free(v);
+        }
+        forward_backward(l, dev, &x, &dy, r[mode]);
+        for (int i = 0; i < l->nparams; i++) gp_tensor_release(&l->params[i].value16);
+    }
+    CHECK_EQ_INT(products, nproduct);
+    int same = 1;
+    for (int i = 0; i < l->nparams + 2; i++) {
+        const size_t nb = i < 2 ? (size_t)n * 4 : gp_tensor_nbytes(&l->params[i - 2].grad);
+        same &= memcmp(r[1][i], r[0][i], nb) == 0;
+    }
+    if (!same) {
+        fprintf(stderr, "%s: with its weights' bf16 copies NOT the bits without them\n", what);
+        gp_test_failures++;
+    }
+    if (memcmp(r[2][0], r[0][0], (size_t)n * 4) == 0) {
+        fprintf(stderr, "%s: copies of other values gave the same output: not read\n", what);
+        gp_test_failures++;
+    }
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < l->nparams + 2; i++) free(r[m][i]);
+    gp_tensor_release(&x);
+    gp_tensor_release(&dy);
+    free_params(l);
+    gp_layer_free(l);
+    gp_device_free(dev);
+}
+
+static void test_weight16(void) {
+    const int B = 2, T = 9, C = 16;
+    check_weight16(gp_linear(C, C, true), gp_shape3(B, T, C), 1, "linear");
+    check_weight16(gp_causal_attention(C, 4, 0.1f), gp_shape3(B, T, C), 2, "causal_attention");
+    check_weight16(gp_transformer_block(C, 4, 40, 0.1f), gp_shape3(B, T, C), 4,
+                   "transformer_block");
+}
+
 static void test_backward_deterministic(void) {
     gp_device *dev;
     REQUIRE_OK(gp_device_cpu_new("det", &dev));
@@ -797,6 +883,7 @@ int main(void) {
     test_attention_reference();
     test_block_matches_layers();
     test_block_bf16_saved();
+    test_weight16();
     test_causality();
     test_dropout_masks();
     test_block_dropout_repeatable();

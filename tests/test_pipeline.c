@@ -4,7 +4,8 @@
  * K = 1..4, every schedule (interleaved with V = 2 where K divides M, interleaved and zbv
  * where the model has 2K layers) and both re-materialization modes (the transformer in bf16 too,
  * gpipe and 1f1b, and other than in fp32; its blocks' bf16-kept activations give the bits of
- * keeping them in fp32, at a lower peak); bad options are named errors;
+ * keeping them in fp32, at a lower peak, and so does its bf16 weight copy, counted exactly);
+ * bad options are named errors;
  * activations are all released after a step and every stage byte after free; the last step's
  * timeline (stats, Chrome trace, SVG) holds each stage's actions in the schedule's order. */
 #include <math.h>
@@ -205,6 +206,57 @@ static void bf16_activations(int steps) {
                    "the same bits\n", K, gp_remat_name((gp_remat)rm),
                    (unsigned long long)r[0].peak_act, (unsigned long long)r[1].peak_act);
         }
+}
+
+/* On a bf16 device each store keeps a bf16 copy of the weights the products read, rounded once
+ * per stage run (model/store.h): the bits of every product rounding them itself
+ * (GP_BF16_WEIGHT_COPY=off), for the transformer and the tied one (its head's weight a copy of
+ * the embedding's table on another stage at K = 2), at K = 1 and 2, with the backward whole
+ * (1f1b) and split (zbh1: the weight part's own products), in every remat mode. The copy is
+ * counted as PARAMS, exactly its bytes; fp32 keeps none. */
+static void bf16_weight_copy(int steps) {
+    /* the test transformer: 4 blocks of C = 32, F = 64 (qkv 3C x C, proj C x C, fc F x C, mlp
+     * proj C x F) and the head's 64 x 32 weight, each a multiple of GP_BF16_COPY_ALIGN
+     * elements; 2 bytes an element */
+    const uint64_t C = 32, F = 64, vocab = 64;
+    const uint64_t want = 2 * (4 * (3 * C * C + C * C + F * C + C * F) + vocab * C);
+    static const gp_test_net nets[2] = {GP_TEST_TRANSFORMER, GP_TEST_TRANSFORMER_TIED};
+    static const gp_schedule_kind scheds[2] = {GP_SCHEDULE_1F1B, GP_SCHEDULE_ZBH1};
+    for (int ni = 0; ni < 2; ni++) {
+        result f;
+        memset(&f, 0, sizeof f);
+        CHECK(!run_pipeline(nets[ni], steps, 1, GP_SCHEDULE_1F1B, GP_REMAT_NONE,
+                            GP_PRECISION_FP32, &f));
+        for (int K = 1; K <= 2; K++)
+            for (int si = 0; si < 2; si++)
+                for (int rm = 0; rm < 3; rm++) { /* cell, none, selective */
+                    result r[2]; /* with the copy, without */
+                    memset(r, 0, sizeof r);
+                    for (int off = 0; off < 2; off++) {
+                        if (off) setenv("GP_BF16_WEIGHT_COPY", "off", 1);
+                        CHECK(!run_pipeline(nets[ni], steps, K, scheds[si], (gp_remat)rm,
+                                            GP_PRECISION_BF16, &r[off]));
+                        unsetenv("GP_BF16_WEIGHT_COPY");
+                    }
+                    if (memcmp(r[0].loss, r[1].loss, sizeof r[0].loss) != 0 ||
+                        r[0].hash != r[1].hash) {
+                        fprintf(stderr, "%s bf16 K=%d %s remat %s: the weight copy's run is NOT "
+                                "the bits of rounding at each product\n",
+                                ni ? "tied transformer" : "transformer", K,
+                                gp_schedule_kind_name(scheds[si]), gp_remat_name((gp_remat)rm));
+                        for (int s = 0; s < steps; s++)
+                            fprintf(stderr, "  step %d loss %.9g vs %.9g\n", s, r[0].loss[s],
+                                    r[1].loss[s]);
+                        gp_test_failures++;
+                    }
+                    CHECK(r[0].loss[steps - 1] != r[0].loss[0]);
+                    CHECK_EQ_INT(r[0].static_bytes - r[1].static_bytes, want);
+                    CHECK_EQ_INT(r[1].static_bytes, f.static_bytes);
+                }
+        printf("%s bf16: the weight copy (%llu bytes of PARAMS) trains to the bits of rounding "
+               "at each product, K = 1, 2 x {1f1b, zbh1} x {cell, none, selective}\n",
+               ni ? "tied transformer" : "transformer", (unsigned long long)want);
+    }
 }
 
 static void errors(void) {
@@ -593,6 +645,7 @@ int main(void) {
     exactness(GP_TEST_TRANSFORMER, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
     bf16_exactness(quick ? 2 : 3);
     bf16_activations(quick ? 2 : 3);
+    bf16_weight_copy(quick ? 2 : 3);
     exactness(GP_TEST_CONVNET, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
     exactness(GP_TEST_TRANSFORMER_TIED, quick ? 2 : 3, 4, 5, GP_PRECISION_FP32);
     gp_scratch_init("test_pipeline");

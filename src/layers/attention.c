@@ -53,6 +53,7 @@ static uint64_t attn_workspace(const gp_layer *l, gp_device *dev, const gp_shape
 static gp_mha_weights attn_weights(gp_layer *l) {
     return (gp_mha_weights){.wqkv = GP_PVAL(l, 0), .bqkv = GP_PVAL(l, 1),
                             .wproj = GP_PVAL(l, 2), .bproj = GP_PVAL(l, 3),
+                            .wqkv16 = GP_PVAL16(l, 0), .wproj16 = GP_PVAL16(l, 2),
                             .gwqkv = GP_PGRAD(l, 0), .gbqkv = GP_PGRAD(l, 1),
                             .gwproj = GP_PGRAD(l, 2), .gbproj = GP_PGRAD(l, 3)};
 }
@@ -152,9 +153,11 @@ static gp_layer *attn_new(const gp_layer_ops *ops, const attention_impl *p) {
     gp_layer *l = gp_layer_new_copy(ops, p, sizeof *p);
     if (!l) return NULL;
     const int dim = p->dim, Cl = p->dim / p->nshards;
-    gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true)
+        ->product = true;
     gp_layer_add_param(l, "qkv.bias", gp_shape1(3 * Cl), GP_INIT_ZEROS, 0.0f, false);
-    gp_layer_add_param(l, "proj.weight", gp_shape2(dim, Cl), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "proj.weight", gp_shape2(dim, Cl), GP_INIT_NORMAL, 0.02f, true)
+        ->product = true;
     gp_layer_add_param(l, "proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
     return l;
 }

@@ -2,9 +2,6 @@
  * (block_skeleton.h): the steps where a shard differs (a group's all-reduce, the replicated
  * output bias's gradient added in the input part) go by whether the call has a tensor-parallel
  * group, here and in the sublayers it calls (tp_ops.h); every other kernel call is the same. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "layers/block_skeleton.h"
 
 #define LN_FWD_FLOPS 8.0
@@ -22,6 +19,9 @@ enum {
 };
 
 #define VAL(i) GP_PVAL(l, i)
+#define VAL16(i) GP_PVAL16(l, i)
+/* A product weight as the linear ops' two arguments: its fp32 value and its bf16 copy (or NULL) */
+#define WEIGHT(i) VAL(i), VAL16(i)
 #define GRAD(i) GP_PGRAD(l, i)
 #define SAVED(c, i) gp_f32(&(c)->saved[i])
 /* A saved tensor that may be kept in bf16 (operands_bf16), as the two arguments of the kernel
@@ -33,18 +33,9 @@ enum {
  * are kept in bf16, rounded once where made rather than by every product that reads them, which
  * gives the same bits at half the memory. GP_BF16_ACTIVATIONS=fp32 in the environment keeps
  * them in fp32: the reference the tests compare with. */
-#define ACTIVATIONS_ENV "GP_BF16_ACTIVATIONS"
-
-/* The environment's choice: 1 for bf16 (unset, or "bf16"), 0 for "fp32", -1 for anything else
- * (which the forward refuses). */
-static int activations_env(void) {
-    const char *e = getenv(ACTIVATIONS_ENV);
-    if (!e || strcmp(e, "bf16") == 0) return 1;
-    return strcmp(e, "fp32") == 0 ? 0 : -1;
-}
-
 static bool operands_bf16(gp_device *dev) {
-    return gp_device_precision(dev) == GP_PRECISION_BF16 && activations_env() != 0;
+    return gp_device_precision(dev) == GP_PRECISION_BF16 &&
+           gp_bf16_env(&gp_bf16_activations_env) != 0;
 }
 
 /* Elements of those four: N C twice, N C/T and N F/T. */
@@ -95,6 +86,7 @@ static gp_mha_weights attn_weights(gp_layer *l) {
     return (gp_mha_weights){
         .wqkv = VAL(GP_BLK_QKV_W), .bqkv = VAL(GP_BLK_QKV_B),
         .wproj = VAL(GP_BLK_PROJ_W), .bproj = VAL(GP_BLK_PROJ_B),
+        .wqkv16 = VAL16(GP_BLK_QKV_W), .wproj16 = VAL16(GP_BLK_PROJ_W),
         .gwqkv = GRAD(GP_BLK_QKV_W), .gbqkv = GRAD(GP_BLK_QKV_B),
         .gwproj = GRAD(GP_BLK_PROJ_W), .gbproj = GRAD(GP_BLK_PROJ_B)};
 }
@@ -118,11 +110,8 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     const gp_attn_dims d = local_dims(p, &x->shape);
     const int64_t B = d.batch, T = d.seq, C = p->dim, Cl = d.dim,
                   F = p->d_ff / p->nshards, N = B * T;
-    if (activations_env() < 0)
-        return gp_error(GP_INVALID_ARGUMENT,
-                        "layer %d (%s): " ACTIVATIONS_ENV "=\"%s\" in the environment: expected "
-                        "bf16 (the default) or fp32",
-                        l->index, l->ops->kind, getenv(ACTIVATIONS_ENV));
+    if (gp_device_precision(dev) == GP_PRECISION_BF16 && gp_bf16_env(&gp_bf16_activations_env) < 0)
+        return gp_error_context(GP_INVALID_ARGUMENT, "layer %d (%s)", l->index, l->ops->kind);
     const gp_dtype op = operands_bf16(dev) ? GP_BF16 : GP_F32;
     gp_tensor *ln1, *st1, *qkv, *probs, *att, *h, *ln2, *st2, *u, *gl;
     GP_TRY(gp_ctx_save(c, S_LN1, gp_shape2(N, C), op, &ln1));
@@ -150,11 +139,11 @@ gp_status gp_block_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_tensor
     /* y = h + drop1(proj(gelu(fc(ln2(h))))); a shard all-reduces proj's partial product */
     GP_TRY(k->layernorm_forward(dev, N, C, gp_f32(h), VAL(GP_BLK_LN2_W), VAL(GP_BLK_LN2_B),
                                 OPERAND(ln2), gp_f32(st2)));
-    GP_TRY(k->linear_forward(dev, N, C, F, OPERAND(ln2), VAL(GP_BLK_FC_W), VAL(GP_BLK_FC_B), NULL,
-                             gp_f32(u)));
+    GP_TRY(k->linear_forward(dev, N, C, F, OPERAND(ln2), WEIGHT(GP_BLK_FC_W), VAL(GP_BLK_FC_B),
+                             NULL, gp_f32(u)));
     GP_TRY(k->gelu_forward(dev, N * F, gp_f32(u), OPERAND(gl)));
-    return gp_tp_row_output(l, g, dev, N, F, C, OPERAND(gl), VAL(GP_BLK_MLP_W), VAL(GP_BLK_MLP_B),
-                            gp_f32(h), drop1, p->dropout, gp_f32(y));
+    return gp_tp_row_output(l, g, dev, N, F, C, OPERAND(gl), WEIGHT(GP_BLK_MLP_W),
+                            VAL(GP_BLK_MLP_B), gp_f32(h), drop1, p->dropout, gp_f32(y));
 }
 
 /* --------------------------------------------------------------- backward */
@@ -198,15 +187,15 @@ static gp_status backward_input(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
     }
     /* a shard's output bias is replicated: its gradient, the same on every shard, goes here */
     if (g) GP_TRY(k->sum_rows_add(dev, dmo, N, C, GRAD(GP_BLK_MLP_B)));
-    GP_TRY(k->linear_backward(dev, N, F, C, SAVED_OPERAND(c, S_G), VAL(GP_BLK_MLP_W), dmo, big,
-                              wt ? GRAD(GP_BLK_MLP_W) : NULL,
+    GP_TRY(k->linear_backward(dev, N, F, C, SAVED_OPERAND(c, S_G), WEIGHT(GP_BLK_MLP_W), dmo,
+                              big, wt ? GRAD(GP_BLK_MLP_W) : NULL,
                               wt && !g ? GRAD(GP_BLK_MLP_B) : NULL));
     GP_TRY(k->gelu_backward(dev, N, F, u, big, big, GRAD(GP_BLK_FC_B)));
     if (!wt)
         GP_TRY(gp_device_copy(dev, SAVED(c, S_KEEP_DU), big, (size_t)(N * F) * sizeof(float),
                               GP_COPY_DEVICE_TO_DEVICE));
-    GP_TRY(k->linear_backward(dev, N, C, F, SAVED_OPERAND(c, S_LN2), VAL(GP_BLK_FC_W), big, small,
-                              wt ? GRAD(GP_BLK_FC_W) : NULL, NULL));
+    GP_TRY(k->linear_backward(dev, N, C, F, SAVED_OPERAND(c, S_LN2), WEIGHT(GP_BLK_FC_W), big,
+                              small, wt ? GRAD(GP_BLK_FC_W) : NULL, NULL));
     /* a shard's dln2 is partial (its d_ff columns): summed over the group */
     if (g) GP_TRY(gp_tp_allreduce(l, g, dev, small, N * C, GP_REDUCE_SUM));
     /* dh = dy + ln2'(dln2): the residual's gradient joins here. */
@@ -256,7 +245,7 @@ static gp_status backward_weight(gp_layer *l, gp_ctx *c, const gp_coll_group *g,
     GP_TRY(gp_ctx_keep_begin(l, c, GP_BWD_WEIGHT, S_KEEP_DU, 3, NULL));
     /* (a shard's output bias gradient was added in the input part) */
     GP_TRY(gp_op_mlp_backward_weight(c->dev, N, C, F, SAVED_OPERAND(c, S_G), SAVED_OPERAND(c, S_LN2),
-                                     VAL(GP_BLK_MLP_W), VAL(GP_BLK_FC_W), drop1, p->dropout,
+                                     WEIGHT(GP_BLK_MLP_W), WEIGHT(GP_BLK_FC_W), drop1, p->dropout,
                                      gp_f32(dy), SAVED(c, S_KEEP_DU), ws, GRAD(GP_BLK_MLP_W),
                                      g ? NULL : GRAD(GP_BLK_MLP_B), GRAD(GP_BLK_FC_W)));
     GP_TRY(attn_backward(l, g, c, &d, drop0, NULL, NULL, NULL, GP_BWD_WEIGHT));
@@ -296,15 +285,19 @@ gp_layer *gp_block_new(const gp_layer_ops *ops, const gp_block_impl *p) {
     const int dim = p->dim, Cl = p->dim / p->nshards, F = p->d_ff / p->nshards;
     gp_layer_add_param(l, "ln1.weight", gp_shape1(dim), GP_INIT_ONES, 0.0f, false);
     gp_layer_add_param(l, "ln1.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
-    gp_layer_add_param(l, "attn.qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "attn.qkv.weight", gp_shape2(3 * Cl, dim), GP_INIT_NORMAL, 0.02f, true)
+        ->product = true;
     gp_layer_add_param(l, "attn.qkv.bias", gp_shape1(3 * Cl), GP_INIT_ZEROS, 0.0f, false);
-    gp_layer_add_param(l, "attn.proj.weight", gp_shape2(dim, Cl), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "attn.proj.weight", gp_shape2(dim, Cl), GP_INIT_NORMAL, 0.02f, true)
+        ->product = true;
     gp_layer_add_param(l, "attn.proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
     gp_layer_add_param(l, "ln2.weight", gp_shape1(dim), GP_INIT_ONES, 0.0f, false);
     gp_layer_add_param(l, "ln2.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
-    gp_layer_add_param(l, "mlp.fc.weight", gp_shape2(F, dim), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "mlp.fc.weight", gp_shape2(F, dim), GP_INIT_NORMAL, 0.02f, true)
+        ->product = true;
     gp_layer_add_param(l, "mlp.fc.bias", gp_shape1(F), GP_INIT_ZEROS, 0.0f, false);
-    gp_layer_add_param(l, "mlp.proj.weight", gp_shape2(dim, F), GP_INIT_NORMAL, 0.02f, true);
+    gp_layer_add_param(l, "mlp.proj.weight", gp_shape2(dim, F), GP_INIT_NORMAL, 0.02f, true)
+        ->product = true;
     gp_layer_add_param(l, "mlp.proj.bias", gp_shape1(dim), GP_INIT_ZEROS, 0.0f, false);
     return l;
 }

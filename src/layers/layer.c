@@ -49,7 +49,7 @@ gp_layer *gp_layer_copy(const gp_layer *l, size_t impl_nbytes) {
         const gp_param *p = &l->params[j];
         c->params[j] = (gp_param){.name = p->name, .shape = p->shape, .init = p->init,
                                   .init_scale = p->init_scale, .trainable = p->trainable,
-                                  .decay = p->decay};
+                                  .decay = p->decay, .product = p->product};
     }
     return c;
 }
@@ -186,6 +186,36 @@ uint64_t gp_layer_param_bytes(const gp_layer *l) {
     for (int i = 0; i < l->nparams; i++)
         n += (uint64_t)gp_shape_nelem(&l->params[i].shape) * sizeof(float);
     return n;
+}
+
+const gp_bf16_switch gp_bf16_activations_env = {"GP_BF16_ACTIVATIONS", "bf16", "fp32"},
+                     gp_bf16_weight_copy_env = {"GP_BF16_WEIGHT_COPY", "on", "off"};
+
+int gp_bf16_env(const gp_bf16_switch *sw) {
+    const char *e = getenv(sw->var);
+    if (!e || strcmp(e, sw->on) == 0) return 1;
+    if (strcmp(e, sw->off) == 0) return 0;
+    gp_error(GP_INVALID_ARGUMENT, "%s=\"%s\" in the environment: expected %s (the default) or %s",
+             sw->var, e, sw->on, sw->off);
+    return -1;
+}
+
+bool gp_bf16_weight_copy(gp_device *dev) {
+    return dev && gp_device_precision(dev) == GP_PRECISION_BF16 &&
+           gp_bf16_env(&gp_bf16_weight_copy_env) != 0;
+}
+
+int64_t gp_param_bf16_copy_elems(const gp_param *p) {
+    if (!p->product) return 0;
+    const int64_t n = gp_shape_nelem(&p->shape);
+    return (n + GP_BF16_COPY_ALIGN - 1) / GP_BF16_COPY_ALIGN * GP_BF16_COPY_ALIGN;
+}
+
+uint64_t gp_layer_bf16_copy_bytes(const gp_layer *l, gp_device *dev) {
+    if (!gp_bf16_weight_copy(dev)) return 0;
+    uint64_t n = 0;
+    for (int i = 0; i < l->nparams; i++) n += (uint64_t)gp_param_bf16_copy_elems(&l->params[i]);
+    return n * sizeof(uint16_t);
 }
 
 float *gp_ctx_workspace(const gp_layer *l, gp_ctx *c, int64_t nfloats, gp_status *st) {

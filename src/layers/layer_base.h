@@ -28,11 +28,16 @@ typedef struct gp_param {
     float init_scale;
     bool trainable;     /* false: a buffer (batch-norm running statistics) */
     bool decay;         /* weight decay applies (matrices, not biases or norms) */
+    bool product;       /* read only as a product operand (the linear ops' w): a bf16 device
+                         * may read the store's bf16 copy of it, value16 */
     /* Views into the flat blocks of the store that holds the layer (model/store.h), or,
      * for a layer used on its own (tests), tensors of its own that gp_layer_free releases. */
     gp_tensor value;    /* GP_MEM_PARAMS */
     gp_tensor grad;     /* GP_MEM_GRADS, while training; zero between steps */
     gp_tensor state[2]; /* GP_MEM_OPTIM, while training: the optimizer's per-element state */
+    /* GP_BF16, a view into the store's bf16 weight copy (model/store.h) while that copy holds
+     * value rounded, for a product parameter on a bf16 device; empty whenever it may not. */
+    gp_tensor value16;
 } gp_param;
 
 /* How the current call runs. Randomness (dropout) is keyed by
@@ -183,6 +188,27 @@ gp_param *gp_layer_add_buffer(gp_layer *l, const char *name, gp_shape shape, gp_
 gp_status gp_layer_check_params(const gp_layer *l, const gp_ctx *c, bool need_grads);
 /* Bytes of all parameters and buffers. */
 uint64_t gp_layer_param_bytes(const gp_layer *l);
+/* bf16's switches in the environment, each turning one of its savings back to the plain path
+ * for comparison (the same bits): GP_BF16_ACTIVATIONS (bf16 | fp32: the blocks' operands kept,
+ * block_skeleton.c) and GP_BF16_WEIGHT_COPY (on | off). gp_bf16_env: 1 where unset or the
+ * default value, 0 for the other, -1 (with the error set, naming the variable) for any other
+ * value, which the bf16 runs that read it refuse. */
+typedef struct gp_bf16_switch {
+    const char *var, *on, *off;
+} gp_bf16_switch;
+extern const gp_bf16_switch gp_bf16_activations_env, gp_bf16_weight_copy_env;
+int gp_bf16_env(const gp_bf16_switch *sw);
+/* Whether a store on dev keeps a bf16 copy of its product parameters (gp_param.product): on a
+ * bf16 device, unless GP_BF16_WEIGHT_COPY=off (each product then rounds the weight itself, to
+ * the same bits). */
+bool gp_bf16_weight_copy(gp_device *dev);
+/* Elements of parameter p's place in that copy: a product parameter's elements rounded up to
+ * GP_BF16_COPY_ALIGN (each copy starts 128 bytes aligned, as the tensor-core GEMMs want their
+ * operands), 0 for any other. */
+#define GP_BF16_COPY_ALIGN 64
+int64_t gp_param_bf16_copy_elems(const gp_param *p);
+/* Bytes of layer l's part of the copy on dev (0 where dev keeps none): the planner's figure. */
+uint64_t gp_layer_bf16_copy_bytes(const gp_layer *l, gp_device *dev);
 /* One part of l's backward (ops->backward_part, or ops->backward whole as the INPUT part). */
 gp_status gp_layer_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *dy, gp_tensor *dx,
                                  gp_bwd_part part);
@@ -217,6 +243,9 @@ static inline uint16_t *gp_bf16_or_null(const gp_tensor *t) {
 /* A parameter's value and gradient as kernel arguments. */
 #define GP_PVAL(l, i) ((float *)(l)->params[i].value.data)
 #define GP_PGRAD(l, i) ((float *)(l)->params[i].grad.data)
+/* A product parameter's bf16 copy as the linear ops' w16 (kernel_ops.def): NULL where there is
+ * none, and the op rounds the value itself, to the same bits. */
+#define GP_PVAL16(l, i) ((const uint16_t *)(l)->params[i].value16.data)
 
 /* Helpers for shape checks with good messages. */
 gp_status gp_expect_ndim(const gp_layer *l, const gp_shape *in, int ndim, const char *layout);

@@ -47,8 +47,8 @@ static gp_status linear_forward(gp_layer *l, gp_ctx *c, const gp_tensor *x, gp_t
     GP_TRY(gp_tl_rows(l, &x->shape, x->dtype, p->in, "in_features", &rows));
     GP_TRY(gp_layer_check_params(l, c, false));
     return gp_ctx_kernels(c)->linear_forward(c->dev, rows, p->in, p->out, gp_f32(x),
-                                             NULL, GP_PVAL(l, 0), p->bias ? GP_PVAL(l, 1) : NULL, NULL,
-                                             gp_f32(y));
+                                             NULL, GP_PVAL(l, 0), GP_PVAL16(l, 0),
+                                             p->bias ? GP_PVAL(l, 1) : NULL, NULL, gp_f32(y));
 }
 
 /* INPUT: dx = dy W; WEIGHT: dW += dy^T x, db += the column sums of dy. */
@@ -61,7 +61,7 @@ static gp_status linear_backward_part(gp_layer *l, gp_ctx *c, const gp_tensor *d
     GP_TRY(gp_layer_check_params(l, c, true));
     const bool in = part != GP_BWD_WEIGHT, wt = part != GP_BWD_INPUT;
     return gp_ctx_kernels(c)->linear_backward(
-        c->dev, rows, p->in, p->out, gp_f32(x), NULL, GP_PVAL(l, 0), gp_f32(dy),
+        c->dev, rows, p->in, p->out, gp_f32(x), NULL, GP_PVAL(l, 0), GP_PVAL16(l, 0), gp_f32(dy),
         in && dx ? gp_f32(dx) : NULL, wt ? GP_PGRAD(l, 0) : NULL,
         wt && p->bias ? GP_PGRAD(l, 1) : NULL);
 }
@@ -152,7 +152,8 @@ static gp_layer *linear_shard(const gp_layer *l, int nshards) {
     gp_layer *s = gp_layer_new(&linear_shard_ops, p);
     if (!s) return NULL;
     const float bound = 1.0f / sqrtf((float)w->in);
-    gp_layer_add_param(s, "weight", gp_shape2(p->out, w->in), GP_INIT_UNIFORM, bound, true);
+    gp_layer_add_param(s, "weight", gp_shape2(p->out, w->in), GP_INIT_UNIFORM, bound, true)
+        ->product = true;
     if (w->bias) gp_layer_add_param(s, "bias", gp_shape1(p->out), GP_INIT_UNIFORM, bound, false);
     return s;
 }
@@ -175,7 +176,8 @@ gp_layer *gp_linear_padded(int in_features, int out_features, bool bias, int row
     gp_layer *l = gp_layer_new(&linear_ops, p);
     if (!l) return NULL;
     const float bound = 1.0f / sqrtf((float)in_features); /* PyTorch: U(-1/sqrt(in), 1/sqrt(in)) */
-    gp_layer_add_param(l, "weight", gp_shape2(rows, in_features), GP_INIT_UNIFORM, bound, true);
+    gp_layer_add_param(l, "weight", gp_shape2(rows, in_features), GP_INIT_UNIFORM, bound, true)
+        ->product = true;
     if (bias) gp_layer_add_param(l, "bias", gp_shape1(out_features), GP_INIT_UNIFORM, bound, false);
     return l;
 }

@@ -44,11 +44,12 @@ gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *
  * Without a group the same calls make the whole layer's output. */
 gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
                            int64_t N, int64_t in, int64_t C, const float *x,
-                           const uint16_t *x16, const float *w, const float *b, const float *res, const gp_rng_stream *drop, float p,
+                           const uint16_t *x16, const float *w, const uint16_t *w16,
+                           const float *b, const float *res, const gp_rng_stream *drop, float p,
                            float *y) {
     const gp_kernels *k = gp_kernels_of(dev);
     const bool lead = !g || g->rank == 0, dropping = drop && p > 0.0f;
-    GP_TRY(k->linear_forward(dev, N, in, C, x, x16, w, lead ? b : NULL,
+    GP_TRY(k->linear_forward(dev, N, in, C, x, x16, w, w16, lead ? b : NULL,
                              lead && !dropping ? res : NULL, y));
     if (g) GP_TRY(gp_tp_allreduce(l, g, dev, y, N * C, GP_REDUCE_SUM));
     return dropping ? k->dropout(dev, drop, p, N * C, y, res, y) : GP_OK;
@@ -60,10 +61,11 @@ gp_status gp_mha_forward(const gp_layer *l, const gp_coll_group *g, gp_device *d
                          const gp_rng_stream *drop, float p, const gp_mha_saved *sv, float *y) {
     const gp_kernels *k = gp_kernels_of(dev);
     const int64_t N = d->batch * d->seq, Cl = d->dim;
-    GP_TRY(k->linear_forward(dev, N, C, 3 * Cl, x, x16, w->wqkv, w->bqkv, NULL, sv->qkv));
+    GP_TRY(k->linear_forward(dev, N, C, 3 * Cl, x, x16, w->wqkv, w->wqkv16, w->bqkv, NULL,
+                             sv->qkv));
     GP_TRY(k->attention_forward(dev, d, sv->qkv, sv->probs, sv->att, sv->att16));
-    return gp_tp_row_output(l, g, dev, N, Cl, C, sv->att, sv->att16, w->wproj, w->bproj, res,
-                            drop, p, y);
+    return gp_tp_row_output(l, g, dev, N, Cl, C, sv->att, sv->att16, w->wproj, w->wproj16,
+                            w->bproj, res, drop, p, y);
 }
 
 uint64_t gp_mha_saved_bytes(gp_device *dev, const gp_attn_dims *d, uint64_t cost_saved) {
@@ -91,10 +93,10 @@ gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_dev
     const bool wt = part != GP_BWD_INPUT;
     float *gbproj = g ? NULL : w->gbproj; /* with the weight's gradient */
     if (part == GP_BWD_WEIGHT) {
-        GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, sv->att16, w->wproj, keep_da, NULL,
-                                  w->gwproj, gbproj));
-        return k->linear_backward(dev, N, C, 3 * Cl, x, x16, w->wqkv, keep_dqkv, NULL, w->gwqkv,
-                                  NULL);
+        GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, sv->att16, w->wproj, w->wproj16,
+                                  keep_da, NULL, w->gwproj, gbproj));
+        return k->linear_backward(dev, N, C, 3 * Cl, x, x16, w->wqkv, w->wqkv16, keep_dqkv, NULL,
+                                  w->gwqkv, NULL);
     }
     float *datt = ws, *dqkv = datt + N * Cl, *attn_ws = dqkv + 3 * N * Cl;
     const float *da = dy;
@@ -104,11 +106,11 @@ gp_status gp_mha_backward_part(const gp_layer *l, const gp_coll_group *g, gp_dev
         da = buf;
     }
     if (g) GP_TRY(k->sum_rows_add(dev, da, N, C, w->gbproj));
-    GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, sv->att16, w->wproj, da, datt,
+    GP_TRY(k->linear_backward(dev, N, Cl, C, sv->att, sv->att16, w->wproj, w->wproj16, da, datt,
                               wt ? w->gwproj : NULL, wt ? gbproj : NULL));
     GP_TRY(k->attention_backward(dev, d, sv->qkv, sv->probs, sv->att, sv->att16, datt, dqkv,
                                  w->gbqkv, attn_ws));
-    GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, x16, w->wqkv, dqkv, dx,
+    GP_TRY(k->linear_backward(dev, N, C, 3 * Cl, x, x16, w->wqkv, w->wqkv16, dqkv, dx,
                               wt ? w->gwqkv : NULL, NULL));
     if (!wt) {
         GP_TRY(gp_device_copy(dev, keep_da, da, (size_t)(N * C) * sizeof(float),

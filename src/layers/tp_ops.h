@@ -25,10 +25,10 @@ gp_status gp_tp_allreduce(const gp_layer *l, const gp_coll_group *g, gp_device *
 /* A row-parallel projection's output on shard g->rank: y (N, C) = [res +] drop(all-reduce(x W^T)
  * + b), x (N, in) the shard's part of the input features, w (C, in) its columns, b (C) whole;
  * the same bits on every shard. res must not alias y. g NULL: the whole projection's output.
- * x in bf16 instead: x16 not NULL (kernel_ops.def). */
+ * x in bf16 instead: x16 not NULL; w's bf16 copy: w16 not NULL (kernel_ops.def). */
 gp_status gp_tp_row_output(const gp_layer *l, const gp_coll_group *g, gp_device *dev,
                            int64_t N, int64_t in, int64_t C, const float *x,
-                           const uint16_t *x16, const float *w,
+                           const uint16_t *x16, const float *w, const uint16_t *w16,
                            const float *b, const float *res, const gp_rng_stream *drop, float p,
                            float *y);
 /* The multi-head attention sublayer (qkv projection, causal core, output projection,

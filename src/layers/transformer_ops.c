@@ -56,7 +56,8 @@ gp_rng_stream gp_op_dropout_stream(uint64_t seed, int layer_index, int site, uin
 gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_t F,
                                    const float *g, const uint16_t *g16, const float *ln2,
                                    const uint16_t *ln2_16, const float *w_out,
-                                   const float *w_fc, const gp_rng_stream *drop, float p,
+                                   const uint16_t *w_out16, const float *w_fc,
+                                   const uint16_t *w_fc16, const gp_rng_stream *drop, float p,
                                    const float *dy, const float *du, float *ws, float *gw_out,
                                    float *gb_out, float *gw_fc) {
     const gp_kernels *k = gp_kernels_of(dev);
@@ -65,8 +66,8 @@ gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_
         GP_TRY(k->dropout(dev, drop, p, N * C, dy, NULL, ws));
         dmo = ws;
     }
-    GP_TRY(k->linear_backward(dev, N, F, C, g, g16, w_out, dmo, NULL, gw_out, gb_out));
-    return k->linear_backward(dev, N, C, F, ln2, ln2_16, w_fc, du, NULL, gw_fc, NULL);
+    GP_TRY(k->linear_backward(dev, N, F, C, g, g16, w_out, w_out16, dmo, NULL, gw_out, gb_out));
+    return k->linear_backward(dev, N, C, F, ln2, ln2_16, w_fc, w_fc16, du, NULL, gw_fc, NULL);
 }
 
 /* ------------------------------------------------------- cost model */

@@ -25,6 +25,7 @@ double gp_op_attention_gemm_flops(const gp_attn_dims *d);
 
 typedef struct gp_mha_weights {
     const float *wqkv, *bqkv, *wproj, *bproj; /* (3C, C), (3C), (C, C), (C) */
+    const uint16_t *wqkv16, *wproj16;         /* their bf16 copies, or NULL (GP_PVAL16) */
     float *gwqkv, *gbqkv, *gwproj, *gbproj;   /* their gradients, added into */
 } gp_mha_weights;
 
@@ -40,11 +41,13 @@ typedef struct gp_mha_saved {
  * += dmo^T g with dmo = drop(dy) rebuilt in ws (N C floats) when drop is not NULL, db_out += the
  * column sums of dmo when gb_out is not NULL (a shard adds them in its input part), and
  * dW_fc (F, C) += du^T ln2 from the gradient du (N, F) its input part kept. The same kernel calls
- * as the whole backward's. g and ln2 in fp32, or in bf16 (g16, ln2_16 when not NULL). */
+ * as the whole backward's. g and ln2 in fp32, or in bf16 (g16, ln2_16 when not NULL); the
+ * weights' bf16 copies w_out16, w_fc16 where not NULL (kernel_ops.def's w16). */
 gp_status gp_op_mlp_backward_weight(gp_device *dev, int64_t N, int64_t C, int64_t F,
                                    const float *g, const uint16_t *g16, const float *ln2,
                                    const uint16_t *ln2_16, const float *w_out,
-                                   const float *w_fc, const gp_rng_stream *drop, float p,
+                                   const uint16_t *w_out16, const float *w_fc,
+                                   const uint16_t *w_fc16, const gp_rng_stream *drop, float p,
                                    const float *dy, const float *du, float *ws, float *gw_out,
                                    float *gb_out, float *gw_fc);
 

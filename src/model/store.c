@@ -39,6 +39,7 @@ static void store_free(gp_store *s) {
     gp_tensor_release(&s->params);
     gp_tensor_release(&s->grads);
     gp_tensor_release(&s->optim);
+    gp_tensor_release(&s->w16);
     free(s->layer_off);
     free(s);
 }
@@ -102,6 +103,7 @@ static void clear_views(gp_layer *l) {
         gp_tensor_release(&p->grad);
         gp_tensor_release(&p->state[0]);
         gp_tensor_release(&p->state[1]);
+        p->value16 = (gp_tensor){0}; /* a view into the bf16 copy, if any */
     }
 }
 
@@ -190,6 +192,7 @@ gp_status gp_store_init_values(gp_model *m, gp_store *s, uint64_t seed) {
             st = gp_tensor_from_host(&p->value, host, gp_tensor_nbytes(&p->value));
         }
     free(host);
+    gp_store_bf16_invalidate(m, s);
     return st;
 }
 
@@ -223,13 +226,27 @@ gp_status gp_store_train_begin(gp_model *m, gp_store *s, int nstates) {
         return gp_error(GP_INVALID_ARGUMENT,
                         "layers %d..%d are already being trained (they have gradients)", s->first,
                         s->last - 1);
+    s->n16 = 0;
+    if (gp_bf16_weight_copy(s->dev))
+        for (int li = s->first; li < s->last; li++)
+            for (int j = 0; j < m->layers[li]->nparams; j++)
+                s->n16 += gp_param_bf16_copy_elems(&m->layers[li]->params[j]);
+    if (s->n16 > 0)
+        GP_TRY(gp_tensor_alloc(s->dev, GP_MEM_PARAMS, gp_shape1(s->n16), GP_BF16, &s->w16));
+    s->w16_valid = false;
     if (s->ntrain > 0) {
-        GP_TRY(gp_tensor_zeros(s->dev, GP_MEM_GRADS, gp_shape1(s->ntrain), GP_F32, &s->grads));
+        gp_status sg = gp_tensor_zeros(s->dev, GP_MEM_GRADS, gp_shape1(s->ntrain), GP_F32,
+                                       &s->grads);
+        if (sg != GP_OK) {
+            gp_tensor_release(&s->w16);
+            return sg;
+        }
         if (nstates) {
             gp_status st = gp_tensor_zeros(s->dev, GP_MEM_OPTIM, gp_shape2(nstates, s->ntrain),
                                            GP_F32, &s->optim);
             if (st != GP_OK) {
                 gp_tensor_release(&s->grads);
+                gp_tensor_release(&s->w16);
                 return st;
             }
         }
@@ -248,9 +265,51 @@ void gp_store_train_end(gp_model *m, gp_store *s) {
             l->params[j].state[0] = l->params[j].state[1] = (gp_tensor){0};
         }
     }
+    gp_store_bf16_invalidate(m, s);
     gp_tensor_release(&s->grads);
     gp_tensor_release(&s->optim);
+    gp_tensor_release(&s->w16);
+    s->n16 = 0;
     s->nstates = 0;
+}
+
+/* Each product parameter rounded into its place in the copy, in layer and parameter order (the
+ * order gp_store_train_begin sized it in). */
+gp_status gp_store_bf16_refresh(gp_model *m, gp_store *s) {
+    /* (the device's precision, or the switch, may have changed since the block was made) */
+    if (s && s->w16.data && gp_device_precision(s->dev) == GP_PRECISION_BF16 &&
+        gp_bf16_env(&gp_bf16_weight_copy_env) < 0)
+        return gp_error_context(GP_INVALID_ARGUMENT, "stage device %s: the bf16 weight copy",
+                                gp_device_name(s->dev));
+    if (!s || !s->w16.data || s->w16_valid || !gp_bf16_weight_copy(s->dev)) return GP_OK;
+    const gp_kernels *k = gp_kernels_of(s->dev);
+    int64_t at = 0;
+    for (int li = s->first; li < s->last; li++) {
+        if (m->store_of[li] != s) continue;
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams; j++) {
+            gp_param *p = &l->params[j];
+            const int64_t n16 = gp_param_bf16_copy_elems(p);
+            if (!n16) continue;
+            uint16_t *dst = gp_ptr_offset(s->w16.data, at, GP_BF16);
+            GP_TRY(k->bf16_store(s->dev, (const float *)p->value.data, dst,
+                                 gp_tensor_nelem(&p->value)));
+            p->value16 = gp_tensor_view_on(s->dev, dst, p->shape, GP_BF16, GP_MEM_PARAMS);
+            at += n16;
+        }
+    }
+    s->w16_valid = true;
+    return GP_OK;
+}
+
+void gp_store_bf16_invalidate(gp_model *m, gp_store *s) {
+    if (!s) return;
+    for (int li = s->first; li < s->last; li++) {
+        if (m->store_of[li] != s) continue;
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams; j++) l->params[j].value16 = (gp_tensor){0};
+    }
+    s->w16_valid = false;
 }
 
 gp_status gp_store_zero_grads(gp_store *s) {
@@ -307,6 +366,7 @@ static gp_status extend_run(void *ctx, int li, int j, gp_param *p, int64_t off) 
 
 gp_status gp_store_apply(const gp_model *m, gp_store *s, const gp_optim_opts *o,
                          double global_norm, int step) {
+    gp_store_bf16_invalidate((gp_model *)m, s); /* the values change */
     if (!s->ntrain) return GP_OK;
     const float clip = gp_clip_factor(o->clip_norm, global_norm);
     if (clip < 1.0f)

@@ -6,6 +6,15 @@
  * are views into these blocks, so zeroing the gradients is one fill, the optimizer and a
  * gradient all-reduce run over flat ranges, and a layer's gradients are one contiguous slice.
  *
+ * While training on a bf16 device (gp_bf16_weight_copy) the store also keeps a bf16 copy of its
+ * product parameters (gp_param.product: the matrices the linear ops read), counted as PARAMS:
+ * each rounded once per stage run where every product would round it at each use, to the same
+ * bits. The copy is valid, and the parameters' value16 views into it set, only from
+ * gp_store_bf16_refresh at the start of a stage's run (gp_stage_run) until the optimizer
+ * changes the parameters (gp_store_apply) or the run ends (gp_store_bf16_invalidate): outside a
+ * run anything may write the parameters (initialization, a checkpoint, the public
+ * gp_model_param), and every product then rounds the value as it reads it.
+ *
  * A model keeps, for each layer, the store that holds it (model_types.h). A store is freed
  * when none of its layers use it any more: placing layers in a new store (initializing them
  * again, or a pipeline moving them to its stage devices) copies what they hold and lets the
@@ -26,6 +35,9 @@ struct gp_store {
     gp_tensor grads;    /* (ntrain) GRADS, while training */
     gp_tensor optim;    /* (nstates, ntrain) OPTIM, while training */
     int nstates;
+    int64_t n16;        /* the bf16 copy's elements (gp_param_bf16_copy_elems), once allocated */
+    gp_tensor w16;      /* (n16) GP_BF16 PARAMS, while training on a bf16 device */
+    bool w16_valid;     /* w16 holds the product parameters' values rounded; value16 views set */
 };
 
 /* Places layers [first, last) of m in a new store on dev (the PARAMS block allocated, every
@@ -47,8 +59,14 @@ void gp_store_release_layers(gp_model *m, int first, int last);
 /* Training state: the GRADS block (zeroed) and nstates OPTIM arrays (zeroed), views set on
  * every trainable parameter. Fails if the store's layers are not all in it. */
 gp_status gp_store_train_begin(gp_model *m, gp_store *s, int nstates);
-/* Releases GRADS and OPTIM and clears the views. */
+/* Releases GRADS, OPTIM and the bf16 copy, and clears the views. */
 void gp_store_train_end(gp_model *m, gp_store *s);
+/* The bf16 copy of the product parameters made from their values, when the store keeps one and
+ * it is not valid, and their value16 views set: on the store's device, by the thread that runs
+ * it, before the first product that reads them. */
+gp_status gp_store_bf16_refresh(gp_model *m, gp_store *s);
+/* The copy marked stale and the value16 views cleared: the products round the values again. */
+void gp_store_bf16_invalidate(gp_model *m, gp_store *s);
 /* Every gradient of the store to zero: one fill. */
 gp_status gp_store_zero_grads(gp_store *s);
 /* Layer li's squared gradient norm: each trainable parameter's sum of squares (in the device
@@ -57,7 +75,7 @@ gp_status gp_store_zero_grads(gp_store *s);
 gp_status gp_store_layer_sumsq(const gp_model *m, const gp_store *s, int li, double *out);
 /* Clip by the global norm (one scale of the GRADS block) and update every trainable parameter
  * with the learning rate of 0-based `step`, over maximal runs of parameters that share their
- * weight-decay rule. */
+ * weight-decay rule; the bf16 copy is invalidated first. */
 gp_status gp_store_apply(const gp_model *m, gp_store *s, const gp_optim_opts *o,
                          double global_norm, int step);
 /* The gradients of layers [first, last) of the store: one contiguous slice of GRADS. */

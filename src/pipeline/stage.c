@@ -406,6 +406,15 @@ void gp_stage_run(gp_stage *s) {
         memset(cell->nsent, 0, sizeof cell->nsent);
         gp_grad_tree_begin_step(cell);
     }
+    /* the bf16 copy of the weights the run's products read: made once here, the parameters
+     * having last changed before the run (model/store.h) */
+    for (int c = 0; c < p->V && st == GP_OK; c++) {
+        gp_stage *cell = gp_chunk_of(p, s, c);
+        st = gp_store_bf16_refresh(cell->m, cell->store);
+        if (st != GP_OK)
+            gp_error_context(st, "the bf16 copy of layers %d..%d's weights", cell->first,
+                             cell->last - 1);
+    }
     for (int i = 0; i < list->n && st == GP_OK; i++) {
         const gp_action a = list->a[i];
         /* the optimizer step is the stage's, run by its lead for all its cells */
@@ -440,7 +449,12 @@ void gp_stage_run(gp_stage *s) {
         else if (s->pipe)
             gp_transport_abort(s->pipe, s->k, st, s->msg);
     }
-    /* on this stage's own thread: its device is touched by it alone */
-    for (int c = 0; c < p->V; c++) release_mb_state(gp_chunk_of(p, s, c), p->M);
+    /* on this stage's own thread: its device is touched by it alone; outside a run the
+     * parameters may be written by anything, so the copy lives no longer than the run */
+    for (int c = 0; c < p->V; c++) {
+        gp_stage *cell = gp_chunk_of(p, s, c);
+        gp_store_bf16_invalidate(cell->m, cell->store);
+        release_mb_state(cell, p->M);
+    }
     s->status = st;
 }

@@ -6,7 +6,10 @@
 # run's bits; bench's T1 and T2 take it and record it; plan takes it, and a bf16 plan's
 # activations are the blocks' bf16-kept operands less than fp32's; on 2 stages of 2 shards the
 # blocks' activations kept in bf16 train to the bits of keeping them fp32
-# (GP_BF16_ACTIVATIONS=fp32), and another value of that variable is refused. Run from the repository root:
+# (GP_BF16_ACTIVATIONS=fp32); the bf16 weight copy trains to the bits of rounding the weights
+# at each product (GP_BF16_WEIGHT_COPY=off) on one device, 2 stages and 2 x 2 shards, and is its
+# bytes exactly in train's measured and plan's parameters; another value of either variable is
+# refused. Run from the repository root:
 # bash tests/cli/precision.sh /path/to/gpipe
 set -u
 source "$(dirname "$0")/lib/common.bash"
@@ -40,6 +43,15 @@ GP_BF16_ACTIVATIONS=fp16 "$GPIPE" train "${LM[@]}" --precision bf16 >/dev/null 2
 rc=$?
 [ "$rc" = 1 ] && grep -q 'GP_BF16_ACTIVATIONS="fp16" in the environment: expected bf16 (the default) or fp32' "$TMP/env.err" ||
     bad "GP_BF16_ACTIVATIONS=fp16: exit $rc, $(tail -c 400 "$TMP/env.err")"
+GP_BF16_WEIGHT_COPY=no "$GPIPE" train "${LM[@]}" --precision bf16 >/dev/null 2>"$TMP/env.err"
+rc=$?
+[ "$rc" = 1 ] && grep -q 'GP_BF16_WEIGHT_COPY="no" in the environment: expected on (the default) or off' "$TMP/env.err" ||
+    bad "GP_BF16_WEIGHT_COPY=no: exit $rc, $(tail -c 400 "$TMP/env.err")"
+GP_BF16_WEIGHT_COPY=off run off "${LM[@]}" --precision bf16 --report "$TMP/off.json"
+GP_BF16_WEIGHT_COPY=off run k2off "${LM[@]}" --precision bf16 --stages 2 --schedule 1f1b \
+    --report "$TMP/k2off.json"
+GP_BF16_WEIGHT_COPY=off run tpoff "${LM[@]}" --precision bf16 --stages 2 --tensor-parallel 2 \
+    --report "$TMP/tpoff.json"
 
 # Checkpoints keep the option.
 run half "${LM[@]}" --precision bf16 --checkpoint-dir "$TMP/ck" --stop-after 2
@@ -74,7 +86,26 @@ act = {p: json.load(open(f"{d}/plan_{p}.json"))["pipeline"]["cells"][0]["peak_by
 # element, in 2 blocks for 2 micro-batches: 2 x 64 x 80 x 4 = 40960
 need(act["fp32"] - act["bf16"] == 40960,
      f"plan's activations fp32 {act['fp32']} - bf16 {act['bf16']} != 40960")
-r = {n: json.load(open(f"{d}/{n}.json")) for n in ("fp32", "one", "k2", "b1", "b2", "tp", "tp32")}
+r = {n: json.load(open(f"{d}/{n}.json"))
+     for n in ("fp32", "one", "k2", "b1", "b2", "tp", "tp32", "off", "k2off", "tpoff")}
+for a, b in (("one", "off"), ("k2", "k2off"), ("tp", "tpoff")):
+    need(r[a]["params_fnv1a64"] == r[b]["params_fnv1a64"] and
+         r[a]["train"]["step_losses"] == r[b]["train"]["step_losses"],
+         f"{a} with the bf16 weight copy vs without: params {r[a]['params_fnv1a64']} vs "
+         f"{r[b]['params_fnv1a64']}, losses {r[a]['train']['step_losses']} vs "
+         f"{r[b]['train']['step_losses']}")
+# the copy: 2 blocks' qkv (48 x 16), proj (16 x 16), fc (32 x 16), mlp proj (16 x 32) and the
+# head's 256 x 16 weight, 2 bytes an element: 2 x (2 x 2048 + 4096) = 16384
+copy = 16384
+par = {n: r[n]["memory"]["peak_bytes"]["parameters"] for n in ("fp32", "one", "off")}
+need(par["one"] - par["off"] == copy and par["off"] == par["fp32"],
+     f"train's parameter bytes: bf16 {par['one']}, without the copy {par['off']}, fp32 "
+     f"{par['fp32']}; expected the copy's {copy} more in bf16 alone")
+pp = {p: json.load(open(f"{d}/plan_{p}.json"))["pipeline"]["cells"][0]["peak_bytes"]["parameters"]
+      for p in ("fp32", "bf16")}
+need(pp["bf16"] - pp["fp32"] == copy and pp["bf16"] == par["one"],
+     f"plan's parameter bytes: bf16 {pp['bf16']}, fp32 {pp['fp32']}; expected the copy's {copy} "
+     f"more, as train measured ({par['one']})")
 need(r["tp"]["params_fnv1a64"] == r["tp32"]["params_fnv1a64"] and
      r["tp"]["train"]["step_losses"] == r["tp32"]["train"]["step_losses"],
      f"2 x 2 shards, activations in bf16 vs kept fp32: params {r['tp']['params_fnv1a64']} vs "

@@ -161,6 +161,11 @@ void gp_cpu_bf16_store_n(gp_cpu_pool *pool, const float *src, uint16_t *dst, int
     convert_n(pool, (round_args){.src = src, .dst16 = dst}, n);
 }
 
+gp_status gp_cpu_bf16_store(gp_device *dev, const float *x, uint16_t *y16, int64_t n) {
+    gp_cpu_bf16_store_n(gp_cpu_pool_of(dev), x, y16, n);
+    return GP_OK;
+}
+
 /* The copy of one operand (n elements) a product reads: src16 widened, or src rounded in bf16;
  * NULL (src read as it is) otherwise. */
 static const float *operand_copy(gp_cpu_pool *pool, bool bf16, const float *src,

@@ -50,11 +50,12 @@ static void linear_prefill_range(void *ctx, int64_t lo, int64_t hi) {
 
 gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
                                 const float *x, const uint16_t *x16, const float *w,
-                                const float *b, const float *res, float *y) {
+                                const uint16_t *w16, const float *b, const float *res, float *y) {
     /* OpenBLAS clears C in a separate pass when beta = 0, so writing the bias
      * (and residual) there first and accumulating with beta = 1 costs nothing. */
     const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
-    GP_TRY(gp_kernels_check_bf16_operand("linear_forward", gp_device_name(dev), bf16, x16 != NULL));
+    GP_TRY(gp_kernels_check_bf16_operand("linear_forward", gp_device_name(dev), bf16,
+                                         x16 || w16));
     float beta = 0.0f;
     if (b || res) {
         beta = 1.0f;
@@ -62,14 +63,17 @@ gp_status gp_cpu_linear_forward(gp_device *dev, int64_t rows, int64_t in, int64_
         gp_cpu_parallel_for(gp_cpu_pool_of(dev), rows, 1, row_grain(out), linear_prefill_range,
                             &a);
     }
-    return gp_cpu_gemm_mixed(dev, false, true, rows, out, in, 1.0f, x, x16, in, w, NULL, in, beta,
+    return gp_cpu_gemm_mixed(dev, false, true, rows, out, in, 1.0f, x, x16, in, w, w16, in, beta,
                              y, out);
 }
 
 gp_status gp_cpu_linear_backward(gp_device *dev, int64_t rows, int64_t in, int64_t out,
                                  const float *x, const uint16_t *x16, const float *w,
-                                 const float *dy, float *dx, float *dw, float *db) {
-    if (dx) GP_TRY(gp_cpu_gemm(dev, false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in));
+                                 const uint16_t *w16, const float *dy, float *dx, float *dw,
+                                 float *db) {
+    if (dx)
+        GP_TRY(gp_cpu_gemm_mixed(dev, false, false, rows, in, out, 1.0f, dy, NULL, out, w, w16, in,
+                                 0.0f, dx, in));
     if (dw)
         GP_TRY(gp_cpu_gemm_mixed(dev, true, false, out, in, rows, 1.0f, dy, NULL, out, x, x16, in,
                                  1.0f, dw, in));

@@ -34,9 +34,8 @@ gp_status gp_cuda_gemm_strided(gp_device *dev, bool trans_a, bool trans_b, int64
  * (a16, b16; NULL: that operand rounded by the call) beside the fp32 operands; span must cover
  * what the product reads (core/bf16.h, gp_bf16_operand_span). */
 gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64_t span, void **out);
-/* y[0..n) = the bf16 bits of x[0..n) (core/bf16.h), on dev's stream: an op's output kept in
- * bf16 (kernel_ops.def) where the op makes it in fp32 first. */
-gp_status gp_cuda_bf16_store(gp_device *dev, const float *x, uint16_t *y, int64_t n);
+/* (gp_cuda_bf16_store, the kernel op bf16_store, also makes an op's output kept in bf16 where
+ * the op makes it in fp32 first.) */
 gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                                int64_t k, float alpha, const float *a, const void *a16,
                                int64_t lda, int64_t stride_a, const float *b, const void *b16,

@@ -41,12 +41,12 @@ static gp_status round_bf16(gp_cuda_ctx *ctx, const float *x, __nv_bfloat16 *y, 
     return gp_cuda_launched(ctx, "round_bf16_kernel");
 }
 
-extern "C" gp_status gp_cuda_bf16_store(gp_device *dev, const float *x, uint16_t *y,
+extern "C" gp_status gp_cuda_bf16_store(gp_device *dev, const float *x, uint16_t *y16,
                                         int64_t n) {
     gp_status s;
     gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
     if (!ctx) return s;
-    return n > 0 ? round_bf16(ctx, x, reinterpret_cast<__nv_bfloat16 *>(y), n) : GP_OK;
+    return n > 0 ? round_bf16(ctx, x, reinterpret_cast<__nv_bfloat16 *>(y16), n) : GP_OK;
 }
 
 extern "C" gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64_t span,

@@ -3,7 +3,8 @@
 // embedding. Row-wise sums use one block per row in a fixed order (math.cuh); column sums (the
 // gradients of weights and biases) add the rows in order in chunks (GP_CUDA_SUM_CHUNK). Outputs
 // kept in bf16 (kernel_ops.def: layer norm's and GELU's y16) are written so by the kernels that
-// make them, and the linear ops hand a bf16 x16 to cuBLAS as it is (gp_cuda_gemm_rounded).
+// make them, and the linear ops hand a bf16 x16, and the store's bf16 weight copy w16, to cuBLAS
+// as they are (gp_cuda_gemm_rounded).
 #include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/math.cuh"
@@ -41,13 +42,13 @@ static __global__ void linear_prefill_kernel(int64_t rows, int64_t out, const fl
 
 extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_t in,
                                             int64_t out, const float *x, const uint16_t *x16,
-                                            const float *w, const float *b, const float *res,
-                                            float *y) {
+                                            const float *w, const uint16_t *w16, const float *b,
+                                            const float *res, float *y) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
     const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
-    GP_TRY(gp_kernels_check_bf16_operand("linear_forward", c->name, bf16, x16 != NULL));
+    GP_TRY(gp_kernels_check_bf16_operand("linear_forward", c->name, bf16, x16 || w16));
     float beta = 0.0f;
     if ((b || res != y) && (b || res) && rows > 0 && out > 0) {
         const bool vec = out % 4 == 0 && gp_cuda_aligned16(b, res, y);
@@ -56,21 +57,21 @@ extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_
         GP_TRY(gp_cuda_launched(c, "linear_prefill_kernel"));
     }
     if (b || res) beta = 1.0f;
-    return gp_cuda_gemm_rounded(dev, false, true, rows, out, in, 1.0f, x, x16, in, 0, w, NULL, in,
+    return gp_cuda_gemm_rounded(dev, false, true, rows, out, in, 1.0f, x, x16, in, 0, w, w16, in,
                                 0, beta, y, out, 0, 1);
 }
 
 // dx = dy W and dW += dy^T x share dy: on a bf16 device it is rounded once for both.
 extern "C" gp_status gp_cuda_linear_backward(gp_device *dev, int64_t rows, int64_t in,
                                              int64_t out, const float *x, const uint16_t *x16,
-                                             const float *w, const float *dy, float *dx,
-                                             float *dw, float *db) {
+                                             const float *w, const uint16_t *w16,
+                                             const float *dy, float *dx, float *dw, float *db) {
     void *dy16 = NULL;
     if (dx && dw) GP_TRY(gp_cuda_round_operand(dev, dy, rows * out, &dy16));
     gp_status s = GP_OK;
     if (dx)
         s = gp_cuda_gemm_rounded(dev, false, false, rows, in, out, 1.0f, dy, dy16, out, 0, w,
-                                 NULL, in, 0, 0.0f, dx, in, 0, 1);
+                                 w16, in, 0, 0.0f, dx, in, 0, 1);
     if (s == GP_OK && dw)
         s = gp_cuda_gemm_rounded(dev, true, false, out, in, rows, 1.0f, dy, dy16, out, 0, x, x16,
                                  in, 0, 1.0f, dw, in, 0, 1);
