@@ -23,7 +23,11 @@
  * 4 broadcasts per 12 multiply-adds), the direct path's widest tile turned around. 6 x 16
  * needs panels of 4 beside those of 6 for 32 or 64 channels, and its 8-accumulator tile of 4
  * took 40% of the products' time for a quarter of their rows. */
+#if GP_HAVE_AVX512
+#define TILE_T 48 /* three 16-lane vectors: twice the products per multiply-add */
+#else
 #define TILE_T 24
+#endif
 #define ROWS 4
 /* Floats of V and M together that a chunk aims at (256 KiB: within the core's L2 beside U), and
  * the fewest tiles a chunk has where the batch has them (the products' rows stay long). */
@@ -248,14 +252,36 @@ static void transform_input(const wg_geom *q, const float *ev, const float *od,
     _mm256_storeu_ps(m + (i) * mstride + LANES, b##i);         \
     _mm256_storeu_ps(m + (i) * mstride + 2 * LANES, c##i);
 #define FOUR(M) M(0) M(1) M(2) M(3)
+#if GP_HAVE_AVX512
+#undef ZERO
+#undef STEP
+#undef PUT
+#define ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i, c##i = a##i;
+#define STEP(i)                                            \
+    {                                                      \
+        const __m512 s = _mm512_set1_ps(u[i]);             \
+        a##i = _mm512_fmadd_ps(s, v0, a##i);               \
+        b##i = _mm512_fmadd_ps(s, v1, b##i);               \
+        c##i = _mm512_fmadd_ps(s, v2, c##i);               \
+    }
+#define PUT(i)                                                 \
+    _mm512_storeu_ps(m + (i) * mstride, a##i);                 \
+    _mm512_storeu_ps(m + (i) * mstride + 16, b##i);            \
+    _mm512_storeu_ps(m + (i) * mstride + 32, c##i);
+#endif
 static void product_tile(const float *u, const float *v, int64_t C, int64_t vstride,
                          float *m, int64_t mstride) {
     FOUR(ZERO)
     for (int64_t c = 0; c < C; c++, u += ROWS, v += vstride) {
+#if GP_HAVE_AVX512
+        __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16), v2 = _mm512_loadu_ps(v + 32);
+        __asm__("" : "+v"(v0), "+v"(v1), "+v"(v2));
+#else
         __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + LANES),
                v2 = _mm256_loadu_ps(v + 2 * LANES);
         /* (kept in registers: GCC would reload them into every multiply-add) */
         __asm__("" : "+x"(v0), "+x"(v1), "+x"(v2));
+#endif
         FOUR(STEP)
     }
     FOUR(PUT)
