@@ -387,35 +387,6 @@ static dw_buffers dw_buffers_of(const gp_conv_geom *g, int64_t oc, int64_t chunk
     return b;
 }
 
-#if GP_HAVE_AVX2
-/* dst[j dstride + i] = src[i sstride + j] for i, j < 8, in registers. */
-static void transpose8(const float *src, int64_t sstride, float *dst, int64_t dstride) {
-    __m256 r[8], t[8], u[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * sstride);
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(dst + i * dstride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-        _mm256_storeu_ps(dst + (i + 4) * dstride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
-    }
-}
-#endif
-
-/* dyt's rows [p0, p1) of one example from column o0 on: dyt[p][o] = dy[o][p], zeros past oc. */
-static void transpose_rows(const float *dy, int64_t oc, int64_t P, int64_t ocp, int64_t p0,
-                           int64_t p1, int64_t o0, float *dyt) {
-    for (int64_t p = p0; p < p1; p++)
-        for (int64_t o = o0; o < ocp; o++) dyt[p * ocp + o] = o < oc ? dy[o * P + p] : 0.0f;
-}
-
 static void dw_prepare(const gp_conv_geom *g, int64_t oc, int64_t chunk, const float *x,
                                const float *dy, int64_t e0, int64_t e1, float *buf) {
     const int64_t P = npix(g), ocp = oc_padded(oc);
@@ -424,19 +395,12 @@ static void dw_prepare(const gp_conv_geom *g, int64_t oc, int64_t chunk, const f
     const dw_buffers b = dw_buffers_of(g, oc, chunk, buf);
     for (int64_t e = e0; e < e1; e++) {
         if (g->pad > 0) pad_input(g, x + e * in_elems, b.xpad + e * image);
-        const float *dye = dy + e * oc * P;
-        float *dyt = b.dyt + e * P * ocp;
-        int64_t p0 = 0;
-#if GP_HAVE_AVX2 /* blocks of 8 x 8 (copied one float at a time it took 3% of the demo's step) */
-        const int64_t oc8 = oc / LANES * LANES;
-        for (; p0 + LANES <= P && oc8 > 0; p0 += LANES) {
-            for (int64_t o0 = 0; o0 < oc8; o0 += LANES)
-                transpose8(dye + o0 * P + p0, P, dyt + p0 * ocp + o0, ocp);
-            transpose_rows(dye, oc, P, ocp, p0, p0 + LANES, oc8, dyt);
+        for (int64_t p = 0; p < P; p++) {
+            float *row = b.dyt + (e * P + p) * ocp;
+            for (int64_t o = 0; o < oc; o++) row[o] = dy[(e * oc + o) * P + p];
+            for (int64_t o = oc; o < ocp; o++) row[o] = 0.0f;
+            b.base[e * P + p] = (int32_t)(e * image + pixel_base(g, p));
         }
-#endif
-        transpose_rows(dye, oc, P, ocp, p0, P, 0, dyt);
-        for (int64_t p = 0; p < P; p++) b.base[e * P + p] = (int32_t)(e * image + pixel_base(g, p));
     }
 }
 
