@@ -80,9 +80,9 @@ static void test_needs(void) {
     CHECK(!avx2 && !avx512);
 #endif
     if (avx2) CHECK_EQ_INT(avx2->needs, V3);
-    if (avx2) CHECK_EQ_INT(avx2->conv_tiles, 1);
+    if (avx2) CHECK(avx2->conv_tiles);
     if (avx512) CHECK_EQ_INT(avx512->needs, V4);
-    if (avx512) CHECK_EQ_INT(avx512->conv_tiles, 2);
+    if (avx512) CHECK(avx512->conv_tiles);
     const gp_cpu_variant *native = built("native");
     if (native) CHECK_EQ_INT(native->needs & ~gp_cpu_features(), 0); /* built here for here */
     printf("  built: %s%s%s%s\n", base->name, avx2 ? ", avx2" : "", avx512 ? ", avx512" : "",

@@ -83,12 +83,10 @@ bool gp_conv_winograd_serves(const gp_conv_geom *g, int64_t oc) {
     /* Where it was measured faster than the direct tile (one thread, batch 32): the products
      * must outweigh the transforms (channels 16 x 16: 0.96x; 16 x 36: 1.49x at 14x14), and on
      * small images the tiles past the edge must not (at 7x7 the 2x2 tiles cover 8x8: 24 x 24
-     * channels 0.82x, 32 x 32 0.87x, 64 x 64 1.09x, 96 x 96 1.07x). Against AVX-512's direct
-     * tiles (bench_conv, one thread, 8 images) 96 x 96 at 7x7 measured 0.93x forward and 0.92x
-     * backward: no image below 100 pixels. */
+     * channels 0.82x, 32 x 32 0.87x, 64 x 64 1.09x, 96 x 96 1.07x). */
     const int64_t pairs = g->channels * oc;
     if (g->channels < 16 || oc < 16 || pairs < 512) return false;
-    if (g->height * g->width < 100 && (pairs < 4096 || GP_HAVE_AVX512)) return false;
+    if (g->height * g->width < 100 && pairs < 4096) return false;
     const wg_geom q = wg_geom_of(g, 1, oc);
     /* one chunk's buffers well within int and the caches' reach */
     return 16 * (q.C > q.OCp ? q.C : q.OCp) * q.Tp <= ((int64_t)1 << 22) &&
@@ -406,7 +404,7 @@ static void chunks_part(void *ctx, int t, int nt) {
     /* The products run over whole tiles of TILE_T columns, past a chunk's last tile: those
      * columns hold zeros, or an earlier chunk's transforms, never stored. Each chunk writes its
      * own columns before its products read them, so only those past the part's shortest chunk
-     * (its last) need the zeros (all of V took 2% of the demo's step in memset). */
+     * (its last) need the zeros. */
     if (lo < hi) {
         const int64_t last = (hi - 1) * q->R, nmin = (q->rows - last < q->R ? q->rows - last
                                                                               : q->R) * q->tw;
@@ -491,16 +489,9 @@ static int64_t dw_thread_floats(const wg_geom *q) {
 /* Measured against the direct tile's weight gradient (bench_conv, two threads): 1.19x for 32 x
  * 32 channels at 28x28 on a batch of 128, 1.45x for 32 x 64 at 14x14, 1.08x for 48 x 48 at
  * 14x14 on 8 images; 24 x 24 at 28x28 on 8 images 0.92x, and 96 x 96 at 7x7 on 8 images
- * (128 tiles: groups of 32) 0.71x. Against AVX-512's direct tiles (one thread): 48 x 48 at
- * 14x14 on 8 images (392 tiles) 0.70x for both gradients, 32 x 32 at 28x28 and 32 x 64 at 14x14
- * on 128 images (25088 and 6272 tiles) 1.25x and 1.33x; the bound lies between those, not
- * measured closer. */
+ * (128 tiles: groups of 32) 0.71x. */
 #define DW_MIN_PAIRS 1024
-#if GP_HAVE_AVX512
-#define DW_MIN_TILES 512
-#else
 #define DW_MIN_TILES 256
-#endif
 
 bool gp_conv_winograd_dw_serves(const gp_conv_geom *g, int64_t batch, int64_t oc) {
     if (!gp_conv_winograd_serves(g, oc) || g->channels * oc < DW_MIN_PAIRS) return false;

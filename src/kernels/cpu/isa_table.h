@@ -27,10 +27,8 @@ typedef struct gp_cpu_variant {
     const char *name;
     uint32_t needs;
     const gp_kernels *kernels;
-    /* its convolution tiles (Winograd's, the direct path): 0 none, 1 AVX2 + FMA's 8 lanes, 2
-     * AVX-512's 16, which choose between the paths by their own measurements (variants with the
-     * same tiles give the same bits) */
-    int conv_tiles;
+    /* whether it carries the AVX2 + FMA convolution tiles (Winograd's, the direct path) */
+    bool conv_tiles;
     float (*expf)(float);
     float (*tanhf)(float);
     void (*tanh)(int64_t n, const float *x, float *y);
