@@ -196,9 +196,8 @@ DEFINE_TILE(2, 6)
         c##i = _mm256_fmadd_ps(_mm512_castps512_ps256(a), b1, c##i);                           \
     }
 #define PUTZ(i, nr)                                                                            \
-    _mm512_storeu_ps(out + (i) * WIDEST_COLS, z##i);                                           \
-    _mm256_storeu_ps(out + (i) * WIDEST_COLS + 2 * LANES, c##i);
-#define WIDEST_COLS (3 * LANES)
+    _mm512_storeu_ps(out + (i) * WIDEST, z##i);                                                \
+    _mm256_storeu_ps(out + (i) * WIDEST + 2 * LANES, c##i);
 static void tile_3(const float *const *rows, const int32_t *steps, int64_t n, const float *b,
                    int64_t bstride, float *out) {
     ROWS8(ROW) ROWS8(ZEROZ)
