@@ -18,8 +18,15 @@
 /* The tables of offsets live in the float workspace, 4 bytes an entry. */
 _Static_assert(sizeof(int32_t) == sizeof(float), "offset tables share the float workspace");
 
-/* Tiles: MR_WIDEST rows x 3 vectors, MR_WIDE rows x 2 or MR_NARROW rows x 1, of 8 floats. */
+/* Tiles: MR_WIDEST rows x 3 vectors, MR_WIDE rows x 2 or MR_NARROW rows x 1, of 8 floats. With
+ * AVX-512 the widest tile's 24 columns are a 16-lane and an 8-lane vector, and its 8 rows give
+ * 16 accumulators: 8 broadcasts and 2 loads per 16 multiply-adds of 192 products against 4 and 3
+ * per 12 of 96 (the wider forms' sums per element run in the same order: the same bits). */
+#if GP_HAVE_AVX512
+#define MR_WIDEST 8
+#else
 #define MR_WIDEST 4
+#endif
 #define MR_WIDE 6
 #define MR_NARROW 8
 #define MR_MAX 8
@@ -40,6 +47,16 @@ _Static_assert(sizeof(int32_t) == sizeof(float), "offset tables share the float 
 #define WIDE (2 * LANES)
 #define WIDEST (3 * LANES)
 static bool by_24(int64_t oc) { return oc % WIDEST == 0; }
+/* With AVX-512, output channels that are a multiple of 48 go in panels of 48: an 8 x 48 tile of
+ * three 16-lane vectors, 24 accumulators, 8 broadcasts and 3 loads per 24 multiply-adds (the
+ * 8 x 24 tile's 16 multiply-adds hold 8 and 16 lanes: 192 products against 384). */
+#if GP_HAVE_AVX512
+#define PANEL_MAX (6 * LANES)
+static bool by_48(int64_t oc) { return oc % PANEL_MAX == 0; }
+#else
+#define PANEL_MAX WIDEST
+static bool by_48(int64_t oc) { (void)oc; return false; }
+#endif
 static int64_t wide_panels(int64_t oc) {
     return oc % WIDE > LANES || oc % WIDE == 0 ? (oc + WIDE - 1) / WIDE : oc / WIDE;
 }
@@ -170,7 +187,57 @@ bool gp_conv_direct_serves(const gp_conv_geom *g, int64_t oc) {
 #endif
 DEFINE_TILE(1, 8)
 DEFINE_TILE(2, 6)
+#if GP_HAVE_AVX512
+#define ZEROZ(i) __m512 z##i = _mm512_setzero_ps(); __m256 c##i = _mm256_setzero_ps();
+#define FMAZ(i)                                                                                \
+    {                                                                                          \
+        const __m512 a = _mm512_set1_ps(r##i[s]);                                              \
+        z##i = _mm512_fmadd_ps(a, b0, z##i);                                                   \
+        c##i = _mm256_fmadd_ps(_mm512_castps512_ps256(a), b1, c##i);                           \
+    }
+#define PUTZ(i, nr)                                                                            \
+    _mm512_storeu_ps(out + (i) * WIDEST, z##i);                                                \
+    _mm256_storeu_ps(out + (i) * WIDEST + 2 * LANES, c##i);
+static void tile_3(const float *const *rows, const int32_t *steps, int64_t n, const float *b,
+                   int64_t bstride, float *out) {
+    ROWS8(ROW) ROWS8(ZEROZ)
+    for (int64_t t = 0; t < n; t++, b += bstride) {
+        const int64_t s = steps[t];
+        __m512 b0 = _mm512_loadu_ps(b);
+        __m256 b1 = _mm256_loadu_ps(b + 2 * LANES);
+        __asm__("" : "+v"(b0), "+v"(b1));
+        ROWS8(FMAZ)
+    }
+    PUTS8(PUTZ, 3)
+}
+#define ZERO6(i) __m512 x##i = _mm512_setzero_ps(), y##i = x##i, z##i = x##i;
+#define FMA6(i)                                                                                \
+    {                                                                                          \
+        const __m512 a = _mm512_set1_ps(r##i[s]);                                              \
+        x##i = _mm512_fmadd_ps(a, b0, x##i);                                                   \
+        y##i = _mm512_fmadd_ps(a, b1, y##i);                                                   \
+        z##i = _mm512_fmadd_ps(a, b2, z##i);                                                   \
+    }
+#define PUT6(i, nr)                                                                            \
+    _mm512_storeu_ps(out + (i) * PANEL_MAX, x##i);                                             \
+    _mm512_storeu_ps(out + (i) * PANEL_MAX + 2 * LANES, y##i);                                 \
+    _mm512_storeu_ps(out + (i) * PANEL_MAX + 4 * LANES, z##i);
+static void tile_6(const float *const *rows, const int32_t *steps, int64_t n, const float *b,
+                   int64_t bstride, float *out) {
+    ROWS8(ROW) ROWS8(ZERO6)
+    for (int64_t t = 0; t < n; t++, b += bstride) {
+        const int64_t s = steps[t];
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 2 * LANES),
+               b2 = _mm512_loadu_ps(b + 4 * LANES);
+        __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2));
+        ROWS8(FMA6)
+    }
+    PUTS8(PUT6, 6)
+}
+#else
 DEFINE_TILE(3, 4)
+#define tile_6 tile_3 /* (never chosen: by_48 is false without AVX-512) */
+#endif
 
 typedef void (*tile_fn)(const float *const *, const int32_t *, int64_t, const float *, int64_t,
                         float *);
@@ -185,7 +252,9 @@ typedef struct panel {
 /* Panel j of oc output channels: the panels of 24, or those of 16 then the one of 8 if any.
  * Its packed weights start at o0 x K floats. */
 static void panel_at(int64_t oc, int64_t j, panel *p) {
-    if (by_24(oc))
+    if (by_48(oc))
+        *p = (panel){j * PANEL_MAX, PANEL_MAX, MR_MAX, tile_6};
+    else if (by_24(oc))
         *p = (panel){j * WIDEST, WIDEST, MR_WIDEST, tile_3};
     else if (j < wide_panels(oc))
         *p = (panel){j * WIDE, WIDE, MR_WIDE, tile_2};
@@ -193,6 +262,7 @@ static void panel_at(int64_t oc, int64_t j, panel *p) {
         *p = (panel){j * WIDE, LANES, MR_NARROW, tile_1};
 }
 static int64_t panel_count(int64_t oc) {
+    if (by_48(oc)) return oc / PANEL_MAX;
     return by_24(oc) ? oc / WIDEST : wide_panels(oc) + (narrow_panel(oc) ? 1 : 0);
 }
 
@@ -284,7 +354,7 @@ static void forward_example(const gp_conv_geom *g, int64_t oc, const float *pack
     const float *xp = pad_input(g, x, ws);
     int32_t *off = (int32_t *)(void *)(ws + xpad_floats(g));
     tap_offsets(g, off);
-    float out[MR_MAX * WIDE];
+    float out[MR_MAX * PANEL_MAX];
     for (int64_t j = 0; j < np; j++) {
         panel pn;
         panel_at(oc, j, &pn);
@@ -353,7 +423,7 @@ static void dw_run(const gp_conv_geom *g, int64_t oc, int64_t chunk, int64_t ne,
     const int64_t K = kdim(g), ocp = oc_padded(oc);
     const dw_buffers b = dw_buffers_of(g, oc, chunk, (float *)buf);
     const float *xp = g->pad > 0 ? b.xpad : x;
-    float out[MR_MAX * WIDE];
+    float out[MR_MAX * PANEL_MAX];
     int64_t first = 0; /* the first tile of panel j */
     for (int64_t j = 0; j < panel_count(oc) && first < t1; j++) {
         panel pn;
@@ -443,7 +513,7 @@ static void dx_strided_example(const gp_conv_geom *g, int64_t oc, const float *p
     pad_planes(dy, oc, g->out_h, g->out_w, dyq, q.Hq, q.Wq, q.lead, q.lead);
     if (g->kernel < s) /* phases no tap reaches (a 1x1 at stride 2): their pixels are 0 */
         memset(dx, 0, (size_t)(C * H * W) * sizeof *dx);
-    float out[MR_MAX * WIDEST];
+    float out[MR_MAX * PANEL_MAX];
     for (int64_t ph = 0; ph < s; ph++)
         for (int64_t pw = 0; pw < s; pw++) {
             const int64_t K = phase_kdim(g, oc, ph, pw);

@@ -23,7 +23,11 @@
  * 4 broadcasts per 12 multiply-adds), the direct path's widest tile turned around. 6 x 16
  * needs panels of 4 beside those of 6 for 32 or 64 channels, and its 8-accumulator tile of 4
  * took 40% of the products' time for a quarter of their rows. */
+#if GP_HAVE_AVX512
+#define TILE_T 48 /* three 16-lane vectors: twice the products per multiply-add */
+#else
 #define TILE_T 24
+#endif
 #define ROWS 4
 /* Floats of V and M together that a chunk aims at (256 KiB: within the core's L2 beside U), and
  * the fewest tiles a chunk has where the batch has them (the products' rows stay long). */
@@ -92,8 +96,10 @@ bool gp_conv_winograd_serves(const gp_conv_geom *g, int64_t oc) {
 /* U_p to U_p+1 (strided like V's and M's planes), and all of U. */
 static int64_t u_plane(const wg_geom *q) { return plane_stride(q->OCp * q->C); }
 static int64_t u_floats(const wg_geom *q) { return 16 * u_plane(q); }
+/* A thread's buffers, rounded up to a cache line so that every thread's V and M start on one
+ * (the workspace does): the products' 16-lane loads and stores are then whole lines. */
 static int64_t thread_floats(const wg_geom *q) {
-    return 16 * q->vplane + 16 * q->mplane + LANES + q->rows_floats;
+    return (16 * q->vplane + 16 * q->mplane + LANES + q->rows_floats + 15) / 16 * 16;
 }
 
 static int threads_for(gp_device *dev, int64_t parts) {
@@ -248,14 +254,36 @@ static void transform_input(const wg_geom *q, const float *ev, const float *od,
     _mm256_storeu_ps(m + (i) * mstride + LANES, b##i);         \
     _mm256_storeu_ps(m + (i) * mstride + 2 * LANES, c##i);
 #define FOUR(M) M(0) M(1) M(2) M(3)
+#if GP_HAVE_AVX512
+#undef ZERO
+#undef STEP
+#undef PUT
+#define ZERO(i) __m512 a##i = _mm512_setzero_ps(), b##i = a##i, c##i = a##i;
+#define STEP(i)                                            \
+    {                                                      \
+        const __m512 s = _mm512_set1_ps(u[i]);             \
+        a##i = _mm512_fmadd_ps(s, v0, a##i);               \
+        b##i = _mm512_fmadd_ps(s, v1, b##i);               \
+        c##i = _mm512_fmadd_ps(s, v2, c##i);               \
+    }
+#define PUT(i)                                                 \
+    _mm512_storeu_ps(m + (i) * mstride, a##i);                 \
+    _mm512_storeu_ps(m + (i) * mstride + 16, b##i);            \
+    _mm512_storeu_ps(m + (i) * mstride + 32, c##i);
+#endif
 static void product_tile(const float *u, const float *v, int64_t C, int64_t vstride,
                          float *m, int64_t mstride) {
     FOUR(ZERO)
     for (int64_t c = 0; c < C; c++, u += ROWS, v += vstride) {
+#if GP_HAVE_AVX512
+        __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16), v2 = _mm512_loadu_ps(v + 32);
+        __asm__("" : "+v"(v0), "+v"(v1), "+v"(v2));
+#else
         __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + LANES),
                v2 = _mm256_loadu_ps(v + 2 * LANES);
         /* (kept in registers: GCC would reload them into every multiply-add) */
         __asm__("" : "+x"(v0), "+x"(v1), "+x"(v2));
+#endif
         FOUR(STEP)
     }
     FOUR(PUT)
@@ -373,9 +401,17 @@ static void chunks_part(void *ctx, int t, int nt) {
     const int64_t plane = q->H * q->W;
     int64_t lo, hi;
     gp_cpu_split(chunks_of(q), t, nt, 1, &lo, &hi);
-    /* The products run over whole tiles of 24 columns, past a chunk's last tile: those columns
-     * hold zeros, or an earlier chunk's transforms, never stored. */
-    memset(V, 0, (size_t)(16 * q->vplane) * sizeof *V);
+    /* The products run over whole tiles of TILE_T columns, past a chunk's last tile: those
+     * columns hold zeros, or an earlier chunk's transforms, never stored. Each chunk writes its
+     * own columns before its products read them, so only those past the part's shortest chunk
+     * (its last) need the zeros. */
+    if (lo < hi) {
+        const int64_t last = (hi - 1) * q->R, nmin = (q->rows - last < q->R ? q->rows - last
+                                                                              : q->R) * q->tw;
+        for (int64_t r = 0; r < 16 * q->C; r++)
+            memset(V + (r / q->C) * q->vplane + (r % q->C) * q->Tp + nmin, 0,
+                   (size_t)(q->Tp - nmin) * sizeof *V);
+    }
     zero_padding(q, pad);
     for (int64_t ch = lo; ch < hi; ch++) {
         const int64_t r0 = ch * q->R, r1 = r0 + q->R < q->rows ? r0 + q->R : q->rows;
