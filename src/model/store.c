@@ -277,11 +277,13 @@ void gp_store_train_end(gp_model *m, gp_store *s) {
  * order gp_store_train_begin sized it in). */
 gp_status gp_store_bf16_refresh(gp_model *m, gp_store *s) {
     /* (the device's precision, or the switch, may have changed since the block was made) */
-    if (s && s->w16.data && gp_device_precision(s->dev) == GP_PRECISION_BF16 &&
-        gp_bf16_env(&gp_bf16_weight_copy_env) < 0)
+    if (!s || !s->w16.data || s->w16_valid || gp_device_precision(s->dev) != GP_PRECISION_BF16)
+        return GP_OK;
+    const int on = gp_bf16_env(&gp_bf16_weight_copy_env);
+    if (on < 0)
         return gp_error_context(GP_INVALID_ARGUMENT, "stage device %s: the bf16 weight copy",
                                 gp_device_name(s->dev));
-    if (!s || !s->w16.data || s->w16_valid || !gp_bf16_weight_copy(s->dev)) return GP_OK;
+    if (!on) return GP_OK;
     const gp_kernels *k = gp_kernels_of(s->dev);
     int64_t at = 0;
     for (int li = s->first; li < s->last; li++) {
