@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `gpipe train --plan auto --devices N` with its default prediction (the plan search by FLOPs and
 # the runtime's measured cost per action, the chosen plan then timed again on its layers measured
-# at its micro-batch size) on T2 (examples/t2.json) and C1 (the convnet): the chosen plan, its
-# predicted step beside the median measured one (the steps after the first), their ratio, what
-# the calibration cost, and how busy other processes kept the machine's cores meanwhile.
+# at its micro-batch size, then by running a few steps of it and of its neighbouring cuts) on T2
+# (examples/t2.json) and C1 (the convnet): the chosen plan, its predicted step beside the median
+# measured one (the steps after the first), their ratio, what the calibration cost, and how busy
+# other processes kept the machine's cores meanwhile.
 # Usage: bash bench/run_plan_accuracy.sh [path/to/gpipe] [devices] [rounds]; reports go to
 # ${GP_BENCH_OUT:-out/plan_accuracy}; GP_BENCH_STEPS (T2: 6, C1: 20) steps each;
 # GP_BENCH_WORKLOADS (default "T2 C1") the workloads. The prediction
@@ -46,14 +47,17 @@ done
 python3 - "$OUT" "$ROUNDS" "${GP_BENCH_WORKLOADS:-T2 C1}" <<'PY'
 import json, sys
 out, rounds, workloads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-print("| workload | round | chosen plan (K, M, V, schedule, remat) | by FLOPs | predicted step | measured step (median) | measured / predicted | calibration | others |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| workload | round | chosen plan (K, M, V, schedule, remat) | by FLOPs | by measured layers | predicted step (trial) | measured step (median) | measured / predicted | measured / by layers | calibration + trial | others |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for w in workloads:
     for r in range(1, rounds + 1):
         pa = json.load(open(f"{out}/{w}_{r}.json"))["plan_auto"]
         others = json.load(open(f"{out}/{w}_{r}.busy.json"))["others"]
-        b = pa["plans"][0]
-        print(f"| {w} | {r} | K={b['stages']} M={b['micro_batches']} V={b.get('chunks', 1)} {b['schedule']} {b['remat']} | "
-              f"{pa.get('flop_step_s', 0):.3f} s | {pa['predicted_step_s']:.3f} s | {pa['measured_step_s']:.3f} s | "
-              f"{pa['measured_step_s'] / pa['predicted_step_s']:.3f} | {pa.get('calibration_s', 0):.2f} s | {others:.0%} |")
+        b, tr = pa["plans"][0], pa.get("trial") or {}
+        layers = tr.get("modelled_step_s", pa["predicted_step_s"])
+        print(f"| {w} | {r} | K={b['stages']} M={b['micro_batches']} V={b.get('chunks', 1)} {b['schedule']} {b['remat']} "
+              f"({','.join(map(str, b['partition']))}) | "
+              f"{pa.get('flop_step_s', 0):.3f} s | {layers:.3f} s | {pa['predicted_step_s']:.3f} s | {pa['measured_step_s']:.3f} s | "
+              f"{pa['measured_step_s'] / pa['predicted_step_s']:.3f} | {pa['measured_step_s'] / layers:.3f} | "
+              f"{pa.get('calibration_s', 0):.2f} + {tr.get('seconds', 0):.2f} s | {others:.0%} |")
 PY

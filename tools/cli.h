@@ -28,6 +28,24 @@ int gp_cli_plan_search(const char *cmd, gp_model *m, int64_t batch, const gp_opt
 /* The pipeline runtime's seconds per action on `stages` stage devices of `threads` threads,
  * measured now (gp_pipeline_opts.action_s); returns an exit status. */
 int gp_cli_bench_action(const char *cmd, int stages, int threads, double *action_s);
+/* --plan auto's trial: the chosen plan's step timed by running it (gp_cli_plan_trial), and the
+ * cuts next to it where one was faster. */
+typedef struct gp_cli_trial {
+    double step_s;  /* the median step of the plan kept */
+    double seconds; /* all trials together */
+    int steps;      /* steps timed per trial (after one untimed) */
+    int tried;      /* plans timed: the chosen one and the moved cuts */
+    bool moved;     /* a moved cut was faster: first differs from the given partition */
+    int *first;     /* owned (malloc): the kept plan's cells' first layers */
+} gp_cli_trial;
+/* Times po's plan (po->partition given, K V entries) by training steps of a fresh copy of the
+ * model (model_src, as --model names it) on stand-in examples, then each plan with one cell
+ * boundary moved by one layer, keeping a move that is more than 3% faster and trying again
+ * from it, while the next trial fits in budget_s seconds (the first is always timed;
+ * modelled_s, the plan's predicted step, sizes the trials). Returns an exit status. */
+int gp_cli_plan_trial(const char *cmd, const char *model_src, const gp_model *m,
+                      const gp_optim_opts *oo, const gp_pipeline_opts *po, int64_t batch,
+                      double modelled_s, double budget_s, gp_cli_trial *out);
 /* The table of the fastest plans: K, D, T, M, schedule, remat (each cell's when selective),
  * predicted step, bubble, bytes on the fullest device, tokens or examples per second. */
 void gp_cli_plan_search_print(const gp_plan_search_result *r, int devices,
@@ -251,8 +269,16 @@ typedef struct gp_cli_train {
     double flop_step_s, calibrate_s;
     double action_s; /* the runtime's measured seconds per action the plans were timed with */
     char *plan_partition; /* owned: its cells as a --partition list */
+    double plan_gflops;   /* the sgemm rate the FLOP search assumed (0: --balance time) */
+    /* --plan-trial: plans[0] timed by running it (trial.steps 0: not run); the step it had
+     * before, from the layers' times */
+    gp_cli_trial trial;
+    double modelled_step_s;
 } gp_cli_train;
 
+/* The optimizer the options give, for a run of total_steps steps (the cosine schedule's
+ * length). */
+gp_optim_opts gp_cli_train_optim(const gp_cli_train *t, int total_steps);
 /* The loops' common start: the pipeline for `total_steps` steps (the cosine
  * schedule needs it), the evaluation history, `nhost` int64 of host scratch
  * (`host_what` names it when out of memory) and the training batch. Returns

@@ -18,6 +18,7 @@ typedef struct train_opts {
     int epochs, steps, batch, micro_batches, threads, warmup, eval_every, eval_size, log_every;
     int sample, lr_cycles;
     double lr, min_lr, weight_decay, clip, momentum, temperature, label_smoothing, erase;
+    double plan_trial; /* --plan-trial seconds; negative: not given */
     uint64_t seed, memory_limit;
     bool quiet;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
@@ -62,11 +63,18 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
          "fastest simulated step that fits --memory-limit on --devices (gpipe plan --devices): "
          "ranked by FLOPs and the runtime's cost per action measured first, the fastest timed "
          "again on its layers measured at its micro-batch size (--balance time: every plan "
-         "timed so)",
+         "timed so), then by running it (--plan-trial)",
          "none", 0, false, "auto", false, 0, false},
         {"--devices", GP_CLI_INT, &o->devices, "N",
          "with --plan auto: stage devices to plan for (K x T = N)",
          "the cores this process may use / --threads", 1, false, NULL, false, GP_MAX_DEVICES,
+         false},
+        {"--plan-trial", GP_CLI_FLOAT, &o->plan_trial, "SECONDS",
+         "with --plan auto: time the chosen plan by running a few steps of it on stand-in "
+         "examples (a fresh copy of the model), the step shown as predicted; then, while the "
+         "seconds last, the plans with one cell boundary moved by a layer, training the one "
+         "that ran fastest (by over 3%); 0: no trial, the predicted step is the modelled one",
+         "6 modelled steps' worth, at least 4 s and at most 60 s", 0, false, NULL, false, 3600,
          false},
         pipe[0], /* --stages */
         pipe[1], /* --schedule */
@@ -574,6 +582,14 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
             cJSON_AddNumberToObject(pa, "flop_step_s", t->flop_step_s);
             cJSON_AddNumberToObject(pa, "calibration_s", t->calibrate_s);
         }
+        if (t->trial.steps > 0) { /* predicted_step_s is the trial's */
+            cJSON *tr = cJSON_AddObjectToObject(pa, "trial");
+            cJSON_AddNumberToObject(tr, "modelled_step_s", t->modelled_step_s);
+            cJSON_AddNumberToObject(tr, "steps", t->trial.steps);
+            cJSON_AddNumberToObject(tr, "plans", t->trial.tried);
+            cJSON_AddNumberToObject(tr, "seconds", t->trial.seconds);
+            cJSON_AddBoolToObject(tr, "moved", t->trial.moved);
+        }
         cJSON_AddNumberToObject(pa, "measured_step_s", median_step(t)); /* median */
         cJSON_AddItemToObject(r, "plan_auto", pa);
     }
@@ -654,6 +670,58 @@ static int calibrate(gp_cli_train *t, const gp_optim_opts *oo, const gp_pipeline
     return GP_CLI_EXIT_OK;
 }
 
+/* --plan auto's trial (gp_cli_plan_trial) of the plan the options now hold: its step measured
+ * by running it, its cells moved where that ran faster; plans[0] becomes the plan trained
+ * (planned again on its new cells where they moved), its step the measured one. */
+static int plan_trial(gp_cli_train *t, const train_opts *o, bool given) {
+    gp_plan *best = &t->plan_found.plans[0];
+    t->modelled_step_s = best->step_s;
+    double budget = given ? o->plan_trial : 6 * best->step_s;
+    if (!given) budget = budget < 4 ? 4 : budget > 60 ? 60 : budget;
+    if (budget <= 0) return GP_CLI_EXIT_OK;
+    gp_pipeline_opts po = t->popts;
+    po.action_s = t->action_s;
+    const gp_optim_opts oo = gp_cli_train_optim(t, 0); /* the kind of step, not its rates */
+    int rc = gp_cli_plan_trial("train", o->model, t->model, &oo, &po, t->batch,
+                               best->step_s, budget, &t->trial);
+    if (rc != GP_CLI_EXIT_OK) return rc;
+    const int n = best->ncells;
+    if (t->trial.moved) {
+        char why[256];
+        if (t->plan_gflops <= 0 && !gp_cli_bench_sgemm(2048, 2048, 2048, t->threads, false, 2,
+                                                       &t->plan_gflops, why, sizeof why)) {
+            fprintf(stderr, "gpipe train: --plan auto: %s\n", why);
+            return GP_CLI_EXIT_RUNTIME;
+        }
+        po.partition = t->trial.first;
+        po.balance = GP_BALANCE_COST;
+        gp_plan moved;
+        if (gp_plan_make(t->model, t->batch, &oo, &po, t->plan_gflops, &moved) != GP_OK) {
+            fprintf(stderr, "gpipe train: --plan auto: planning the moved cells: %s\n",
+                    gp_last_error());
+            return GP_CLI_EXIT_RUNTIME;
+        }
+        gp_plan_free(best);
+        *best = moved;
+        size_t len = 0;
+        const size_t cap = 12 * (size_t)n + 1; /* plan_auto's */
+        for (int k = 0; k < n; k++) {
+            t->partition[k] = t->trial.first[k];
+            len += (size_t)snprintf(t->plan_partition + len, cap - len, "%s%d", k ? "," : "",
+                                    t->trial.first[k]);
+        }
+    }
+    best->step_s = t->trial.step_s;
+    printf("plan auto: timed by running it (%d stand-in step%s after one, %d plan%s, %.2f s): "
+           "step %.3f s (modelled %.3f s)%s%s\n",
+           t->trial.steps, t->trial.steps == 1 ? "" : "s", t->trial.tried,
+           t->trial.tried == 1 ? "" : "s", t->trial.seconds, t->trial.step_s, t->modelled_step_s,
+           t->trial.moved ? "; trains the faster cells from layers " : "",
+           t->trial.moved ? t->plan_partition : "");
+    fflush(stdout);
+    return GP_CLI_EXIT_OK;
+}
+
 /* --plan auto: searches the stage count, micro-batches, schedule and remat mode not given for
  * the fastest simulated step that fits the memory limit on N stage devices (D = 1: the threads
  * launcher has no replicas), prints the fastest plans, and fills the options in as if given. */
@@ -716,6 +784,7 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
                    : "from FLOPs at the sgemm rate measured now",
            base.action_s * 1e6, gp_cli_now() - a0);
     fflush(stdout);
+    t->plan_gflops = gflops;
     rc = gp_cli_plan_search("train", t->model, batch, &oo, &base, gflops, so, o->quiet,
                             &t->plan_found);
     if (rc != GP_CLI_EXIT_OK) return rc;
@@ -779,8 +848,9 @@ int gp_cli_train_main(int argc, char **argv) {
     if (o.plan) {
         rc = plan_auto(&t, &o, tab, n);
         if (rc != GP_CLI_EXIT_OK) goto done;
-    } else if (gp_cli_seen(tab, n, "--devices")) {
-        rc = gp_cli_usage_error("train", "--devices: only with --plan auto");
+    } else if (gp_cli_seen(tab, n, "--devices") || gp_cli_seen(tab, n, "--plan-trial")) {
+        rc = gp_cli_usage_error("train", "%s: only with --plan auto",
+                                gp_cli_seen(tab, n, "--devices") ? "--devices" : "--plan-trial");
         goto done;
     }
     char used[1024] = "";
@@ -822,6 +892,10 @@ int gp_cli_train_main(int argc, char **argv) {
     } else if (o.tokenizer) {
         rc = gp_cli_usage_error("train", "--tokenizer: only for language models (int32 input)");
         goto done;
+    }
+    if (o.plan) {
+        rc = plan_trial(&t, &o, gp_cli_seen(tab, n, "--plan-trial"));
+        if (rc != GP_CLI_EXIT_OK) goto done;
     }
     char core[GP_CLI_BLAS_CORE_TEXT_SIZE];
     const char *isa;
@@ -910,6 +984,7 @@ int gp_cli_train_main(int argc, char **argv) {
 done:
     gp_plan_search_free(&t.plan_found);
     free(t.plan_partition);
+    free(t.trial.first);
     gp_cli_log_close(&t);
     gp_cli_prompts_free(&t.prompts);
     gp_tokenizer_free(t.tokenizer);

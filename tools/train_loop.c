@@ -7,9 +7,7 @@
 
 #include "cli.h"
 
-/* Creates the pipeline, which initializes the model on its stage devices (without --stages: one
- * stage on t->dev), for `total_steps` steps (the cosine schedule needs it). */
-static int pipeline_start(gp_cli_train *t, int total_steps) {
+gp_optim_opts gp_cli_train_optim(const gp_cli_train *t, int total_steps) {
     gp_optim_opts oo = strcmp(t->optimizer, "sgd") == 0
                            ? gp_sgd_defaults((float)t->lr, (float)t->momentum)
                            : gp_adamw_defaults((float)t->lr, (float)t->weight_decay);
@@ -19,6 +17,13 @@ static int pipeline_start(gp_cli_train *t, int total_steps) {
     oo.clip_norm = (float)t->clip;
     oo.min_lr = (float)t->min_lr;
     oo.lr_cycles = t->lr_cycles;
+    return oo;
+}
+
+/* Creates the pipeline, which initializes the model on its stage devices (without --stages: one
+ * stage on t->dev), for `total_steps` steps (the cosine schedule needs it). */
+static int pipeline_start(gp_cli_train *t, int total_steps) {
+    const gp_optim_opts oo = gp_cli_train_optim(t, total_steps);
     t->optim = oo;
     if (t->lr_cycles > 1 && oo.total_steps / t->lr_cycles <= t->warmup)
         return gp_cli_usage_error("train", "--lr-cycles %d: cycles of %d steps (%d steps in all) "

@@ -165,17 +165,37 @@ PY
 LM_NO_M=("${LM[@]:0:8}" "${LM[@]:10}") # LM without its --micro-batches 4
 run lm_auto "${LM_NO_M[@]}" --plan auto --devices 2 --memory-limit 200K --report "$TMP/lm_auto.json"
 run lm_auto_m "${LM[@]}" --plan auto --devices 2 --report "$TMP/lm_auto_m.json"
+run lm_auto_modelled "${LM[@]}" --plan auto --devices 2 --plan-trial 0 --report "$TMP/lm_auto_modelled.json"
+# the plan lm_auto_m trained, given: the trial trains a copy of the model, the run's bits are the
+# explicit plan's
+read -r -a AUTO_PLAN < <(python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["pipeline"]
+print("--stages", p["stages"], "--micro-batches", p["micro_batches"], "--schedule", p["schedule"],
+      "--remat", p["remat"], "--partition", ",".join(map(str, p["partition"])),
+      "--chunks", p.get("chunks", 1))' "$TMP/lm_auto_m.json")
+run lm_auto_given "${LM[@]:0:8}" "${LM[@]:10}" "${AUTO_PLAN[@]}" --report "$TMP/lm_auto_given.json"
 grep -q "^plan auto: training the fastest, K = " "$TMP/lm_auto.out" || bad "--plan auto: no choice line"
 grep -Eq "^plan auto: searching plans of 2 stage devices .*, [0-9]+ us per action of the runtime \(measured in [0-9.]+ s\)$" \
     "$TMP/lm_auto.out" || bad "--plan auto: no action cost in the search line: $(grep '^plan auto' "$TMP/lm_auto.out")"
 grep -Eq "^plan auto: the fastest timed again with its layers measured at micro-batches of [0-9]+ \([0-9.]+ s\): step [0-9.]+ s \(by FLOPs [0-9.]+ s\)$" \
     "$TMP/lm_auto.out" || bad "--plan auto: no calibration line: $(grep '^plan auto' "$TMP/lm_auto.out")"
+grep -Eq "^plan auto: timed by running it \([3-8] stand-in steps after one, [0-9]+ plans?, [0-9.]+ s\): step [0-9.]+ s \(modelled [0-9.]+ s\)" \
+    "$TMP/lm_auto.out" || bad "--plan auto: no trial line: $(grep '^plan auto' "$TMP/lm_auto.out")"
+grep -q "^plan auto: timed by running it" "$TMP/lm_auto_modelled.out" &&
+    bad "--plan-trial 0: a trial ran: $(grep '^plan auto' "$TMP/lm_auto_modelled.out")"
 grep -q "^plan auto: predicted .* s per step, measured .* s (median of 2" "$TMP/lm_auto.out" ||
     bad "--plan auto: no predicted/measured line: $(cat "$TMP/lm_auto.out")"
 python3 - "$TMP" <<'PY' || fail=$((fail + 1))
 import json, sys
 from clicheck import finish, need
-for name, m in (("lm_auto", None), ("lm_auto_m", 4)):
+d = sys.argv[1]
+auto, given = (json.load(open(f"{d}/{n}.json")) for n in ("lm_auto_m", "lm_auto_given"))
+need(auto.get("params_fnv1a64") and auto.get("params_fnv1a64") == given.get("params_fnv1a64")
+     and auto["train"].get("final_loss") == given["train"].get("final_loss"),
+     f"the plan trained by --plan auto (after its trial) and given: other bits {auto.get('params_fnv1a64')} "
+     f"{given.get('params_fnv1a64')}")
+for name, m in (("lm_auto", None), ("lm_auto_m", 4), ("lm_auto_modelled", 4)):
     r = json.load(open(f"{sys.argv[1]}/{name}.json"))
     pa, p = r.get("plan_auto", {}), r.get("pipeline", {})
     best = (pa.get("plans") or [{}])[0]
@@ -191,6 +211,14 @@ for name, m in (("lm_auto", None), ("lm_auto_m", 4)):
     # measured cost per action: the step shown is that plan's
     need(pa.get("action_s", 0) > 0 and pa.get("flop_step_s", 0) > 0 and pa.get("calibration_s", 0) > 0
          and pa["predicted_step_s"] == best.get("step_s"), f"{name}: calibration {pa}")
+    # then, but with --plan-trial 0, the plan's step measured by running it
+    tr = pa.get("trial")
+    if name == "lm_auto_modelled":
+        need(tr is None, f"{name}: a trial with --plan-trial 0: {tr}")
+    else:
+        need(tr and 3 <= tr.get("steps", 0) <= 8 and tr.get("plans", 0) >= 1
+             and tr.get("modelled_step_s", 0) > 0 and tr.get("seconds", 0) > 0
+             and isinstance(tr.get("moved"), bool), f"{name}: trial {tr}")
     if name == "lm_auto":
         peaks = [s["total"] for s in p.get("stage_peak_bytes", [])]
         need(peaks and max(peaks) <= 200 * 1024, f"{name}: a stage over the 200K limit: {peaks}")
@@ -235,6 +263,8 @@ expect2 "--balance: expected one of cost|time" "${LM[@]}" --stages 2 --balance f
 expect2 "--pin: expected one of auto|off" "${LM[@]}" --stages 2 --pin yes
 expect2 "--partition 0,2 with --balance time" "${LM[@]}" --stages 2 --partition 0,2 --balance time
 expect2 "--devices: only with --plan auto" "${LM[@]}" --devices 2
+expect2 "--plan-trial: only with --plan auto" "${LM[@]}" --plan-trial 5
+expect2 "--plan-trial: expected a number >= 0 and <= 3600" "${LM[@]}" --plan auto --plan-trial -1
 # A memory limit under a byte per cell of a stage is a limit, not "none": the cells are refused
 # naming it before any parameter is placed, and --plan auto's search says no plan fits (it once
 # partitioned as if no limit were given, and aborted on an internal assertion).
