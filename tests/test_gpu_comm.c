@@ -1,0 +1,285 @@
+/* The GPU ranks' communication without a GPU: the choice of NCCL or MPI with host staging (which
+ * path, which error, for each combination of device kind, NCCL in the build and GPUs shared by
+ * ranks), the detection of ranks that share a GPU, the pairwise order of the data-parallel
+ * gradient sum that the MPI grid and the NCCL path both run (every replica ends with the bits of
+ * the replicas' balanced binary tree, not the sequential sum's), and whether the CUDA module
+ * hands over NCCL's calls in a build with GP_NCCL (GP_TEST_NCCL). Then, under mpirun on 2 ranks,
+ * the MPI path's host staging: a stage message and a data-parallel gradient bucket held by a
+ * device whose memory the host cannot address (its pointers are not host addresses, as a GPU's)
+ * arrive bit-exact. Running NCCL itself needs two GPUs, one per rank: not here. The MPI part is
+ * skipped (and said) without MPI or mpirun. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm/gpu_comm.h"
+#include "comm/mpi_grid.h"
+#include "core/device.h"
+#include "kernels/cuda_module.h"
+#include "testutil.h"
+
+/* ----------------------------------------------------------------- choice */
+
+static void test_choose(void) {
+    char why[320];
+    gp_gpu_comm use;
+    const gp_gpu_comm_facts cpu = {.cuda = false, .shared_a = -1, .shared_b = -1};
+    const gp_gpu_comm_facts gpus = {.cuda = true, .shared_a = -1, .shared_b = -1};
+    const gp_gpu_comm_facts unbuilt = {.cuda = true,
+                                       .nccl_missing = "gpipe was built without NCCL (x)",
+                                       .shared_a = -1,
+                                       .shared_b = -1};
+    const gp_gpu_comm_facts shared = {
+        .cuda = true, .shared_a = 0, .shared_b = 2, .shared_gpu = "GPU-0a1b"};
+
+    /* CPU ranks: MPI, with nothing to say; NCCL asked is an error naming --device cuda */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &cpu, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(why[0] == '\0');
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_MPI, &cpu, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK_FAILS(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &cpu, &use, why, sizeof why),
+                GP_INVALID_ARGUMENT, "give --device cuda");
+    /* GPUs, each its own, NCCL built: auto and nccl take NCCL; mpi is taken as asked */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &gpus, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_NCCL);
+    CHECK(why[0] == '\0');
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &gpus, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_NCCL);
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_MPI, &gpus, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(strstr(why, "--gpu-comm mpi") != NULL);
+    /* no NCCL in the build: auto falls back saying why; nccl asked is GP_UNSUPPORTED */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &unbuilt, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(strcmp(why, "gpipe was built without NCCL (x)") == 0);
+    CHECK_FAILS(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &unbuilt, &use, why, sizeof why),
+                GP_UNSUPPORTED, "--gpu-comm nccl: gpipe was built without NCCL (x)");
+    /* ranks sharing a GPU: auto falls back naming them; nccl asked is an error */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &shared, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(strstr(why, "ranks 0 and 2 share GPU GPU-0a1b, and one GPU cannot host two NCCL ranks") !=
+          NULL);
+    CHECK_FAILS(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &shared, &use, why, sizeof why),
+                GP_INVALID_ARGUMENT, "--gpu-comm nccl: ranks 0 and 2 share GPU GPU-0a1b");
+    /* a value out of the enum */
+    CHECK_FAILS(gp_gpu_comm_choose((gp_gpu_comm)7, &gpus, &use, why, sizeof why),
+                GP_INVALID_ARGUMENT, "gpu_comm 7: expected auto (0), nccl (1) or mpi (2)");
+    CHECK(strcmp(gp_gpu_comm_name(GP_GPU_COMM_NCCL), "nccl") == 0);
+}
+
+static void test_shared(void) {
+    unsigned char ids[4][16];
+    for (int r = 0; r < 4; r++) memset(ids[r], 0x10 + r, sizeof ids[r]);
+    int a, b;
+    CHECK(!gp_gpu_comm_shared(&ids[0][0], 4, 16, &a, &b));
+    CHECK_EQ_INT(a, -1);
+    ids[3][15] = 0x11; /* one byte off rank 1's: still distinct */
+    CHECK(!gp_gpu_comm_shared(&ids[0][0], 4, 16, &a, &b));
+    memcpy(ids[3], ids[1], 16);
+    CHECK(gp_gpu_comm_shared(&ids[0][0], 4, 16, &a, &b));
+    CHECK_EQ_INT(a, 1);
+    CHECK_EQ_INT(b, 3);
+    CHECK(!gp_gpu_comm_shared(&ids[0][0], 1, 16, &a, &b));
+}
+
+/* ----------------------------------------------------------- the sum order */
+
+enum { N = 257, MAXD = 8 };
+
+/* Every replica's bucket after the pairwise rounds, each round's exchange done on copies (the
+ * partners' sums as they were when the round began), as the MPI grid and NCCL run it. */
+static void pairwise(float x[MAXD][N], int D, bool tree) {
+    static float before[MAXD][N];
+    const int rounds = gp_dp_pair_rounds(D, tree);
+    for (int r = 0; r < rounds; r++) {
+        memcpy(before, x, sizeof before);
+        for (int d = 0; d < D; d++) {
+            const int p = gp_dp_partner(d, r);
+            CHECK(p >= 0 && p < D && gp_dp_partner(p, r) == d);
+            gp_dp_pair_add(x[d], before[p], N);
+        }
+    }
+}
+
+/* The balanced binary tree over replicas [lo, hi) (the top of the single replica's tree). */
+static float tree_sum(float x[MAXD][N], int lo, int hi, int i) {
+    if (hi - lo == 1) return x[lo][i];
+    const int mid = (lo + hi) / 2;
+    return tree_sum(x, lo, mid, i) + tree_sum(x, mid, hi, i);
+}
+
+static void test_order(void) {
+    CHECK_EQ_INT(gp_dp_pair_rounds(1, true), 0);
+    CHECK_EQ_INT(gp_dp_pair_rounds(2, false), 1);
+    CHECK_EQ_INT(gp_dp_pair_rounds(2, true), 1);
+    CHECK_EQ_INT(gp_dp_pair_rounds(4, true), 2);
+    CHECK_EQ_INT(gp_dp_pair_rounds(8, true), 3);
+    CHECK_EQ_INT(gp_dp_pair_rounds(4, false), 0); /* the library's all-reduce */
+    CHECK_EQ_INT(gp_dp_pair_rounds(3, true), 0);
+    CHECK_EQ_INT(gp_dp_pair_rounds(6, true), 0);
+    static float x[MAXD][N], orig[MAXD][N];
+    for (int D = 2; D <= MAXD; D *= 2) {
+        /* magnitudes far apart, so that the order of the adds shows in the bits */
+        for (int d = 0; d < D; d++)
+            gp_test_fill(orig[d], N, 31 + (uint64_t)d, 2, -1.0f, 1.0f);
+        for (int i = 0; i < N; i++) orig[i % D][i] *= 3e3f;
+        memcpy(x, orig, sizeof x);
+        pairwise(x, D, true);
+        int mismatched = 0, sequential_differs = 0;
+        for (int i = 0; i < N; i++) {
+            const float want = tree_sum(orig, 0, D, i);
+            float seq = orig[0][i];
+            for (int d = 1; d < D; d++) seq += orig[d][i];
+            sequential_differs += memcmp(&seq, &want, sizeof seq) != 0;
+            for (int d = 0; d < D; d++) mismatched += memcmp(&x[d][i], &want, sizeof want) != 0;
+        }
+        CHECK_EQ_INT(mismatched, 0);
+        /* the check above can tell one order from another: D = 2 has one sum only */
+        if (D > 2) CHECK(sequential_differs > 0);
+        printf("order: D = %d: every replica holds the tree's bits (%d of %d elements differ "
+               "from the sequential sum)\n", D, sequential_differs, N);
+    }
+}
+
+/* Whether the CUDA module hands over NCCL's calls: all of them in a build with GP_NCCL, a named
+ * refusal otherwise. */
+static void test_module(void) {
+    const gp_nccl_calls *calls = NULL;
+    const gp_status s = gp_cuda_nccl(&calls);
+#ifdef GP_TEST_NCCL
+    CHECK_OK(s);
+    if (calls) {
+        CHECK(calls->unique_id && calls->gpu_uuid && calls->comm_new && calls->comm_split &&
+              calls->comm_free && calls->exchange && calls->allreduce_f32 && calls->send &&
+              calls->send_done && calls->recv);
+        printf("module: the CUDA module hands over NCCL's calls\n");
+    }
+#else
+    CHECK(s == GP_UNSUPPORTED && calls == NULL);
+    CHECK(strstr(gp_last_error(), gp_cuda_built() ? "built without NCCL" : "built without CUDA"));
+    printf("module: %s\n", gp_last_error());
+#endif
+}
+
+/* ------------------------------------------------ host staging under MPI */
+
+/* A device whose pointers the host cannot dereference: host memory with its address's top bits
+ * set (a non-canonical address, which faults), moved only through its copy. MPI given one of its
+ * pointers crashes: the transport must stage through the host. */
+#define FAR_BIT ((uintptr_t)1 << 62)
+static void *far_to_host(const void *p) { return (void *)((uintptr_t)p & ~FAR_BIT); }
+
+static gp_status far_alloc(void *ctx, size_t nbytes, void **ptr) {
+    (void)ctx;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, nbytes ? nbytes : 1))
+        return gp_error(GP_OUT_OF_MEMORY, "far device: %zu bytes", nbytes);
+    *ptr = (void *)((uintptr_t)p | FAR_BIT);
+    return GP_OK;
+}
+static void far_free(void *ctx, void *ptr) { (void)ctx, free(far_to_host(ptr)); }
+static gp_status far_copy(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind k) {
+    (void)ctx;
+    memmove(k == GP_COPY_DEVICE_TO_HOST ? dst : far_to_host(dst),
+            k == GP_COPY_HOST_TO_DEVICE ? src : far_to_host(src), nbytes);
+    return GP_OK;
+}
+static gp_status far_fill(void *ctx, void *dst, size_t nbytes, int byte) {
+    (void)ctx;
+    memset(far_to_host(dst), byte, nbytes);
+    return GP_OK;
+}
+static gp_status far_sync(void *ctx) { return (void)ctx, GP_OK; }
+static const gp_device_iface far_iface = {.kind = "far", .host_memory = false, .alloc = far_alloc,
+                                          .free = far_free, .copy = far_copy, .fill = far_fill,
+                                          .sync = far_sync};
+
+/* 2 ranks: a stage message from rank 0 to rank 1 (K = 2), then a gradient bucket summed over
+ * D = 2 replicas (a fresh grid), both in far memory. */
+static int child_staged(void) {
+    gp_device *cpu, *far;
+    REQUIRE_OK(gp_device_cpu_new("staged-cpu", &cpu));
+    REQUIRE_OK(gp_device_new("far", &far_iface, NULL, gp_device_kernels(cpu), &far));
+    gp_grid *g = NULL;
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 30, &g));
+    const int k = gp_grid_stage(g);
+    float want[6], got[6];
+    gp_test_fill(want, 6, 5, 1, -2.0f, 2.0f);
+    gp_tensor t = {0};
+    REQUIRE_OK(gp_tensor_alloc(far, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &t));
+    const gp_msg_tag tag = {GP_MSG_ACT, 0, 0};
+    if (k == 0) {
+        CHECK_OK(gp_tensor_from_host(&t, want, sizeof want));
+        CHECK_OK(gp_transport_send(gp_grid_pipe(g), 0, 1, tag, &t));
+        CHECK_OK(gp_transport_flush(gp_grid_pipe(g), 0));
+    } else {
+        CHECK_OK(gp_transport_recv(gp_grid_pipe(g), 1, 0, tag, &t));
+        CHECK_OK(gp_tensor_to_host(&t, got, sizeof got));
+        CHECK(memcmp(got, want, sizeof want) == 0);
+        gp_tensor_release(&t);
+    }
+    gp_grid_free(g);
+
+    REQUIRE_OK(gp_grid_new(2, 1, 1, 30, &g));
+    const int d = gp_grid_replica(g);
+    float mine[N], other[N], sum[N], back[N];
+    gp_test_fill(mine, N, 40 + (uint64_t)d, 3, -1.0f, 1.0f);
+    gp_test_fill(other, N, 40 + (uint64_t)(1 - d), 3, -1.0f, 1.0f);
+    for (int i = 0; i < N; i++) sum[i] = mine[i] + other[i]; /* one sum of two: either order */
+    gp_tensor b = {0};
+    REQUIRE_OK(gp_tensor_alloc(far, GP_MEM_GRADS, gp_shape1(N), GP_F32, &b));
+    CHECK_OK(gp_tensor_from_host(&b, mine, sizeof mine));
+    CHECK_OK(gp_grid_grads_start(g, &b));
+    CHECK_OK(gp_grid_grads_wait(g));
+    CHECK_OK(gp_tensor_to_host(&b, back, sizeof back));
+    CHECK(memcmp(back, sum, sizeof sum) == 0);
+    gp_tensor_release(&b);
+    gp_grid_free(g);
+    gp_device_free(far);
+    gp_device_free(cpu);
+    printf("staged rank %d: %s\n", k, gp_test_failures ? "FAILED" : "checks passed");
+    fflush(stdout);
+    const int failed = gp_test_failures;
+    gp_mpi_finalize();
+    return failed ? 1 : 0;
+}
+
+static int run_staged(void) {
+    if (!gp_mpi_built() || system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("staged: skipped (no MPI in this build, or no mpirun on PATH)\n");
+        return 0;
+    }
+    char self[4096], cmd[4200];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = '\0';
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 10 120 mpirun --oversubscribe --bind-to none -np 2 %s --child staged",
+             self);
+    const int st = system(cmd);
+    const int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    printf("staged: mpirun exit %d\n", rc);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--child") && !strcmp(argv[2], "staged"))
+        return child_staged();
+    test_choose();
+    test_shared();
+    test_order();
+    test_module();
+    if (run_staged() != 0) gp_test_failures++;
+    if (gp_test_failures) {
+        printf("%d check(s) failed\n", gp_test_failures);
+        return 1;
+    }
+    printf("all checks passed\n");
+    return 0;
+}
