@@ -825,8 +825,8 @@ typedef struct gp_pipeline_opts {
     gp_device **devices;
     /* The kind of the devices the pipeline makes when devices is NULL: CPU (the default) or
      * CUDA GPUs; stage shard w is gp_device_type_new(device_type, name, w, stage_threads), with
-     * memory_limit (on CUDA: GPU w mod the GPUs visible; failing as gp_cuda_device_count does
-     * where there is none). Not yet run on a GPU. */
+     * memory_limit (on CUDA: GPU w mod the GPUs visible, under MPI world rank r's GPU r mod
+     * them; failing as gp_cuda_device_count does where there is none). Not yet run on a GPU. */
     gp_device_type device_type;
     /* MPI launcher on CUDA devices: NCCL or MPI between the ranks (gp_gpu_comm); 0: AUTO. */
     gp_gpu_comm gpu_comm;
@@ -1143,8 +1143,9 @@ gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path);
  * both, before anything is allocated). World rank r runs stage r % K of replica r / K;
  * every rank passes the same GLOBAL mini-batch to gp_pipeline_step and replica d trains on
  * its d-th slice of it (the batch must divide by D x M). Each stage's gradients are summed
- * over its D replicas with MPI_Iallreduce in buckets, each started as soon as its layers'
- * backward of the last micro-batch is done, overlapping the rest of that backward. Loss, gradient norm and losses of all
+ * over its D replicas in buckets (D = 2: one exchange of the partial sums; D > 2:
+ * MPI_Iallreduce; on GPU ranks NCCL may do either, see gp_gpu_comm), each started as soon as
+ * its layers' backward of the last micro-batch is done, overlapping the rest of that backward. Loss, gradient norm and losses of all
  * replicas meet in one fixed-order all-reduce, so every rank gets the same bits. D = 1 gives
  * bit-identical parameters to GP_LAUNCHER_THREADS; D > 1 differs from D = 1 by the order of
  * the gradient sums only (about 1e-7 relative). Every wait is bounded by comm_timeout_s: a

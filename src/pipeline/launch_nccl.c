@@ -16,6 +16,7 @@
 #include "kernels/cuda_module.h"
 #include "kernels/kernels.h"
 #include "pipeline/launch_nccl.h"
+#include "pipeline/launcher.h"
 #include "pipeline/stage.h"
 
 struct gp_nccl_state {
@@ -157,8 +158,11 @@ gp_status gp_launch_nccl_setup(gp_pipeline *p, gp_grid *grid, gp_gpu_comm want,
         }
         GP_TRY(gather_gpus(grid, uuid, &f, gpu, sizeof gpu));
     }
-    GP_TRY(gp_gpu_comm_choose(want, &f, &p->gpu_comm, p->gpu_comm_why, sizeof p->gpu_comm_why));
-    if (p->gpu_comm != GP_GPU_COMM_NCCL) return GP_OK;
+    gp_gpu_comm use;
+    char why[320];
+    GP_TRY(gp_gpu_comm_choose(want, &f, &use, why, sizeof why));
+    gp_pipeline_set_gpu_comm(p, use, why);
+    if (use != GP_GPU_COMM_NCCL) return GP_OK;
     gp_nccl_state *n = calloc(1, sizeof *n);
     if (!n) return gp_error(GP_OUT_OF_MEMORY, "NCCL: cannot allocate its state");
     *n = (gp_nccl_state){.calls = calls, .dev = me->dev, .grid = grid, .K = p->K, .V = p->V,
