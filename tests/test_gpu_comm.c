@@ -6,8 +6,13 @@
  * hands over NCCL's calls in a build with GP_NCCL (GP_TEST_NCCL). Then, under mpirun on 2 ranks,
  * the MPI path's host staging: a stage message and a data-parallel gradient bucket held by a
  * device whose memory the host cannot address (its pointers are not host addresses, as a GPU's)
- * arrive bit-exact. Running NCCL itself needs two GPUs, one per rank: not here. The MPI part is
- * skipped (and said) without MPI or mpirun. */
+ * arrive bit-exact. Then gpipe's side of NCCL under mpirun over a stand-in for the module's NCCL
+ * calls (tests/nccl_fake.c, MPI underneath, ring-order all-reduce): the test Transformer trained
+ * with D x K = 2 x 2 (sequential sum) and 4 x 1 (tree) gives the same bits over NCCL as over MPI
+ * with host staging, with NCCL's sends, receives and pairwise exchanges made; with the ranks
+ * sharing a GPU auto falls back to MPI saying why and nccl is refused. Running NCCL itself needs
+ * a GPU per rank: not here. The MPI parts are skipped (and said) without MPI or mpirun. */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,30 +172,32 @@ static void test_module(void) {
 
 /* ------------------------------------------------ host staging under MPI */
 
-/* A device whose pointers the host cannot dereference: host memory with its address's top bits
- * set (a non-canonical address, which faults), moved only through its copy. MPI given one of its
- * pointers crashes: the transport must stage through the host. */
+/* Devices that say their memory is not the host's, as a GPU's is not, so that the MPI path
+ * stages it and the NCCL path takes it (its context: the bits its pointers carry). "far": host
+ * memory with its address's top bits set (a non-canonical address, which faults), moved only
+ * through its copy: MPI given one of its pointers crashes. "near": plain host memory, so that the
+ * CPU's kernels (its table) train on it and the fake NCCL module moves it. */
 #define FAR_BIT ((uintptr_t)1 << 62)
-static void *far_to_host(const void *p) { return (void *)((uintptr_t)p & ~FAR_BIT); }
+static const uintptr_t far_bits = FAR_BIT, near_bits = 0;
+static void *to_host(const void *ctx, const void *p) {
+    return (void *)((uintptr_t)p & ~*(const uintptr_t *)ctx);
+}
 
 static gp_status far_alloc(void *ctx, size_t nbytes, void **ptr) {
-    (void)ctx;
     void *p = NULL;
     if (posix_memalign(&p, 64, nbytes ? nbytes : 1))
         return gp_error(GP_OUT_OF_MEMORY, "far device: %zu bytes", nbytes);
-    *ptr = (void *)((uintptr_t)p | FAR_BIT);
+    *ptr = (void *)((uintptr_t)p | *(const uintptr_t *)ctx);
     return GP_OK;
 }
-static void far_free(void *ctx, void *ptr) { (void)ctx, free(far_to_host(ptr)); }
+static void far_free(void *ctx, void *ptr) { free(to_host(ctx, ptr)); }
 static gp_status far_copy(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind k) {
-    (void)ctx;
-    memmove(k == GP_COPY_DEVICE_TO_HOST ? dst : far_to_host(dst),
-            k == GP_COPY_HOST_TO_DEVICE ? src : far_to_host(src), nbytes);
+    memmove(k == GP_COPY_DEVICE_TO_HOST ? dst : to_host(ctx, dst),
+            k == GP_COPY_HOST_TO_DEVICE ? src : to_host(ctx, src), nbytes);
     return GP_OK;
 }
 static gp_status far_fill(void *ctx, void *dst, size_t nbytes, int byte) {
-    (void)ctx;
-    memset(far_to_host(dst), byte, nbytes);
+    memset(to_host(ctx, dst), byte, nbytes);
     return GP_OK;
 }
 static gp_status far_sync(void *ctx) { return (void)ctx, GP_OK; }
@@ -203,7 +210,7 @@ static const gp_device_iface far_iface = {.kind = "far", .host_memory = false, .
 static int child_staged(void) {
     gp_device *cpu, *far;
     REQUIRE_OK(gp_device_cpu_new("staged-cpu", &cpu));
-    REQUIRE_OK(gp_device_new("far", &far_iface, NULL, gp_device_kernels(cpu), &far));
+    REQUIRE_OK(gp_device_new("far", &far_iface, (void *)&far_bits, gp_device_kernels(cpu), &far));
     gp_grid *g = NULL;
     REQUIRE_OK(gp_grid_new(1, 2, 1, 30, &g));
     const int k = gp_grid_stage(g);
@@ -248,15 +255,126 @@ static int child_staged(void) {
     return failed ? 1 : 0;
 }
 
+/* ----------------------------------- gpipe's side of NCCL, over the fake */
+
+enum { STEPS = 3, M = 2 };
+
+/* The test Transformer trained STEPS steps by D x K ranks on near devices, with gpu_comm want:
+ * rank 0 prints the parameters' hash, the last loss and what the ranks used, for the parent to
+ * compare; with GP_FAKE_NCCL_SHARED, nccl asked must fail naming the ranks that share. */
+static int child_train(int D, int K, gp_grad_sum gs, gp_gpu_comm want) {
+    gp_device *cpu, *near;
+    REQUIRE_OK(gp_device_cpu_new("train-cpu", &cpu));
+    REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits, gp_device_kernels(cpu), &near));
+    gp_device *devs[8] = {near, near, near, near, near, near, near, near};
+    const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = GP_SCHEDULE_1F1B,
+                                 .launcher = GP_LAUNCHER_MPI, .data_parallel = D,
+                                 .comm_timeout_s = 60, .grad_sum = gs, .devices = devs,
+                                 .gpu_comm = want};
+    const gp_test_net net = GP_TEST_TRANSFORMER;
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
+    gp_pipeline *p = NULL;
+    const gp_status s = gp_pipeline_new(m, &o, &po, 77, &p);
+    int rank = 0, nranks, stage, replica;
+    gp_mpi_init(&rank, NULL);
+    if (s != GP_OK) { /* the shared-GPU refusal: every rank fails alike */
+        printf("train rank %d: gp_pipeline_new: %s\n", rank, gp_last_error());
+        CHECK(getenv("GP_FAKE_NCCL_SHARED") && want == GP_GPU_COMM_NCCL &&
+              strstr(gp_last_error(), "--gpu-comm nccl: ranks 0 and 1 share GPU"));
+    } else {
+        float loss = 0;
+        for (int st = 0; st < STEPS; st++) {
+            gp_test_batch b;
+            gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 500 + (uint64_t)st, &b);
+            REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
+        }
+        uint64_t h = 0;
+        REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &h));
+        gp_pipeline_place(p, &rank, &nranks, &stage, &replica);
+        const char *why = "";
+        const gp_gpu_comm used = gp_pipeline_gpu_comm(p, &why);
+        long counts[5] = {0};
+        void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
+        void *fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
+        if (fn) ((void (*)(long *))fn)(counts);
+        /* Every rank's calls: the neighbours' messages both ways, the replicas' rounds. */
+        if (used == GP_GPU_COMM_NCCL) {
+            CHECK(K == 1 || (counts[0] > 0 && counts[1] > 0));
+            CHECK(counts[2] > 0 && counts[3] == 0); /* D = 2, the D = 4 tree: pairwise */
+        } else {
+            CHECK(counts[0] + counts[1] + counts[2] + counts[3] == 0);
+        }
+        if (rank == 0)
+            printf("RESULT %016llx %.9g %s sends %ld recvs %ld exchanges %ld all-reduces %ld "
+                   "splits %ld (%s)\n",
+                   (unsigned long long)h, loss, gp_gpu_comm_name(used), counts[0], counts[1],
+                   counts[2], counts[3], counts[4], why);
+        gp_pipeline_free(p);
+    }
+    gp_model_free(m);
+    gp_device_free(near);
+    gp_device_free(cpu);
+    fflush(stdout);
+    const int failed = gp_test_failures;
+    gp_mpi_finalize();
+    return failed ? 1 : 0;
+}
+
+/* mpirun -np np of this program's child `name` (extra: environment assignments before it); the
+ * RESULT line of rank 0 into result (may be NULL). Returns mpirun's exit status. */
+static int run_child(const char *name, int np, const char *extra, char *result, size_t n);
+
+/* The same training over NCCL (the fake) and over MPI with host staging: the same bits where the
+ * replicas' sum is pairwise (D = 2; the tree with D = 4), NCCL's calls made; with ranks sharing a
+ * GPU auto falls back to MPI saying why, and nccl asked is refused. */
+static int run_fake(void) {
+#ifndef GP_TEST_NCCL_FAKE
+    printf("fake NCCL: skipped (no MPI in this build)\n");
+    return 0;
+#else
+    setenv("GP_CUDA_MODULE", GP_TEST_NCCL_FAKE, 1);
+    static const struct {
+        const char *nccl, *mpi;
+        int np;
+    } pairs[] = {{"nccl-d2k2", "mpi-d2k2", 4}, {"nccl-tree-d4", "mpi-tree-d4", 4}};
+    int failed = 0;
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        char a[512] = "", b[512] = "";
+        failed += run_child(pairs[i].nccl, pairs[i].np, "", a, sizeof a) != 0;
+        failed += run_child(pairs[i].mpi, pairs[i].np, "", b, sizeof b) != 0;
+        unsigned long long ha = 0, hb = 1;
+        char ua[16] = "", ub[16] = "";
+        const bool parsed = sscanf(a, "RESULT %llx %*g %15s", &ha, ua) == 2 &&
+                            sscanf(b, "RESULT %llx %*g %15s", &hb, ub) == 2;
+        printf("fake NCCL: %s %s | %s %s: %s\n", pairs[i].nccl, a, pairs[i].mpi, b,
+               parsed && ha == hb ? "the same bits" : "DIFFERENT");
+        CHECK(parsed && ha == hb);
+        CHECK(strcmp(ua, "nccl") == 0 && strcmp(ub, "mpi") == 0);
+    }
+    char c[512] = "";
+    failed += run_child("nccl-auto-d2", 2, "GP_FAKE_NCCL_SHARED=1", c, sizeof c) != 0;
+    printf("fake NCCL: ranks sharing a GPU, auto: %s\n", c);
+    CHECK(strstr(c, " mpi ") && strstr(c, "ranks 0 and 1 share GPU") &&
+          strstr(c, "one GPU cannot host two NCCL ranks"));
+    failed += run_child("nccl-d2", 2, "GP_FAKE_NCCL_SHARED=1", NULL, 0) != 0;
+    return failed;
+#endif
+}
+
 static int run_staged(void) {
+    return run_child("staged", 2, "", NULL, 0);
+}
+
+static int run_child(const char *name, int np, const char *extra, char *result, size_t n) {
     if (!gp_mpi_built() || system("command -v mpirun >/dev/null 2>&1") != 0) {
-        printf("staged: skipped (no MPI in this build, or no mpirun on PATH)\n");
+        printf("%s: skipped (no MPI in this build, or no mpirun on PATH)\n", name);
         return 0;
     }
-    char self[4096], cmd[4200];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 1;
-    self[n] = '\0';
+    char self[4096], cmd[4400], line[1024];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return 1;
+    self[len] = '\0';
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     /* Under ASan the ranks run without leak detection: Open MPI's plugins leave their own
@@ -266,22 +384,45 @@ static int run_staged(void) {
     snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
     setenv("ASAN_OPTIONS", opts, 1);
     snprintf(cmd, sizeof cmd,
-             "timeout -k 10 120 mpirun --oversubscribe --bind-to none -np 2 %s --child staged",
-             self);
-    const int st = system(cmd);
+             "%s timeout -k 10 240 mpirun --oversubscribe --bind-to none -np %d %s --child %s 2>&1",
+             extra, np, self, name);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 1;
+    while (fgets(line, sizeof line, f)) {
+        if (result && !strncmp(line, "RESULT ", 7)) {
+            line[strcspn(line, "\n")] = '\0';
+            const size_t k = strlen(line) < n ? strlen(line) : n - 1;
+            memcpy(result, line, k);
+            result[k] = '\0';
+        } else {
+            fputs(line, stdout);
+        }
+    }
+    const int st = pclose(f);
     const int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    printf("staged: mpirun exit %d\n", rc);
+    printf("%s (%d ranks): mpirun exit %d\n", name, np, rc);
     return rc;
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && !strcmp(argv[1], "--child") && !strcmp(argv[2], "staged"))
-        return child_staged();
+    if (argc == 3 && !strcmp(argv[1], "--child")) {
+        const char *c = argv[2];
+        if (!strcmp(c, "staged")) return child_staged();
+        if (!strcmp(c, "nccl-d2k2")) return child_train(2, 2, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_NCCL);
+        if (!strcmp(c, "mpi-d2k2")) return child_train(2, 2, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_MPI);
+        if (!strcmp(c, "nccl-tree-d4")) return child_train(4, 1, GP_GRAD_SUM_TREE, GP_GPU_COMM_NCCL);
+        if (!strcmp(c, "mpi-tree-d4")) return child_train(4, 1, GP_GRAD_SUM_TREE, GP_GPU_COMM_MPI);
+        if (!strcmp(c, "nccl-auto-d2")) return child_train(2, 1, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_AUTO);
+        if (!strcmp(c, "nccl-d2")) return child_train(2, 1, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_NCCL);
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
     test_choose();
     test_shared();
     test_order();
     test_module();
     if (run_staged() != 0) gp_test_failures++;
+    gp_test_failures += run_fake();
     if (gp_test_failures) {
         printf("%d check(s) failed\n", gp_test_failures);
         return 1;
