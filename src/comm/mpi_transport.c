@@ -105,24 +105,26 @@ static int tag_of(gp_msg_tag tag) { return 2 * ((int)tag.kind + GP_MSG_NKINDS * 
 static int tag_hdr(gp_msg_tag tag) { return GP_MPI_TAG_HDR + tag_of(tag); }
 static int tag_data(gp_msg_tag tag) { return GP_MPI_TAG_DATA + tag_of(tag); }
 
-/* Waits for both sends of pending message i (the payload hook's too), as gp_mpi_wait waits. */
+/* gp_mpi_wait_for's poll of a pending message's hook send; a failure aborts the run. */
+typedef struct hook_poll {
+    mpi_ctx *c;
+    pending *p;
+} hook_poll;
+
+static gp_status poll_hook(void *ctx, bool *done) {
+    hook_poll *h = ctx;
+    const gp_status s = hook_done(h->c, h->p, done);
+    if (s != GP_OK) gp_mpi_shared_abort(h->c->sh, h->c->sh->world_rank, s, gp_last_error());
+    return s;
+}
+
+/* Waits for both sends of pending message i (the payload hook's too). */
 static gp_status wait_pending(mpi_ctx *c, int i, double deadline, const char *who,
                               const char *doing) {
     for (int j = 0; j < 2; j++)
         GP_TRY(gp_mpi_wait(c->sh, &c->pend[i].req[j], deadline, who, doing));
-    for (long spin = 0;; spin++) {
-        bool done;
-        gp_status s = hook_done(c, &c->pend[i], &done);
-        if (s != GP_OK || done) return s;
-        if (gp_mpi_shared_poll(c->sh)) return gp_mpi_aborted_error(c->sh, who, doing);
-        if ((spin & 63) == 0 && gp_now() > deadline) {
-            s = gp_error(GP_IO, "%s: timed out after %.3g s %s (--comm-timeout)", who,
-                         c->sh->timeout_s, doing);
-            gp_mpi_shared_abort(c->sh, c->sh->world_rank, s, gp_last_error());
-            return s;
-        }
-        if (spin > 256) nanosleep(&(struct timespec){0, 20000}, NULL);
-    }
+    hook_poll h = {c, &c->pend[i]};
+    return gp_mpi_wait_for(c->sh, poll_hook, &h, deadline, who, doing);
 }
 
 /* Whether the payload hook carries a message on this link. */
