@@ -9,7 +9,9 @@
  * arrive bit-exact. Then gpipe's side of NCCL under mpirun over a stand-in for the module's NCCL
  * calls (tests/nccl_fake.c, MPI underneath, ring-order all-reduce): the test Transformer trained
  * with D x K = 2 x 2 (sequential sum) and 4 x 1 (tree) gives the same bits over NCCL as over MPI
- * with host staging, with NCCL's sends, receives and pairwise exchanges made; with the ranks
+ * with host staging, with NCCL's sends, receives and pairwise exchanges made, and so does the
+ * tied Transformer (its tie's gradients staged beside NCCL's messages) and the interleaved
+ * schedule (two cells per stage: their messages staged, the replicas' sum NCCL's); with the ranks
  * sharing a GPU auto falls back to MPI saying why and nccl is refused. Running NCCL itself needs
  * a GPU per rank: not here. The MPI parts are skipped (and said) without MPI or mpirun. */
 #include <dlfcn.h>
@@ -262,16 +264,16 @@ enum { STEPS = 3, M = 2 };
 /* The test Transformer trained STEPS steps by D x K ranks on near devices, with gpu_comm want:
  * rank 0 prints the parameters' hash, the last loss and what the ranks used, for the parent to
  * compare; with GP_FAKE_NCCL_SHARED, nccl asked must fail naming the ranks that share. */
-static int child_train(int D, int K, gp_grad_sum gs, gp_gpu_comm want) {
+static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp_grad_sum gs,
+                       gp_gpu_comm want) {
     gp_device *cpu, *near;
     REQUIRE_OK(gp_device_cpu_new("train-cpu", &cpu));
     REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits, gp_device_kernels(cpu), &near));
     gp_device *devs[8] = {near, near, near, near, near, near, near, near};
-    const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = GP_SCHEDULE_1F1B,
+    const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sched,
                                  .launcher = GP_LAUNCHER_MPI, .data_parallel = D,
                                  .comm_timeout_s = 60, .grad_sum = gs, .devices = devs,
                                  .gpu_comm = want};
-    const gp_test_net net = GP_TEST_TRANSFORMER;
     gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = gp_test_net_optim(net);
     gp_pipeline *p = NULL;
@@ -299,8 +301,8 @@ static int child_train(int D, int K, gp_grad_sum gs, gp_gpu_comm want) {
         void *fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
         if (fn) ((void (*)(long *))fn)(counts);
         /* Every rank's calls: the neighbours' messages both ways, the replicas' rounds. */
-        if (used == GP_GPU_COMM_NCCL) {
-            CHECK(K == 1 || (counts[0] > 0 && counts[1] > 0));
+        if (used == GP_GPU_COMM_NCCL) { /* two cells per stage: no neighbour links */
+            CHECK((K == 1 || sched == GP_SCHEDULE_INTERLEAVED) == (counts[0] + counts[1] == 0));
             CHECK(counts[2] > 0 && counts[3] == 0); /* D = 2, the D = 4 tree: pairwise */
         } else {
             CHECK(counts[0] + counts[1] + counts[2] + counts[3] == 0);
@@ -337,7 +339,10 @@ static int run_fake(void) {
     static const struct {
         const char *nccl, *mpi;
         int np;
-    } pairs[] = {{"nccl-d2k2", "mpi-d2k2", 4}, {"nccl-tree-d4", "mpi-tree-d4", 4}};
+    } pairs[] = {{"nccl-d2k2", "mpi-d2k2", 4},
+                 {"nccl-tree-d4", "mpi-tree-d4", 4},
+                 {"nccl-tied-d2k2", "mpi-tied-d2k2", 4},
+                 {"nccl-interleaved-d2k2", "mpi-interleaved-d2k2", 4}};
     int failed = 0;
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
         char a[512] = "", b[512] = "";
@@ -408,12 +413,20 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--child")) {
         const char *c = argv[2];
         if (!strcmp(c, "staged")) return child_staged();
-        if (!strcmp(c, "nccl-d2k2")) return child_train(2, 2, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_NCCL);
-        if (!strcmp(c, "mpi-d2k2")) return child_train(2, 2, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_MPI);
-        if (!strcmp(c, "nccl-tree-d4")) return child_train(4, 1, GP_GRAD_SUM_TREE, GP_GPU_COMM_NCCL);
-        if (!strcmp(c, "mpi-tree-d4")) return child_train(4, 1, GP_GRAD_SUM_TREE, GP_GPU_COMM_MPI);
-        if (!strcmp(c, "nccl-auto-d2")) return child_train(2, 1, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_AUTO);
-        if (!strcmp(c, "nccl-d2")) return child_train(2, 1, GP_GRAD_SUM_SEQUENTIAL, GP_GPU_COMM_NCCL);
+        const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;
+        const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
+        const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;
+        const gp_gpu_comm nccl = GP_GPU_COMM_NCCL, mpi = GP_GPU_COMM_MPI;
+        if (!strcmp(c, "nccl-d2k2")) return child_train(tf, 2, 2, f1b, seq, nccl);
+        if (!strcmp(c, "mpi-d2k2")) return child_train(tf, 2, 2, f1b, seq, mpi);
+        if (!strcmp(c, "nccl-tree-d4")) return child_train(tf, 4, 1, f1b, tree, nccl);
+        if (!strcmp(c, "mpi-tree-d4")) return child_train(tf, 4, 1, f1b, tree, mpi);
+        if (!strcmp(c, "nccl-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, nccl);
+        if (!strcmp(c, "mpi-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, mpi);
+        if (!strcmp(c, "nccl-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, nccl);
+        if (!strcmp(c, "mpi-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, mpi);
+        if (!strcmp(c, "nccl-auto-d2")) return child_train(tf, 2, 1, f1b, seq, GP_GPU_COMM_AUTO);
+        if (!strcmp(c, "nccl-d2")) return child_train(tf, 2, 1, f1b, seq, nccl);
         fprintf(stderr, "unknown case %s\n", c);
         return 2;
     }
