@@ -11,6 +11,7 @@
 #ifndef GP_COMM_MPI_GRID_H
 #define GP_COMM_MPI_GRID_H
 
+#include "comm/payload.h"
 #include "comm/transport_iface.h"
 
 typedef struct gp_grid gp_grid;
@@ -52,20 +53,6 @@ gp_status gp_grid_grads_wait(gp_grid *g);
  * (GP_GRAD_SUM_TREE); other D > 2 keep MPI_Iallreduce. */
 void gp_grid_set_grad_tree(gp_grid *g, bool tree);
 
-/* A way around MPI for the payloads of some links (NCCL between GPUs: device memory, no host
- * copy); the headers still travel over MPI and are checked first. Ranks are the transport's. */
-typedef struct gp_transport_payload {
-    void *ctx;
-    /* whether the payload of a message on this link (to peer when sending, from it when not)
-     * takes the hook; the two ends of a link must agree */
-    bool (*carries)(void *ctx, int peer, gp_msg_tag tag, bool sending);
-    /* starts sending t's payload; *sent (NULL: done already) until sent() says it is done; t
-     * stays owned by the transport until then */
-    gp_status (*send)(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **sent);
-    gp_status (*sent)(void *ctx, void *sent, bool *done);
-    /* receives the payload into out, whose header was checked */
-    gp_status (*recv)(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out);
-} gp_transport_payload;
 /* Sets (or with NULL clears) the payload hook of the pipe transport (gp_grid_pipe). */
 void gp_grid_set_payload(gp_grid *g, const gp_transport_payload *hook);
 

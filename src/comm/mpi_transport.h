@@ -4,7 +4,7 @@
 #ifndef GP_COMM_MPI_TRANSPORT_H
 #define GP_COMM_MPI_TRANSPORT_H
 
-#include "comm/mpi_grid.h"
+#include "comm/payload.h"
 #include "comm/mpi_shared.h"
 #include "comm/transport_iface.h"
 

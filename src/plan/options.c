@@ -93,8 +93,7 @@ static gp_status check_fields(const gp_pipeline_opts *po, const gp_pipeline_size
                    (int)po->gpu_comm, GP_GPU_COMM_AUTO, GP_GPU_COMM_NCCL, GP_GPU_COMM_MPI);
     if (po->gpu_comm == GP_GPU_COMM_NCCL && po->launcher != GP_LAUNCHER_MPI)
         return bad(field, "gpu_comm", inv, "nccl: NCCL runs between the MPI launcher's ranks "
-                                           "(launcher mpi), and the launcher is %s",
-                   gp_launcher_name(po->launcher));
+                                           "(launcher mpi), not between threads");
     if (po->stage_threads < 0 || po->stage_threads > GP_MAX_STAGE_THREADS)
         return bad(field, "stage_threads", inv, "%d: expected 0 (one) to %d", po->stage_threads,
                    GP_MAX_STAGE_THREADS);
