@@ -12,8 +12,11 @@
  * with host staging, with NCCL's sends, receives and pairwise exchanges made, and so does the
  * tied Transformer (its tie's gradients staged beside NCCL's messages) and the interleaved
  * schedule (two cells per stage: their messages staged, the replicas' sum NCCL's); with the ranks
- * sharing a GPU auto falls back to MPI saying why and nccl is refused. Running NCCL itself needs
- * a GPU per rank: not here. The MPI parts are skipped (and said) without MPI or mpirun. */
+ * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL itself needs a GPU
+ * per rank: with 2 GPUs and a GP_NCCL build, D = 2 and K = 2 on them give the same bits over NCCL
+ * as over MPI with host staging (with one GPU, two ranks share it and train over host staging,
+ * saying why); elsewhere that part is skipped and said, as are the MPI parts without MPI or
+ * mpirun. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -261,18 +264,20 @@ static int child_staged(void) {
 
 enum { STEPS = 3, M = 2 };
 
-/* The test Transformer trained STEPS steps by D x K ranks on near devices, with gpu_comm want:
- * rank 0 prints the parameters' hash, the last loss and what the ranks used, for the parent to
- * compare; with GP_FAKE_NCCL_SHARED, nccl asked must fail naming the ranks that share. */
+/* A test net trained STEPS steps by D x K ranks on near devices (gpu: on the GPUs, rank r on GPU
+ * r), with gpu_comm want: rank 0 prints the parameters' hash, the last loss and what the ranks
+ * used, for the parent to compare; with GP_FAKE_NCCL_SHARED, nccl asked must fail naming the
+ * ranks that share. */
 static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp_grad_sum gs,
-                       gp_gpu_comm want) {
+                       gp_gpu_comm want, bool gpu) {
     gp_device *cpu, *near;
     REQUIRE_OK(gp_device_cpu_new("train-cpu", &cpu));
     REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits, gp_device_kernels(cpu), &near));
     gp_device *devs[8] = {near, near, near, near, near, near, near, near};
     const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sched,
                                  .launcher = GP_LAUNCHER_MPI, .data_parallel = D,
-                                 .comm_timeout_s = 60, .grad_sum = gs, .devices = devs,
+                                 .comm_timeout_s = 60, .grad_sum = gs, .devices = gpu ? NULL : devs,
+                                 .device_type = gpu ? GP_DEVICE_CUDA : GP_DEVICE_CPU,
                                  .gpu_comm = want};
     gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = gp_test_net_optim(net);
@@ -297,11 +302,16 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
         const char *why = "";
         const gp_gpu_comm used = gp_pipeline_gpu_comm(p, &why);
         long counts[5] = {0};
+        void *fn = NULL;
+#ifdef GP_TEST_NCCL_FAKE
         void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
-        void *fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
+        fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
+#endif
         if (fn) ((void (*)(long *))fn)(counts);
-        /* Every rank's calls: the neighbours' messages both ways, the replicas' rounds. */
-        if (used == GP_GPU_COMM_NCCL) { /* two cells per stage: no neighbour links */
+        /* Every rank's calls over the fake: the neighbours' messages both ways, the rounds. */
+        if (!fn) {
+            CHECK(gpu); /* real NCCL: nothing to count */
+        } else if (used == GP_GPU_COMM_NCCL) { /* two cells per stage: no neighbour links */
             CHECK((K == 1 || sched == GP_SCHEDULE_INTERLEAVED) == (counts[0] + counts[1] == 0));
             CHECK(counts[2] > 0 && counts[3] == 0); /* D = 2, the D = 4 tree: pairwise */
         } else {
@@ -327,6 +337,62 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
  * RESULT line of rank 0 into result (may be NULL). Returns mpirun's exit status. */
 static int run_child(const char *name, int np, const char *extra, char *result, size_t n);
 
+typedef struct child_pair {
+    const char *nccl, *mpi; /* the children trained over NCCL and over MPI with host staging */
+    int np;
+} child_pair;
+
+/* Each pair's two children under mpirun: both must give the same parameter bits, the first over
+ * NCCL, the second over MPI. Returns the children that failed. */
+static int compare_pairs(const char *what, const child_pair *pairs, size_t n) {
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        char a[512] = "", b[512] = "";
+        failed += run_child(pairs[i].nccl, pairs[i].np, "", a, sizeof a) != 0;
+        failed += run_child(pairs[i].mpi, pairs[i].np, "", b, sizeof b) != 0;
+        unsigned long long ha = 0, hb = 1;
+        char ua[16] = "", ub[16] = "";
+        const bool parsed = sscanf(a, "RESULT %llx %*g %15s", &ha, ua) == 2 &&
+                            sscanf(b, "RESULT %llx %*g %15s", &hb, ub) == 2;
+        printf("%s: %s %s | %s %s: %s\n", what, pairs[i].nccl, a, pairs[i].mpi, b,
+               parsed && ha == hb ? "the same bits" : "DIFFERENT");
+        CHECK(parsed && ha == hb);
+        CHECK(strcmp(ua, "nccl") == 0 && strcmp(ub, "mpi") == 0);
+    }
+    return failed;
+}
+
+/* On a machine with a GPU per rank (2) and a build with GP_NCCL: NCCL itself, D = 2 (the
+ * replicas' exchange) and K = 2 (the neighbours' messages), against MPI with host staging. With
+ * one GPU, two ranks on it train over host staging, auto saying why. */
+static int run_gpu(void) {
+#ifndef GP_TEST_NCCL
+    printf("GPU NCCL: skipped (built without GP_NCCL)\n");
+    return 0;
+#else
+    int count = 0;
+    if (gp_cuda_device_count(&count) != GP_OK) count = 0;
+    if (count == 1) { /* two ranks on one GPU: auto falls back to host staging, saying why */
+        int failed = 0;
+        static const char *const shared[] = {"gpu-auto-d2", "gpu-auto-k2"};
+        for (int i = 0; i < 2; i++) {
+            char r[512] = "";
+            failed += run_child(shared[i], 2, "", r, sizeof r) != 0;
+            printf("GPU, 2 ranks on 1 GPU: %s %s\n", shared[i], r);
+            CHECK(strstr(r, " mpi ") && strstr(r, "ranks 0 and 1 share GPU"));
+        }
+        return failed;
+    }
+    if (count < 2) {
+        printf("GPU NCCL: skipped (needs 2 GPUs, one per rank; %d here)\n", count);
+        return 0;
+    }
+    static const child_pair pairs[] = {{"gpu-nccl-d2", "gpu-mpi-d2", 2},
+                                       {"gpu-nccl-k2", "gpu-mpi-k2", 2}};
+    return compare_pairs("GPU NCCL", pairs, sizeof pairs / sizeof *pairs);
+#endif
+}
+
 /* The same training over NCCL (the fake) and over MPI with host staging: the same bits where the
  * replicas' sum is pairwise (D = 2; the tree with D = 4), NCCL's calls made; with ranks sharing a
  * GPU auto falls back to MPI saying why, and nccl asked is refused. */
@@ -336,27 +402,11 @@ static int run_fake(void) {
     return 0;
 #else
     setenv("GP_CUDA_MODULE", GP_TEST_NCCL_FAKE, 1);
-    static const struct {
-        const char *nccl, *mpi;
-        int np;
-    } pairs[] = {{"nccl-d2k2", "mpi-d2k2", 4},
-                 {"nccl-tree-d4", "mpi-tree-d4", 4},
-                 {"nccl-tied-d2k2", "mpi-tied-d2k2", 4},
-                 {"nccl-interleaved-d2k2", "mpi-interleaved-d2k2", 4}};
-    int failed = 0;
-    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
-        char a[512] = "", b[512] = "";
-        failed += run_child(pairs[i].nccl, pairs[i].np, "", a, sizeof a) != 0;
-        failed += run_child(pairs[i].mpi, pairs[i].np, "", b, sizeof b) != 0;
-        unsigned long long ha = 0, hb = 1;
-        char ua[16] = "", ub[16] = "";
-        const bool parsed = sscanf(a, "RESULT %llx %*g %15s", &ha, ua) == 2 &&
-                            sscanf(b, "RESULT %llx %*g %15s", &hb, ub) == 2;
-        printf("fake NCCL: %s %s | %s %s: %s\n", pairs[i].nccl, a, pairs[i].mpi, b,
-               parsed && ha == hb ? "the same bits" : "DIFFERENT");
-        CHECK(parsed && ha == hb);
-        CHECK(strcmp(ua, "nccl") == 0 && strcmp(ub, "mpi") == 0);
-    }
+    static const child_pair pairs[] = {{"nccl-d2k2", "mpi-d2k2", 4},
+                                       {"nccl-tree-d4", "mpi-tree-d4", 4},
+                                       {"nccl-tied-d2k2", "mpi-tied-d2k2", 4},
+                                       {"nccl-interleaved-d2k2", "mpi-interleaved-d2k2", 4}};
+    int failed = compare_pairs("fake NCCL", pairs, sizeof pairs / sizeof *pairs);
     char c[512] = "";
     failed += run_child("nccl-auto-d2", 2, "GP_FAKE_NCCL_SHARED=1", c, sizeof c) != 0;
     printf("fake NCCL: ranks sharing a GPU, auto: %s\n", c);
@@ -417,16 +467,22 @@ int main(int argc, char **argv) {
         const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
         const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;
         const gp_gpu_comm nccl = GP_GPU_COMM_NCCL, mpi = GP_GPU_COMM_MPI;
-        if (!strcmp(c, "nccl-d2k2")) return child_train(tf, 2, 2, f1b, seq, nccl);
-        if (!strcmp(c, "mpi-d2k2")) return child_train(tf, 2, 2, f1b, seq, mpi);
-        if (!strcmp(c, "nccl-tree-d4")) return child_train(tf, 4, 1, f1b, tree, nccl);
-        if (!strcmp(c, "mpi-tree-d4")) return child_train(tf, 4, 1, f1b, tree, mpi);
-        if (!strcmp(c, "nccl-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, nccl);
-        if (!strcmp(c, "mpi-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, mpi);
-        if (!strcmp(c, "nccl-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, nccl);
-        if (!strcmp(c, "mpi-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, mpi);
-        if (!strcmp(c, "nccl-auto-d2")) return child_train(tf, 2, 1, f1b, seq, GP_GPU_COMM_AUTO);
-        if (!strcmp(c, "nccl-d2")) return child_train(tf, 2, 1, f1b, seq, nccl);
+        if (!strcmp(c, "nccl-d2k2")) return child_train(tf, 2, 2, f1b, seq, nccl, false);
+        if (!strcmp(c, "mpi-d2k2")) return child_train(tf, 2, 2, f1b, seq, mpi, false);
+        if (!strcmp(c, "nccl-tree-d4")) return child_train(tf, 4, 1, f1b, tree, nccl, false);
+        if (!strcmp(c, "mpi-tree-d4")) return child_train(tf, 4, 1, f1b, tree, mpi, false);
+        if (!strcmp(c, "nccl-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, nccl, false);
+        if (!strcmp(c, "mpi-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, mpi, false);
+        if (!strcmp(c, "nccl-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, nccl, false);
+        if (!strcmp(c, "mpi-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, mpi, false);
+        if (!strcmp(c, "nccl-auto-d2")) return child_train(tf, 2, 1, f1b, seq, GP_GPU_COMM_AUTO, false);
+        if (!strcmp(c, "nccl-d2")) return child_train(tf, 2, 1, f1b, seq, nccl, false);
+        if (!strcmp(c, "gpu-nccl-d2")) return child_train(tf, 2, 1, f1b, seq, nccl, true);
+        if (!strcmp(c, "gpu-mpi-d2")) return child_train(tf, 2, 1, f1b, seq, mpi, true);
+        if (!strcmp(c, "gpu-nccl-k2")) return child_train(tf, 1, 2, f1b, seq, nccl, true);
+        if (!strcmp(c, "gpu-mpi-k2")) return child_train(tf, 1, 2, f1b, seq, mpi, true);
+        if (!strcmp(c, "gpu-auto-d2")) return child_train(tf, 2, 1, f1b, seq, GP_GPU_COMM_AUTO, true);
+        if (!strcmp(c, "gpu-auto-k2")) return child_train(tf, 1, 2, f1b, seq, GP_GPU_COMM_AUTO, true);
         fprintf(stderr, "unknown case %s\n", c);
         return 2;
     }
@@ -435,6 +491,7 @@ int main(int argc, char **argv) {
     test_order();
     test_module();
     if (run_staged() != 0) gp_test_failures++;
+    gp_test_failures += run_gpu(); /* before run_fake points GP_CUDA_MODULE at the fake */
     gp_test_failures += run_fake();
     if (gp_test_failures) {
         printf("%d check(s) failed\n", gp_test_failures);
