@@ -724,6 +724,12 @@ const char *gp_grad_sum_name(gp_grad_sum g); /* "sequential", "tree" */
  * tensors live and its kernels run is its device (gp_pipeline_opts.devices). */
 typedef enum gp_launcher { GP_LAUNCHER_THREADS = 0, GP_LAUNCHER_MPI = 1 } gp_launcher;
 const char *gp_launcher_name(gp_launcher l); /* "threads", "mpi" */
+/* How the MPI launcher's ranks on CUDA GPUs exchange stage messages and sum gradients over the
+ * replicas. AUTO: NCCL where the build has it (GP_NCCL) and every rank has a GPU of its own,
+ * else MPI with host staging (gp_pipeline_gpu_comm says which, and why); NCCL: that or an
+ * error naming why not; MPI: host staging always. CPU ranks always use MPI. */
+typedef enum gp_gpu_comm { GP_GPU_COMM_AUTO = 0, GP_GPU_COMM_NCCL = 1, GP_GPU_COMM_MPI = 2 } gp_gpu_comm;
+const char *gp_gpu_comm_name(gp_gpu_comm c); /* "auto", "nccl", "mpi" */
 /* "gpipe", "1f1b", "zbh1", "interleaved", "zbv"; and back: the kind of that name, or
  * GP_INVALID_ARGUMENT naming the kinds (*kind untouched). */
 const char *gp_schedule_kind_name(gp_schedule_kind s);
@@ -819,9 +825,11 @@ typedef struct gp_pipeline_opts {
     gp_device **devices;
     /* The kind of the devices the pipeline makes when devices is NULL: CPU (the default) or
      * CUDA GPUs; stage shard w is gp_device_type_new(device_type, name, w, stage_threads), with
-     * memory_limit (on CUDA: GPU w mod the GPUs visible; failing as gp_cuda_device_count does
-     * where there is none). Not yet run on a GPU. */
+     * memory_limit (on CUDA: GPU w mod the GPUs visible, under MPI world rank r's GPU r mod
+     * them; failing as gp_cuda_device_count does where there is none). Not yet run on a GPU. */
     gp_device_type device_type;
+    /* MPI launcher on CUDA devices: NCCL or MPI between the ranks (gp_gpu_comm); 0: AUTO. */
+    gp_gpu_comm gpu_comm;
     /* The GEMM arithmetic of every stage device the pipeline uses or makes, the caller's devices
      * included (gp_device_set_precision); 0: FP32. */
     gp_precision precision;
@@ -1135,8 +1143,9 @@ gp_status gp_pipeline_write_timeline(const gp_pipeline *p, const char *path);
  * both, before anything is allocated). World rank r runs stage r % K of replica r / K;
  * every rank passes the same GLOBAL mini-batch to gp_pipeline_step and replica d trains on
  * its d-th slice of it (the batch must divide by D x M). Each stage's gradients are summed
- * over its D replicas with MPI_Iallreduce in buckets, each started as soon as its layers'
- * backward of the last micro-batch is done, overlapping the rest of that backward. Loss, gradient norm and losses of all
+ * over its D replicas in buckets (D = 2: one exchange of the partial sums; D > 2:
+ * MPI_Iallreduce; on GPU ranks NCCL may do either, see gp_gpu_comm), each started as soon as
+ * its layers' backward of the last micro-batch is done, overlapping the rest of that backward. Loss, gradient norm and losses of all
  * replicas meet in one fixed-order all-reduce, so every rank gets the same bits. D = 1 gives
  * bit-identical parameters to GP_LAUNCHER_THREADS; D > 1 differs from D = 1 by the order of
  * the gradient sums only (about 1e-7 relative). Every wait is bounded by comm_timeout_s: a
@@ -1179,6 +1188,10 @@ gp_status gp_pipeline_allgather(gp_pipeline *p, const void *mine, size_t nbytes,
  * gradients with their headers) and gradients given to the data-parallel all-reduce. Fills
  * n entries of each array (n >= the number of ranks); zeros on threads. */
 gp_status gp_pipeline_bytes_sent(const gp_pipeline *p, uint64_t *p2p, uint64_t *allreduce, int n);
+/* What the ranks of an MPI pipeline on CUDA devices use between them (NCCL or MPI; MPI on
+ * threads and on CPU devices) and, where that is MPI on GPUs, why (e.g. "ranks 0 and 1 share
+ * GPU ..."), else "": *why stays valid as long as the pipeline. */
+gp_gpu_comm gp_pipeline_gpu_comm(const gp_pipeline *p, const char **why);
 /* Bytes each device gave to its tensor axis's collectives in the last step (the shard layers'
  * all-reduces and the split cross-entropy's), in mesh order: under MPI world rank r's, on threads
  * stage k's shard t at k T + t (D = 1). Fills n entries (n >= the devices); zeros with T = 1. */

@@ -95,6 +95,7 @@ typedef struct gp_cli_mpi_place {
     int data_parallel; /* D */
     int rank, nranks;  /* world rank and size (0 and 1 on threads) */
     double timeout_s;
+    gp_gpu_comm gpu_comm; /* --gpu-comm */
 } gp_cli_mpi_place;
 
 /* --augment of image classifiers (augment.c). */
@@ -501,13 +502,14 @@ int gp_cli_pipeline_write_files(const gp_cli_train *t);
 
 /* ------------------------------------------------------------------ MPI */
 
-/* --launcher, --data-parallel, --comm-timeout, shared by train and bench. */
+/* --launcher, --data-parallel, --comm-timeout, --gpu-comm, shared by train and bench. */
 typedef struct gp_cli_mpi_args {
     const char *launcher;
     int data_parallel;
     double comm_timeout;
+    const char *gpu_comm;
 } gp_cli_mpi_args;
-enum { GP_CLI_MPI_NOPTS = 3 };
+enum { GP_CLI_MPI_NOPTS = 4 };
 void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a);
 /* Chooses the launcher (MPI when mpirun or srun started the process and MPI was built, or
  * --launcher), checks the combination, and for MPI initializes it and checks that the launch
@@ -515,8 +517,12 @@ void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a);
  * then write nothing to stdout. Returns an exit status. */
 int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi_args *a, int K,
                        int T, gp_cli_mpi_place *out);
-/* Copies the launcher, D and the timeout into po. */
+/* Copies the launcher, D, the timeout and --gpu-comm into po. */
 void gp_cli_mpi_apply(const gp_cli_mpi_place *pl, gp_pipeline_opts *po);
+/* Under MPI on CUDA devices, one line on what the GPU ranks use between them (NCCL, or MPI with
+ * host staging and why). */
+void gp_cli_gpu_comm_print(const gp_pipeline *p, const gp_cli_mpi_place *pl,
+                           gp_device_type type);
 /* Adds "bytes_sent_last_step": [{rank, stage, shard, replica, p2p, allreduce, tensor}]: what
  * each rank handed to MPI in the last step on each mesh axis (gp_pipeline_bytes_sent and
  * gp_pipeline_bytes_tensor: point-to-point along the pipeline, the data-parallel all-reduce, the

@@ -1,5 +1,5 @@
 /* The launcher options shared by `gpipe train` and `gpipe bench` (--launcher, --data-parallel,
- * --comm-timeout): the stages run as MPI processes when an MPI launcher (mpirun, srun) started
+ * --comm-timeout, --gpu-comm): the stages run as MPI processes when an MPI launcher (mpirun, srun) started
  * the process, as threads otherwise; the launch is checked against D x K x T before any work; ranks
  * other than 0 stay silent on stdout (their errors still reach stderr). */
 #include <stdio.h>
@@ -24,6 +24,11 @@ void gp_cli_mpi_options(gp_cli_opt out[GP_CLI_MPI_NOPTS], gp_cli_mpi_args *a) {
         {"--comm-timeout", GP_CLI_FLOAT, &a->comm_timeout, "SECONDS",
          "longest wait on another stage (thread or rank) before the step fails, naming it", "60",
          0, true, NULL, false, MAX_WAIT_S, false},
+        {"--gpu-comm", GP_CLI_CHOICE, &a->gpu_comm, "auto|nccl|mpi",
+         "MPI with --device cuda: how the ranks send stage messages and sum gradients: NCCL "
+         "(built with GP_NCCL; each rank on a GPU of its own: one GPU cannot host two NCCL "
+         "ranks) or MPI with host staging; auto takes NCCL where it can and says why not",
+         "auto", 0, false, "auto|nccl|mpi", false, 0, false},
     };
     memcpy(out, tab, sizeof tab);
 }
@@ -51,9 +56,15 @@ int gp_cli_mpi_resolve(const char *cmd, gp_cli_opt *tab, int n, const gp_cli_mpi
             return gp_cli_usage_error(cmd,
                                       "--data-parallel: only with the MPI launcher (start gpipe "
                                       "with mpirun -np D*K, or give --launcher mpi)");
+        if (gp_cli_seen(tab, n, "--gpu-comm"))
+            return gp_cli_usage_error(cmd, "--gpu-comm: only with the MPI launcher (stages on "
+                                           "threads share one process and its GPUs)");
         return GP_CLI_EXIT_OK;
     }
     out->launcher = GP_LAUNCHER_MPI;
+    out->gpu_comm = !a->gpu_comm || strcmp(a->gpu_comm, "auto") == 0 ? GP_GPU_COMM_AUTO
+                    : strcmp(a->gpu_comm, "nccl") == 0                ? GP_GPU_COMM_NCCL
+                                                                      : GP_GPU_COMM_MPI;
     out->data_parallel = gp_cli_seen(tab, n, "--data-parallel") ? a->data_parallel : 1;
     if (gp_mpi_init(&out->rank, &out->nranks) != GP_OK)
         return gp_cli_fail(cmd, "--launcher mpi: cannot initialize MPI");
@@ -83,6 +94,17 @@ void gp_cli_mpi_apply(const gp_cli_mpi_place *pl, gp_pipeline_opts *po) {
     po->launcher = pl->launcher;
     po->data_parallel = pl->data_parallel;
     po->comm_timeout_s = pl->timeout_s;
+    po->gpu_comm = pl->gpu_comm;
+}
+
+void gp_cli_gpu_comm_print(const gp_pipeline *p, const gp_cli_mpi_place *pl,
+                           gp_device_type type) {
+    if (pl->launcher != GP_LAUNCHER_MPI || type != GP_DEVICE_CUDA) return;
+    const char *why = "";
+    if (gp_pipeline_gpu_comm(p, &why) == GP_GPU_COMM_NCCL)
+        printf("GPU ranks: NCCL for stage messages and the gradient sum (a GPU each)\n");
+    else
+        printf("GPU ranks: MPI with host staging: %s\n", why);
 }
 
 void gp_cli_comm_report(cJSON *obj, const gp_pipeline *p, const gp_cli_mpi_place *pl) {

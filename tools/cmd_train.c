@@ -22,7 +22,7 @@ typedef struct train_opts {
     uint64_t seed, memory_limit;
     bool quiet;
     gp_cli_pipeline_args pipe; /* --stages --schedule --remat --partition */
-    gp_cli_mpi_args mpi;       /* --launcher --data-parallel --comm-timeout */
+    gp_cli_mpi_args mpi;       /* --launcher --data-parallel --comm-timeout --gpu-comm */
     gp_cli_lm_data_args lm_data; /* --data-format --vocab --val-data */
     /* checkpoints */
     const char *ckpt_dir, *init;
@@ -89,6 +89,7 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         mpi[0],  /* --launcher */
         mpi[1],  /* --data-parallel */
         mpi[2],  /* --comm-timeout */
+        mpi[3],  /* --gpu-comm */
         {"--trace", GP_CLI_STRING, &o->trace, "FILE.json",
          "with --stages: Chrome trace of the last step, one track per stage (Perfetto)", "none",
          0, false, NULL, false, 0, false},

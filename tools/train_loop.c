@@ -43,6 +43,7 @@ static int pipeline_start(gp_cli_train *t, int total_steps) {
                                : "cannot create the pipeline");
     if (t->stages > 0 && t->place.rank == 0)
         gp_cli_remat_print(t->pipeline, t->popts.remat, t->remat_why);
+    if (t->place.rank == 0) gp_cli_gpu_comm_print(t->pipeline, &t->place, t->popts.device_type);
     return GP_CLI_EXIT_OK;
 }
 

@@ -57,12 +57,13 @@ int gp_grid_shard(const gp_grid *g) { return (void)g, 0; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_tensor(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_world(gp_grid *g) { return (void)g, NULL; }
-gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
-    (void)g, (void)x, (void)n;
+gp_status gp_grid_grads_start(gp_grid *g, const gp_tensor *slice) {
+    (void)g, (void)slice;
     return not_built("gradient all-reduce");
 }
 gp_status gp_grid_grads_wait(gp_grid *g) { return (void)g, not_built("gradient all-reduce"); }
 void gp_grid_set_grad_tree(gp_grid *g, bool tree) { (void)g, (void)tree; }
+void gp_grid_set_payload(gp_grid *g, const gp_transport_payload *hook) { (void)g, (void)hook; }
 gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void **all,
                              size_t *offsets) {
     (void)g, (void)mine, (void)nbytes, (void)offsets;
@@ -74,10 +75,12 @@ void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {
     *p2p = *allreduce = 0;
 }
 void gp_grid_bytes_reset(gp_grid *g) { (void)g; }
+void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes) { (void)g, (void)nbytes; }
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why) { (void)g, (void)s, (void)why; }
 
 #else /* GP_HAVE_MPI */
 
+#include "comm/gpu_comm.h"
 #include "comm/mpi_transport.h"
 
 static bool g_we_initialized; /* this library called MPI_Init_thread */
@@ -128,15 +131,19 @@ void gp_mpi_abort_job(int code) {
 
 /* -------------------------------------------------------------------- grid */
 
-/* A gradient bucket being summed over the replicas: MPI_Iallreduce's request, or (tree) the
- * exchange with the partner of the current round, at distance `stride` in replica order. */
+/* A gradient bucket being summed over the replicas: MPI_Iallreduce's request, or the exchange
+ * with the partner of the current pairwise round (gp_dp_pair_rounds). A bucket in device memory
+ * is summed in a host copy (staged), copied back by the wait. */
 typedef struct grad_bucket {
-    float *x;
+    float *x; /* host: the bucket itself, or staged */
     int64_t n;
-    MPI_Request req[2]; /* the reduction's, or the tree round's receive and send */
-    int stride;
+    gp_tensor slice;    /* where the bucket lives (a view) */
+    MPI_Request req[2]; /* the reduction's, or the round's receive and send */
+    int round;
     float *scratch; /* (cap) the partner's partial sum */
     int64_t cap;
+    float *staged; /* (staged_cap) the host copy of a bucket in device memory */
+    int64_t staged_cap;
 } grad_bucket;
 
 struct gp_grid {
@@ -249,7 +256,10 @@ void gp_grid_free(gp_grid *g) {
     if (g->sh.world != MPI_COMM_NULL) MPI_Comm_free(&g->sh.world);
     free(g->sh.note_req);
     if (!notes_in_flight) free(g->sh.note_buf);
-    for (int b = 0; b < g->cap_buckets; b++) free(g->bk[b].scratch);
+    for (int b = 0; b < g->cap_buckets; b++) {
+        free(g->bk[b].scratch);
+        free(g->bk[b].staged);
+    }
     free(g->bk);
     free(g);
 }
@@ -274,13 +284,17 @@ static void who(const gp_grid *g, char *buf, size_t n) {
 
 void gp_grid_set_grad_tree(gp_grid *g, bool tree) { g->tree = tree; }
 
-/* The tree applies with D a power of two (else the plain all-reduce). */
-static bool tree_on(const gp_grid *g) { return g->tree && g->D > 1 && (g->D & (g->D - 1)) == 0; }
+void gp_grid_set_payload(gp_grid *g, const gp_transport_payload *hook) {
+    gp_transport_mpi_set_payload(g->pipe, hook);
+}
 
-/* Posts bucket b's exchange with its partner at b->stride: each sends its partial sum and
+/* Rounds of pairwise exchange (gp_dp_pair_rounds, the NCCL path's too), else 0: the all-reduce. */
+static int pair_rounds(const gp_grid *g) { return gp_dp_pair_rounds(g->D, g->tree); }
+
+/* Posts bucket b's exchange with its partner of round b->round: each sends its partial sum and
  * receives the partner's (tag: the round), both then hold the same pair. */
-static gp_status tree_round(gp_grid *g, grad_bucket *b) {
-    const int partner = g->replica ^ b->stride, tag = b->stride, n = (int)b->n;
+static gp_status pair_round(gp_grid *g, grad_bucket *b) {
+    const int partner = gp_dp_partner(g->replica, b->round), tag = b->round, n = (int)b->n;
     gp_status s = mpi_check(MPI_Irecv(b->scratch, n, MPI_FLOAT, partner, tag, g->dp_comm, &b->req[0]),
                             "MPI_Irecv");
     if (s == GP_OK)
@@ -289,9 +303,26 @@ static gp_status tree_round(gp_grid *g, grad_bucket *b) {
     return s;
 }
 
-gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
+/* At least n floats at *buf (cap of them), kept from step to step. */
+static gp_status bucket_buffer(float **buf, int64_t *cap, int64_t n, const char *w, int b,
+                               const char *what) {
+    if (*cap >= n) return GP_OK;
+    free(*buf);
+    *cap = 0;
+    if (!(*buf = malloc((size_t)n * sizeof **buf)))
+        return gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate %lld floats for %s of gradient "
+                                          "bucket %d", w, (long long)n, what, b);
+    *cap = n;
+    return GP_OK;
+}
+
+gp_status gp_grid_grads_start(gp_grid *g, const gp_tensor *slice) {
     char w[96];
     who(g, w, sizeof w);
+    const int64_t n = gp_tensor_nelem(slice);
+    if (slice->dtype != GP_F32 || !slice->data)
+        return gp_error(GP_INVALID_ARGUMENT, "%s: gradient bucket of %s at %p (float32 expected)",
+                        w, gp_dtype_name(slice->dtype), slice->data);
     if (n < 1 || n > INT_MAX)
         return gp_error(GP_INVALID_ARGUMENT, "%s: gradient bucket of %lld floats (1..%d)", w,
                         (long long)n, INT_MAX);
@@ -306,23 +337,22 @@ gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
         g->cap_buckets = cap;
     }
     grad_bucket *b = &g->bk[g->nbuckets];
-    b->x = x;
+    b->slice = *slice;
+    b->x = slice->data;
     b->n = n;
     b->req[0] = b->req[1] = MPI_REQUEST_NULL;
-    b->stride = 1;
+    b->round = 0;
+    if (!gp_device_is_host(slice->dev)) { /* host staging: MPI reads host memory only */
+        GP_TRY(bucket_buffer(&b->staged, &b->staged_cap, n, w, g->nbuckets, "the host copy"));
+        GP_TRY(gp_tensor_to_host(slice, b->staged, (size_t)n * sizeof *b->staged));
+        b->x = b->staged;
+    }
     gp_status s;
-    if (tree_on(g)) {
-        if (b->cap < n) {
-            free(b->scratch);
-            b->cap = 0;
-            if (!(b->scratch = malloc((size_t)n * sizeof *b->scratch)))
-                return gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate %lld floats for gradient "
-                                                  "bucket %d", w, (long long)n, g->nbuckets);
-            b->cap = n;
-        }
-        s = tree_round(g, b);
+    if (pair_rounds(g) > 0) {
+        GP_TRY(bucket_buffer(&b->scratch, &b->cap, n, w, g->nbuckets, "the partner's sum"));
+        s = pair_round(g, b);
     } else {
-        s = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, g->dp_comm,
+        s = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, b->x, (int)n, MPI_FLOAT, MPI_SUM, g->dp_comm,
                                      &b->req[0]),
                       "MPI_Iallreduce");
     }
@@ -336,20 +366,19 @@ gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n) {
     return GP_OK;
 }
 
-/* Bucket b's remaining rounds: after round `stride` replica d holds the sum over its aligned
- * block of 2 stride replicas, the lower half's sum added to the upper's (a commutative pair, so
- * both partners get the same bits), which is the subtree the single-replica sum builds there. */
-static gp_status tree_finish(gp_grid *g, grad_bucket *b, double deadline, const char *w,
-                             const char *doing) {
+/* Bucket b's remaining rounds: after round i replica d holds the sum over its aligned block of
+ * 2^(i+1) replicas, the lower half's sum added to the upper's (a commutative pair, so both
+ * partners get the same bits), which is the subtree the single-replica sum builds there. */
+static gp_status pairs_finish(gp_grid *g, grad_bucket *b, double deadline, const char *w,
+                              const char *doing) {
     gp_status s = GP_OK;
     while (s == GP_OK) {
         s = gp_mpi_wait(&g->sh, &b->req[0], deadline, w, doing);
         if (s == GP_OK) s = gp_mpi_wait(&g->sh, &b->req[1], deadline, w, doing);
         if (s != GP_OK) break;
-        for (int64_t i = 0; i < b->n; i++) b->x[i] += b->scratch[i];
-        b->stride *= 2;
-        if (b->stride >= g->D) break;
-        s = tree_round(g, b);
+        gp_dp_pair_add(b->x, b->scratch, b->n);
+        if (++b->round >= pair_rounds(g)) break;
+        s = pair_round(g, b);
     }
     return s;
 }
@@ -364,8 +393,11 @@ gp_status gp_grid_grads_wait(gp_grid *g) {
                  "waiting in the gradient all-reduce (bucket %d of %d) over the %d replicas of "
                  "stage %d%s",
                  b + 1, g->nbuckets, g->D, g->stage, g->T > 1 ? " (this shard)" : "");
-        s = tree_on(g) ? tree_finish(g, &g->bk[b], deadline, w, doing)
-                       : gp_mpi_wait(&g->sh, &g->bk[b].req[0], deadline, w, doing);
+        grad_bucket *bk = &g->bk[b];
+        s = pair_rounds(g) > 0 ? pairs_finish(g, bk, deadline, w, doing)
+                               : gp_mpi_wait(&g->sh, &bk->req[0], deadline, w, doing);
+        if (s == GP_OK && bk->x == bk->staged)
+            s = gp_tensor_from_host(&bk->slice, bk->staged, (size_t)bk->n * sizeof *bk->staged);
     }
     g->nbuckets = 0;
     return s;
@@ -432,6 +464,8 @@ void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {
 }
 
 void gp_grid_bytes_reset(gp_grid *g) { g->sh.bytes_p2p = g->sh.bytes_allreduce = 0; }
+
+void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes) { g->sh.bytes_allreduce += nbytes; }
 
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why) {
     gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, why);

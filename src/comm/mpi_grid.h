@@ -11,6 +11,7 @@
 #ifndef GP_COMM_MPI_GRID_H
 #define GP_COMM_MPI_GRID_H
 
+#include "comm/payload.h"
 #include "comm/transport_iface.h"
 
 typedef struct gp_grid gp_grid;
@@ -37,17 +38,23 @@ gp_transport *gp_grid_tensor(gp_grid *g);
 /* Every rank (world order), for the fixed-order all-reduce of norms and losses. */
 gp_transport *gp_grid_world(gp_grid *g);
 
-/* Starts summing one bucket, x (n floats), over this stage's (and shard's) D replicas in place
- * (MPI_Iallreduce) and returns at once; every replica starts the same buckets in the same
- * order. gp_grid_grads_wait completes every bucket started. With D = 2 a sum of two values has
- * the same bits in either order, so both replicas hold identical sums, run after run. */
-gp_status gp_grid_grads_start(gp_grid *g, float *x, int64_t n);
+/* Starts summing one bucket, slice (float32, a view of the gradient block), over this stage's
+ * (and shard's) D replicas in place and returns at once; every replica starts the same buckets
+ * in the same order. gp_grid_grads_wait completes every bucket started. The sum is pairwise
+ * (gp_dp_pair_rounds: D = 2, or tree with D a power of two) or MPI_Iallreduce. With D = 2 a sum
+ * of two values has the same bits in either order, so both replicas hold identical sums, run
+ * after run. A slice in device memory is summed in a host copy (host staging) and copied back
+ * by the wait. */
+gp_status gp_grid_grads_start(gp_grid *g, const gp_tensor *slice);
 gp_status gp_grid_grads_wait(gp_grid *g);
 /* tree: with D a power of two, each bucket is summed by pairing the replicas in rounds of
  * distance 1, 2, 4, ... (replica d with d ^ distance), so that the sum is a binary tree over
  * the replicas in order, the same on every replica and the top of the single-replica tree
- * (GP_GRAD_SUM_TREE); other D keep MPI_Iallreduce. */
+ * (GP_GRAD_SUM_TREE); other D > 2 keep MPI_Iallreduce. */
 void gp_grid_set_grad_tree(gp_grid *g, bool tree);
+
+/* Sets (or with NULL clears) the payload hook of the pipe transport (gp_grid_pipe). */
+void gp_grid_set_payload(gp_grid *g, const gp_transport_payload *hook);
 
 /* Gathers every world rank's nbytes at mine (sizes may differ) into one malloc'ed block,
  * world order, on every rank: *all (the caller frees it) and offsets[W + 1] (caller-owned,
@@ -59,6 +66,8 @@ gp_status gp_grid_allgatherv(gp_grid *g, const void *mine, size_t nbytes, void *
  * and gradients given to the data-parallel all-reduce. */
 void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce);
 void gp_grid_bytes_reset(gp_grid *g);
+/* Counts bytes given to a data-parallel all-reduce outside MPI (NCCL) as the grid's own. */
+void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes);
 
 /* Marks the run failed by this process (notes to every rank) and whether it was aborted. */
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why);

@@ -58,19 +58,40 @@ gp_status gp_mpi_aborted_error(gp_mpi_shared *sh, const char *who, const char *d
                     sh->abort_rank, sh->abort_msg);
 }
 
+/* gp_mpi_wait's poll: MPI_Test of one request; an MPI error aborts the run. */
+typedef struct request_poll {
+    gp_mpi_shared *sh;
+    MPI_Request *req;
+    const char *who, *doing;
+} request_poll;
+
+static gp_status test_request(void *ctx, bool *done) {
+    request_poll *r = ctx;
+    int flag = 0;
+    int rc = MPI_Test(r->req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+        char es[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, es, &len);
+        gp_status s = gp_error(GP_IO, "%s: MPI failed %s: %s", r->who, r->doing, es);
+        gp_mpi_shared_abort(r->sh, r->sh->world_rank, s, gp_last_error());
+        return s;
+    }
+    *done = flag != 0;
+    return GP_OK;
+}
+
 gp_status gp_mpi_wait(gp_mpi_shared *sh, MPI_Request *req, double deadline, const char *who,
                       const char *doing) {
+    request_poll r = {sh, req, who, doing};
+    return gp_mpi_wait_for(sh, test_request, &r, deadline, who, doing);
+}
+
+gp_status gp_mpi_wait_for(gp_mpi_shared *sh, gp_mpi_poll_fn poll, void *ctx, double deadline,
+                          const char *who, const char *doing) {
     for (long spin = 0;; spin++) {
-        int done = 0;
-        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) {
-            char es[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, es, &len);
-            gp_status s = gp_error(GP_IO, "%s: MPI failed %s: %s", who, doing, es);
-            gp_mpi_shared_abort(sh, sh->world_rank, s, gp_last_error());
-            return s;
-        }
+        bool done = false;
+        GP_TRY(poll(ctx, &done));
         if (done) return GP_OK;
         if (gp_mpi_shared_poll(sh)) return gp_mpi_aborted_error(sh, who, doing);
         if ((spin & 63) == 0 && gp_now() > deadline) {

@@ -61,6 +61,11 @@ double gp_mpi_deadline(const gp_mpi_shared *sh);
  * every rank) and returns GP_IO; a peer's note returns GP_IO naming that peer. */
 gp_status gp_mpi_wait(gp_mpi_shared *sh, MPI_Request *req, double deadline, const char *who,
                       const char *doing);
+/* The same wait for anything else that can be polled (an NCCL send's event): poll sets *done,
+ * or fails (its error is returned as it is). */
+typedef gp_status (*gp_mpi_poll_fn)(void *ctx, bool *done);
+gp_status gp_mpi_wait_for(gp_mpi_shared *sh, gp_mpi_poll_fn poll, void *ctx, double deadline,
+                          const char *who, const char *doing);
 
 /* Whether any run of this process failed (its own failure or a peer's note): MPI_Finalize would
  * then wait for dead peers. */

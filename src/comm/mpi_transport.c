@@ -1,7 +1,9 @@
 /* The MPI transport: the threads transport's interface between processes. A message is a small
  * header (kind, micro-batch, dtype, shape, sequence number) and its payload, both sent with
  * MPI_Isend and received with MPI_Irecv; the header is checked before the payload is received
- * into the caller's tensor. Every wait is a test loop with a deadline that also polls for peers'
+ * into the caller's tensor. A tensor in device memory goes through a host copy (host staging: MPI
+ * reads and writes host memory only), unless a payload hook (NCCL between GPUs) carries its link.
+ * Every wait is a test loop with a deadline that also polls for peers'
  * abort notes, so no call outlives the timeout and one rank's failure stops them all. */
 #ifdef GP_HAVE_MPI
 #include <limits.h>
@@ -17,9 +19,11 @@
 
 /* A message this rank sent whose MPI sends may still be in flight. */
 typedef struct pending {
-    MPI_Request req[2]; /* header, payload */
+    MPI_Request req[2]; /* header, payload (MPI_REQUEST_NULL where the payload hook carries it) */
     gp_msg_header hdr;
-    gp_tensor t; /* owned: released once both sends completed */
+    gp_tensor t;  /* owned: released once both sends completed */
+    void *staged; /* the host copy MPI sends of a tensor in device memory (freed with t) */
+    void *sent;   /* the payload hook's handle of its send, NULL once done */
     int peer;
 } pending;
 
@@ -38,6 +42,9 @@ typedef struct mpi_ctx {
     size_t fscratch_cap;
     int *counts, *displs; /* (4 * size) alltoallv / allgatherv arguments */
     gp_msg_header *hdr_in; /* where a header is received */
+    void *stage_in;        /* (stage_cap) where a payload for device memory is received */
+    size_t stage_cap;
+    gp_transport_payload hook; /* payloads that bypass MPI (gp_transport_mpi_set_payload) */
     /* A failure left a collective or a receive unfinished: MPI may still use gather, fscratch,
      * counts or hdr_in, so they outlive the transport. */
     bool abandoned;
@@ -47,6 +54,21 @@ static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
     snprintf(buf, n, "rank %d (%s %d)", c->world_of[r], c->role, r);
 }
 
+/* Whether pending message p's payload hook send is done (then forgotten). */
+static gp_status hook_done(mpi_ctx *c, pending *p, bool *done) {
+    *done = true;
+    if (!p->sent) return GP_OK;
+    GP_TRY(c->hook.sent(c->hook.ctx, p->sent, done));
+    if (*done) p->sent = NULL;
+    return GP_OK;
+}
+
+static void pending_release(pending *p) {
+    gp_tensor_release(&p->t);
+    free(p->staged);
+    p->staged = NULL;
+}
+
 /* Releases the tensors of the oldest messages whose sends completed. */
 static gp_status reclaim(mpi_ctx *c) {
     int done = 0;
@@ -54,7 +76,10 @@ static gp_status reclaim(mpi_ctx *c) {
         int flag = 0;
         if (MPI_Testall(2, c->pend[done].req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || !flag)
             break;
-        gp_tensor_release(&c->pend[done].t);
+        bool sent;
+        GP_TRY(hook_done(c, &c->pend[done], &sent));
+        if (!sent) break;
+        pending_release(&c->pend[done]);
         done++;
     }
     if (done) {
@@ -80,12 +105,31 @@ static int tag_of(gp_msg_tag tag) { return 2 * ((int)tag.kind + GP_MSG_NKINDS * 
 static int tag_hdr(gp_msg_tag tag) { return GP_MPI_TAG_HDR + tag_of(tag); }
 static int tag_data(gp_msg_tag tag) { return GP_MPI_TAG_DATA + tag_of(tag); }
 
-/* Waits for both sends of pending message i. */
+/* gp_mpi_wait_for's poll of a pending message's hook send; a failure aborts the run. */
+typedef struct hook_poll {
+    mpi_ctx *c;
+    pending *p;
+} hook_poll;
+
+static gp_status poll_hook(void *ctx, bool *done) {
+    hook_poll *h = ctx;
+    const gp_status s = hook_done(h->c, h->p, done);
+    if (s != GP_OK) gp_mpi_shared_abort(h->c->sh, h->c->sh->world_rank, s, gp_last_error());
+    return s;
+}
+
+/* Waits for both sends of pending message i (the payload hook's too). */
 static gp_status wait_pending(mpi_ctx *c, int i, double deadline, const char *who,
                               const char *doing) {
     for (int j = 0; j < 2; j++)
         GP_TRY(gp_mpi_wait(c->sh, &c->pend[i].req[j], deadline, who, doing));
-    return GP_OK;
+    hook_poll h = {c, &c->pend[i]};
+    return gp_mpi_wait_for(c->sh, poll_hook, &h, deadline, who, doing);
+}
+
+/* Whether the payload hook carries a message on this link. */
+static bool hooked(const mpi_ctx *c, int peer, gp_msg_tag tag, bool sending) {
+    return c->hook.carries && c->hook.carries(c->hook.ctx, peer, tag, sending);
 }
 
 static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tensor *t) {
@@ -127,16 +171,39 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
                           .dtype = (int32_t)p->t.dtype, .ndim = p->t.shape.ndim,
                           .link = tag.link, .nbytes = nbytes, .seq = c->sent[peer]++};
     for (int d = 0; d < GP_MAX_DIMS; d++) p->hdr.dim[d] = p->t.shape.dim[d];
+    p->req[0] = p->req[1] = MPI_REQUEST_NULL;
+    const bool hook = hooked(c, peer, tag, true);
+    const void *payload = p->t.data;
+    if (!hook && !gp_device_is_host(p->t.dev)) { /* host staging: MPI reads host memory only */
+        p->staged = malloc(nbytes ? nbytes : 1);
+        s = p->staged ? gp_tensor_to_host(&p->t, p->staged, nbytes)
+                      : gp_error(GP_OUT_OF_MEMORY, "%s: cannot stage %zu bytes %s", who, nbytes,
+                                 doing);
+        if (s != GP_OK) {
+            pending_release(p);
+            gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+            return s;
+        }
+        gp_tensor_release(&p->t); /* copied out: the device block is free again */
+        payload = p->staged;
+    }
     int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, tag_hdr(tag), c->comm,
                        &p->req[0]);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Isend(p->t.data, (int)nbytes, MPI_BYTE, peer, tag_data(tag), c->comm,
-                       &p->req[1]);
+    if (rc == MPI_SUCCESS && hook) {
+        s = c->hook.send(c->hook.ctx, peer, tag, &p->t, &p->sent);
+        if (s != GP_OK) {
+            c->npend++; /* the header is in flight: freed with the transport */
+            gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+            return s;
+        }
+    } else if (rc == MPI_SUCCESS) {
+        rc = MPI_Isend(payload, (int)nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &p->req[1]);
+    }
     if (rc != MPI_SUCCESS) {
         char es[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, es, &len);
-        gp_tensor_release(&p->t);
+        pending_release(p);
         s = gp_error(GP_IO, "%s: MPI_Isend failed %s: %s", who, doing, es);
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
         return s;
@@ -221,10 +288,27 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
         return s;
     }
-    if (MPI_Irecv(out->data, (int)h.nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &req) !=
+    if (hooked(c, peer, tag, false)) {
+        s = c->hook.recv(c->hook.ctx, peer, tag, out);
+        if (s != GP_OK) gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+        if (s == GP_OK) c->got[peer]++;
+        return s;
+    }
+    void *into = out->data;
+    const bool staged = !gp_device_is_host(out->dev); /* host staging: MPI writes host memory */
+    if (staged && h.nbytes > c->stage_cap) {
+        void *b = realloc(c->stage_in, h.nbytes);
+        if (!b) return gp_error(GP_OUT_OF_MEMORY, "%s: cannot stage %llu bytes %s", who,
+                                (unsigned long long)h.nbytes, doing);
+        c->stage_in = b;
+        c->stage_cap = h.nbytes;
+    }
+    if (staged) into = c->stage_in;
+    if (MPI_Irecv(into, (int)h.nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &req) !=
         MPI_SUCCESS)
         return gp_error(GP_IO, "%s: MPI_Irecv failed %s", who, doing);
     GP_TRY(wait_recv(c, &req, deadline, who, doing));
+    if (staged) GP_TRY(gp_tensor_from_host(out, c->stage_in, h.nbytes));
     c->got[peer]++;
     return GP_OK;
 }
@@ -406,7 +490,7 @@ static void mpi_free(void *ctx) {
                 MPI_Request_free(&c->pend[i].req[j]);
             }
         }
-        gp_tensor_release(&c->pend[i].t);
+        pending_release(&c->pend[i]);
     }
     free(c->pend);
     free(c->world_of);
@@ -417,6 +501,7 @@ static void mpi_free(void *ctx) {
         free(c->fscratch);
         free(c->counts);
         free(c->hdr_in);
+        free(c->stage_in);
     }
     free(c);
 }
@@ -482,6 +567,11 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
     MPI_Group_free(&wg);
     *out = tr;
     return GP_OK;
+}
+
+void gp_transport_mpi_set_payload(gp_transport *tr, const gp_transport_payload *hook) {
+    if (tr && tr->iface == &mpi_iface)
+        ((mpi_ctx *)tr->context)->hook = hook ? *hook : (gp_transport_payload){0};
 }
 
 int gp_transport_mpi_rank(const gp_transport *tr) {

@@ -4,6 +4,7 @@
 #ifndef GP_COMM_MPI_TRANSPORT_H
 #define GP_COMM_MPI_TRANSPORT_H
 
+#include "comm/payload.h"
 #include "comm/mpi_shared.h"
 #include "comm/transport_iface.h"
 
@@ -11,6 +12,8 @@
  * "stage", "replica"). The transport borrows sh and comm. */
 gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *role,
                                const gp_transport_opts *o, gp_transport **out);
+/* Sets (or with NULL clears) tr's payload hook; tr must be an MPI transport. */
+void gp_transport_mpi_set_payload(gp_transport *tr, const gp_transport_payload *hook);
 /* This process's rank in the transport's communicator. */
 int gp_transport_mpi_rank(const gp_transport *tr);
 

@@ -192,3 +192,14 @@ gp_status gp_cuda_memory(int ordinal, uint64_t *available) {
     *available = (uint64_t)free_bytes;
     return GP_OK;
 }
+
+gp_status gp_cuda_nccl(const gp_nccl_calls **table) {
+    *table = NULL;
+    const gp_cuda_module *m;
+    GP_TRY(module(&m));
+    if (!m->nccl)
+        return gp_error(GP_UNSUPPORTED, "gpipe was built without NCCL (configure with "
+                                        "-DGP_NCCL=ON, which needs GP_CUDA and NCCL)");
+    *table = m->nccl;
+    return GP_OK;
+}

@@ -17,6 +17,39 @@ extern "C" {
 
 struct gp_kernels;
 
+/* NCCL between processes, one GPU each (kernels/cuda/nccl.c, in a module built with GP_NCCL):
+ * the calls the MPI launcher makes, so that only the module links libnccl. A communicator
+ * (gp_nccl_comm) has a stream of its own on its GPU. */
+#define GP_NCCL_ID_BYTES 128 /* ncclUniqueId, which every rank gets from rank 0 (over MPI) */
+typedef struct gp_nccl_comm gp_nccl_comm;
+typedef struct gp_nccl_calls {
+    /* A new ncclUniqueId (rank 0), and the identity of dev's GPU (its UUID): ranks whose
+     * identities are equal share a GPU, which NCCL cannot do. */
+    gp_status (*unique_id)(unsigned char id[GP_NCCL_ID_BYTES]);
+    gp_status (*gpu_uuid)(gp_device *dev, unsigned char uuid[16]);
+    /* ncclCommInitRank on dev's GPU; ncclCommSplit of a communicator (color < 0: this rank in no
+     * part, *out NULL), collective over parent's ranks. */
+    gp_status (*comm_new)(gp_device *dev, const unsigned char id[GP_NCCL_ID_BYTES], int nranks,
+                          int rank, gp_nccl_comm **out);
+    gp_status (*comm_split)(gp_nccl_comm *parent, gp_device *dev, int color, int key,
+                            gp_nccl_comm **out);
+    void (*comm_free)(gp_nccl_comm *c);
+    /* On dev's stream, after its work so far: one grouped send of nbytes at sendbuf to rank `to`
+     * and receive from rank `from` into recvbuf (either side absent with a rank < 0). */
+    gp_status (*exchange)(gp_nccl_comm *c, gp_device *dev, const void *sendbuf, int to,
+                          void *recvbuf, int from, size_t nbytes);
+    /* ncclAllReduce (sum) of n floats in place on dev's stream: NCCL's order. */
+    gp_status (*allreduce_f32)(gp_nccl_comm *c, gp_device *dev, float *x, int64_t n);
+    /* A message on the communicator's own stream, so that links do not wait for each other: the
+     * send starts once dev's work so far is done, and *sent (an event) says when it has left
+     * (send_done: true once it has; it then frees the event); the receive lands before dev's
+     * later work. */
+    gp_status (*send)(gp_nccl_comm *c, gp_device *dev, const void *buf, size_t nbytes, int peer,
+                      void **sent);
+    gp_status (*send_done)(void *sent, bool *done);
+    gp_status (*recv)(gp_nccl_comm *c, gp_device *dev, void *buf, size_t nbytes, int peer);
+} gp_nccl_calls;
+
 /* The module's one exported function, resolved by name. */
 #define GP_CUDA_MODULE_ENTRY "gp_cuda_module_entry"
 
@@ -49,6 +82,7 @@ typedef struct gp_cuda_module {
     /* GPU ordinal's free bytes now (cudaMemGetInfo); ordinal in range, checked by the library */
     gp_status (*device_memory)(int ordinal, size_t *free_bytes);
     const struct gp_kernels *kernels;
+    const gp_nccl_calls *nccl; /* NULL: the module was built without NCCL (GP_NCCL=OFF) */
 } gp_cuda_module;
 
 /* The entry, defined by the module (kernels/cuda/cuda_device.c) and found with dlsym. */
@@ -60,6 +94,8 @@ typedef const gp_cuda_module *(*gp_cuda_module_entry_fn)(void);
 gp_status gp_cuda_kernels(const struct gp_kernels **table);
 /* GPU ordinal's free bytes, from the module (GP_INVALID_ARGUMENT for an ordinal out of range). */
 gp_status gp_cuda_memory(int ordinal, uint64_t *available);
+/* The module's NCCL calls: GP_UNSUPPORTED naming why where the build has no CUDA or no NCCL. */
+gp_status gp_cuda_nccl(const gp_nccl_calls **table);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include "core/hash.h"
 #include "model/skips.h"
 #include "pipeline/launch_mpi.h"
+#include "pipeline/launch_nccl.h"
 #include "pipeline/launcher.h"
 #include "pipeline/mesh.h"
 #include "pipeline/stage.h"
@@ -27,6 +28,7 @@
 
 typedef struct mpi_launch {
     gp_grid *grid;
+    gp_nccl_state *nccl; /* NCCL between the GPU ranks (launch_nccl.c); NULL: MPI */
     gp_transport *cells; /* V > 1: the cells' transport over the grid's pipe (owned) */
     gp_tensor xv, yv; /* this replica's rows of the step's mini-batch (views) */
     int dp_mark;      /* layers [dp_mark, last) are in buckets already started */
@@ -45,7 +47,8 @@ static gp_status layer_grads_final(void *ctx, gp_stage *s, int li) {
     gp_tensor slice = gp_store_grad_slice(s->store, li, l->dp_mark);
     const int64_t n = gp_tensor_nelem(&slice);
     if (n > 0 && (n >= l->dp_bucket || li == s->first)) {
-        GP_TRY(gp_grid_grads_start(l->grid, slice.data, n));
+        GP_TRY(l->nccl ? gp_launch_nccl_grads(l->nccl, &slice)
+                       : gp_grid_grads_start(l->grid, &slice));
         l->dp_mark = li;
     }
     return GP_OK;
@@ -355,6 +358,7 @@ static void mpi_free(gp_pipeline *p) {
     mpi_launch *l = p->launch;
     if (!l) return;
     gp_transport_free(l->cells);
+    gp_launch_nccl_free(l->nccl);
     gp_grid_free(l->grid);
     free(l);
     const gp_stage_sync none = {0};
@@ -439,4 +443,9 @@ gp_status gp_launch_mpi_agree_cells(gp_pipeline *p, int *first) {
     }
     l->dp_bucket = n / 4 < DP_BUCKET_FLOATS ? n / 4 : DP_BUCKET_FLOATS;
     return GP_OK;
+}
+
+gp_status gp_launch_mpi_gpu_comm(gp_pipeline *p, const gp_pipeline_opts *po) {
+    mpi_launch *l = p->launch;
+    return gp_launch_nccl_setup(p, l->grid, po->gpu_comm, &l->nccl);
 }

@@ -1,6 +1,7 @@
 /* The launchers' way into the runtime's state: binding their hooks and transports, this
  * process's place, and a step's inputs and counters. Kept apart from pipeline.c, which chooses
  * the launcher: the launchers call these, and nothing here calls a launcher. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "pipeline/launcher.h"
@@ -22,6 +23,11 @@ void gp_stage_bind_transports(gp_stage *s, gp_transport *pipe, gp_transport *ten
 }
 
 void gp_stage_set_cpu(gp_stage *s, int cpu) { s->cpu = cpu; }
+
+void gp_pipeline_set_gpu_comm(gp_pipeline *p, gp_gpu_comm use, const char *why) {
+    p->gpu_comm = use;
+    snprintf(p->gpu_comm_why, sizeof p->gpu_comm_why, "%s", why ? why : "");
+}
 
 gp_status gp_pipeline_set_place(gp_pipeline *p, const gp_place *pl) {
     p->rank = pl->rank;

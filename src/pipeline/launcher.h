@@ -27,6 +27,8 @@ typedef struct gp_place {
 } gp_place;
 /* Sets the place and makes the per-rank byte counters. */
 gp_status gp_pipeline_set_place(gp_pipeline *p, const gp_place *pl);
+/* What the GPU ranks use between them (NCCL or MPI) and why MPI (gp_pipeline_gpu_comm). */
+void gp_pipeline_set_gpu_comm(gp_pipeline *p, gp_gpu_comm use, const char *why);
 
 /* Before the stages run a step: its inputs as the stages see them (this replica's rows), the
  * global index of its first micro-batch (RNG keys), every cell run here begun, the timeline

@@ -17,6 +17,11 @@
 #include "pipeline/mesh.h"
 #include "pipeline/pipeline_hooks.h"
 
+gp_gpu_comm gp_pipeline_gpu_comm(const gp_pipeline *p, const char **why) {
+    if (why) *why = p ? p->gpu_comm_why : "";
+    return p && p->gpu_comm == GP_GPU_COMM_NCCL ? GP_GPU_COMM_NCCL : GP_GPU_COMM_MPI;
+}
+
 const char *gp_launcher_name(gp_launcher l) {
     return l == GP_LAUNCHER_THREADS ? "threads" : l == GP_LAUNCHER_MPI ? "mpi" : "?";
 }
@@ -117,8 +122,10 @@ static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opt
         snprintf(name, sizeof name, "stage%d.%d", s->dk, s->t);
     else
         snprintf(name, sizeof name, "stage%d", s->dk);
-    /* Stage shard w on device w of the kind (mod the kind's count: GPU w mod the GPUs). */
-    GP_TRY(gp_device_type_new(po->device_type, name, s->w,
+    /* Stage shard w on device w of the kind (mod the kind's count: GPU w mod the GPUs); under
+     * MPI the rank's own device, world rank r (GPU r mod the GPUs), so that the replicas of a
+     * stage do not share one. */
+    GP_TRY(gp_device_type_new(po->device_type, name, p->my_stage >= 0 ? p->rank : s->w,
                               po->stage_threads > 0 ? po->stage_threads : 1, &s->dev));
     s->own_dev = true;
     return po->memory_limit ? gp_device_set_limit(s->dev, po->memory_limit) : GP_OK;
@@ -247,6 +254,7 @@ gp_status gp_pipeline_new(gp_model *m, const gp_optim_opts *o, const gp_pipeline
     if (s == GP_OK) s = choose_partition(p, po);
     if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_agree_cells(p, p->first);
     if (s == GP_OK) s = init_stages(p, po, seed);
+    if (s == GP_OK && po->launcher == GP_LAUNCHER_MPI) s = gp_launch_mpi_gpu_comm(p, po);
     p->seed = seed ? seed : m->seed; /* dropout keys: the init seed unless given */
     /* One track per stage shard (a worker); with processes, one per rank once gathered
      * (gp_pipeline_gather). */

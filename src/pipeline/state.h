@@ -159,6 +159,9 @@ struct gp_pipeline {
     /* Where this process stands: world rank and size, the stage and shard it runs (-1: all),
      * replica. */
     int rank, nranks, my_stage, my_shard, replica, D;
+    /* Between GPU ranks under MPI: NCCL or MPI with host staging, and why MPI (launch_nccl.c). */
+    gp_gpu_comm gpu_comm;
+    char gpu_comm_why[320];
     /* The timeline of the last step; see gp_pipeline_last_stats. */
     gp_trace trace;
     bool have_trace;        /* the last step succeeded and its timeline is complete */

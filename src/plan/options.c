@@ -87,6 +87,13 @@ static gp_status check_fields(const gp_pipeline_opts *po, const gp_pipeline_size
     if (po->launcher != GP_LAUNCHER_THREADS && po->launcher != GP_LAUNCHER_MPI)
         return bad(field, "launcher", inv, "%d: expected threads (%d) or mpi (%d)",
                    (int)po->launcher, GP_LAUNCHER_THREADS, GP_LAUNCHER_MPI);
+    if (po->gpu_comm != GP_GPU_COMM_AUTO && po->gpu_comm != GP_GPU_COMM_NCCL &&
+        po->gpu_comm != GP_GPU_COMM_MPI)
+        return bad(field, "gpu_comm", inv, "%d: expected auto (%d), nccl (%d) or mpi (%d)",
+                   (int)po->gpu_comm, GP_GPU_COMM_AUTO, GP_GPU_COMM_NCCL, GP_GPU_COMM_MPI);
+    if (po->gpu_comm == GP_GPU_COMM_NCCL && po->launcher != GP_LAUNCHER_MPI)
+        return bad(field, "gpu_comm", inv, "nccl: NCCL runs between the MPI launcher's ranks "
+                                           "(launcher mpi), not between threads");
     if (po->stage_threads < 0 || po->stage_threads > GP_MAX_STAGE_THREADS)
         return bad(field, "stage_threads", inv, "%d: expected 0 (one) to %d", po->stage_threads,
                    GP_MAX_STAGE_THREADS);

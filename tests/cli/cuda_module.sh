@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A CPU run pays nothing for CUDA: gpipe links no CUDA library (ldd), and `gpipe --help` and a
+# A CPU run pays nothing for CUDA: gpipe links no CUDA library nor NCCL (ldd), and `gpipe --help` and a
 # CPU training load none (LD_DEBUG=files lists every file the dynamic loader opens, dlopen's
 # included). --device cuda with GP_CUDA_MODULE naming a missing file fails at once (exit 1)
 # naming the file. Where the build made the CUDA module (beside gpipe), --device cuda loads it,
@@ -9,7 +9,7 @@ set -u
 source "$(dirname "$0")/lib/common.bash"
 cli_init "$@"
 
-CUDA_FILES='libcudart|libcublas|libgpipe_cuda'
+CUDA_FILES='libcudart|libcublas|libnccl|libgpipe_cuda'
 
 if command -v ldd >/dev/null 2>&1; then
     linked=$(ldd "$GPIPE" | grep -E "$CUDA_FILES")

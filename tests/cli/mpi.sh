@@ -91,6 +91,15 @@ timeout 120 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" --launcher threads >"
 rc=$?
 [ "$rc" != 0 ] && grep -q "started by an MPI launcher with 2 ranks, but --launcher threads was given" \
     "$TMP/u2.err" || bad "--launcher threads under mpirun: exit $rc, $(head -c 400 "$TMP/u2.err")"
+"$GPIPE" train "${LM[@]}" --gpu-comm nccl >"$TMP/u3.out" 2>"$TMP/u3.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--gpu-comm: only with the MPI launcher" "$TMP/u3.err" ||
+    bad "--gpu-comm outside mpirun: exit $rc, $(cat "$TMP/u3.err")"
+# NCCL runs between GPUs: asked for with CPU stages, every rank fails saying so.
+timeout 120 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" --gpu-comm nccl >"$TMP/u4.out" 2>"$TMP/u4.err"
+rc=$?
+[ "$rc" != 0 ] && grep -q -- "--gpu-comm nccl: NCCL runs between CUDA GPUs, and the stages compute on the CPU (give --device cuda)" \
+    "$TMP/u4.err" || bad "--gpu-comm nccl on CPUs: exit $rc, $(head -c 600 "$TMP/u4.err")"
 "$GPIPE" train --help | grep -q -- "--comm-timeout SECONDS" || bad "train --help lacks --comm-timeout"
 "$GPIPE" bench --help | grep -q -- "--data-parallel D" || bad "bench --help lacks --data-parallel"
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/nccl.h"
 #include "kernels/cuda/profile.h"
 #include "kernels/cuda_module.h"
 
@@ -206,6 +207,9 @@ static const gp_cuda_module cuda_module = {
     .device_new = cuda_device_new,
     .device_memory = cuda_device_memory,
     .kernels = &cuda_kernels,
+#ifdef GP_HAVE_NCCL
+    .nccl = &gp_cuda_nccl_calls,
+#endif
 };
 
 __attribute__((visibility("default"))) const gp_cuda_module *gp_cuda_module_entry(void) {

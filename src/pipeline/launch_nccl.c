@@ -1,0 +1,203 @@
+/* NCCL between the MPI launcher's GPU ranks (launch_nccl.h). The choice is made once, by every
+ * rank from the same facts (the device kind, whether the CUDA module has NCCL, the GPUs' UUIDs
+ * gathered over MPI), so all take the same path. With NCCL, rank 0's ncclUniqueId reaches the
+ * others over MPI and makes one communicator of every rank, split into the data-parallel groups
+ * (a stage shard's D replicas) and into one communicator per direction between neighbouring
+ * stages: a direction's messages then run on a stream of their own in the order both ends post
+ * them (FIFO, as the transport's links are), so an activation waiting for its receiver never
+ * holds up a gradient going the other way. The headers still travel over MPI and are checked
+ * before the payload moves. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/gpu_comm.h"
+#include "comm/mpi_grid.h"
+#include "kernels/cuda_module.h"
+#include "kernels/kernels.h"
+#include "pipeline/launch_nccl.h"
+#include "pipeline/launcher.h"
+#include "pipeline/stage.h"
+
+struct gp_nccl_state {
+    const gp_nccl_calls *calls;
+    gp_device *dev; /* this rank's stage GPU */
+    gp_grid *grid;
+    int K, V, stage, replica, D;
+    bool tree;
+    gp_nccl_comm *world, *dp;
+    /* [parity][0: activations, lower stage to upper; 1: gradients, upper to lower]: the
+     * communicator of the neighbours (k, k + 1) with k of that parity, rank 0 the lower */
+    gp_nccl_comm *link[2][2];
+    gp_tensor scratch; /* a partner's partial sum in a pairwise round (kept, grown) */
+};
+
+/* The communicator of this rank's messages to or from its neighbour peer, and peer's rank in
+ * it; NULL where NCCL does not carry them (MPI with host staging does). */
+static gp_nccl_comm *link_of(const gp_nccl_state *n, int peer, gp_msg_tag tag, bool sending,
+                             int *peer_rank) {
+    if (n->V != 1 || tag.link != 0 || (peer != n->stage - 1 && peer != n->stage + 1)) return NULL;
+    const int lower = peer < n->stage ? peer : n->stage;
+    const bool up = (peer > n->stage) == sending; /* the message goes lower to upper */
+    if (tag.kind == GP_MSG_ACT && !up) return NULL;
+    if (tag.kind == GP_MSG_GRAD && up) return NULL;
+    if (tag.kind != GP_MSG_ACT && tag.kind != GP_MSG_GRAD) return NULL;
+    *peer_rank = peer == lower ? 0 : 1;
+    return n->link[lower % 2][tag.kind == GP_MSG_GRAD];
+}
+
+static bool hook_carries(void *ctx, int peer, gp_msg_tag tag, bool sending) {
+    int r;
+    return link_of(ctx, peer, tag, sending, &r) != NULL;
+}
+
+static gp_status hook_send(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **sent) {
+    gp_nccl_state *n = ctx;
+    int r = 0;
+    gp_nccl_comm *c = link_of(n, peer, tag, true, &r);
+    return n->calls->send(c, n->dev, t->data, gp_tensor_nbytes(t), r, sent);
+}
+
+static gp_status hook_sent(void *ctx, void *sent, bool *done) {
+    return ((gp_nccl_state *)ctx)->calls->send_done(sent, done);
+}
+
+static gp_status hook_recv(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out) {
+    gp_nccl_state *n = ctx;
+    int r = 0;
+    gp_nccl_comm *c = link_of(n, peer, tag, false, &r);
+    return n->calls->recv(c, n->dev, out->data, gp_tensor_nbytes(out), r);
+}
+
+void gp_launch_nccl_free(gp_nccl_state *n) {
+    if (!n) return;
+    gp_tensor_release(&n->scratch);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) n->calls->comm_free(n->link[i][j]);
+    n->calls->comm_free(n->dp);
+    n->calls->comm_free(n->world);
+    free(n);
+}
+
+/* Every rank's 16-byte GPU UUID (world order) into ids; the first two ranks that share one. */
+static gp_status gather_gpus(gp_grid *g, const unsigned char mine[16], gp_gpu_comm_facts *f,
+                             char *gpu, size_t ngpu) {
+    const int W = gp_grid_world_size(g);
+    size_t *off = calloc((size_t)W + 1, sizeof *off);
+    if (!off) return gp_error(GP_OUT_OF_MEMORY, "GPU identities of %d ranks", W);
+    void *all = NULL;
+    gp_status s = gp_grid_allgatherv(g, mine, 16, &all, off);
+    if (s == GP_OK && off[W] != (size_t)W * 16)
+        s = gp_error(GP_INTERNAL, "GPU identities: %zu bytes from %d ranks", off[W], W);
+    if (s == GP_OK && gp_gpu_comm_shared(all, W, 16, &f->shared_a, &f->shared_b)) {
+        const unsigned char *u = (const unsigned char *)all + (size_t)f->shared_a * 16;
+        snprintf(gpu, ngpu, "GPU-%02x%02x%02x%02x-%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5]);
+        f->shared_gpu = gpu;
+    }
+    free(all);
+    free(off);
+    return s;
+}
+
+/* Rank 0's unique id on every rank. */
+static gp_status share_id(gp_grid *g, const gp_nccl_calls *calls, unsigned char id[GP_NCCL_ID_BYTES]) {
+    const int W = gp_grid_world_size(g), me = gp_grid_world_rank(g);
+    if (me == 0) GP_TRY(calls->unique_id(id));
+    size_t *off = calloc((size_t)W + 1, sizeof *off);
+    if (!off) return gp_error(GP_OUT_OF_MEMORY, "NCCL id for %d ranks", W);
+    void *all = NULL;
+    gp_status s = gp_grid_allgatherv(g, id, me == 0 ? GP_NCCL_ID_BYTES : 0, &all, off);
+    if (s == GP_OK && off[1] != GP_NCCL_ID_BYTES)
+        s = gp_error(GP_INTERNAL, "NCCL id: rank 0 shared %zu bytes, not %d", off[1],
+                     GP_NCCL_ID_BYTES);
+    if (s == GP_OK) memcpy(id, all, GP_NCCL_ID_BYTES);
+    free(all);
+    free(off);
+    return s;
+}
+
+/* The communicators: every rank, then the splits every rank takes part in, in one order. */
+static gp_status make_comms(gp_nccl_state *n, gp_pipeline *p) {
+    unsigned char id[GP_NCCL_ID_BYTES] = {0};
+    GP_TRY(share_id(n->grid, n->calls, id));
+    GP_TRY(n->calls->comm_new(n->dev, id, p->nranks, p->rank, &n->world));
+    const int T = p->T, line = n->replica * T + p->my_shard; /* this rank's pipeline */
+    if (n->D > 1)
+        GP_TRY(n->calls->comm_split(n->world, n->dev, n->stage * T + p->my_shard, n->replica,
+                                    &n->dp));
+    for (int parity = 0; parity < 2 && n->V == 1; parity++) {
+        /* this rank's pair of that parity: (k, k + 1) or (k - 1, k) */
+        int lower = -1;
+        if (n->stage % 2 == parity && n->stage + 1 < n->K) lower = n->stage;
+        else if (n->stage > 0 && (n->stage - 1) % 2 == parity) lower = n->stage - 1;
+        for (int dir = 0; dir < 2; dir++)
+            GP_TRY(n->calls->comm_split(n->world, n->dev, lower < 0 ? -1 : line * n->K + lower,
+                                        n->stage - (lower < 0 ? 0 : lower),
+                                        &n->link[parity][dir]));
+    }
+    return GP_OK;
+}
+
+gp_status gp_launch_nccl_setup(gp_pipeline *p, gp_grid *grid, gp_gpu_comm want,
+                               gp_nccl_state **out) {
+    *out = NULL;
+    gp_stage *me = gp_worker(p, p->my_stage, p->my_shard);
+    gp_gpu_comm_facts f = {.cuda = !gp_device_is_host(me->dev), .shared_a = -1, .shared_b = -1};
+    const gp_nccl_calls *calls = NULL;
+    char missing[320] = "", gpu[32] = "";
+    if (f.cuda && gp_cuda_nccl(&calls) != GP_OK) {
+        snprintf(missing, sizeof missing, "%s", gp_last_error());
+        f.nccl_missing = missing;
+    }
+    if (calls) {
+        unsigned char uuid[16] = {0};
+        gp_status s = calls->gpu_uuid(me->dev, uuid);
+        if (s != GP_OK) {
+            gp_grid_abort(grid, s, gp_last_error());
+            return s;
+        }
+        GP_TRY(gather_gpus(grid, uuid, &f, gpu, sizeof gpu));
+    }
+    gp_gpu_comm use;
+    char why[320];
+    GP_TRY(gp_gpu_comm_choose(want, &f, &use, why, sizeof why));
+    gp_pipeline_set_gpu_comm(p, use, why);
+    if (use != GP_GPU_COMM_NCCL) return GP_OK;
+    gp_nccl_state *n = calloc(1, sizeof *n);
+    if (!n) return gp_error(GP_OUT_OF_MEMORY, "NCCL: cannot allocate its state");
+    *n = (gp_nccl_state){.calls = calls, .dev = me->dev, .grid = grid, .K = p->K, .V = p->V,
+                         .stage = p->my_stage, .replica = p->replica, .D = p->D,
+                         .tree = p->grad_sum == GP_GRAD_SUM_TREE};
+    gp_status s = make_comms(n, p);
+    if (s != GP_OK) {
+        gp_grid_abort(grid, s, gp_last_error());
+        gp_launch_nccl_free(n);
+        return gp_error_context(s, "NCCL between the GPU ranks (--gpu-comm mpi avoids it)");
+    }
+    const gp_transport_payload hook = {.ctx = n, .carries = hook_carries, .send = hook_send,
+                                       .sent = hook_sent, .recv = hook_recv};
+    gp_grid_set_payload(grid, &hook);
+    *out = n;
+    return GP_OK;
+}
+
+gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice) {
+    const int64_t count = gp_tensor_nelem(slice);
+    float *x = slice->data;
+    const int rounds = gp_dp_pair_rounds(n->D, n->tree);
+    gp_grid_count_allreduce(n->grid, (uint64_t)count * sizeof(float));
+    if (rounds == 0) return n->calls->allreduce_f32(n->dp, n->dev, x, count);
+    if (gp_tensor_nelem(&n->scratch) < count) {
+        /* Released while the stream may still read it: the device frees after its work. */
+        gp_tensor_release(&n->scratch);
+        GP_TRY(gp_tensor_alloc(n->dev, GP_MEM_GRADS, gp_shape1(count), GP_F32, &n->scratch));
+    }
+    float *y = n->scratch.data;
+    for (int r = 0; r < rounds; r++) {
+        const int partner = gp_dp_partner(n->replica, r);
+        GP_TRY(n->calls->exchange(n->dp, n->dev, x, partner, y, partner,
+                                  (size_t)count * sizeof(float)));
+        GP_TRY(gp_kernels_of(n->dev)->axpy(n->dev, count, 1.0f, y, x)); /* x + y, as the host's */
+    }
+    return GP_OK;
+}

@@ -1,0 +1,24 @@
+/* NCCL between the MPI launcher's GPU ranks (launch_nccl.c): the choice of NCCL or MPI with host
+ * staging, and with NCCL the communicators, the stage messages' payloads on them and the
+ * data-parallel gradient sum. */
+#ifndef GP_PIPELINE_LAUNCH_NCCL_H
+#define GP_PIPELINE_LAUNCH_NCCL_H
+
+#include "comm/mpi_grid.h"
+#include "pipeline/state.h"
+
+typedef struct gp_nccl_state gp_nccl_state;
+
+/* Collective over every rank, once the stages are made: chooses the path for want (p->gpu_comm,
+ * p->gpu_comm_why; gp_gpu_comm_choose) and with NCCL makes *out (NULL with MPI) and hooks the
+ * grid's pipe transport's stage messages (V = 1: activations and their gradients between neighbours,
+ * link 0; the rest keep MPI with host staging). */
+gp_status gp_launch_nccl_setup(struct gp_pipeline *p, gp_grid *grid, gp_gpu_comm want,
+                               gp_nccl_state **out);
+/* Queues the sum of one gradient bucket (a view of the gradient block on the stage's GPU) over
+ * the replicas on the GPU's stream, in gp_dp_pair_rounds' order (ncclAllReduce where that is
+ * 0); nothing to wait for: the optimizer's kernels run after it on the same stream. */
+gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice);
+void gp_launch_nccl_free(gp_nccl_state *n);
+
+#endif

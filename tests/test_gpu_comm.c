@@ -1,0 +1,502 @@
+/* The GPU ranks' communication without a GPU: the choice of NCCL or MPI with host staging (which
+ * path, which error, for each combination of device kind, NCCL in the build and GPUs shared by
+ * ranks), the detection of ranks that share a GPU, the pairwise order of the data-parallel
+ * gradient sum that the MPI grid and the NCCL path both run (every replica ends with the bits of
+ * the replicas' balanced binary tree, not the sequential sum's), and whether the CUDA module
+ * hands over NCCL's calls in a build with GP_NCCL (GP_TEST_NCCL). Then, under mpirun on 2 ranks,
+ * the MPI path's host staging: a stage message and a data-parallel gradient bucket held by a
+ * device whose memory the host cannot address (its pointers are not host addresses, as a GPU's)
+ * arrive bit-exact. Then gpipe's side of NCCL under mpirun over a stand-in for the module's NCCL
+ * calls (tests/nccl_fake.c, MPI underneath, ring-order all-reduce): the test Transformer trained
+ * with D x K = 2 x 2 (sequential sum) and 4 x 1 (tree) gives the same bits over NCCL as over MPI
+ * with host staging, with NCCL's sends, receives and pairwise exchanges made, and so does the
+ * tied Transformer (its tie's gradients staged beside NCCL's messages) and the interleaved
+ * schedule (two cells per stage: their messages staged, the replicas' sum NCCL's); with the ranks
+ * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL itself needs a GPU
+ * per rank: with 2 GPUs and a GP_NCCL build, D = 2 and K = 2 on them give the same bits over NCCL
+ * as over MPI with host staging (with one GPU, two ranks share it and train over host staging,
+ * saying why); elsewhere that part is skipped and said, as are the MPI parts without MPI or
+ * mpirun. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm/gpu_comm.h"
+#include "comm/mpi_grid.h"
+#include "core/device.h"
+#include "kernels/cuda_module.h"
+#include "testutil.h"
+
+/* ----------------------------------------------------------------- choice */
+
+static void test_choose(void) {
+    char why[320];
+    gp_gpu_comm use;
+    const gp_gpu_comm_facts cpu = {.cuda = false, .shared_a = -1, .shared_b = -1};
+    const gp_gpu_comm_facts gpus = {.cuda = true, .shared_a = -1, .shared_b = -1};
+    const gp_gpu_comm_facts unbuilt = {.cuda = true,
+                                       .nccl_missing = "gpipe was built without NCCL (x)",
+                                       .shared_a = -1,
+                                       .shared_b = -1};
+    const gp_gpu_comm_facts shared = {
+        .cuda = true, .shared_a = 0, .shared_b = 2, .shared_gpu = "GPU-0a1b"};
+
+    /* CPU ranks: MPI, with nothing to say; NCCL asked is an error naming --device cuda */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &cpu, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(why[0] == '\0');
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_MPI, &cpu, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK_FAILS(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &cpu, &use, why, sizeof why),
+                GP_INVALID_ARGUMENT, "give --device cuda");
+    /* GPUs, each its own, NCCL built: auto and nccl take NCCL; mpi is taken as asked */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &gpus, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_NCCL);
+    CHECK(why[0] == '\0');
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &gpus, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_NCCL);
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_MPI, &gpus, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(strstr(why, "--gpu-comm mpi") != NULL);
+    /* no NCCL in the build: auto falls back saying why; nccl asked is GP_UNSUPPORTED */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &unbuilt, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(strcmp(why, "gpipe was built without NCCL (x)") == 0);
+    CHECK_FAILS(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &unbuilt, &use, why, sizeof why),
+                GP_UNSUPPORTED, "--gpu-comm nccl: gpipe was built without NCCL (x)");
+    /* ranks sharing a GPU: auto falls back naming them; nccl asked is an error */
+    CHECK_OK(gp_gpu_comm_choose(GP_GPU_COMM_AUTO, &shared, &use, why, sizeof why));
+    CHECK_EQ_INT(use, GP_GPU_COMM_MPI);
+    CHECK(strstr(why, "ranks 0 and 2 share GPU GPU-0a1b, and one GPU cannot host two NCCL ranks") !=
+          NULL);
+    CHECK_FAILS(gp_gpu_comm_choose(GP_GPU_COMM_NCCL, &shared, &use, why, sizeof why),
+                GP_INVALID_ARGUMENT, "--gpu-comm nccl: ranks 0 and 2 share GPU GPU-0a1b");
+    /* a value out of the enum */
+    CHECK_FAILS(gp_gpu_comm_choose((gp_gpu_comm)7, &gpus, &use, why, sizeof why),
+                GP_INVALID_ARGUMENT, "gpu_comm 7: expected auto (0), nccl (1) or mpi (2)");
+    CHECK(strcmp(gp_gpu_comm_name(GP_GPU_COMM_NCCL), "nccl") == 0);
+}
+
+static void test_shared(void) {
+    unsigned char ids[4][16];
+    for (int r = 0; r < 4; r++) memset(ids[r], 0x10 + r, sizeof ids[r]);
+    int a, b;
+    CHECK(!gp_gpu_comm_shared(&ids[0][0], 4, 16, &a, &b));
+    CHECK_EQ_INT(a, -1);
+    ids[3][15] = 0x11; /* one byte off rank 1's: still distinct */
+    CHECK(!gp_gpu_comm_shared(&ids[0][0], 4, 16, &a, &b));
+    memcpy(ids[3], ids[1], 16);
+    CHECK(gp_gpu_comm_shared(&ids[0][0], 4, 16, &a, &b));
+    CHECK_EQ_INT(a, 1);
+    CHECK_EQ_INT(b, 3);
+    CHECK(!gp_gpu_comm_shared(&ids[0][0], 1, 16, &a, &b));
+}
+
+/* ----------------------------------------------------------- the sum order */
+
+enum { N = 257, MAXD = 8 };
+
+/* Every replica's bucket after the pairwise rounds, each round's exchange done on copies (the
+ * partners' sums as they were when the round began), as the MPI grid and NCCL run it. */
+static void pairwise(float x[MAXD][N], int D, bool tree) {
+    static float before[MAXD][N];
+    const int rounds = gp_dp_pair_rounds(D, tree);
+    for (int r = 0; r < rounds; r++) {
+        memcpy(before, x, sizeof before);
+        for (int d = 0; d < D; d++) {
+            const int p = gp_dp_partner(d, r);
+            CHECK(p >= 0 && p < D && gp_dp_partner(p, r) == d);
+            gp_dp_pair_add(x[d], before[p], N);
+        }
+    }
+}
+
+/* The balanced binary tree over replicas [lo, hi) (the top of the single replica's tree). */
+static float tree_sum(float x[MAXD][N], int lo, int hi, int i) {
+    if (hi - lo == 1) return x[lo][i];
+    const int mid = (lo + hi) / 2;
+    return tree_sum(x, lo, mid, i) + tree_sum(x, mid, hi, i);
+}
+
+static void test_order(void) {
+    CHECK_EQ_INT(gp_dp_pair_rounds(1, true), 0);
+    CHECK_EQ_INT(gp_dp_pair_rounds(2, false), 1);
+    CHECK_EQ_INT(gp_dp_pair_rounds(2, true), 1);
+    CHECK_EQ_INT(gp_dp_pair_rounds(4, true), 2);
+    CHECK_EQ_INT(gp_dp_pair_rounds(8, true), 3);
+    CHECK_EQ_INT(gp_dp_pair_rounds(4, false), 0); /* the library's all-reduce */
+    CHECK_EQ_INT(gp_dp_pair_rounds(3, true), 0);
+    CHECK_EQ_INT(gp_dp_pair_rounds(6, true), 0);
+    static float x[MAXD][N], orig[MAXD][N];
+    for (int D = 2; D <= MAXD; D *= 2) {
+        /* magnitudes far apart, so that the order of the adds shows in the bits */
+        for (int d = 0; d < D; d++)
+            gp_test_fill(orig[d], N, 31 + (uint64_t)d, 2, -1.0f, 1.0f);
+        for (int i = 0; i < N; i++) orig[i % D][i] *= 3e3f;
+        memcpy(x, orig, sizeof x);
+        pairwise(x, D, true);
+        int mismatched = 0, sequential_differs = 0;
+        for (int i = 0; i < N; i++) {
+            const float want = tree_sum(orig, 0, D, i);
+            float seq = orig[0][i];
+            for (int d = 1; d < D; d++) seq += orig[d][i];
+            sequential_differs += memcmp(&seq, &want, sizeof seq) != 0;
+            for (int d = 0; d < D; d++) mismatched += memcmp(&x[d][i], &want, sizeof want) != 0;
+        }
+        CHECK_EQ_INT(mismatched, 0);
+        /* the check above can tell one order from another: D = 2 has one sum only */
+        if (D > 2) CHECK(sequential_differs > 0);
+        printf("order: D = %d: every replica holds the tree's bits (%d of %d elements differ "
+               "from the sequential sum)\n", D, sequential_differs, N);
+    }
+}
+
+/* Whether the CUDA module hands over NCCL's calls: all of them in a build with GP_NCCL, a named
+ * refusal otherwise. */
+static void test_module(void) {
+    const gp_nccl_calls *calls = NULL;
+    const gp_status s = gp_cuda_nccl(&calls);
+#ifdef GP_TEST_NCCL
+    CHECK_OK(s);
+    if (calls) {
+        CHECK(calls->unique_id && calls->gpu_uuid && calls->comm_new && calls->comm_split &&
+              calls->comm_free && calls->exchange && calls->allreduce_f32 && calls->send &&
+              calls->send_done && calls->recv);
+        printf("module: the CUDA module hands over NCCL's calls\n");
+    }
+#else
+    CHECK(s == GP_UNSUPPORTED && calls == NULL);
+    CHECK(strstr(gp_last_error(), gp_cuda_built() ? "built without NCCL" : "built without CUDA"));
+    printf("module: %s\n", gp_last_error());
+#endif
+}
+
+/* ------------------------------------------------ host staging under MPI */
+
+/* Devices that say their memory is not the host's, as a GPU's is not, so that the MPI path
+ * stages it and the NCCL path takes it (its context: the bits its pointers carry). "far": host
+ * memory with its address's top bits set (a non-canonical address, which faults), moved only
+ * through its copy: MPI given one of its pointers crashes. "near": plain host memory, so that the
+ * CPU's kernels (its table) train on it and the fake NCCL module moves it. */
+#define FAR_BIT ((uintptr_t)1 << 62)
+static const uintptr_t far_bits = FAR_BIT, near_bits = 0;
+static void *to_host(const void *ctx, const void *p) {
+    return (void *)((uintptr_t)p & ~*(const uintptr_t *)ctx);
+}
+
+static gp_status far_alloc(void *ctx, size_t nbytes, void **ptr) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, nbytes ? nbytes : 1))
+        return gp_error(GP_OUT_OF_MEMORY, "far device: %zu bytes", nbytes);
+    *ptr = (void *)((uintptr_t)p | *(const uintptr_t *)ctx);
+    return GP_OK;
+}
+static void far_free(void *ctx, void *ptr) { free(to_host(ctx, ptr)); }
+static gp_status far_copy(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind k) {
+    memmove(k == GP_COPY_DEVICE_TO_HOST ? dst : to_host(ctx, dst),
+            k == GP_COPY_HOST_TO_DEVICE ? src : to_host(ctx, src), nbytes);
+    return GP_OK;
+}
+static gp_status far_fill(void *ctx, void *dst, size_t nbytes, int byte) {
+    memset(to_host(ctx, dst), byte, nbytes);
+    return GP_OK;
+}
+static gp_status far_sync(void *ctx) { return (void)ctx, GP_OK; }
+static const gp_device_iface far_iface = {.kind = "far", .host_memory = false, .alloc = far_alloc,
+                                          .free = far_free, .copy = far_copy, .fill = far_fill,
+                                          .sync = far_sync};
+
+/* 2 ranks: a stage message from rank 0 to rank 1 (K = 2), then a gradient bucket summed over
+ * D = 2 replicas (a fresh grid), both in far memory. */
+static int child_staged(void) {
+    gp_device *cpu, *far;
+    REQUIRE_OK(gp_device_cpu_new("staged-cpu", &cpu));
+    REQUIRE_OK(gp_device_new("far", &far_iface, (void *)&far_bits, gp_device_kernels(cpu), &far));
+    gp_grid *g = NULL;
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 30, &g));
+    const int k = gp_grid_stage(g);
+    float want[6], got[6];
+    gp_test_fill(want, 6, 5, 1, -2.0f, 2.0f);
+    gp_tensor t = {0};
+    REQUIRE_OK(gp_tensor_alloc(far, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &t));
+    const gp_msg_tag tag = {GP_MSG_ACT, 0, 0};
+    if (k == 0) {
+        CHECK_OK(gp_tensor_from_host(&t, want, sizeof want));
+        CHECK_OK(gp_transport_send(gp_grid_pipe(g), 0, 1, tag, &t));
+        CHECK_OK(gp_transport_flush(gp_grid_pipe(g), 0));
+    } else {
+        CHECK_OK(gp_transport_recv(gp_grid_pipe(g), 1, 0, tag, &t));
+        CHECK_OK(gp_tensor_to_host(&t, got, sizeof got));
+        CHECK(memcmp(got, want, sizeof want) == 0);
+        gp_tensor_release(&t);
+    }
+    gp_grid_free(g);
+
+    REQUIRE_OK(gp_grid_new(2, 1, 1, 30, &g));
+    const int d = gp_grid_replica(g);
+    float mine[N], other[N], sum[N], back[N];
+    gp_test_fill(mine, N, 40 + (uint64_t)d, 3, -1.0f, 1.0f);
+    gp_test_fill(other, N, 40 + (uint64_t)(1 - d), 3, -1.0f, 1.0f);
+    for (int i = 0; i < N; i++) sum[i] = mine[i] + other[i]; /* one sum of two: either order */
+    gp_tensor b = {0};
+    REQUIRE_OK(gp_tensor_alloc(far, GP_MEM_GRADS, gp_shape1(N), GP_F32, &b));
+    CHECK_OK(gp_tensor_from_host(&b, mine, sizeof mine));
+    CHECK_OK(gp_grid_grads_start(g, &b));
+    CHECK_OK(gp_grid_grads_wait(g));
+    CHECK_OK(gp_tensor_to_host(&b, back, sizeof back));
+    CHECK(memcmp(back, sum, sizeof sum) == 0);
+    gp_tensor_release(&b);
+    gp_grid_free(g);
+    gp_device_free(far);
+    gp_device_free(cpu);
+    printf("staged rank %d: %s\n", k, gp_test_failures ? "FAILED" : "checks passed");
+    fflush(stdout);
+    const int failed = gp_test_failures;
+    gp_mpi_finalize();
+    return failed ? 1 : 0;
+}
+
+/* ----------------------------------- gpipe's side of NCCL, over the fake */
+
+enum { STEPS = 3, M = 2 };
+
+/* A test net trained STEPS steps by D x K ranks on near devices (gpu: on the GPUs, rank r on GPU
+ * r), with gpu_comm want: rank 0 prints the parameters' hash, the last loss and what the ranks
+ * used, for the parent to compare; with GP_FAKE_NCCL_SHARED, nccl asked must fail naming the
+ * ranks that share. */
+static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp_grad_sum gs,
+                       gp_gpu_comm want, bool gpu) {
+    gp_device *cpu, *near;
+    REQUIRE_OK(gp_device_cpu_new("train-cpu", &cpu));
+    REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits, gp_device_kernels(cpu), &near));
+    gp_device *devs[8] = {near, near, near, near, near, near, near, near};
+    const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .schedule = sched,
+                                 .launcher = GP_LAUNCHER_MPI, .data_parallel = D,
+                                 .comm_timeout_s = 60, .grad_sum = gs, .devices = gpu ? NULL : devs,
+                                 .device_type = gpu ? GP_DEVICE_CUDA : GP_DEVICE_CPU,
+                                 .gpu_comm = want};
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
+    gp_pipeline *p = NULL;
+    const gp_status s = gp_pipeline_new(m, &o, &po, 77, &p);
+    int rank = 0, nranks, stage, replica;
+    gp_mpi_init(&rank, NULL);
+    if (s != GP_OK) { /* the shared-GPU refusal: every rank fails alike */
+        printf("train rank %d: gp_pipeline_new: %s\n", rank, gp_last_error());
+        CHECK(getenv("GP_FAKE_NCCL_SHARED") && want == GP_GPU_COMM_NCCL &&
+              strstr(gp_last_error(), "--gpu-comm nccl: ranks 0 and 1 share GPU"));
+    } else {
+        float loss = 0;
+        for (int st = 0; st < STEPS; st++) {
+            gp_test_batch b;
+            gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 500 + (uint64_t)st, &b);
+            REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
+        }
+        uint64_t h = 0;
+        REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &h));
+        gp_pipeline_place(p, &rank, &nranks, &stage, &replica);
+        const char *why = "";
+        const gp_gpu_comm used = gp_pipeline_gpu_comm(p, &why);
+        long counts[5] = {0};
+        void *fn = NULL;
+#ifdef GP_TEST_NCCL_FAKE
+        void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
+        fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
+#endif
+        if (fn) ((void (*)(long *))fn)(counts);
+        /* Every rank's calls over the fake: the neighbours' messages both ways, the rounds. */
+        if (!fn) {
+            CHECK(gpu); /* real NCCL: nothing to count */
+        } else if (used == GP_GPU_COMM_NCCL) { /* two cells per stage: no neighbour links */
+            CHECK((K == 1 || sched == GP_SCHEDULE_INTERLEAVED) == (counts[0] + counts[1] == 0));
+            CHECK(counts[2] > 0 && counts[3] == 0); /* D = 2, the D = 4 tree: pairwise */
+        } else {
+            CHECK(counts[0] + counts[1] + counts[2] + counts[3] == 0);
+        }
+        if (rank == 0)
+            printf("RESULT %016llx %.9g %s sends %ld recvs %ld exchanges %ld all-reduces %ld "
+                   "splits %ld (%s)\n",
+                   (unsigned long long)h, loss, gp_gpu_comm_name(used), counts[0], counts[1],
+                   counts[2], counts[3], counts[4], why);
+        gp_pipeline_free(p);
+    }
+    gp_model_free(m);
+    gp_device_free(near);
+    gp_device_free(cpu);
+    fflush(stdout);
+    const int failed = gp_test_failures;
+    gp_mpi_finalize();
+    return failed ? 1 : 0;
+}
+
+/* mpirun -np np of this program's child `name` (extra: environment assignments before it); the
+ * RESULT line of rank 0 into result (may be NULL). Returns mpirun's exit status. */
+static int run_child(const char *name, int np, const char *extra, char *result, size_t n);
+
+typedef struct child_pair {
+    const char *nccl, *mpi; /* the children trained over NCCL and over MPI with host staging */
+    int np;
+} child_pair;
+
+/* Each pair's two children under mpirun: both must give the same parameter bits, the first over
+ * NCCL, the second over MPI. Returns the children that failed. */
+static int compare_pairs(const char *what, const child_pair *pairs, size_t n) {
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        char a[512] = "", b[512] = "";
+        failed += run_child(pairs[i].nccl, pairs[i].np, "", a, sizeof a) != 0;
+        failed += run_child(pairs[i].mpi, pairs[i].np, "", b, sizeof b) != 0;
+        unsigned long long ha = 0, hb = 1;
+        char ua[16] = "", ub[16] = "";
+        const bool parsed = sscanf(a, "RESULT %llx %*g %15s", &ha, ua) == 2 &&
+                            sscanf(b, "RESULT %llx %*g %15s", &hb, ub) == 2;
+        printf("%s: %s %s | %s %s: %s\n", what, pairs[i].nccl, a, pairs[i].mpi, b,
+               parsed && ha == hb ? "the same bits" : "DIFFERENT");
+        CHECK(parsed && ha == hb);
+        CHECK(strcmp(ua, "nccl") == 0 && strcmp(ub, "mpi") == 0);
+    }
+    return failed;
+}
+
+/* On a machine with a GPU per rank (2) and a build with GP_NCCL: NCCL itself, D = 2 (the
+ * replicas' exchange) and K = 2 (the neighbours' messages), against MPI with host staging. With
+ * one GPU, two ranks on it train over host staging, auto saying why. */
+static int run_gpu(void) {
+#ifndef GP_TEST_NCCL
+    printf("GPU NCCL: skipped (built without GP_NCCL)\n");
+    return 0;
+#else
+    int count = 0;
+    if (gp_cuda_device_count(&count) != GP_OK) count = 0;
+    if (count == 1) { /* two ranks on one GPU: auto falls back to host staging, saying why */
+        int failed = 0;
+        static const char *const shared[] = {"gpu-auto-d2", "gpu-auto-k2"};
+        for (int i = 0; i < 2; i++) {
+            char r[512] = "";
+            failed += run_child(shared[i], 2, "", r, sizeof r) != 0;
+            printf("GPU, 2 ranks on 1 GPU: %s %s\n", shared[i], r);
+            CHECK(strstr(r, " mpi ") && strstr(r, "ranks 0 and 1 share GPU"));
+        }
+        return failed;
+    }
+    if (count < 2) {
+        printf("GPU NCCL: skipped (needs 2 GPUs, one per rank; %d here)\n", count);
+        return 0;
+    }
+    static const child_pair pairs[] = {{"gpu-nccl-d2", "gpu-mpi-d2", 2},
+                                       {"gpu-nccl-k2", "gpu-mpi-k2", 2}};
+    return compare_pairs("GPU NCCL", pairs, sizeof pairs / sizeof *pairs);
+#endif
+}
+
+/* The same training over NCCL (the fake) and over MPI with host staging: the same bits where the
+ * replicas' sum is pairwise (D = 2; the tree with D = 4), NCCL's calls made; with ranks sharing a
+ * GPU auto falls back to MPI saying why, and nccl asked is refused. */
+static int run_fake(void) {
+#ifndef GP_TEST_NCCL_FAKE
+    printf("fake NCCL: skipped (no MPI in this build)\n");
+    return 0;
+#else
+    setenv("GP_CUDA_MODULE", GP_TEST_NCCL_FAKE, 1);
+    static const child_pair pairs[] = {{"nccl-d2k2", "mpi-d2k2", 4},
+                                       {"nccl-tree-d4", "mpi-tree-d4", 4},
+                                       {"nccl-tied-d2k2", "mpi-tied-d2k2", 4},
+                                       {"nccl-interleaved-d2k2", "mpi-interleaved-d2k2", 4}};
+    int failed = compare_pairs("fake NCCL", pairs, sizeof pairs / sizeof *pairs);
+    char c[512] = "";
+    failed += run_child("nccl-auto-d2", 2, "GP_FAKE_NCCL_SHARED=1", c, sizeof c) != 0;
+    printf("fake NCCL: ranks sharing a GPU, auto: %s\n", c);
+    CHECK(strstr(c, " mpi ") && strstr(c, "ranks 0 and 1 share GPU") &&
+          strstr(c, "one GPU cannot host two NCCL ranks"));
+    failed += run_child("nccl-d2", 2, "GP_FAKE_NCCL_SHARED=1", NULL, 0) != 0;
+    return failed;
+#endif
+}
+
+static int run_staged(void) {
+    return run_child("staged", 2, "", NULL, 0);
+}
+
+static int run_child(const char *name, int np, const char *extra, char *result, size_t n) {
+    if (!gp_mpi_built() || system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("%s: skipped (no MPI in this build, or no mpirun on PATH)\n", name);
+        return 0;
+    }
+    char self[4096], cmd[4400], line[1024];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return 1;
+    self[len] = '\0';
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    /* Under ASan the ranks run without leak detection: Open MPI's plugins leave their own
+     * allocations behind at exit (this process, which makes no MPI call, is still checked). */
+    const char *asan = getenv("ASAN_OPTIONS");
+    char opts[512];
+    snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+    snprintf(cmd, sizeof cmd,
+             "%s timeout -k 10 240 mpirun --oversubscribe --bind-to none -np %d %s --child %s 2>&1",
+             extra, np, self, name);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 1;
+    while (fgets(line, sizeof line, f)) {
+        if (result && !strncmp(line, "RESULT ", 7)) {
+            line[strcspn(line, "\n")] = '\0';
+            const size_t k = strlen(line) < n ? strlen(line) : n - 1;
+            memcpy(result, line, k);
+            result[k] = '\0';
+        } else {
+            fputs(line, stdout);
+        }
+    }
+    const int st = pclose(f);
+    const int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    printf("%s (%d ranks): mpirun exit %d\n", name, np, rc);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--child")) {
+        const char *c = argv[2];
+        if (!strcmp(c, "staged")) return child_staged();
+        const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;
+        const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
+        const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;
+        const gp_gpu_comm nccl = GP_GPU_COMM_NCCL, mpi = GP_GPU_COMM_MPI;
+        if (!strcmp(c, "nccl-d2k2")) return child_train(tf, 2, 2, f1b, seq, nccl, false);
+        if (!strcmp(c, "mpi-d2k2")) return child_train(tf, 2, 2, f1b, seq, mpi, false);
+        if (!strcmp(c, "nccl-tree-d4")) return child_train(tf, 4, 1, f1b, tree, nccl, false);
+        if (!strcmp(c, "mpi-tree-d4")) return child_train(tf, 4, 1, f1b, tree, mpi, false);
+        if (!strcmp(c, "nccl-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, nccl, false);
+        if (!strcmp(c, "mpi-tied-d2k2")) return child_train(tied, 2, 2, f1b, seq, mpi, false);
+        if (!strcmp(c, "nccl-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, nccl, false);
+        if (!strcmp(c, "mpi-interleaved-d2k2")) return child_train(tf, 2, 2, il, seq, mpi, false);
+        if (!strcmp(c, "nccl-auto-d2")) return child_train(tf, 2, 1, f1b, seq, GP_GPU_COMM_AUTO, false);
+        if (!strcmp(c, "nccl-d2")) return child_train(tf, 2, 1, f1b, seq, nccl, false);
+        if (!strcmp(c, "gpu-nccl-d2")) return child_train(tf, 2, 1, f1b, seq, nccl, true);
+        if (!strcmp(c, "gpu-mpi-d2")) return child_train(tf, 2, 1, f1b, seq, mpi, true);
+        if (!strcmp(c, "gpu-nccl-k2")) return child_train(tf, 1, 2, f1b, seq, nccl, true);
+        if (!strcmp(c, "gpu-mpi-k2")) return child_train(tf, 1, 2, f1b, seq, mpi, true);
+        if (!strcmp(c, "gpu-auto-d2")) return child_train(tf, 2, 1, f1b, seq, GP_GPU_COMM_AUTO, true);
+        if (!strcmp(c, "gpu-auto-k2")) return child_train(tf, 1, 2, f1b, seq, GP_GPU_COMM_AUTO, true);
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
+    test_choose();
+    test_shared();
+    test_order();
+    test_module();
+    if (run_staged() != 0) gp_test_failures++;
+    gp_test_failures += run_gpu(); /* before run_fake points GP_CUDA_MODULE at the fake */
+    gp_test_failures += run_fake();
+    if (gp_test_failures) {
+        printf("%d check(s) failed\n", gp_test_failures);
+        return 1;
+    }
+    printf("all checks passed\n");
+    return 0;
+}
