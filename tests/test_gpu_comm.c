@@ -342,6 +342,7 @@ typedef struct child_pair {
     int np;
 } child_pair;
 
+#if defined(GP_TEST_NCCL) || defined(GP_TEST_NCCL_FAKE) /* else no pair is run */
 /* Each pair's two children under mpirun: both must give the same parameter bits, the first over
  * NCCL, the second over MPI. Returns the children that failed. */
 static int compare_pairs(const char *what, const child_pair *pairs, size_t n) {
@@ -361,6 +362,7 @@ static int compare_pairs(const char *what, const child_pair *pairs, size_t n) {
     }
     return failed;
 }
+#endif
 
 /* On a machine with a GPU per rank (2) and a build with GP_NCCL: NCCL itself, D = 2 (the
  * replicas' exchange) and K = 2 (the neighbours' messages), against MPI with host staging. With
