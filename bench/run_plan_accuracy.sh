@@ -54,9 +54,10 @@ for w in workloads:
         pa = json.load(open(f"{out}/{w}_{r}.json"))["plan_auto"]
         others = json.load(open(f"{out}/{w}_{r}.busy.json"))["others"]
         b, tr = pa["plans"][0], pa.get("trial") or {}
-        layers = tr.get("modelled_step_s", pa["predicted_step_s"])
+        layers = b["step_s"]  # the model's; predicted_step_s is the trial's
+        cells = tr.get("partition", b["partition"])
         print(f"| {w} | {r} | K={b['stages']} M={b['micro_batches']} V={b.get('chunks', 1)} {b['schedule']} {b['remat']} "
-              f"({','.join(map(str, b['partition']))}) | "
+              f"({','.join(map(str, cells))}) | "
               f"{pa.get('flop_step_s', 0):.3f} s | {layers:.3f} s | {pa['predicted_step_s']:.3f} s | {pa['measured_step_s']:.3f} s | "
               f"{pa['measured_step_s'] / pa['predicted_step_s']:.3f} | {pa['measured_step_s'] / layers:.3f} | "
               f"{pa.get('calibration_s', 0):.2f} + {tr.get('seconds', 0):.2f} s | {others:.0%} |")

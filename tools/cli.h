@@ -31,19 +31,30 @@ int gp_cli_bench_action(const char *cmd, int stages, int threads, double *action
 /* --plan auto's trial: the chosen plan's step timed by running it (gp_cli_plan_trial), and the
  * cuts next to it where one was faster. */
 typedef struct gp_cli_trial {
-    double step_s;  /* the median step of the plan kept */
+    double step_s;  /* the kept plan's median step (the mean of its trials' medians) */
     double seconds; /* all trials together */
-    int steps;      /* steps timed per trial (after one untimed) */
-    int tried;      /* plans timed: the chosen one and the moved cuts */
+    int steps;      /* steps timed per trial (after one untimed); 0: no trial ran */
+    int tried;      /* trials run: the chosen plan, moved cuts, and their second runs */
     bool moved;     /* a moved cut was faster: first differs from the given partition */
     int *first;     /* owned (malloc): the kept plan's cells' first layers */
 } gp_cli_trial;
-/* Times po's plan (po->partition given, K V entries) by training steps of a fresh copy of the
- * model (model_src, as --model names it) on stand-in examples, then each plan with one cell
- * boundary moved by one layer, keeping a move that is more than 3% faster and trying again
- * from it, while the next trial fits in budget_s seconds (the first is always timed;
- * modelled_s, the plan's predicted step, sizes the trials). Returns an exit status. */
-int gp_cli_plan_trial(const char *cmd, const char *model_src, const gp_model *m,
+/* What a trial runs on: the model as --model names it (a fresh copy each time), the stand-in batch's
+ * shapes (x as the run's input, y its labels: the output's shape without its last axis), and the
+ * ids drawn (token inputs below `ids`, labels below `classes`). */
+typedef struct gp_cli_trial_data {
+    const char *model_src;
+    gp_shape x, y;
+    gp_dtype x_dtype;
+    int64_t ids, classes;
+} gp_cli_trial_data;
+/* Times po's plan (po->partition given, K V entries) by training steps of a fresh model copy on
+ * stand-in examples, then each plan with one cell boundary moved by one layer, keeping a move
+ * that ran more than 3% faster twice, alternating with the kept plan, and trying again from
+ * it, while the next trial fits in budget_s seconds (negative: room for each move once, 4 to
+ * 60 s; the first trial always runs; modelled_s, the plan's predicted step, sizes the trials).
+ * A plan that cannot run is skipped; where the first cannot, says so and leaves out->steps 0.
+ * Returns an exit status. */
+int gp_cli_plan_trial(const char *cmd, const gp_cli_trial_data *d, const gp_model *m,
                       const gp_optim_opts *oo, const gp_pipeline_opts *po, int64_t batch,
                       double modelled_s, double budget_s, gp_cli_trial *out);
 /* The table of the fastest plans: K, D, T, M, schedule, remat (each cell's when selective),
@@ -270,11 +281,7 @@ typedef struct gp_cli_train {
     double flop_step_s, calibrate_s;
     double action_s; /* the runtime's measured seconds per action the plans were timed with */
     char *plan_partition; /* owned: its cells as a --partition list */
-    double plan_gflops;   /* the sgemm rate the FLOP search assumed (0: --balance time) */
-    /* --plan-trial: plans[0] timed by running it (trial.steps 0: not run); the step it had
-     * before, from the layers' times */
-    gp_cli_trial trial;
-    double modelled_step_s;
+    gp_cli_trial trial; /* --plan-trial: plans[0] timed by running it (steps 0: not run) */
 } gp_cli_train;
 
 /* The optimizer the options give, for a run of total_steps steps (the cosine schedule's

@@ -72,9 +72,10 @@ static void make_table(gp_cli_opt tab[NOPTS], train_opts *o) {
         {"--plan-trial", GP_CLI_FLOAT, &o->plan_trial, "SECONDS",
          "with --plan auto: time the chosen plan by running a few steps of it on stand-in "
          "examples (a fresh copy of the model), the step shown as predicted; then, while the "
-         "seconds last, the plans with one cell boundary moved by a layer, training the one "
-         "that ran fastest (by over 3%); 0: no trial, the predicted step is the modelled one",
-         "6 modelled steps' worth, at least 4 s and at most 60 s", 0, false, NULL, false, 3600,
+         "seconds last, the plans with one cell boundary moved by a layer, keeping a move that "
+         "ran over 3% faster twice, alternating with the plan it replaces, and trying again from "
+         "it; 0: no trial, the predicted step is the modelled one",
+         "room for the plan and each move once, at least 4 s and at most 60 s", 0, false, NULL, false, 3600,
          false},
         pipe[0], /* --stages */
         pipe[1], /* --schedule */
@@ -497,6 +498,11 @@ static int timed_steps(const gp_cli_train *t) {
 }
 
 /* The median wall time of this run's steps after the first (0: none ran). */
+/* The step --plan auto predicts: its trial's, else the chosen plan's modelled one. */
+static double predicted_step(const gp_cli_train *t) {
+    return t->trial.steps > 0 ? t->trial.step_s : t->plan_found.plans[0].step_s;
+}
+
 static double median_step(const gp_cli_train *t) {
     const int n = timed_steps(t);
     return n > 0 && t->step_seconds ? gp_cli_median(t->step_seconds + t->steps_done - n, n) : 0;
@@ -577,19 +583,22 @@ static cJSON *build_report(gp_cli_train *t, double elapsed) {
     if (t->stages > 0) gp_cli_pipeline_report(r, t);
     if (t->plan_found.n) {
         cJSON *pa = gp_cli_plan_search_json(&t->plan_found, t->plan_devices);
-        cJSON_AddNumberToObject(pa, "predicted_step_s", t->plan_found.plans[0].step_s);
+        cJSON_AddNumberToObject(pa, "predicted_step_s", predicted_step(t));
         cJSON_AddNumberToObject(pa, "action_s", t->action_s);
         if (t->flop_step_s > 0) { /* the FLOP-based figure the calibration replaced */
             cJSON_AddNumberToObject(pa, "flop_step_s", t->flop_step_s);
             cJSON_AddNumberToObject(pa, "calibration_s", t->calibrate_s);
         }
-        if (t->trial.steps > 0) { /* predicted_step_s is the trial's */
+        if (t->trial.steps > 0) { /* predicted_step_s is the trial's; plans[0] the model's */
             cJSON *tr = cJSON_AddObjectToObject(pa, "trial");
-            cJSON_AddNumberToObject(tr, "modelled_step_s", t->modelled_step_s);
+            cJSON_AddNumberToObject(tr, "step_s", t->trial.step_s);
             cJSON_AddNumberToObject(tr, "steps", t->trial.steps);
-            cJSON_AddNumberToObject(tr, "plans", t->trial.tried);
+            cJSON_AddNumberToObject(tr, "trials", t->trial.tried);
             cJSON_AddNumberToObject(tr, "seconds", t->trial.seconds);
             cJSON_AddBoolToObject(tr, "moved", t->trial.moved);
+            cJSON *part = cJSON_AddArrayToObject(tr, "partition"); /* the cells trained */
+            for (int k = 0; k < t->plan_found.plans[0].ncells; k++)
+                cJSON_AddItemToArray(part, cJSON_CreateNumber(t->trial.first[k]));
         }
         cJSON_AddNumberToObject(pa, "measured_step_s", median_step(t)); /* median */
         cJSON_AddItemToObject(r, "plan_auto", pa);
@@ -626,8 +635,7 @@ static void print_summary(gp_cli_train *t) {
     if (t->plan_found.n && measured > 0)
         printf("plan auto: predicted %.3f s per step, measured %.3f s (median of %d; %.3fx the "
                "prediction)\n",
-               t->plan_found.plans[0].step_s, measured, timed_steps(t),
-               measured / t->plan_found.plans[0].step_s);
+               predicted_step(t), measured, timed_steps(t), measured / predicted_step(t));
     fflush(stdout);
 }
 
@@ -672,38 +680,26 @@ static int calibrate(gp_cli_train *t, const gp_optim_opts *oo, const gp_pipeline
 }
 
 /* --plan auto's trial (gp_cli_plan_trial) of the plan the options now hold: its step measured
- * by running it, its cells moved where that ran faster; plans[0] becomes the plan trained
- * (planned again on its new cells where they moved), its step the measured one. */
+ * by running it on stand-ins shaped as the run's batches, its cells moved where that ran
+ * faster (t->partition, which the run trains, and t->plan_partition); plans[] stay the model's. */
 static int plan_trial(gp_cli_train *t, const train_opts *o, bool given) {
-    gp_plan *best = &t->plan_found.plans[0];
-    t->modelled_step_s = best->step_s;
-    double budget = given ? o->plan_trial : 6 * best->step_s;
-    if (!given) budget = budget < 4 ? 4 : budget > 60 ? 60 : budget;
-    if (budget <= 0) return GP_CLI_EXIT_OK;
+    const gp_plan *best = &t->plan_found.plans[0];
+    if (given && o->plan_trial <= 0) return GP_CLI_EXIT_OK;
     gp_pipeline_opts po = t->popts;
     po.action_s = t->action_s;
     const gp_optim_opts oo = gp_cli_train_optim(t, 0); /* the kind of step, not its rates */
-    int rc = gp_cli_plan_trial("train", o->model, t->model, &oo, &po, t->batch,
-                               best->step_s, budget, &t->trial);
-    if (rc != GP_CLI_EXIT_OK) return rc;
+    gp_cli_trial_data d = {.model_src = o->model, .x = t->in_shape, .y = t->out_shape,
+                           .x_dtype = gp_model_input_dtype(t->model)};
+    d.classes = d.y.dim[d.y.ndim - 1];
+    d.y.dim[--d.y.ndim] = 0; /* one label per output row, as the run's batches */
+    /* token inputs as the data holds them: bytes of text, ids below the token files' vocabulary */
+    d.ids = !t->is_lm ? 1 : t->lm_src.tokens ? t->lm_src.vocab : 256;
+    if (d.ids > d.classes) d.ids = d.classes;
+    int rc = gp_cli_plan_trial("train", &d, t->model, &oo, &po, t->batch, best->step_s,
+                               given ? o->plan_trial : -1, &t->trial);
+    if (rc != GP_CLI_EXIT_OK || t->trial.steps == 0) return rc;
     const int n = best->ncells;
     if (t->trial.moved) {
-        char why[256];
-        if (t->plan_gflops <= 0 && !gp_cli_bench_sgemm(2048, 2048, 2048, t->threads, false, 2,
-                                                       &t->plan_gflops, why, sizeof why)) {
-            fprintf(stderr, "gpipe train: --plan auto: %s\n", why);
-            return GP_CLI_EXIT_RUNTIME;
-        }
-        po.partition = t->trial.first;
-        po.balance = GP_BALANCE_COST;
-        gp_plan moved;
-        if (gp_plan_make(t->model, t->batch, &oo, &po, t->plan_gflops, &moved) != GP_OK) {
-            fprintf(stderr, "gpipe train: --plan auto: planning the moved cells: %s\n",
-                    gp_last_error());
-            return GP_CLI_EXIT_RUNTIME;
-        }
-        gp_plan_free(best);
-        *best = moved;
         size_t len = 0;
         const size_t cap = 12 * (size_t)n + 1; /* plan_auto's */
         for (int k = 0; k < n; k++) {
@@ -712,12 +708,11 @@ static int plan_trial(gp_cli_train *t, const train_opts *o, bool given) {
                                     t->trial.first[k]);
         }
     }
-    best->step_s = t->trial.step_s;
-    printf("plan auto: timed by running it (%d stand-in step%s after one, %d plan%s, %.2f s): "
+    printf("plan auto: timed by running it (%d stand-in steps after one, %d trial%s, %.2f s): "
            "step %.3f s (modelled %.3f s)%s%s\n",
-           t->trial.steps, t->trial.steps == 1 ? "" : "s", t->trial.tried,
-           t->trial.tried == 1 ? "" : "s", t->trial.seconds, t->trial.step_s, t->modelled_step_s,
-           t->trial.moved ? "; trains the faster cells from layers " : "",
+           t->trial.steps, t->trial.tried, t->trial.tried == 1 ? "" : "s", t->trial.seconds,
+           t->trial.step_s, best->step_s,
+           t->trial.moved ? "; trains the cells from layers " : "",
            t->trial.moved ? t->plan_partition : "");
     fflush(stdout);
     return GP_CLI_EXIT_OK;
@@ -731,7 +726,10 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
     if (SEEN("--partition"))
         return gp_cli_usage_error("train", "--partition: fits one plan only; --plan auto "
                                            "chooses the cells (leave one of them out)");
-    if (SEEN("--data-parallel") || (o->mpi.launcher && strcmp(o->mpi.launcher, "mpi") == 0))
+    int world = 1;
+    const bool under_mpi = gp_mpi_launched(&world) && world > 1; /* each rank would plan alone */
+    if (SEEN("--data-parallel") || under_mpi ||
+        (o->mpi.launcher && strcmp(o->mpi.launcher, "mpi") == 0))
         return gp_cli_usage_error("train", "--plan auto: plans the threads launcher's stages; "
                                            "under MPI give --stages and --data-parallel (see "
                                            "gpipe plan --devices)");
@@ -785,7 +783,6 @@ static int plan_auto(gp_cli_train *t, train_opts *o, gp_cli_opt *tab, int n) {
                    : "from FLOPs at the sgemm rate measured now",
            base.action_s * 1e6, gp_cli_now() - a0);
     fflush(stdout);
-    t->plan_gflops = gflops;
     rc = gp_cli_plan_search("train", t->model, batch, &oo, &base, gflops, so, o->quiet,
                             &t->plan_found);
     if (rc != GP_CLI_EXIT_OK) return rc;

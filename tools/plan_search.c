@@ -154,44 +154,36 @@ int gp_cli_bench_action(const char *cmd, int stages, int threads, double *action
  * model_src, so that the run to come starts from the seed's values, untouched), on stand-in
  * examples, `steps` steps timed after one untimed. The examples are spread values and classes
  * (tokens), not zeros: a model that sees one class only learns it within a few steps, and its
- * vanishing gradients would time subnormal arithmetic rather than the run's. */
-static int trial_once(const char *cmd, const char *model_src, const gp_optim_opts *oo,
-                      const gp_pipeline_opts *po, int64_t batch, int steps, double *median_s) {
+ * vanishing gradients would time subnormal arithmetic rather than the run's. false (why in
+ * `why`) where the plan cannot run. */
+static bool trial_once(const char *cmd, const gp_cli_trial_data *d, const gp_optim_opts *oo,
+                       const gp_pipeline_opts *po, int steps, double *median_s, char *why,
+                       size_t nwhy) {
     gp_model *m = NULL;
-    int rc = gp_cli_load_model(cmd, model_src, &m);
-    if (rc != GP_CLI_EXIT_OK) return rc;
-    gp_shape in = {0};
-    gp_status s = gp_model_shape(m, -1, batch, &in);
-    const gp_dtype dt = gp_model_input_dtype(m);
-    const gp_shape ys = dt == GP_I32 ? in : gp_shape1(batch);
-    void *xv = s == GP_OK ? calloc((size_t)gp_shape_nelem(&in), 4) : NULL; /* f32 or i32 */
-    int32_t *yv = s == GP_OK ? calloc((size_t)gp_shape_nelem(&ys), sizeof *yv) : NULL;
-    double *t = calloc((size_t)steps, sizeof *t);
-    if (s == GP_OK && (!xv || !yv || !t)) {
-        free(xv);
-        free(yv);
-        free(t);
-        gp_model_free(m);
-        return gp_cli_fail(cmd, "--plan auto: a stand-in batch");
+    if (gp_cli_load_model(cmd, d->model_src, &m) != GP_CLI_EXIT_OK) {
+        snprintf(why, nwhy, "loading a copy of the model %s", d->model_src);
+        return false;
     }
-    gp_shape out = {0};
-    if (s == GP_OK) s = gp_model_shape(m, gp_model_nlayers(m) - 1, batch, &out);
-    const int64_t classes = s == GP_OK ? out.dim[out.ndim - 1] : 1;
+    const int64_t nx = gp_shape_nelem(&d->x), ny = gp_shape_nelem(&d->y);
+    void *xv = calloc((size_t)nx, 4); /* float32 or int32 */
+    int32_t *yv = calloc((size_t)ny, sizeof *yv);
+    double *t = calloc((size_t)steps, sizeof *t);
+    gp_status s = xv && yv && t ? GP_OK : GP_OUT_OF_MEMORY;
     uint32_t r = 12345; /* a fixed LCG: the same stand-ins on every trial */
-    for (int64_t i = 0; s == GP_OK && i < gp_shape_nelem(&in); i++) {
+    for (int64_t i = 0; s == GP_OK && i < nx; i++) {
         r = r * 1664525u + 1013904223u;
-        if (dt == GP_I32)
-            ((int32_t *)xv)[i] = (int32_t)((r >> 8) % (uint32_t)classes);
+        if (d->x_dtype == GP_I32)
+            ((int32_t *)xv)[i] = (int32_t)((r >> 8) % (uint32_t)d->ids);
         else
             ((float *)xv)[i] = (float)(r >> 8) / (float)(1u << 23) - 1.0f; /* [-1, 1) */
     }
-    for (int64_t i = 0; s == GP_OK && i < gp_shape_nelem(&ys); i++) {
+    for (int64_t i = 0; s == GP_OK && i < ny; i++) {
         r = r * 1664525u + 1013904223u;
-        yv[i] = (int32_t)((r >> 8) % (uint32_t)classes);
+        yv[i] = (int32_t)((r >> 8) % (uint32_t)d->classes);
     }
     gp_pipeline *p = NULL;
     if (s == GP_OK) s = gp_pipeline_new(m, oo, po, 1, &p);
-    const gp_tensor x = gp_tensor_view(xv, in, dt), y = gp_tensor_view(yv, ys, GP_I32);
+    const gp_tensor x = gp_tensor_view(xv, d->x, d->x_dtype), y = gp_tensor_view(yv, d->y, GP_I32);
     for (int i = -1; i < steps && s == GP_OK; i++) {
         float loss;
         const double t0 = gp_cli_now();
@@ -199,14 +191,14 @@ static int trial_once(const char *cmd, const char *model_src, const gp_optim_opt
         if (i >= 0) t[i] = gp_cli_now() - t0;
     }
     if (s == GP_OK) *median_s = gp_cli_median(t, steps);
+    else
+        snprintf(why, nwhy, "%s", s == GP_OUT_OF_MEMORY && !p ? "out of host memory" : gp_last_error());
     gp_pipeline_free(p);
     gp_model_free(m);
     free(xv);
     free(yv);
     free(t);
-    if (s == GP_OK) return GP_CLI_EXIT_OK;
-    fprintf(stderr, "gpipe %s: --plan auto: timing the plan's steps: %s\n", cmd, gp_last_error());
-    return GP_CLI_EXIT_RUNTIME;
+    return s == GP_OK;
 }
 
 /* The next cut to try from `first` (ncells cells of L layers): move j of the 2 (ncells - 1)
@@ -221,15 +213,22 @@ static bool moved_cut(const int *first, int ncells, int L, int j, int *out) {
     return true;
 }
 
-int gp_cli_plan_trial(const char *cmd, const char *model_src, const gp_model *m,
+int gp_cli_plan_trial(const char *cmd, const gp_cli_trial_data *d, const gp_model *m,
                       const gp_optim_opts *oo, const gp_pipeline_opts *po, int64_t batch,
                       double modelled_s, double budget_s, gp_cli_trial *out) {
-    const int n = po->stages * (po->chunks > 0 ? po->chunks : 1), L = gp_model_nlayers(m);
     memset(out, 0, sizeof *out);
+    int V = 1;
+    if (gp_schedule_kind_chunks(po->schedule, po->chunks, &V) != GP_OK) V = 1;
+    const int n = po->stages * V, L = gp_model_nlayers(m);
     /* enough steps for a second, 3 to 8 of them: a median over the host's noise (2 steps of
      * C1 on the 2-core Xeon were off by 25%), cheap on large steps */
     int steps = modelled_s > 0 ? (int)(1.0 / modelled_s) + 1 : 3;
     steps = steps < 3 ? 3 : steps > 8 ? 8 : steps;
+    /* by default: room for the plan and each of its moves once, 4 to 60 s */
+    if (budget_s < 0) {
+        budget_s = (1 + 2 * (n - 1)) * (steps + 1) * modelled_s;
+        budget_s = budget_s < 4 ? 4 : budget_s > 60 ? 60 : budget_s;
+    }
     int *cut = malloc((size_t)n * sizeof *cut), *best = malloc((size_t)n * sizeof *best);
     if (!cut || !best) {
         free(cut);
@@ -239,43 +238,55 @@ int gp_cli_plan_trial(const char *cmd, const char *model_src, const gp_model *m,
     for (int k = 0; k < n; k++) best[k] = po->partition[k];
     gp_pipeline_opts trial = *po;
     const double t0 = gp_cli_now();
+    char why[512] = "";
     trial.partition = best;
-    int rc = trial_once(cmd, model_src, oo, &trial, batch, steps, &out->step_s);
+    if (!trial_once(cmd, d, oo, &trial, steps, &out->step_s, why, sizeof why)) {
+        printf("plan auto: the plan could not be timed by running it (%s); its step is the "
+               "modelled one\n", why);
+        free(cut);
+        free(best);
+        return GP_CLI_EXIT_OK;
+    }
     out->tried = 1;
-    /* each cut next to the best so far, until none is faster by more than the noise (3%) or
-     * the next trial would pass the budget */
-    bool better = rc == GP_CLI_EXIT_OK;
+    /* Each cut next to the best so far, until none is faster or the next trial would pass the
+     * budget. A cut that ran more than 3% faster runs again, alternating with the best, and
+     * replaces it only if faster again: one fast run may be the host's (its cores change
+     * speed within seconds), not the cut's. */
+    bool better = true;
     int undo = -1; /* the move back to a cut timed already */
     while (better) {
         better = false;
-        for (int j = 0; j < 2 * (n - 1) && rc == GP_CLI_EXIT_OK; j++) {
-            if (j == undo) continue;
-            const double spent = gp_cli_now() - t0;
-            if (spent + (steps + 1) * out->step_s > budget_s) break;
-            if (!moved_cut(best, n, L, j, cut)) continue;
+        for (int j = 0; j < 2 * (n - 1); j++) {
+            if (j == undo || !moved_cut(best, n, L, j, cut)) continue;
+            if (gp_cli_now() - t0 + (steps + 1) * out->step_s > budget_s) break;
             gp_plan fits;
             trial.partition = cut;
             if (gp_plan_make(m, batch, oo, &trial, 1.0, &fits) != GP_OK) continue; /* memory */
             gp_plan_free(&fits);
-            double s = 0;
-            rc = trial_once(cmd, model_src, oo, &trial, batch, steps, &s);
+            double s = 0, again = 0, incumbent = 0;
             out->tried++;
-            if (rc == GP_CLI_EXIT_OK && s < 0.97 * out->step_s) {
-                for (int k = 0; k < n; k++) best[k] = cut[k];
-                out->step_s = s;
-                out->moved = better = true;
-                undo = j ^ 1;
-                break;
-            }
+            if (!trial_once(cmd, d, oo, &trial, steps, &s, why, sizeof why) ||
+                s >= 0.97 * out->step_s)
+                continue; /* a cut that cannot run does not fit */
+            if (gp_cli_now() - t0 + 2 * (steps + 1) * out->step_s > budget_s) break;
+            trial.partition = best;
+            const bool inc_ok = trial_once(cmd, d, oo, &trial, steps, &incumbent, why, sizeof why);
+            trial.partition = cut;
+            if (!inc_ok || !trial_once(cmd, d, oo, &trial, steps, &again, why, sizeof why))
+                continue;
+            out->tried += 2;
+            out->step_s = (out->step_s + incumbent) / 2;
+            if (again >= 0.97 * incumbent) continue;
+            for (int k = 0; k < n; k++) best[k] = cut[k];
+            out->step_s = (s + again) / 2;
+            out->moved = better = true;
+            undo = j ^ 1;
+            break;
         }
     }
     out->seconds = gp_cli_now() - t0;
     out->steps = steps;
     out->first = best;
     free(cut);
-    if (rc != GP_CLI_EXIT_OK) {
-        free(best);
-        out->first = NULL;
-    }
-    return rc;
+    return GP_CLI_EXIT_OK;
 }

@@ -100,6 +100,11 @@ timeout 120 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" --gpu-comm nccl >"$TM
 rc=$?
 [ "$rc" != 0 ] && grep -q -- "--gpu-comm nccl: NCCL runs between CUDA GPUs, and the stages compute on the CPU (give --device cuda)" \
     "$TMP/u4.err" || bad "--gpu-comm nccl on CPUs: exit $rc, $(head -c 600 "$TMP/u4.err")"
+# --plan auto under mpirun: every rank would search, time and trial plans on its own
+timeout 120 "${MPIRUN[@]}" -np 2 "$GPIPE" train "${LM[@]}" --plan auto >"$TMP/u5.out" 2>"$TMP/u5.err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--plan auto: plans the threads launcher's stages" "$TMP/u5.err" ||
+    bad "--plan auto under mpirun: exit $rc, $(head -c 600 "$TMP/u5.err")"
 "$GPIPE" train --help | grep -q -- "--comm-timeout SECONDS" || bad "train --help lacks --comm-timeout"
 "$GPIPE" bench --help | grep -q -- "--data-parallel D" || bad "bench --help lacks --data-parallel"
 
