@@ -6,8 +6,13 @@
  * a communicator is an MPI communicator, a send MPI_Isend, an exchange MPI_Sendrecv, the
  * all-reduce a gather summed in rank order. Every rank
  * has a GPU of its own unless GP_FAKE_NCCL_SHARED is set (then all share one). It has no CUDA
- * device; gp_fake_nccl_counts says how many calls of each kind the process made. */
+ * device; gp_fake_nccl_counts says how many calls of each kind the process made.
+ * GP_FAKE_NCCL_FAIL=what:rank makes world rank `rank` fail as NCCL can: "send" (its first send
+ * returns an error), "lose" (its sends say they are done but never arrive: the peer's receive
+ * never completes, as when a rank hangs) or "async" (once it has sent or exchanged, op_done
+ * reports an asynchronous error, as ncclCommGetAsyncError does for a failed peer). */
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +21,33 @@
 #define GP_EXPORT __attribute__((visibility("default")))
 
 static const gp_cuda_host *host;
-static long n_send, n_recv, n_exchange, n_allreduce, n_split;
+static long n_send, n_recv, n_exchange, n_allreduce, n_split, n_abort, n_free;
+
+/* The failure GP_FAKE_NCCL_FAIL asks of this rank ("" where none). */
+static const char *injected(void) {
+    static char what[16];
+    static int known;
+    if (!known) {
+        known = 1;
+        const char *e = getenv("GP_FAKE_NCCL_FAIL");
+        int r = -1, me = 0;
+        char w[16] = "";
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        if (e && sscanf(e, "%15[a-z]:%d", w, &r) == 2 && r == me) memcpy(what, w, sizeof what);
+    }
+    return what;
+}
+
+/* "async": the communicators' state once this rank has moved a payload. */
+static gp_status async_error(void) {
+    if (strcmp(injected(), "async") != 0 || n_send + n_exchange == 0) return GP_OK;
+    return host->error(GP_IO, "fake NCCL: ncclCommGetAsyncError: remote process exited (injected)");
+}
+
+/* A message or a mark: done when its request is (MPI_REQUEST_NULL: at once). */
+typedef struct fake_op {
+    MPI_Request req;
+} fake_op;
 
 struct gp_nccl_comm {
     MPI_Comm comm;
@@ -80,9 +111,26 @@ static gp_status comm_split(gp_nccl_comm *parent, gp_device *dev, int color, int
     return wrap(c, out);
 }
 
+/* Calls are done when they return. (The asynchronous error shows in op_done only: its exchange
+ * is MPI_Sendrecv, which would leave a partner that failed between two exchanges waiting in
+ * MPI, where NCCL's would be queued.) */
+static gp_status ready(gp_nccl_comm *c, bool *done) {
+    (void)c;
+    *done = true;
+    return GP_OK;
+}
+
 static void comm_free(gp_nccl_comm *c) {
     if (!c) return;
+    n_free++;
     MPI_Comm_free(&c->comm);
+    free(c);
+}
+
+/* No MPI call: a failed run ends in MPI_Abort, and its peers may never match anything. */
+static void comm_abort(gp_nccl_comm *c) {
+    if (!c) return;
+    n_abort++;
     free(c);
 }
 
@@ -115,44 +163,77 @@ static gp_status allreduce_f32(gp_nccl_comm *c, gp_device *dev, float *x, int64_
     return s;
 }
 
-static gp_status send(gp_nccl_comm *c, gp_device *dev, const void *buf, size_t nbytes, int peer,
-                      void **sent) {
-    (void)dev;
-    n_send++;
-    MPI_Request *req = malloc(sizeof *req);
-    if (!req) return host->error(GP_OUT_OF_MEMORY, "fake NCCL send");
-    const gp_status s = mpi_ok(MPI_Isend(buf, (int)nbytes, MPI_BYTE, peer, 0, c->comm, req),
-                               "MPI_Isend");
-    if (s != GP_OK) free(req);
-    *sent = s == GP_OK ? req : NULL;
-    return s;
+static gp_status op_new(void **op) {
+    fake_op *o = malloc(sizeof *o);
+    if (!o) return host->error(GP_OUT_OF_MEMORY, "fake NCCL operation");
+    o->req = MPI_REQUEST_NULL;
+    *op = o;
+    return GP_OK;
 }
 
-static gp_status send_done(void *sent, bool *done) {
+static void op_forget(void *op) {
+    fake_op *o = op;
+    if (!o) return;
+    if (o->req != MPI_REQUEST_NULL) MPI_Request_free(&o->req);
+    free(o);
+}
+
+static gp_status op_done(void *op, bool *done) {
     int flag = 0;
-    const gp_status s = mpi_ok(MPI_Test(sent, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-    *done = flag != 0;
-    if (*done) free(sent);
+    gp_status s = async_error();
+    if (s == GP_OK) s = mpi_ok(MPI_Test(&((fake_op *)op)->req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    *done = s != GP_OK || flag;
+    if (*done) op_forget(op);
     return s;
 }
 
-static gp_status recv(gp_nccl_comm *c, gp_device *dev, void *buf, size_t nbytes, int peer) {
+static gp_status send(gp_nccl_comm *c, gp_device *dev, const void *buf, size_t nbytes, int peer,
+                      void **op) {
     (void)dev;
+    *op = NULL;
+    if (!strcmp(injected(), "send"))
+        return host->error(GP_IO, "fake NCCL: ncclSend failed (injected)");
+    n_send++;
+    if (op_new(op) != GP_OK) return GP_OUT_OF_MEMORY;
+    if (!strcmp(injected(), "lose")) return GP_OK; /* done at once, never arrives */
+    const gp_status s = mpi_ok(MPI_Isend(buf, (int)nbytes, MPI_BYTE, peer, 0, c->comm,
+                                         &((fake_op *)*op)->req),
+                               "MPI_Isend");
+    if (s != GP_OK) op_forget(*op), *op = NULL;
+    return s;
+}
+
+static gp_status recv(gp_nccl_comm *c, gp_device *dev, void *buf, size_t nbytes, int peer,
+                      void **op) {
+    (void)dev;
+    *op = NULL;
     n_recv++;
-    return mpi_ok(MPI_Recv(buf, (int)nbytes, MPI_BYTE, peer, 0, c->comm, MPI_STATUS_IGNORE),
-                  "MPI_Recv");
+    if (op_new(op) != GP_OK) return GP_OUT_OF_MEMORY;
+    const gp_status s = mpi_ok(MPI_Irecv(buf, (int)nbytes, MPI_BYTE, peer, 0, c->comm,
+                                         &((fake_op *)*op)->req),
+                               "MPI_Irecv");
+    if (s != GP_OK) op_forget(*op), *op = NULL;
+    return s;
+}
+
+/* The exchanges and all-reduces are done when they return: the mark has nothing to wait for. */
+static gp_status mark(gp_nccl_comm *c, gp_device *dev, void **op) {
+    (void)c, (void)dev;
+    return op_new(op);
 }
 
 static const gp_nccl_calls calls = {
     .unique_id = unique_id, .gpu_uuid = gpu_uuid, .comm_new = comm_new,
-    .comm_split = comm_split, .comm_free = comm_free, .exchange = exchange,
-    .allreduce_f32 = allreduce_f32, .send = send, .send_done = send_done, .recv = recv};
+    .comm_split = comm_split, .ready = ready, .comm_free = comm_free, .comm_abort = comm_abort,
+    .exchange = exchange, .allreduce_f32 = allreduce_f32, .send = send, .recv = recv,
+    .mark = mark, .op_done = op_done, .op_forget = op_forget};
 
 static const gp_cuda_module fake = {
     .abi = GP_CUDA_MODULE_ABI, .bind = bind, .device_count = no_gpu, .nccl = &calls};
 
 GP_EXPORT const gp_cuda_module *gp_cuda_module_entry(void) { return &fake; }
 
-GP_EXPORT void gp_fake_nccl_counts(long out[5]) {
+GP_EXPORT void gp_fake_nccl_counts(long out[7]) {
     out[0] = n_send, out[1] = n_recv, out[2] = n_exchange, out[3] = n_allreduce, out[4] = n_split;
+    out[5] = n_abort, out[6] = n_free;
 }

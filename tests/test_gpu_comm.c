@@ -12,7 +12,11 @@
  * with host staging, with NCCL's sends, receives and pairwise exchanges made, and so does the
  * tied Transformer (its tie's gradients staged beside NCCL's messages) and the interleaved
  * schedule (two cells per stage: their messages staged, the replicas' sum NCCL's); with the ranks
- * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL itself needs a GPU
+ * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL's failures, over the
+ * stand-in: a send that fails, a send that never arrives and an asynchronous error each end every
+ * rank within the comm timeout, naming the failure, with the communicators aborted, not destroyed
+ * (a destroy waits for the unmatched operation), and a failed send's header never sent (its
+ * receiver would wait for a payload that never comes). NCCL itself needs a GPU
  * per rank: with 2 GPUs and a GP_NCCL build, D = 2 and K = 2 on them give the same bits over NCCL
  * as over MPI with host staging (with one GPU, two ranks share it and train over host staging,
  * saying why); elsewhere that part is skipped and said, as are the MPI parts without MPI or
@@ -27,6 +31,7 @@
 
 #include "comm/gpu_comm.h"
 #include "comm/mpi_grid.h"
+#include "core/clock.h"
 #include "core/device.h"
 #include "kernels/cuda_module.h"
 #include "testutil.h"
@@ -164,8 +169,9 @@ static void test_module(void) {
     CHECK_OK(s);
     if (calls) {
         CHECK(calls->unique_id && calls->gpu_uuid && calls->comm_new && calls->comm_split &&
-              calls->comm_free && calls->exchange && calls->allreduce_f32 && calls->send &&
-              calls->send_done && calls->recv);
+              calls->ready && calls->comm_free && calls->comm_abort && calls->exchange &&
+              calls->allreduce_f32 && calls->send && calls->recv && calls->mark &&
+              calls->op_done && calls->op_forget);
         printf("module: the CUDA module hands over NCCL's calls\n");
     }
 #else
@@ -264,6 +270,18 @@ static int child_staged(void) {
 
 enum { STEPS = 3, M = 2 };
 
+/* The fake's call counts in this process; false (zeros) where it is not loaded. */
+static bool fake_counts(long counts[7]) {
+    memset(counts, 0, 7 * sizeof *counts);
+    void *fn = NULL;
+#ifdef GP_TEST_NCCL_FAKE
+    void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
+    fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
+#endif
+    if (fn) ((void (*)(long *))fn)(counts);
+    return fn != NULL;
+}
+
 /* A test net trained STEPS steps by D x K ranks on near devices (gpu: on the GPUs, rank r on GPU
  * r), with gpu_comm want: rank 0 prints the parameters' hash, the last loss and what the ranks
  * used, for the parent to compare; with GP_FAKE_NCCL_SHARED, nccl asked must fail naming the
@@ -301,13 +319,8 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
         gp_pipeline_place(p, &rank, &nranks, &stage, &replica);
         const char *why = "";
         const gp_gpu_comm used = gp_pipeline_gpu_comm(p, &why);
-        long counts[5] = {0};
-        void *fn = NULL;
-#ifdef GP_TEST_NCCL_FAKE
-        void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
-        fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
-#endif
-        if (fn) ((void (*)(long *))fn)(counts);
+        long counts[7];
+        const bool fn = fake_counts(counts);
         /* Every rank's calls over the fake: the neighbours' messages both ways, the rounds. */
         if (!fn) {
             CHECK(gpu); /* real NCCL: nothing to count */
@@ -333,9 +346,116 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
     return failed ? 1 : 0;
 }
 
+/* A D x K run over the fake that GP_FAKE_NCCL_FAIL makes fail: every rank prints a FAIL line
+ * (its error, the fake's receives, communicators aborted and destroyed, the seconds its step
+ * took) for the parent to check. timeout_s: the comm timeout. */
+static int child_fail(int D, int K, double timeout_s) {
+    gp_device *cpu, *near;
+    REQUIRE_OK(gp_device_cpu_new("fail-cpu", &cpu));
+    REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits, gp_device_kernels(cpu), &near));
+    gp_device *devs[8] = {near, near, near, near, near, near, near, near};
+    const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .launcher = GP_LAUNCHER_MPI,
+                                 .data_parallel = D, .comm_timeout_s = timeout_s, .devices = devs,
+                                 .device_type = GP_DEVICE_CPU, .gpu_comm = GP_GPU_COMM_NCCL};
+    const gp_test_net net = GP_TEST_TRANSFORMER;
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
+    gp_pipeline *p = NULL;
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, 77, &p));
+    int rank = 0;
+    gp_mpi_init(&rank, NULL);
+    gp_test_batch b;
+    gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 500, &b);
+    float loss = 0;
+    const double t0 = gp_now();
+    const gp_status s = gp_pipeline_step(p, &b.x, &b.y_t, &loss);
+    const double took = gp_now() - t0;
+    char err[768];
+    snprintf(err, sizeof err, "%s", s == GP_OK ? "(no error)" : gp_last_error());
+    gp_pipeline_free(p); /* the communicators go here: aborted or destroyed */
+    long counts[7];
+    fake_counts(counts);
+    printf("FAIL rank %d: %s | recvs %ld aborts %ld frees %ld seconds %.1f\n", rank, err,
+           counts[1], counts[5], counts[6], took);
+    fflush(stdout);
+    sleep(2); /* the peers print before this rank's MPI_Abort (gp_mpi_finalize) ends them */
+    gp_model_free(m);
+    gp_device_free(near);
+    gp_device_free(cpu);
+    gp_mpi_finalize();
+    return 0;
+}
+
 /* mpirun -np np of this program's child `name` (extra: environment assignments before it); the
  * RESULT line of rank 0 into result (may be NULL). Returns mpirun's exit status. */
 static int run_child(const char *name, int np, const char *extra, char *result, size_t n);
+
+/* Every line the last run_child printed (FAIL lines: child_fail), and its limit in seconds. */
+static char child_log[16384];
+static int child_limit_s = 240;
+
+/* The FAIL line of world rank r in child_log, or "" (copied into line). */
+static const char *fail_line(int r, char *line, size_t n) {
+    char key[32];
+    snprintf(key, sizeof key, "FAIL rank %d:", r);
+    const char *at = strstr(child_log, key);
+    const size_t k = at ? strcspn(at, "\n") : 0;
+    snprintf(line, n, "%.*s", (int)k, at ? at : "");
+    return line;
+}
+
+/* NCCL's failures over the fake: each case's ranks end within the comm timeout (the mpirun limit
+ * is 60 s; a hang is killed there), every rank names the failure or the rank that failed, and
+ * its communicators were aborted (none destroyed: a destroy would wait for the unmatched
+ * operation). */
+static int run_fail(void) {
+#ifndef GP_TEST_NCCL_FAKE
+    printf("fake NCCL failures: skipped (no MPI in this build)\n");
+    return 0;
+#else
+    static const struct {
+        const char *child, *env, *failed, *other; /* the failing rank's words, its peer's */
+        int bad;
+    } cases[] = {
+        /* the first activation's send fails: its header never goes (the peer posts no receive) */
+        {"nccl-fail-send", "GP_FAKE_NCCL_FAIL=send:0", "ncclSend failed (injected)",
+         "aborted by rank 0", 0},
+        /* stage 0's payloads never arrive: stage 1 times out receiving the first one */
+        {"nccl-fail-lose", "GP_FAKE_NCCL_FAIL=lose:0", "aborted by rank 1",
+         "timed out after 3 s waiting to receive", 0},
+        /* replica 1's communicators report an asynchronous error once it has exchanged */
+        {"nccl-fail-async", "GP_FAKE_NCCL_FAIL=async:1", "ncclCommGetAsyncError",
+         "aborted by rank 1", 1},
+    };
+    int failed = 0;
+    child_limit_s = 60;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        child_log[0] = '\0';
+        run_child(cases[i].child, 2, cases[i].env, NULL, 0); /* exits non-zero: MPI_Abort */
+        char a[1024], b[1024];
+        fail_line(cases[i].bad, a, sizeof a);
+        fail_line(1 - cases[i].bad, b, sizeof b);
+        printf("fake NCCL failure %s:\n  %s\n  %s\n", cases[i].child, a, b);
+        long ra = -1, aa = -1, fa = -1, rb = -1, ab = -1, fb = -1;
+        double ta = 1e9, tb = 1e9;
+        const char *ca = strstr(a, " | "), *cb = strstr(b, " | ");
+        const bool parsed =
+            ca && cb &&
+            sscanf(ca, " | recvs %ld aborts %ld frees %ld seconds %lf", &ra, &aa, &fa, &ta) == 4 &&
+            sscanf(cb, " | recvs %ld aborts %ld frees %ld seconds %lf", &rb, &ab, &fb, &tb) == 4;
+        CHECK(parsed);
+        CHECK(strstr(a, cases[i].failed) != NULL);
+        CHECK(strstr(b, cases[i].other) != NULL);
+        CHECK(aa > 0 && ab > 0 && fa == 0 && fb == 0); /* aborted, never destroyed */
+        CHECK(ta < 30 && tb < 30);                     /* the timeout (3 s) bounded every wait */
+        if (i == 0) CHECK(rb == 0); /* no header reached stage 1, so it posted no receive */
+        if (i == 1) CHECK(rb == 1); /* the header came, its payload never did */
+        failed += !parsed;
+    }
+    child_limit_s = 240;
+    return failed;
+#endif
+}
 
 typedef struct child_pair {
     const char *nccl, *mpi; /* the children trained over NCCL and over MPI with host staging */
@@ -441,8 +561,8 @@ static int run_child(const char *name, int np, const char *extra, char *result, 
     snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
     setenv("ASAN_OPTIONS", opts, 1);
     snprintf(cmd, sizeof cmd,
-             "%s timeout -k 10 240 mpirun --oversubscribe --bind-to none -np %d %s --child %s 2>&1",
-             extra, np, self, name);
+             "%s timeout -k 10 %d mpirun --oversubscribe --bind-to none -np %d %s --child %s 2>&1",
+             extra, child_limit_s, np, self, name);
     FILE *f = popen(cmd, "r");
     if (!f) return 1;
     while (fgets(line, sizeof line, f)) {
@@ -453,6 +573,8 @@ static int run_child(const char *name, int np, const char *extra, char *result, 
             result[k] = '\0';
         } else {
             fputs(line, stdout);
+            const size_t have = strlen(child_log);
+            snprintf(child_log + have, sizeof child_log - have, "%s", line);
         }
     }
     const int st = pclose(f);
@@ -465,6 +587,8 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--child")) {
         const char *c = argv[2];
         if (!strcmp(c, "staged")) return child_staged();
+        if (!strcmp(c, "nccl-fail-send") || !strcmp(c, "nccl-fail-lose")) return child_fail(1, 2, 3);
+        if (!strcmp(c, "nccl-fail-async")) return child_fail(2, 1, 3);
         const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;
         const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
         const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;
@@ -495,6 +619,7 @@ int main(int argc, char **argv) {
     if (run_staged() != 0) gp_test_failures++;
     gp_test_failures += run_gpu(); /* before run_fake points GP_CUDA_MODULE at the fake */
     gp_test_failures += run_fake();
+    gp_test_failures += run_fail();
     if (gp_test_failures) {
         printf("%d check(s) failed\n", gp_test_failures);
         return 1;

@@ -77,6 +77,11 @@ void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {
 void gp_grid_bytes_reset(gp_grid *g) { (void)g; }
 void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes) { (void)g, (void)nbytes; }
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why) { (void)g, (void)s, (void)why; }
+bool gp_grid_failed(gp_grid *g) { return (void)g, false; }
+gp_status gp_grid_wait_for(gp_grid *g, gp_grid_poll_fn poll, void *ctx, const char *doing) {
+    (void)g, (void)poll, (void)ctx, (void)doing;
+    return not_built("wait");
+}
 
 #else /* GP_HAVE_MPI */
 
@@ -469,6 +474,29 @@ void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes) { g->sh.bytes_allreduc
 
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why) {
     gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, why);
+}
+
+bool gp_grid_failed(gp_grid *g) { return gp_mpi_shared_poll(&g->sh) || gp_mpi_shared_failed(); }
+
+/* A poll whose error aborts the run, as the transport's waits do. */
+typedef struct grid_poll {
+    gp_grid *g;
+    gp_grid_poll_fn poll;
+    void *ctx;
+} grid_poll;
+
+static gp_status grid_poll_abort(void *ctx, bool *done) {
+    grid_poll *gp = ctx;
+    const gp_status s = gp->poll(gp->ctx, done);
+    if (s != GP_OK) gp_mpi_shared_abort(&gp->g->sh, gp->g->sh.world_rank, s, gp_last_error());
+    return s;
+}
+
+gp_status gp_grid_wait_for(gp_grid *g, gp_grid_poll_fn poll, void *ctx, const char *doing) {
+    char w[96];
+    who(g, w, sizeof w);
+    grid_poll gp = {g, poll, ctx};
+    return gp_mpi_wait_for(&g->sh, grid_poll_abort, &gp, gp_mpi_deadline(&g->sh), w, doing);
 }
 
 #endif /* GP_HAVE_MPI */

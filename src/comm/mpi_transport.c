@@ -23,7 +23,7 @@ typedef struct pending {
     gp_msg_header hdr;
     gp_tensor t;  /* owned: released once both sends completed */
     void *staged; /* the host copy MPI sends of a tensor in device memory (freed with t) */
-    void *sent;   /* the payload hook's handle of its send, NULL once done */
+    void *sent;   /* the payload hook's operation of its send, NULL once done */
     int peer;
 } pending;
 
@@ -54,13 +54,23 @@ static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
     snprintf(buf, n, "rank %d (%s %d)", c->world_of[r], c->role, r);
 }
 
-/* Whether pending message p's payload hook send is done (then forgotten). */
-static gp_status hook_done(mpi_ctx *c, pending *p, bool *done) {
+/* Whether the payload hook's operation *op is done; *op is NULL once it is gone (done or
+ * failed: the hook has let it go). */
+static gp_status hook_op_done(mpi_ctx *c, void **op, bool *done) {
     *done = true;
-    if (!p->sent) return GP_OK;
-    GP_TRY(c->hook.sent(c->hook.ctx, p->sent, done));
-    if (*done) p->sent = NULL;
-    return GP_OK;
+    if (!*op) return GP_OK;
+    const gp_status s = c->hook.done(c->hook.ctx, *op, done);
+    if (s != GP_OK || *done) *op = NULL;
+    return s;
+}
+
+/* Forgets every pending message's hook send (a failed run, or the hook going away). */
+static void hook_forget_all(mpi_ctx *c) {
+    for (int i = 0; i < c->npend; i++)
+        if (c->pend[i].sent) {
+            c->hook.forget(c->hook.ctx, c->pend[i].sent);
+            c->pend[i].sent = NULL;
+        }
 }
 
 static void pending_release(pending *p) {
@@ -77,7 +87,11 @@ static gp_status reclaim(mpi_ctx *c) {
         if (MPI_Testall(2, c->pend[done].req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || !flag)
             break;
         bool sent;
-        GP_TRY(hook_done(c, &c->pend[done], &sent));
+        const gp_status s = hook_op_done(c, &c->pend[done].sent, &sent);
+        if (s != GP_OK) {
+            gp_mpi_shared_abort(c->sh, c->sh->world_rank, s, gp_last_error());
+            return s;
+        }
         if (!sent) break;
         pending_release(&c->pend[done]);
         done++;
@@ -105,15 +119,15 @@ static int tag_of(gp_msg_tag tag) { return 2 * ((int)tag.kind + GP_MSG_NKINDS * 
 static int tag_hdr(gp_msg_tag tag) { return GP_MPI_TAG_HDR + tag_of(tag); }
 static int tag_data(gp_msg_tag tag) { return GP_MPI_TAG_DATA + tag_of(tag); }
 
-/* gp_mpi_wait_for's poll of a pending message's hook send; a failure aborts the run. */
+/* gp_mpi_wait_for's poll of a payload hook operation; a failure aborts the run. */
 typedef struct hook_poll {
     mpi_ctx *c;
-    pending *p;
+    void **op;
 } hook_poll;
 
 static gp_status poll_hook(void *ctx, bool *done) {
     hook_poll *h = ctx;
-    const gp_status s = hook_done(h->c, h->p, done);
+    const gp_status s = hook_op_done(h->c, h->op, done);
     if (s != GP_OK) gp_mpi_shared_abort(h->c->sh, h->c->sh->world_rank, s, gp_last_error());
     return s;
 }
@@ -123,7 +137,7 @@ static gp_status wait_pending(mpi_ctx *c, int i, double deadline, const char *wh
                               const char *doing) {
     for (int j = 0; j < 2; j++)
         GP_TRY(gp_mpi_wait(c->sh, &c->pend[i].req[j], deadline, who, doing));
-    hook_poll h = {c, &c->pend[i]};
+    hook_poll h = {c, &c->pend[i].sent};
     return gp_mpi_wait_for(c->sh, poll_hook, &h, deadline, who, doing);
 }
 
@@ -187,18 +201,20 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         gp_tensor_release(&p->t); /* copied out: the device block is free again */
         payload = p->staged;
     }
-    int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, tag_hdr(tag), c->comm,
-                       &p->req[0]);
-    if (rc == MPI_SUCCESS && hook) {
+    /* The hook's send first: once the header is out, the receiver starts receiving the payload,
+     * and a send that then failed would leave that receive unmatched. */
+    if (hook) {
         s = c->hook.send(c->hook.ctx, peer, tag, &p->t, &p->sent);
         if (s != GP_OK) {
-            c->npend++; /* the header is in flight: freed with the transport */
+            pending_release(p);
             gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
             return s;
         }
-    } else if (rc == MPI_SUCCESS) {
-        rc = MPI_Isend(payload, (int)nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &p->req[1]);
     }
+    int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, tag_hdr(tag), c->comm,
+                       &p->req[0]);
+    if (rc == MPI_SUCCESS && !hook)
+        rc = MPI_Isend(payload, (int)nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &p->req[1]);
     if (rc != MPI_SUCCESS) {
         char es[MPI_MAX_ERROR_STRING];
         int len = 0;
@@ -289,8 +305,14 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         return s;
     }
     if (hooked(c, peer, tag, false)) {
-        s = c->hook.recv(c->hook.ctx, peer, tag, out);
+        void *op = NULL;
+        s = c->hook.recv(c->hook.ctx, peer, tag, out, &op);
         if (s != GP_OK) gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+        /* The stage's later work waits for the payload on the device, where no deadline holds:
+         * it is waited for here, within the transport's. */
+        hook_poll hp = {c, &op};
+        if (s == GP_OK) s = gp_mpi_wait_for(c->sh, poll_hook, &hp, deadline, who, doing);
+        if (op) c->hook.forget(c->hook.ctx, op);
         if (s == GP_OK) c->got[peer]++;
         return s;
     }
@@ -298,8 +320,12 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     const bool staged = !gp_device_is_host(out->dev); /* host staging: MPI writes host memory */
     if (staged && h.nbytes > c->stage_cap) {
         void *b = realloc(c->stage_in, h.nbytes);
-        if (!b) return gp_error(GP_OUT_OF_MEMORY, "%s: cannot stage %llu bytes %s", who,
-                                (unsigned long long)h.nbytes, doing);
+        if (!b) {
+            s = gp_error(GP_OUT_OF_MEMORY, "%s: cannot stage %llu bytes %s", who,
+                         (unsigned long long)h.nbytes, doing);
+            gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+            return s;
+        }
         c->stage_in = b;
         c->stage_cap = h.nbytes;
     }
@@ -481,6 +507,7 @@ static void mpi_free(void *ctx) {
     mpi_ctx *c = ctx;
     if (!c) return;
     /* After a failure some sends may never complete: cancel them before their buffers go. */
+    if (c->hook.forget) hook_forget_all(c);
     for (int i = 0; i < c->npend; i++) {
         for (int j = 0; j < 2; j++) {
             int flag = 0;
@@ -570,8 +597,10 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
 }
 
 void gp_transport_mpi_set_payload(gp_transport *tr, const gp_transport_payload *hook) {
-    if (tr && tr->iface == &mpi_iface)
-        ((mpi_ctx *)tr->context)->hook = hook ? *hook : (gp_transport_payload){0};
+    if (!tr || tr->iface != &mpi_iface) return;
+    mpi_ctx *c = tr->context;
+    if (c->hook.forget) hook_forget_all(c); /* the old hook's operations go with it */
+    c->hook = hook ? *hook : (gp_transport_payload){0};
 }
 
 int gp_transport_mpi_rank(const gp_transport *tr) {

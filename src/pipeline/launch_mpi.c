@@ -56,7 +56,8 @@ static gp_status layer_grads_final(void *ctx, gp_stage *s, int li) {
 
 static gp_status grads_wait(void *ctx, gp_stage *s) {
     (void)s;
-    return gp_grid_grads_wait(((mpi_launch *)ctx)->grid);
+    mpi_launch *l = ctx;
+    return l->nccl ? gp_launch_nccl_grads_wait(l->nccl) : gp_grid_grads_wait(l->grid);
 }
 
 /* v[0..L-1]: this stage shard's parts of its layers' squared gradient norms (zero elsewhere),
