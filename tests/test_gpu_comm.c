@@ -266,6 +266,65 @@ static int child_staged(void) {
     return failed ? 1 : 0;
 }
 
+/* ------------------------------------- the payload hook's message order */
+
+/* A payload hook that moves nothing (its operations are done at once): stage 0 hooks every
+ * activation it sends, stage 1 every one but mb 1's, so the two ends disagree at mb 1. */
+static bool seq_carries(void *ctx, int peer, gp_msg_tag tag, bool sending) {
+    (void)ctx, (void)peer;
+    return sending || tag.mb != 1;
+}
+static gp_status seq_send(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **op) {
+    (void)ctx, (void)peer, (void)tag, (void)t;
+    *op = NULL;
+    return GP_OK;
+}
+static gp_status seq_recv(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out, void **op) {
+    (void)ctx, (void)peer, (void)tag, (void)out;
+    *op = NULL;
+    return GP_OK;
+}
+static gp_status seq_done(void *ctx, void *op, bool *done) {
+    (void)ctx, (void)op;
+    *done = true;
+    return GP_OK;
+}
+static void seq_forget(void *ctx, void *op) { (void)ctx, (void)op; }
+
+/* Stage 0 sends ACT(mb 0) and ACT(mb 1) through the hook; stage 1 takes mb 0 from the hook (its
+ * message 0: as the header says) but expects mb 1 over MPI, which the header's hook sequence
+ * number refutes: a SEQ line with each rank's error (3 s comm timeout). */
+static int child_hook_seq(void) {
+    gp_device *cpu;
+    REQUIRE_OK(gp_device_cpu_new("seq-cpu", &cpu));
+    gp_grid *g = NULL;
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 3, &g));
+    const int k = gp_grid_stage(g);
+    const gp_transport_payload hook = {.carries = seq_carries, .send = seq_send,
+                                       .recv = seq_recv, .done = seq_done, .forget = seq_forget};
+    gp_grid_set_payload(g, &hook);
+    gp_status s = GP_OK;
+    for (int mb = 0; mb < 2 && s == GP_OK; mb++) {
+        const gp_msg_tag tag = {GP_MSG_ACT, mb, 0};
+        gp_tensor t = {0};
+        REQUIRE_OK(gp_tensor_alloc(cpu, GP_MEM_ACTIVATIONS, gp_shape1(4), GP_F32, &t));
+        if (k == 0) {
+            s = gp_transport_send(gp_grid_pipe(g), 0, 1, tag, &t);
+        } else {
+            s = gp_transport_recv(gp_grid_pipe(g), 1, 0, tag, &t);
+            gp_tensor_release(&t);
+        }
+    }
+    if (s == GP_OK && k == 0) s = gp_transport_flush(gp_grid_pipe(g), 0);
+    printf("SEQ rank %d: %s\n", k, s == GP_OK ? "(no error)" : gp_last_error());
+    fflush(stdout);
+    sleep(2); /* the peer prints before this rank's MPI_Abort ends it */
+    gp_grid_free(g);
+    gp_device_free(cpu);
+    gp_mpi_finalize();
+    return 0;
+}
+
 /* ----------------------------------- gpipe's side of NCCL, over the fake */
 
 enum { STEPS = 3, M = 2 };
@@ -452,6 +511,13 @@ static int run_fail(void) {
         if (i == 1) CHECK(rb == 1); /* the header came, its payload never did */
         failed += !parsed;
     }
+    child_log[0] = '\0';
+    run_child("hook-seq", 2, "", NULL, 0);
+    const char *seq = strstr(child_log, "SEQ rank 1:");
+    printf("hook order: %.*s\n", seq ? (int)strcspn(seq, "\n") : 0, seq ? seq : "");
+    CHECK(seq && strstr(seq, "receiving ACT(mb 1) from rank 0 (stage 0): expected a payload over "
+                             "MPI, but rank 0 (stage 0) sent payload hook message 1"));
+    failed += !seq;
     child_limit_s = 240;
     return failed;
 #endif
@@ -587,6 +653,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--child")) {
         const char *c = argv[2];
         if (!strcmp(c, "staged")) return child_staged();
+        if (!strcmp(c, "hook-seq")) return child_hook_seq();
         if (!strcmp(c, "nccl-fail-send") || !strcmp(c, "nccl-fail-lose")) return child_fail(1, 2, 3);
         if (!strcmp(c, "nccl-fail-async")) return child_fail(2, 1, 3);
         const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;

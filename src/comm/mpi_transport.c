@@ -34,6 +34,7 @@ typedef struct mpi_ctx {
     const char *role;
     int *world_of;        /* (size) world rank of each rank of comm */
     uint64_t *sent, *got; /* (size) messages sent to / received from each rank */
+    uint32_t *hook_sent, *hook_got; /* (size) of those, the payload hook's (header hook_seq) */
     pending *pend;        /* oldest first */
     int npend, cap_pend;
     double *gather; /* (size * n) scratch of the ordered all-reduce */
@@ -183,7 +184,8 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     size_t nbytes = gp_tensor_nbytes(&p->t);
     p->hdr = (gp_msg_header){.magic = HEADER_MAGIC, .kind = (int32_t)tag.kind, .mb = tag.mb,
                           .dtype = (int32_t)p->t.dtype, .ndim = p->t.shape.ndim,
-                          .link = tag.link, .nbytes = nbytes, .seq = c->sent[peer]++};
+                          .link = tag.link, .nbytes = nbytes, .seq = (uint32_t)c->sent[peer]++,
+                          .hook_seq = GP_MSG_NOT_HOOKED};
     for (int d = 0; d < GP_MAX_DIMS; d++) p->hdr.dim[d] = p->t.shape.dim[d];
     p->req[0] = p->req[1] = MPI_REQUEST_NULL;
     const bool hook = hooked(c, peer, tag, true);
@@ -210,6 +212,7 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
             gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
             return s;
         }
+        p->hdr.hook_seq = c->hook_sent[peer]++;
     }
     int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, tag_hdr(tag), c->comm,
                        &p->req[0]);
@@ -254,6 +257,27 @@ static gp_status check_header(const mpi_ctx *c, const gp_msg_header *h, int rank
                     "on that link)",
                     who, them, want, gp_dtype_name(out->dtype), ws, them, got,
                     gp_dtype_name((gp_dtype)h->dtype), gs, (unsigned long long)h->seq);
+}
+
+/* The payload hook's messages (NCCL) pair in the order both ends post them, not by tag as the
+ * headers do: a message whose header says it is another of the hook's messages than this rank
+ * is about to receive (or that only one end hooks) would land in the wrong tensor. */
+static gp_status check_hook_seq(const mpi_ctx *c, const gp_msg_header *h, int rank, int peer,
+                                gp_msg_tag tag, bool hook) {
+    const uint32_t want = hook ? c->hook_got[peer] : GP_MSG_NOT_HOOKED;
+    if (h->hook_seq == want) return GP_OK;
+    char who[64], them[64], ts[32], ws[48], gs[48];
+    who_str(c, rank, who, sizeof who);
+    who_str(c, peer, them, sizeof them);
+    if (hook) snprintf(ws, sizeof ws, "payload hook message %u", (unsigned)want);
+    else snprintf(ws, sizeof ws, "a payload over MPI");
+    if (h->hook_seq != GP_MSG_NOT_HOOKED)
+        snprintf(gs, sizeof gs, "payload hook message %u", (unsigned)h->hook_seq);
+    else snprintf(gs, sizeof gs, "a payload over MPI");
+    return gp_error(GP_INTERNAL,
+                    "%s: receiving %s from %s: expected %s, but %s sent %s (the hook pairs "
+                    "payloads in posting order, so the two ends must hook the same messages)",
+                    who, gp_msg_tag_str(tag, ts, sizeof ts), them, ws, them, gs);
 }
 
 /* Seconds a cancelled receive is given to complete. */
@@ -304,7 +328,13 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
         return s;
     }
-    if (hooked(c, peer, tag, false)) {
+    const bool hook = hooked(c, peer, tag, false);
+    s = check_hook_seq(c, &h, rank, peer, tag, hook);
+    if (s != GP_OK) {
+        gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+        return s;
+    }
+    if (hook) {
         void *op = NULL;
         s = c->hook.recv(c->hook.ctx, peer, tag, out, &op);
         if (s != GP_OK) gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
@@ -313,7 +343,7 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         hook_poll hp = {c, &op};
         if (s == GP_OK) s = gp_mpi_wait_for(c->sh, poll_hook, &hp, deadline, who, doing);
         if (op) c->hook.forget(c->hook.ctx, op);
-        if (s == GP_OK) c->got[peer]++;
+        if (s == GP_OK) c->got[peer]++, c->hook_got[peer]++;
         return s;
     }
     void *into = out->data;
@@ -523,6 +553,8 @@ static void mpi_free(void *ctx) {
     free(c->world_of);
     free(c->sent);
     free(c->got);
+    free(c->hook_sent);
+    free(c->hook_got);
     if (!c->abandoned) {
         free(c->gather);
         free(c->fscratch);
@@ -567,12 +599,15 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
     c->world_of = calloc((size_t)c->size, sizeof *c->world_of);
     c->sent = calloc((size_t)c->size, sizeof *c->sent);
     c->got = calloc((size_t)c->size, sizeof *c->got);
+    c->hook_sent = calloc((size_t)c->size, sizeof *c->hook_sent);
+    c->hook_got = calloc((size_t)c->size, sizeof *c->hook_got);
     c->counts = calloc(4 * (size_t)c->size, sizeof *c->counts);
     c->hdr_in = calloc(1, sizeof *c->hdr_in);
     tr->iface = &mpi_iface;
     tr->context = c;
     tr->nranks = c->size;
-    if (!c->world_of || !c->sent || !c->got || !c->counts || !c->hdr_in) {
+    if (!c->world_of || !c->sent || !c->got || !c->hook_sent || !c->hook_got || !c->counts ||
+        !c->hdr_in) {
         gp_transport_free(tr);
         return gp_error(GP_OUT_OF_MEMORY, "MPI transport: cannot allocate %d ranks", c->size);
     }
