@@ -225,6 +225,10 @@ static int child_staged(void) {
     gp_grid *g = NULL;
     REQUIRE_OK(gp_grid_new(1, 2, 1, 30, &g));
     const int k = gp_grid_stage(g);
+    /* The node-local rank a rank's GPU follows: as mpirun numbers the node's ranks (Open MPI's
+     * OMPI_COMM_WORLD_LOCAL_RANK; every rank here is on this node). */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (local) CHECK(gp_grid_local_rank(g) == atoi(local));
     float want[6], got[6];
     gp_test_fill(want, 6, 5, 1, -2.0f, 2.0f);
     gp_tensor t = {0};

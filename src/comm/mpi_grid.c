@@ -54,6 +54,7 @@ int gp_grid_world_size(const gp_grid *g) { return (void)g, 1; }
 int gp_grid_stage(const gp_grid *g) { return (void)g, 0; }
 int gp_grid_replica(const gp_grid *g) { return (void)g, 0; }
 int gp_grid_shard(const gp_grid *g) { return (void)g, 0; }
+int gp_grid_local_rank(const gp_grid *g) { return (void)g, 0; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_tensor(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_world(gp_grid *g) { return (void)g, NULL; }
@@ -154,6 +155,7 @@ typedef struct grad_bucket {
 struct gp_grid {
     gp_mpi_shared sh;
     int D, K, T, stage, replica, shard;
+    int local_rank; /* among the ranks of this node (MPI_COMM_TYPE_SHARED) */
     MPI_Comm pipe_comm, dp_comm, tp_comm;
     gp_transport *pipe, *world, *tensor;
     grad_bucket *bk; /* (cap_buckets) the buckets in flight (scratch kept for the next step) */
@@ -212,6 +214,16 @@ gp_status gp_grid_new(int D, int K, int T, double timeout_s, gp_grid **out) {
     if (s == GP_OK) s = mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &sh->world), "MPI_Comm_dup");
     /* Errors come back as codes, so that a dead peer is a named failure, not MPI's abort. */
     if (s == GP_OK) MPI_Comm_set_errhandler(sh->world, MPI_ERRORS_RETURN);
+    if (s == GP_OK) {
+        MPI_Comm node = MPI_COMM_NULL;
+        s = mpi_check(MPI_Comm_split_type(sh->world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                                          &node),
+                      "MPI_Comm_split_type (the node's ranks)");
+        if (s == GP_OK) {
+            MPI_Comm_rank(node, &g->local_rank);
+            MPI_Comm_free(&node);
+        }
+    }
     /* One communicator per mesh axis: the ranks that differ in that coordinate alone. */
     if (s == GP_OK)
         s = mpi_check(MPI_Comm_split(sh->world, g->replica * T + g->shard, g->stage, &g->pipe_comm),
@@ -274,6 +286,7 @@ int gp_grid_world_size(const gp_grid *g) { return g->sh.world_size; }
 int gp_grid_stage(const gp_grid *g) { return g->stage; }
 int gp_grid_replica(const gp_grid *g) { return g->replica; }
 int gp_grid_shard(const gp_grid *g) { return g->shard; }
+int gp_grid_local_rank(const gp_grid *g) { return g->local_rank; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return g->pipe; }
 gp_transport *gp_grid_tensor(gp_grid *g) { return g->tensor; }
 gp_transport *gp_grid_world(gp_grid *g) { return g->world; }

@@ -30,6 +30,9 @@ int gp_grid_world_size(const gp_grid *g);
 int gp_grid_stage(const gp_grid *g);   /* k in 0..K-1 */
 int gp_grid_replica(const gp_grid *g); /* d in 0..D-1 */
 int gp_grid_shard(const gp_grid *g);   /* t in 0..T-1 */
+/* This rank among the ranks on its node (MPI_COMM_TYPE_SHARED, world order): the GPU it takes
+ * there, since a node's GPUs are numbered from 0 whatever the world rank. */
+int gp_grid_local_rank(const gp_grid *g);
 
 /* The K stages of this replica and shard: rank k is stage k. Owned by the grid. */
 gp_transport *gp_grid_pipe(gp_grid *g);

@@ -414,7 +414,8 @@ gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
                             .stage = gp_grid_stage(l->grid),
                             .shard = gp_grid_shard(l->grid),
                             .replica = gp_grid_replica(l->grid),
-                            .replicas = D};
+                            .replicas = D,
+                            .local_rank = gp_grid_local_rank(l->grid)};
     return gp_pipeline_set_place(p, &place);
 }
 
