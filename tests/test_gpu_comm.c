@@ -201,7 +201,11 @@ static gp_status far_alloc(void *ctx, size_t nbytes, void **ptr) {
     *ptr = (void *)((uintptr_t)p | *(const uintptr_t *)ctx);
     return GP_OK;
 }
-static void far_free(void *ctx, void *ptr) { free(to_host(ctx, ptr)); }
+static long far_frees; /* blocks the devices gave back (gp_device_hold_frees holds them) */
+static void far_free(void *ctx, void *ptr) {
+    far_frees++;
+    free(to_host(ctx, ptr));
+}
 static gp_status far_copy(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind k) {
     memmove(k == GP_COPY_DEVICE_TO_HOST ? dst : to_host(ctx, dst),
             k == GP_COPY_HOST_TO_DEVICE ? src : to_host(ctx, src), nbytes);
@@ -372,10 +376,22 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
               strstr(gp_last_error(), "--gpu-comm nccl: ranks 0 and 1 share GPU"));
     } else {
         float loss = 0;
+        long frees_before = 0;
         for (int st = 0; st < STEPS; st++) {
             gp_test_batch b;
             gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 500 + (uint64_t)st, &b);
             REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
+            if (st == 0 && !gpu) { /* the cache given back between steps */
+                gp_mem_stats ms;
+                gp_device_mem_stats(near, &ms);
+                frees_before = far_frees;
+                gp_device_trim(near);
+                if (gp_pipeline_gpu_comm(p, NULL) == GP_GPU_COMM_NCCL)
+                    CHECK(far_frees == frees_before); /* held until a step's end */
+                else
+                    CHECK(far_frees > frees_before || ms.cached == 0); /* freed at once */
+            }
+            if (st == 1 && !gpu) CHECK(far_frees > frees_before); /* NCCL: at its end */
         }
         uint64_t h = 0;
         REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &h));

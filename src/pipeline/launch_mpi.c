@@ -111,6 +111,7 @@ static gp_status mpi_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y
     gp_stage_run(s);
     gp_pipeline_end_step(p, gp_now() - t0);
     if (s->status != GP_OK) return gp_error(s->status, "%s", s->msg);
+    gp_launch_nccl_step_end(l->nccl);
     /* the calls as WAIT events, named by what they moved (see gp_timeline_trace_calls) */
     for (int v = 0; v < p->V; v++) GP_TRY(gp_timeline_trace_calls(gp_chunk_of(p, s, v)));
     *loss = (float)s->loss;

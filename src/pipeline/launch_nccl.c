@@ -16,6 +16,7 @@
 
 #include "comm/gpu_comm.h"
 #include "comm/mpi_grid.h"
+#include "core/device.h"
 #include "kernels/cuda_module.h"
 #include "kernels/kernels.h"
 #include "pipeline/launch_nccl.h"
@@ -122,6 +123,7 @@ void gp_launch_nccl_free(gp_nccl_state *n) {
     end(n->dp);
     end(n->world);
     gp_tensor_release(&n->scratch); /* after the communicators: nothing of NCCL's reads it */
+    gp_device_hold_frees(n->dev, false);
     free(n);
 }
 
@@ -237,6 +239,10 @@ gp_status gp_launch_nccl_setup(gp_pipeline *p, gp_grid *grid, gp_gpu_comm want,
                                        .forget = hook_forget};
     gp_grid_set_payload(grid, &hook);
     n->hooked = true;
+    /* From here the GPU's frees wait for a step's end (gp_launch_nccl_step_end): a cudaFree
+     * mid-step waits for the whole GPU, NCCL's kernels too, whose peers may be waiting for this
+     * rank to go on (the scratch below growing, a memory limit's trim, a size with no cache bin). */
+    gp_device_hold_frees(n->dev, true);
     *out = n;
     return GP_OK;
 }
@@ -251,7 +257,8 @@ gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice) {
         return wait_ready(n, n->dp, "queueing the replicas' NCCL all-reduce");
     }
     if (gp_tensor_nelem(&n->scratch) < count) {
-        /* Released while the stream may still read it: the device frees after its work. */
+        /* Released while the stream may still read it: the device holds the block until the
+         * step's end (gp_device_hold_frees), and cudaFree then waits for the stream's work. */
         gp_tensor_release(&n->scratch);
         GP_TRY(gp_tensor_alloc(n->dev, GP_MEM_GRADS, gp_shape1(count), GP_F32, &n->scratch));
     }
@@ -274,4 +281,8 @@ gp_status gp_launch_nccl_grads_wait(gp_nccl_state *n) {
                                          "waiting for the replicas' NCCL gradient sums");
     if (o.op) n->calls->op_forget(o.op);
     return s;
+}
+
+void gp_launch_nccl_step_end(gp_nccl_state *n) {
+    if (n && !gp_grid_failed(n->grid)) gp_device_release_held(n->dev);
 }
