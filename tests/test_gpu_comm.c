@@ -16,7 +16,9 @@
  * stand-in: a send that fails, a send that never arrives and an asynchronous error each end every
  * rank within the comm timeout, naming the failure, with the communicators aborted, not destroyed
  * (a destroy waits for the unmatched operation), and a failed send's header never sent (its
- * receiver would wait for a payload that never comes). NCCL itself needs a GPU
+ * receiver would wait for a payload that never comes); a payload hook the two ends apply to
+ * different messages is named by the header's hook sequence number; over NCCL a trim between
+ * steps gives the cache back at the next step's end, not at once. NCCL itself needs a GPU
  * per rank: with 2 GPUs and a GP_NCCL build, D = 2 and K = 2 on them give the same bits over NCCL
  * as over MPI with host staging (with one GPU, two ranks share it and train over host staging,
  * saying why); elsewhere that part is skipped and said, as are the MPI parts without MPI or
