@@ -9,8 +9,9 @@
  * device; gp_fake_nccl_counts says how many calls of each kind the process made.
  * GP_FAKE_NCCL_FAIL=what:rank makes world rank `rank` fail as NCCL can: "send" (its first send
  * returns an error), "lose" (its sends say they are done but never arrive: the peer's receive
- * never completes, as when a rank hangs) or "async" (once it has sent or exchanged, op_done
- * reports an asynchronous error, as ncclCommGetAsyncError does for a failed peer). */
+ * never completes, as when a rank hangs), "async" (once it has sent or exchanged, op_done
+ * reports an asynchronous error, as ncclCommGetAsyncError does for a failed peer) or "split"
+ * (its first split fails, the others having begun theirs). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,16 @@ typedef struct fake_op {
     MPI_Request req;
 } fake_op;
 
+/* A split is non-blocking, as NCCL's on a non-blocking communicator: the parent all-gathers
+ * every rank's (color, key) (split_req), and ready() then makes the part (MPI_Comm_create_group
+ * over the ranks of this color, which have all posted the gather), so a rank that fails before
+ * its split leaves the others polling, not blocked in MPI. */
 struct gp_nccl_comm {
-    MPI_Comm comm;
+    MPI_Comm comm;                 /* MPI_COMM_NULL while its split is unfinished */
+    struct gp_nccl_comm *parent;   /* while unfinished: the parent whose gather makes it */
+    MPI_Request split_req;         /* a split of this communicator in progress */
+    int split_mine[2], *split_all; /* (color, key): this rank's, every rank's */
+    struct gp_nccl_comm *split_part; /* what that split makes here (NULL: no color) */
 };
 
 static void bind(const gp_cuda_host *h) { host = h; }
@@ -81,8 +90,9 @@ static gp_status gpu_uuid(gp_device *dev, unsigned char uuid[16]) {
 static gp_status wrap(MPI_Comm c, gp_nccl_comm **out) {
     *out = NULL;
     if (c == MPI_COMM_NULL) return GP_OK;
-    if (!(*out = malloc(sizeof **out))) return host->error(GP_OUT_OF_MEMORY, "fake NCCL comm");
+    if (!(*out = calloc(1, sizeof **out))) return host->error(GP_OUT_OF_MEMORY, "fake NCCL comm");
     (*out)->comm = c;
+    (*out)->split_req = MPI_REQUEST_NULL;
     return GP_OK;
 }
 
@@ -104,26 +114,79 @@ static gp_status comm_new(gp_device *dev, const unsigned char id[GP_NCCL_ID_BYTE
 static gp_status comm_split(gp_nccl_comm *parent, gp_device *dev, int color, int key,
                             gp_nccl_comm **out) {
     (void)dev;
+    *out = NULL;
+    if (!strcmp(injected(), "split"))
+        return host->error(GP_IO, "fake NCCL: ncclCommSplit failed (injected)");
     n_split++;
-    MPI_Comm c = MPI_COMM_NULL;
-    if (MPI_Comm_split(parent->comm, color < 0 ? MPI_UNDEFINED : color, key, &c) != MPI_SUCCESS)
-        return host->error(GP_IO, "fake NCCL: MPI_Comm_split failed");
-    return wrap(c, out);
+    int size = 1;
+    MPI_Comm_size(parent->comm, &size);
+    parent->split_all = malloc(2 * (size_t)size * sizeof *parent->split_all);
+    if (!parent->split_all) return host->error(GP_OUT_OF_MEMORY, "fake NCCL split");
+    parent->split_mine[0] = color, parent->split_mine[1] = key;
+    parent->split_part = NULL;
+    if (color >= 0) {
+        if (!(parent->split_part = calloc(1, sizeof *parent->split_part)))
+            return host->error(GP_OUT_OF_MEMORY, "fake NCCL comm");
+        parent->split_part->comm = MPI_COMM_NULL;
+        parent->split_part->split_req = MPI_REQUEST_NULL;
+        parent->split_part->parent = parent;
+    }
+    *out = parent->split_part;
+    return mpi_ok(MPI_Iallgather(parent->split_mine, 2, MPI_INT, parent->split_all, 2, MPI_INT,
+                                 parent->comm, &parent->split_req),
+                  "MPI_Iallgather");
 }
 
-/* Calls are done when they return. (The asynchronous error shows in op_done only: its exchange
+/* The part of parent's finished split: its color's ranks ordered by key, then parent rank. */
+static gp_status make_part(gp_nccl_comm *parent) {
+    gp_nccl_comm *part = parent->split_part;
+    int size = 1;
+    MPI_Comm_size(parent->comm, &size);
+    int *ranks = malloc((size_t)size * sizeof *ranks), n = 0;
+    if (!ranks) return host->error(GP_OUT_OF_MEMORY, "fake NCCL split");
+    const int *all = parent->split_all;
+    for (int r = 0; r < size; r++)
+        if (all[2 * r] == parent->split_mine[0]) {
+            int at = n++;
+            while (at > 0 && all[2 * ranks[at - 1] + 1] > all[2 * r + 1]) ranks[at] = ranks[at - 1], at--;
+            ranks[at] = r;
+        }
+    MPI_Group g, mine;
+    MPI_Comm_group(parent->comm, &g);
+    MPI_Group_incl(g, n, ranks, &mine);
+    const gp_status s = mpi_ok(MPI_Comm_create_group(parent->comm, mine, 0, &part->comm),
+                               "MPI_Comm_create_group");
+    MPI_Group_free(&mine);
+    MPI_Group_free(&g);
+    free(ranks);
+    part->parent = NULL;
+    return s;
+}
+
+/* Calls other than a split are done when they return. (The asynchronous error shows in op_done
+ * only: its exchange
  * is MPI_Sendrecv, which would leave a partner that failed between two exchanges waiting in
  * MPI, where NCCL's would be queued.) */
 static gp_status ready(gp_nccl_comm *c, bool *done) {
-    (void)c;
     *done = true;
-    return GP_OK;
+    gp_nccl_comm *p = c->parent ? c->parent : c; /* a part waits for its parent's split */
+    if (p->split_req == MPI_REQUEST_NULL) return GP_OK;
+    int flag = 0;
+    if (MPI_Test(&p->split_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return host->error(GP_IO, "fake NCCL: MPI_Test (a split) failed");
+    *done = flag != 0;
+    if (!flag) return GP_OK;
+    const gp_status s = p->split_part ? make_part(p) : GP_OK;
+    free(p->split_all);
+    p->split_all = NULL;
+    return s;
 }
 
 static void comm_free(gp_nccl_comm *c) {
     if (!c) return;
     n_free++;
-    MPI_Comm_free(&c->comm);
+    if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    free(c->split_all);
     free(c);
 }
 
@@ -131,6 +194,7 @@ static void comm_free(gp_nccl_comm *c) {
 static void comm_abort(gp_nccl_comm *c) {
     if (!c) return;
     n_abort++;
+    if (c->split_req == MPI_REQUEST_NULL) free(c->split_all); /* else MPI may still write it */
     free(c);
 }
 

@@ -13,7 +13,8 @@
  * tied Transformer (its tie's gradients staged beside NCCL's messages) and the interleaved
  * schedule (two cells per stage: their messages staged, the replicas' sum NCCL's); with the ranks
  * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL's failures, over the
- * stand-in: a send that fails, a send that never arrives and an asynchronous error each end every
+ * stand-in: a send that fails, a send that never arrives, an asynchronous error and a split
+ * that fails during communicator setup each end every
  * rank within the comm timeout, naming the failure, with the communicators aborted, not destroyed
  * (a destroy waits for the unmatched operation), and a failed send's header never sent (its
  * receiver would wait for a payload that never comes); a payload hook the two ends apply to
@@ -442,14 +443,17 @@ static int child_fail(int D, int K, double timeout_s) {
     gp_model *m = gp_test_net_build(net);
     gp_optim_opts o = gp_test_net_optim(net);
     gp_pipeline *p = NULL;
-    REQUIRE_OK(gp_pipeline_new(m, &o, &po, 77, &p));
+    double t0 = gp_now();
+    gp_status s = gp_pipeline_new(m, &o, &po, 77, &p); /* fails where setup is made to */
     int rank = 0;
     gp_mpi_init(&rank, NULL);
     gp_test_batch b;
     gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 500, &b);
     float loss = 0;
-    const double t0 = gp_now();
-    const gp_status s = gp_pipeline_step(p, &b.x, &b.y_t, &loss);
+    if (s == GP_OK) {
+        t0 = gp_now();
+        s = gp_pipeline_step(p, &b.x, &b.y_t, &loss);
+    }
     const double took = gp_now() - t0;
     char err[768];
     snprintf(err, sizeof err, "%s", s == GP_OK ? "(no error)" : gp_last_error());
@@ -508,6 +512,9 @@ static int run_fail(void) {
          "aborted by rank", 0},
         /* replica 1's communicators report an asynchronous error once it has exchanged */
         {"nccl-fail-async", "GP_FAKE_NCCL_FAIL=async:1", "ncclCommGetAsyncError",
+         "aborted by rank 1", 1},
+        /* stage 1's first split fails while stage 0 has begun its own: communicator setup */
+        {"nccl-fail-split", "GP_FAKE_NCCL_FAIL=split:1", "ncclCommSplit failed (injected)",
          "aborted by rank 1", 1},
     };
     int failed = 0;
@@ -686,6 +693,7 @@ int main(int argc, char **argv) {
         if (!strcmp(c, "hook-seq")) return child_hook_seq();
         if (!strcmp(c, "nccl-fail-send") || !strcmp(c, "nccl-fail-lose")) return child_fail(1, 2, 3);
         if (!strcmp(c, "nccl-fail-async")) return child_fail(2, 1, 3);
+        if (!strcmp(c, "nccl-fail-split")) return child_fail(1, 2, 3);
         const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;
         const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
         const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;
