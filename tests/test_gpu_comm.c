@@ -513,6 +513,10 @@ static int run_fail(void) {
         /* replica 1's communicators report an asynchronous error once it has exchanged */
         {"nccl-fail-async", "GP_FAKE_NCCL_FAIL=async:1", "ncclCommGetAsyncError",
          "aborted by rank 1", 1},
+        /* stage 0's sends fail asynchronously: the send's operation, gone with its error, is
+         * not forgotten again when the transport goes (ASan: a double free) */
+        {"nccl-fail-async-k2", "GP_FAKE_NCCL_FAIL=async:0", "ncclCommGetAsyncError",
+         "aborted by rank 0", 0},
         /* stage 1's first split fails while stage 0 has begun its own: communicator setup */
         {"nccl-fail-split", "GP_FAKE_NCCL_FAIL=split:1", "ncclCommSplit failed (injected)",
          "aborted by rank 1", 1},
@@ -694,6 +698,7 @@ int main(int argc, char **argv) {
         if (!strcmp(c, "nccl-fail-send") || !strcmp(c, "nccl-fail-lose")) return child_fail(1, 2, 3);
         if (!strcmp(c, "nccl-fail-async")) return child_fail(2, 1, 3);
         if (!strcmp(c, "nccl-fail-split")) return child_fail(1, 2, 3);
+        if (!strcmp(c, "nccl-fail-async-k2")) return child_fail(1, 2, 3);
         const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;
         const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
         const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;
