@@ -825,8 +825,9 @@ typedef struct gp_pipeline_opts {
     gp_device **devices;
     /* The kind of the devices the pipeline makes when devices is NULL: CPU (the default) or
      * CUDA GPUs; stage shard w is gp_device_type_new(device_type, name, w, stage_threads), with
-     * memory_limit (on CUDA: GPU w mod the GPUs visible, under MPI world rank r's GPU r mod
-     * them; failing as gp_cuda_device_count does where there is none). Not yet run on a GPU. */
+     * memory_limit (on CUDA: GPU w mod the GPUs visible, under MPI a rank's GPU l mod them, l
+     * its rank among its node's ranks; failing as gp_cuda_device_count does where there is
+     * none). Not yet run on a GPU. */
     gp_device_type device_type;
     /* MPI launcher on CUDA devices: NCCL or MPI between the ranks (gp_gpu_comm); 0: AUTO. */
     gp_gpu_comm gpu_comm;

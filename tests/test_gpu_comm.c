@@ -12,7 +12,14 @@
  * with host staging, with NCCL's sends, receives and pairwise exchanges made, and so does the
  * tied Transformer (its tie's gradients staged beside NCCL's messages) and the interleaved
  * schedule (two cells per stage: their messages staged, the replicas' sum NCCL's); with the ranks
- * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL itself needs a GPU
+ * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL's failures, over the
+ * stand-in: a send that fails, a send that never arrives, an asynchronous error and a split
+ * that fails during communicator setup each end every
+ * rank within the comm timeout, naming the failure, with the communicators aborted, not destroyed
+ * (a destroy waits for the unmatched operation), and a failed send's header never sent (its
+ * receiver would wait for a payload that never comes); a payload hook the two ends apply to
+ * different messages is named by the header's hook sequence number; over NCCL a trim between
+ * steps gives the cache back at the next step's end, not at once. NCCL itself needs a GPU
  * per rank: with 2 GPUs and a GP_NCCL build, D = 2 and K = 2 on them give the same bits over NCCL
  * as over MPI with host staging (with one GPU, two ranks share it and train over host staging,
  * saying why); elsewhere that part is skipped and said, as are the MPI parts without MPI or
@@ -27,6 +34,7 @@
 
 #include "comm/gpu_comm.h"
 #include "comm/mpi_grid.h"
+#include "core/clock.h"
 #include "core/device.h"
 #include "kernels/cuda_module.h"
 #include "testutil.h"
@@ -164,8 +172,9 @@ static void test_module(void) {
     CHECK_OK(s);
     if (calls) {
         CHECK(calls->unique_id && calls->gpu_uuid && calls->comm_new && calls->comm_split &&
-              calls->comm_free && calls->exchange && calls->allreduce_f32 && calls->send &&
-              calls->send_done && calls->recv);
+              calls->ready && calls->comm_free && calls->comm_abort && calls->exchange &&
+              calls->allreduce_f32 && calls->send && calls->recv && calls->mark &&
+              calls->op_done && calls->op_forget);
         printf("module: the CUDA module hands over NCCL's calls\n");
     }
 #else
@@ -195,7 +204,11 @@ static gp_status far_alloc(void *ctx, size_t nbytes, void **ptr) {
     *ptr = (void *)((uintptr_t)p | *(const uintptr_t *)ctx);
     return GP_OK;
 }
-static void far_free(void *ctx, void *ptr) { free(to_host(ctx, ptr)); }
+static long far_frees; /* blocks the devices gave back (gp_device_hold_frees holds them) */
+static void far_free(void *ctx, void *ptr) {
+    far_frees++;
+    free(to_host(ctx, ptr));
+}
 static gp_status far_copy(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind k) {
     memmove(k == GP_COPY_DEVICE_TO_HOST ? dst : to_host(ctx, dst),
             k == GP_COPY_HOST_TO_DEVICE ? src : to_host(ctx, src), nbytes);
@@ -219,6 +232,10 @@ static int child_staged(void) {
     gp_grid *g = NULL;
     REQUIRE_OK(gp_grid_new(1, 2, 1, 30, &g));
     const int k = gp_grid_stage(g);
+    /* The node-local rank a rank's GPU follows: as mpirun numbers the node's ranks (Open MPI's
+     * OMPI_COMM_WORLD_LOCAL_RANK; every rank here is on this node). */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (local) CHECK(gp_grid_local_rank(g) == atoi(local));
     float want[6], got[6];
     gp_test_fill(want, 6, 5, 1, -2.0f, 2.0f);
     gp_tensor t = {0};
@@ -260,9 +277,80 @@ static int child_staged(void) {
     return failed ? 1 : 0;
 }
 
+/* ------------------------------------- the payload hook's message order */
+
+/* A payload hook that moves nothing (its operations are done at once): stage 0 hooks every
+ * activation it sends, stage 1 every one but mb 1's, so the two ends disagree at mb 1. */
+static bool seq_carries(void *ctx, int peer, gp_msg_tag tag, bool sending) {
+    (void)ctx, (void)peer;
+    return sending || tag.mb != 1;
+}
+static gp_status seq_send(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **op) {
+    (void)ctx, (void)peer, (void)tag, (void)t;
+    *op = NULL;
+    return GP_OK;
+}
+static gp_status seq_recv(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out, void **op) {
+    (void)ctx, (void)peer, (void)tag, (void)out;
+    *op = NULL;
+    return GP_OK;
+}
+static gp_status seq_done(void *ctx, void *op, bool *done) {
+    (void)ctx, (void)op;
+    *done = true;
+    return GP_OK;
+}
+static void seq_forget(void *ctx, void *op) { (void)ctx, (void)op; }
+
+/* Stage 0 sends ACT(mb 0) and ACT(mb 1) through the hook; stage 1 takes mb 0 from the hook (its
+ * message 0: as the header says) but expects mb 1 over MPI, which the header's hook sequence
+ * number refutes: a SEQ line with each rank's error (3 s comm timeout). */
+static int child_hook_seq(void) {
+    gp_device *cpu;
+    REQUIRE_OK(gp_device_cpu_new("seq-cpu", &cpu));
+    gp_grid *g = NULL;
+    REQUIRE_OK(gp_grid_new(1, 2, 1, 3, &g));
+    const int k = gp_grid_stage(g);
+    const gp_transport_payload hook = {.carries = seq_carries, .send = seq_send,
+                                       .recv = seq_recv, .done = seq_done, .forget = seq_forget};
+    gp_grid_set_payload(g, &hook);
+    gp_status s = GP_OK;
+    for (int mb = 0; mb < 2 && s == GP_OK; mb++) {
+        const gp_msg_tag tag = {GP_MSG_ACT, mb, 0};
+        gp_tensor t = {0};
+        REQUIRE_OK(gp_tensor_alloc(cpu, GP_MEM_ACTIVATIONS, gp_shape1(4), GP_F32, &t));
+        if (k == 0) {
+            s = gp_transport_send(gp_grid_pipe(g), 0, 1, tag, &t);
+        } else {
+            s = gp_transport_recv(gp_grid_pipe(g), 1, 0, tag, &t);
+            gp_tensor_release(&t);
+        }
+    }
+    if (s == GP_OK && k == 0) s = gp_transport_flush(gp_grid_pipe(g), 0);
+    printf("SEQ rank %d: %s\n", k, s == GP_OK ? "(no error)" : gp_last_error());
+    fflush(stdout);
+    sleep(2); /* the peer prints before this rank's MPI_Abort ends it */
+    gp_grid_free(g);
+    gp_device_free(cpu);
+    gp_mpi_finalize();
+    return 0;
+}
+
 /* ----------------------------------- gpipe's side of NCCL, over the fake */
 
 enum { STEPS = 3, M = 2 };
+
+/* The fake's call counts in this process; false (zeros) where it is not loaded. */
+static bool fake_counts(long counts[7]) {
+    memset(counts, 0, 7 * sizeof *counts);
+    void *fn = NULL;
+#ifdef GP_TEST_NCCL_FAKE
+    void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
+    fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
+#endif
+    if (fn) ((void (*)(long *))fn)(counts);
+    return fn != NULL;
+}
 
 /* A test net trained STEPS steps by D x K ranks on near devices (gpu: on the GPUs, rank r on GPU
  * r), with gpu_comm want: rank 0 prints the parameters' hash, the last loss and what the ranks
@@ -291,23 +379,30 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
               strstr(gp_last_error(), "--gpu-comm nccl: ranks 0 and 1 share GPU"));
     } else {
         float loss = 0;
+        long frees_before = 0;
         for (int st = 0; st < STEPS; st++) {
             gp_test_batch b;
             gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 500 + (uint64_t)st, &b);
             REQUIRE_OK(gp_pipeline_step(p, &b.x, &b.y_t, &loss));
+            if (st == 0 && !gpu) { /* the cache given back between steps */
+                gp_mem_stats ms;
+                gp_device_mem_stats(near, &ms);
+                frees_before = far_frees;
+                gp_device_trim(near);
+                if (gp_pipeline_gpu_comm(p, NULL) == GP_GPU_COMM_NCCL)
+                    CHECK(far_frees == frees_before); /* held until a step's end */
+                else
+                    CHECK(far_frees > frees_before || ms.cached == 0); /* freed at once */
+            }
+            if (st == 1 && !gpu) CHECK(far_frees > frees_before); /* NCCL: at its end */
         }
         uint64_t h = 0;
         REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &h));
         gp_pipeline_place(p, &rank, &nranks, &stage, &replica);
         const char *why = "";
         const gp_gpu_comm used = gp_pipeline_gpu_comm(p, &why);
-        long counts[5] = {0};
-        void *fn = NULL;
-#ifdef GP_TEST_NCCL_FAKE
-        void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
-        fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
-#endif
-        if (fn) ((void (*)(long *))fn)(counts);
+        long counts[7];
+        const bool fn = fake_counts(counts);
         /* Every rank's calls over the fake: the neighbours' messages both ways, the rounds. */
         if (!fn) {
             CHECK(gpu); /* real NCCL: nothing to count */
@@ -333,9 +428,141 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
     return failed ? 1 : 0;
 }
 
+/* A D x K run over the fake that GP_FAKE_NCCL_FAIL makes fail: every rank prints a FAIL line
+ * (its error, the fake's receives, communicators aborted and destroyed, the seconds its step
+ * took) for the parent to check. timeout_s: the comm timeout. */
+static int child_fail(int D, int K, double timeout_s) {
+    gp_device *cpu, *near;
+    REQUIRE_OK(gp_device_cpu_new("fail-cpu", &cpu));
+    REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits, gp_device_kernels(cpu), &near));
+    gp_device *devs[8] = {near, near, near, near, near, near, near, near};
+    const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .launcher = GP_LAUNCHER_MPI,
+                                 .data_parallel = D, .comm_timeout_s = timeout_s, .devices = devs,
+                                 .device_type = GP_DEVICE_CPU, .gpu_comm = GP_GPU_COMM_NCCL};
+    const gp_test_net net = GP_TEST_TRANSFORMER;
+    gp_model *m = gp_test_net_build(net);
+    gp_optim_opts o = gp_test_net_optim(net);
+    gp_pipeline *p = NULL;
+    double t0 = gp_now();
+    gp_status s = gp_pipeline_new(m, &o, &po, 77, &p); /* fails where setup is made to */
+    int rank = 0;
+    gp_mpi_init(&rank, NULL);
+    gp_test_batch b;
+    gp_test_net_batch(net, GP_TEST_NET_MAX_BATCH, 500, &b);
+    float loss = 0;
+    if (s == GP_OK) {
+        t0 = gp_now();
+        s = gp_pipeline_step(p, &b.x, &b.y_t, &loss);
+    }
+    const double took = gp_now() - t0;
+    char err[768];
+    snprintf(err, sizeof err, "%s", s == GP_OK ? "(no error)" : gp_last_error());
+    gp_pipeline_free(p); /* the communicators go here: aborted or destroyed */
+    long counts[7];
+    fake_counts(counts);
+    printf("FAIL rank %d: %s | recvs %ld aborts %ld frees %ld seconds %.1f\n", rank, err,
+           counts[1], counts[5], counts[6], took);
+    fflush(stdout);
+    sleep(2); /* the peers print before this rank's MPI_Abort (gp_mpi_finalize) ends them */
+    gp_model_free(m);
+    gp_device_free(near);
+    gp_device_free(cpu);
+    gp_mpi_finalize();
+    return 0;
+}
+
 /* mpirun -np np of this program's child `name` (extra: environment assignments before it); the
  * RESULT line of rank 0 into result (may be NULL). Returns mpirun's exit status. */
 static int run_child(const char *name, int np, const char *extra, char *result, size_t n);
+
+/* Every line the last run_child printed (FAIL lines: child_fail), and its limit in seconds. */
+static char child_log[16384];
+static int child_limit_s = 240;
+
+/* The FAIL line of world rank r in child_log, or "" (copied into line). */
+static const char *fail_line(int r, char *line, size_t n) {
+    char key[32];
+    snprintf(key, sizeof key, "FAIL rank %d:", r);
+    const char *at = strstr(child_log, key);
+    const size_t k = at ? strcspn(at, "\n") : 0;
+    snprintf(line, n, "%.*s", (int)k, at ? at : "");
+    return line;
+}
+
+/* NCCL's failures over the fake: each case's ranks end within the comm timeout (the mpirun limit
+ * is 60 s; a hang is killed there), every rank names the failure or the rank that failed, and
+ * its communicators were aborted (none destroyed: a destroy would wait for the unmatched
+ * operation). */
+static int run_fail(void) {
+#ifndef GP_TEST_NCCL_FAKE
+    printf("fake NCCL failures: skipped (no MPI in this build)\n");
+    return 0;
+#else
+    static const struct {
+        const char *child, *env, *failed, *other; /* the failing rank's words, its peer's */
+        int bad;
+    } cases[] = {
+        /* the first activation's send fails: its header never goes (the peer posts no receive) */
+        {"nccl-fail-send", "GP_FAKE_NCCL_FAIL=send:0", "ncclSend failed (injected)",
+         "aborted by rank 0", 0},
+        /* stage 0's payloads never arrive: stage 1 times out receiving the first one, or stage
+         * 0, waiting as long for the gradient that cannot come, times out first (the 3 s began
+         * about together: either may end first, the other then stops on its note) */
+        {"nccl-fail-lose", "GP_FAKE_NCCL_FAIL=lose:0", "timed out after 3 s waiting to receive",
+         "aborted by rank", 0},
+        /* replica 1's communicators report an asynchronous error once it has exchanged */
+        {"nccl-fail-async", "GP_FAKE_NCCL_FAIL=async:1", "ncclCommGetAsyncError",
+         "aborted by rank 1", 1},
+        /* stage 0's sends fail asynchronously: the send's operation, gone with its error, is
+         * not forgotten again when the transport goes (ASan: a double free) */
+        {"nccl-fail-async-k2", "GP_FAKE_NCCL_FAIL=async:0", "ncclCommGetAsyncError",
+         "aborted by rank 0", 0},
+        /* stage 1's first split fails while stage 0 has begun its own: communicator setup */
+        {"nccl-fail-split", "GP_FAKE_NCCL_FAIL=split:1", "ncclCommSplit failed (injected)",
+         "aborted by rank 1", 1},
+    };
+    int failed = 0;
+    child_limit_s = 60;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        child_log[0] = '\0';
+        run_child(cases[i].child, 2, cases[i].env, NULL, 0); /* exits non-zero: MPI_Abort */
+        char a[1024], b[1024];
+        fail_line(cases[i].bad, a, sizeof a);
+        fail_line(1 - cases[i].bad, b, sizeof b);
+        printf("fake NCCL failure %s:\n  %s\n  %s\n", cases[i].child, a, b);
+        long ra = -1, aa = -1, fa = -1, rb = -1, ab = -1, fb = -1;
+        double ta = 1e9, tb = 1e9;
+        const char *ca = strstr(a, " | "), *cb = strstr(b, " | ");
+        const bool parsed =
+            ca && cb &&
+            sscanf(ca, " | recvs %ld aborts %ld frees %ld seconds %lf", &ra, &aa, &fa, &ta) == 4 &&
+            sscanf(cb, " | recvs %ld aborts %ld frees %ld seconds %lf", &rb, &ab, &fb, &tb) == 4;
+        CHECK(parsed);
+        if (i == 1) { /* either end's timeout */
+            const bool first_a = strstr(a, cases[i].failed) && strstr(b, cases[i].other);
+            const bool first_b = strstr(b, cases[i].failed) && strstr(a, cases[i].other);
+            CHECK(first_a || first_b);
+        } else {
+            CHECK(strstr(a, cases[i].failed) != NULL);
+            CHECK(strstr(b, cases[i].other) != NULL);
+        }
+        CHECK(aa > 0 && ab > 0 && fa == 0 && fb == 0); /* aborted, never destroyed */
+        CHECK(ta < 30 && tb < 30);                     /* the timeout (3 s) bounded every wait */
+        if (i == 0) CHECK(rb == 0); /* no header reached stage 1, so it posted no receive */
+        if (i == 1) CHECK(rb == 1); /* the header came, its payload never did */
+        failed += !parsed;
+    }
+    child_log[0] = '\0';
+    run_child("hook-seq", 2, "", NULL, 0);
+    const char *seq = strstr(child_log, "SEQ rank 1:");
+    printf("hook order: %.*s\n", seq ? (int)strcspn(seq, "\n") : 0, seq ? seq : "");
+    CHECK(seq && strstr(seq, "receiving ACT(mb 1) from rank 0 (stage 0): expected a payload over "
+                             "MPI, but rank 0 (stage 0) sent payload hook message 1"));
+    failed += !seq;
+    child_limit_s = 240;
+    return failed;
+#endif
+}
 
 typedef struct child_pair {
     const char *nccl, *mpi; /* the children trained over NCCL and over MPI with host staging */
@@ -441,8 +668,8 @@ static int run_child(const char *name, int np, const char *extra, char *result, 
     snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
     setenv("ASAN_OPTIONS", opts, 1);
     snprintf(cmd, sizeof cmd,
-             "%s timeout -k 10 240 mpirun --oversubscribe --bind-to none -np %d %s --child %s 2>&1",
-             extra, np, self, name);
+             "%s timeout -k 10 %d mpirun --oversubscribe --bind-to none -np %d %s --child %s 2>&1",
+             extra, child_limit_s, np, self, name);
     FILE *f = popen(cmd, "r");
     if (!f) return 1;
     while (fgets(line, sizeof line, f)) {
@@ -453,6 +680,8 @@ static int run_child(const char *name, int np, const char *extra, char *result, 
             result[k] = '\0';
         } else {
             fputs(line, stdout);
+            const size_t have = strlen(child_log);
+            snprintf(child_log + have, sizeof child_log - have, "%s", line);
         }
     }
     const int st = pclose(f);
@@ -465,6 +694,11 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--child")) {
         const char *c = argv[2];
         if (!strcmp(c, "staged")) return child_staged();
+        if (!strcmp(c, "hook-seq")) return child_hook_seq();
+        if (!strcmp(c, "nccl-fail-send") || !strcmp(c, "nccl-fail-lose")) return child_fail(1, 2, 3);
+        if (!strcmp(c, "nccl-fail-async")) return child_fail(2, 1, 3);
+        if (!strcmp(c, "nccl-fail-split")) return child_fail(1, 2, 3);
+        if (!strcmp(c, "nccl-fail-async-k2")) return child_fail(1, 2, 3);
         const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;
         const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
         const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;
@@ -495,6 +729,7 @@ int main(int argc, char **argv) {
     if (run_staged() != 0) gp_test_failures++;
     gp_test_failures += run_gpu(); /* before run_fake points GP_CUDA_MODULE at the fake */
     gp_test_failures += run_fake();
+    gp_test_failures += run_fail();
     if (gp_test_failures) {
         printf("%d check(s) failed\n", gp_test_failures);
         return 1;

@@ -54,6 +54,7 @@ int gp_grid_world_size(const gp_grid *g) { return (void)g, 1; }
 int gp_grid_stage(const gp_grid *g) { return (void)g, 0; }
 int gp_grid_replica(const gp_grid *g) { return (void)g, 0; }
 int gp_grid_shard(const gp_grid *g) { return (void)g, 0; }
+int gp_grid_local_rank(const gp_grid *g) { return (void)g, 0; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_tensor(gp_grid *g) { return (void)g, NULL; }
 gp_transport *gp_grid_world(gp_grid *g) { return (void)g, NULL; }
@@ -77,6 +78,11 @@ void gp_grid_bytes(const gp_grid *g, uint64_t *p2p, uint64_t *allreduce) {
 void gp_grid_bytes_reset(gp_grid *g) { (void)g; }
 void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes) { (void)g, (void)nbytes; }
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why) { (void)g, (void)s, (void)why; }
+bool gp_grid_failed(gp_grid *g) { return (void)g, false; }
+gp_status gp_grid_wait_for(gp_grid *g, gp_grid_poll_fn poll, void *ctx, const char *doing) {
+    (void)g, (void)poll, (void)ctx, (void)doing;
+    return not_built("wait");
+}
 
 #else /* GP_HAVE_MPI */
 
@@ -149,6 +155,7 @@ typedef struct grad_bucket {
 struct gp_grid {
     gp_mpi_shared sh;
     int D, K, T, stage, replica, shard;
+    int local_rank; /* among the ranks of this node (MPI_COMM_TYPE_SHARED) */
     MPI_Comm pipe_comm, dp_comm, tp_comm;
     gp_transport *pipe, *world, *tensor;
     grad_bucket *bk; /* (cap_buckets) the buckets in flight (scratch kept for the next step) */
@@ -207,6 +214,16 @@ gp_status gp_grid_new(int D, int K, int T, double timeout_s, gp_grid **out) {
     if (s == GP_OK) s = mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &sh->world), "MPI_Comm_dup");
     /* Errors come back as codes, so that a dead peer is a named failure, not MPI's abort. */
     if (s == GP_OK) MPI_Comm_set_errhandler(sh->world, MPI_ERRORS_RETURN);
+    if (s == GP_OK) {
+        MPI_Comm node = MPI_COMM_NULL;
+        s = mpi_check(MPI_Comm_split_type(sh->world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                                          &node),
+                      "MPI_Comm_split_type (the node's ranks)");
+        if (s == GP_OK) {
+            MPI_Comm_rank(node, &g->local_rank);
+            MPI_Comm_free(&node);
+        }
+    }
     /* One communicator per mesh axis: the ranks that differ in that coordinate alone. */
     if (s == GP_OK)
         s = mpi_check(MPI_Comm_split(sh->world, g->replica * T + g->shard, g->stage, &g->pipe_comm),
@@ -269,6 +286,7 @@ int gp_grid_world_size(const gp_grid *g) { return g->sh.world_size; }
 int gp_grid_stage(const gp_grid *g) { return g->stage; }
 int gp_grid_replica(const gp_grid *g) { return g->replica; }
 int gp_grid_shard(const gp_grid *g) { return g->shard; }
+int gp_grid_local_rank(const gp_grid *g) { return g->local_rank; }
 gp_transport *gp_grid_pipe(gp_grid *g) { return g->pipe; }
 gp_transport *gp_grid_tensor(gp_grid *g) { return g->tensor; }
 gp_transport *gp_grid_world(gp_grid *g) { return g->world; }
@@ -469,6 +487,29 @@ void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes) { g->sh.bytes_allreduc
 
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why) {
     gp_mpi_shared_abort(&g->sh, g->sh.world_rank, s, why);
+}
+
+bool gp_grid_failed(gp_grid *g) { return gp_mpi_shared_poll(&g->sh) || gp_mpi_shared_failed(); }
+
+/* A poll whose error aborts the run, as the transport's waits do. */
+typedef struct grid_poll {
+    gp_grid *g;
+    gp_grid_poll_fn poll;
+    void *ctx;
+} grid_poll;
+
+static gp_status grid_poll_abort(void *ctx, bool *done) {
+    grid_poll *gp = ctx;
+    const gp_status s = gp->poll(gp->ctx, done);
+    if (s != GP_OK) gp_mpi_shared_abort(&gp->g->sh, gp->g->sh.world_rank, s, gp_last_error());
+    return s;
+}
+
+gp_status gp_grid_wait_for(gp_grid *g, gp_grid_poll_fn poll, void *ctx, const char *doing) {
+    char w[96];
+    who(g, w, sizeof w);
+    grid_poll gp = {g, poll, ctx};
+    return gp_mpi_wait_for(&g->sh, grid_poll_abort, &gp, gp_mpi_deadline(&g->sh), w, doing);
 }
 
 #endif /* GP_HAVE_MPI */

@@ -30,6 +30,9 @@ int gp_grid_world_size(const gp_grid *g);
 int gp_grid_stage(const gp_grid *g);   /* k in 0..K-1 */
 int gp_grid_replica(const gp_grid *g); /* d in 0..D-1 */
 int gp_grid_shard(const gp_grid *g);   /* t in 0..T-1 */
+/* This rank among the ranks on its node (MPI_COMM_TYPE_SHARED, world order): the GPU it takes
+ * there, since a node's GPUs are numbered from 0 whatever the world rank. */
+int gp_grid_local_rank(const gp_grid *g);
 
 /* The K stages of this replica and shard: rank k is stage k. Owned by the grid. */
 gp_transport *gp_grid_pipe(gp_grid *g);
@@ -53,7 +56,8 @@ gp_status gp_grid_grads_wait(gp_grid *g);
  * (GP_GRAD_SUM_TREE); other D > 2 keep MPI_Iallreduce. */
 void gp_grid_set_grad_tree(gp_grid *g, bool tree);
 
-/* Sets (or with NULL clears) the payload hook of the pipe transport (gp_grid_pipe). */
+/* Sets (or with NULL clears) the payload hook of the pipe transport (gp_grid_pipe); the old
+ * hook's pending operations are forgotten first. */
 void gp_grid_set_payload(gp_grid *g, const gp_transport_payload *hook);
 
 /* Gathers every world rank's nbytes at mine (sizes may differ) into one malloc'ed block,
@@ -71,5 +75,13 @@ void gp_grid_count_allreduce(gp_grid *g, uint64_t nbytes);
 
 /* Marks the run failed by this process (notes to every rank) and whether it was aborted. */
 void gp_grid_abort(gp_grid *g, gp_status s, const char *why);
+/* Whether a run of this process failed (its own failure or a peer's note). */
+bool gp_grid_failed(gp_grid *g);
+
+/* The grid's bounded wait (gp_mpi_wait_for) on anything pollable (an NCCL operation): until
+ * poll says done, the timeout (which aborts the run), a peer's abort note, or poll's error,
+ * which also aborts the run. doing names the wait in the error. */
+typedef gp_status (*gp_grid_poll_fn)(void *ctx, bool *done);
+gp_status gp_grid_wait_for(gp_grid *g, gp_grid_poll_fn poll, void *ctx, const char *doing);
 
 #endif

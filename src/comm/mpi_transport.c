@@ -23,7 +23,7 @@ typedef struct pending {
     gp_msg_header hdr;
     gp_tensor t;  /* owned: released once both sends completed */
     void *staged; /* the host copy MPI sends of a tensor in device memory (freed with t) */
-    void *sent;   /* the payload hook's handle of its send, NULL once done */
+    void *sent;   /* the payload hook's operation of its send, NULL once done */
     int peer;
 } pending;
 
@@ -34,6 +34,7 @@ typedef struct mpi_ctx {
     const char *role;
     int *world_of;        /* (size) world rank of each rank of comm */
     uint64_t *sent, *got; /* (size) messages sent to / received from each rank */
+    uint32_t *hook_sent, *hook_got; /* (size) of those, the payload hook's (header hook_seq) */
     pending *pend;        /* oldest first */
     int npend, cap_pend;
     double *gather; /* (size * n) scratch of the ordered all-reduce */
@@ -54,13 +55,23 @@ static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
     snprintf(buf, n, "rank %d (%s %d)", c->world_of[r], c->role, r);
 }
 
-/* Whether pending message p's payload hook send is done (then forgotten). */
-static gp_status hook_done(mpi_ctx *c, pending *p, bool *done) {
+/* Whether the payload hook's operation *op is done; *op is NULL once it is gone (done or
+ * failed: the hook has let it go). */
+static gp_status hook_op_done(mpi_ctx *c, void **op, bool *done) {
     *done = true;
-    if (!p->sent) return GP_OK;
-    GP_TRY(c->hook.sent(c->hook.ctx, p->sent, done));
-    if (*done) p->sent = NULL;
-    return GP_OK;
+    if (!*op) return GP_OK;
+    const gp_status s = c->hook.done(c->hook.ctx, *op, done);
+    if (s != GP_OK || *done) *op = NULL;
+    return s;
+}
+
+/* Forgets every pending message's hook send (a failed run, or the hook going away). */
+static void hook_forget_all(mpi_ctx *c) {
+    for (int i = 0; i < c->npend; i++)
+        if (c->pend[i].sent) {
+            c->hook.forget(c->hook.ctx, c->pend[i].sent);
+            c->pend[i].sent = NULL;
+        }
 }
 
 static void pending_release(pending *p) {
@@ -77,7 +88,11 @@ static gp_status reclaim(mpi_ctx *c) {
         if (MPI_Testall(2, c->pend[done].req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || !flag)
             break;
         bool sent;
-        GP_TRY(hook_done(c, &c->pend[done], &sent));
+        const gp_status s = hook_op_done(c, &c->pend[done].sent, &sent);
+        if (s != GP_OK) {
+            gp_mpi_shared_abort(c->sh, c->sh->world_rank, s, gp_last_error());
+            return s;
+        }
         if (!sent) break;
         pending_release(&c->pend[done]);
         done++;
@@ -105,15 +120,15 @@ static int tag_of(gp_msg_tag tag) { return 2 * ((int)tag.kind + GP_MSG_NKINDS * 
 static int tag_hdr(gp_msg_tag tag) { return GP_MPI_TAG_HDR + tag_of(tag); }
 static int tag_data(gp_msg_tag tag) { return GP_MPI_TAG_DATA + tag_of(tag); }
 
-/* gp_mpi_wait_for's poll of a pending message's hook send; a failure aborts the run. */
+/* gp_mpi_wait_for's poll of a payload hook operation; a failure aborts the run. */
 typedef struct hook_poll {
     mpi_ctx *c;
-    pending *p;
+    void **op;
 } hook_poll;
 
 static gp_status poll_hook(void *ctx, bool *done) {
     hook_poll *h = ctx;
-    const gp_status s = hook_done(h->c, h->p, done);
+    const gp_status s = hook_op_done(h->c, h->op, done);
     if (s != GP_OK) gp_mpi_shared_abort(h->c->sh, h->c->sh->world_rank, s, gp_last_error());
     return s;
 }
@@ -123,7 +138,7 @@ static gp_status wait_pending(mpi_ctx *c, int i, double deadline, const char *wh
                               const char *doing) {
     for (int j = 0; j < 2; j++)
         GP_TRY(gp_mpi_wait(c->sh, &c->pend[i].req[j], deadline, who, doing));
-    hook_poll h = {c, &c->pend[i]};
+    hook_poll h = {c, &c->pend[i].sent};
     return gp_mpi_wait_for(c->sh, poll_hook, &h, deadline, who, doing);
 }
 
@@ -169,7 +184,8 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
     size_t nbytes = gp_tensor_nbytes(&p->t);
     p->hdr = (gp_msg_header){.magic = HEADER_MAGIC, .kind = (int32_t)tag.kind, .mb = tag.mb,
                           .dtype = (int32_t)p->t.dtype, .ndim = p->t.shape.ndim,
-                          .link = tag.link, .nbytes = nbytes, .seq = c->sent[peer]++};
+                          .link = tag.link, .nbytes = nbytes, .seq = (uint32_t)c->sent[peer]++,
+                          .hook_seq = GP_MSG_NOT_HOOKED};
     for (int d = 0; d < GP_MAX_DIMS; d++) p->hdr.dim[d] = p->t.shape.dim[d];
     p->req[0] = p->req[1] = MPI_REQUEST_NULL;
     const bool hook = hooked(c, peer, tag, true);
@@ -187,18 +203,21 @@ static gp_status mpi_send(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         gp_tensor_release(&p->t); /* copied out: the device block is free again */
         payload = p->staged;
     }
-    int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, tag_hdr(tag), c->comm,
-                       &p->req[0]);
-    if (rc == MPI_SUCCESS && hook) {
+    /* The hook's send first: once the header is out, the receiver starts receiving the payload,
+     * and a send that then failed would leave that receive unmatched. */
+    if (hook) {
         s = c->hook.send(c->hook.ctx, peer, tag, &p->t, &p->sent);
         if (s != GP_OK) {
-            c->npend++; /* the header is in flight: freed with the transport */
+            pending_release(p);
             gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
             return s;
         }
-    } else if (rc == MPI_SUCCESS) {
-        rc = MPI_Isend(payload, (int)nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &p->req[1]);
+        p->hdr.hook_seq = c->hook_sent[peer]++;
     }
+    int rc = MPI_Isend(&p->hdr, (int)sizeof p->hdr, MPI_BYTE, peer, tag_hdr(tag), c->comm,
+                       &p->req[0]);
+    if (rc == MPI_SUCCESS && !hook)
+        rc = MPI_Isend(payload, (int)nbytes, MPI_BYTE, peer, tag_data(tag), c->comm, &p->req[1]);
     if (rc != MPI_SUCCESS) {
         char es[MPI_MAX_ERROR_STRING];
         int len = 0;
@@ -238,6 +257,27 @@ static gp_status check_header(const mpi_ctx *c, const gp_msg_header *h, int rank
                     "on that link)",
                     who, them, want, gp_dtype_name(out->dtype), ws, them, got,
                     gp_dtype_name((gp_dtype)h->dtype), gs, (unsigned long long)h->seq);
+}
+
+/* The payload hook's messages (NCCL) pair in the order both ends post them, not by tag as the
+ * headers do: a message whose header says it is another of the hook's messages than this rank
+ * is about to receive (or that only one end hooks) would land in the wrong tensor. */
+static gp_status check_hook_seq(const mpi_ctx *c, const gp_msg_header *h, int rank, int peer,
+                                gp_msg_tag tag, bool hook) {
+    const uint32_t want = hook ? c->hook_got[peer] : GP_MSG_NOT_HOOKED;
+    if (h->hook_seq == want) return GP_OK;
+    char who[64], them[64], ts[32], ws[48], gs[48];
+    who_str(c, rank, who, sizeof who);
+    who_str(c, peer, them, sizeof them);
+    if (hook) snprintf(ws, sizeof ws, "payload hook message %u", (unsigned)want);
+    else snprintf(ws, sizeof ws, "a payload over MPI");
+    if (h->hook_seq != GP_MSG_NOT_HOOKED)
+        snprintf(gs, sizeof gs, "payload hook message %u", (unsigned)h->hook_seq);
+    else snprintf(gs, sizeof gs, "a payload over MPI");
+    return gp_error(GP_INTERNAL,
+                    "%s: receiving %s from %s: expected %s, but %s sent %s (the hook pairs "
+                    "payloads in posting order, so the two ends must hook the same messages)",
+                    who, gp_msg_tag_str(tag, ts, sizeof ts), them, ws, them, gs);
 }
 
 /* Seconds a cancelled receive is given to complete. */
@@ -288,18 +328,34 @@ static gp_status mpi_recv(void *ctx, int rank, int peer, gp_msg_tag tag, gp_tens
         gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
         return s;
     }
-    if (hooked(c, peer, tag, false)) {
-        s = c->hook.recv(c->hook.ctx, peer, tag, out);
+    const bool hook = hooked(c, peer, tag, false);
+    s = check_hook_seq(c, &h, rank, peer, tag, hook);
+    if (s != GP_OK) {
+        gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+        return s;
+    }
+    if (hook) {
+        void *op = NULL;
+        s = c->hook.recv(c->hook.ctx, peer, tag, out, &op);
         if (s != GP_OK) gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
-        if (s == GP_OK) c->got[peer]++;
+        /* The stage's later work waits for the payload on the device, where no deadline holds:
+         * it is waited for here, within the transport's. */
+        hook_poll hp = {c, &op};
+        if (s == GP_OK) s = gp_mpi_wait_for(c->sh, poll_hook, &hp, deadline, who, doing);
+        if (op) c->hook.forget(c->hook.ctx, op);
+        if (s == GP_OK) c->got[peer]++, c->hook_got[peer]++;
         return s;
     }
     void *into = out->data;
     const bool staged = !gp_device_is_host(out->dev); /* host staging: MPI writes host memory */
     if (staged && h.nbytes > c->stage_cap) {
         void *b = realloc(c->stage_in, h.nbytes);
-        if (!b) return gp_error(GP_OUT_OF_MEMORY, "%s: cannot stage %llu bytes %s", who,
-                                (unsigned long long)h.nbytes, doing);
+        if (!b) {
+            s = gp_error(GP_OUT_OF_MEMORY, "%s: cannot stage %llu bytes %s", who,
+                         (unsigned long long)h.nbytes, doing);
+            gp_mpi_shared_abort(c->sh, c->world_of[rank], s, gp_last_error());
+            return s;
+        }
         c->stage_in = b;
         c->stage_cap = h.nbytes;
     }
@@ -481,6 +537,7 @@ static void mpi_free(void *ctx) {
     mpi_ctx *c = ctx;
     if (!c) return;
     /* After a failure some sends may never complete: cancel them before their buffers go. */
+    if (c->hook.forget) hook_forget_all(c);
     for (int i = 0; i < c->npend; i++) {
         for (int j = 0; j < 2; j++) {
             int flag = 0;
@@ -496,6 +553,8 @@ static void mpi_free(void *ctx) {
     free(c->world_of);
     free(c->sent);
     free(c->got);
+    free(c->hook_sent);
+    free(c->hook_got);
     if (!c->abandoned) {
         free(c->gather);
         free(c->fscratch);
@@ -540,12 +599,15 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
     c->world_of = calloc((size_t)c->size, sizeof *c->world_of);
     c->sent = calloc((size_t)c->size, sizeof *c->sent);
     c->got = calloc((size_t)c->size, sizeof *c->got);
+    c->hook_sent = calloc((size_t)c->size, sizeof *c->hook_sent);
+    c->hook_got = calloc((size_t)c->size, sizeof *c->hook_got);
     c->counts = calloc(4 * (size_t)c->size, sizeof *c->counts);
     c->hdr_in = calloc(1, sizeof *c->hdr_in);
     tr->iface = &mpi_iface;
     tr->context = c;
     tr->nranks = c->size;
-    if (!c->world_of || !c->sent || !c->got || !c->counts || !c->hdr_in) {
+    if (!c->world_of || !c->sent || !c->got || !c->hook_sent || !c->hook_got || !c->counts ||
+        !c->hdr_in) {
         gp_transport_free(tr);
         return gp_error(GP_OUT_OF_MEMORY, "MPI transport: cannot allocate %d ranks", c->size);
     }
@@ -570,8 +632,10 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
 }
 
 void gp_transport_mpi_set_payload(gp_transport *tr, const gp_transport_payload *hook) {
-    if (tr && tr->iface == &mpi_iface)
-        ((mpi_ctx *)tr->context)->hook = hook ? *hook : (gp_transport_payload){0};
+    if (!tr || tr->iface != &mpi_iface) return;
+    mpi_ctx *c = tr->context;
+    if (c->hook.forget) hook_forget_all(c); /* the old hook's operations go with it */
+    c->hook = hook ? *hook : (gp_transport_payload){0};
 }
 
 int gp_transport_mpi_rank(const gp_transport *tr) {

@@ -12,7 +12,8 @@
  * "stage", "replica"). The transport borrows sh and comm. */
 gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *role,
                                const gp_transport_opts *o, gp_transport **out);
-/* Sets (or with NULL clears) tr's payload hook; tr must be an MPI transport. */
+/* Sets (or with NULL clears) tr's payload hook; tr must be an MPI transport. The old hook's
+ * operations still pending are forgotten first (its forget), so it can go after this. */
 void gp_transport_mpi_set_payload(gp_transport *tr, const gp_transport_payload *hook);
 /* This process's rank in the transport's communicator. */
 int gp_transport_mpi_rank(const gp_transport *tr);

@@ -13,12 +13,16 @@ typedef struct gp_transport_payload {
     /* whether the payload of a message on this link (to peer when sending, from it when not)
      * takes the hook; the two ends of a link must agree */
     bool (*carries)(void *ctx, int peer, gp_msg_tag tag, bool sending);
-    /* starts sending t's payload; *sent (NULL: done already) until sent() says it is done; t
+    /* starts sending t's payload; *op (NULL: done already) until done() says it is done; t
      * stays owned by the transport until then */
-    gp_status (*send)(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **sent);
-    gp_status (*sent)(void *ctx, void *sent, bool *done);
-    /* receives the payload into out, whose header was checked */
-    gp_status (*recv)(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out);
+    gp_status (*send)(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **op);
+    /* starts receiving the payload into out, whose header was checked; the transport waits for
+     * *op within its deadline */
+    gp_status (*recv)(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out, void **op);
+    /* whether op is done; op is gone once this says done or fails, or after forget (a failed
+     * run: nothing waits for it) */
+    gp_status (*done)(void *ctx, void *op, bool *done);
+    void (*forget)(void *ctx, void *op);
 } gp_transport_payload;
 
 #endif

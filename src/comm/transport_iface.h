@@ -35,9 +35,14 @@ typedef struct gp_msg_tag {
 typedef struct gp_msg_header {
     int32_t magic, kind, mb, dtype, ndim, link;
     int64_t dim[GP_MAX_DIMS];
-    uint64_t nbytes, seq; /* payload bytes; position on the link */
+    uint64_t nbytes;
+    /* seq: position on the link; hook_seq: the payload hook's messages to this peer before it
+     * (GP_MSG_NOT_HOOKED: the payload travels over MPI), which the receiver checks against its
+     * own count, since the hook's payloads pair in posting order, not by tag */
+    uint32_t seq, hook_seq;
 } gp_msg_header;
 #define GP_MSG_HEADER_BYTES ((uint64_t)sizeof(gp_msg_header))
+#define GP_MSG_NOT_HOOKED UINT32_MAX
 
 /* "ACT(mb 3)", "ACT(mb 3, link 2)"; returns buf. */
 char *gp_msg_tag_str(gp_msg_tag tag, char *buf, size_t n);

@@ -40,7 +40,37 @@ struct gp_device {
     size_bin bins[MAX_BINS];
     int nbins;
     gp_precision precision;
+    /* gp_device_hold_frees: blocks the backend would get back, held instead (a list) */
+    bool holding;
+    gp_block_rec *held;
 };
+
+/* Gives block r back to the backend, or holds it while frees are held. */
+static void give_back(gp_device *dev, gp_block_rec *r) {
+    if (dev->holding) {
+        r->next = dev->held;
+        dev->held = r;
+        return;
+    }
+    dev->iface->free(dev->ctx, r->ptr);
+    free(r);
+}
+
+void gp_device_release_held(gp_device *dev) {
+    if (!dev) return;
+    while (dev->held) {
+        gp_block_rec *r = dev->held;
+        dev->held = r->next;
+        dev->iface->free(dev->ctx, r->ptr);
+        free(r);
+    }
+}
+
+void gp_device_hold_frees(gp_device *dev, bool on) {
+    if (!dev) return;
+    dev->holding = on;
+    if (!on) gp_device_release_held(dev);
+}
 
 static const char *const category_names[] = {
 #define GP_CAT_NAME_(name, str) str,
@@ -110,8 +140,7 @@ void gp_device_trim(gp_device *dev) {
         gp_block_rec *r = dev->bins[i].head;
         while (r) {
             gp_block_rec *next = r->next;
-            dev->iface->free(dev->ctx, r->ptr);
-            free(r);
+            give_back(dev, r);
             r = next;
         }
         dev->bins[i].head = NULL;
@@ -122,6 +151,7 @@ void gp_device_trim(gp_device *dev) {
 
 void gp_device_free(gp_device *dev) {
     if (!dev) return;
+    gp_device_hold_frees(dev, false);
     gp_device_trim(dev);
     /* Blocks still live belong to tensors the caller has not released (a programmer error the
      * header rules out): they stay allocated, where a leak checker finds them. */
@@ -244,8 +274,7 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
     r->cat = cat;
     r->next = NULL;
     if (!gp_block_map_put(&dev->live, r)) {
-        dev->iface->free(dev->ctx, r->ptr);
-        free(r);
+        give_back(dev, r);
         *status = gp_error(GP_OUT_OF_MEMORY, "device %s: cannot record a block", dev->name);
         return NULL;
     }
@@ -274,8 +303,7 @@ void gp_device_release(gp_device *dev, void *p) {
         bin->head = NULL;
     }
     if (!bin || !GP_USE_CACHE) { /* too many distinct sizes, or no cache: give it back */
-        dev->iface->free(dev->ctx, r->ptr);
-        free(r);
+        give_back(dev, r);
         return;
     }
     r->next = bin->head;

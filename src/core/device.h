@@ -53,6 +53,13 @@ const struct gp_kernels *gp_device_kernels(const gp_device *dev);
 void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_status *status);
 /* Frees memory from gp_device_alloc on the same device; NULL is ignored. */
 void gp_device_release(gp_device *dev, void *p);
+/* While on, blocks the device would give back to its backend (a trim, a size with no cache bin,
+ * a build without the cache) are held instead, until it is turned off or
+ * gp_device_release_held: a backend's free that waits for the whole GPU (cudaFree) must not run
+ * while an NCCL operation of this GPU waits for another process, which may itself be waiting
+ * for this one. Held blocks count neither as live nor as cached. */
+void gp_device_hold_frees(gp_device *dev, bool on);
+void gp_device_release_held(gp_device *dev);
 /* Through the iface, with the device named in errors. */
 gp_status gp_device_copy(gp_device *dev, void *dst, const void *src, size_t nbytes,
                          gp_copy_kind kind);

@@ -27,13 +27,23 @@ typedef struct gp_nccl_calls {
      * identities are equal share a GPU, which NCCL cannot do. */
     gp_status (*unique_id)(unsigned char id[GP_NCCL_ID_BYTES]);
     gp_status (*gpu_uuid)(gp_device *dev, unsigned char uuid[16]);
-    /* ncclCommInitRank on dev's GPU; ncclCommSplit of a communicator (color < 0: this rank in no
-     * part, *out NULL), collective over parent's ranks. */
+    /* ncclCommInitRankConfig on dev's GPU; ncclCommSplit of a communicator (color < 0: this
+     * rank in no part, *out NULL), collective over parent's ranks. Communicators are
+     * non-blocking (ncclConfig_t blocking = 0): a call may return while NCCL is still at work,
+     * and the caller polls ready() within its own deadline before the next call on it, so that
+     * no wait of NCCL's outlives the run's timeout. */
     gp_status (*comm_new)(gp_device *dev, const unsigned char id[GP_NCCL_ID_BYTES], int nranks,
                           int rank, gp_nccl_comm **out);
     gp_status (*comm_split)(gp_nccl_comm *parent, gp_device *dev, int color, int key,
                             gp_nccl_comm **out);
+    /* ncclCommGetAsyncError: *done false while a call is still in progress; an asynchronous
+     * error (a peer gone, a network failure) is returned as it is. */
+    gp_status (*ready)(gp_nccl_comm *c, bool *done);
+    /* After a good run: its work finished, then ncclCommDestroy. */
     void (*comm_free)(gp_nccl_comm *c);
+    /* After a failure: ncclCommAbort, which ends the communicator's unmatched operations, and
+     * no stream synchronisation (it would wait for a peer that never comes). */
+    void (*comm_abort)(gp_nccl_comm *c);
     /* On dev's stream, after its work so far: one grouped send of nbytes at sendbuf to rank `to`
      * and receive from rank `from` into recvbuf (either side absent with a rank < 0). */
     gp_status (*exchange)(gp_nccl_comm *c, gp_device *dev, const void *sendbuf, int to,
@@ -41,13 +51,18 @@ typedef struct gp_nccl_calls {
     /* ncclAllReduce (sum) of n floats in place on dev's stream: NCCL's order. */
     gp_status (*allreduce_f32)(gp_nccl_comm *c, gp_device *dev, float *x, int64_t n);
     /* A message on the communicator's own stream, so that links do not wait for each other: the
-     * send starts once dev's work so far is done, and *sent (an event) says when it has left
-     * (send_done: true once it has; it then frees the event); the receive lands before dev's
-     * later work. */
+     * send starts once dev's work so far is done; the receive lands before dev's later work.
+     * Each gives *op, an operation op_done() polls (c's asynchronous errors, then an event). */
     gp_status (*send)(gp_nccl_comm *c, gp_device *dev, const void *buf, size_t nbytes, int peer,
-                      void **sent);
-    gp_status (*send_done)(void *sent, bool *done);
-    gp_status (*recv)(gp_nccl_comm *c, gp_device *dev, void *buf, size_t nbytes, int peer);
+                      void **op);
+    gp_status (*recv)(gp_nccl_comm *c, gp_device *dev, void *buf, size_t nbytes, int peer,
+                      void **op);
+    /* *op: dev's work so far (the gradient sums on its stream), with c's errors. */
+    gp_status (*mark)(gp_nccl_comm *c, gp_device *dev, void **op);
+    /* true once op is done; op is gone once this says done or fails. op_forget: gone without
+     * waiting (after an abort). */
+    gp_status (*op_done)(void *op, bool *done);
+    void (*op_forget)(void *op);
 } gp_nccl_calls;
 
 /* The module's one exported function, resolved by name. */

@@ -56,7 +56,8 @@ static gp_status layer_grads_final(void *ctx, gp_stage *s, int li) {
 
 static gp_status grads_wait(void *ctx, gp_stage *s) {
     (void)s;
-    return gp_grid_grads_wait(((mpi_launch *)ctx)->grid);
+    mpi_launch *l = ctx;
+    return l->nccl ? gp_launch_nccl_grads_wait(l->nccl) : gp_grid_grads_wait(l->grid);
 }
 
 /* v[0..L-1]: this stage shard's parts of its layers' squared gradient norms (zero elsewhere),
@@ -110,6 +111,7 @@ static gp_status mpi_step(gp_pipeline *p, const gp_tensor *x, const gp_tensor *y
     gp_stage_run(s);
     gp_pipeline_end_step(p, gp_now() - t0);
     if (s->status != GP_OK) return gp_error(s->status, "%s", s->msg);
+    gp_launch_nccl_step_end(l->nccl);
     /* the calls as WAIT events, named by what they moved (see gp_timeline_trace_calls) */
     for (int v = 0; v < p->V; v++) GP_TRY(gp_timeline_trace_calls(gp_chunk_of(p, s, v)));
     *loss = (float)s->loss;
@@ -413,7 +415,8 @@ gp_status gp_launch_mpi_init(gp_pipeline *p, const gp_pipeline_opts *po) {
                             .stage = gp_grid_stage(l->grid),
                             .shard = gp_grid_shard(l->grid),
                             .replica = gp_grid_replica(l->grid),
-                            .replicas = D};
+                            .replicas = D,
+                            .local_rank = gp_grid_local_rank(l->grid)};
     return gp_pipeline_set_place(p, &place);
 }
 

@@ -6,13 +6,17 @@
  * stages: a direction's messages then run on a stream of their own in the order both ends post
  * them (FIFO, as the transport's links are), so an activation waiting for its receiver never
  * holds up a gradient going the other way. The headers still travel over MPI and are checked
- * before the payload moves. */
+ * before the payload moves. The communicators are non-blocking: every wait for NCCL (a call in
+ * progress, a message, the gradient sums) is the grid's bounded wait, which also polls NCCL's
+ * asynchronous errors and the peers' abort notes, and after a failure the communicators are
+ * aborted, not destroyed, so no rank waits past --comm-timeout for a peer that failed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/gpu_comm.h"
 #include "comm/mpi_grid.h"
+#include "core/device.h"
 #include "kernels/cuda_module.h"
 #include "kernels/kernels.h"
 #include "pipeline/launch_nccl.h"
@@ -30,7 +34,38 @@ struct gp_nccl_state {
      * communicator of the neighbours (k, k + 1) with k of that parity, rank 0 the lower */
     gp_nccl_comm *link[2][2];
     gp_tensor scratch; /* a partner's partial sum in a pairwise round (kept, grown) */
+    bool hooked;       /* the grid's pipe transport holds this state's payload hook */
 };
+
+typedef struct comm_poll {
+    const gp_nccl_calls *calls;
+    gp_nccl_comm *c;
+} comm_poll;
+
+static gp_status poll_ready(void *ctx, bool *done) {
+    comm_poll *cp = ctx;
+    return cp->calls->ready(cp->c, done);
+}
+
+/* Until c has finished the calls made on it (a non-blocking communicator's), within the grid's
+ * deadline; NULL: nothing to wait for. */
+static gp_status wait_ready(gp_nccl_state *n, gp_nccl_comm *c, const char *doing) {
+    if (!c) return GP_OK;
+    comm_poll cp = {n->calls, c};
+    return gp_grid_wait_for(n->grid, poll_ready, &cp, doing);
+}
+
+typedef struct op_poll {
+    const gp_nccl_calls *calls;
+    void *op;
+} op_poll;
+
+static gp_status poll_op(void *ctx, bool *done) {
+    op_poll *o = ctx;
+    const gp_status s = o->calls->op_done(o->op, done);
+    if (s != GP_OK || *done) o->op = NULL; /* gone */
+    return s;
+}
 
 /* The communicator of this rank's messages to or from its neighbour peer, and peer's rank in
  * it; NULL where NCCL does not carry them (MPI with host staging does). */
@@ -51,31 +86,44 @@ static bool hook_carries(void *ctx, int peer, gp_msg_tag tag, bool sending) {
     return link_of(ctx, peer, tag, sending, &r) != NULL;
 }
 
-static gp_status hook_send(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **sent) {
+static gp_status hook_send(void *ctx, int peer, gp_msg_tag tag, const gp_tensor *t, void **op) {
     gp_nccl_state *n = ctx;
     int r = 0;
     gp_nccl_comm *c = link_of(n, peer, tag, true, &r);
-    return n->calls->send(c, n->dev, t->data, gp_tensor_nbytes(t), r, sent);
+    GP_TRY(n->calls->send(c, n->dev, t->data, gp_tensor_nbytes(t), r, op));
+    const gp_status s = wait_ready(n, c, "queueing an NCCL send");
+    if (s != GP_OK && *op) n->calls->op_forget(*op), *op = NULL;
+    return s;
 }
 
-static gp_status hook_sent(void *ctx, void *sent, bool *done) {
-    return ((gp_nccl_state *)ctx)->calls->send_done(sent, done);
-}
-
-static gp_status hook_recv(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out) {
+static gp_status hook_recv(void *ctx, int peer, gp_msg_tag tag, gp_tensor *out, void **op) {
     gp_nccl_state *n = ctx;
     int r = 0;
     gp_nccl_comm *c = link_of(n, peer, tag, false, &r);
-    return n->calls->recv(c, n->dev, out->data, gp_tensor_nbytes(out), r);
+    GP_TRY(n->calls->recv(c, n->dev, out->data, gp_tensor_nbytes(out), r, op));
+    const gp_status s = wait_ready(n, c, "queueing an NCCL receive");
+    if (s != GP_OK && *op) n->calls->op_forget(*op), *op = NULL;
+    return s;
 }
+
+static gp_status hook_done(void *ctx, void *op, bool *done) {
+    return ((gp_nccl_state *)ctx)->calls->op_done(op, done);
+}
+
+static void hook_forget(void *ctx, void *op) { ((gp_nccl_state *)ctx)->calls->op_forget(op); }
 
 void gp_launch_nccl_free(gp_nccl_state *n) {
     if (!n) return;
-    gp_tensor_release(&n->scratch);
+    if (n->hooked) gp_grid_set_payload(n->grid, NULL); /* its messages' operations go first */
+    /* After a failure a peer may never match what is queued: abort, and wait for nothing. */
+    void (*end)(gp_nccl_comm *) = gp_grid_failed(n->grid) ? n->calls->comm_abort
+                                                          : n->calls->comm_free;
     for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) n->calls->comm_free(n->link[i][j]);
-    n->calls->comm_free(n->dp);
-    n->calls->comm_free(n->world);
+        for (int j = 0; j < 2; j++) end(n->link[i][j]);
+    end(n->dp);
+    end(n->world);
+    gp_tensor_release(&n->scratch); /* after the communicators: nothing of NCCL's reads it */
+    gp_device_hold_frees(n->dev, false);
     free(n);
 }
 
@@ -116,24 +164,36 @@ static gp_status share_id(gp_grid *g, const gp_nccl_calls *calls, unsigned char 
     return s;
 }
 
-/* The communicators: every rank, then the splits every rank takes part in, in one order. */
+/* A split's parent, then its part (none: this rank in no part), done. */
+static gp_status split_ready(gp_nccl_state *n, gp_nccl_comm *part) {
+    GP_TRY(wait_ready(n, n->world, "splitting the NCCL communicator"));
+    return wait_ready(n, part, "making a part of the NCCL communicator");
+}
+
+/* The communicators: every rank, then the splits every rank takes part in, in one order; each
+ * wait bounded, so a rank that fails part-way (it aborts) does not leave the others waiting. */
 static gp_status make_comms(gp_nccl_state *n, gp_pipeline *p) {
     unsigned char id[GP_NCCL_ID_BYTES] = {0};
     GP_TRY(share_id(n->grid, n->calls, id));
     GP_TRY(n->calls->comm_new(n->dev, id, p->nranks, p->rank, &n->world));
+    GP_TRY(wait_ready(n, n->world, "making the NCCL communicator of every rank"));
     const int T = p->T, line = n->replica * T + p->my_shard; /* this rank's pipeline */
-    if (n->D > 1)
+    if (n->D > 1) {
         GP_TRY(n->calls->comm_split(n->world, n->dev, n->stage * T + p->my_shard, n->replica,
                                     &n->dp));
+        GP_TRY(split_ready(n, n->dp));
+    }
     for (int parity = 0; parity < 2 && n->V == 1; parity++) {
         /* this rank's pair of that parity: (k, k + 1) or (k - 1, k) */
         int lower = -1;
         if (n->stage % 2 == parity && n->stage + 1 < n->K) lower = n->stage;
         else if (n->stage > 0 && (n->stage - 1) % 2 == parity) lower = n->stage - 1;
-        for (int dir = 0; dir < 2; dir++)
+        for (int dir = 0; dir < 2; dir++) {
             GP_TRY(n->calls->comm_split(n->world, n->dev, lower < 0 ? -1 : line * n->K + lower,
                                         n->stage - (lower < 0 ? 0 : lower),
                                         &n->link[parity][dir]));
+            GP_TRY(split_ready(n, n->link[parity][dir]));
+        }
     }
     return GP_OK;
 }
@@ -175,8 +235,14 @@ gp_status gp_launch_nccl_setup(gp_pipeline *p, gp_grid *grid, gp_gpu_comm want,
         return gp_error_context(s, "NCCL between the GPU ranks (--gpu-comm mpi avoids it)");
     }
     const gp_transport_payload hook = {.ctx = n, .carries = hook_carries, .send = hook_send,
-                                       .sent = hook_sent, .recv = hook_recv};
+                                       .recv = hook_recv, .done = hook_done,
+                                       .forget = hook_forget};
     gp_grid_set_payload(grid, &hook);
+    n->hooked = true;
+    /* From here the GPU's frees wait for a step's end (gp_launch_nccl_step_end): a cudaFree
+     * mid-step waits for the whole GPU, NCCL's kernels too, whose peers may be waiting for this
+     * rank to go on (the scratch below growing, a memory limit's trim, a size with no cache bin). */
+    gp_device_hold_frees(n->dev, true);
     *out = n;
     return GP_OK;
 }
@@ -186,9 +252,13 @@ gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice) {
     float *x = slice->data;
     const int rounds = gp_dp_pair_rounds(n->D, n->tree);
     gp_grid_count_allreduce(n->grid, (uint64_t)count * sizeof(float));
-    if (rounds == 0) return n->calls->allreduce_f32(n->dp, n->dev, x, count);
+    if (rounds == 0) {
+        GP_TRY(n->calls->allreduce_f32(n->dp, n->dev, x, count));
+        return wait_ready(n, n->dp, "queueing the replicas' NCCL all-reduce");
+    }
     if (gp_tensor_nelem(&n->scratch) < count) {
-        /* Released while the stream may still read it: the device frees after its work. */
+        /* Released while the stream may still read it: the device holds the block until the
+         * step's end (gp_device_hold_frees), and cudaFree then waits for the stream's work. */
         gp_tensor_release(&n->scratch);
         GP_TRY(gp_tensor_alloc(n->dev, GP_MEM_GRADS, gp_shape1(count), GP_F32, &n->scratch));
     }
@@ -197,7 +267,22 @@ gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice) {
         const int partner = gp_dp_partner(n->replica, r);
         GP_TRY(n->calls->exchange(n->dp, n->dev, x, partner, y, partner,
                                   (size_t)count * sizeof(float)));
+        GP_TRY(wait_ready(n, n->dp, "queueing the replicas' NCCL exchange"));
         GP_TRY(gp_kernels_of(n->dev)->axpy(n->dev, count, 1.0f, y, x)); /* x + y, as the host's */
     }
     return GP_OK;
+}
+
+gp_status gp_launch_nccl_grads_wait(gp_nccl_state *n) {
+    if (!n->dp) return GP_OK;
+    op_poll o = {n->calls, NULL};
+    GP_TRY(n->calls->mark(n->dp, n->dev, &o.op));
+    const gp_status s = gp_grid_wait_for(n->grid, poll_op, &o,
+                                         "waiting for the replicas' NCCL gradient sums");
+    if (o.op) n->calls->op_forget(o.op);
+    return s;
+}
+
+void gp_launch_nccl_step_end(gp_nccl_state *n) {
+    if (n && !gp_grid_failed(n->grid)) gp_device_release_held(n->dev);
 }

@@ -17,8 +17,15 @@ gp_status gp_launch_nccl_setup(struct gp_pipeline *p, gp_grid *grid, gp_gpu_comm
                                gp_nccl_state **out);
 /* Queues the sum of one gradient bucket (a view of the gradient block on the stage's GPU) over
  * the replicas on the GPU's stream, in gp_dp_pair_rounds' order (ncclAllReduce where that is
- * 0); nothing to wait for: the optimizer's kernels run after it on the same stream. */
+ * 0); the optimizer's kernels run after it on the same stream, once gp_launch_nccl_grads_wait
+ * has seen it done. */
 gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice);
+/* Waits, within the comm timeout, for the sums started so far: the device stream's own waits
+ * (cudaStreamSynchronize) have no deadline, and a replica that failed would hold them forever. */
+gp_status gp_launch_nccl_grads_wait(gp_nccl_state *n);
+/* After a step whose messages and sums all completed (none of NCCL's in flight): the GPU's
+ * frees held since the last (gp_device_hold_frees) are made. */
+void gp_launch_nccl_step_end(gp_nccl_state *n);
 void gp_launch_nccl_free(gp_nccl_state *n);
 
 #endif

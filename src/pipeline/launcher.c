@@ -31,6 +31,7 @@ void gp_pipeline_set_gpu_comm(gp_pipeline *p, gp_gpu_comm use, const char *why) 
 
 gp_status gp_pipeline_set_place(gp_pipeline *p, const gp_place *pl) {
     p->rank = pl->rank;
+    p->local_rank = pl->local_rank;
     p->nranks = pl->nranks;
     p->my_stage = pl->stage;
     p->my_shard = pl->shard;

@@ -24,6 +24,7 @@ typedef struct gp_place {
     int rank, nranks;    /* in the world */
     int stage, shard;    /* the stage and shard this process runs */
     int replica, replicas;
+    int local_rank;      /* among the node's ranks: its GPU there */
 } gp_place;
 /* Sets the place and makes the per-rank byte counters. */
 gp_status gp_pipeline_set_place(gp_pipeline *p, const gp_place *pl);

@@ -123,9 +123,10 @@ static gp_status stage_device(gp_pipeline *p, gp_stage *s, const gp_pipeline_opt
     else
         snprintf(name, sizeof name, "stage%d", s->dk);
     /* Stage shard w on device w of the kind (mod the kind's count: GPU w mod the GPUs); under
-     * MPI the rank's own device, world rank r (GPU r mod the GPUs), so that the replicas of a
-     * stage do not share one. */
-    GP_TRY(gp_device_type_new(po->device_type, name, p->my_stage >= 0 ? p->rank : s->w,
+     * MPI the rank's own device, its rank among its node's ranks (GPU local rank mod the node's
+     * GPUs, which are numbered from 0 on every node), so that ranks of one node, the replicas of
+     * a stage among them, do not share one. */
+    GP_TRY(gp_device_type_new(po->device_type, name, p->my_stage >= 0 ? p->local_rank : s->w,
                               po->stage_threads > 0 ? po->stage_threads : 1, &s->dev));
     s->own_dev = true;
     return po->memory_limit ? gp_device_set_limit(s->dev, po->memory_limit) : GP_OK;

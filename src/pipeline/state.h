@@ -159,6 +159,7 @@ struct gp_pipeline {
     /* Where this process stands: world rank and size, the stage and shard it runs (-1: all),
      * replica. */
     int rank, nranks, my_stage, my_shard, replica, D;
+    int local_rank; /* among the ranks of this node: the GPU this rank takes there */
     /* Between GPU ranks under MPI: NCCL or MPI with host staging, and why MPI (launch_nccl.c). */
     gp_gpu_comm gpu_comm;
     char gpu_comm_why[320];
