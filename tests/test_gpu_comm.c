@@ -479,6 +479,7 @@ static int run_child(const char *name, int np, const char *extra, char *result, 
 static char child_log[16384];
 static int child_limit_s = 240;
 
+#ifdef GP_TEST_NCCL_FAKE /* for run_fail, which needs the stand-in */
 /* The FAIL line of world rank r in child_log, or "" (copied into line). */
 static const char *fail_line(int r, char *line, size_t n) {
     char key[32];
@@ -488,6 +489,7 @@ static const char *fail_line(int r, char *line, size_t n) {
     snprintf(line, n, "%.*s", (int)k, at ? at : "");
     return line;
 }
+#endif
 
 /* NCCL's failures over the fake: each case's ranks end within the comm timeout (the mpirun limit
  * is 60 s; a hang is killed there), every rank names the failure or the rank that failed, and
