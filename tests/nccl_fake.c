@@ -10,12 +10,19 @@
  * GP_FAKE_NCCL_FAIL=what:rank makes world rank `rank` fail as NCCL can: "send" (its first send
  * returns an error), "lose" (its sends say they are done but never arrive: the peer's receive
  * never completes, as when a rank hangs), "async" (once it has sent or exchanged, op_done
- * reports an asynchronous error, as ncclCommGetAsyncError does for a failed peer) or "split"
- * (its first split fails, the others having begun theirs). */
+ * reports an asynchronous error, as ncclCommGetAsyncError does for a failed peer), "split"
+ * (its first split fails, the others having begun theirs) or "join" (it never joins a
+ * collective: its first exchange or all-reduce blocks for good, as a rank frozen mid-backward;
+ * on every other rank the exchanges and all-reduces are queued but never complete, as NCCL's
+ * wait on the device for a peer that never comes). A stream holding such a collective is
+ * "stuck": its marks never complete, and gp_fake_nccl_stream_wait (which the test's device
+ * calls from its sync and copies, as CUDA's cudaStreamSynchronize waits for the stream) blocks
+ * until the communicator is aborted (ncclCommAbort ends the collective). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cuda_module.h"
 
@@ -23,10 +30,11 @@
 
 static const gp_cuda_host *host;
 static long n_send, n_recv, n_exchange, n_allreduce, n_split, n_abort, n_free;
+static volatile int stuck; /* "join": a collective queued on this rank's stream never completes */
 
-/* The failure GP_FAKE_NCCL_FAIL asks of this rank ("" where none). */
-static const char *injected(void) {
-    static char what[16];
+/* The failure GP_FAKE_NCCL_FAIL asks of this rank ("" where none); *other: a peer's. */
+static const char *injected_of(bool other) {
+    static char mine[16], peers[16];
     static int known;
     if (!known) {
         known = 1;
@@ -34,9 +42,20 @@ static const char *injected(void) {
         int r = -1, me = 0;
         char w[16] = "";
         MPI_Comm_rank(MPI_COMM_WORLD, &me);
-        if (e && sscanf(e, "%15[a-z]:%d", w, &r) == 2 && r == me) memcpy(what, w, sizeof what);
+        if (e && sscanf(e, "%15[a-z]:%d", w, &r) == 2) memcpy(r == me ? mine : peers, w, sizeof w);
     }
-    return what;
+    return other ? peers : mine;
+}
+static const char *injected(void) { return injected_of(false); }
+
+/* "join": true where the collective is left queued on this rank (a peer never joins); the rank
+ * that never joins blocks here for good. */
+static bool never_joined(void) {
+    if (!strcmp(injected(), "join"))
+        for (;;) pause(); /* frozen: ended by a peer's MPI_Abort, or mpirun's limit */
+    if (strcmp(injected_of(true), "join") != 0) return false;
+    stuck = 1;
+    return true;
 }
 
 /* "async": the communicators' state once this rank has moved a payload. */
@@ -48,6 +67,7 @@ static gp_status async_error(void) {
 /* A message or a mark: done when its request is (MPI_REQUEST_NULL: at once). */
 typedef struct fake_op {
     MPI_Request req;
+    int stuck; /* a mark behind a stuck collective: not done while the stream is stuck */
 } fake_op;
 
 /* A split is non-blocking, as NCCL's on a non-blocking communicator: the parent all-gathers
@@ -190,10 +210,12 @@ static void comm_free(gp_nccl_comm *c) {
     free(c);
 }
 
-/* No MPI call: a failed run ends in MPI_Abort, and its peers may never match anything. */
+/* No MPI call: a failed run ends in MPI_Abort, and its peers may never match anything. Ends a
+ * stuck collective, as ncclCommAbort ends NCCL's kernels. */
 static void comm_abort(gp_nccl_comm *c) {
     if (!c) return;
     n_abort++;
+    stuck = 0;
     if (c->split_req == MPI_REQUEST_NULL) free(c->split_all); /* else MPI may still write it */
     free(c);
 }
@@ -202,6 +224,7 @@ static gp_status exchange(gp_nccl_comm *c, gp_device *dev, const void *sendbuf, 
                           void *recvbuf, int from, size_t nbytes) {
     (void)dev;
     n_exchange++;
+    if (never_joined()) return GP_OK;
     return mpi_ok(MPI_Sendrecv(sendbuf, (int)nbytes, MPI_BYTE, to, 0, recvbuf, (int)nbytes,
                                MPI_BYTE, from, 0, c->comm, MPI_STATUS_IGNORE),
                   "MPI_Sendrecv");
@@ -212,6 +235,7 @@ static gp_status exchange(gp_nccl_comm *c, gp_device *dev, const void *sendbuf, 
 static gp_status allreduce_f32(gp_nccl_comm *c, gp_device *dev, float *x, int64_t n) {
     (void)dev;
     n_allreduce++;
+    if (never_joined()) return GP_OK;
     int size = 1;
     MPI_Comm_size(c->comm, &size);
     float *all = malloc((size_t)size * (size_t)n * sizeof *all);
@@ -231,6 +255,7 @@ static gp_status op_new(void **op) {
     fake_op *o = malloc(sizeof *o);
     if (!o) return host->error(GP_OUT_OF_MEMORY, "fake NCCL operation");
     o->req = MPI_REQUEST_NULL;
+    o->stuck = 0;
     *op = o;
     return GP_OK;
 }
@@ -246,6 +271,7 @@ static gp_status op_done(void *op, bool *done) {
     int flag = 0;
     gp_status s = async_error();
     if (s == GP_OK) s = mpi_ok(MPI_Test(&((fake_op *)op)->req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (((fake_op *)op)->stuck && stuck) flag = 0;
     *done = s != GP_OK || flag;
     if (*done) op_forget(op);
     return s;
@@ -280,10 +306,13 @@ static gp_status recv(gp_nccl_comm *c, gp_device *dev, void *buf, size_t nbytes,
     return s;
 }
 
-/* The exchanges and all-reduces are done when they return: the mark has nothing to wait for. */
+/* The exchanges and all-reduces are done when they return: the mark has nothing to wait for,
+ * unless one is stuck ("join"): then it is never done. */
 static gp_status mark(gp_nccl_comm *c, gp_device *dev, void **op) {
     (void)c, (void)dev;
-    return op_new(op);
+    if (op_new(op) != GP_OK) return GP_OUT_OF_MEMORY;
+    ((fake_op *)*op)->stuck = stuck;
+    return GP_OK;
 }
 
 static const gp_nccl_calls calls = {
@@ -296,6 +325,12 @@ static const gp_cuda_module fake = {
     .abi = GP_CUDA_MODULE_ABI, .bind = bind, .device_count = no_gpu, .nccl = &calls};
 
 GP_EXPORT const gp_cuda_module *gp_cuda_module_entry(void) { return &fake; }
+
+/* The host's wait for the stream, as cudaStreamSynchronize: for good behind a stuck collective
+ * (until an abort ends it). */
+GP_EXPORT void gp_fake_nccl_stream_wait(void) {
+    while (stuck) sleep(1);
+}
 
 GP_EXPORT void gp_fake_nccl_counts(long out[7]) {
     out[0] = n_send, out[1] = n_recv, out[2] = n_exchange, out[3] = n_allreduce, out[4] = n_split;

@@ -37,6 +37,7 @@
 #include "core/clock.h"
 #include "core/device.h"
 #include "kernels/cuda_module.h"
+#include "kernels/kernels.h"
 #include "testutil.h"
 
 /* ----------------------------------------------------------------- choice */
@@ -191,6 +192,25 @@ static void test_module(void) {
  * memory with its address's top bits set (a non-canonical address, which faults), moved only
  * through its copy: MPI given one of its pointers crashes. "near": plain host memory, so that the
  * CPU's kernels (its table) train on it and the fake NCCL module moves it. */
+/* The fake NCCL module's function `name` in this process; NULL where it is not loaded. */
+static void *fake_fn(const char *name) {
+#ifdef GP_TEST_NCCL_FAKE
+    void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
+    return fake ? dlsym(fake, name) : NULL;
+#else
+    (void)name;
+    return NULL;
+#endif
+}
+
+/* The host's wait for the device's stream, as a GPU's: behind the fake's stuck collective it
+ * does not return (cudaStreamSynchronize behind an NCCL kernel whose peer never comes). */
+static void stream_wait(void) {
+    static void (*wait)(void);
+    if (!wait) wait = (void (*)(void))fake_fn("gp_fake_nccl_stream_wait");
+    if (wait) wait();
+}
+
 #define FAR_BIT ((uintptr_t)1 << 62)
 static const uintptr_t far_bits = FAR_BIT, near_bits = 0;
 static void *to_host(const void *ctx, const void *p) {
@@ -210,6 +230,7 @@ static void far_free(void *ctx, void *ptr) {
     free(to_host(ctx, ptr));
 }
 static gp_status far_copy(void *ctx, void *dst, const void *src, size_t nbytes, gp_copy_kind k) {
+    if (k != GP_COPY_DEVICE_TO_DEVICE) stream_wait();
     memmove(k == GP_COPY_DEVICE_TO_HOST ? dst : to_host(ctx, dst),
             k == GP_COPY_HOST_TO_DEVICE ? src : to_host(ctx, src), nbytes);
     return GP_OK;
@@ -218,7 +239,11 @@ static gp_status far_fill(void *ctx, void *dst, size_t nbytes, int byte) {
     memset(to_host(ctx, dst), byte, nbytes);
     return GP_OK;
 }
-static gp_status far_sync(void *ctx) { return (void)ctx, GP_OK; }
+static gp_status far_sync(void *ctx) {
+    (void)ctx;
+    stream_wait();
+    return GP_OK;
+}
 static const gp_device_iface far_iface = {.kind = "far", .host_memory = false, .alloc = far_alloc,
                                           .free = far_free, .copy = far_copy, .fill = far_fill,
                                           .sync = far_sync};
@@ -266,8 +291,15 @@ static int child_staged(void) {
     CHECK_OK(gp_grid_grads_wait(g));
     CHECK_OK(gp_tensor_to_host(&b, back, sizeof back));
     CHECK(memcmp(back, sum, sizeof sum) == 0);
-    gp_tensor_release(&b);
+    /* The bucket's host copy and its partner's sum (D = 2: one pairwise round), N floats each,
+     * count as gradients on the far device beside the bucket itself, until the grid goes. */
+    gp_mem_stats ms;
+    gp_device_mem_stats(far, &ms);
+    CHECK(ms.live[GP_MEM_GRADS] == 3 * sizeof mine && ms.peak[GP_MEM_GRADS] == 3 * sizeof mine);
     gp_grid_free(g);
+    gp_device_mem_stats(far, &ms);
+    CHECK(ms.live[GP_MEM_GRADS] == sizeof mine);
+    gp_tensor_release(&b);
     gp_device_free(far);
     gp_device_free(cpu);
     printf("staged rank %d: %s\n", k, gp_test_failures ? "FAILED" : "checks passed");
@@ -343,13 +375,22 @@ enum { STEPS = 3, M = 2 };
 /* The fake's call counts in this process; false (zeros) where it is not loaded. */
 static bool fake_counts(long counts[7]) {
     memset(counts, 0, 7 * sizeof *counts);
-    void *fn = NULL;
-#ifdef GP_TEST_NCCL_FAKE
-    void *fake = dlopen(GP_TEST_NCCL_FAKE, RTLD_NOW | RTLD_NOLOAD);
-    fn = fake ? dlsym(fake, "gp_fake_nccl_counts") : NULL;
-#endif
+    void *fn = fake_fn("gp_fake_nccl_counts");
     if (fn) ((void (*)(long *))fn)(counts);
     return fn != NULL;
+}
+
+/* The CPU's kernels, but the embedding's backward first waits for the device, as the CUDA
+ * kernel does (it reads the ids back to the host): in a data-parallel backward that wait comes
+ * after the later layers' gradient sums are queued on the stream. */
+static gp_kernels waiting_kernels;
+static const gp_kernels *cpu_kernels;
+static gp_status embedding_backward_waits(gp_device *dev, int64_t n, int64_t row_len,
+                                          int64_t dim, int64_t vocab, const int32_t *ids,
+                                          const float *dy, float *dw) {
+    const gp_status s = gp_device_sync(dev);
+    if (s != GP_OK) return s;
+    return cpu_kernels->embedding_backward(dev, n, row_len, dim, vocab, ids, dy, dw);
 }
 
 /* A test net trained STEPS steps by D x K ranks on near devices (gpu: on the GPUs, rank r on GPU
@@ -430,11 +471,16 @@ static int child_train(gp_test_net net, int D, int K, gp_schedule_kind sched, gp
 
 /* A D x K run over the fake that GP_FAKE_NCCL_FAIL makes fail: every rank prints a FAIL line
  * (its error, the fake's receives, communicators aborted and destroyed, the seconds its step
- * took) for the parent to check. timeout_s: the comm timeout. */
-static int child_fail(int D, int K, double timeout_s) {
+ * took) for the parent to check. timeout_s: the comm timeout; waits: the device's kernels wait
+ * for it where CUDA's do (waiting_kernels). */
+static int child_fail(int D, int K, double timeout_s, bool waits) {
     gp_device *cpu, *near;
     REQUIRE_OK(gp_device_cpu_new("fail-cpu", &cpu));
-    REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits, gp_device_kernels(cpu), &near));
+    cpu_kernels = gp_device_kernels(cpu);
+    waiting_kernels = *cpu_kernels;
+    waiting_kernels.embedding_backward = embedding_backward_waits;
+    REQUIRE_OK(gp_device_new("near", &far_iface, (void *)&near_bits,
+                             waits ? &waiting_kernels : cpu_kernels, &near));
     gp_device *devs[8] = {near, near, near, near, near, near, near, near};
     const gp_pipeline_opts po = {.stages = K, .micro_batches = M, .launcher = GP_LAUNCHER_MPI,
                                  .data_parallel = D, .comm_timeout_s = timeout_s, .devices = devs,
@@ -554,6 +600,31 @@ static int run_fail(void) {
         if (i == 1) CHECK(rb == 1); /* the header came, its payload never did */
         failed += !parsed;
     }
+    /* Replica 1 freezes mid-backward, never joining the gradient exchange: replica 0's stays
+     * queued on its stream, and its embedding's backward then waits for that stream. The wait
+     * ends at the comm timeout, naming itself, with the communicators aborted; rank 1 prints
+     * nothing (rank 0's MPI_Abort ends it). Unbounded, rank 0 would wait for good, and the
+     * mpirun limit (60 s) would kill both without a FAIL line. */
+    child_log[0] = '\0';
+    const int rc = run_child("nccl-fail-join", 2, "GP_FAKE_NCCL_FAIL=join:1", NULL, 0);
+    char j0[1024], j1[1024];
+    fail_line(0, j0, sizeof j0);
+    fail_line(1, j1, sizeof j1);
+    printf("fake NCCL failure nccl-fail-join (mpirun exit %d):\n  %s\n", rc, j0);
+    long rj = -1, aj = -1, fj = -1;
+    double tj = 1e9;
+    const char *cj = strstr(j0, " | ");
+    const bool joined =
+        cj && sscanf(cj, " | recvs %ld aborts %ld frees %ld seconds %lf", &rj, &aj, &fj, &tj) == 4;
+    CHECK(joined);
+    CHECK(rc != 124 && rc != 137); /* ended by the bound, not killed at mpirun's limit */
+    CHECK(strstr(j0, "rank 0 (stage 0 of replica 0): timed out after 3 s waiting for the GPU's "
+                     "stream (a device synchronize) behind the replicas' NCCL gradient sums "
+                     "(--comm-timeout)") != NULL);
+    CHECK(aj > 0 && fj == 0); /* aborted, never destroyed */
+    CHECK(tj >= 3 && tj < 30); /* it waited out the 3 s timeout, and no longer */
+    CHECK(j1[0] == '\0');
+    failed += !joined;
     child_log[0] = '\0';
     run_child("hook-seq", 2, "", NULL, 0);
     const char *seq = strstr(child_log, "SEQ rank 1:");
@@ -697,10 +768,12 @@ int main(int argc, char **argv) {
         const char *c = argv[2];
         if (!strcmp(c, "staged")) return child_staged();
         if (!strcmp(c, "hook-seq")) return child_hook_seq();
-        if (!strcmp(c, "nccl-fail-send") || !strcmp(c, "nccl-fail-lose")) return child_fail(1, 2, 3);
-        if (!strcmp(c, "nccl-fail-async")) return child_fail(2, 1, 3);
-        if (!strcmp(c, "nccl-fail-split")) return child_fail(1, 2, 3);
-        if (!strcmp(c, "nccl-fail-async-k2")) return child_fail(1, 2, 3);
+        if (!strcmp(c, "nccl-fail-send") || !strcmp(c, "nccl-fail-lose"))
+            return child_fail(1, 2, 3, false);
+        if (!strcmp(c, "nccl-fail-async")) return child_fail(2, 1, 3, false);
+        if (!strcmp(c, "nccl-fail-split")) return child_fail(1, 2, 3, false);
+        if (!strcmp(c, "nccl-fail-async-k2")) return child_fail(1, 2, 3, false);
+        if (!strcmp(c, "nccl-fail-join")) return child_fail(2, 1, 3, true);
         const gp_test_net tf = GP_TEST_TRANSFORMER, tied = GP_TEST_TRANSFORMER_TIED;
         const gp_schedule_kind f1b = GP_SCHEDULE_1F1B, il = GP_SCHEDULE_INTERLEAVED;
         const gp_grad_sum seq = GP_GRAD_SUM_SEQUENTIAL, tree = GP_GRAD_SUM_TREE;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/mpi_grid.h"
+#include "core/device.h"
 
 /* Environment variables that launchers set in every rank they start. */
 static const char *const LAUNCH_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
@@ -139,7 +140,9 @@ void gp_mpi_abort_job(int code) {
 
 /* A gradient bucket being summed over the replicas: MPI_Iallreduce's request, or the exchange
  * with the partner of the current pairwise round (gp_dp_pair_rounds). A bucket in device memory
- * is summed in a host copy (staged), copied back by the wait. */
+ * is summed in a host copy (staged), copied back by the wait. Its host buffers are counted as
+ * gradients on the bucket's device (gp_device_count_host), as the NCCL path's partner sum is
+ * (there in device memory): the limit and the memory report see them. */
 typedef struct grad_bucket {
     float *x; /* host: the bucket itself, or staged */
     int64_t n;
@@ -150,6 +153,7 @@ typedef struct grad_bucket {
     int64_t cap;
     float *staged; /* (staged_cap) the host copy of a bucket in device memory */
     int64_t staged_cap;
+    gp_device *counted; /* the device scratch and staged are counted on */
 } grad_bucket;
 
 struct gp_grid {
@@ -162,6 +166,8 @@ struct gp_grid {
     int nbuckets, cap_buckets;
     bool tree;       /* the replicas' sum in tree order (gp_grid_set_grad_tree) */
 };
+
+static void bucket_buffers_free(grad_bucket *bk);
 
 static gp_status mpi_check(int rc, const char *what) {
     if (rc == MPI_SUCCESS) return GP_OK;
@@ -273,10 +279,7 @@ void gp_grid_free(gp_grid *g) {
     if (g->sh.world != MPI_COMM_NULL) MPI_Comm_free(&g->sh.world);
     free(g->sh.note_req);
     if (!notes_in_flight) free(g->sh.note_buf);
-    for (int b = 0; b < g->cap_buckets; b++) {
-        free(g->bk[b].scratch);
-        free(g->bk[b].staged);
-    }
+    for (int b = 0; b < g->cap_buckets; b++) bucket_buffers_free(&g->bk[b]);
     free(g->bk);
     free(g);
 }
@@ -321,17 +324,36 @@ static gp_status pair_round(gp_grid *g, grad_bucket *b) {
     return s;
 }
 
-/* At least n floats at *buf (cap of them), kept from step to step. */
-static gp_status bucket_buffer(float **buf, int64_t *cap, int64_t n, const char *w, int b,
-                               const char *what) {
+/* At least n floats at *buf (cap of them), kept from step to step and counted on bk's device. */
+static gp_status bucket_buffer(grad_bucket *bk, float **buf, int64_t *cap, int64_t n,
+                               const char *w, int b, const char *what) {
     if (*cap >= n) return GP_OK;
+    gp_device_uncount_host(bk->counted, GP_MEM_GRADS, (size_t)*cap * sizeof **buf);
     free(*buf);
+    *buf = NULL;
     *cap = 0;
-    if (!(*buf = malloc((size_t)n * sizeof **buf)))
+    char why[192];
+    snprintf(why, sizeof why, "%s: %s of gradient bucket %d", w, what, b);
+    GP_TRY(gp_device_count_host(bk->counted, GP_MEM_GRADS, (size_t)n * sizeof **buf, why));
+    if (!(*buf = malloc((size_t)n * sizeof **buf))) {
+        gp_device_uncount_host(bk->counted, GP_MEM_GRADS, (size_t)n * sizeof **buf);
         return gp_error(GP_OUT_OF_MEMORY, "%s: cannot allocate %lld floats for %s of gradient "
                                           "bucket %d", w, (long long)n, what, b);
+    }
     *cap = n;
     return GP_OK;
+}
+
+/* The bucket's host buffers gone, and uncounted on their device. */
+static void bucket_buffers_free(grad_bucket *bk) {
+    gp_device_uncount_host(bk->counted, GP_MEM_GRADS, (size_t)bk->cap * sizeof *bk->scratch);
+    gp_device_uncount_host(bk->counted, GP_MEM_GRADS,
+                           (size_t)bk->staged_cap * sizeof *bk->staged);
+    free(bk->scratch);
+    free(bk->staged);
+    bk->scratch = bk->staged = NULL;
+    bk->cap = bk->staged_cap = 0;
+    bk->counted = NULL;
 }
 
 gp_status gp_grid_grads_start(gp_grid *g, const gp_tensor *slice) {
@@ -355,21 +377,23 @@ gp_status gp_grid_grads_start(gp_grid *g, const gp_tensor *slice) {
         g->cap_buckets = cap;
     }
     grad_bucket *b = &g->bk[g->nbuckets];
+    if (b->counted != slice->dev) bucket_buffers_free(b); /* counted on the slice's device */
+    b->counted = slice->dev;
     b->slice = *slice;
     b->x = slice->data;
     b->n = n;
     b->req[0] = b->req[1] = MPI_REQUEST_NULL;
     b->round = 0;
+    gp_status s = GP_OK;
     if (!gp_device_is_host(slice->dev)) { /* host staging: MPI reads host memory only */
-        GP_TRY(bucket_buffer(&b->staged, &b->staged_cap, n, w, g->nbuckets, "the host copy"));
-        GP_TRY(gp_tensor_to_host(slice, b->staged, (size_t)n * sizeof *b->staged));
+        s = bucket_buffer(b, &b->staged, &b->staged_cap, n, w, g->nbuckets, "the host copy");
+        if (s == GP_OK) s = gp_tensor_to_host(slice, b->staged, (size_t)n * sizeof *b->staged);
         b->x = b->staged;
     }
-    gp_status s;
-    if (pair_rounds(g) > 0) {
-        GP_TRY(bucket_buffer(&b->scratch, &b->cap, n, w, g->nbuckets, "the partner's sum"));
-        s = pair_round(g, b);
-    } else {
+    if (s == GP_OK && pair_rounds(g) > 0) {
+        s = bucket_buffer(b, &b->scratch, &b->cap, n, w, g->nbuckets, "the partner's sum");
+        if (s == GP_OK) s = pair_round(g, b);
+    } else if (s == GP_OK) {
         s = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, b->x, (int)n, MPI_FLOAT, MPI_SUM, g->dp_comm,
                                      &b->req[0]),
                       "MPI_Iallreduce");

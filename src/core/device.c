@@ -43,7 +43,20 @@ struct gp_device {
     /* gp_device_hold_frees: blocks the backend would get back, held instead (a list) */
     bool holding;
     gp_block_rec *held;
+    /* gp_device_bound_waits: what the host's waits go through first (NULL: nothing) */
+    gp_device_wait_fn wait;
+    void *wait_ctx;
 };
+
+void gp_device_bound_waits(gp_device *dev, gp_device_wait_fn wait, void *ctx) {
+    if (!dev) return;
+    dev->wait = wait;
+    dev->wait_ctx = ctx;
+}
+
+gp_status gp_device_wait_bounded(gp_device *dev, const char *what) {
+    return dev && dev->wait ? dev->wait(dev->wait_ctx, what) : GP_OK;
+}
 
 /* Gives block r back to the backend, or holds it while frees are held. */
 static void give_back(gp_device *dev, gp_block_rec *r) {
@@ -183,7 +196,8 @@ void gp_device_reset_peaks(gp_device *dev) {
 
 gp_status gp_device_sync(gp_device *dev) {
     if (!dev) return gp_error(GP_INVALID_ARGUMENT, "gp_device_sync: device is NULL");
-    gp_status s = dev->iface->sync(dev->ctx);
+    gp_status s = gp_device_wait_bounded(dev, "a device synchronize");
+    if (s == GP_OK) s = dev->iface->sync(dev->ctx);
     return s == GP_OK ? GP_OK : gp_error_context(s, "device %s", dev->name);
 }
 
@@ -213,6 +227,20 @@ static gp_status check_limit(gp_device *dev, gp_mem_category cat, size_t nbytes)
                     "device %s: allocating %s of %s would exceed its limit of %s (%s already "
                     "live)",
                     dev->name, req, gp_mem_category_name(cat), lim, live);
+}
+
+/* nbytes more live under cat, and the peaks they make. */
+static void count_live(gp_mem_stats *st, gp_mem_category cat, size_t nbytes) {
+    st->live[cat] += nbytes;
+    st->live_total += nbytes;
+    if (st->live[cat] > st->peak[cat]) st->peak[cat] = st->live[cat];
+    if (st->live_total > st->peak_total) st->peak_total = st->live_total;
+}
+
+static void uncount_live(gp_mem_stats *st, gp_mem_category cat, size_t nbytes) {
+    GP_ASSERT(st->live[cat] >= nbytes); /* no more given back than was counted */
+    st->live[cat] -= nbytes;
+    st->live_total -= nbytes;
 }
 
 /* A block of `padded` bytes: from the cache, or new from the device. */
@@ -278,12 +306,27 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
         *status = gp_error(GP_OUT_OF_MEMORY, "device %s: cannot record a block", dev->name);
         return NULL;
     }
-    st->live[cat] += nbytes;
-    st->live_total += nbytes;
-    if (st->live[cat] > st->peak[cat]) st->peak[cat] = st->live[cat];
-    if (st->live_total > st->peak_total) st->peak_total = st->live_total;
+    count_live(st, cat, nbytes);
     st->nallocs++;
     return r->ptr;
+}
+
+gp_status gp_device_count_host(gp_device *dev, gp_mem_category cat, size_t nbytes,
+                               const char *what) {
+    if (!dev || cat < 0 || cat >= GP_MEM_NCATEGORIES)
+        return gp_error(GP_INVALID_ARGUMENT, "counting %zu bytes of host memory (%s): device %s, "
+                                             "category %d", nbytes, what, gp_device_name(dev),
+                        (int)cat);
+    const gp_status s = check_limit(dev, cat, nbytes);
+    if (s != GP_OK) return gp_error_context(s, "host memory for %s", what);
+    count_live(&dev->stats, cat, nbytes);
+    return GP_OK;
+}
+
+void gp_device_uncount_host(gp_device *dev, gp_mem_category cat, size_t nbytes) {
+    if (!dev || !nbytes) return;
+    GP_ASSERT(cat >= 0 && cat < GP_MEM_NCATEGORIES);
+    uncount_live(&dev->stats, cat, nbytes);
 }
 
 void gp_device_release(gp_device *dev, void *p) {
@@ -293,9 +336,7 @@ void gp_device_release(gp_device *dev, void *p) {
     GP_ASSERT(dev);
     gp_block_rec *r = gp_block_map_take(&dev->live, p);
     GP_ASSERT(r); /* a block of this device, live */
-    GP_ASSERT(dev->stats.live[r->cat] >= r->nbytes);
-    dev->stats.live[r->cat] -= r->nbytes;
-    dev->stats.live_total -= r->nbytes;
+    uncount_live(&dev->stats, r->cat, r->nbytes);
     size_bin *bin = find_bin(dev, r->padded);
     if (!bin && dev->nbins < MAX_BINS) {
         bin = &dev->bins[dev->nbins++];
@@ -314,7 +355,11 @@ void gp_device_release(gp_device *dev, void *p) {
 gp_status gp_device_copy(gp_device *dev, void *dst, const void *src, size_t nbytes,
                          gp_copy_kind kind) {
     if (!nbytes) return GP_OK;
-    gp_status s = dev->iface->copy(dev->ctx, dst, src, nbytes, kind);
+    gp_status s = kind == GP_COPY_DEVICE_TO_DEVICE ? GP_OK
+                  : gp_device_wait_bounded(dev, kind == GP_COPY_DEVICE_TO_HOST
+                                                    ? "a copy from the device to the host"
+                                                    : "a copy from the host to the device");
+    if (s == GP_OK) s = dev->iface->copy(dev->ctx, dst, src, nbytes, kind);
     return s == GP_OK ? GP_OK : gp_error_context(s, "device %s: copy of %zu bytes", dev->name, nbytes);
 }
 

@@ -53,6 +53,14 @@ const struct gp_kernels *gp_device_kernels(const gp_device *dev);
 void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_status *status);
 /* Frees memory from gp_device_alloc on the same device; NULL is ignored. */
 void gp_device_release(gp_device *dev, void *p);
+/* Host memory held for the device's work (a communication buffer for its memory: the host copy
+ * of a gradient bucket, a partner's partial sum), allocated by the caller and counted here as
+ * live bytes of cat, as if the device had allocated them: under its limit (GP_MEMORY_LIMIT
+ * naming `what` where they would pass it) and in its statistics. gp_device_uncount_host gives
+ * back bytes counted so. */
+gp_status gp_device_count_host(gp_device *dev, gp_mem_category cat, size_t nbytes,
+                               const char *what);
+void gp_device_uncount_host(gp_device *dev, gp_mem_category cat, size_t nbytes);
 /* While on, blocks the device would give back to its backend (a trim, a size with no cache bin,
  * a build without the cache) are held instead, until it is turned off or
  * gp_device_release_held: a backend's free that waits for the whole GPU (cudaFree) must not run
@@ -60,7 +68,18 @@ void gp_device_release(gp_device *dev, void *p);
  * for this one. Held blocks count neither as live nor as cached. */
 void gp_device_hold_frees(gp_device *dev, bool on);
 void gp_device_release_held(gp_device *dev);
-/* Through the iface, with the device named in errors. */
+/* Optional: a bound on the host's waits for the device's queued work (gp_device_sync, a copy to
+ * or from the host, a backend's kernel that reads a result back). While set, every such wait
+ * first calls wait(ctx, what), which returns once the work queued so far is done, or with an
+ * error when its own deadline passes or a peer fails: a stream holding a collective whose peers
+ * may be gone (NCCL's gradient sums) would otherwise hold the host forever. wait NULL: none. */
+typedef gp_status (*gp_device_wait_fn)(void *ctx, const char *what);
+void gp_device_bound_waits(gp_device *dev, gp_device_wait_fn wait, void *ctx);
+/* The bound's wait for `what` (GP_OK at once where none is set): a backend calls it before each
+ * wait of its own that the device's interface does not make (a kernel's read-back). */
+gp_status gp_device_wait_bounded(gp_device *dev, const char *what);
+/* Through the iface, with the device named in errors; a copy to or from the host and the sync
+ * first take the bound's wait. */
 gp_status gp_device_copy(gp_device *dev, void *dst, const void *src, size_t nbytes,
                          gp_copy_kind kind);
 gp_status gp_device_fill(gp_device *dev, void *dst, size_t nbytes, int byte);

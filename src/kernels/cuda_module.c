@@ -38,6 +38,7 @@ static const gp_cuda_host host_calls = {
     .device_alloc = gp_device_alloc,
     .device_release = gp_device_release,
     .device_precision = gp_device_precision,
+    .device_wait_bounded = gp_device_wait_bounded,
 };
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -82,6 +82,7 @@ typedef struct gp_cuda_host {
     void *(*device_alloc)(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_status *status);
     void (*device_release)(gp_device *dev, void *p);
     gp_precision (*device_precision)(const gp_device *dev);
+    gp_status (*device_wait_bounded)(gp_device *dev, const char *what);
 } gp_cuda_host;
 
 /* What the module gives. `abi` comes first and stays first in every version, so that the

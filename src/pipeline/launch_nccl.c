@@ -35,6 +35,8 @@ struct gp_nccl_state {
     gp_nccl_comm *link[2][2];
     gp_tensor scratch; /* a partner's partial sum in a pairwise round (kept, grown) */
     bool hooked;       /* the grid's pipe transport holds this state's payload hook */
+    bool queued;       /* gradient sums queued on the GPU's stream, not yet seen done */
+    bool aborted;      /* the communicators were aborted (a wait for them failed) */
 };
 
 typedef struct comm_poll {
@@ -112,19 +114,59 @@ static gp_status hook_done(void *ctx, void *op, bool *done) {
 
 static void hook_forget(void *ctx, void *op) { ((gp_nccl_state *)ctx)->calls->op_forget(op); }
 
-void gp_launch_nccl_free(gp_nccl_state *n) {
-    if (!n) return;
-    if (n->hooked) gp_grid_set_payload(n->grid, NULL); /* its messages' operations go first */
-    /* After a failure a peer may never match what is queued: abort, and wait for nothing. */
-    void (*end)(gp_nccl_comm *) = gp_grid_failed(n->grid) ? n->calls->comm_abort
-                                                          : n->calls->comm_free;
+/* Every communicator ended by `end` (NULL after), its messages' operations forgotten first. */
+static void end_comms(gp_nccl_state *n, void (*end)(gp_nccl_comm *)) {
+    if (n->hooked) gp_grid_set_payload(n->grid, NULL);
+    n->hooked = false;
     for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) end(n->link[i][j]);
+        for (int j = 0; j < 2; j++) end(n->link[i][j]), n->link[i][j] = NULL;
     end(n->dp);
     end(n->world);
+    n->dp = n->world = NULL;
+}
+
+void gp_launch_nccl_free(gp_nccl_state *n) {
+    if (!n) return;
+    gp_device_bound_waits(n->dev, NULL, NULL);
+    /* After a failure a peer may never match what is queued: abort, and wait for nothing. */
+    end_comms(n, gp_grid_failed(n->grid) ? n->calls->comm_abort : n->calls->comm_free);
     gp_tensor_release(&n->scratch); /* after the communicators: nothing of NCCL's reads it */
     gp_device_hold_frees(n->dev, false);
     free(n);
+}
+
+/* Until the gradient sums queued on the GPU's stream are done, within the comm timeout, polling
+ * NCCL's asynchronous errors (the data-parallel communicator's) and the peers' abort notes. On
+ * a failure (the deadline, an error) the run is aborted (the grid's wait tells the peers) and so
+ * are the communicators at once: NCCL then ends the collective that holds the stream, so that no
+ * later wait on the GPU (a free, the device's own teardown) waits for it either. */
+static gp_status sums_done(gp_nccl_state *n, const char *doing) {
+    if (n->aborted)
+        return gp_error(GP_IO, "%s: the NCCL communicators were aborted after an earlier failure",
+                        doing);
+    if (!n->queued) return GP_OK;
+    op_poll o = {n->calls, NULL};
+    gp_status s = n->calls->mark(n->dp, n->dev, &o.op);
+    if (s != GP_OK) gp_grid_abort(n->grid, s, gp_last_error()); /* the wait's failures abort */
+    else s = gp_grid_wait_for(n->grid, poll_op, &o, doing);
+    if (o.op) n->calls->op_forget(o.op);
+    if (s == GP_OK) {
+        n->queued = false;
+        return GP_OK;
+    }
+    end_comms(n, n->calls->comm_abort);
+    n->aborted = true;
+    return s;
+}
+
+/* The GPU's host waits while sums may be queued on its stream (gp_device_bound_waits): the
+ * stream's own wait (cudaStreamSynchronize) has no deadline, and a replica gone mid-backward
+ * would hold it forever. */
+static gp_status bounded_wait(void *ctx, const char *what) {
+    char doing[192];
+    snprintf(doing, sizeof doing,
+             "waiting for the GPU's stream (%s) behind the replicas' NCCL gradient sums", what);
+    return sums_done(ctx, doing);
 }
 
 /* Every rank's 16-byte GPU UUID (world order) into ids; the first two ranks that share one. */
@@ -239,6 +281,7 @@ gp_status gp_launch_nccl_setup(gp_pipeline *p, gp_grid *grid, gp_gpu_comm want,
                                        .forget = hook_forget};
     gp_grid_set_payload(grid, &hook);
     n->hooked = true;
+    gp_device_bound_waits(n->dev, bounded_wait, n);
     /* From here the GPU's frees wait for a step's end (gp_launch_nccl_step_end): a cudaFree
      * mid-step waits for the whole GPU, NCCL's kernels too, whose peers may be waiting for this
      * rank to go on (the scratch below growing, a memory limit's trim, a size with no cache bin). */
@@ -248,10 +291,14 @@ gp_status gp_launch_nccl_setup(gp_pipeline *p, gp_grid *grid, gp_gpu_comm want,
 }
 
 gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice) {
+    if (n->aborted)
+        return gp_error(GP_IO, "NCCL gradient sum: the communicators were aborted after an "
+                               "earlier failure");
     const int64_t count = gp_tensor_nelem(slice);
     float *x = slice->data;
     const int rounds = gp_dp_pair_rounds(n->D, n->tree);
     gp_grid_count_allreduce(n->grid, (uint64_t)count * sizeof(float));
+    n->queued = true; /* from the first call on: a failed one may have queued part */
     if (rounds == 0) {
         GP_TRY(n->calls->allreduce_f32(n->dp, n->dev, x, count));
         return wait_ready(n, n->dp, "queueing the replicas' NCCL all-reduce");
@@ -274,13 +321,7 @@ gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice) {
 }
 
 gp_status gp_launch_nccl_grads_wait(gp_nccl_state *n) {
-    if (!n->dp) return GP_OK;
-    op_poll o = {n->calls, NULL};
-    GP_TRY(n->calls->mark(n->dp, n->dev, &o.op));
-    const gp_status s = gp_grid_wait_for(n->grid, poll_op, &o,
-                                         "waiting for the replicas' NCCL gradient sums");
-    if (o.op) n->calls->op_forget(o.op);
-    return s;
+    return sums_done(n, "waiting for the replicas' NCCL gradient sums");
 }
 
 void gp_launch_nccl_step_end(gp_nccl_state *n) {

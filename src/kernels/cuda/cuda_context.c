@@ -39,6 +39,7 @@ gp_status gp_cuda_launched(const gp_cuda_ctx *c, const char *kernel) {
 }
 
 gp_status gp_cuda_wait(gp_cuda_ctx *c) {
+    if (c->dev) GP_TRY(gp_device_wait_bounded(c->dev, "cudaStreamSynchronize"));
     GP_TRY(gp_cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize"));
     if (c->profile) gp_cuda_profile_synced(c->profile);
     return GP_OK;
@@ -59,14 +60,15 @@ gp_status gp_cuda_host_scratch(gp_cuda_ctx *c, size_t nbytes, void **out) {
     if (nbytes > c->host_cap) {
         size_t cap = c->host_cap ? c->host_cap : 4096;
         while (cap < nbytes) cap *= 2;
-        if (c->host) {
-            /* The old scratch may still be the target of a copy in flight. */
-            GP_TRY(gp_cuda_wait(c));
-            GP_TRY(gp_cuda_check(c, cudaFreeHost(c->host), "cudaFreeHost"));
-            c->host = NULL;
-            c->host_cap = 0;
-        }
-        GP_TRY(gp_cuda_check(c, cudaMallocHost(&c->host, cap), "cudaMallocHost"));
+        /* The old scratch may still be the target of a copy in flight: kept until the device
+         * goes, where no wait is made here. */
+        if (c->host && c->nhost_old == (int)(sizeof c->host_old / sizeof *c->host_old))
+            return gp_error(GP_INTERNAL, "device %s: pinned scratch outgrown %d times", c->name,
+                            c->nhost_old);
+        void *h = NULL;
+        GP_TRY(gp_cuda_check(c, cudaMallocHost(&h, cap), "cudaMallocHost"));
+        if (c->host) c->host_old[c->nhost_old++] = c->host;
+        c->host = h;
         c->host_cap = cap;
     }
     *out = c->host;

@@ -23,10 +23,16 @@ struct gp_cuda_profile;
 typedef struct gp_cuda_ctx {
     char name[64]; /* the device's name, for messages */
     int ordinal;
+    gp_device *dev;      /* the device whose state this is: its bound on waits */
     cudaStream_t stream; /* every kernel, copy and fill of the device, in order */
     cublasHandle_t blas; /* bound to stream */
     void *host;          /* pinned host scratch (gp_cuda_host_scratch) */
     size_t host_cap;
+    /* Scratch outgrown, freed with the device: cudaFreeHost waits for the whole GPU, NCCL's
+     * kernels on other streams too, whose peers may be waiting for this rank. It doubles, so
+     * this many outgrown blocks cannot happen before the address space runs out. */
+    void *host_old[64];
+    int nhost_old;
     struct gp_cuda_profile *profile; /* GP_CUDA_PROFILE (profile.h); NULL when off */
     /* Shared-memory bytes a block of the fused attention (flash_attention.cu) may use: the GPU's
      * opt-in limit, read once; 0 with GP_CUDA_ATTENTION=gemm (attention through cuBLAS and the
@@ -51,7 +57,8 @@ gp_status gp_cuda_launched(const gp_cuda_ctx *c, const char *kernel);
 /* gp_cuda_check of a call that queued work on the stream (a copy, a fill); it and
  * gp_cuda_launched, and gp_cuda_blas_check on success, mark the call for the profile. */
 gp_status gp_cuda_queued(const gp_cuda_ctx *c, cudaError_t e, const char *call);
-/* Waits for the stream's work (cudaStreamSynchronize), then tells the profile. */
+/* Waits for the stream's work (cudaStreamSynchronize), then tells the profile; the device's
+ * bound on waits (gp_device_wait_bounded: NCCL's sums on the stream) comes first. */
 gp_status gp_cuda_wait(gp_cuda_ctx *c);
 
 /* At least nbytes of pinned host memory, valid until the next call on the device. */

@@ -97,6 +97,7 @@ static void cuda_destroy(void *ctx) {
         if (c->blas) (void)cublasDestroy(c->blas);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         if (c->host) (void)cudaFreeHost(c->host);
+        for (int i = 0; i < c->nhost_old; i++) (void)cudaFreeHost(c->host_old[i]);
     }
     free(c);
 }
@@ -195,6 +196,7 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
         cuda_destroy(c);
         return s;
     }
+    c->dev = *out;
     /* After the set-up calls, which are none of the device's work. */
     c->profile = gp_cuda_profile_new(name, ordinal);
     return GP_OK;

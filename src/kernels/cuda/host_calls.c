@@ -57,3 +57,7 @@ void *gp_device_alloc(gp_device *dev, gp_mem_category cat, size_t nbytes, gp_sta
 void gp_device_release(gp_device *dev, void *p) { host->device_release(dev, p); }
 
 gp_precision gp_device_precision(const gp_device *dev) { return host->device_precision(dev); }
+
+gp_status gp_device_wait_bounded(gp_device *dev, const char *what) {
+    return host->device_wait_bounded(dev, what);
+}
