@@ -6,7 +6,8 @@
  * hands over NCCL's calls in a build with GP_NCCL (GP_TEST_NCCL). Then, under mpirun on 2 ranks,
  * the MPI path's host staging: a stage message and a data-parallel gradient bucket held by a
  * device whose memory the host cannot address (its pointers are not host addresses, as a GPU's)
- * arrive bit-exact. Then gpipe's side of NCCL under mpirun over a stand-in for the module's NCCL
+ * arrive bit-exact, the bucket's host copy and partner sum counted as gradients on that device.
+ * Then gpipe's side of NCCL under mpirun over a stand-in for the module's NCCL
  * calls (tests/nccl_fake.c, MPI underneath, ring-order all-reduce): the test Transformer trained
  * with D x K = 2 x 2 (sequential sum) and 4 x 1 (tree) gives the same bits over NCCL as over MPI
  * with host staging, with NCCL's sends, receives and pairwise exchanges made, and so does the
@@ -15,7 +16,8 @@
  * sharing a GPU auto falls back to MPI saying why and nccl is refused. NCCL's failures, over the
  * stand-in: a send that fails, a send that never arrives, an asynchronous error and a split
  * that fails during communicator setup each end every
- * rank within the comm timeout, naming the failure, with the communicators aborted, not destroyed
+ * rank within the comm timeout (and a replica that never joins the gradient exchange ends the
+ * survivor's host wait on its stream, behind the queued exchange, there too), naming the failure, with the communicators aborted, not destroyed
  * (a destroy waits for the unmatched operation), and a failed send's header never sent (its
  * receiver would wait for a payload that never comes); a payload hook the two ends apply to
  * different messages is named by the header's hook sequence number; over NCCL a trim between

@@ -7,9 +7,10 @@
  * them (FIFO, as the transport's links are), so an activation waiting for its receiver never
  * holds up a gradient going the other way. The headers still travel over MPI and are checked
  * before the payload moves. The communicators are non-blocking: every wait for NCCL (a call in
- * progress, a message, the gradient sums) is the grid's bounded wait, which also polls NCCL's
- * asynchronous errors and the peers' abort notes, and after a failure the communicators are
- * aborted, not destroyed, so no rank waits past --comm-timeout for a peer that failed. */
+ * progress, a message, the gradient sums, and any host wait on the GPU's stream while sums are
+ * queued on it) is the grid's bounded wait, which also polls NCCL's asynchronous errors and the
+ * peers' abort notes, and after a failure the communicators are aborted, not destroyed, so no
+ * rank waits past --comm-timeout for a peer that failed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

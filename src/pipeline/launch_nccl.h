@@ -21,7 +21,10 @@ gp_status gp_launch_nccl_setup(struct gp_pipeline *p, gp_grid *grid, gp_gpu_comm
  * has seen it done. */
 gp_status gp_launch_nccl_grads(gp_nccl_state *n, const gp_tensor *slice);
 /* Waits, within the comm timeout, for the sums started so far: the device stream's own waits
- * (cudaStreamSynchronize) have no deadline, and a replica that failed would hold them forever. */
+ * (cudaStreamSynchronize) have no deadline, and a replica that failed would hold them forever.
+ * Every other host wait on the GPU while sums are queued (a copy to or from the host, a sync, a
+ * kernel's read-back) takes the same wait first (gp_device_bound_waits, set by setup). A
+ * failure aborts the run and the communicators at once. */
 gp_status gp_launch_nccl_grads_wait(gp_nccl_state *n);
 /* After a step whose messages and sums all completed (none of NCCL's in flight): the GPU's
  * frees held since the last (gp_device_hold_frees) are made. */
