@@ -208,9 +208,9 @@ static void *fake_fn(const char *name) {
 /* The host's wait for the device's stream, as a GPU's: behind the fake's stuck collective it
  * does not return (cudaStreamSynchronize behind an NCCL kernel whose peer never comes). */
 static void stream_wait(void) {
-    static void (*wait)(void);
-    if (!wait) wait = (void (*)(void))fake_fn("gp_fake_nccl_stream_wait");
-    if (wait) wait();
+    static void (*fn)(void);
+    if (!fn) fn = (void (*)(void))fake_fn("gp_fake_nccl_stream_wait");
+    if (fn) fn();
 }
 
 #define FAR_BIT ((uintptr_t)1 << 62)
