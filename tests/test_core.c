@@ -58,6 +58,18 @@ static void test_device_accounting(void) {
     gp_status s;
     CHECK(gp_device_alloc(d, GP_MEM_WORKSPACE, SIZE_MAX - 10, &s) == NULL);
     CHECK_EQ_INT(s, GP_MEMORY_LIMIT);
+    /* Host memory counted for the device's work: live and under the limit as an allocation. */
+    CHECK_FAILS(gp_device_count_host(d, GP_MEM_GRADS, 700, "a bucket's host copy"),
+                GP_MEMORY_LIMIT, "allocating 700 bytes of gradients would exceed its limit of "
+                                 "1000 bytes");
+    CHECK(strstr(gp_last_error(), "host memory for a bucket's host copy") != NULL);
+    CHECK_OK(gp_device_count_host(d, GP_MEM_GRADS, 300, "a bucket's host copy"));
+    gp_device_mem_stats(d, &st);
+    CHECK_EQ_INT(st.live[GP_MEM_GRADS], 300);
+    CHECK_EQ_INT(st.live_total, 700);
+    gp_device_uncount_host(d, GP_MEM_GRADS, 300);
+    CHECK_FAILS(gp_device_count_host(d, GP_MEM_NCATEGORIES, 1, "x"), GP_INVALID_ARGUMENT,
+                "category 5");
     gp_tensor_release(&a);
     gp_device_mem_stats(d, &st);
     CHECK_EQ_INT(st.live_total, 0);
@@ -285,6 +297,50 @@ static void test_clocks(void) {
     CHECK(x > 0);
 }
 
+/* The bound on a device's waits: the sync and copies to or from the host take it first (a
+ * copy within the device does not wait), and its error is theirs; unset, nothing is called. */
+typedef struct bound_log {
+    int calls;
+    gp_status answer;
+    char last[64];
+} bound_log;
+static gp_status bound_wait(void *ctx, const char *what) {
+    bound_log *l = ctx;
+    l->calls++;
+    snprintf(l->last, sizeof l->last, "%s", what);
+    return l->answer == GP_OK ? GP_OK : gp_error(l->answer, "bound: gave up on %s", what);
+}
+
+static void test_device_bound_waits(void) {
+    gp_device *d;
+    REQUIRE_OK(gp_device_cpu_new("bound", &d));
+    gp_tensor a, b;
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_ACTIVATIONS, gp_shape1(4), GP_F32, &a));
+    REQUIRE_OK(gp_tensor_alloc(d, GP_MEM_ACTIVATIONS, gp_shape1(4), GP_F32, &b));
+    float h[4] = {1, 2, 3, 4};
+    bound_log l = {0, GP_OK, ""};
+    gp_device_bound_waits(d, bound_wait, &l);
+    CHECK_OK(gp_device_sync(d));
+    CHECK(l.calls == 1 && strcmp(l.last, "a device synchronize") == 0);
+    CHECK_OK(gp_tensor_from_host(&a, h, sizeof h));
+    CHECK(l.calls == 2 && strcmp(l.last, "a copy from the host to the device") == 0);
+    CHECK_OK(gp_tensor_copy(&b, &a));
+    CHECK_EQ_INT(l.calls, 2);
+    CHECK_OK(gp_tensor_to_host(&b, h, sizeof h));
+    CHECK(l.calls == 3 && strcmp(l.last, "a copy from the device to the host") == 0);
+    l.answer = GP_IO;
+    CHECK_FAILS(gp_device_sync(d), GP_IO, "bound: gave up on a device synchronize");
+    CHECK_FAILS(gp_tensor_to_host(&b, h, sizeof h), GP_IO,
+                "bound: gave up on a copy from the device to the host");
+    gp_device_bound_waits(d, NULL, NULL);
+    CHECK_OK(gp_device_sync(d));
+    CHECK_EQ_INT(l.calls, 5);
+    CHECK_OK(gp_device_wait_bounded(NULL, "nothing"));
+    gp_tensor_release(&a);
+    gp_tensor_release(&b);
+    gp_device_free(d);
+}
+
 int main(void) {
     test_median();
     test_clocks();
@@ -292,6 +348,7 @@ int main(void) {
     test_device_accounting();
     test_device_cache();
     test_device_peer_copy();
+    test_device_bound_waits();
     test_rng();
     test_tables();
     return gp_test_finish("test_core");
