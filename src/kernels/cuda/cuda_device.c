@@ -198,7 +198,7 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
     }
     c->dev = *out;
     /* After the set-up calls, which are none of the device's work. */
-    c->profile = gp_cuda_profile_new(name, ordinal);
+    c->profile = gp_cuda_profile_new(name, ordinal, *out);
     return GP_OK;
 }
 

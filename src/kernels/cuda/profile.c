@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/device.h"
+
 /* Pending events at most. When all are, the older half is timed: its last event is thousands of
  * calls back and done, so the host does not wait and the GPU is not left idle. */
 #define RING 4096
@@ -28,6 +30,7 @@ typedef struct entry {
 struct gp_cuda_profile {
     char device[64];
     int ordinal;
+    gp_device *dev; /* its bound on waits */
     bool off;    /* a CUDA call failed: nothing more is recorded */
     int head, n; /* pending: ring[(head + i) % RING] for i < n, in stream order */
     int nnames;
@@ -36,7 +39,7 @@ struct gp_cuda_profile {
     slot ring[RING];
 };
 
-gp_cuda_profile *gp_cuda_profile_new(const char *device, int ordinal) {
+gp_cuda_profile *gp_cuda_profile_new(const char *device, int ordinal, gp_device *dev) {
     const char *v = getenv("GP_CUDA_PROFILE");
     if (!v || !*v || strcmp(v, "0") == 0) return NULL;
     gp_cuda_profile *p = calloc(1, sizeof *p);
@@ -48,6 +51,7 @@ gp_cuda_profile *gp_cuda_profile_new(const char *device, int ordinal) {
     }
     snprintf(p->device, sizeof p->device, "%s", device);
     p->ordinal = ordinal;
+    p->dev = dev;
     return p;
 }
 
@@ -124,7 +128,19 @@ static void resolve(gp_cuda_profile *p, int last, bool keep) {
 
 void gp_cuda_profile_mark(gp_cuda_profile *p, cudaStream_t stream, const char *name) {
     if (p->off) return;
-    if (p->n == RING) resolve(p, RING / 2, true);
+    if (p->n == RING) {
+        /* A host wait mid-run, which NCCL's sums queued on the stream may hold: bounded first
+         * (a failure there has aborted the run, and the next wait of the device's says so). */
+        if (gp_device_wait_bounded(p->dev, "GP_CUDA_PROFILE's event wait") != GP_OK) {
+            fprintf(stderr, "gpipe: GP_CUDA_PROFILE: device %s: the wait for the GPU failed; "
+                            "profiling stopped, the table shows what came before\n",
+                    p->device);
+            p->off = true;
+            p->n = 0;
+            return;
+        }
+        resolve(p, RING / 2, true);
+    }
     if (p->off) return;
     /* Whether the call before this one was done when this one was queued, give or take the
      * moment between the queueing and here: when not, the GPU went from it to this call without

@@ -14,9 +14,12 @@ extern "C" {
 
 typedef struct gp_cuda_profile gp_cuda_profile;
 
+struct gp_device;
+
 /* A profile for the device when the environment's GP_CUDA_PROFILE is set (and neither empty nor
- * "0"), else NULL; NULL too, with a line on stderr, when its memory cannot be had. */
-gp_cuda_profile *gp_cuda_profile_new(const char *device, int ordinal);
+ * "0"), else NULL; NULL too, with a line on stderr, when its memory cannot be had. dev: the
+ * device, whose bound on waits (gp_device_wait_bounded) comes before the profile's own waits. */
+gp_cuda_profile *gp_cuda_profile_new(const char *device, int ordinal, struct gp_device *dev);
 
 /* After a call that queued work named `name` (a string that outlives the profile) on stream. A
  * failing event call turns the profile off with one line on stderr; the caller never sees it. */
