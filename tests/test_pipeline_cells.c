@@ -467,6 +467,74 @@ static void searched_plans_run(void) {
     CHECK(ran >= 9);
 }
 
+/* --grad-sum tree's partial sums in the plan: the tree keeps pool buffers of a cell's gradients
+ * beside them from step to step (counted as gradients), as many as its counter holds at once
+ * over the cell's backwards in its stage's order. For the Transformer, K = 2, M = 4 and 8, every
+ * schedule: each stage's measured gradient peak after two steps is its planned gradient bytes,
+ * to the byte, and its whole peak within its planned bytes under a limit of exactly the plan's
+ * fullest stage. Against the sequential sum's plan, fill-drain and 1F1B (each cell's blocks of
+ * micro-batches finishing one after another) add log2 M times the cell's gradients, the CLI's
+ * "log2 of the micro-batches' even part more gradient buffers per cell". */
+static void tree_sum_buffers_planned(void) {
+    gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
+    int checked = 0;
+    for (int M = 4; M <= 8; M *= 2)
+        for (int sk = 0; sk < 5; sk++) {
+            const int K = 2, log2M = M == 4 ? 2 : 3;
+            gp_model *m = transformer(4);
+            gp_pipeline_opts seq = {.stages = K, .micro_batches = M, .schedule = sk,
+                                    .remat = GP_REMAT_CELL, .batch = BATCH};
+            gp_pipeline_opts po = seq;
+            po.grad_sum = GP_GRAD_SUM_TREE;
+            po.memory_limit = worst_planned(m, &o, &po);
+            gp_plan plan, plain;
+            REQUIRE_OK(gp_plan_make(m, BATCH, &o, &po, 10, &plan));
+            REQUIRE_OK(gp_plan_make(m, BATCH, &o, &seq, 10, &plain));
+            gp_pipeline *p;
+            REQUIRE_OK(gp_pipeline_new(m, &o, &po, 5, &p));
+            for (int s = 0; s < 2; s++) {
+                tokens b;
+                make_tokens(s, &b);
+                float loss;
+                CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &loss));
+            }
+            CHECK_EQ_INT(plan.ncells, plain.ncells);
+            for (int c = 0; c < plan.ncells && c < plain.ncells; c++) {
+                CHECK_EQ_INT(plan.cells[c].first, plain.cells[c].first);
+                CHECK_EQ_INT(plan.cells[c].nparams, plain.cells[c].nparams);
+                const uint64_t base = plain.cells[c].grad_bytes;
+                CHECK_EQ_INT(base, (uint64_t)plain.cells[c].nparams * sizeof(float));
+                CHECK(plan.cells[c].grad_bytes > base);
+                if (sk == GP_SCHEDULE_GPIPE || sk == GP_SCHEDULE_1F1B)
+                    CHECK_EQ_INT(plan.cells[c].grad_bytes, (uint64_t)(1 + log2M) * base);
+            }
+            for (int k = 0; k < K; k++) {
+                uint64_t grads = 0, total = 0; /* the stage's cells' planned bytes */
+                for (int c = 0; c < plan.ncells; c++)
+                    if (plan.cells[c].stage == k) {
+                        grads += plan.cells[c].grad_bytes;
+                        total += plan.cells[c].total_bytes;
+                    }
+                gp_mem_stats ms;
+                CHECK_OK(gp_pipeline_mem_stats(p, k, &ms));
+                if (ms.peak[GP_MEM_GRADS] != grads)
+                    printf("tree sum M %d schedule %d stage %d: gradients %llu, planned %llu\n",
+                           M, sk, k, (unsigned long long)ms.peak[GP_MEM_GRADS],
+                           (unsigned long long)grads);
+                CHECK_EQ_INT(ms.peak[GP_MEM_GRADS], grads);
+                CHECK(ms.peak_total <= total);
+                CHECK(ms.peak_total <= po.memory_limit);
+                checked++;
+            }
+            gp_pipeline_free(p);
+            gp_plan_free(&plan);
+            gp_plan_free(&plain);
+            gp_model_free(m);
+        }
+    printf("tree sum: %d stages' gradient peaks as planned\n", checked);
+    CHECK_EQ_INT(checked, 20);
+}
+
 static void pinning(void) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -493,6 +561,7 @@ int main(void) {
     runtime_matches_plan();
     plans_that_fit_run();
     searched_plans_run();
+    tree_sum_buffers_planned();
     pinning();
     return gp_test_finish("test_pipeline_cells");
 }

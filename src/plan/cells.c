@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "plan/cells.h"
+#include "plan/grad_bufs.h"
 
 const char *gp_balance_name(gp_balance b) {
     return b == GP_BALANCE_COST ? "cost" : b == GP_BALANCE_TIME ? "time" : "?";
@@ -78,18 +79,23 @@ void gp_stash_profiles_free(gp_stash_profile *p, int n) {
 /* a + b, or UINT64_MAX where it would wrap (the memory model's sums saturate) */
 static uint64_t sat_sum(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
-void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
-                            const gp_remat *cell_remat, gp_schedule_kind schedule,
-                            const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
-                            uint64_t *stage_total) {
+gp_status gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
+                                 const gp_remat *cell_remat, const gp_pipeline_opts *po,
+                                 const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
+                                 uint64_t *stage_total) {
     const int S = s->stages, V = s->chunks, ncells = S * V;
-    /* the static bytes, transient and messages; the activations are the simulation's */
-    const bool split = gp_schedule_kind_splits(schedule);
-    const gp_stash_profile none = {0};
-    for (int c = 0; c < ncells; c++) {
+    /* the static bytes (with the gradient sums' buffers), transient and messages; the
+     * activations are the simulation's */
+    const bool split = gp_schedule_kind_splits(po->schedule);
+    gp_stash_profile *bufs = calloc((size_t)ncells, sizeof *bufs);
+    if (!bufs) return gp_error(GP_OUT_OF_MEMORY, "cell memory: %d cells", ncells);
+    gp_status status = gp_grad_bufs(s, po, bufs);
+    for (int c = 0; status == GP_OK && c < ncells; c++) {
         const int e = c + 1 < ncells ? first[c + 1] : L;
-        out[c] = gp_cell_memory_at(est, first[c], e, L, &none, cell_remat[c], split);
+        out[c] = gp_cell_memory_at(est, first[c], e, L, &bufs[c], cell_remat[c], split);
     }
+    free(bufs);
+    GP_TRY(status);
     for (int k = 0; k < S; k++) {
         int largest = -1; /* the stage's cell with the largest transient, the first of equals */
         for (int v = 0; v < V; v++) {
@@ -107,11 +113,12 @@ void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
             if (stage_total) stage_total[k] = sat_sum(v ? stage_total[k] : 0, m->total);
         }
     }
+    return GP_OK;
 }
 
 gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
                           const gp_remat *cell_remat, int ncells, int M,
-                          gp_schedule_kind schedule, int V, gp_cell_mem *out,
+                          const gp_pipeline_opts *po, int V, gp_cell_mem *out,
                           uint64_t *stage_total) {
     const int S = V > 0 ? ncells / V : 0;
     if (!est || !first || !cell_remat || !out || V < 1 || S < 1 || S * V != ncells)
@@ -122,14 +129,14 @@ gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
     gp_sim_stage *st = calloc((size_t)S, sizeof *st);
     gp_status status = sc && st ? GP_OK
                                 : gp_error(GP_OUT_OF_MEMORY, "cell memory: %d cells", ncells);
-    if (status == GP_OK) status = gp_schedule_generate(schedule, S, M, V, &s);
+    if (status == GP_OK) status = gp_schedule_generate(po->schedule, S, M, V, &s);
     for (int c = 0; status == GP_OK && c < ncells; c++)
         sc[c] = gp_sim_cell_from_layers(est, first[c], c + 1 < ncells ? first[c + 1] : L);
     gp_sim_opts so = {.capacity = GP_MAILBOX_CAPACITY, .cell_remat = cell_remat};
     gp_sim_result res;
     if (status == GP_OK) status = gp_schedule_simulate(&s, sc, &so, st, &res);
     if (status == GP_OK)
-        gp_cells_memory_shares(est, L, first, cell_remat, schedule, &s, st, out, stage_total);
+        status = gp_cells_memory_shares(est, L, first, cell_remat, po, &s, st, out, stage_total);
     gp_schedule_free(&s);
     free(sc);
     free(st);
@@ -231,7 +238,7 @@ static gp_status stages_fit(const gp_layer_est *est, int L, const int *first,
     uint64_t *stage = malloc((size_t)K * sizeof *stage);
     gp_status s = mem && stage ? GP_OK : gp_error(GP_OUT_OF_MEMORY, "cells: %d cells", K);
     if (s == GP_OK)
-        s = gp_cells_memory(est, L, first, cell_remat, K, M, po->schedule, V, mem, stage);
+        s = gp_cells_memory(est, L, first, cell_remat, K, M, po, V, mem, stage);
     int worst = 0;
     for (int k = 0; s == GP_OK && k < K / V; k++)
         if (stage[k] > stage[worst]) worst = k;
@@ -375,6 +382,7 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
     if (s == GP_OK)
         s = gp_schedule_generate(po->schedule, S, M, V, &sched);
     if (s == GP_OK) s = gp_stash_profiles(&sched, prof);
+    if (s == GP_OK) s = gp_grad_bufs(&sched, po, prof);
     gp_schedule_free(&sched);
     const gp_partition_req req = {.layers = est,
                                   .nlayers = L,

@@ -9,17 +9,18 @@
 #include "plan/schedule.h"
 #include "plan/simulate.h"
 
-/* The bytes of ncells cells (starts first[], modes cell_remat: CELL or NONE) that `schedule`
+/* The bytes of ncells cells (starts first[], modes cell_remat: CELL or NONE) that po's schedule
  * runs V to a stage over M micro-batches, as shares of each stage's peak: out[c] (ncells
- * entries) holds cell c's static bytes, its part of its stage's simulated peak of activations
- * (stash; work 0: the rebuilt state is in the peak), its messages, and its transient only when
- * it is the largest of its stage's (a stage runs one action at a time: counted once); total adds
- * them, so a stage's cells' totals add up to its peak: stage_total (may be NULL, ncells / V
- * entries). The simulation is of memory alone, which the order of each stage's actions
- * decides, not their times. */
+ * entries) holds cell c's static bytes (its gradients with the buffers of their sums that po's
+ * grad_sum and data parallelism keep, gp_grad_bufs), its part of its stage's simulated peak of
+ * activations (stash; work 0: the rebuilt state is in the peak), its messages, and its transient
+ * only when it is the largest of its stage's (a stage runs one action at a time: counted once);
+ * total adds them, so a stage's cells' totals add up to its peak: stage_total (may be NULL,
+ * ncells / V entries). The simulation is of memory alone, which the order of each stage's
+ * actions decides, not their times. */
 gp_status gp_cells_memory(const gp_layer_est *est, int L, const int *first,
                           const gp_remat *cell_remat, int ncells, int M,
-                          gp_schedule_kind schedule, int V, gp_cell_mem *out,
+                          const gp_pipeline_opts *po, int V, gp_cell_mem *out,
                           uint64_t *stage_total);
 
 /* The K cells for pipeline options po (partition given or balanced, balance by cost or by
@@ -31,13 +32,13 @@ gp_status gp_cells_choose(const gp_model *m, int64_t micro_batch_size, int optim
                           const gp_pipeline_opts *po, int K, int M, gp_layer_est *est,
                           int *first, gp_remat *cell_remat);
 
-/* gp_cells_memory's shares from a simulation already made of schedule s (of
- * `schedule`'s kind, with any times: the peaks depend on each stage's order alone), st holding
- * its s->stages stages: the planner's, so that it replays each candidate once. */
-void gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
-                            const gp_remat *cell_remat, gp_schedule_kind schedule,
-                            const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
-                            uint64_t *stage_total);
+/* gp_cells_memory's shares from a simulation already made of schedule s (of po's schedule
+ * kind, with any times: the peaks depend on each stage's order alone), st holding its s->stages
+ * stages: the planner's, so that it replays each candidate once. */
+gp_status gp_cells_memory_shares(const gp_layer_est *est, int L, const int *first,
+                                 const gp_remat *cell_remat, const gp_pipeline_opts *po,
+                                 const gp_schedule *s, const gp_sim_stage *st, gp_cell_mem *out,
+                                 uint64_t *stage_total);
 /* Each cell's profile (partition.h) under schedule s: out[c] for its K V cells (zeroed by the
  * caller), the points of its stage's order of actions at which the cell's part of the stage's
  * activations can peak, as the simulator counts them. With one cell per stage the largest point

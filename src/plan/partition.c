@@ -171,7 +171,9 @@ static cell_acc acc_start(const gp_layer_est *ly, int first, const gp_stash_prof
 
 static void acc_grow(cell_acc *a) {
     const gp_layer_est *l = &a->ly[a->end];
-    a->stat = sat_add(a->stat, sat_add(sat_add(l->param_bytes, l->grad_bytes), l->optim_bytes));
+    const uint64_t grads =
+        sat_add(l->grad_bytes, sat_mul((uint64_t)a->prof->grad_bufs, l->grad_bytes));
+    a->stat = sat_add(a->stat, sat_add(sat_add(l->param_bytes, grads), l->optim_bytes));
     a->state = sat_add(a->state, mem_state(l));
     a->keep = sat_add(a->keep, l->keep_bytes);
     transient_grow(&a->t, l);
@@ -259,6 +261,8 @@ gp_cell_mem gp_cell_memory_at(const gp_layer_est *layers, int first, int end, in
         keep = sat_add(keep, layers[i].keep_bytes);
         transient_grow(&t, &layers[i]);
     }
+    c.grad_bufs = sat_mul((uint64_t)profile->grad_bufs, c.grads);
+    c.grads = sat_add(c.grads, c.grad_bufs);
     int at;
     act_max(profile, gp_cut_bytes(layers, first), state, keep, remat, &c.stash, &c.work, &at);
     c.transient = transient_bytes(&t, end < nlayers ? layers[end].skip_bytes : 0);

@@ -66,11 +66,15 @@ typedef struct gp_stash_point {
 typedef struct gp_stash_profile {
     gp_stash_point *pt;
     int n, cap;
+    /* Gradient-sized buffers the cell keeps beside its gradients from step to step, which its
+     * schedule and the gradient sums decide too (gp_grad_bufs, grad_bufs.h); 0: none. */
+    int grad_bufs;
 } gp_stash_profile;
 
 /* Memory of one cell, bytes. */
 typedef struct gp_cell_mem {
     uint64_t params, grads, optim; /* static: held for the whole run */
+    uint64_t grad_bufs;            /* of grads, the buffers of their sums (profile's grad_bufs) */
     uint64_t stash;                /* activations kept between forward and backward */
     uint64_t work;                 /* one micro-batch's saved state rebuilt during backward */
     uint64_t transient;            /* the backward's gradients and workspace at its peak */
@@ -82,7 +86,8 @@ typedef struct gp_cell_mem {
  * layers [first, end) of nlayers at the points of a profile. It is the runtime's allocations at
  * their peak, an upper bound on what a stage's device counts:
  *   cut[i] = gp_cut_bytes(layers, i): a cut's activation with the skips crossing it;
- *   static = sum of params + grads + optimizer state;
+ *   static = sum of params + grads + optimizer state, grads times 1 + the profile's
+ *            grad_bufs (the gradient sums' buffers kept beside them);
  *   state  = sum over the cell's layers of out_bytes + saved_bytes (one micro-batch's full
  *            saved state, the cell's input excluded); keep = sum of their keep_bytes;
  *   at a point: stash = (fwd + wgt) cut[first] + keep x keep, plus fwd x state under remat

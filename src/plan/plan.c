@@ -146,7 +146,8 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         units = 0;
     out->step_s = gp_sim_shared_step(st, out->stages, units, res.step_time) + data_s;
     /* the memory columns: each cell's share of its stage's peak */
-    gp_cells_memory_shares(est, L, first, cell_remat, po->schedule, &s, st, mem, NULL);
+    status = gp_cells_memory_shares(est, L, first, cell_remat, po, &s, st, mem, NULL);
+    if (status != GP_OK) goto done;
     out->comm_s = worst_comm + data_s;
     out->bubble_simulated = res.bubble;
     for (int k = 0; k < K; k++) {
@@ -166,7 +167,7 @@ static gp_status simulate_into(const gp_layer_est *est, const gp_layer_est *flop
         c->param_bytes = cm->params;
         c->grad_bytes = cm->grads;
         c->optim_bytes = cm->optim;
-        c->nparams = (int64_t)(cm->grads / gp_dtype_nbytes(GP_F32));
+        c->nparams = (int64_t)((cm->grads - cm->grad_bufs) / gp_dtype_nbytes(GP_F32));
         c->peak_act_bytes = cm->stash;
         c->transient_bytes = cm->transient + cm->messages;
         c->total_bytes = cm->total;
