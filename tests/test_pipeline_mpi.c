@@ -221,6 +221,33 @@ static int child(const char *name, gp_test_net net, int D, int K, int M, int T,
         gp_model_free(ref);
         gp_device_free(dev);
     }
+    if (T == 1 && C == K && C <= 8 && net != GP_TEST_TRANSFORMER_TIED) {
+        /* The planner counts the gradients with the buffers of their sum over the replicas,
+         * as each rank's device counts them, to the byte: with D = 2 the replicas sum pairwise
+         * and each gradient bucket keeps a host buffer of the partner's partial sum (counted as
+         * gradients on the stage's device), the buckets covering the stage's gradients once, so
+         * twice the gradients of the same cells' D = 1 plan. */
+        int first[8];
+        for (int c = 0; c < C; c++) first[c] = gp_pipeline_cell_first(p, c);
+        gp_pipeline_opts pp = po, one = po;
+        pp.partition = one.partition = first;
+        one.data_parallel = 1;
+        gp_plan plan, plain;
+        REQUIRE_OK(gp_plan_make(m, GP_TEST_NET_MAX_BATCH, &o, &pp, 1.0, &plan));
+        REQUIRE_OK(gp_plan_make(m, GP_TEST_NET_MAX_BATCH, &o, &one, 1.0, &plain));
+        gp_mem_stats ms;
+        REQUIRE_OK(gp_pipeline_mem_stats(p, stage, &ms));
+        const uint64_t base = plain.cells[stage].grad_bytes;
+        printf("%s: rank %d: stage %d's gradients peaked at %llu bytes, the plan counts %llu "
+               "(%llu at D = 1)\n",
+               name, rank, stage, (unsigned long long)ms.peak[GP_MEM_GRADS],
+               (unsigned long long)plan.cells[stage].grad_bytes, (unsigned long long)base);
+        CHECK_EQ_INT(ms.peak[GP_MEM_GRADS], plan.cells[stage].grad_bytes);
+        CHECK_EQ_INT(plan.cells[stage].grad_bytes, (D == 2 ? 2 : 1) * base);
+        CHECK(D != 2 || base > 0);
+        gp_plan_free(&plan);
+        gp_plan_free(&plain);
+    }
     if (rank == 0) {
         /* Bytes: every stage but the last sends M activations, every stage but the first M
          * gradients (each with a header); with D > 1 each stage gives its gradients to the
@@ -286,6 +313,27 @@ static void train_transformer(const gp_pipeline_opts *po, outcome *r, int *rank)
     REQUIRE_OK(gp_pipeline_params_fnv1a64(p, &r->hash));
     int nranks, stage, replica;
     gp_pipeline_place(p, rank, &nranks, &stage, &replica);
+    if (po->launcher == GP_LAUNCHER_MPI) {
+        /* The planner counts each stage's gradients with the buffers of their sums, to the byte
+         * of what its device counts: the tree's partial sums over the micro-batches and, where
+         * the replicas sum pairwise (D = 2, or the tree with D a power of two), each bucket's
+         * buffer of the partner's sum; MPI_Iallreduce (the sequential sum's D = 4) none. */
+        int first[8];
+        for (int c = 0; c < gp_pipeline_cells(p) && c < 8; c++)
+            first[c] = gp_pipeline_cell_first(p, c);
+        gp_pipeline_opts pp = *po;
+        pp.partition = first;
+        gp_plan plan;
+        REQUIRE_OK(gp_plan_make(m, GP_TEST_NET_MAX_BATCH, &o, &pp, 1.0, &plan));
+        gp_mem_stats ms;
+        REQUIRE_OK(gp_pipeline_mem_stats(p, stage, &ms));
+        printf("%s sum, D = %d: rank %d: stage %d's gradients peaked at %llu bytes, the plan "
+               "counts %llu\n", gp_grad_sum_name(po->grad_sum), po->data_parallel, *rank, stage,
+               (unsigned long long)ms.peak[GP_MEM_GRADS],
+               (unsigned long long)plan.cells[stage].grad_bytes);
+        CHECK_EQ_INT(ms.peak[GP_MEM_GRADS], plan.cells[stage].grad_bytes);
+        gp_plan_free(&plan);
+    }
     gp_pipeline_free(p);
     gp_model_free(m);
 }
