@@ -938,6 +938,9 @@ typedef struct gp_plan_cell {
     double time_s;               /* one micro-batch forward + backward (what is balanced) */
     double opt_s;                /* the optimizer step on the cell's nparams, per step
                                   * (po->optim_s_per_param; 0 when not modelled) */
+    /* grad_bytes: the gradients with the buffers their sums keep beside them from step to step
+     * (grad_sum TREE's partial sums; data parallel over MPI: each bucket's partner sum and, on
+     * a GPU, host copy), as the stage's device counts them */
     uint64_t param_bytes, grad_bytes, optim_bytes;
     /* At the stage's simulated peak: stashed micro-batches + one rebuilt in backward; with V
      * cells per stage, this cell's share of it (the shares add up to the stage's). */

@@ -18,7 +18,7 @@ typedef struct plan_opts {
     double gflops, bandwidth;
 } plan_opts;
 
-enum { NOPTS = 21 };
+enum { NOPTS = 22 };
 
 static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
     gp_cli_opt pipe[GP_CLI_PIPELINE_NOPTS];
@@ -40,6 +40,7 @@ static int make_table(gp_cli_opt t[NOPTS], plan_opts *o) {
         pipe[4], /* --balance */
         pipe[6], /* --tensor-parallel */
         pipe[7], /* --chunks */
+        pipe[8], /* --grad-sum: the tree's partial sums are in the gradients column */
         pipe[9], /* --precision: what the activations take (a bf16 GPU's attention, a bf16
                     device's Transformer blocks) */
         {"--data-parallel", GP_CLI_INT, &o->data_parallel, "D",
@@ -211,6 +212,7 @@ static cJSON *build_report(const plan_opts *o, const gp_model *m, const gp_plan 
     cJSON_AddStringToObject(pl, "schedule", gp_schedule_kind_name(p->schedule));
     cJSON_AddNumberToObject(pl, "chunks", p->chunks);
     cJSON_AddStringToObject(pl, "remat", gp_remat_name(p->remat));
+    cJSON_AddStringToObject(pl, "grad_sum", o->pipe.grad_sum ? o->pipe.grad_sum : "sequential");
     cJSON_AddStringToObject(pl, "balance", gp_balance_name(p->balance));
     gp_cli_report_u64(pl, "memory_limit_bytes", p->memory_limit);
     cJSON *part = cJSON_AddArrayToObject(pl, "partition");
@@ -435,8 +437,9 @@ int gp_cli_plan_main(int argc, char **argv) {
         printf("mesh D x K x T = %d x %d x %d devices: every row is one device's (a shard's "
                "layers on its replica's slice)\n",
                p.data_parallel, p.stages, p.tensor_parallel);
-    printf("K = %d stages, schedule %s, remat %s, optimizer %s; %s\n", p.stages,
+    printf("K = %d stages, schedule %s, remat %s, optimizer %s%s; %s\n", p.stages,
            gp_schedule_kind_name(p.schedule), gp_remat_name(p.remat), o.optimizer,
+           po.grad_sum == GP_GRAD_SUM_TREE ? ", gradient sum tree" : "",
            first ? "partition given" : by_time ? "cells balanced by measured time" : "cells balanced by FLOPs");
     if (by_time) {
         printf("times measured layer by layer now (mean CPU time of 6 runs, one thread%s), scaled "
