@@ -392,6 +392,21 @@ static void plans_that_fit_run(void) {
     CHECK(mixed >= 3);
 }
 
+/* A pipeline of the Transformer m made with po, trained two steps (so that reused buffers and
+ * the second step's messages count). */
+static gp_pipeline *transformer_two_steps(gp_model *m, const gp_optim_opts *o,
+                                          const gp_pipeline_opts *po) {
+    gp_pipeline *p;
+    REQUIRE_OK(gp_pipeline_new(m, o, po, 5, &p));
+    for (int s = 0; s < 2; s++) {
+        tokens b;
+        make_tokens(s, &b);
+        float loss;
+        CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &loss));
+    }
+    return p;
+}
+
 /* The plans a search keeps under a memory limit all train within it: the Transformer on 1, 2
  * and 3 stage devices (D = 1, the threads launcher), under a limit halfway between the leanest
  * and the fattest plan of those devices, each kept plan two steps, every stage's peak within
@@ -433,14 +448,7 @@ static void searched_plans_run(void) {
             po.chunks = pl->chunks;
             po.remat = pl->remat;
             gp_model *mm = transformer(4);
-            gp_pipeline *p;
-            REQUIRE_OK(gp_pipeline_new(mm, &o, &po, 5, &p));
-            for (int s = 0; s < 2; s++) {
-                tokens b;
-                make_tokens(s, &b);
-                float loss;
-                CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &loss));
-            }
+            gp_pipeline *p = transformer_two_steps(mm, &o, &po);
             CHECK_EQ_INT(gp_pipeline_cells(p), pl->ncells);
             for (int c = 0; c < pl->ncells; c++)
                 CHECK_EQ_INT(gp_pipeline_cell_first(p, c), pl->cells[c].first);
@@ -490,14 +498,7 @@ static void tree_sum_buffers_planned(void) {
             gp_plan plan, plain;
             REQUIRE_OK(gp_plan_make(m, BATCH, &o, &po, 10, &plan));
             REQUIRE_OK(gp_plan_make(m, BATCH, &o, &seq, 10, &plain));
-            gp_pipeline *p;
-            REQUIRE_OK(gp_pipeline_new(m, &o, &po, 5, &p));
-            for (int s = 0; s < 2; s++) {
-                tokens b;
-                make_tokens(s, &b);
-                float loss;
-                CHECK_OK(gp_pipeline_step(p, &b.xt, &b.yt, &loss));
-            }
+            gp_pipeline *p = transformer_two_steps(m, &o, &po);
             CHECK_EQ_INT(plan.ncells, plain.ncells);
             for (int c = 0; c < plan.ncells && c < plain.ncells; c++) {
                 CHECK_EQ_INT(plan.cells[c].first, plain.cells[c].first);
