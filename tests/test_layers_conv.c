@@ -635,6 +635,102 @@ static void test_determinism(void) {
     gp_device_free(dev);
 }
 
+/* -------------------------------------------- transformed weights kept per generation */
+
+/* One training forward and backward (with the input gradient) of l: y and dx copied out. */
+static void forward_backward(gp_layer *l, gp_device *dev, const gp_tensor *x, const gp_tensor *dy,
+                             gp_shape os, float *y_out, float *dx_out) {
+    gp_run run = {.training = true};
+    gp_tensor y, dx;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &y));
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, x->shape, GP_F32, &dx));
+    gp_ctx ctx;
+    gp_ctx_init(&ctx, dev, &run);
+    ctx.x = x;
+    ctx.y = &y;
+    CHECK_OK(l->ops->forward(l, &ctx, x, &y));
+    CHECK_OK(l->ops->backward(l, &ctx, dy, &dx));
+    gp_ctx_release(&ctx);
+    memcpy(y_out, y.data, gp_tensor_nbytes(&y));
+    memcpy(dx_out, dx.data, gp_tensor_nbytes(&dx));
+    gp_tensor_release(&y);
+    gp_tensor_release(&dx);
+}
+
+static void set_generation(gp_layer *l, uint64_t gen) {
+    for (int i = 0; i < l->nparams; i++) l->params[i].gen = gen;
+}
+
+static uint64_t workspace_live(gp_device *dev) {
+    gp_mem_stats st;
+    gp_device_mem_stats(dev, &st);
+    return st.live[GP_MEM_WORKSPACE];
+}
+
+/* A convolution keeps the transform of its weights (the CPU's Winograd path, forward and input
+ * gradient) only under one generation of them (gp_param.gen: set by a training run, ended by
+ * the update, model/store.h). Under a generation the forward and the input gradient give the
+ * bits of those made without one; after the weights change under a new generation, the bits of
+ * the new weights made without one (a transform kept from the old weights gives others); the
+ * transforms are held, counted as workspace (the bytes derived_bytes tells the memory model),
+ * until drop_derived; without a generation none is kept. conv2d on its own and as the parts of a residual block, which see its parameters. */
+static void test_weights_generations(void) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("generations", &dev));
+    const gp_shape in = gp_shape4(2, 24, 12, 12);
+    const gp_conv_geom g = {.channels = 24, .height = 12, .width = 12, .kernel = 3, .stride = 1,
+                            .pad = 1, .out_h = 12, .out_w = 12};
+    const bool winograd = gp_conv_winograd_applies(&g, 24); /* AVX2 and FMA */
+    gp_layer *layers[] = {gp_conv2d(24, 24, 3, 1, 1, false), gp_residual_block(24, 24, 1)};
+    for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
+        gp_layer *l = layers[li];
+        alloc_params(l, dev, 11);
+        gp_shape os;
+        REQUIRE_OK(l->ops->out_shape(l, &in, GP_F32, &os));
+        gp_tensor x, dy;
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &x));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &dy));
+        gp_test_fill(x.data, gp_tensor_nelem(&x), 13, 1, 0.0f, 1.0f);
+        gp_test_fill(dy.data, gp_tensor_nelem(&dy), 13, 2, 0.0f, 1.0f);
+        const size_t ny = gp_tensor_nbytes(&dy), nx = gp_tensor_nbytes(&x);
+        float *ref_y = malloc(ny), *ref_dx = malloc(nx), *y = malloc(ny), *dx = malloc(nx);
+        float *old_y = malloc(ny);
+        forward_backward(l, dev, &x, &dy, os, ref_y, ref_dx); /* no generation */
+        CHECK_EQ_INT(workspace_live(dev), 0);
+        set_generation(l, 1001);
+        for (int rep = 0; rep < 2; rep++) { /* making the transforms, then reading them */
+            forward_backward(l, dev, &x, &dy, os, y, dx);
+            CHECK(memcmp(y, ref_y, ny) == 0);
+            CHECK(memcmp(dx, ref_dx, nx) == 0);
+            /* what the memory model counts (none without Winograd's tiles) */
+            CHECK_EQ_INT(workspace_live(dev), l->ops->derived_bytes(l, dev, &in, true));
+            CHECK(winograd == (workspace_live(dev) > 0));
+        }
+        memcpy(old_y, y, ny);
+        /* an update: new weights, a new generation */
+        for (int i = 0; i < l->nparams; i++)
+            if (l->params[i].shape.ndim == 4)
+                gp_test_fill(l->params[i].value.data, gp_tensor_nelem(&l->params[i].value), 17,
+                             (uint32_t)i, 0.1f, 1.0f);
+        set_generation(l, 1002);
+        forward_backward(l, dev, &x, &dy, os, y, dx);
+        l->ops->drop_derived(l);
+        set_generation(l, 0);
+        CHECK_EQ_INT(workspace_live(dev), 0);
+        forward_backward(l, dev, &x, &dy, os, ref_y, ref_dx);
+        CHECK(memcmp(ref_y, old_y, ny) != 0); /* the weights did change */
+        CHECK(memcmp(y, ref_y, ny) == 0);
+        CHECK(memcmp(dx, ref_dx, nx) == 0);
+        CHECK_EQ_INT(workspace_live(dev), 0);
+        free(ref_y), free(ref_dx), free(y), free(dx), free(old_y);
+        gp_tensor_release(&x);
+        gp_tensor_release(&dy);
+        free_params(l);
+        gp_layer_free(l);
+    }
+    gp_device_free(dev);
+}
+
 int main(void) {
     test_gradchecks();
     test_conv_vs_naive();
@@ -645,5 +741,6 @@ int main(void) {
     test_params_and_cost();
     test_errors();
     test_determinism();
+    test_weights_generations();
     return gp_test_finish("test_layers_conv");
 }

@@ -109,6 +109,11 @@ static int threads_for(gp_device *dev, int64_t parts) {
 
 static int64_t chunks_of(const wg_geom *q) { return (q->rows + q->R - 1) / q->R; }
 
+int64_t gp_conv_winograd_wt_floats(const gp_conv_geom *g, int64_t oc) {
+    const wg_geom q = wg_geom_of(g, 1, oc);
+    return u_floats(&q);
+}
+
 int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc) {
     const wg_geom q = wg_geom_of(g, batch, oc);
     return u_floats(&q) + threads_for(dev, chunks_of(&q)) * thread_floats(&q);
@@ -378,17 +383,36 @@ static void transform_inputs(const wg_geom *q, const float *xb, int64_t ty0, int
 
 typedef struct wg_job {
     const wg_geom *q;
-    const float *x, *w;
-    bool flipped;
-    float *U, *y, *ws;
+    const float *x, *U;
+    float *y, *ws;
 } wg_job;
 
 /* Output channels per thread below which the weights' transform stays on fewer threads. */
 #define WEIGHTS_GRAIN 32
 
+typedef struct wg_weights_job {
+    const wg_geom *q;
+    const float *w;
+    bool flipped;
+    float *U;
+} wg_weights_job;
+
 static void weights_range(void *ctx, int64_t lo, int64_t hi) {
-    const wg_job *j = ctx;
+    const wg_weights_job *j = ctx;
     transform_weights(j->q, j->w, j->flipped, j->U, lo, hi);
+}
+
+/* (each a pure function of its kernel: the same bits on any split) */
+static void weights_of(gp_device *dev, const wg_geom *q, const float *w, bool flipped,
+                       float *U) {
+    wg_weights_job j = {.q = q, .w = w, .flipped = flipped, .U = U};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), q->OCp, ROWS, WEIGHTS_GRAIN, weights_range, &j);
+}
+
+void gp_conv_winograd_weights(gp_device *dev, const gp_conv_geom *g, int64_t oc, const float *w,
+                              bool flipped, float *U) {
+    const wg_geom q = wg_geom_of(g, 1, oc);
+    weights_of(dev, &q, w, flipped, U);
 }
 
 /* Chunks of part t: transform, multiply, transform back, chunk by chunk. */
@@ -432,13 +456,12 @@ static void chunks_part(void *ctx, int t, int nt) {
 }
 
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                              const float *x, const float *w, bool flipped, float *y, float *ws) {
+                              const float *x, const float *w, const float *U, bool flipped,
+                              float *y, float *ws) {
     if (batch <= 0) return;
     const wg_geom q = wg_geom_of(g, batch, oc);
-    wg_job j = {.q = &q, .x = x, .w = w, .flipped = flipped, .U = ws, .y = y,
-                .ws = ws + u_floats(&q)};
-    /* (each a pure function of its kernel: the same bits on any split) */
-    gp_cpu_parallel_for(gp_cpu_pool_of(dev), q.OCp, ROWS, WEIGHTS_GRAIN, weights_range, &j);
+    if (!U) weights_of(dev, &q, w, flipped, ws);
+    wg_job j = {.q = &q, .x = x, .U = U ? U : ws, .y = y, .ws = ws + u_floats(&q)};
     gp_cpu_pool_run(gp_cpu_pool_of(dev), threads_for(dev, chunks_of(&q)), chunks_part, &j);
 }
 
@@ -697,9 +720,15 @@ void gp_conv_winograd_dw(gp_device *dev, const gp_conv_geom *g, int64_t batch, i
 
 #else /* no AVX2 tiles in this variant: applies() is false, and these are never called */
 
+void gp_conv_winograd_weights(gp_device *dev, const gp_conv_geom *g, int64_t oc, const float *w,
+                              bool flipped, float *U) {
+    (void)dev, (void)g, (void)oc, (void)w, (void)flipped, (void)U;
+}
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                              const float *x, const float *w, bool flipped, float *y, float *ws) {
-    (void)dev, (void)g, (void)batch, (void)oc, (void)x, (void)w, (void)flipped, (void)y, (void)ws;
+                              const float *x, const float *w, const float *U, bool flipped,
+                              float *y, float *ws) {
+    (void)dev, (void)g, (void)batch, (void)oc, (void)x, (void)w, (void)U, (void)flipped, (void)y,
+        (void)ws;
 }
 bool gp_conv_winograd_dw_serves(const gp_conv_geom *g, int64_t batch, int64_t oc) {
     (void)g, (void)batch, (void)oc;
