@@ -1,6 +1,6 @@
 /* 2-D convolution, NCHW float32, as PyTorch's Conv2d, through the device's conv2d kernels
- * (on the CPU: im2col and GEMM per example; backward rebuilds the columns instead of saving
- * them, and col2im's W^T dy). */
+ * (their paths: kernels/cpu/conv_kernels.c), which it hands the transform of the weights they
+ * would make at each call, made once per generation of the weights (model/store.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
