@@ -731,6 +731,80 @@ static void test_weights_generations(void) {
     gp_device_free(dev);
 }
 
+/* The values of every parameter and buffer of m, copied out (restore: copied back in). */
+static float **snapshot(gp_model *m, bool restore, float **saved) {
+    const int n = gp_model_nparam_tensors(m);
+    float **v = saved ? saved : calloc((size_t)n, sizeof *v);
+    for (int i = 0; i < n; i++) {
+        gp_param_info pi;
+        REQUIRE_OK(gp_model_param(m, i, &pi));
+        const size_t nb = gp_tensor_nbytes(pi.value);
+        if (restore) {
+            memcpy(pi.value->data, v[i], nb);
+            free(v[i]);
+        } else {
+            v[i] = malloc(nb);
+            memcpy(v[i], pi.value->data, nb);
+        }
+    }
+    if (restore) free(v);
+    return restore ? NULL : v;
+}
+
+/* Through a pipeline (2 stages, zbh1: the input gradients' transforms apart from the forward's;
+ * a residual block whose convolutions Winograd serves on the second stage's thread), steps 2
+ * and 3 give the losses and parameters of a new model and pipeline given the values after step
+ * 1 (through gp_model_param, outside the runs), whose layers have kept nothing: SGD without
+ * momentum, the values are the whole state. A transform kept from step 1's weights into step 2
+ * (by their address alone, or under a generation that did not change) would make others. */
+static void test_pipeline_generations(void) {
+    static const char *json =
+        "{\"input\": {\"shape\": [1, 12, 12], \"dtype\": \"float32\"}, \"layers\": ["
+        "{\"kind\": \"conv2d\", \"in\": 1, \"out\": 24, \"kernel\": 3, \"stride\": 1, "
+        "\"pad\": 1, \"bias\": false}, {\"kind\": \"batchnorm2d\", \"channels\": 24}, "
+        "{\"kind\": \"relu\"}, {\"kind\": \"residual_block\", \"in\": 24, \"out\": 24}, "
+        "{\"kind\": \"global_avgpool\"}, {\"kind\": \"linear\", \"in\": 24, \"out\": 10}]}";
+    enum { B = 8, NSTEPS = 3 };
+    float x[NSTEPS][B * 144];
+    int32_t y[NSTEPS][B];
+    for (int s = 0; s < NSTEPS; s++) {
+        gp_test_fill(x[s], B * 144, 23, (uint32_t)s, 0.0f, 1.0f);
+        for (int b = 0; b < B; b++) y[s][b] = (s * 7 + b * 3) % 10;
+    }
+    const gp_optim_opts o = gp_sgd_defaults(0.1f, 0.0f);
+    const gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_ZBH1,
+                                 .remat = GP_REMAT_NONE};
+    float loss[2][NSTEPS];
+    uint64_t hash[2];
+    float **after1 = NULL;
+    for (int run = 0; run < 2; run++) { /* all the steps; then a new pipeline from step 1's */
+        gp_model *m;
+        REQUIRE_OK(gp_model_from_json_string(json, "test_pipeline_generations", &m));
+        gp_device *dev;
+        REQUIRE_OK(gp_device_cpu_new("host", &dev));
+        REQUIRE_OK(gp_model_init(m, dev, 21));
+        gp_pipeline *p;
+        REQUIRE_OK(gp_pipeline_new(m, &o, &po, 0, &p));
+        if (run) {
+            after1 = snapshot(m, true, after1);
+            REQUIRE_OK(gp_pipeline_set_step(p, 1));
+        }
+        for (int s = run; s < NSTEPS; s++) {
+            gp_tensor xt = gp_tensor_view(x[s], gp_shape4(B, 1, 12, 12), GP_F32);
+            gp_tensor yt = gp_tensor_view(y[s], gp_shape1(B), GP_I32);
+            REQUIRE_OK(gp_pipeline_step(p, &xt, &yt, &loss[run][s]));
+            if (s == 0) after1 = snapshot(m, false, NULL);
+        }
+        hash[run] = gp_test_hash(m);
+        gp_pipeline_free(p);
+        gp_model_free(m);
+        gp_device_free(dev);
+    }
+    for (int s = 1; s < NSTEPS; s++) CHECK(memcmp(&loss[0][s], &loss[1][s], sizeof(float)) == 0);
+    CHECK(hash[0] == hash[1]);
+    CHECK(loss[0][1] != loss[0][2]); /* the steps did train */
+}
+
 int main(void) {
     test_gradchecks();
     test_conv_vs_naive();
@@ -742,5 +816,6 @@ int main(void) {
     test_errors();
     test_determinism();
     test_weights_generations();
+    test_pipeline_generations();
     return gp_test_finish("test_layers_conv");
 }
