@@ -70,9 +70,9 @@ static double time_pass(gp_device *dev, const gp_kernels *kt, const conv_case *c
     for (int r = 0; r < 4; r++) {
         const double t0 = gp_cli_now();
         if (pass == 0)
-            kt->conv2d_forward(dev, g, cc->batch, cc->oc, x, w, y, ws);
+            kt->conv2d_forward(dev, g, cc->batch, cc->oc, x, w, NULL, y, ws);
         else
-            kt->conv2d_backward(dev, g, cc->batch, cc->oc, x, w, dy, dx, dw, ws);
+            kt->conv2d_backward(dev, g, cc->batch, cc->oc, x, w, NULL, dy, dx, dw, ws);
         const double t = gp_cli_now() - t0;
         if (r > 0 && t < best) best = t;
     }

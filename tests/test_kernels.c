@@ -1971,7 +1971,7 @@ static void conv2d_forward_cases(gp_device *dev, const gp_kernels *K) {
                 kt_begin(&t, dev, rep);
                 const float *d_x = kt_in(&t, x, nx), *d_w = kt_in(&t, w, nw);
                 float *d_y = kt_out(&t, ny), *d_ws = nws ? kt_out(&t, nws) : NULL;
-                CHECK_OK(K->conv2d_forward(dev, &g, B, OC, d_x, d_w, d_y, d_ws));
+                CHECK_OK(K->conv2d_forward(dev, &g, B, OC, d_x, d_w, NULL, d_y, d_ws));
                 kt_get(&t, d_y, y, ny);
                 kt_end(&t);
             }
@@ -2021,7 +2021,7 @@ static void conv2d_backward_cases(gp_device *dev, const gp_kernels *K) {
                     float *d_dw = kt_io(&t, dw0, nw), *d_dx = want_dx ? kt_out(&t, nx) : NULL;
                     float *d_ws = nws ? kt_out(&t, nws) : NULL;
                     CHECK_OK(
-                        K->conv2d_backward(dev, &g, B, OC, d_x, d_w, d_dy, d_dx, d_dw, d_ws));
+                        K->conv2d_backward(dev, &g, B, OC, d_x, d_w, NULL, d_dy, d_dx, d_dw, d_ws));
                     kt_get(&t, d_dw, dw, nw);
                     if (want_dx) kt_get(&t, d_dx, dx, nx);
                     kt_end(&t);
@@ -2065,7 +2065,7 @@ static void conv2d_dw_rounds(gp_device *dev, const gp_kernels *K) {
         kt_begin(&t, dev, 0);
         const float *d_x = kt_in(&t, x, nx), *d_dy = kt_in(&t, dy, ny);
         float *d_dw = kt_io(&t, dw0, nw), *d_ws = nws ? kt_out(&t, nws) : NULL;
-        CHECK_OK(K->conv2d_backward(dev, &g, B, OC, d_x, NULL, d_dy, NULL, d_dw, d_ws));
+        CHECK_OK(K->conv2d_backward(dev, &g, B, OC, d_x, NULL, NULL, d_dy, NULL, d_dw, d_ws));
         kt_get(&t, d_dw, dw[path], nw);
         kt_end(&t);
     }
@@ -2090,6 +2090,118 @@ static void conv2d_dw_rounds(gp_device *dev, const gp_kernels *K) {
 static void test_conv2d_backward(gp_device *dev, const gp_kernels *K) {
     conv_paths(dev, K, conv2d_backward_cases);
     if (strcmp(gp_device_kind(dev), "cpu") == 0) conv2d_dw_rounds(dev, K);
+}
+
+/* conv2d_wt_floats: >= 0, the same at every call, 0 off the Winograd path (im2col, the direct
+ * tile alone, kernels other than 3x3, every other device); a CPU device whose variant has
+ * Winograd's tiles asks for one in every forward and input gradient of the cases it serves. */
+static void conv2d_wt_floats_cases(gp_device *dev, const gp_kernels *K) {
+    const bool cpu = strcmp(gp_device_kind(dev), "cpu") == 0;
+    int used = 0, reachable = 0;
+    for (int ci = 0; ci < NCONV; ci++) {
+        int64_t B, OC;
+        const gp_conv_geom g = conv_geom(ci, &B, &OC);
+        conv_set_case(&g, B, OC, "");
+        for (int pi = 0; pi < NCONV_PATHS; pi++) {
+            conv_path_set(pi);
+            gp_conv_geom gt;
+            if (pi == 0)
+                reachable += gp_conv_winograd_applies(&g, OC) +
+                             (gp_conv_dx_geom(&g, OC, &gt) &&
+                              gp_conv_winograd_applies(&gt, g.channels));
+            for (int flipped = 0; flipped < 2; flipped++) {
+                const int64_t n = K->conv2d_wt_floats(dev, &g, OC, flipped);
+                if (n < 0 || K->conv2d_wt_floats(dev, &g, OC, flipped) != n)
+                    fail("%lld floats of transformed weights (flipped %d), then %lld", LL(n),
+                         flipped, LL(K->conv2d_wt_floats(dev, &g, OC, flipped)));
+                if (n && (!cpu || !conv_path_list[pi].winograd || g.kernel != 3))
+                    fail("%lld floats of transformed weights (flipped %d) off the Winograd path",
+                         LL(n), flipped);
+                used += n > 0 && pi == 0;
+                g_st[g_op].exact++;
+            }
+        }
+    }
+    /* (a device of a variant without the tiles, cpu-baseline, has none) */
+    if (cpu && used && used != reachable)
+        fail("transformed weights for %d of the %d forwards and input gradients Winograd serves",
+             used, reachable);
+}
+
+/* conv2d_wt: where conv2d_wt_floats is 0, a named error. Elsewhere the forward (flipped: the
+ * input gradient) given its weights' transform makes the bits it makes transforming them
+ * itself, and given another weights' transform it makes the bits of those weights: it computes
+ * with what it is given, so a caller that kept a transform past a change of the weights would
+ * compute with the old ones (layers/conv2d.c keys its transforms by the weights' generation). */
+static void conv2d_wt_cases(gp_device *dev, const gp_kernels *K) {
+    for (int ci = 0; ci < NCONV; ci++) {
+        int64_t B, OC;
+        const gp_conv_geom g = conv_geom(ci, &B, &OC);
+        const int64_t C = g.channels, k = g.kernel;
+        const int64_t nx = B * C * g.height * g.width, nw = OC * C * k * k;
+        const int64_t ny = B * OC * g.out_h * g.out_w;
+        conv_set_case(&g, B, OC, "");
+        const float *x = rnd(nx, 1.0f, 0.0f), *dy = rnd(ny, 1.0f, 0.0f);
+        const float *w = rnd(nw, 0.5f, 0.0f), *w2 = rnd(nw, 0.5f, 0.0f);
+        for (int pi = 0; pi < NCONV_PATHS; pi++) {
+            conv_path_set(pi);
+            for (int flipped = 0; flipped < 2; flipped++) {
+                const int64_t n = K->conv2d_wt_floats(dev, &g, OC, flipped);
+                kt t;
+                if (!n) {
+                    kt_begin(&t, dev, 0);
+                    const float *d_w = kt_in(&t, w, nw);
+                    CHECK_FAILS(K->conv2d_wt(dev, &g, OC, d_w, flipped, kt_out(&t, 1)),
+                                GP_INVALID_ARGUMENT, "no transformed weights");
+                    kt_end(&t);
+                    continue;
+                }
+                const int64_t nout = flipped ? nx : ny;
+                const int64_t nws = K->conv2d_ws(dev, &g, B, OC, flipped, flipped);
+                float *out[4] = {fa(nout), fa(nout), fa(nout), fa(nout)};
+                for (int rep = 0; rep < 2; rep++) {
+                    kt_begin(&t, dev, rep);
+                    const float *d_x = kt_in(&t, x, nx), *d_dy = kt_in(&t, dy, ny);
+                    const float *d_w[2] = {kt_in(&t, w, nw), kt_in(&t, w2, nw)};
+                    float *d_wt[2] = {kt_out(&t, n), kt_out(&t, n)};
+                    float *d_ws = nws ? kt_out(&t, nws) : NULL;
+                    for (int i = 0; i < 2; i++)
+                        CHECK_OK(K->conv2d_wt(dev, &g, OC, d_w[i], flipped, d_wt[i]));
+                    /* w itself, w with its transform, w with w2's, w2 itself */
+                    const float *ws_of[4] = {d_w[0], d_w[0], d_w[0], d_w[1]};
+                    const float *wt_of[4] = {NULL, d_wt[0], d_wt[1], NULL};
+                    for (int v = 0; v < 4; v++) {
+                        float *d_o = kt_out(&t, nout);
+                        if (flipped)
+                            CHECK_OK(K->conv2d_backward(dev, &g, B, OC, d_x, ws_of[v], wt_of[v],
+                                                        d_dy, d_o, NULL, d_ws));
+                        else
+                            CHECK_OK(K->conv2d_forward(dev, &g, B, OC, d_x, ws_of[v], wt_of[v],
+                                                       d_o, d_ws));
+                        kt_get(&t, d_o, out[v], nout);
+                    }
+                    kt_end(&t);
+                }
+                det_check();
+                const char *what = flipped ? "the input gradient" : "the forward";
+                if (memcmp(out[1], out[0], (size_t)nout * sizeof(float)) != 0)
+                    fail("%s given its weights' transform: not the bits it makes itself", what);
+                if (memcmp(out[2], out[3], (size_t)nout * sizeof(float)) != 0)
+                    fail("%s given other weights' transform: not the bits of those weights",
+                         what);
+                if (memcmp(out[2], out[0], (size_t)nout * sizeof(float)) == 0)
+                    fail("%s given other weights' transform: the bits of its own", what);
+                g_st[g_op].exact += 3 * nout;
+            }
+        }
+    }
+}
+
+static void test_conv2d_wt_floats(gp_device *dev, const gp_kernels *K) {
+    conv_paths(dev, K, conv2d_wt_floats_cases);
+}
+static void test_conv2d_wt(gp_device *dev, const gp_kernels *K) {
+    conv_paths(dev, K, conv2d_wt_cases);
 }
 
 static const int64_t cb_cases[][3] = {{1, 1, 1}, {2, 3, 7}, {4, 5, 49}, {1, 16, 1}, {3, 2, 1000}};
@@ -3141,6 +3253,8 @@ static const op_test ops[] = {
     OP(pos_embedding_backward),
     OP(softmax_xent),
     OP(conv2d_ws),
+    OP(conv2d_wt_floats),
+    OP(conv2d_wt),
     OP(conv2d_forward),
     OP(conv2d_backward),
     OP(channel_bias_add),

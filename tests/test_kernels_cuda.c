@@ -605,9 +605,9 @@ static void c_conv(run *r, gp_conv_geom g) {
     const int64_t nws = r->K->conv2d_ws(r->dev, &g, B, OC, true, true);
     const int64_t fws = r->K->conv2d_ws(r->dev, &g, B, OC, false, false);
     float *ws = out(r, nws > fws ? nws : fws);
-    S(r->K->conv2d_forward(r->dev, &g, B, OC, x, w, y, ws));
+    S(r->K->conv2d_forward(r->dev, &g, B, OC, x, w, NULL, y, ws));
     S(r->K->channel_bias_add(r->dev, B, OC, g.out_h * g.out_w, bias, y));
-    S(r->K->conv2d_backward(r->dev, &g, B, OC, x, w, dy, dx, dw, ws));
+    S(r->K->conv2d_backward(r->dev, &g, B, OC, x, w, NULL, dy, dx, dw, ws));
     S(r->K->channel_bias_grad(r->dev, B, OC, g.out_h * g.out_w, dy, db));
     r->input[r->nb - 1] = true; /* the workspace: not compared */
     CASE_END;

@@ -635,6 +635,176 @@ static void test_determinism(void) {
     gp_device_free(dev);
 }
 
+/* -------------------------------------------- transformed weights kept per generation */
+
+/* One training forward and backward (with the input gradient) of l: y and dx copied out. */
+static void forward_backward(gp_layer *l, gp_device *dev, const gp_tensor *x, const gp_tensor *dy,
+                             gp_shape os, float *y_out, float *dx_out) {
+    gp_run run = {.training = true};
+    gp_tensor y, dx;
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &y));
+    REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, x->shape, GP_F32, &dx));
+    gp_ctx ctx;
+    gp_ctx_init(&ctx, dev, &run);
+    ctx.x = x;
+    ctx.y = &y;
+    CHECK_OK(l->ops->forward(l, &ctx, x, &y));
+    CHECK_OK(l->ops->backward(l, &ctx, dy, &dx));
+    gp_ctx_release(&ctx);
+    memcpy(y_out, y.data, gp_tensor_nbytes(&y));
+    memcpy(dx_out, dx.data, gp_tensor_nbytes(&dx));
+    gp_tensor_release(&y);
+    gp_tensor_release(&dx);
+}
+
+static void set_generation(gp_layer *l, uint64_t gen) {
+    for (int i = 0; i < l->nparams; i++) l->params[i].gen = gen;
+}
+
+static uint64_t workspace_live(gp_device *dev) {
+    gp_mem_stats st;
+    gp_device_mem_stats(dev, &st);
+    return st.live[GP_MEM_WORKSPACE];
+}
+
+/* A convolution keeps the transform of its weights (the CPU's Winograd path, forward and input
+ * gradient) only under one generation of them (gp_param.gen: set by a training run, ended by
+ * the update, model/store.h). Under a generation the forward and the input gradient give the
+ * bits of those made without one; after the weights change under a new generation, the bits of
+ * the new weights made without one (a transform kept from the old weights gives others); the
+ * transforms are held, counted as workspace (the bytes derived_bytes tells the memory model),
+ * until drop_derived; without a generation none is kept. conv2d on its own and as the parts of a residual block, which see its parameters. */
+static void test_weights_generations(void) {
+    gp_device *dev;
+    REQUIRE_OK(gp_device_cpu_new("generations", &dev));
+    const gp_shape in = gp_shape4(2, 24, 12, 12);
+    const gp_conv_geom g = {.channels = 24, .height = 12, .width = 12, .kernel = 3, .stride = 1,
+                            .pad = 1, .out_h = 12, .out_w = 12};
+    const bool winograd = gp_conv_winograd_applies(&g, 24); /* AVX2 and FMA */
+    gp_layer *layers[] = {gp_conv2d(24, 24, 3, 1, 1, false), gp_residual_block(24, 24, 1)};
+    for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
+        gp_layer *l = layers[li];
+        alloc_params(l, dev, 11);
+        gp_shape os;
+        REQUIRE_OK(l->ops->out_shape(l, &in, GP_F32, &os));
+        gp_tensor x, dy;
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, in, GP_F32, &x));
+        REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, os, GP_F32, &dy));
+        gp_test_fill(x.data, gp_tensor_nelem(&x), 13, 1, 0.0f, 1.0f);
+        gp_test_fill(dy.data, gp_tensor_nelem(&dy), 13, 2, 0.0f, 1.0f);
+        const size_t ny = gp_tensor_nbytes(&dy), nx = gp_tensor_nbytes(&x);
+        float *ref_y = malloc(ny), *ref_dx = malloc(nx), *y = malloc(ny), *dx = malloc(nx);
+        float *old_y = malloc(ny);
+        forward_backward(l, dev, &x, &dy, os, ref_y, ref_dx); /* no generation */
+        CHECK_EQ_INT(workspace_live(dev), 0);
+        set_generation(l, 1001);
+        for (int rep = 0; rep < 2; rep++) { /* making the transforms, then reading them */
+            forward_backward(l, dev, &x, &dy, os, y, dx);
+            CHECK(memcmp(y, ref_y, ny) == 0);
+            CHECK(memcmp(dx, ref_dx, nx) == 0);
+            /* what the memory model counts (none without Winograd's tiles) */
+            CHECK_EQ_INT(workspace_live(dev), l->ops->derived_bytes(l, dev, &in, true));
+            CHECK(winograd == (workspace_live(dev) > 0));
+        }
+        memcpy(old_y, y, ny);
+        /* an update: new weights, a new generation */
+        for (int i = 0; i < l->nparams; i++)
+            if (l->params[i].shape.ndim == 4)
+                gp_test_fill(l->params[i].value.data, gp_tensor_nelem(&l->params[i].value), 17,
+                             (uint32_t)i, 0.1f, 1.0f);
+        set_generation(l, 1002);
+        forward_backward(l, dev, &x, &dy, os, y, dx);
+        l->ops->drop_derived(l);
+        set_generation(l, 0);
+        CHECK_EQ_INT(workspace_live(dev), 0);
+        forward_backward(l, dev, &x, &dy, os, ref_y, ref_dx);
+        CHECK(memcmp(ref_y, old_y, ny) != 0); /* the weights did change */
+        CHECK(memcmp(y, ref_y, ny) == 0);
+        CHECK(memcmp(dx, ref_dx, nx) == 0);
+        CHECK_EQ_INT(workspace_live(dev), 0);
+        free(ref_y), free(ref_dx), free(y), free(dx), free(old_y);
+        gp_tensor_release(&x);
+        gp_tensor_release(&dy);
+        free_params(l);
+        gp_layer_free(l);
+    }
+    gp_device_free(dev);
+}
+
+/* The values of every parameter and buffer of m, copied out (restore: copied back in). */
+static float **snapshot(gp_model *m, bool restore, float **saved) {
+    const int n = gp_model_nparam_tensors(m);
+    float **v = saved ? saved : calloc((size_t)n, sizeof *v);
+    for (int i = 0; i < n; i++) {
+        gp_param_info pi;
+        REQUIRE_OK(gp_model_param(m, i, &pi));
+        const size_t nb = gp_tensor_nbytes(pi.value);
+        if (restore) {
+            memcpy(pi.value->data, v[i], nb);
+            free(v[i]);
+        } else {
+            v[i] = malloc(nb);
+            memcpy(v[i], pi.value->data, nb);
+        }
+    }
+    if (restore) free(v);
+    return restore ? NULL : v;
+}
+
+/* Through a pipeline (2 stages, zbh1: the input gradients' transforms apart from the forward's;
+ * a residual block whose convolutions Winograd serves on the second stage's thread), steps 2
+ * and 3 give the losses and parameters of a new model and pipeline given the values after step
+ * 1 (through gp_model_param, outside the runs), whose layers have kept nothing: SGD without
+ * momentum, the values are the whole state. A transform kept from step 1's weights into step 2
+ * (by their address alone, or under a generation that did not change) would make others. */
+static void test_pipeline_generations(void) {
+    static const char *json =
+        "{\"input\": {\"shape\": [1, 12, 12], \"dtype\": \"float32\"}, \"layers\": ["
+        "{\"kind\": \"conv2d\", \"in\": 1, \"out\": 24, \"kernel\": 3, \"stride\": 1, "
+        "\"pad\": 1, \"bias\": false}, {\"kind\": \"batchnorm2d\", \"channels\": 24}, "
+        "{\"kind\": \"relu\"}, {\"kind\": \"residual_block\", \"in\": 24, \"out\": 24}, "
+        "{\"kind\": \"global_avgpool\"}, {\"kind\": \"linear\", \"in\": 24, \"out\": 10}]}";
+    enum { B = 8, NSTEPS = 3 };
+    float x[NSTEPS][B * 144];
+    int32_t y[NSTEPS][B];
+    for (int s = 0; s < NSTEPS; s++) {
+        gp_test_fill(x[s], B * 144, 23, (uint32_t)s, 0.0f, 1.0f);
+        for (int b = 0; b < B; b++) y[s][b] = (s * 7 + b * 3) % 10;
+    }
+    const gp_optim_opts o = gp_sgd_defaults(0.1f, 0.0f);
+    const gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .schedule = GP_SCHEDULE_ZBH1,
+                                 .remat = GP_REMAT_NONE};
+    float loss[2][NSTEPS];
+    uint64_t hash[2];
+    float **after1 = NULL;
+    for (int run = 0; run < 2; run++) { /* all the steps; then a new pipeline from step 1's */
+        gp_model *m;
+        REQUIRE_OK(gp_model_from_json_string(json, "test_pipeline_generations", &m));
+        gp_device *dev;
+        REQUIRE_OK(gp_device_cpu_new("host", &dev));
+        REQUIRE_OK(gp_model_init(m, dev, 21));
+        gp_pipeline *p;
+        REQUIRE_OK(gp_pipeline_new(m, &o, &po, 0, &p));
+        if (run) {
+            after1 = snapshot(m, true, after1);
+            REQUIRE_OK(gp_pipeline_set_step(p, 1));
+        }
+        for (int s = run; s < NSTEPS; s++) {
+            gp_tensor xt = gp_tensor_view(x[s], gp_shape4(B, 1, 12, 12), GP_F32);
+            gp_tensor yt = gp_tensor_view(y[s], gp_shape1(B), GP_I32);
+            REQUIRE_OK(gp_pipeline_step(p, &xt, &yt, &loss[run][s]));
+            if (s == 0) after1 = snapshot(m, false, NULL);
+        }
+        hash[run] = gp_test_hash(m);
+        gp_pipeline_free(p);
+        gp_model_free(m);
+        gp_device_free(dev);
+    }
+    for (int s = 1; s < NSTEPS; s++) CHECK(memcmp(&loss[0][s], &loss[1][s], sizeof(float)) == 0);
+    CHECK(hash[0] == hash[1]);
+    CHECK(loss[0][1] != loss[0][2]); /* the steps did train */
+}
+
 int main(void) {
     test_gradchecks();
     test_conv_vs_naive();
@@ -645,5 +815,7 @@ int main(void) {
     test_params_and_cost();
     test_errors();
     test_determinism();
+    test_weights_generations();
+    test_pipeline_generations();
     return gp_test_finish("test_layers_conv");
 }

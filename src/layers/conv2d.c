@@ -1,6 +1,6 @@
 /* 2-D convolution, NCHW float32, as PyTorch's Conv2d, through the device's conv2d kernels
- * (on the CPU: im2col and GEMM per example; backward rebuilds the columns instead of saving
- * them, and col2im's W^T dy). */
+ * (their paths: kernels/cpu/conv_kernels.c), which it hands the transform of the weights they
+ * would make at each call, made once per generation of the weights (model/store.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,12 +8,62 @@
 
 #include "layers/layer_base.h"
 
+/* A transform of the weights the kernels take made beforehand (conv2d_wt), and the weights it
+ * was made from: their generation (gp_param.gen) and address. */
+typedef struct conv_wt {
+    gp_tensor t; /* GP_MEM_WORKSPACE, on the device of the calls that made it */
+    uint64_t gen;
+    const float *w;
+} conv_wt;
+
 typedef struct conv_cfg {
     int in_ch, out_ch, kernel, stride, pad;
     bool bias;
+    conv_wt wt[2]; /* the forward's and the input gradient's; none in a copy (conv_shard) */
 } conv_cfg;
 
 enum { P_WEIGHT = 0, P_BIAS = 1 };
+
+static void conv_drop_derived(gp_layer *l) {
+    conv_cfg *cf = l->impl;
+    for (int i = 0; i < 2; i++) {
+        gp_tensor_release(&cf->wt[i].t);
+        cf->wt[i] = (conv_wt){0};
+    }
+}
+
+/* The transform of the weights for the forward (flipped false) or the input gradient that the
+ * kernels take made beforehand, made once per generation of the weights: while a training run
+ * holds them still (gp_param.gen), every micro-batch's forward, recomputation and input
+ * gradient reads the same transform, which the update's drop_derived releases. *wt NULL where
+ * there is none (outside such a run, or where the kernels' path transforms nothing): the
+ * kernels then transform the weights themselves, to the same bits. */
+static gp_status weights_transform(gp_layer *l, gp_ctx *ctx, const gp_conv_geom *g,
+                                   bool flipped, const float **wt) {
+    *wt = NULL;
+    conv_cfg *cf = l->impl;
+    const uint64_t gen = l->params[P_WEIGHT].gen;
+    if (!gen) return GP_OK;
+    const gp_kernels *k = gp_ctx_kernels(ctx);
+    const int64_t n = k->conv2d_wt_floats(ctx->dev, g, cf->out_ch, flipped);
+    if (!n) return GP_OK;
+    conv_wt *c = &cf->wt[flipped];
+    const float *w = GP_PVAL(l, P_WEIGHT);
+    const bool fits = c->t.data && c->t.dev == ctx->dev && gp_tensor_nelem(&c->t) == n;
+    if (fits && c->gen == gen && c->w == w) {
+        *wt = c->t.data;
+        return GP_OK;
+    }
+    if (!fits) {
+        gp_tensor_release(&c->t);
+        GP_TRY(gp_tensor_alloc(ctx->dev, GP_MEM_WORKSPACE, gp_shape1(n), GP_F32, &c->t));
+    }
+    c->gen = 0; /* (until made) */
+    GP_TRY(k->conv2d_wt(ctx->dev, g, cf->out_ch, w, flipped, gp_f32(&c->t)));
+    c->gen = gen, c->w = w;
+    *wt = c->t.data;
+    return GP_OK;
+}
 
 /* Checks the input and fills the per-example geometry. */
 static gp_status conv_geom(const gp_layer *l, const gp_shape *in, gp_dtype dtype, gp_conv_geom *g) {
@@ -82,6 +132,17 @@ static uint64_t conv_workspace(const gp_layer *l, gp_device *dev, const gp_shape
     return (uint64_t)(f > b ? f : b) * sizeof(float);
 }
 
+static uint64_t conv_derived(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                             bool input_grad) {
+    gp_conv_geom g = {0};
+    if (in->ndim != 4 || conv_geom(l, in, GP_F32, &g) != GP_OK) return 0;
+    const conv_cfg *cf = l->impl;
+    const gp_kernels *k = gp_kernels_of(dev);
+    int64_t n = k->conv2d_wt_floats(dev, &g, cf->out_ch, false);
+    if (input_grad) n += k->conv2d_wt_floats(dev, &g, cf->out_ch, true);
+    return (uint64_t)n * sizeof(float);
+}
+
 /* The checks every call makes: shapes agree with out_shape, parameters exist on the call's
  * device. */
 static gp_status check_call(const gp_layer *l, const gp_ctx *c, const gp_tensor *x,
@@ -105,10 +166,12 @@ static gp_status conv_forward(gp_layer *l, gp_ctx *ctx, const gp_tensor *x, gp_t
     const int64_t batch = x->shape.dim[0];
     if (batch == 0) return GP_OK;
     gp_status st = GP_OK;
+    const float *wt;
+    GP_TRY(weights_transform(l, ctx, &g, false, &wt));
     const int64_t nws = k->conv2d_ws(ctx->dev, &g, batch, cf->out_ch, false, false);
     float *ws = NULL;
     if (nws && !(ws = gp_ctx_workspace(l, ctx, nws, &st))) return st;
-    st = k->conv2d_forward(ctx->dev, &g, batch, cf->out_ch, gp_f32(x), GP_PVAL(l, P_WEIGHT),
+    st = k->conv2d_forward(ctx->dev, &g, batch, cf->out_ch, gp_f32(x), GP_PVAL(l, P_WEIGHT), wt,
                            gp_f32(y), ws);
     gp_ctx_workspace_release(ctx, ws);
     GP_TRY(st);
@@ -145,10 +208,12 @@ static gp_status conv_backward_part(gp_layer *l, gp_ctx *ctx, const gp_tensor *d
         GP_TRY(k->channel_bias_grad(ctx->dev, batch, cf->out_ch, g.out_h * g.out_w, gp_f32(dy),
                                     GP_PGRAD(l, P_BIAS)));
     gp_status st = GP_OK;
+    const float *wdx = NULL;
+    if (dx) GP_TRY(weights_transform(l, ctx, &g, true, &wdx));
     const int64_t nws = k->conv2d_ws(ctx->dev, &g, batch, cf->out_ch, true, dx != NULL);
     float *ws = NULL;
     if (nws && !(ws = gp_ctx_workspace(l, ctx, nws, &st))) return st;
-    st = k->conv2d_backward(ctx->dev, &g, batch, cf->out_ch, gp_f32(x), GP_PVAL(l, P_WEIGHT),
+    st = k->conv2d_backward(ctx->dev, &g, batch, cf->out_ch, gp_f32(x), GP_PVAL(l, P_WEIGHT), wdx,
                             gp_f32(dy), dx ? gp_f32(dx) : NULL,
                             wt ? GP_PGRAD(l, P_WEIGHT) : NULL, ws);
     gp_ctx_workspace_release(ctx, ws);
@@ -159,10 +224,18 @@ static gp_status conv_backward(gp_layer *l, gp_ctx *ctx, const gp_tensor *dy, gp
     return conv_backward_part(l, ctx, dy, dx, GP_BWD_ALL);
 }
 
-/* Replicated over the tensor axis: every shard holds the whole layer. */
+/* Replicated over the tensor axis: every shard holds the whole layer (and makes its own
+ * transforms). */
 static gp_layer *conv_shard(const gp_layer *l, int nshards) {
     (void)nshards;
-    return gp_layer_copy(l, sizeof(conv_cfg));
+    gp_layer *c = gp_layer_copy(l, sizeof(conv_cfg));
+    if (c) memset(((conv_cfg *)c->impl)->wt, 0, sizeof ((conv_cfg *)c->impl)->wt);
+    return c;
+}
+
+static void conv_destroy(gp_layer *l) {
+    if (l->impl) conv_drop_derived(l);
+    free(l->impl);
 }
 
 static const gp_layer_ops conv_ops = {
@@ -170,10 +243,13 @@ static const gp_layer_ops conv_ops = {
     .out_shape = conv_out_shape,
     .cost = conv_cost,
     .workspace_bytes = conv_workspace,
+    .derived_bytes = conv_derived,
     .forward = conv_forward,
     .backward = conv_backward,
     .backward_part = conv_backward_part,
+    .destroy = conv_destroy,
     .shard = conv_shard,
+    .drop_derived = conv_drop_derived,
 };
 
 gp_layer *gp_conv2d(int in_ch, int out_ch, int kernel, int stride, int pad, bool bias) {
@@ -202,7 +278,8 @@ gp_layer *gp_conv2d(int in_ch, int out_ch, int kernel, int stride, int pad, bool
         gp_error(GP_OUT_OF_MEMORY, "conv2d: cannot allocate the layer");
         return NULL;
     }
-    *cf = (conv_cfg){in_ch, out_ch, kernel, stride, pad, bias};
+    *cf = (conv_cfg){.in_ch = in_ch, .out_ch = out_ch, .kernel = kernel, .stride = stride,
+                     .pad = pad, .bias = bias};
     gp_layer *l = gp_layer_new(&conv_ops, cf);
     if (!l) return NULL;
     /* Kaiming normal (fan_in, ReLU gain), as torchvision's ResNets. */

@@ -38,6 +38,10 @@ typedef struct gp_param {
     /* GP_BF16, a view into the store's bf16 weight copy (model/store.h) while that copy holds
      * value rounded, for a product parameter on a bf16 device; empty whenever it may not. */
     gp_tensor value16;
+    /* While a stage's run holds value unchanged (model/store.h), a number no other value of any
+     * parameter ever had, under which a layer may keep what it derives from value (released by
+     * drop_derived when the run or the update ends it); 0 whenever value may change. */
+    uint64_t gen;
 } gp_param;
 
 /* How the current call runs. Randomness (dropout) is keyed by
@@ -128,6 +132,13 @@ typedef struct gp_layer_ops {
      * each have their own). */
     uint64_t (*workspace_bytes)(const gp_layer *, gp_device *dev, const gp_shape *in,
                                 bool input_grad);
+    /* Optional (none: 0): the bytes of what the layer derives from its parameters' values and
+     * keeps on dev while a training run holds them still (gp_param.gen, until drop_derived),
+     * for the input shape in, with an input gradient when input_grad (conv2d: its kernels'
+     * transformed weights, conv2d_wt, counted as workspace on the device). The memory model
+     * counts it beside the parameters: it lives as long as the run. */
+    uint64_t (*derived_bytes)(const gp_layer *, gp_device *dev, const gp_shape *in,
+                              bool input_grad);
     /* Optional (none: the cost's saved_bytes): the bytes a training forward keeps for the
      * backward on dev, for the input shape in, where the device decides part of it (attention's
      * probabilities: kernel op attention_saved). The memory model counts it. */
@@ -145,6 +156,9 @@ typedef struct gp_layer_ops {
     gp_status (*backward_part)(gp_layer *, gp_ctx *, const gp_tensor *dy, gp_tensor *dx,
                                gp_bwd_part part);
     void (*destroy)(gp_layer *); /* optional: frees impl */
+    /* Optional: the parameters' generations have ended (gp_param.gen): release whatever was
+     * derived from their values, on the thread that runs the layer's device. */
+    void (*drop_derived)(gp_layer *);
     /* The tensor axis. layout (optional; none: replicated): the whole layer's layout. shard: a
      * new layer of the same kind that computes one of `nshards` parts of this one (parameters
      * declared at their shard shapes, in the same order and with the same names; which part

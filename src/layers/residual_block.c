@@ -57,6 +57,7 @@ static void bind(gp_layer *l) {
             gp_param *q = &part->params[j];
             q->value = own->value;
             q->grad = own->grad;
+            q->gen = own->gen;
             q->value.owned = false;
             q->grad.owned = false;
         }
@@ -104,6 +105,29 @@ static gp_cost block_cost(const gp_layer *l, const gp_shape *in) {
     return c;
 }
 
+/* The parts' workspace (the most one holds) or, derived, what they keep derived from the
+ * block's values (all of it at once). */
+static uint64_t parts_bytes(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                            bool input_grad, bool derived) {
+    const block_impl *b = l->impl;
+    gp_shape mid;
+    if (in->ndim != 4 || block_geom(l, in, GP_F32, &mid) != GP_OK) return 0;
+    const gp_shape *ins[NPARTS] = {in, &mid, &mid, &mid, in, &mid};
+    uint64_t bytes = 0;
+    for (int p = 0; p < NPARTS; p++) {
+        const gp_layer *part = b->part[p];
+        if (!part) continue;
+        uint64_t (*fn)(const gp_layer *, gp_device *, const gp_shape *, bool) =
+            derived ? part->ops->derived_bytes : part->ops->workspace_bytes;
+        if (!fn) continue;
+        /* the parts on the block's input get its input gradient; the others always do */
+        const bool part_dx = input_grad || (p != CONV1 && p != SC_CONV);
+        const uint64_t w = fn(part, dev, ins[p], part_dx);
+        bytes = derived ? bytes + w : (w > bytes ? w : bytes);
+    }
+    return bytes;
+}
+
 /* The backward's own workspace (the larger: the forward's is one of its three planes) plus the
  * most any part's convolution holds inside it. */
 static uint64_t block_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
@@ -111,18 +135,14 @@ static uint64_t block_workspace(const gp_layer *l, gp_device *dev, const gp_shap
     const block_impl *b = l->impl;
     gp_shape mid;
     if (in->ndim != 4 || block_geom(l, in, GP_F32, &mid) != GP_OK) return 0;
-    const gp_shape *ins[NPARTS] = {in, &mid, &mid, &mid, in, &mid};
-    uint64_t parts = 0;
-    for (int p = 0; p < NPARTS; p++) {
-        const gp_layer *part = b->part[p];
-        if (!part || !part->ops->workspace_bytes) continue;
-        /* the parts on the block's input get its input gradient; the others always do */
-        const bool part_dx = input_grad || (p != CONV1 && p != SC_CONV);
-        const uint64_t w = part->ops->workspace_bytes(part, dev, ins[p], part_dx);
-        if (w > parts) parts = w;
-    }
+    const uint64_t parts = parts_bytes(l, dev, in, input_grad, false);
     const uint64_t n = (uint64_t)gp_shape_nelem(&mid), nx = (uint64_t)gp_shape_nelem(in);
     return (3 * n + (b->part[SC_CONV] && input_grad ? nx : 0)) * sizeof(float) + parts;
+}
+
+static uint64_t block_derived(const gp_layer *l, gp_device *dev, const gp_shape *in,
+                              bool input_grad) {
+    return parts_bytes(l, dev, in, input_grad, true);
 }
 
 /* A float tensor at p on the call's device (part of the layer's workspace). */
@@ -273,6 +293,13 @@ static void block_destroy(gp_layer *l) {
     free(b);
 }
 
+/* What the parts derived from the block's values (their transformed weights). */
+static void block_drop_derived(gp_layer *l) {
+    block_impl *b = l->impl;
+    for (int p = 0; p < NPARTS; p++)
+        if (b->part[p] && b->part[p]->ops->drop_derived) b->part[p]->ops->drop_derived(b->part[p]);
+}
+
 /* Replicated over the tensor axis: every shard holds the whole block. */
 static gp_layer *block_shard(const gp_layer *l, int nshards) {
     (void)nshards;
@@ -287,11 +314,13 @@ static const gp_layer_ops block_ops = {
     .out_shape = block_out_shape,
     .cost = block_cost,
     .workspace_bytes = block_workspace,
+    .derived_bytes = block_derived,
     .forward = block_forward,
     .backward = block_backward,
     .backward_part = block_backward_part,
     .destroy = block_destroy,
     .shard = block_shard,
+    .drop_derived = block_drop_derived,
 };
 
 gp_layer *gp_residual_block(int in_ch, int out_ch, int stride) {

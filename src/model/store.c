@@ -1,6 +1,7 @@
 /* Flat parameter, gradient and optimizer blocks of a range of layers (see store.h). */
 #include "model/store.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,7 +193,7 @@ gp_status gp_store_init_values(gp_model *m, gp_store *s, uint64_t seed) {
             st = gp_tensor_from_host(&p->value, host, gp_tensor_nbytes(&p->value));
         }
     free(host);
-    gp_store_bf16_invalidate(m, s);
+    gp_store_values_release(m, s);
     return st;
 }
 
@@ -265,7 +266,7 @@ void gp_store_train_end(gp_model *m, gp_store *s) {
             l->params[j].state[0] = l->params[j].state[1] = (gp_tensor){0};
         }
     }
-    gp_store_bf16_invalidate(m, s);
+    gp_store_values_release(m, s);
     gp_tensor_release(&s->grads);
     gp_tensor_release(&s->optim);
     gp_tensor_release(&s->w16);
@@ -304,12 +305,30 @@ gp_status gp_store_bf16_refresh(gp_model *m, gp_store *s) {
     return GP_OK;
 }
 
-void gp_store_bf16_invalidate(gp_model *m, gp_store *s) {
+/* Generations are unique in the process: a layer's derived copy made under one can never pass
+ * for another value's, whichever store, model or thread (stages run at once) made it. */
+static _Atomic uint64_t g_generations;
+
+void gp_store_values_hold(gp_model *m, gp_store *s) {
+    if (!s) return;
+    const uint64_t gen = atomic_fetch_add(&g_generations, 1) + 1;
+    for (int li = s->first; li < s->last; li++) {
+        if (m->store_of[li] != s) continue;
+        gp_layer *l = m->layers[li];
+        for (int j = 0; j < l->nparams; j++) l->params[j].gen = gen;
+    }
+}
+
+void gp_store_values_release(gp_model *m, gp_store *s) {
     if (!s) return;
     for (int li = s->first; li < s->last; li++) {
         if (m->store_of[li] != s) continue;
         gp_layer *l = m->layers[li];
-        for (int j = 0; j < l->nparams; j++) l->params[j].value16 = (gp_tensor){0};
+        for (int j = 0; j < l->nparams; j++) {
+            l->params[j].value16 = (gp_tensor){0};
+            l->params[j].gen = 0;
+        }
+        if (l->ops->drop_derived) l->ops->drop_derived(l);
     }
     s->w16_valid = false;
 }
@@ -368,7 +387,7 @@ static gp_status extend_run(void *ctx, int li, int j, gp_param *p, int64_t off) 
 
 gp_status gp_store_apply(const gp_model *m, gp_store *s, const gp_optim_opts *o,
                          double global_norm, int step) {
-    gp_store_bf16_invalidate((gp_model *)m, s); /* the values change */
+    gp_store_values_release((gp_model *)m, s); /* the values change */
     if (!s->ntrain) return GP_OK;
     const float clip = gp_clip_factor(o->clip_norm, global_norm);
     if (clip < 1.0f)

@@ -11,7 +11,7 @@
  * each rounded once per stage run where every product would round it at each use, to the same
  * bits. The copy is valid, and the parameters' value16 views into it set, only from
  * gp_store_bf16_refresh at the start of a stage's run (gp_stage_run) until the optimizer
- * changes the parameters (gp_store_apply) or the run ends (gp_store_bf16_invalidate): outside a
+ * changes the parameters (gp_store_apply) or the run ends (gp_store_values_release): outside a
  * run anything may write the parameters (initialization, a checkpoint, the public
  * gp_model_param), and every product then rounds the value as it reads it.
  *
@@ -65,8 +65,16 @@ void gp_store_train_end(gp_model *m, gp_store *s);
  * it is not valid, and their value16 views set: on the store's device, by the thread that runs
  * it, before the first product that reads them. */
 gp_status gp_store_bf16_refresh(gp_model *m, gp_store *s);
-/* The copy marked stale and the value16 views cleared: the products round the values again. */
-void gp_store_bf16_invalidate(gp_model *m, gp_store *s);
+/* The values held still from here to gp_store_values_release (a stage's run, up to its
+ * optimizer step): every parameter of the store gets a generation no value of any parameter
+ * had before (gp_param.gen), under which a layer may keep what it derives from the values
+ * (conv2d: the kernels' transformed weights, conv2d_wt) instead of deriving it at each call. */
+void gp_store_values_hold(gp_model *m, gp_store *s);
+/* The values may change from here: the bf16 copy marked stale and the value16 views cleared
+ * (the products round the values again), each parameter's generation ended (0), and what the
+ * layers derived from the values released (gp_layer_ops.drop_derived), on the thread that
+ * runs the store's device. */
+void gp_store_values_release(gp_model *m, gp_store *s);
 /* Every gradient of the store to zero: one fill. */
 gp_status gp_store_zero_grads(gp_store *s);
 /* Layer li's squared gradient norm: each trainable parameter's sum of squares (in the device
@@ -75,7 +83,7 @@ gp_status gp_store_zero_grads(gp_store *s);
 gp_status gp_store_layer_sumsq(const gp_model *m, const gp_store *s, int li, double *out);
 /* Clip by the global norm (one scale of the GRADS block) and update every trainable parameter
  * with the learning rate of 0-based `step`, over maximal runs of parameters that share their
- * weight-decay rule; the bf16 copy is invalidated first. */
+ * weight-decay rule; the values are released first (gp_store_values_release). */
 gp_status gp_store_apply(const gp_model *m, gp_store *s, const gp_optim_opts *o,
                          double global_norm, int step);
 /* The gradients of layers [first, last) of the store: one contiguous slice of GRADS. */

@@ -407,13 +407,16 @@ void gp_stage_run(gp_stage *s) {
         gp_grad_tree_begin_step(cell);
     }
     /* the bf16 copy of the weights the run's products read: made once here, the parameters
-     * having last changed before the run (model/store.h) */
+     * having last changed before the run; and their generation, under which the layers keep
+     * what they derive from them until the update (model/store.h) */
     for (int c = 0; c < p->V && st == GP_OK; c++) {
         gp_stage *cell = gp_chunk_of(p, s, c);
         st = gp_store_bf16_refresh(cell->m, cell->store);
         if (st != GP_OK)
             gp_error_context(st, "the bf16 copy of layers %d..%d's weights", cell->first,
                              cell->last - 1);
+        else
+            gp_store_values_hold(cell->m, cell->store);
     }
     for (int i = 0; i < list->n && st == GP_OK; i++) {
         const gp_action a = list->a[i];
@@ -450,10 +453,10 @@ void gp_stage_run(gp_stage *s) {
             gp_transport_abort(s->pipe, s->k, st, s->msg);
     }
     /* on this stage's own thread: its device is touched by it alone; outside a run the
-     * parameters may be written by anything, so the copy lives no longer than the run */
+     * parameters may be written by anything, so the copies live no longer than the run */
     for (int c = 0; c < p->V; c++) {
         gp_stage *cell = gp_chunk_of(p, s, c);
-        gp_store_bf16_invalidate(cell->m, cell->store);
+        gp_store_values_release(cell->m, cell->store);
         release_mb_state(cell, p->M);
     }
     s->status = st;

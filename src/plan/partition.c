@@ -322,6 +322,8 @@ gp_status gp_layer_est_from_model(const gp_model *m, int64_t micro_batch_size, i
             }
         }
         e->param_bytes += gp_layer_bf16_copy_bytes(l, dev); /* a bf16 device's weight copy */
+        /* what the layer keeps derived from its values through a training run */
+        if (dev && l->ops->derived_bytes) e->param_bytes += l->ops->derived_bytes(l, dev, &in, i > 0);
         gp_dtype dt = i == 0 ? gp_model_input_dtype(m) : GP_F32;
         e->in_bytes = (uint64_t)gp_shape_nelem(&in) * gp_dtype_nbytes(dt);
         gp_shape cut;

@@ -12,7 +12,8 @@ typedef struct gp_layer_est {
     const char *kind;     /* for messages; may be NULL */
     double fwd_time;      /* forward */
     double bwd_time;      /* backward (without any recomputation) */
-    uint64_t param_bytes; /* parameters and buffers, and a bf16 device's weight copy */
+    uint64_t param_bytes; /* parameters and buffers, a bf16 device's weight copy, and what the
+                           * layers keep derived from the values through a run (derived_bytes) */
     uint64_t grad_bytes;  /* gradients (trainable parameters only) */
     uint64_t optim_bytes; /* optimizer state */
     uint64_t in_bytes;    /* the layer's input activation, one micro-batch */

@@ -373,11 +373,48 @@ static void conv_forward_part(void *ctx, int t, int nt) {
     if (lo < hi) conv_examples(g, a->oc, a->w, a->x, lo * e, b1, a->y, ws);
 }
 
+/* The convolution whose weights conv2d_wt transforms: g's own, or (flipped) the one of dy
+ * that makes g's input gradient (*gt, with *oc its output channels); false where no Winograd
+ * path runs it. */
+static bool wt_geom(const gp_conv_geom *g, int64_t out_ch, bool flipped, gp_conv_geom *gt,
+                    int64_t *oc) {
+    if (!flipped) {
+        *gt = *g, *oc = out_ch;
+        return gp_conv_winograd_serves(g, out_ch);
+    }
+    *oc = g->channels;
+    return dx_by_winograd(g, out_ch, gt);
+}
+
+int64_t gp_cpu_conv2d_wt_floats(gp_device *dev, const gp_conv_geom *g, int64_t out_ch,
+                                bool flipped) {
+    (void)dev;
+    gp_conv_geom gt;
+    int64_t oc;
+    return wt_geom(g, out_ch, flipped, &gt, &oc) ? gp_conv_winograd_wt_floats(&gt, oc) : 0;
+}
+
+gp_status gp_cpu_conv2d_wt(gp_device *dev, const gp_conv_geom *g, int64_t out_ch,
+                           const float *w, bool flipped, float *wt) {
+    gp_conv_geom gt;
+    int64_t oc;
+    if (!wt_geom(g, out_ch, flipped, &gt, &oc))
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "conv2d_wt: the %s of this convolution (%lldx%lld kernel, stride %lld, "
+                        "%lld -> %lld channels) takes no transformed weights (conv2d_wt_floats "
+                        "is 0)",
+                        flipped ? "input gradient" : "forward", (long long)g->kernel,
+                        (long long)g->kernel, (long long)g->stride, (long long)g->channels,
+                        (long long)out_ch);
+    gp_conv_winograd_weights(dev, &gt, oc, w, flipped, wt);
+    return GP_OK;
+}
+
 gp_status gp_cpu_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
-                                int64_t out_ch, const float *x, const float *w, float *y,
-                                float *ws) {
+                                int64_t out_ch, const float *x, const float *w, const float *wt,
+                                float *y, float *ws) {
     if (gp_conv_winograd_serves(g, out_ch)) {
-        gp_conv_winograd_forward(dev, g, batch, out_ch, x, w, false, y, ws);
+        gp_conv_winograd_forward(dev, g, batch, out_ch, x, w, wt, false, y, ws);
         return GP_OK;
     }
     if (gp_conv_direct_serves(g, out_ch)) {
@@ -503,8 +540,8 @@ static gp_status gemm_backward(gp_device *dev, const gp_conv_geom *g, int64_t ba
                                float *dx, float *dw, float *ws);
 
 gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
-                                 int64_t out_ch, const float *x, const float *w, const float *dy,
-                                 float *dx, float *dw, float *ws) {
+                                 int64_t out_ch, const float *x, const float *w, const float *wt,
+                                 const float *dy, float *dx, float *dw, float *ws) {
     if (batch <= 0) return GP_OK;
     if (dw && gp_conv_winograd_dw_serves(g, batch, out_ch)) {
         gp_conv_winograd_dw(dev, g, batch, out_ch, x, dy, dw, ws);
@@ -512,7 +549,7 @@ gp_status gp_cpu_conv2d_backward(gp_device *dev, const gp_conv_geom *g, int64_t 
     }
     gp_conv_geom gt;
     if (dx && dx_by_winograd(g, out_ch, &gt)) { /* dx = conv(dy) with the flipped weights */
-        gp_conv_winograd_forward(dev, &gt, batch, g->channels, dy, w, true, dx, ws);
+        gp_conv_winograd_forward(dev, &gt, batch, g->channels, dy, w, wt, true, dx, ws);
         dx = NULL;
     }
     if (!dx && !dw) return GP_OK;

@@ -50,6 +50,14 @@ static int64_t plane_stride(int64_t floats) { return (floats + 1023) / 1024 * 10
 static int64_t oc_padded(int64_t oc) { return (oc + ROWS - 1) / ROWS * ROWS; }
 static int64_t round_tiles(int64_t n) { return (n + TILE_T - 1) / TILE_T * TILE_T; }
 
+/* Chunks of R tile rows: V's rows take the input transform's last 8 tiles whole, up to 7 past
+ * the chunk's tiles. */
+static void chunk_rows(wg_geom *q, int64_t R) {
+    q->R = R;
+    q->Tp = round_tiles(R * q->tw + LANES - 1);
+    q->vplane = plane_stride(q->C * q->Tp), q->mplane = plane_stride(q->OCp * q->Tp);
+}
+
 static wg_geom wg_geom_of(const gp_conv_geom *g, int64_t batch, int64_t oc) {
     wg_geom q = {.C = g->channels, .OC = oc, .OCp = oc_padded(oc), .H = g->height,
                  .W = g->width};
@@ -64,10 +72,7 @@ static wg_geom wg_geom_of(const gp_conv_geom *g, int64_t batch, int64_t oc) {
     for (int64_t r = most; r > most / 2 && r > 0; r--)
         if ((round_tiles(r * q.tw) - r * q.tw) * q.R < (round_tiles(q.R * q.tw) - q.R * q.tw) * r)
             q.R = r;
-    if (q.R > q.rows) q.R = q.rows;
-    /* V's rows take the input transform's last 8 tiles whole, up to 7 past the chunk's tiles */
-    q.Tp = round_tiles(q.R * q.tw + LANES - 1);
-    q.vplane = plane_stride(q.C * q.Tp), q.mplane = plane_stride(q.OCp * q.Tp);
+    chunk_rows(&q, q.R < q.rows ? q.R : q.rows);
     /* a row of the even (odd) columns of a padded plane: reads of 8 from every k < tw and k + 1 */
     q.Lk = (q.tw + LANES - 1) / LANES * LANES + LANES;
     /* even, odd, the padded plane */
@@ -109,8 +114,46 @@ static int threads_for(gp_device *dev, int64_t parts) {
 
 static int64_t chunks_of(const wg_geom *q) { return (q->rows + q->R - 1) / q->R; }
 
+int64_t gp_conv_winograd_wt_floats(const gp_conv_geom *g, int64_t oc) {
+    const wg_geom q = wg_geom_of(g, 1, oc);
+    return u_floats(&q);
+}
+
+/* The product tile's columns that the busiest of the threads runs over the batch's chunks of r
+ * tile rows: each chunk's tiles rounded up to the product tile. */
+static int64_t product_columns(const wg_geom *q, int64_t r, int threads) {
+    const int64_t chunks = (q->rows + r - 1) / r;
+    const int nt = chunks < threads ? (int)chunks : threads;
+    int64_t most = 0;
+    for (int t = 0; t < nt; t++) {
+        int64_t lo, hi, cols = 0;
+        gp_cpu_split(chunks, t, nt, 1, &lo, &hi);
+        for (int64_t ch = lo; ch < hi; ch++)
+            cols += round_tiles(((ch + 1) * r <= q->rows ? r : q->rows - ch * r) * q->tw);
+        if (cols > most) most = cols;
+    }
+    return most;
+}
+
+/* The forward's geometry on the device's threads: chunks of the aim's rows (wg_geom_of), or of
+ * up to twice as many where that leaves the busiest thread fewer columns of the product tile
+ * past the tiles (the bits do not depend on the chunks). At 7x7 a chunk of the aim's 8 rows of
+ * 4 tiles fills 32 of a 48-tile's columns; 11 rows fill 44. */
+static wg_geom wg_geom_on(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc) {
+    wg_geom q = wg_geom_of(g, batch, oc);
+    const int threads = gp_cpu_pool_threads(gp_cpu_pool_of(dev));
+    const int64_t aim = q.R;
+    int64_t rows = aim, best = product_columns(&q, aim, threads);
+    for (int64_t r = aim / 2 + 1; r <= 2 * aim && r <= q.rows; r++) {
+        const int64_t cols = product_columns(&q, r, threads);
+        if (cols < best) best = cols, rows = r;
+    }
+    chunk_rows(&q, rows);
+    return q;
+}
+
 int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc) {
-    const wg_geom q = wg_geom_of(g, batch, oc);
+    const wg_geom q = wg_geom_on(dev, g, batch, oc);
     return u_floats(&q) + threads_for(dev, chunks_of(&q)) * thread_floats(&q);
 }
 
@@ -378,17 +421,36 @@ static void transform_inputs(const wg_geom *q, const float *xb, int64_t ty0, int
 
 typedef struct wg_job {
     const wg_geom *q;
-    const float *x, *w;
-    bool flipped;
-    float *U, *y, *ws;
+    const float *x, *U;
+    float *y, *ws;
 } wg_job;
 
 /* Output channels per thread below which the weights' transform stays on fewer threads. */
 #define WEIGHTS_GRAIN 32
 
+typedef struct wg_weights_job {
+    const wg_geom *q;
+    const float *w;
+    bool flipped;
+    float *U;
+} wg_weights_job;
+
 static void weights_range(void *ctx, int64_t lo, int64_t hi) {
-    const wg_job *j = ctx;
+    const wg_weights_job *j = ctx;
     transform_weights(j->q, j->w, j->flipped, j->U, lo, hi);
+}
+
+/* (each a pure function of its kernel: the same bits on any split) */
+static void weights_of(gp_device *dev, const wg_geom *q, const float *w, bool flipped,
+                       float *U) {
+    wg_weights_job j = {.q = q, .w = w, .flipped = flipped, .U = U};
+    gp_cpu_parallel_for(gp_cpu_pool_of(dev), q->OCp, ROWS, WEIGHTS_GRAIN, weights_range, &j);
+}
+
+void gp_conv_winograd_weights(gp_device *dev, const gp_conv_geom *g, int64_t oc, const float *w,
+                              bool flipped, float *U) {
+    const wg_geom q = wg_geom_of(g, 1, oc);
+    weights_of(dev, &q, w, flipped, U);
 }
 
 /* Chunks of part t: transform, multiply, transform back, chunk by chunk. */
@@ -432,13 +494,12 @@ static void chunks_part(void *ctx, int t, int nt) {
 }
 
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                              const float *x, const float *w, bool flipped, float *y, float *ws) {
+                              const float *x, const float *w, const float *U, bool flipped,
+                              float *y, float *ws) {
     if (batch <= 0) return;
-    const wg_geom q = wg_geom_of(g, batch, oc);
-    wg_job j = {.q = &q, .x = x, .w = w, .flipped = flipped, .U = ws, .y = y,
-                .ws = ws + u_floats(&q)};
-    /* (each a pure function of its kernel: the same bits on any split) */
-    gp_cpu_parallel_for(gp_cpu_pool_of(dev), q.OCp, ROWS, WEIGHTS_GRAIN, weights_range, &j);
+    const wg_geom q = wg_geom_on(dev, g, batch, oc);
+    if (!U) weights_of(dev, &q, w, flipped, ws);
+    wg_job j = {.q = &q, .x = x, .U = U ? U : ws, .y = y, .ws = ws + u_floats(&q)};
     gp_cpu_pool_run(gp_cpu_pool_of(dev), threads_for(dev, chunks_of(&q)), chunks_part, &j);
 }
 
@@ -697,9 +758,15 @@ void gp_conv_winograd_dw(gp_device *dev, const gp_conv_geom *g, int64_t batch, i
 
 #else /* no AVX2 tiles in this variant: applies() is false, and these are never called */
 
+void gp_conv_winograd_weights(gp_device *dev, const gp_conv_geom *g, int64_t oc, const float *w,
+                              bool flipped, float *U) {
+    (void)dev, (void)g, (void)oc, (void)w, (void)flipped, (void)U;
+}
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                              const float *x, const float *w, bool flipped, float *y, float *ws) {
-    (void)dev, (void)g, (void)batch, (void)oc, (void)x, (void)w, (void)flipped, (void)y, (void)ws;
+                              const float *x, const float *w, const float *U, bool flipped,
+                              float *y, float *ws) {
+    (void)dev, (void)g, (void)batch, (void)oc, (void)x, (void)w, (void)U, (void)flipped, (void)y,
+        (void)ws;
 }
 bool gp_conv_winograd_dw_serves(const gp_conv_geom *g, int64_t batch, int64_t oc) {
     (void)g, (void)batch, (void)oc;

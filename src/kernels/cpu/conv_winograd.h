@@ -32,12 +32,20 @@ bool gp_conv_winograd_serves(const gp_conv_geom *g, int64_t oc);
 
 /* Workspace floats of gp_conv_winograd_forward. */
 int64_t gp_conv_winograd_ws(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc);
+/* Floats of the weights' transform U (gp_conv_winograd_weights): a pure function of the
+ * weights, the channels and flipped, which the forward otherwise makes in its workspace. */
+int64_t gp_conv_winograd_wt_floats(const gp_conv_geom *g, int64_t oc);
+/* U (gp_conv_winograd_wt_floats) = the transform of w as gp_conv_winograd_forward takes it. */
+void gp_conv_winograd_weights(gp_device *dev, const gp_conv_geom *g, int64_t oc, const float *w,
+                              bool flipped, float *U);
 /* y (batch, oc, H, W) = the convolution of x (batch, C, H, W) with w (oc, C, 3, 3), padding 1,
  * or, flipped, with w (C, oc, 3, 3) flipped (gp_conv_flip_weights: the input gradient of the
  * convolution with those weights, x its output gradient); the threads split chunks of rows of
- * tiles. */
+ * tiles. U: NULL, or gp_conv_winograd_weights of the same w and flipped, read instead of
+ * transforming w into the workspace (the same bits). */
 void gp_conv_winograd_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch, int64_t oc,
-                              const float *x, const float *w, bool flipped, float *y, float *ws);
+                              const float *x, const float *w, const float *U, bool flipped,
+                              float *y, float *ws);
 
 /* Whether gp_conv_winograd_dw serves the weight gradient of g at this batch (where
  * gp_conv_winograd_serves and the batch has enough tiles). */

@@ -46,6 +46,8 @@
 
 /* conv_kernels.c */
 #define gp_cpu_conv2d_ws GP_ISA_NAME(gp_cpu_conv2d_ws)
+#define gp_cpu_conv2d_wt_floats GP_ISA_NAME(gp_cpu_conv2d_wt_floats)
+#define gp_cpu_conv2d_wt GP_ISA_NAME(gp_cpu_conv2d_wt)
 #define gp_cpu_conv2d_forward GP_ISA_NAME(gp_cpu_conv2d_forward)
 #define gp_cpu_conv2d_backward GP_ISA_NAME(gp_cpu_conv2d_backward)
 #define gp_cpu_channel_bias_add GP_ISA_NAME(gp_cpu_channel_bias_add)
@@ -74,6 +76,8 @@
 /* conv_winograd.c */
 #define gp_conv_winograd_serves GP_ISA_NAME(gp_conv_winograd_serves)
 #define gp_conv_winograd_ws GP_ISA_NAME(gp_conv_winograd_ws)
+#define gp_conv_winograd_wt_floats GP_ISA_NAME(gp_conv_winograd_wt_floats)
+#define gp_conv_winograd_weights GP_ISA_NAME(gp_conv_winograd_weights)
 #define gp_conv_winograd_forward GP_ISA_NAME(gp_conv_winograd_forward)
 #define gp_conv_winograd_dw_serves GP_ISA_NAME(gp_conv_winograd_dw_serves)
 #define gp_conv_winograd_dw_ws GP_ISA_NAME(gp_conv_winograd_dw_ws)

@@ -87,9 +87,21 @@ static __global__ void col2im_kernel(gp_conv_geom g, int64_t nb, const float *dc
     }
 }
 
+// The GEMMs read the weights as they are: no transform to make beforehand.
+extern "C" int64_t gp_cuda_conv2d_wt_floats(gp_device *, const gp_conv_geom *, int64_t, bool) {
+    return 0;
+}
+
+extern "C" gp_status gp_cuda_conv2d_wt(gp_device *, const gp_conv_geom *, int64_t, const float *,
+                                       bool, float *) {
+    return gp_error(GP_INVALID_ARGUMENT,
+                    "conv2d_wt: the CUDA convolutions take no transformed weights "
+                    "(conv2d_wt_floats is 0)");
+}
+
 extern "C" gp_status gp_cuda_conv2d_forward(gp_device *dev, const gp_conv_geom *g, int64_t batch,
                                             int64_t out_ch, const float *x, const float *w,
-                                            float *y, float *ws) {
+                                            const float *, float *y, float *ws) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
@@ -121,8 +133,8 @@ static __global__ void partial_reduce_kernel(int64_t n, int64_t nb, const float 
 
 extern "C" gp_status gp_cuda_conv2d_backward(gp_device *dev, const gp_conv_geom *g,
                                              int64_t batch, int64_t out_ch, const float *x,
-                                             const float *w, const float *dy, float *dx,
-                                             float *dw, float *ws) {
+                                             const float *w, const float *, const float *dy,
+                                             float *dx, float *dw, float *ws) {
     gp_status s;
     gp_cuda_ctx *c = gp_cuda_begin(dev, &s);
     if (!c) return s;
