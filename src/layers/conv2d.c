@@ -121,10 +121,16 @@ static gp_cost conv_cost(const gp_layer *l, const gp_shape *in) {
 }
 
 /* The larger of the forward's and the backward's kernel workspace. */
+/* The geometry of a float32 NCHW input the layer accepts (false: none, so no bytes). */
+static bool planned_geom(const gp_layer *l, const gp_shape *in, gp_conv_geom *g) {
+    *g = (gp_conv_geom){0};
+    return in->ndim == 4 && conv_geom(l, in, GP_F32, g) == GP_OK;
+}
+
 static uint64_t conv_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
                                bool input_grad) {
-    gp_conv_geom g = {0};
-    if (in->ndim != 4 || conv_geom(l, in, GP_F32, &g) != GP_OK) return 0;
+    gp_conv_geom g;
+    if (!planned_geom(l, in, &g)) return 0;
     const conv_cfg *cf = l->impl;
     const gp_kernels *k = gp_kernels_of(dev);
     const int64_t f = k->conv2d_ws(dev, &g, in->dim[0], cf->out_ch, false, false);
@@ -134,8 +140,8 @@ static uint64_t conv_workspace(const gp_layer *l, gp_device *dev, const gp_shape
 
 static uint64_t conv_derived(const gp_layer *l, gp_device *dev, const gp_shape *in,
                              bool input_grad) {
-    gp_conv_geom g = {0};
-    if (in->ndim != 4 || conv_geom(l, in, GP_F32, &g) != GP_OK) return 0;
+    gp_conv_geom g;
+    if (!planned_geom(l, in, &g)) return 0;
     const conv_cfg *cf = l->impl;
     const gp_kernels *k = gp_kernels_of(dev);
     int64_t n = k->conv2d_wt_floats(dev, &g, cf->out_ch, false);
