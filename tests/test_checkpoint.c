@@ -506,7 +506,9 @@ static void check_pipeline_save_background(void) {
     gp_checkpoint_saved d;
     REQUIRE_OK(gp_pipeline_checkpoint_finish(s.p, true, &d));
     CHECK_EQ_INT(d.step, -1); /* nothing in flight */
+    CHECK(!gp_test_thread_named("gp-ckpt-writer", 0));
     REQUIRE_OK(gp_pipeline_checkpoint_begin(s.p, bg_base, 1, kv, 1));
+    CHECK(gp_test_thread_named("gp-ckpt-writer", 10)); /* the writer says what it is */
     CHECK_EQ_INT(gp_pipeline_checkpoint_begin(s.p, bg_base, 1, kv, 1), GP_INVALID_ARGUMENT);
     CHECK(strstr(gp_last_error(), "the save of step 1 is still in flight") != NULL);
     session_run(&s, 2, l); /* the parameters move on while the copy is written */

@@ -1,13 +1,19 @@
 /* How the pipeline runtime chooses its cells: the profiling pass behind --balance time (every
  * layer timed, the model left as it was), cells balanced on given times in the plan and the
  * runtime alike, the runtime's cells equal to gp_plan_make's for the same batch and memory
- * limit (per schedule and remat mode), results that do not depend on the cells, and stage
- * threads pinned to cores only when there are enough of them. */
+ * limit (per schedule and remat mode), results that do not depend on the cells, stage
+ * threads pinned to cores only when there are enough of them, and the library's threads named
+ * while the caller's keep theirs. */
 #define _GNU_SOURCE /* sched_getaffinity: how many cores this process may use */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/clock.h"
 #include "kernels/cpu/isa.h"
 #include "testutil.h"
 
@@ -556,6 +562,74 @@ static void pinning(void) {
     }
 }
 
+typedef struct stepper {
+    gp_pipeline *p;
+    atomic_bool stop;
+    gp_status st;
+    char name[16]; /* the stepping thread's name after its steps */
+} stepper;
+
+/* Steps until told to stop (or 5000 steps), on a thread of the test's own naming. */
+static void *keep_stepping(void *arg) {
+    stepper *sp = arg;
+    pthread_setname_np(pthread_self(), "test-stepper");
+    tokens b;
+    make_tokens(0, &b);
+    float loss;
+    for (int i = 0; i < 5000 && !atomic_load(&sp->stop) && sp->st == GP_OK; i++)
+        sp->st = gp_pipeline_step(sp->p, &b.xt, &b.yt, &loss);
+    pthread_getname_np(pthread_self(), sp->name, sizeof sp->name);
+    return NULL;
+}
+
+/* The stage threads (started for each step), the stage devices' pool workers and the
+ * checkpoint writer carry names that say what they are; the caller's thread, where K = 1 runs
+ * its stage inline, keeps its own. */
+static void thread_names(void) {
+    char mine[16] = {0}, after[16] = {0};
+    pthread_getname_np(pthread_self(), mine, sizeof mine);
+    gp_optim_opts o = gp_adamw_defaults(3e-3f, 0.01f);
+    /* K = 1: inline, never renamed */
+    run_result r;
+    gp_pipeline_opts one = {.stages = 1, .micro_batches = 2};
+    train(&one, &r);
+    pthread_getname_np(pthread_self(), after, sizeof after);
+    CHECK(strcmp(mine, after) == 0);
+    /* K = 2 with two threads per stage device: polled while another thread steps */
+    gp_model *m = transformer(4);
+    gp_pipeline_opts po = {.stages = 2, .micro_batches = 2, .stage_threads = 2};
+    stepper sp = {.st = GP_OK};
+    atomic_init(&sp.stop, false);
+    REQUIRE_OK(gp_pipeline_new(m, &o, &po, 11, &sp.p));
+    CHECK(gp_test_thread_named("gp-pool-1", 10)); /* the workers live with their devices */
+    pthread_t th;
+    if (pthread_create(&th, NULL, keep_stepping, &sp) != 0) {
+        CHECK(!"pthread_create failed");
+        gp_pipeline_free(sp.p);
+        gp_model_free(m);
+        return;
+    }
+    bool seen[2] = {false, false};
+    struct timespec nap = {0, 200000};
+    const double deadline = gp_now() + 60;
+    while (!(seen[0] && seen[1]) && gp_now() < deadline && sp.st == GP_OK) {
+        seen[0] = seen[0] || gp_test_thread_named("gp-stage-0", 0);
+        seen[1] = seen[1] || gp_test_thread_named("gp-stage-1", 0);
+        nanosleep(&nap, NULL);
+    }
+    atomic_store(&sp.stop, true);
+    pthread_join(th, NULL);
+    CHECK_OK(sp.st);
+    CHECK(seen[0] && seen[1]);
+    CHECK(strcmp(sp.name, "test-stepper") == 0); /* the stepping thread kept its name */
+    CHECK(!gp_test_thread_named("gp-stage-0", 0)); /* a step's threads end with it */
+    pthread_getname_np(pthread_self(), after, sizeof after);
+    CHECK(strcmp(mine, after) == 0);
+    gp_pipeline_free(sp.p);
+    gp_model_free(m);
+    CHECK(!gp_test_thread_named("gp-pool-1", 0)); /* and the workers with their devices */
+}
+
 int main(void) {
     profile();
     balance_by_time();
@@ -564,5 +638,6 @@ int main(void) {
     searched_plans_run();
     tree_sum_buffers_planned();
     pinning();
+    thread_names();
     return gp_test_finish("test_pipeline_cells");
 }

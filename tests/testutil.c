@@ -1,7 +1,9 @@
 /* Test helpers shared by every test program. */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int gp_test_failures = 0;
@@ -201,6 +203,38 @@ uint64_t gp_test_hash(const gp_model *m) {
     uint64_t h = 0;
     REQUIRE_OK(gp_model_params_fnv1a64(m, &h));
     return h;
+}
+
+static bool thread_named_now(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return false;
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], comm[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* the thread ended meanwhile */
+        if (fgets(comm, sizeof comm, f)) {
+            comm[strcspn(comm, "\n")] = 0;
+            found = strcmp(comm, name) == 0;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+bool gp_test_thread_named(const char *name, double wait_s) {
+    struct timespec t0, t, nap = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (thread_named_now(name)) return true;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) >= wait_s)
+            return false;
+        nanosleep(&nap, NULL);
+    }
 }
 
 #define SCRATCH_MAX 64

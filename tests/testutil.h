@@ -4,6 +4,7 @@
 #define GP_TESTUTIL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -125,6 +126,9 @@ gp_pipeline *gp_test_single(gp_model *m, const gp_optim_opts *o, int M);
  * GP_TEST_FNV_EMPTY (the FNV-1a offset basis). */
 #define GP_TEST_FNV_EMPTY 0xcbf29ce484222325ULL
 uint64_t gp_test_hash(const gp_model *m);
+/* Whether a thread of this process is named `name` (/proc/self/task/<tid>/comm): now, or, with
+ * wait_s > 0, within that many seconds (a thread names itself once it runs). */
+bool gp_test_thread_named(const char *name, double wait_s);
 /* Parameter `name` of layer li of m (host pointers on the CPU devices the tests use), with its
  * gradient; exits naming it where there is none. */
 gp_param_info gp_test_param_of(gp_model *m, int li, const char *name);

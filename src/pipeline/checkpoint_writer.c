@@ -11,6 +11,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/thread_name.h"
 #include "pipeline/checkpoint_writer.h"
 
 struct gp_ckpt_writer {
@@ -138,6 +139,7 @@ static void write_part(gp_ckpt_part *p) {
 
 static void *thread_main(void *arg) {
     gp_ckpt_writer *w = arg;
+    gp_thread_name("gp-ckpt-writer");
     /* Idle priority: the writer takes the cores only when the stages leave them (their
      * bubbles, waits for messages), so a save slows the steps as little as it can. Best
      * effort: where refused, it runs at the normal priority. */

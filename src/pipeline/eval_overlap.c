@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/thread_name.h"
 #include "pipeline/eval_overlap.h"
 #include "pipeline/stage.h"
 
@@ -80,6 +81,7 @@ static void *stage_eval(void *arg) {
     gp_pipeline *p = o->p;
     const int k = j->k, K = p->K;
     gp_stage *s = gp_worker(p, k, 0);
+    gp_thread_name("gp-eval-%d", k);
     gp_stage_pin_thread(s); /* on the core the stage trains on; unpinned runs too */
     const gp_run run = {.training = false, .seed = p->m->seed};
     for (int i = 0; i < o->n; i++) {

@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/hash.h"
+#include "core/thread_name.h"
 #include "plan/cores.h"
 #include "pipeline/launch_local.h"
 #include "pipeline/launcher.h"
@@ -50,6 +51,9 @@ static void abort_all(void *ctx, gp_stage *s, gp_status st, const char *why) {
 }
 
 static void *stage_thread(void *arg) {
+    const gp_stage *s = arg;
+    if (s->p->T > 1) gp_thread_name("gp-stage-%d.%d", s->dk, s->t);
+    else gp_thread_name("gp-stage-%d", s->dk);
     gp_stage_run(arg);
     return NULL;
 }
@@ -172,6 +176,7 @@ typedef struct eval_job {
 static void *eval_thread(void *arg) {
     eval_job *j = arg;
     gp_stage *s = j->s;
+    gp_thread_name("gp-eval-%d.%d", s->dk, s->t);
     const gp_run run = {.training = false, .seed = s->m->seed, .tp = &s->tp};
     gp_tensor in = {0};
     j->st = gp_stage_input_rows(s, j->x, 0, j->x->shape.dim[0], &in);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "core/thread_name.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -49,6 +50,7 @@ struct gp_cpu_pool {
 static void *worker_main(void *arg) {
     const worker_arg *w = arg;
     gp_cpu_pool *p = w->pool;
+    gp_thread_name("gp-pool-%d", w->index); /* the caller runs part 0 */
     uint_fast64_t seen = 0;
     for (;;) {
         uint_fast64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
