@@ -122,7 +122,10 @@ for e in 0 1 2; do
     save)
         # In the middle of a save: the rank is stopped while its part's temporary file (named
         # with its pid) is there, and killed while stopped, so the save is surely cut short.
-        for k in $(seq 1 20000); do
+        # Watched for up to 60 s, not a count of looks: a save is short, and under a sanitizer
+        # on a loaded host a step can outlast any fixed number of them.
+        until_s=$((SECONDS + 60))
+        while [ "$SECONDS" -lt "$until_s" ]; do
             compgen -G "$D/*.tmp.$pid" >/dev/null || continue
             kill -STOP "$pid"
             if compgen -G "$D/*.tmp.$pid" >/dev/null; then
