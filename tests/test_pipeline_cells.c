@@ -11,9 +11,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-#include "core/clock.h"
 #include "kernels/cpu/isa.h"
 #include "testutil.h"
 
@@ -609,18 +607,12 @@ static void thread_names(void) {
         gp_model_free(m);
         return;
     }
-    bool seen[2] = {false, false};
-    struct timespec nap = {0, 200000};
-    const double deadline = gp_now() + 60;
-    while (!(seen[0] && seen[1]) && gp_now() < deadline && sp.st == GP_OK) {
-        seen[0] = seen[0] || gp_test_thread_named("gp-stage-0", 0);
-        seen[1] = seen[1] || gp_test_thread_named("gp-stage-1", 0);
-        nanosleep(&nap, NULL);
-    }
+    const bool seen0 = gp_test_thread_named("gp-stage-0", 60);
+    const bool seen1 = gp_test_thread_named("gp-stage-1", 60);
     atomic_store(&sp.stop, true);
     pthread_join(th, NULL);
     CHECK_OK(sp.st);
-    CHECK(seen[0] && seen[1]);
+    CHECK(seen0 && seen1);
     CHECK(strcmp(sp.name, "test-stepper") == 0); /* the stepping thread kept its name */
     CHECK(!gp_test_thread_named("gp-stage-0", 0)); /* a step's threads end with it */
     pthread_getname_np(pthread_self(), after, sizeof after);

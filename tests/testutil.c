@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
+
 int gp_test_failures = 0;
 
 void gp_test_check_fails_(gp_status got, gp_status want, const char *needle, const char *expr,
@@ -226,15 +228,13 @@ static bool thread_named_now(const char *name) {
 }
 
 bool gp_test_thread_named(const char *name, double wait_s) {
-    struct timespec t0, t, nap = {0, 1000000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        if (thread_named_now(name)) return true;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) >= wait_s)
-            return false;
+    const struct timespec nap = {0, 200000};
+    const double until = gp_now() + wait_s;
+    while (!thread_named_now(name)) {
+        if (gp_now() >= until) return false;
         nanosleep(&nap, NULL);
     }
+    return true;
 }
 
 #define SCRATCH_MAX 64

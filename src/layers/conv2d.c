@@ -120,13 +120,13 @@ static gp_cost conv_cost(const gp_layer *l, const gp_shape *in) {
     return c;
 }
 
-/* The larger of the forward's and the backward's kernel workspace. */
 /* The geometry of a float32 NCHW input the layer accepts (false: none, so no bytes). */
 static bool planned_geom(const gp_layer *l, const gp_shape *in, gp_conv_geom *g) {
     *g = (gp_conv_geom){0};
     return in->ndim == 4 && conv_geom(l, in, GP_F32, g) == GP_OK;
 }
 
+/* The larger of the forward's and the backward's kernel workspace. */
 static uint64_t conv_workspace(const gp_layer *l, gp_device *dev, const gp_shape *in,
                                bool input_grad) {
     gp_conv_geom g;
