@@ -391,7 +391,8 @@ static int child_header(void) {
         REQUIRE_OK(gp_tensor_alloc(dev, GP_MEM_ACTIVATIONS, gp_shape2(2, 3), GP_F32, &u));
         CHECK_OK(gp_transport_send(tr, 0, 1, (gp_msg_tag){GP_MSG_ACT, 1, 0}, &u));
         CHECK_FAILS(gp_transport_barrier(tr, 0), GP_IO,
-                    "rank 0 (stage 0): stopped waiting in the all-reduce of 0 values over 2 stages: "
+                    "rank 0 (stage 0): stopped waiting in the all-reduce of 0 values over 2 stages, "
+                    "with rank 1 (stage 1): "
                     "the run was aborted by rank 1 (GP_SHAPE: rank 1 (stage 1): receiving from "
                     "rank 0 (stage 0): expected ACT(mb 1) float32 (2, 4)");
     } else {

@@ -129,7 +129,8 @@ static void signal_all(watch *w, int sig) {
 
 /* What a line of the job's stderr says failed: Open MPI's "process rank N with PID P on node H
  * exited on signal S", srun's "srun: error: H: task N: WHY", and the transport's "timed out
- * after S s ... from/to rank N" (the rank after the timeout is the one waited on). */
+ * after S s ... from/to rank N" (the rank after the timeout is the one waited on; a collective's
+ * "waiting in the ..., with rank N, ..." lists the ranks it waited with, not the one missing). */
 static void read_err_line(watch *w, const char *s, gp_cli_job *out) {
     const char *p;
     int r, sig;
@@ -159,7 +160,9 @@ static void read_err_line(watch *w, const char *s, gp_cli_job *out) {
         out->timed_out = true;
         const char *q = NULL;
         for (const char *t = strstr(p, "rank "); t; t = strstr(t + 1, "rank ")) q = t;
-        if (q && sscanf(q, "rank %d", &r) == 1 && w->named_rank < 0) w->named_rank = r;
+        const bool collective = strstr(p, " waiting in the ") != NULL;
+        if (!collective && q && sscanf(q, "rank %d", &r) == 1 && w->named_rank < 0)
+            w->named_rank = r;
     }
 }
 
@@ -223,7 +226,7 @@ static void explain(const watch *w, gp_cli_job *out) {
                  "hung: the transport timed out waiting on it (--comm-timeout)");
     } else if (out->timed_out) {
         snprintf(out->reason, sizeof out->reason,
-                 "hung: a rank's transport timed out in a collective, which names no rank "
+                 "hung: a rank's transport timed out in a collective, which cannot tell the missing rank "
                  "(--comm-timeout)");
     } else {
         out->rank_lost = false;

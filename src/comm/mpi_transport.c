@@ -27,6 +27,9 @@ typedef struct pending {
     int peer;
 } pending;
 
+/* Room for a collective's description: its kind, and up to three ranks by name. */
+enum { COLL_DOING_BYTES = 320 };
+
 typedef struct mpi_ctx {
     gp_mpi_shared *sh;
     MPI_Comm comm;
@@ -51,8 +54,30 @@ typedef struct mpi_ctx {
     bool abandoned;
 } mpi_ctx;
 
+/* A rank as a message names it: its world rank, and its place in this communicator where that
+ * says more (the world's own transport is "rank" r = world rank r). */
 static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
-    snprintf(buf, n, "rank %d (%s %d)", c->world_of[r], c->role, r);
+    if (strcmp(c->role, "rank") == 0 && c->world_of[r] == r)
+        snprintf(buf, n, "rank %d", r);
+    else
+        snprintf(buf, n, "rank %d (%s %d)", c->world_of[r], c->role, r);
+}
+
+/* What a collective waits in, with the ranks it waits with: a timeout cannot tell which of them
+ * is missing, so the message names them all (the first few). */
+static void coll_doing(const mpi_ctx *c, char *buf, size_t n, const char *what) {
+    enum { SHOWN = 3 };
+    int len = snprintf(buf, n, "waiting in the %s over %d %ss", what, c->size, c->role);
+    for (int r = 0, shown = 0; r < c->size && len >= 0 && (size_t)len < n; r++) {
+        if (r == c->rank) continue;
+        if (shown == SHOWN) {
+            len += snprintf(buf + len, n - (size_t)len, " and %d more", c->size - 1 - SHOWN);
+            break;
+        }
+        char them[64];
+        who_str(c, r, them, sizeof them);
+        len += snprintf(buf + len, n - (size_t)len, "%s%s", shown++ ? ", " : ", with ", them);
+    }
 }
 
 /* Whether the payload hook's operation *op is done; *op is NULL once it is gone (done or
@@ -404,10 +429,10 @@ static gp_status run_coll(mpi_ctx *c, int rc, MPI_Request *req, const char *who,
  * every rank and every run, whatever MPI's own reduction order would be. */
 static gp_status mpi_allreduce(void *ctx, int rank, double *x, int n) {
     mpi_ctx *c = ctx;
-    char who[64], doing[96];
+    char who[64], doing[COLL_DOING_BYTES], what[48];
     who_str(c, rank, who, sizeof who);
-    snprintf(doing, sizeof doing, "waiting in the all-reduce of %d values over %d %ss", n,
-             c->size, c->role);
+    snprintf(what, sizeof what, "all-reduce of %d values", n);
+    coll_doing(c, doing, sizeof doing, what);
     GP_TRY(reclaim(c));
     if (gp_mpi_shared_poll(c->sh)) return gp_mpi_aborted_error(c->sh, who, doing);
     MPI_Request req;
@@ -443,8 +468,9 @@ static gp_status fscratch(mpi_ctx *c, const char *who, size_t need) {
 static gp_status float_begin(mpi_ctx *c, int rank, int64_t n, char *who, size_t nwho,
                              char *doing, size_t ndoing, const char *what) {
     who_str(c, rank, who, nwho);
-    snprintf(doing, ndoing, "waiting in the %s of %lld floats over %d %ss", what, (long long)n,
-             c->size, c->role);
+    char whatn[64];
+    snprintf(whatn, sizeof whatn, "%s of %lld floats", what, (long long)n);
+    coll_doing(c, doing, ndoing, whatn);
     if (rank != c->rank)
         return gp_error(GP_INTERNAL, "%s: MPI transport called as %s %d", who, c->role, rank);
     if (n > INT_MAX / (c->size > 0 ? c->size : 1))
@@ -461,7 +487,7 @@ static gp_status float_begin(mpi_ctx *c, int rank, int64_t n, char *who, size_t 
  * buffer crosses the wire each way, as a ring all-reduce's does. */
 static gp_status mpi_allreduce_f32(void *ctx, int rank, float *x, int64_t n, gp_reduce_op op) {
     mpi_ctx *c = ctx;
-    char who[64], doing[128];
+    char who[64], doing[COLL_DOING_BYTES];
     GP_TRY(float_begin(c, rank, n, who, sizeof who, doing, sizeof doing,
                        op == GP_REDUCE_MAX ? "float all-reduce (max)" : "float all-reduce (sum)"));
     const int P = c->size;
@@ -494,7 +520,7 @@ static gp_status mpi_allreduce_f32(void *ctx, int rank, float *x, int64_t n, gp_
 
 static gp_status mpi_allgather_f32(void *ctx, int rank, const float *x, int64_t n, float *out) {
     mpi_ctx *c = ctx;
-    char who[64], doing[128];
+    char who[64], doing[COLL_DOING_BYTES];
     GP_TRY(float_begin(c, rank, n, who, sizeof who, doing, sizeof doing, "all-gather"));
     MPI_Request req;
     return run_coll(c, MPI_Iallgather(x, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c->comm, &req),
@@ -504,7 +530,7 @@ static gp_status mpi_allgather_f32(void *ctx, int rank, const float *x, int64_t 
 static gp_status mpi_reduce_scatter_f32(void *ctx, int rank, const float *x, int64_t n,
                                         float *out) {
     mpi_ctx *c = ctx;
-    char who[64], doing[128];
+    char who[64], doing[COLL_DOING_BYTES];
     GP_TRY(float_begin(c, rank, n, who, sizeof who, doing, sizeof doing, "reduce-scatter"));
     const int P = c->size;
     GP_TRY(fscratch(c, who, (size_t)P * (size_t)(n ? n : 1)));
