@@ -28,7 +28,7 @@ typedef struct pending {
 } pending;
 
 /* Room for a collective's description: its kind, and up to three ranks by name. */
-enum { COLL_DOING_BYTES = 320 };
+enum { COLL_DOING_BYTES = 320, COLL_PEERS_BYTES = 224 };
 
 typedef struct mpi_ctx {
     gp_mpi_shared *sh;
@@ -52,6 +52,7 @@ typedef struct mpi_ctx {
     /* A failure left a collective or a receive unfinished: MPI may still use gather, fscratch,
      * counts or hdr_in, so they outlive the transport. */
     bool abandoned;
+    char peers[COLL_PEERS_BYTES]; /* ", with rank 1 (stage 1), ..." (collective_peers) */
 } mpi_ctx;
 
 /* A rank as a message names it: its world rank, and its place in this communicator where that
@@ -63,21 +64,28 @@ static void who_str(const mpi_ctx *c, int r, char *buf, size_t n) {
         snprintf(buf, n, "rank %d (%s %d)", c->world_of[r], c->role, r);
 }
 
-/* What a collective waits in, with the ranks it waits with: a timeout cannot tell which of them
- * is missing, so the message names them all (the first few). */
-static void coll_doing(const mpi_ctx *c, char *buf, size_t n, const char *what) {
+/* The ranks a collective waits with, named once (the communicator does not change): a timeout
+ * cannot tell which of them is missing, so its message names them all (the first few). */
+static void collective_peers(mpi_ctx *c) {
     enum { SHOWN = 3 };
-    int len = snprintf(buf, n, "waiting in the %s over %d %ss", what, c->size, c->role);
+    const size_t n = sizeof c->peers;
+    int len = 0;
+    c->peers[0] = '\0';
     for (int r = 0, shown = 0; r < c->size && len >= 0 && (size_t)len < n; r++) {
         if (r == c->rank) continue;
         if (shown == SHOWN) {
-            len += snprintf(buf + len, n - (size_t)len, " and %d more", c->size - 1 - SHOWN);
+            snprintf(c->peers + len, n - (size_t)len, " and %d more", c->size - 1 - SHOWN);
             break;
         }
         char them[64];
         who_str(c, r, them, sizeof them);
-        len += snprintf(buf + len, n - (size_t)len, "%s%s", shown++ ? ", " : ", with ", them);
+        len += snprintf(c->peers + len, n - (size_t)len, "%s%s", shown++ ? ", " : ", with ", them);
     }
+}
+
+/* What a collective waits in, with the ranks it waits with. */
+static void coll_doing(const mpi_ctx *c, char *buf, size_t n, const char *what) {
+    snprintf(buf, n, "waiting in the %s over %d %ss%s", what, c->size, c->role, c->peers);
 }
 
 /* Whether the payload hook's operation *op is done; *op is NULL once it is gone (done or
@@ -653,6 +661,7 @@ gp_status gp_transport_mpi_new(gp_mpi_shared *sh, MPI_Comm comm, const char *rol
     free(mine);
     MPI_Group_free(&g);
     MPI_Group_free(&wg);
+    collective_peers(c);
     *out = tr;
     return GP_OK;
 }
