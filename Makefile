@@ -140,11 +140,12 @@ demo-long: build
 demo-fashion: build
 	rm -rf $(BUILD)/fashion_checkpoint
 	$(GPIPE) train --model examples/resnet_fashion.json --stages 2 --batch 32 --micro-batches 4 \
-	  --remat none --schedule zbh1 --epochs 11 --lr 0.1 --lr-schedule cosine --warmup 800 \
-	  --weight-decay 5e-4 --augment flip --erase 0.5 --checkpoint-dir $(BUILD)/fashion_checkpoint \
+	  --remat none --schedule zbv --epochs 12 --lr 0.1 --lr-schedule cosine --warmup 800 \
+	  --weight-decay 5e-4 --augment flip --erase 0.5 --label-smoothing 0.1 \
+	  --checkpoint-dir $(BUILD)/fashion_checkpoint \
 	  --report $(BUILD)/fashion_report.json --metrics $(BUILD)/fashion_metrics.jsonl \
 	  --curve $(BUILD)/fashion_curve.svg --timeline $(BUILD)/fashion_timeline.svg
-	$(GPIPE) eval --checkpoint $(BUILD)/fashion_checkpoint/ckpt-00020625.safetensors \
+	$(GPIPE) eval --checkpoint $(BUILD)/fashion_checkpoint/ckpt-00022500.safetensors \
 	  --tta flip --report $(BUILD)/fashion_tta_report.json
 	@echo "learning curve: $(BUILD)/fashion_curve.svg; last step's pipeline timeline:" \
 	  "$(BUILD)/fashion_timeline.svg; metrics: $(BUILD)/fashion_metrics.jsonl; reports:" \

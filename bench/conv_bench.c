@@ -2,10 +2,11 @@
  * convolutions it serves, kernels/cpu/conv_winograd.c, forward and both gradients where it
  * applies; the direct tile for the rest), the direct AVX2/FMA tile alone
  * (kernels/cpu/conv_direct.c, GP_CPU_CONV=direct) and im2col with OpenBLAS
- * (GP_CPU_CONV=im2col), on the convolutions of the Fashion demo (examples/resnet_fashion.json,
- * micro-batches of 8) and of C1 (batch 128), forward and backward (weight and input
- * gradients), in one process: the paths alternate round by round, and the sgemm ceiling
- * (2048^3 on the same threads) is measured after each pass's rounds.
+ * (GP_CPU_CONV=im2col), on the convolutions of a 24/48/96-channel ResNet on Fashion-MNIST (the
+ * Fashion demo's first two blocks; its last two have 128 channels), micro-batches of 8, and of
+ * C1 (batch 128), forward and backward (weight and input gradients), in one process: the paths
+ * alternate round by round, and the sgemm ceiling (2048^3 on the same threads) is measured after
+ * each pass's rounds.
  * Prints GFLOP/s (2 x the direct sum's multiply-adds, whatever the path computes: Winograd's
  * are effective rates; backward counts both gradients), each path's fraction of the ceiling,
  * default over direct and direct over im2col. Built as build/bench_conv.

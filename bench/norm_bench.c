@@ -1,12 +1,12 @@
 /* Times the CPU's memory-bound kernels around the convolutions: batch norm's forward (batch
  * statistics, two sums in double then the normalization) and backward (one pass of two sums,
  * then the input gradient), ReLU both ways and the residual add (axpy), through the kernel
- * table, on the shapes of the Fashion demo (micro-batches of 8) and of C1 (batch 128). Each
- * figure is the least of `reps` calls after one that warms the caches; the bandwidth counts the
- * floats each kernel must read and write once (batch norm's forward reads x twice for its sums
- * and once more to normalize, writes y: 4 n floats; backward 5 n), so a figure near the core's
- * memory speed (about 29 GB/s here for data past the caches) says the kernel is memory-bound.
- * Built as build/bench_norm.
+ * table, on the shapes of a 24/48/96-channel Fashion-MNIST ResNet (micro-batches of 8) and of C1
+ * (batch 128). Each figure is the least of `reps` calls after one that warms the caches; the
+ * bandwidth counts the floats each kernel must read and write once (batch norm's forward reads x
+ * twice for its sums and once more to normalize, writes y: 4 n floats; backward 5 n), so a figure
+ * near the core's memory speed (about 29 GB/s here for data past the caches) says the kernel is
+ * memory-bound. Built as build/bench_norm.
  * Usage: bench_norm [threads (1)] [reps (41)] */
 #include <stdio.h>
 #include <stdlib.h>

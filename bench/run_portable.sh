@@ -41,8 +41,9 @@ echo "portable: $("$PORTABLE" --version | head -n 1)" >&2
 CASES=("c1|bench --workload C1 --threads 2 --steps $STEPS --warmup $WARMUP --quiet"
        "t1|bench --workload T1 --threads 1 --steps $STEPS --warmup $WARMUP --quiet"
        "fashion|train --model examples/resnet_fashion.json --stages 2 --batch 32 --micro-batches 4
-        --remat none --schedule zbh1 --steps $FASHION_STEPS --lr 0.1 --lr-schedule cosine
-        --warmup 800 --weight-decay 5e-4 --augment flip --erase 0.5 --eval-size 32 --quiet")
+        --remat none --schedule zbv --steps $FASHION_STEPS --lr 0.1 --lr-schedule cosine
+        --warmup 800 --weight-decay 5e-4 --augment flip --erase 0.5 --label-smoothing 0.1
+        --eval-size 32 --quiet")
 for r in $(seq 1 "$ROUNDS"); do
     order="native portable"
     [ $((r % 2)) = 0 ] && order="portable native"
