@@ -22,26 +22,35 @@ static void without_gpu(bool built) {
     printf("as expected: %s\n", gp_last_error());
 }
 
-static void with_gpu(int count) {
+/* A choice the environment makes for the devices made while it is set: a bad value is refused
+ * by name, both good ones make a device; the run's own value is put back after. */
+static void env_switch(const char *var, const char *bad, const char *refusal, const char *good0,
+                       const char *good1) {
     gp_device *dev = NULL;
-    CHECK_FAILS(gp_device_cuda_new("gpu", count, &dev), GP_INVALID_ARGUMENT, "expected 0 to");
-    CHECK_FAILS(gp_device_cuda_new("gpu", -1, &dev), GP_INVALID_ARGUMENT, "expected 0 to");
-    /* A bad choice of attention is refused by name; both good ones make a device. */
-    const char *given = getenv("GP_CUDA_ATTENTION");
+    const char *given = getenv(var);
     char kept[32] = "";
     if (given) snprintf(kept, sizeof kept, "%s", given);
-    setenv("GP_CUDA_ATTENTION", "flash", 1);
-    CHECK_FAILS(gp_device_cuda_new("gpu", 0, &dev), GP_INVALID_ARGUMENT,
-                "GP_CUDA_ATTENTION=flash: expected fused");
+    setenv(var, bad, 1);
+    CHECK_FAILS(gp_device_cuda_new("gpu", 0, &dev), GP_INVALID_ARGUMENT, refusal);
     for (int i = 0; i < 2; i++) {
-        setenv("GP_CUDA_ATTENTION", i ? "gemm" : "fused", 1);
+        setenv(var, i ? good1 : good0, 1);
         REQUIRE_OK(gp_device_cuda_new("gpu", 0, &dev));
         gp_device_free(dev);
     }
     if (given)
-        setenv("GP_CUDA_ATTENTION", kept, 1); /* the run's own choice back */
+        setenv(var, kept, 1);
     else
-        unsetenv("GP_CUDA_ATTENTION");
+        unsetenv(var);
+}
+
+static void with_gpu(int count) {
+    gp_device *dev = NULL;
+    CHECK_FAILS(gp_device_cuda_new("gpu", count, &dev), GP_INVALID_ARGUMENT, "expected 0 to");
+    CHECK_FAILS(gp_device_cuda_new("gpu", -1, &dev), GP_INVALID_ARGUMENT, "expected 0 to");
+    env_switch("GP_CUDA_ATTENTION", "flash", "GP_CUDA_ATTENTION=flash: expected fused", "fused",
+               "gemm");
+    env_switch("GP_CUDA_EPILOGUE", "fused", "GP_CUDA_EPILOGUE=fused: expected lt", "lt",
+               "prefill");
     REQUIRE_OK(gp_device_cuda_new("gpu0", 0, &dev));
     CHECK(strcmp(gp_device_kind(dev), "cuda") == 0);
     CHECK(strcmp(gp_device_name(dev), "gpu0") == 0);

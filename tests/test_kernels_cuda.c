@@ -296,6 +296,21 @@ static void c_linear_odd(run *r) {
     CASE_END;
 }
 
+/* The residual without a bias, and in place (res = y, with a bias): the GPU's prefill copies it
+ * (fp32, GP_CUDA_EPILOGUE=prefill), cuBLASLt takes it as C with beta 1 (bf16). */
+static void c_linear_res(run *r) {
+    CASE_BEGIN;
+    const int64_t rows = 24, ni = 40, no = 32;
+    const float *x = in(r, H(rnd(rows * ni, 1)), rows * ni), *w = in(r, H(rnd(no * ni, 1)), no * ni);
+    const float *b = in(r, H(rnd(no, 1)), no), *res = in(r, H(rnd(rows * no, 1)), rows * no);
+    float *y1 = out(r, rows * no), *y2 = io(r, H(rnd(rows * no, 1)), rows * no);
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, NULL, res, y1));
+    S(r->K->linear_forward(r->dev, rows, ni, no, x, NULL, w, NULL, b, y2, y2));
+    CASE_END;
+}
+static void c_linear_res_bf16(run *r) { bf16(r, c_linear_res); }
+static void c_linear_odd_bf16(run *r) { bf16(r, c_linear_odd); }
+
 static void c_layernorm(run *r) {
     CASE_BEGIN;
     const int64_t rows = 300, dim = 130; /* on the GPU, dw and db in three chunks of rows */
@@ -700,6 +715,8 @@ static const named_case cases[] = {
     {"gemm bf16 (both transposed)", false, c_gemm_tt_bf16, TOL},
     {"gemm_batched bf16", false, c_gemm_batched_bf16, TOL},
     {"linear forward/backward bf16", false, c_linear_bf16, TOL},
+    {"linear bf16, odd sizes, not aligned", false, c_linear_odd_bf16, TOL},
+    {"linear bf16, residual alone and in place", false, c_linear_res_bf16, TOL},
     {"attention forward/backward bf16", false, c_attention_bf16, TOL_ATTN_BF16},
     {"attention bf16, head size 32 (fused)", false, c_attention_fused_32, TOL_ATTN_BF16},
     {"attention bf16, head size 128 (fused)", false, c_attention_fused_128, TOL_ATTN_BF16},
@@ -714,6 +731,7 @@ static const named_case cases[] = {
     {"relu forward/backward", true, c_relu, TOL},
     {"linear forward/backward", false, c_linear, TOL},
     {"linear, rows not of 4 floats", false, c_linear_odd, TOL},
+    {"linear, residual alone and in place", false, c_linear_res, TOL},
     {"layernorm forward/backward", false, c_layernorm, TOL},
     {"layernorm, rows of 2048", false, c_layernorm_2048, TOL},
     {"layernorm, rows of 2050 and 8200", false, c_layernorm_wide, TOL},

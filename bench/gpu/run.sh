@@ -17,8 +17,9 @@
 #   bash bench/gpu/run.sh --dry-run           # no GPU: every step that needs none, from build/
 #                                             # (or --bundle BUILD_DIR; a ctest of make test)
 #
-# Tier 1 (under 4 minutes): the GPU tests; the demo LM and T1 trained at K = 1 on the GPU and on
-# the CPU (losses within 1e-5 relative at the first step, 1e-4 at the 50th); K = 1, 2, 4 stages
+# Tier 1 (under 4 minutes): the GPU tests (the kernel test also under each bf16 fallback,
+# GP_CUDA_ATTENTION=gemm and GP_CUDA_EPILOGUE=prefill); the demo LM and T1 trained at K = 1 on
+# the GPU and on the CPU (losses within 1e-5 relative at the first step, 1e-4 at the 50th); K = 1, 2, 4 stages
 # on the one GPU with gpipe and 1F1B, bit-identical (the parameters' FNV-1a hash), in fp32 and
 # bf16; the demo LM's bf16 loss after 200 steps within 1% of fp32's; a checkpoint saved on the
 # GPU resumed on the CPU and on the GPU (bit for bit), one saved on the CPU resumed on the GPU;
@@ -26,7 +27,8 @@
 # its kernel profile and beside bench/peers/t3.py, bf16 also with GP_CUDA_ATTENTION=gemm; the bf16 GEMM's paths on T3's shapes
 # (gp_gemm_paths: rounded copies, cuBLAS's own conversion, bf16 storage). Parts of a mode this
 # gpipe lacks are marked unavailable. Tier 2 (4 minutes more): T3 in bf16 with the blocks'
-# activations kept in fp32 (GP_BF16_ACTIVATIONS=fp32); T3 on two stages of the one GPU; every schedule at K = 2
+# activations kept in fp32 (GP_BF16_ACTIVATIONS=fp32), and with the linear's bias and residual
+# prefilled (GP_CUDA_EPILOGUE=prefill); T3 on two stages of the one GPU; every schedule at K = 2
 # and 4; compute-sanitizer memcheck over test_kernels_cuda and a 3-step two-stage training; the
 # GPU Table 1 (the largest T3-wide model under 16 GiB per stage at K = 1 without
 # re-materialization and at K = 4 with it); the PyTorch peer under torch.compile; racecheck.
@@ -166,11 +168,15 @@ for t in test_kernels_cuda test_cuda_api test_pipeline; do
         record "test:$t" "$([ $RC = 0 ] && echo pass || echo fail)" exit $RC
     fi
 done
-# the kernels once more with attention through cuBLAS where the fused kernels would take it
+# the kernels once more with each of bf16's fallbacks: attention through cuBLAS where the fused
+# kernels would take it, and the linear's bias and residual in a prefill pass instead of
+# cuBLASLt's epilogue
 if [ $DRY = 0 ] && [ -x "$BIN/test_kernels_cuda" ]; then
-    part test_kernels_cuda_gemm_attention 120 env GP_CUDA_ATTENTION=gemm "$BIN/test_kernels_cuda"
-    record "test:test_kernels_cuda_gemm_attention" "$([ $RC = 0 ] && echo pass || echo fail)" \
-        exit $RC
+    for fallback in gemm_attention:GP_CUDA_ATTENTION=gemm prefill_epilogue:GP_CUDA_EPILOGUE=prefill; do
+        part "test_kernels_cuda_${fallback%%:*}" 120 env "${fallback#*:}" "$BIN/test_kernels_cuda"
+        record "test:test_kernels_cuda_${fallback%%:*}" "$([ $RC = 0 ] && echo pass || echo fail)" \
+            exit $RC
+    done
 fi
 
 # T3 timed by gpipe bench in a precision, then once more with the CUDA device's kernel profile
@@ -368,6 +374,11 @@ if [ "$TIER" = 2 ]; then
     # keeping them in bf16 saves
     if [ $DRY = 0 ] && [[ " $PRECISIONS " == *" bf16 "* ]] && in_budget "speed:T3_bf16_fp32_activations"; then
         t3_bf16_with fp32_activations "$(guard 150)" GP_BF16_ACTIVATIONS=fp32
+    fi
+    # ... and with the linear's bias and residual prefilled before cuBLAS (GP_CUDA_EPILOGUE=
+    # prefill): what cuBLASLt's epilogue saves
+    if [ $DRY = 0 ] && [[ " $PRECISIONS " == *" bf16 "* ]] && in_budget "speed:T3_bf16_prefill_epilogue"; then
+        t3_bf16_with prefill_epilogue "$(guard 150)" GP_CUDA_EPILOGUE=prefill
     fi
     # T3 on 2 stages of the one GPU (messages GPU to GPU): what a pipeline costs on one device.
     if [ $DRY = 0 ] && in_budget "speed:T3_fp32_K2"; then

@@ -18,14 +18,17 @@ gp_status gp_cuda_check(const gp_cuda_ctx *c, cudaError_t e, const char *call) {
                     cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-gp_status gp_cuda_blas_check(const gp_cuda_ctx *c, cublasStatus_t s, const char *call) {
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        if (c && c->profile) gp_cuda_profile_mark(c->profile, c->stream, call);
-        return GP_OK;
-    }
+gp_status gp_cuda_blas_status(const gp_cuda_ctx *c, cublasStatus_t s, const char *call) {
+    if (s == CUBLAS_STATUS_SUCCESS) return GP_OK;
     return gp_error(s == CUBLAS_STATUS_ALLOC_FAILED ? GP_MEMORY_LIMIT : GP_INTERNAL,
                     "device %s: %s failed: %s (%s)", c ? c->name : "cuda", call,
                     cublasGetStatusString(s), cublasGetStatusName(s));
+}
+
+gp_status gp_cuda_blas_check(const gp_cuda_ctx *c, cublasStatus_t s, const char *call) {
+    GP_TRY(gp_cuda_blas_status(c, s, call));
+    if (c && c->profile) gp_cuda_profile_mark(c->profile, c->stream, call);
+    return GP_OK;
 }
 
 gp_status gp_cuda_queued(const gp_cuda_ctx *c, cudaError_t e, const char *call) {

@@ -19,6 +19,7 @@ extern "C" {
 struct gp_kernels;
 struct gp_cuda_host;
 struct gp_cuda_profile;
+struct gp_cuda_lt;
 
 typedef struct gp_cuda_ctx {
     char name[64]; /* the device's name, for messages */
@@ -38,6 +39,10 @@ typedef struct gp_cuda_ctx {
      * opt-in limit, read once; 0 with GP_CUDA_ATTENTION=gemm (attention through cuBLAS and the
      * softmax kernels even where the fused kernels would fit: the fallback, and the comparison) */
     size_t attention_smem;
+    /* cuBLASLt for the bf16 linear forward's bias and residual epilogue (gemm_lt.h); NULL with
+     * GP_CUDA_EPILOGUE=prefill (a prefill pass, then cuBLAS with beta 1: the fallback, and the
+     * comparison) */
+    struct gp_cuda_lt *lt;
 } gp_cuda_ctx;
 
 /* Binds the library's calls the module makes (host_calls.c; kernels/cuda_module.h). */
@@ -52,6 +57,9 @@ gp_status gp_cuda_select(gp_cuda_ctx *c);
  * running out of memory is GP_MEMORY_LIMIT, a missing or unusable GPU GP_UNSUPPORTED. */
 gp_status gp_cuda_check(const gp_cuda_ctx *c, cudaError_t e, const char *call);
 gp_status gp_cuda_blas_check(const gp_cuda_ctx *c, cublasStatus_t s, const char *call);
+/* The same words for a cuBLAS call that queued nothing (a handle, a descriptor, a heuristic),
+ * which the profile does not mark. */
+gp_status gp_cuda_blas_status(const gp_cuda_ctx *c, cublasStatus_t s, const char *call);
 /* After a kernel launch: the launch's own error, if any. */
 gp_status gp_cuda_launched(const gp_cuda_ctx *c, const char *kernel);
 /* gp_cuda_check of a call that queued work on the stream (a copy, a fill); it and

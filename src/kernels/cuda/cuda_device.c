@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_lt.h"
 #include "kernels/cuda/nccl.h"
 #include "kernels/cuda/profile.h"
 #include "kernels/cuda_module.h"
@@ -95,6 +96,7 @@ static void cuda_destroy(void *ctx) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         gp_cuda_profile_free(c->profile); /* the table, GP_CUDA_PROFILE */
         if (c->blas) (void)cublasDestroy(c->blas);
+        gp_cuda_lt_free(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         if (c->host) (void)cudaFreeHost(c->host);
         for (int i = 0; i < c->nhost_old; i++) (void)cudaFreeHost(c->host_old[i]);
@@ -165,6 +167,13 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
                         "CUDA device %s: GP_CUDA_ATTENTION=%s: expected fused (the default: the "
                         "fused kernels where they fit) or gemm (cuBLAS and the softmax kernels)",
                         name, attn);
+    const char *epi = getenv("GP_CUDA_EPILOGUE");
+    if (epi && *epi && strcmp(epi, "lt") != 0 && strcmp(epi, "prefill") != 0)
+        return gp_error(GP_INVALID_ARGUMENT,
+                        "CUDA device %s: GP_CUDA_EPILOGUE=%s: expected lt (the default: a bf16 "
+                        "linear's bias and residual in cuBLASLt's epilogue) or prefill (a pass "
+                        "that writes them first, then cuBLAS)",
+                        name, epi);
     gp_cuda_ctx *c = calloc(1, sizeof *c);
     if (!c) return gp_error(GP_OUT_OF_MEMORY, "CUDA device %s: cannot allocate its state", name);
     snprintf(c->name, sizeof c->name, "%s", name);
@@ -191,6 +200,7 @@ static gp_status cuda_device_new(const char *name, int ordinal, gp_device **out)
     if (s == GP_OK)
         s = gp_cuda_blas_check(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST),
                                "cublasSetPointerMode");
+    if (s == GP_OK && !(epi && strcmp(epi, "prefill") == 0)) c->lt = gp_cuda_lt_new(c, &s);
     if (s == GP_OK) s = gp_device_new(name, &cuda_iface, c, &cuda_kernels, out);
     if (s != GP_OK) {
         cuda_destroy(c);

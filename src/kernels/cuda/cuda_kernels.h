@@ -42,6 +42,15 @@ gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64
                                int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc,
                                int64_t stride_c, int64_t count);
 
+/* y (rows, out) = x W^T + b [+ res] on a bf16 device through cuBLASLt (gemm_lt.h): the bias in
+ * the epilogue, res as C with beta 1 (res may be y), the operands' bf16 copies as
+ * gp_cuda_gemm_rounded makes them. *done false, nothing queued, on an fp32 device, under
+ * GP_CUDA_EPILOGUE=prefill, or where cuBLASLt has no algorithm for the shape (the same answer
+ * for the same shape and alignments every time): the caller then prefills and calls cuBLAS. */
+gp_status gp_cuda_linear_lt(gp_device *dev, int64_t rows, int64_t in, int64_t out, const float *x,
+                            const uint16_t *x16, const float *w, const uint16_t *w16,
+                            const float *b, const float *res, float *y, bool *done);
+
 /* The fused attention of a bf16 device (flash_attention.cu): whether it takes these dims on dev
  * (bf16, head size a multiple of 16 up to 128, shared memory enough), its forward (lse: B H T
  * row log-sum-exps, at the start of the op's probs) and its backward (dsum: B H T floats of

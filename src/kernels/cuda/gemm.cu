@@ -7,6 +7,7 @@
 
 #include "core/bf16.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_lt.h"
 #include "kernels/cuda/math.cuh"
 
 // C = beta C for a product over k = 0 (cuBLAS refuses the zero leading dimension a transposed
@@ -64,31 +65,58 @@ extern "C" gp_status gp_cuda_round_operand(gp_device *dev, const float *x, int64
     return s;
 }
 
-// The bf16 products: A and B rounded into one workspace block (B's copy a multiple of 128 bytes
-// into it: the tensor-core kernels want aligned operands) unless the caller rounded them
-// already (a16, b16: gp_cuda_round_operand), then cuBLAS's bf16 GEMM with fp32 sums and output.
-// The block is released at once: its memory is reused only by work queued after the GEMM on the
+// A and B's bf16 copies for a product: the caller's (a16_in, b16_in: gp_cuda_round_operand) or
+// places in one workspace block (B's copy a multiple of 128 bytes into it: the tensor-core
+// kernels want aligned operands), which operands_round fills. The block (ws, may be NULL) is
+// released once the product is queued: its memory is reused only by work queued after it on the
 // same stream (cuda_context.h).
+typedef struct bf16_operands {
+    const float *a, *b; // what is rounded where a16_in, b16_in were not given
+    int64_t na, nb;     // their spans (0: given)
+    __nv_bfloat16 *ws;
+    const __nv_bfloat16 *a16, *b16;
+} bf16_operands;
+
+static gp_status operands_place(gp_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                int64_t k, const float *a, const void *a16_in, int64_t lda,
+                                int64_t stride_a, const float *b, const void *b16_in, int64_t ldb,
+                                int64_t stride_b, int64_t count, bf16_operands *o) {
+    *o = bf16_operands{};
+    o->a = a, o->b = b;
+    o->na = a16_in ? 0 : gp_bf16_operand_span(trans_a, m, k, lda, stride_a, count);
+    o->nb = b16_in ? 0 : gp_bf16_operand_span(trans_b, k, n, ldb, stride_b, count);
+    const int64_t na_padded = (o->na + 63) / 64 * 64;
+    gp_status s = GP_OK;
+    o->ws = NULL;
+    if (na_padded + o->nb > 0) {
+        o->ws = (__nv_bfloat16 *)gp_cuda_workspace(
+            dev, (size_t)(na_padded + o->nb) * sizeof(__nv_bfloat16), &s);
+        if (!o->ws) return s;
+    }
+    o->a16 = a16_in ? (const __nv_bfloat16 *)a16_in : o->ws;
+    o->b16 = b16_in ? (const __nv_bfloat16 *)b16_in : o->ws + na_padded;
+    return GP_OK;
+}
+
+static gp_status operands_round(gp_cuda_ctx *ctx, const bf16_operands *o) {
+    if (o->na > 0) GP_TRY(round_bf16(ctx, o->a, (__nv_bfloat16 *)o->a16, o->na));
+    if (o->nb > 0) GP_TRY(round_bf16(ctx, o->b, (__nv_bfloat16 *)o->b16, o->nb));
+    return GP_OK;
+}
+
+// The bf16 products: the operands' bf16 copies, then cuBLAS's bf16 GEMM with fp32 sums and
+// output.
 static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t op_a,
                            cublasOperation_t op_b, bool trans_a, bool trans_b, int64_t m,
                            int64_t n, int64_t k, float alpha, const float *a, const void *a16_in,
                            int64_t lda, int64_t stride_a, const float *b, const void *b16_in,
                            int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc,
                            int64_t stride_c, int64_t count) {
-    const int64_t na = a16_in ? 0 : gp_bf16_operand_span(trans_a, m, k, lda, stride_a, count);
-    const int64_t nb = b16_in ? 0 : gp_bf16_operand_span(trans_b, k, n, ldb, stride_b, count);
-    const int64_t na_padded = (na + 63) / 64 * 64;
-    gp_status s = GP_OK;
-    __nv_bfloat16 *ws = NULL;
-    if (na_padded + nb > 0) {
-        ws = (__nv_bfloat16 *)gp_cuda_workspace(
-            dev, (size_t)(na_padded + nb) * sizeof(__nv_bfloat16), &s);
-        if (!ws) return s;
-    }
-    const __nv_bfloat16 *a16 = a16_in ? (const __nv_bfloat16 *)a16_in : ws;
-    const __nv_bfloat16 *b16 = b16_in ? (const __nv_bfloat16 *)b16_in : ws + na_padded;
-    if (!a16_in) s = round_bf16(ctx, a, ws, na);
-    if (s == GP_OK && !b16_in) s = round_bf16(ctx, b, ws + na_padded, nb);
+    bf16_operands o;
+    GP_TRY(operands_place(dev, trans_a, trans_b, m, n, k, a, a16_in, lda, stride_a, b, b16_in, ldb,
+                          stride_b, count, &o));
+    const __nv_bfloat16 *a16 = o.a16, *b16 = o.b16;
+    gp_status s = operands_round(ctx, &o);
     if (s == GP_OK && count == 1)
         s = gp_cuda_blas_check(ctx,
                                cublasGemmEx(ctx->blas, op_b, op_a, (int)n, (int)m, (int)k, &alpha,
@@ -105,7 +133,32 @@ static gp_status gemm_bf16(gp_cuda_ctx *ctx, gp_device *dev, cublasOperation_t o
                                        CUDA_R_32F, (int)ldc, (long long)stride_c, (int)count,
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmStridedBatchedEx");
-    gp_cuda_workspace_release(dev, ws);
+    gp_cuda_workspace_release(dev, o.ws);
+    return s;
+}
+
+extern "C" gp_status gp_cuda_linear_lt(gp_device *dev, int64_t rows, int64_t in, int64_t out,
+                                       const float *x, const uint16_t *x16, const float *w,
+                                       const uint16_t *w16, const float *b, const float *res,
+                                       float *y, bool *done) {
+    *done = false;
+    gp_status s;
+    gp_cuda_ctx *ctx = gp_cuda_begin(dev, &s);
+    if (!ctx) return s;
+    if (!ctx->lt || gp_device_precision(dev) != GP_PRECISION_BF16 || rows <= 0 || out <= 0 ||
+        in <= 0)
+        return GP_OK;
+    bf16_operands o;
+    GP_TRY(operands_place(dev, false, true, rows, out, in, x, x16, in, 0, w, w16, in, 0, 1, &o));
+    // column-major y^T (out x rows) = W (stored in x out: transposed) x^T (in x rows)
+    const gp_cuda_lt_gemm g = {.trans_a = true, .trans_b = false, .m = out, .n = rows, .k = in,
+                               .a16 = o.b16, .lda = in, .b16 = o.a16, .ldb = in,
+                               .beta = res ? 1.0f : 0.0f, .c = res, .d = y, .ldd = out,
+                               .bias = b};
+    s = gp_cuda_lt_supports(ctx, &g, done);
+    if (s == GP_OK && *done) s = operands_round(ctx, &o);
+    if (s == GP_OK && *done) s = gp_cuda_lt_run(ctx, &g);
+    gp_cuda_workspace_release(dev, o.ws);
     return s;
 }
 

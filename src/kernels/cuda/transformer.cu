@@ -1,5 +1,6 @@
 // CUDA kernels of the Transformer family but the token embeddings (embedding.cu) and attention
-// (attention.cu): linear layers (cuBLAS), layer norm, GELU, dropout and the positional
+// (attention.cu): linear layers (cuBLAS; a bf16 forward's bias and residual in cuBLASLt's
+// epilogue), layer norm, GELU, dropout and the positional
 // embedding. Row-wise sums use one block per row in a fixed order (math.cuh); column sums (the
 // gradients of weights and biases) add the rows in order in chunks (GP_CUDA_SUM_CHUNK). Outputs
 // kept in bf16 (kernel_ops.def: layer norm's and GELU's y16) are written so by the kernels that
@@ -17,7 +18,8 @@ static unsigned row_blocks(int64_t rows) {
 
 // ---------------------------------------------------------------------------------- linear
 
-// y = [res +] b, or res, before the GEMM adds x W^T onto it (beta = 1); in vectors of four
+// y = [res +] b, or res, before the GEMM adds x W^T onto it (beta = 1), as the CPU does: fp32,
+// and bf16 where cuBLASLt's epilogue does not take it (gp_cuda_linear_lt); in vectors of four
 // where the rows are (out a multiple of 4, the arrays aligned). The column takes a 32-bit
 // remainder where the count allows: a 64-bit one costs more than the element's memory traffic.
 __device__ inline void prefill_one(const float *b, const float *res, float *y, int64_t i,
@@ -49,6 +51,11 @@ extern "C" gp_status gp_cuda_linear_forward(gp_device *dev, int64_t rows, int64_
     if (!c) return s;
     const bool bf16 = gp_device_precision(dev) == GP_PRECISION_BF16;
     GP_TRY(gp_kernels_check_bf16_operand("linear_forward", c->name, bf16, x16 || w16));
+    if (bf16 && (b || res)) { // the bias and residual in cuBLASLt's epilogue where it has one
+        bool done = false;
+        GP_TRY(gp_cuda_linear_lt(dev, rows, in, out, x, x16, w, w16, b, res, y, &done));
+        if (done) return GP_OK;
+    }
     float beta = 0.0f;
     if ((b || res != y) && (b || res) && rows > 0 && out > 0) {
         const bool vec = out % 4 == 0 && gp_cuda_aligned16(b, res, y);
