@@ -45,8 +45,9 @@ gp_status gp_cuda_gemm_rounded(gp_device *dev, bool trans_a, bool trans_b, int64
 /* y (rows, out) = x W^T + b [+ res] on a bf16 device through cuBLASLt (gemm_lt.h): the bias in
  * the epilogue, res as C with beta 1 (res may be y), the operands' bf16 copies as
  * gp_cuda_gemm_rounded makes them. *done false, nothing queued, on an fp32 device, under
- * GP_CUDA_EPILOGUE=prefill, or where cuBLASLt has no algorithm for the shape (the same answer
- * for the same shape and alignments every time): the caller then prefills and calls cuBLAS. */
+ * GP_CUDA_EPILOGUE=prefill, where a matrix or the bias is not 16-byte aligned, or where
+ * cuBLASLt has no algorithm for the shape (the same answer for the same shape every time): the
+ * caller then prefills and calls cuBLAS. */
 gp_status gp_cuda_linear_lt(gp_device *dev, int64_t rows, int64_t in, int64_t out, const float *x,
                             const uint16_t *x16, const float *w, const uint16_t *w16,
                             const float *b, const float *res, float *y, bool *done);

@@ -157,7 +157,7 @@ extern "C" gp_status gp_cuda_linear_lt(gp_device *dev, int64_t rows, int64_t in,
                                .bias = b};
     s = gp_cuda_lt_supports(ctx, &g, done);
     if (s == GP_OK && *done) s = operands_round(ctx, &o);
-    if (s == GP_OK && *done) s = gp_cuda_lt_run(ctx, &g);
+    if (s == GP_OK && *done) s = gp_cuda_lt_run(ctx, &g, done);
     gp_cuda_workspace_release(dev, o.ws);
     return s;
 }

@@ -14,10 +14,10 @@
  * slower. */
 #define LT_CACHE 64
 
-/* All int64_t: compared with memcmp, so no padding may differ. */
+/* All int64_t: compared with memcmp, so no padding may differ. Every pointer is 16-byte aligned
+ * (gp_cuda_lt_supports), so the shape is the whole key. */
 typedef struct lt_key {
-    int64_t trans_a, trans_b, m, n, k, lda, ldb, ldd, bias, beta, in_place;
-    int64_t align[5]; /* of a16, b16, c, d, bias: up to 16 bytes */
+    int64_t trans_a, trans_b, m, n, k, lda, ldb, ldd, bias, beta;
 } lt_key;
 
 typedef struct lt_entry {
@@ -64,12 +64,12 @@ void gp_cuda_lt_free(gp_cuda_lt *lt) {
     free(lt);
 }
 
-static int64_t alignment(const void *p) {
-    if (!p) return 16;
-    int64_t a = 16;
-    while (a > 1 && (uintptr_t)p % (uintptr_t)a != 0) a /= 2;
-    return a;
-}
+/* Where cuBLASLt is used at all: the alignment its tensor-core kernels want of every matrix and
+ * of the bias. Elsewhere the prefill path, so the algorithm (and with it the bits) never
+ * depends on where a buffer happens to lie. */
+#define LT_ALIGN 16
+
+static bool aligned(const void *p) { return (uintptr_t)p % LT_ALIGN == 0; }
 
 static lt_key key_of(const gp_cuda_lt_gemm *g) {
     lt_key k;
@@ -80,9 +80,6 @@ static lt_key key_of(const gp_cuda_lt_gemm *g) {
     k.lda = g->lda, k.ldb = g->ldb, k.ldd = g->ldd;
     k.bias = g->bias != NULL;
     k.beta = g->beta != 0.0f;
-    k.in_place = g->c == g->d;
-    const void *p[5] = {g->a16, g->b16, g->beta != 0.0f ? g->c : NULL, g->d, g->bias};
-    for (int i = 0; i < 5; i++) k.align[i] = alignment(p[i]);
     return k;
 }
 
@@ -97,9 +94,10 @@ static void descs_free(lt_descs *s) {
  * with an fp32 bias where there is one. */
 static cublasStatus_t descs_make(const gp_cuda_lt_gemm *g, lt_descs *s) {
     memset(s, 0, sizeof *s);
-    const cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    /* the attributes' own types (cublasLt.h), not the enums' */
+    const int32_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const uint32_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     const int32_t bias_type = CUDA_R_32F;
     cublasStatus_t e = cublasLtMatmulDescCreate(&s->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (e == CUBLAS_STATUS_SUCCESS)
@@ -127,9 +125,11 @@ static cublasStatus_t descs_make(const gp_cuda_lt_gemm *g, lt_descs *s) {
     return e;
 }
 
-/* The heuristic's first algorithm for g: no workspace, no reduction scheme, alignments as the
- * key says. *found false where there is none. */
-static cublasStatus_t ask(cublasLtHandle_t h, const lt_descs *s, const lt_key *key, bool *found,
+/* The heuristic's first algorithm for g: no workspace, no reduction scheme, 16-byte aligned
+ * pointers. *found false where there is none, or where the heuristic refuses the question (a
+ * combination this cuBLASLt does not take): the prefill path then. Only a failed allocation is
+ * an error. */
+static cublasStatus_t ask(cublasLtHandle_t h, const lt_descs *s, bool *found,
                           cublasLtMatmulAlgo_t *algo) {
     *found = false;
     cublasLtMatmulPreference_t pref = NULL;
@@ -146,7 +146,7 @@ static cublasStatus_t ask(cublasLtHandle_t h, const lt_descs *s, const lt_key *k
         e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &no_reduction, sizeof no_reduction);
     for (int i = 0; i < 4 && e == CUBLAS_STATUS_SUCCESS; i++) {
-        const uint32_t a = (uint32_t)key->align[i];
+        const uint32_t a = LT_ALIGN;
         e = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &a, sizeof a);
     }
     cublasLtMatmulHeuristicResult_t r;
@@ -154,12 +154,12 @@ static cublasStatus_t ask(cublasLtHandle_t h, const lt_descs *s, const lt_key *k
     if (e == CUBLAS_STATUS_SUCCESS)
         e = cublasLtMatmulAlgoGetHeuristic(h, s->op, s->a, s->b, s->d, s->d, pref, 1, &r, &n);
     if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (e == CUBLAS_STATUS_NOT_SUPPORTED) return CUBLAS_STATUS_SUCCESS; /* none: not an error */
+    if (e == CUBLAS_STATUS_ALLOC_FAILED) return e;
     if (e == CUBLAS_STATUS_SUCCESS && n > 0 && r.state == CUBLAS_STATUS_SUCCESS) {
         *found = true;
         *algo = r.algo;
     }
-    return e;
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 /* The kept answer for g, asking the heuristic the first time. */
@@ -175,7 +175,7 @@ static gp_status lookup(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, const lt_descs
             pthread_mutex_unlock(&lt->lock);
             return GP_OK;
         }
-    const cublasStatus_t e = ask(lt->handle, s, &key, found, algo);
+    const cublasStatus_t e = ask(lt->handle, s, found, algo);
     if (e == CUBLAS_STATUS_SUCCESS && lt->n < LT_CACHE)
         lt->cache[lt->n++] = (lt_entry){.key = key, .found = *found, .algo = *algo};
     pthread_mutex_unlock(&lt->lock);
@@ -198,9 +198,21 @@ static gp_status checked_dims(const gp_cuda_ctx *c, const gp_cuda_lt_gemm *g) {
     return GP_OK;
 }
 
+/* A shape whose algorithm cublasLtMatmul refused after all: the prefill path from now on. */
+static void forget(gp_cuda_lt *lt, const gp_cuda_lt_gemm *g) {
+    const lt_key key = key_of(g);
+    pthread_mutex_lock(&lt->lock);
+    for (int i = 0; i < lt->n; i++)
+        if (memcmp(&lt->cache[i].key, &key, sizeof key) == 0) lt->cache[i].found = false;
+    pthread_mutex_unlock(&lt->lock);
+}
+
 gp_status gp_cuda_lt_supports(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, bool *yes) {
     *yes = false;
     GP_TRY(checked_dims(c, g));
+    if (!aligned(g->a16) || !aligned(g->b16) || !aligned(g->d) ||
+        (g->beta != 0.0f && !aligned(g->c)) || (g->bias && !aligned(g->bias)))
+        return GP_OK;
     lt_descs s;
     GP_TRY(gp_cuda_blas_status(c, descs_make(g, &s), "cuBLASLt's descriptors"));
     cublasLtMatmulAlgo_t algo;
@@ -209,7 +221,8 @@ gp_status gp_cuda_lt_supports(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, bool *ye
     return st;
 }
 
-gp_status gp_cuda_lt_run(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g) {
+gp_status gp_cuda_lt_run(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, bool *done) {
+    *done = false;
     GP_TRY(checked_dims(c, g));
     lt_descs s;
     GP_TRY(gp_cuda_blas_status(c, descs_make(g, &s), "cuBLASLt's descriptors"));
@@ -223,12 +236,17 @@ gp_status gp_cuda_lt_run(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g) {
                       c->name, (long long)g->m, (long long)g->n, (long long)g->k,
                       g->bias ? " with a bias" : "");
     const float alpha = 1.0f;
-    if (st == GP_OK)
-        st = gp_cuda_blas_check(c,
-                                cublasLtMatmul(c->lt->handle, s.op, &alpha, g->a16, s.a, g->b16,
-                                               s.b, &g->beta, g->beta != 0.0f ? g->c : g->d, s.d,
-                                               g->d, s.d, &algo, NULL, 0, c->stream),
-                                "cublasLtMatmul");
+    if (st == GP_OK) {
+        const cublasStatus_t e =
+            cublasLtMatmul(c->lt->handle, s.op, &alpha, g->a16, s.a, g->b16, s.b, &g->beta,
+                           g->beta != 0.0f ? g->c : g->d, s.d, g->d, s.d, &algo, NULL, 0,
+                           c->stream);
+        if (e == CUBLAS_STATUS_NOT_SUPPORTED)
+            forget(c->lt, g); /* nothing queued: the caller takes the prefill path */
+        else
+            st = gp_cuda_blas_check(c, e, "cublasLtMatmul");
+        *done = st == GP_OK && e == CUBLAS_STATUS_SUCCESS;
+    }
     descs_free(&s);
     return st;
 }
