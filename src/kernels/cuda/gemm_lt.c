@@ -1,5 +1,6 @@
-/* cuBLASLt's products with a bias epilogue (gemm_lt.h): descriptors made per call (host work
- * only), the heuristic's algorithm kept per shape. */
+/* cuBLASLt's products with a bias epilogue (gemm_lt.h): descriptors made for each product run
+ * (host work only), the heuristic's algorithm kept per shape, so that asking whether a known
+ * shape is supported makes none. */
 #include "kernels/cuda/gemm_lt.h"
 
 #include <cublasLt.h>
@@ -162,8 +163,9 @@ static cublasStatus_t ask(cublasLtHandle_t h, const lt_descs *s, bool *found,
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* The kept answer for g, asking the heuristic the first time. */
-static gp_status lookup(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, const lt_descs *s, bool *found,
+/* The kept answer for g, asking the heuristic the first time (with descriptors made for the
+ * question: a kept answer needs none). */
+static gp_status lookup(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, bool *found,
                         cublasLtMatmulAlgo_t *algo) {
     gp_cuda_lt *lt = c->lt;
     const lt_key key = key_of(g);
@@ -175,11 +177,18 @@ static gp_status lookup(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, const lt_descs
             pthread_mutex_unlock(&lt->lock);
             return GP_OK;
         }
-    const cublasStatus_t e = ask(lt->handle, s, found, algo);
+    lt_descs s;
+    cublasStatus_t e = descs_make(g, &s);
+    const char *call = "cuBLASLt's descriptors";
+    if (e == CUBLAS_STATUS_SUCCESS) {
+        e = ask(lt->handle, &s, found, algo);
+        call = "cublasLtMatmulAlgoGetHeuristic";
+        descs_free(&s);
+    }
     if (e == CUBLAS_STATUS_SUCCESS && lt->n < LT_CACHE)
         lt->cache[lt->n++] = (lt_entry){.key = key, .found = *found, .algo = *algo};
     pthread_mutex_unlock(&lt->lock);
-    return gp_cuda_blas_status(c, e, "cublasLtMatmulAlgoGetHeuristic");
+    return gp_cuda_blas_status(c, e, call);
 }
 
 static gp_status checked_dims(const gp_cuda_ctx *c, const gp_cuda_lt_gemm *g) {
@@ -213,12 +222,8 @@ gp_status gp_cuda_lt_supports(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, bool *ye
     if (!aligned(g->a16) || !aligned(g->b16) || !aligned(g->d) ||
         (g->beta != 0.0f && !aligned(g->c)) || (g->bias && !aligned(g->bias)))
         return GP_OK;
-    lt_descs s;
-    GP_TRY(gp_cuda_blas_status(c, descs_make(g, &s), "cuBLASLt's descriptors"));
     cublasLtMatmulAlgo_t algo;
-    const gp_status st = lookup(c, g, &s, yes, &algo);
-    descs_free(&s);
-    return st;
+    return lookup(c, g, yes, &algo);
 }
 
 gp_status gp_cuda_lt_run(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, bool *done) {
@@ -228,7 +233,7 @@ gp_status gp_cuda_lt_run(gp_cuda_ctx *c, const gp_cuda_lt_gemm *g, bool *done) {
     GP_TRY(gp_cuda_blas_status(c, descs_make(g, &s), "cuBLASLt's descriptors"));
     bool found = false;
     cublasLtMatmulAlgo_t algo;
-    gp_status st = lookup(c, g, &s, &found, &algo);
+    gp_status st = lookup(c, g, &found, &algo);
     if (st == GP_OK && !found)
         st = gp_error(GP_UNSUPPORTED,
                       "device %s: cuBLASLt has no algorithm for a %lld x %lld x %lld bf16 "
